@@ -1,0 +1,390 @@
+"""A replicated log over pysyncobj: opaque bytes in, opaque result bytes out.
+
+This module owns the Raft node of one coordinator process and nothing else. It knows
+no domain type: it hands each committed entry to a `StateMachine` and returns what the
+machine returned. The invariants it keeps, each forced by a fact measured on pysyncobj
+0.3.17 (DESIGN §2):
+
+- The single replicated entry point never raises. An exception inside a replicated
+  method makes pysyncobj's tick thread retry the same entry forever, stalling the whole
+  cluster, so a failing entry becomes an error *value* (`machine_error_result`).
+- A cluster secret is mandatory (pysyncobj's wire format and dumps are pickle: anyone
+  who can talk to the Raft port unauthenticated can run code) and the port binds to an
+  explicit address.
+- Both `journalFile` and `fullDumpFile` are set: a journal alone silently loses all
+  state at the first log compaction. The dump holds the machine's own snapshot bytes.
+- `appendEntriesUseBatch=False` (about 1 ms per write instead of about 100 ms).
+- A leader is *ready* only once an entry it proposed in its current term has been
+  applied: every entry committed before it is then applied too, so nothing is served
+  from a state that misses committed writes.
+
+Threads: pysyncobj runs on one tick thread we own. The machine is mutated only there,
+under `_lock`; readers on the asyncio thread take the same lock (`read()`), so they
+never observe a half-applied entry. Results cross back to asyncio with
+`loop.call_soon_threadsafe`; nothing here ever blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+
+__all__ = [
+    "DEFAULT_PROPOSE_TIMEOUT_S",
+    "NoLeaderError",
+    "OutcomeUnknownError",
+    "RaftRole",
+    "RaftSettings",
+    "RaftStatus",
+    "ReplicatedLog",
+    "ReplicationError",
+    "StateMachine",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROPOSE_TIMEOUT_S = 5.0
+TICK_PERIOD_S = 0.02  # how long one tick may wait on sockets; bounds shutdown latency
+BIND_RETRIES_MAX = 20
+BIND_RETRY_S = 0.25
+SHUTDOWN_JOIN_S = 5.0
+SECRET_BYTES_MIN = 16
+
+
+class StateMachine(Protocol):
+    """What the log drives. `apply` must be deterministic and should not raise."""
+
+    def apply(self, entry: bytes) -> bytes: ...
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, data: bytes) -> None: ...
+
+
+class ReplicationError(Exception):
+    """Root of the errors this module raises.
+
+    ReplicationError
+    +-- NoLeaderError          the entry was NOT appended anywhere (no leader, queue full,
+    |                          refused): safe to retry or to report unavailable
+    +-- OutcomeUnknownError    the entry may or may not commit later (timeout, leader
+                               changed, discarded): retry with the same request id
+    """
+
+
+class NoLeaderError(ReplicationError):
+    pass
+
+
+class OutcomeUnknownError(ReplicationError):
+    pass
+
+
+class RaftRole(Enum):
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+_ROLE_BY_PYSYNCOBJ_STATE = {0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: RaftRole.LEADER}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaftSettings:
+    """Everything one Raft node needs. Timeouts are the tuned values of DESIGN §2."""
+
+    self_addr: str  # "host:port" this node is known by in `partners` of the others
+    partners: tuple[str, ...]
+    bind_addr: str  # explicit "host:port" to bind; never a wildcard by default
+    secret: str
+    journal_path: str
+    dump_path: str
+    raft_min_timeout_s: float = 0.3
+    raft_max_timeout_s: float = 0.6
+    append_entries_period_s: float = 0.05
+    leader_fallback_timeout_s: float = 2.0
+    connection_timeout_s: float = 1.5
+    connection_retry_s: float = 0.5
+    log_compaction_min_entries: int = 5000
+    log_compaction_min_time_s: float = 300.0
+    commands_queue_max: int = 10_000
+
+    def validate(self) -> None:
+        if len(self.secret.encode()) < SECRET_BYTES_MIN:
+            raise ValueError(
+                f"cluster secret must be at least {SECRET_BYTES_MIN} bytes: Raft traffic is "
+                "pickle, and the secret is what keeps strangers from running code in the node"
+            )
+        host = self.bind_addr.rsplit(":", 1)[0]
+        if host in ("", "0.0.0.0", "::"):
+            raise ValueError("bind_addr must name an explicit address, not a wildcard")
+        if not self.journal_path or not self.dump_path:
+            raise ValueError("both journal_path and dump_path are required")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaftStatus:
+    role: RaftRole
+    leader_addr: str | None
+    term: int
+    commit_index: int
+    applied_index: int
+    ready: bool  # leader whose own entry of this term has been applied
+
+
+def generate_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class _PendingSnapshot:
+    """A machine snapshot read back from a dump, waiting to be restored into the machine."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def _unpickle_snapshot(data: bytes) -> _PendingSnapshot:
+    return _PendingSnapshot(data)
+
+
+class _SnapshotCell:
+    """The only attribute pysyncobj dumps. Pickling it writes the machine's snapshot bytes
+    (in our codec), never the machine object itself; unpickling yields a _PendingSnapshot.
+    The dump is written in a forked child, so `snapshot()` must not take locks (a lock held
+    by another thread at fork time would never be released in the child)."""
+
+    __slots__ = ("machine",)
+
+    def __init__(self, machine: StateMachine) -> None:
+        self.machine = machine
+
+    def __reduce__(self) -> tuple[Callable[[bytes], _PendingSnapshot], tuple[bytes]]:
+        return (_unpickle_snapshot, (self.machine.snapshot(),))
+
+
+def machine_error_result(exc: BaseException) -> bytes:
+    """What the entry point returns when the machine raised anyway. Opaque to us; the
+    machine's codec is expected to never need it, it is the last line of defence."""
+    return b"\xc0" + repr(exc).encode("utf-8", "replace")[:512]
+
+
+class _RaftNode(SyncObj):  # type: ignore[misc]
+    def __init__(
+        self,
+        settings: RaftSettings,
+        machine: StateMachine,
+        lock: threading.Lock,
+        on_role: Callable[[RaftRole], None],
+    ) -> None:
+        # Attributes set before SyncObj.__init__ are pysyncobj "properties": excluded from
+        # dumps. Only `_cell`, set after, is serialized.
+        self._ripple_machine = machine
+        self._ripple_lock = lock
+        conf = SyncObjConf(
+            password=settings.secret,
+            bindAddress=settings.bind_addr,
+            journalFile=settings.journal_path,
+            fullDumpFile=settings.dump_path,
+            appendEntriesUseBatch=False,
+            raftMinTimeout=settings.raft_min_timeout_s,
+            raftMaxTimeout=settings.raft_max_timeout_s,
+            appendEntriesPeriod=settings.append_entries_period_s,
+            leaderFallbackTimeout=settings.leader_fallback_timeout_s,
+            connectionTimeout=settings.connection_timeout_s,
+            connectionRetryTime=settings.connection_retry_s,
+            logCompactionMinEntries=settings.log_compaction_min_entries,
+            logCompactionMinTime=settings.log_compaction_min_time_s,
+            commandsQueueSize=settings.commands_queue_max,
+            maxBindRetries=BIND_RETRIES_MAX,
+            bindRetryTime=BIND_RETRY_S,
+            dynamicMembershipChange=False,
+            autoTick=False,
+            onStateChanged=lambda _old, new: on_role(_ROLE_BY_PYSYNCOBJ_STATE.get(new, RaftRole.FOLLOWER)),
+        )
+        super().__init__(settings.self_addr, list(settings.partners), conf)
+        self._cell = _SnapshotCell(machine)
+
+    def _machine(self) -> StateMachine:
+        """The machine, restoring a snapshot pysyncobj loaded since the last call.
+        Call with `_ripple_lock` held."""
+        cell = self._cell
+        if isinstance(cell, _PendingSnapshot):
+            self._ripple_machine.restore(cell.data)
+            self._cell = _SnapshotCell(self._ripple_machine)
+        return self._ripple_machine
+
+    @replicated  # type: ignore[misc]
+    def _apply_entry(self, entry: bytes) -> bytes:
+        # The one replicated entry point. It must never raise (see module docstring).
+        if not entry:
+            return b""  # a barrier: ordering only, the machine never sees it
+        with self._ripple_lock:
+            try:
+                return self._machine().apply(entry)
+            except Exception as exc:  # noqa: BLE001 - a raise here stalls the cluster
+                log.exception("state machine raised on a committed entry; returning an error")
+                return machine_error_result(exc)
+
+
+class ReplicatedLog:
+    """One node's replicated log. Start it inside a running asyncio loop."""
+
+    def __init__(self, settings: RaftSettings, machine: StateMachine) -> None:
+        settings.validate()
+        for path in (settings.journal_path, settings.dump_path):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._role = RaftRole.FOLLOWER
+        self._ready_term = -1
+        self._readiness_pending_term = -1
+        self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._role_listeners: list[Callable[[RaftRole], None]] = []
+        self._node = _RaftNode(settings, machine, self._lock, self._on_role)
+        self._thread = threading.Thread(target=self._tick_forever, name="raft-tick", daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(SHUTDOWN_JOIN_S)
+        with contextlib.suppress(Exception):
+            self._node.destroy()  # autoTick is off: closes sockets and the journal now
+
+    def _tick_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._node.doTick(TICK_PERIOD_S)
+                with self._lock:
+                    self._node._machine()
+                self._check_readiness()
+            except Exception:  # noqa: BLE001 - keep ticking; pysyncobj's own loop does the same
+                log.exception("raft tick failed")
+                time.sleep(TICK_PERIOD_S)
+
+    # -- roles and readiness -----------------------------------------------------------
+
+    def on_role_change(self, listener: Callable[[RaftRole], None]) -> None:
+        """`listener` runs on the event loop thread after each role change."""
+        self._role_listeners.append(listener)
+
+    def _on_role(self, role: RaftRole) -> None:
+        self._role = role
+        if role is not RaftRole.LEADER:
+            self._ready_term = -1
+        loop = self._loop
+        if loop is not None:
+            for listener in self._role_listeners:
+                loop.call_soon_threadsafe(listener, role)
+
+    def _check_readiness(self) -> None:
+        """On the tick thread: a new leader proposes one empty entry of its own; once that
+        entry is applied, so is everything committed before it (Raft's no-op rule)."""
+        if self._role is not RaftRole.LEADER:
+            return
+        term = self._node.raftCurrentTerm
+        if self._ready_term == term or self._readiness_pending_term == term:
+            return
+        self._readiness_pending_term = term
+
+        def done(_result: Any, err: int) -> None:
+            if err == FAIL_REASON.SUCCESS and self._node.raftCurrentTerm == term:
+                self._ready_term = term
+                loop = self._loop
+                if loop is not None:
+                    for listener in self._role_listeners:
+                        loop.call_soon_threadsafe(listener, RaftRole.LEADER)
+            else:
+                self._readiness_pending_term = -1  # try again next tick
+
+        self._node._apply_entry(b"", callback=done)
+
+    def status(self) -> RaftStatus:
+        node = self._node
+        leader = node._getLeader()
+        role = self._role
+        return RaftStatus(
+            role=role,
+            leader_addr=None if leader is None else str(leader.address),
+            term=int(node.raftCurrentTerm),
+            commit_index=int(node.raftCommitIndex),
+            applied_index=int(node.raftLastApplied),
+            ready=role is RaftRole.LEADER and self._ready_term == node.raftCurrentTerm,
+        )
+
+    @property
+    def is_ready_leader(self) -> bool:
+        return self._role is RaftRole.LEADER and self._ready_term == self._node.raftCurrentTerm
+
+    @property
+    def settings(self) -> RaftSettings:
+        return self._settings
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[StateMachine]:
+        """Local (possibly stale on a follower) read of the machine, never torn."""
+        with self._lock:
+            yield self._node._machine()
+
+    # -- writes ------------------------------------------------------------------------
+
+    async def propose(self, entry: bytes, timeout_s: float = DEFAULT_PROPOSE_TIMEOUT_S) -> bytes:
+        """Append `entry`, wait until it is committed and applied here, return the machine's
+        result. Raises NoLeaderError (not appended) or OutcomeUnknownError (may commit)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[Any, int]] = loop.create_future()
+
+        def settle(result: Any, err: int) -> None:
+            if not fut.done():
+                fut.set_result((result, err))
+
+        def callback(result: Any, err: int) -> None:  # tick thread
+            loop.call_soon_threadsafe(settle, result, err)
+
+        self._node._apply_entry(entry, callback=callback)
+        try:
+            result, err = await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError as exc:
+            raise OutcomeUnknownError(f"no commit within {timeout_s} s") from exc
+        if err == FAIL_REASON.SUCCESS:
+            if not isinstance(result, bytes):
+                raise OutcomeUnknownError("machine returned no result")  # pragma: no cover
+            return result
+        if err in (FAIL_REASON.QUEUE_FULL, FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER,
+                   FAIL_REASON.REQUEST_DENIED):
+            raise NoLeaderError(_FAIL_NAMES.get(err, str(err)))
+        raise OutcomeUnknownError(_FAIL_NAMES.get(err, str(err)))
+
+    async def barrier(self, timeout_s: float = DEFAULT_PROPOSE_TIMEOUT_S) -> None:
+        """Linearizable-read fence: once an empty entry proposed now has been applied here,
+        local state reflects every write acknowledged before the call."""
+        await self.propose(b"", timeout_s)
+
+
+_FAIL_NAMES = {
+    FAIL_REASON.QUEUE_FULL: "queue full",
+    FAIL_REASON.MISSING_LEADER: "no leader",
+    FAIL_REASON.DISCARDED: "discarded by a new leader",
+    FAIL_REASON.NOT_LEADER: "not leader",
+    FAIL_REASON.LEADER_CHANGED: "leader changed",
+    FAIL_REASON.REQUEST_DENIED: "request denied",
+}

@@ -1,0 +1,193 @@
+"""The replicated log on three real pysyncobj nodes over loopback TCP, in one process.
+
+A toy machine (an append-only list of entries) keeps these tests independent of the
+coordinator's domain; the coordinator's own processes are tested in test_cluster.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from replication.log import (
+    NoLeaderError,
+    OutcomeUnknownError,
+    RaftRole,
+    RaftSettings,
+    ReplicatedLog,
+    machine_error_result,
+)
+from tests.support import free_ports
+
+SECRET = "test-secret-0123456789abcdef"
+WAIT_S = 15.0
+
+
+class ListMachine:
+    """Appends entries; raises on b"boom" to prove the log survives a raising machine."""
+
+    def __init__(self) -> None:
+        self.entries: list[bytes] = []
+
+    def apply(self, entry: bytes) -> bytes:
+        if entry == b"boom":
+            raise RuntimeError("machine bug")
+        self.entries.append(entry)
+        return b"ok:%d" % len(self.entries)
+
+    def snapshot(self) -> bytes:
+        return b"\n".join(self.entries)
+
+    def restore(self, data: bytes) -> None:
+        self.entries = data.split(b"\n") if data else []
+
+
+def settings_for(tmp: Path, ports: list[int], i: int, **kw: object) -> RaftSettings:
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    return RaftSettings(
+        self_addr=addrs[i],
+        partners=tuple(a for j, a in enumerate(addrs) if j != i),
+        bind_addr=addrs[i],
+        secret=SECRET,
+        journal_path=str(tmp / f"n{i}" / "journal"),
+        dump_path=str(tmp / f"n{i}" / "dump"),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def wait_for(pred, what: str, timeout_s: float = WAIT_S):  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        value = pred()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class Cluster:
+    def __init__(self, tmp: Path, **kw: object) -> None:
+        self.tmp = tmp
+        self.ports = free_ports(3)
+        self.kw = kw
+        self.nodes: list[ReplicatedLog | None] = [None, None, None]
+        self.machines: list[ListMachine] = [ListMachine(), ListMachine(), ListMachine()]
+
+    def start(self, i: int) -> None:
+        self.machines[i] = ListMachine()
+        node = ReplicatedLog(settings_for(self.tmp, self.ports, i, **self.kw), self.machines[i])
+        node.start()
+        self.nodes[i] = node
+
+    def stop(self, i: int) -> None:
+        node = self.nodes[i]
+        if node is not None:
+            node.close()
+            self.nodes[i] = None
+
+    async def leader(self) -> ReplicatedLog:
+        def ready() -> ReplicatedLog | None:
+            leaders = [n for n in self.nodes if n is not None and n.is_ready_leader]
+            return leaders[0] if len(leaders) == 1 else None
+
+        return await wait_for(ready, "one ready leader")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path)
+    for i in range(3):
+        c.start(i)
+    try:
+        yield c
+    finally:
+        for i in range(3):
+            c.stop(i)
+
+
+async def test_propose_commits_everywhere_and_returns_result(cluster: Cluster) -> None:
+    leader = await cluster.leader()
+    assert await leader.propose(b"a") == b"ok:1"
+    assert await leader.propose(b"b") == b"ok:2"
+    await wait_for(lambda: all(m.entries == [b"a", b"b"] for m in cluster.machines), "replicas")
+    st = leader.status()
+    assert st.role is RaftRole.LEADER and st.ready
+    assert st.applied_index >= 3 and st.commit_index >= st.applied_index - 0
+
+
+async def test_raising_machine_becomes_error_value_and_cluster_keeps_going(
+    cluster: Cluster,
+) -> None:
+    leader = await cluster.leader()
+    result = await leader.propose(b"boom")
+    assert result == machine_error_result(RuntimeError("machine bug"))
+    # The next entry commits: the tick thread did not stall on the raising entry.
+    assert await leader.propose(b"after") == b"ok:1"
+    await wait_for(lambda: all(m.entries == [b"after"] for m in cluster.machines), "replicas")
+
+
+async def test_follower_state_is_readable_and_barrier_orders_reads(cluster: Cluster) -> None:
+    leader = await cluster.leader()
+    await leader.propose(b"x")
+    await leader.barrier()
+    with leader.read() as machine:
+        assert machine.entries == [b"x"]  # type: ignore[attr-defined]
+    followers = [n for n in cluster.nodes if n is not None and n is not leader]
+    assert all(not f.is_ready_leader for f in followers)
+    leader_addr = leader.settings.self_addr
+    await wait_for(lambda: all(f.status().leader_addr == leader_addr for f in followers), "hint")
+
+
+async def test_no_quorum_means_no_commit(cluster: Cluster) -> None:
+    leader = await cluster.leader()
+    for i, node in enumerate(cluster.nodes):
+        if node is not leader:
+            cluster.stop(i)
+    with pytest.raises((OutcomeUnknownError, NoLeaderError)):
+        await leader.propose(b"lonely", timeout_s=1.5)
+    # A partitioned leader steps down after leaderFallbackTimeout (tuned to 2 s, not 30 s).
+    await wait_for(lambda: not leader.is_ready_leader, "leader fallback", timeout_s=6)
+
+
+async def test_restart_recovers_from_journal_and_dump(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, log_compaction_min_entries=5, log_compaction_min_time_s=0.5)
+    for i in range(3):
+        c.start(i)
+    try:
+        leader = await c.leader()
+        for k in range(20):
+            await leader.propose(b"e%d" % k)
+        expected = [b"e%d" % k for k in range(20)]
+        await wait_for(lambda: all(os.path.exists(tmp_path / f"n{i}" / "dump") for i in range(3)),
+                       "a compaction dump on every node")
+        for i in range(3):
+            c.stop(i)
+        for i in range(3):
+            c.start(i)
+        await c.leader()
+        await wait_for(lambda: all(m.entries == expected for m in c.machines), "state after restart")
+    finally:
+        for i in range(3):
+            c.stop(i)
+
+
+def test_settings_refuse_missing_secret_and_wildcard_bind(tmp_path: Path) -> None:
+    ports = free_ports(3)
+    good = settings_for(tmp_path, ports, 0)
+    with pytest.raises(ValueError, match="secret"):
+        ReplicatedLog(
+            RaftSettings(**{**_asdict(good), "secret": ""}), ListMachine()  # type: ignore[arg-type]
+        )
+    with pytest.raises(ValueError, match="wildcard"):
+        ReplicatedLog(
+            RaftSettings(**{**_asdict(good), "bind_addr": f"0.0.0.0:{ports[0]}"}),  # type: ignore[arg-type]
+            ListMachine(),
+        )
+
+
+def _asdict(s: RaftSettings) -> dict[str, object]:
+    return {f: getattr(s, f) for f in s.__dataclass_fields__}

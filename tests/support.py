@@ -1,0 +1,102 @@
+"""Shared test support: free ports on 127.0.0.1 and processes tracked by PID.
+
+Every process a test starts goes through `Proc`, which records its PID and ends exactly
+that PID (SIGTERM, then SIGKILL after a bound); nothing is ever killed by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+STOP_WAIT_S = 10.0
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def wait_until(pred: Callable[[], T | None], what: str, timeout_s: float = 20.0,
+               every_s: float = 0.05) -> T:
+    """Poll `pred` until it returns a truthy value, at most `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = pred()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - polled conditions may fail transiently
+            last_exc = exc
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last error: {last_exc})")
+
+
+class Proc:
+    """A child process tracked by PID, its output captured to a log file."""
+
+    def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None):
+        self.argv = list(argv)
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        full_env = {**os.environ, **(env or {})}
+        self.popen = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=full_env,
+            stdin=subprocess.DEVNULL,
+        )
+        self.pid = self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.pid, sig)
+
+    def kill9(self) -> None:
+        self.signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(STOP_WAIT_S)
+
+    def stop(self) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGCONT)  # a SIGSTOPped child cannot handle SIGTERM
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.popen.wait(STOP_WAIT_S)
+        self._log.close()
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+def python_argv(*args: str) -> list[str]:
+    return [sys.executable, *args]
