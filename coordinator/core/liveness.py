@@ -1,0 +1,112 @@
+"""Heartbeat failure detector: last-seen time and load per worker, on the leader only.
+
+Owns the ALIVE -> SUSPECTED -> DEAD judgement from elapsed time since the last heartbeat.
+It is not replicated (seed 004: heartbeats carry compact, non-durable load), so a new leader
+starts empty and must `seed` every ACTIVE worker as seen "now".
+
+Invariants: a worker's last-seen time never moves backwards, and a worker this detector has
+never heard of is never reported dead -- a failover must not mass-kill healthy workers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = ["Detector", "Liveness", "Verdict"]
+
+
+class Liveness(Enum):
+    ALIVE = "alive"
+    SUSPECTED = "suspected"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """Workers past a threshold at one instant; `dead` and `suspected` are disjoint."""
+
+    suspected: frozenset[str]
+    dead: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Seen:
+    last_seen_ms: int
+    # None until the first real heartbeat: a seeded worker has reported no load yet.
+    load: float | None
+
+
+class Detector:
+    """Mutable but pure: time comes in as `now_ms`, nothing here reads a clock."""
+
+    __slots__ = ("_seen", "dead_after_ms", "suspect_after_ms")
+
+    def __init__(self, *, suspect_after_ms: int, dead_after_ms: int) -> None:
+        if not 0 < suspect_after_ms < dead_after_ms:
+            raise ValueError(
+                "need 0 < suspect_after_ms < dead_after_ms, got "
+                f"{suspect_after_ms} and {dead_after_ms}"
+            )
+        self.suspect_after_ms = suspect_after_ms
+        self.dead_after_ms = dead_after_ms
+        self._seen: dict[str, _Seen] = {}
+
+    def observe(self, worker_id: str, now_ms: int, load: float) -> None:
+        """Record a heartbeat. A late-delivered, older heartbeat cannot rewind last-seen."""
+        if not math.isfinite(load):
+            raise ValueError(f"load must be finite, got {load!r}")
+        prev = self._seen.get(worker_id)
+        last = now_ms if prev is None else max(prev.last_seen_ms, now_ms)
+        self._seen[worker_id] = _Seen(last_seen_ms=last, load=load)
+
+    def seed(self, worker_ids: Iterable[str], now_ms: int) -> None:
+        """Count every given worker as seen at `now_ms` (called when becoming leader)."""
+        for worker_id in worker_ids:
+            prev = self._seen.get(worker_id)
+            if prev is None:
+                self._seen[worker_id] = _Seen(last_seen_ms=now_ms, load=None)
+            elif prev.last_seen_ms < now_ms:
+                self._seen[worker_id] = _Seen(last_seen_ms=now_ms, load=prev.load)
+
+    def forget(self, worker_id: str) -> None:
+        self._seen.pop(worker_id, None)
+
+    def _judge(self, seen: _Seen, now_ms: int) -> Liveness:
+        # Time is assumed monotonic; if it is not, a clock step must not kill anyone.
+        elapsed_ms = max(0, now_ms - seen.last_seen_ms)
+        # Strictly greater, as in the seed: exactly at the timeout is still in time.
+        if elapsed_ms > self.dead_after_ms:
+            return Liveness.DEAD
+        if elapsed_ms > self.suspect_after_ms:
+            return Liveness.SUSPECTED
+        return Liveness.ALIVE
+
+    def status(self, worker_id: str, now_ms: int) -> Liveness | None:
+        """None for a worker never observed or seeded: unknown is neither alive nor dead."""
+        seen = self._seen.get(worker_id)
+        return None if seen is None else self._judge(seen, now_ms)
+
+    def evaluate(self, now_ms: int) -> Verdict:
+        suspected: set[str] = set()
+        dead: set[str] = set()
+        for worker_id, seen in self._seen.items():
+            verdict = self._judge(seen, now_ms)
+            if verdict is Liveness.DEAD:
+                dead.add(worker_id)
+            elif verdict is Liveness.SUSPECTED:
+                suspected.add(worker_id)
+        return Verdict(suspected=frozenset(suspected), dead=frozenset(dead))
+
+    def load(self, worker_id: str) -> float | None:
+        seen = self._seen.get(worker_id)
+        return None if seen is None else seen.load
+
+    def last_seen_ms(self, worker_id: str) -> int | None:
+        seen = self._seen.get(worker_id)
+        return None if seen is None else seen.last_seen_ms
+
+    def known(self) -> frozenset[str]:
+        return frozenset(self._seen)

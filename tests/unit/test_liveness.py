@@ -1,0 +1,92 @@
+"""Failure detector: thresholds against a fake clock, failover seeding, observe resets."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.core.liveness import Detector, Liveness, Verdict
+
+
+class FakeClock:
+    def __init__(self, now_ms: int = 0) -> None:
+        self.now_ms = now_ms
+
+    def advance(self, ms: int) -> int:
+        self.now_ms += ms
+        return self.now_ms
+
+
+def make() -> Detector:
+    return Detector(suspect_after_ms=10_000, dead_after_ms=30_000)
+
+
+def test_alive_then_suspected_then_dead() -> None:
+    clock = FakeClock(1_000)
+    d = make()
+    d.observe("w1", clock.now_ms, 0.2)
+    assert d.status("w1", clock.advance(10_000)) is Liveness.ALIVE  # exactly at threshold
+    assert d.status("w1", clock.advance(1)) is Liveness.SUSPECTED
+    assert d.evaluate(clock.now_ms) == Verdict(suspected=frozenset({"w1"}), dead=frozenset())
+    assert d.status("w1", clock.advance(19_999)) is Liveness.SUSPECTED  # exactly 30 s
+    assert d.status("w1", clock.advance(1)) is Liveness.DEAD
+    assert d.evaluate(clock.now_ms) == Verdict(suspected=frozenset(), dead=frozenset({"w1"}))
+
+
+def test_observe_resets_and_records_load() -> None:
+    d = make()
+    d.observe("w1", 0, 0.1)
+    assert d.status("w1", 25_000) is Liveness.SUSPECTED
+    d.observe("w1", 25_000, 0.7)
+    assert d.status("w1", 25_000) is Liveness.ALIVE
+    assert d.load("w1") == 0.7
+    assert d.last_seen_ms("w1") == 25_000
+
+
+def test_seed_after_failover_keeps_everyone_alive() -> None:
+    # A new leader has no heartbeat history; it must not declare the cluster dead.
+    d = make()
+    d.seed(["w1", "w2", "w3"], 1_000_000)
+    verdict = d.evaluate(1_000_000)
+    assert verdict.dead == frozenset() and verdict.suspected == frozenset()
+    assert d.load("w1") is None
+    d.observe("w1", 1_025_000, 0.3)
+    verdict = d.evaluate(1_031_000)
+    assert verdict.dead == frozenset({"w2", "w3"})
+    assert d.status("w1", 1_031_000) is Liveness.ALIVE
+
+
+def test_seed_never_rewinds_a_fresher_heartbeat() -> None:
+    d = make()
+    d.observe("w1", 50_000, 0.5)
+    d.seed(["w1"], 40_000)
+    assert d.last_seen_ms("w1") == 50_000
+    assert d.load("w1") == 0.5
+
+
+def test_time_going_backwards_counts_as_no_elapsed_time() -> None:
+    d = make()
+    d.observe("w1", 100_000, 0.0)
+    assert d.status("w1", 0) is Liveness.ALIVE
+    d.observe("w1", 90_000, 0.4)  # late heartbeat: load updates, last-seen does not rewind
+    assert d.last_seen_ms("w1") == 100_000
+    assert d.load("w1") == 0.4
+
+
+def test_unknown_and_forgotten_workers_have_no_status() -> None:
+    d = make()
+    assert d.status("ghost", 0) is None
+    assert d.load("ghost") is None and d.last_seen_ms("ghost") is None
+    d.observe("w1", 0, 0.0)
+    d.forget("w1")
+    d.forget("w1")
+    assert d.status("w1", 100_000) is None
+    assert d.evaluate(100_000) == Verdict(suspected=frozenset(), dead=frozenset())
+
+
+def test_rejects_bad_thresholds_and_load() -> None:
+    with pytest.raises(ValueError):
+        Detector(suspect_after_ms=30_000, dead_after_ms=30_000)
+    with pytest.raises(ValueError):
+        Detector(suspect_after_ms=0, dead_after_ms=10)
+    with pytest.raises(ValueError):
+        make().observe("w1", 0, float("nan"))
