@@ -1,0 +1,491 @@
+"""The byte formats of the replicated log, its results and its snapshots (msgpack).
+
+Owns every byte that crosses the replication boundary. Encoding is deterministic (fields in
+declared order, enums as their str value, tuples as arrays), so the same command is the same
+bytes on every node and in the golden tests. Decoding trusts nothing: any malformed input
+raises ``CodecError`` (a ``ValueError``) naming the offending field, never anything else.
+
+Command envelope: ``[FORMAT_VERSION, TAG, request_id, {field: value, ...}]``.
+Result: ``[FORMAT_VERSION, "ok", value]`` or
+``[FORMAT_VERSION, "rejected", code, message, status, field]``.
+State: a map, see ``encode_state``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import fields
+from enum import Enum
+from typing import Any, TypeVar, cast
+
+import msgpack
+
+from coordinator.core.commands import (
+    COMMAND_BY_TAG,
+    Assignment,
+    CheckpointReport,
+    Command,
+    FinalCheckpoint,
+    Move,
+    Ok,
+    Rejected,
+    Result,
+)
+from coordinator.core.model import (
+    ADDRESS_LEN_MAX,
+    BATCH_ITEMS_MAX,
+    HISTORY_PER_PARTITION_MAX,
+    INT_VALUE_MAX,
+    NONCE_LEN_MAX,
+    NOTE_LEN_MAX,
+    REQUEST_ID_LEN_MAX,
+    URI_LEN_MAX,
+    ChangeReason,
+    Checkpoint,
+    Migration,
+    MigrationId,
+    MigrationPhase,
+    MigrationReason,
+    OwnershipChange,
+    Partition,
+    PartitionStatus,
+    Worker,
+    WorkerId,
+    WorkerState,
+    valid_id,
+)
+from coordinator.core.state import ClusterState
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CodecError",
+    "decode_command",
+    "decode_result",
+    "decode_state",
+    "encode_command",
+    "encode_result",
+    "encode_state",
+]
+
+FORMAT_VERSION = 1
+# A snapshot holds at most TOTAL_PARTITIONS_MAX partitions with bounded histories; one log
+# entry at most BATCH_ITEMS_MAX items. These caps stop a hostile entry from allocating more.
+_ENTRY_BYTES_MAX = 64 * 1024 * 1024
+_STATE_BYTES_MAX = 2 * 1024 * 1024 * 1024
+
+
+class CodecError(ValueError):
+    """Malformed bytes. ``field`` names the offending field when one is to blame."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+# --- encoding ----------------------------------------------------------------------------------
+
+
+def _plain(value: object) -> object:
+    """Commands and records as msgpack-ready plain data, fields in declared order."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}  # type: ignore[arg-type]
+    return value
+
+
+def _pack(obj: object) -> bytes:
+    return cast(bytes, msgpack.packb(obj, use_bin_type=True))
+
+
+def _unpack(data: bytes, limit: int) -> object:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise CodecError("expected bytes")
+    if len(data) > limit:
+        raise CodecError(f"entry larger than {limit} bytes")
+    try:
+        return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # msgpack raises many types (ExtraData, ValueError, StackError...)
+        raise CodecError(f"bad msgpack: {type(exc).__name__}") from exc
+
+
+def encode_command(cmd: Command, request_id: str) -> bytes:
+    return _pack([FORMAT_VERSION, cmd.TAG, request_id, _plain(cmd)])
+
+
+# --- decoding primitives -----------------------------------------------------------------------
+
+_T = TypeVar("_T")
+_Decoder = Callable[[object, str], Any]
+
+
+def _int(value: object, where: str) -> int:
+    # bool is an int subclass in Python; True is not a partition number.
+    if type(value) is not int:
+        raise CodecError(f"{where} must be an integer", where)
+    if not 0 <= value <= INT_VALUE_MAX:
+        raise CodecError(f"{where} must be in 0..{INT_VALUE_MAX}", where)
+    return value
+
+
+def _str(limit: int, *, empty_ok: bool = True) -> _Decoder:
+    def decode(value: object, where: str) -> str:
+        if not isinstance(value, str):
+            raise CodecError(f"{where} must be a string", where)
+        if len(value) > limit or (not empty_ok and not value):
+            raise CodecError(f"{where} must be {0 if empty_ok else 1}..{limit} chars", where)
+        return value
+
+    return decode
+
+
+def _worker_id(value: object, where: str) -> WorkerId:
+    if not valid_id(value):
+        raise CodecError(f"{where} must match [A-Za-z0-9._-]{{1,64}}", where)
+    return WorkerId(cast(str, value))
+
+
+def _migration_id(value: object, where: str) -> MigrationId:
+    if not valid_id(value):
+        raise CodecError(f"{where} must match [A-Za-z0-9._-]{{1,64}}", where)
+    return MigrationId(cast(str, value))
+
+
+def _optional(inner: _Decoder) -> _Decoder:
+    def decode(value: object, where: str) -> Any:
+        return None if value is None else inner(value, where)
+
+    return decode
+
+
+def _enum(cls: type[Enum]) -> _Decoder:
+    by_value = {member.value: member for member in cls}
+
+    def decode(value: object, where: str) -> Enum:
+        if not isinstance(value, str) or value not in by_value:
+            raise CodecError(f"{where} must be one of {sorted(by_value)}", where)
+        return by_value[value]
+
+    return decode
+
+
+def _array(inner: _Decoder, limit: int = BATCH_ITEMS_MAX) -> _Decoder:
+    def decode(value: object, where: str) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise CodecError(f"{where} must be an array", where)
+        if len(value) > limit:
+            raise CodecError(f"{where} has more than {limit} items", where)
+        return tuple(inner(v, f"{where}[{i}]") for i, v in enumerate(value))
+
+    return decode
+
+
+def _record(cls: type[_T], spec: dict[str, _Decoder]) -> Callable[[object, str], _T]:
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    assert names == list(spec), f"decoder spec of {cls.__name__} must list its fields in order"
+
+    def decode(value: object, where: str) -> _T:
+        if not isinstance(value, dict):
+            raise CodecError(f"{where or cls.__name__} must be a map", where or None)
+        missing = [n for n in names if n not in value]
+        if missing:
+            field = f"{where}.{missing[0]}" if where else missing[0]
+            raise CodecError(f"missing field {field}", field)
+        extra = [k for k in value if k not in spec]
+        if extra:
+            field = f"{where}.{extra[0]}" if where else str(extra[0])
+            raise CodecError(f"unknown field {field}", field)
+        kwargs = {
+            name: dec(value[name], f"{where}.{name}" if where else name)
+            for name, dec in spec.items()
+        }
+        return cls(**kwargs)
+
+    return decode
+
+
+# --- command specs -----------------------------------------------------------------------------
+
+_assignment = _record(Assignment, {"partition": _int, "owner": _optional(_worker_id)})
+_move = _record(Move, {"partition": _int, "source": _worker_id, "target": _worker_id})
+_checkpoint_report = _record(
+    CheckpointReport,
+    {"partition": _int, "epoch": _int, "offset": _int, "uri": _str(URI_LEN_MAX)},
+)
+_final_checkpoint = _record(
+    FinalCheckpoint, {"offset": _int, "uri": _str(URI_LEN_MAX), "epoch": _int}
+)
+
+_COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
+    1: {"total_partitions": _int, "now_ms": _int},
+    2: {
+        "worker_id": _worker_id,
+        "address": _str(ADDRESS_LEN_MAX, empty_ok=False),
+        "now_ms": _int,
+    },
+    3: {"worker_ids": _array(_worker_id), "assignments": _array(_assignment), "now_ms": _int},
+    4: {"assignments": _array(_assignment), "now_ms": _int},
+    5: {"partition": _int, "epoch": _int, "owner": _worker_id, "now_ms": _int},
+    6: {"moves": _array(_move), "reason": _enum(MigrationReason), "now_ms": _int},
+    7: {"migration_id": _migration_id, "now_ms": _int},
+    8: {
+        "migration_id": _migration_id,
+        "checkpoint": _optional(_final_checkpoint),
+        "now_ms": _int,
+    },
+    9: {"migration_id": _migration_id, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
+    10: {
+        "worker_id": _worker_id,
+        "incarnation": _int,
+        "entries": _array(_checkpoint_report),
+        "now_ms": _int,
+    },
+    11: {"worker_id": _worker_id, "moves": _array(_move), "now_ms": _int},
+    12: {"nonce": _str(NONCE_LEN_MAX)},
+}
+assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
+_COMMAND_DECODERS: dict[int, Callable[[object, str], Command]] = {
+    tag: _record(COMMAND_BY_TAG[tag], spec) for tag, spec in _COMMAND_SPECS.items()
+}
+
+
+def decode_command(data: bytes) -> tuple[str, Command]:
+    """``(request_id, command)`` from an entry; CodecError on anything malformed."""
+    envelope = _unpack(data, _ENTRY_BYTES_MAX)
+    if not isinstance(envelope, list) or len(envelope) != 4:
+        raise CodecError("entry must be [version, tag, request_id, fields]")
+    version, tag, request_id, body = envelope
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise CodecError(f"unsupported format version {version!r}", "version")
+    if type(tag) is not int:
+        raise CodecError("command tag must be an integer", "tag")
+    decoder = _COMMAND_DECODERS.get(tag)
+    if decoder is None:
+        raise CodecError(f"unknown command tag {tag}", "tag")
+    if not isinstance(request_id, str) or not request_id or len(request_id) > REQUEST_ID_LEN_MAX:
+        raise CodecError(
+            f"request_id must be a string of 1..{REQUEST_ID_LEN_MAX} chars", "request_id"
+        )
+    return request_id, decoder(body, "")
+
+
+# --- results -----------------------------------------------------------------------------------
+
+
+def _result_plain(result: Result) -> list[object]:
+    if isinstance(result, Ok):
+        return [FORMAT_VERSION, "ok", result.value]
+    return [FORMAT_VERSION, "rejected", result.code, result.message, result.status, result.field]
+
+
+def _result_from_plain(obj: object) -> Result:
+    if not isinstance(obj, list) or len(obj) < 2 or obj[0] != FORMAT_VERSION:
+        raise CodecError("result must be [version, kind, ...]")
+    if obj[1] == "ok" and len(obj) == 3 and isinstance(obj[2], dict):
+        return Ok(value=obj[2])
+    if obj[1] == "rejected" and len(obj) == 6:
+        _, _, code, message, status, field = obj
+        if (
+            isinstance(code, str)
+            and isinstance(message, str)
+            and type(status) is int
+            and (field is None or isinstance(field, str))
+        ):
+            return Rejected(code=code, message=message, status=status, field=field)
+    raise CodecError("malformed result")
+
+
+def encode_result(result: Result) -> bytes:
+    return _pack(_result_plain(result))
+
+
+def decode_result(data: bytes) -> Result:
+    return _result_from_plain(_unpack(data, _STATE_BYTES_MAX))
+
+
+# --- state (snapshots) -------------------------------------------------------------------------
+# Records are arrays in declared field order, not maps: a snapshot of 100k partitions would
+# otherwise spend most of its bytes repeating field names.
+
+
+def encode_state(state: ClusterState) -> bytes:
+    return _pack(
+        {
+            "format": FORMAT_VERSION,
+            "total_partitions": state.total_partitions,
+            "generation": state.generation,
+            "migration_seq": state.migration_seq,
+            "workers": [
+                [
+                    w.worker_id,
+                    w.address,
+                    w.incarnation,
+                    w.state.value,
+                    w.registered_at_ms,
+                    w.updated_at_ms,
+                ]
+                for w in state.workers.values()
+            ],
+            "partitions": [
+                [
+                    p.owner,
+                    p.epoch,
+                    p.status.value,
+                    p.migration,
+                    None
+                    if p.checkpoint is None
+                    else [
+                        p.checkpoint.offset,
+                        p.checkpoint.uri,
+                        p.checkpoint.epoch,
+                        p.checkpoint.at_ms,
+                    ],
+                    [[h.epoch, h.owner, h.reason.value, h.at_ms] for h in p.history],
+                ]
+                for p in state.partitions
+            ],
+            "migrations": [
+                [
+                    m.migration_id,
+                    m.partition,
+                    m.source,
+                    m.target,
+                    m.phase.value,
+                    m.reason.value,
+                    m.created_at_ms,
+                    m.updated_at_ms,
+                    m.note,
+                ]
+                for m in state.migrations.values()
+            ],
+            "requests": [[rid, _result_plain(r)] for rid, r in state.requests.items()],
+        }
+    )
+
+
+def _tuple(value: object, n: int, where: str) -> list[object]:
+    if not isinstance(value, list) or len(value) != n:
+        raise CodecError(f"{where} must be an array of {n}", where)
+    return value
+
+
+_worker_state = _enum(WorkerState)
+_partition_status = _enum(PartitionStatus)
+_phase = _enum(MigrationPhase)
+_migration_reason = _enum(MigrationReason)
+_change_reason = _enum(ChangeReason)
+_opt_worker_id = _optional(_worker_id)
+_opt_migration_id = _optional(_migration_id)
+
+
+def _decode_partition(index: int, value: object) -> Partition:
+    where = f"partitions[{index}]"
+    owner, epoch, status, migration, checkpoint, history = _tuple(value, 6, where)
+    cp: Checkpoint | None = None
+    if checkpoint is not None:
+        offset, uri, cp_epoch, at_ms = _tuple(checkpoint, 4, f"{where}.checkpoint")
+        cp = Checkpoint(
+            offset=_int(offset, where),
+            uri=_str(URI_LEN_MAX)(uri, where),
+            epoch=_int(cp_epoch, where),
+            at_ms=_int(at_ms, where),
+        )
+    changes: list[OwnershipChange] = []
+    for h in _array(lambda v, w: v, HISTORY_PER_PARTITION_MAX)(history, f"{where}.history"):
+        h_epoch, h_owner, h_reason, h_at = _tuple(h, 4, f"{where}.history")
+        changes.append(
+            OwnershipChange(
+                epoch=_int(h_epoch, where),
+                owner=_opt_worker_id(h_owner, where),
+                reason=_change_reason(h_reason, where),
+                at_ms=_int(h_at, where),
+            )
+        )
+    return Partition(
+        partition=index,
+        owner=_opt_worker_id(owner, where),
+        epoch=_int(epoch, where),
+        status=_partition_status(status, where),
+        migration=_opt_migration_id(migration, where),
+        checkpoint=cp,
+        history=tuple(changes),
+    )
+
+
+def _decode_worker(value: object) -> Worker:
+    wid, address, incarnation, state, registered, updated = _tuple(value, 6, "workers")
+    return Worker(
+        worker_id=_worker_id(wid, "workers"),
+        address=_str(ADDRESS_LEN_MAX)(address, "workers"),
+        incarnation=_int(incarnation, "workers"),
+        state=_worker_state(state, "workers"),
+        registered_at_ms=_int(registered, "workers"),
+        updated_at_ms=_int(updated, "workers"),
+    )
+
+
+def _decode_migration(value: object) -> Migration:
+    mid, partition, source, target, phase, reason, created, updated, note = _tuple(
+        value, 9, "migrations"
+    )
+    return Migration(
+        migration_id=_migration_id(mid, "migrations"),
+        partition=_int(partition, "migrations"),
+        source=_worker_id(source, "migrations"),
+        target=_worker_id(target, "migrations"),
+        phase=_phase(phase, "migrations"),
+        reason=_migration_reason(reason, "migrations"),
+        created_at_ms=_int(created, "migrations"),
+        updated_at_ms=_int(updated, "migrations"),
+        note=_str(NOTE_LEN_MAX)(note, "migrations"),
+    )
+
+
+def decode_state(data: bytes) -> ClusterState:
+    obj = _unpack(data, _STATE_BYTES_MAX)
+    keys = [
+        "format",
+        "total_partitions",
+        "generation",
+        "migration_seq",
+        "workers",
+        "partitions",
+        "migrations",
+        "requests",
+    ]
+    if not isinstance(obj, dict) or list(obj) != keys:
+        raise CodecError("state must be a map of " + ", ".join(keys))
+    if obj["format"] != FORMAT_VERSION or type(obj["format"]) is not int:
+        raise CodecError(f"unsupported state format {obj['format']!r}", "format")
+    state = ClusterState()
+    state.total_partitions = _int(obj["total_partitions"], "total_partitions")
+    state.generation = _int(obj["generation"], "generation")
+    state.migration_seq = _int(obj["migration_seq"], "migration_seq")
+    for value in _list(obj["workers"], "workers"):
+        w = _decode_worker(value)
+        state.workers[w.worker_id] = w
+    state.partitions = [
+        _decode_partition(i, v) for i, v in enumerate(_list(obj["partitions"], "partitions"))
+    ]
+    if len(state.partitions) != state.total_partitions:
+        raise CodecError("partition count does not match total_partitions", "partitions")
+    for value in _list(obj["migrations"], "migrations"):
+        m = _decode_migration(value)
+        state.migrations[m.migration_id] = m
+    requests: OrderedDict[str, Result] = OrderedDict()
+    for value in _list(obj["requests"], "requests"):
+        rid, result = _tuple(value, 2, "requests")
+        requests[_str(REQUEST_ID_LEN_MAX)(rid, "requests")] = _result_from_plain(result)
+    state.requests = requests
+    state.reindex()
+    return state
+
+
+def _list(value: object, where: str) -> list[object]:
+    if not isinstance(value, list):
+        raise CodecError(f"{where} must be an array", where)
+    return value

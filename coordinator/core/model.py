@@ -1,0 +1,137 @@
+"""Records of the replicated coordinator state: ids, lifecycles, bounds.
+
+Owns the vocabulary every replica agrees on. Records are frozen: the state machine replaces
+them (``dataclasses.replace``) instead of mutating them, so a record handed to a reader is
+never changed under its feet. Every bound the core enforces is a named constant here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import NewType
+
+WorkerId = NewType("WorkerId", str)
+PartitionId = NewType("PartitionId", int)
+Epoch = NewType("Epoch", int)
+MigrationId = NewType("MigrationId", str)
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+# Bounds. "Put a limit on everything": each one caps memory held by every replica or the size
+# of one log entry.
+HISTORY_PER_PARTITION_MAX = 16
+REQUESTS_RETAINED_MAX = 10_000
+TERMINAL_MIGRATIONS_RETAINED_MAX = 1_000
+BATCH_ITEMS_MAX = 200_000
+ADDRESS_LEN_MAX = 512
+URI_LEN_MAX = 1024
+REQUEST_ID_LEN_MAX = 64
+TOTAL_PARTITIONS_MAX = 1_000_000
+NOTE_LEN_MAX = 256
+NONCE_LEN_MAX = 64
+# msgpack carries integers up to 2**64-1, but Python-side consumers (JSON, SQL, metrics)
+# commonly assume signed 64-bit; refusing larger values keeps every replica's numbers portable.
+INT_VALUE_MAX = 2**63 - 1
+
+
+def valid_id(s: object) -> bool:
+    """True iff ``s`` is a str made only of ``[A-Za-z0-9._-]``, 1 to 64 characters."""
+    return isinstance(s, str) and ID_PATTERN.fullmatch(s) is not None
+
+
+class WorkerState(Enum):
+    ACTIVE = "active"
+    DRAINING = "draining"
+    DEAD = "dead"
+    LEFT = "left"
+
+
+class PartitionStatus(Enum):
+    UNASSIGNED = "unassigned"
+    ASSIGNING = "assigning"
+    ONLINE = "online"
+
+
+class MigrationPhase(Enum):
+    PLANNED = "planned"
+    RELEASING = "releasing"
+    HANDED_OFF = "handed_off"
+    DONE = "done"
+    ABORTED = "aborted"
+
+
+class MigrationReason(Enum):
+    ADMIN = "admin"
+    DRAIN = "drain"
+    FAILURE = "failure"
+
+
+class ChangeReason(Enum):
+    ASSIGNED = "assigned"
+    FAILURE = "failure"
+    MIGRATION = "migration"
+    DRAIN = "drain"
+    RESTART = "restart"
+    ABORT = "abort"
+
+
+# Workers in these states may own partitions; DEAD and LEFT workers own none.
+OWNING_WORKER_STATES = frozenset({WorkerState.ACTIVE, WorkerState.DRAINING})
+TERMINAL_PHASES = frozenset({MigrationPhase.DONE, MigrationPhase.ABORTED})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Worker:
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+    state: WorkerState
+    # First registration of this id; updated_at_ms moves on every state or address change.
+    registered_at_ms: int
+    updated_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    offset: int
+    uri: str
+    # The epoch under which the checkpoint was written (may be older than the partition's).
+    epoch: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OwnershipChange:
+    epoch: int
+    owner: WorkerId | None
+    reason: ChangeReason
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Partition:
+    partition: int
+    owner: WorkerId | None
+    # The fencing token: strictly increases with every ownership (re)assignment.
+    epoch: int
+    status: PartitionStatus
+    migration: MigrationId | None
+    checkpoint: Checkpoint | None
+    # The last HISTORY_PER_PARTITION_MAX changes, oldest first.
+    history: tuple[OwnershipChange, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Migration:
+    migration_id: MigrationId
+    partition: int
+    source: WorkerId
+    target: WorkerId
+    phase: MigrationPhase
+    reason: MigrationReason
+    created_at_ms: int
+    updated_at_ms: int
+    # Why it was aborted; "" otherwise.
+    note: str

@@ -1,0 +1,790 @@
+"""The replicated cluster state and the one function that changes it: ``apply``.
+
+Everything that affects the replicated state lives here. ``apply`` is deterministic (no clock,
+no randomness: both are stamped into commands) and total: every input yields a Result value.
+Each handler validates completely before its first mutation, so a Rejected never changes the
+state. Invariants kept (and checked by the property tests):
+
+- a partition has at most one owner; an owner exists and is ACTIVE or DRAINING;
+- a partition's epoch never decreases and grows by one with every (re)assignment;
+- ``partition.migration`` names a non-terminal migration of that partition; a PLANNED or
+  RELEASING migration's partition is owned by its source, a HANDED_OFF one's by its target;
+- ``generation`` grows by exactly one per command that changes some (owner, epoch) pair.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import replace
+from typing import Any
+
+from coordinator.core.commands import (
+    AbortMigration,
+    Assignment,
+    AssignPartitions,
+    Barrier,
+    Bootstrap,
+    Command,
+    DeclareDead,
+    DrainWorker,
+    HandOff,
+    Move,
+    Ok,
+    PartitionOnline,
+    PlanMigrations,
+    RecordCheckpoints,
+    RegisterWorker,
+    Rejected,
+    Result,
+    StartRelease,
+    rejected,
+)
+from coordinator.core.model import (
+    ADDRESS_LEN_MAX,
+    BATCH_ITEMS_MAX,
+    HISTORY_PER_PARTITION_MAX,
+    OWNING_WORKER_STATES,
+    REQUESTS_RETAINED_MAX,
+    TERMINAL_MIGRATIONS_RETAINED_MAX,
+    TERMINAL_PHASES,
+    TOTAL_PARTITIONS_MAX,
+    ChangeReason,
+    Checkpoint,
+    Migration,
+    MigrationId,
+    MigrationPhase,
+    MigrationReason,
+    OwnershipChange,
+    Partition,
+    PartitionStatus,
+    Worker,
+    WorkerId,
+    WorkerState,
+    valid_id,
+)
+
+__all__ = ["ClusterState", "apply"]
+
+
+class ClusterState:
+    """Mutable container of frozen records, so one change to 100k partitions costs O(1).
+
+    Mutate it only through ``apply``: besides the public fields it keeps derived indices
+    (owner -> partitions, source -> in-flight migrations, terminal migrations in eviction
+    order) that ``apply`` updates and ``reindex`` rebuilds from the public fields alone, so a
+    replica restored from a snapshot evicts and answers exactly like one that never restarted.
+    """
+
+    __slots__ = (
+        "_owned",
+        "_sourcing",
+        "_terminal",
+        "generation",
+        "migration_seq",
+        "migrations",
+        "partitions",
+        "requests",
+        "total_partitions",
+        "workers",
+    )
+
+    def __init__(self) -> None:
+        self.total_partitions: int = 0  # 0 = not bootstrapped
+        self.workers: dict[WorkerId, Worker] = {}
+        self.partitions: list[Partition] = []
+        self.generation: int = 0
+        # Insertion ordered. A migration is moved to the end when it becomes terminal, so the
+        # terminal ones appear in the order they finished: eviction drops the oldest-finished.
+        self.migrations: dict[MigrationId, Migration] = {}
+        self.migration_seq: int = 0
+        self.requests: OrderedDict[str, Result] = OrderedDict()
+        self._owned: dict[WorkerId, set[int]] = {}
+        self._sourcing: dict[WorkerId, set[MigrationId]] = {}
+        self._terminal: deque[MigrationId] = deque()
+
+    def reindex(self) -> None:
+        """Rebuild the derived indices from the public fields (after decoding a snapshot)."""
+        self._owned = {}
+        for part in self.partitions:
+            if part.owner is not None:
+                self._owned.setdefault(part.owner, set()).add(part.partition)
+        self._sourcing = {}
+        self._terminal = deque()
+        for m in self.migrations.values():
+            if m.phase in TERMINAL_PHASES:
+                self._terminal.append(m.migration_id)
+            else:
+                self._sourcing.setdefault(m.source, set()).add(m.migration_id)
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def assignment_of(self, worker_id: WorkerId) -> list[tuple[int, int]]:
+        """(partition, epoch) pairs the worker owns, by partition."""
+        return [(p, self.partitions[p].epoch) for p in self.owned_by(worker_id)]
+
+    def owned_by(self, worker_id: WorkerId) -> list[int]:
+        return sorted(self._owned.get(worker_id, ()))
+
+    def active_workers(self) -> list[WorkerId]:
+        return sorted(w.worker_id for w in self.workers.values() if w.state is WorkerState.ACTIVE)
+
+    def in_flight_migrations(self) -> list[Migration]:
+        """Non-terminal migrations in creation order (they are never moved while in flight)."""
+        return [m for m in self.migrations.values() if m.phase not in TERMINAL_PHASES]
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "active_workers": len(self.active_workers()),
+            "total_workers": len(self.workers),
+            "total_partitions": self.total_partitions,
+            "generation": self.generation,
+        }
+
+
+# --- apply -------------------------------------------------------------------------------------
+
+
+def apply(state: ClusterState, request_id: str, cmd: Command) -> Result:
+    """Apply one committed command. Never raises on any well-typed command.
+
+    A request id already in the table returns the recorded result and changes nothing.
+    Only Ok results are recorded: a Rejected changed nothing, so re-evaluating a retried
+    rejected command can at most apply it once, and rejected junk cannot flush the table.
+    Barrier bypasses the table: it is a read fence, retrying it must really go through the log.
+    """
+    if isinstance(cmd, Barrier):
+        return Ok(value={"nonce": cmd.nonce})
+    recorded = state.requests.get(request_id)
+    if recorded is not None:
+        return recorded
+    result, ownership_changed = _dispatch(state, cmd)
+    if isinstance(result, Ok):
+        if ownership_changed:
+            state.generation += 1
+        state.requests[request_id] = result
+        while len(state.requests) > REQUESTS_RETAINED_MAX:
+            state.requests.popitem(last=False)
+        while len(state._terminal) > TERMINAL_MIGRATIONS_RETAINED_MAX:
+            del state.migrations[state._terminal.popleft()]
+    return result
+
+
+_Outcome = tuple[Result, bool]  # (result, whether some partition's (owner, epoch) changed)
+
+
+def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
+    if isinstance(cmd, Bootstrap):
+        return _bootstrap(state, cmd)
+    if state.total_partitions == 0:
+        return rejected("not_bootstrapped", "the cluster is not bootstrapped yet"), False
+    match cmd:
+        case RegisterWorker():
+            return _register_worker(state, cmd)
+        case DeclareDead():
+            return _declare_dead(state, cmd)
+        case AssignPartitions():
+            return _assign_partitions(state, cmd)
+        case PartitionOnline():
+            return _partition_online(state, cmd)
+        case PlanMigrations():
+            return _plan_migrations(state, cmd)
+        case StartRelease():
+            return _start_release(state, cmd)
+        case HandOff():
+            return _hand_off(state, cmd)
+        case AbortMigration():
+            return _abort_migration(state, cmd)
+        case RecordCheckpoints():
+            return _record_checkpoints(state, cmd)
+        case DrainWorker():
+            return _drain_worker(state, cmd)
+        case Barrier():  # handled before dispatch; kept so the match is exhaustive
+            return Ok(value={"nonce": cmd.nonce}), False
+
+
+# --- mutation primitives (the only writers of partitions and migrations) ------------------------
+
+
+def _put_partition(state: ClusterState, new: Partition) -> None:
+    old = state.partitions[new.partition]
+    if old.owner != new.owner:
+        if old.owner is not None:
+            owned = state._owned[old.owner]
+            owned.discard(new.partition)
+            if not owned:
+                del state._owned[old.owner]
+        if new.owner is not None:
+            state._owned.setdefault(new.owner, set()).add(new.partition)
+    state.partitions[new.partition] = new
+
+
+def _reassign(
+    state: ClusterState,
+    partition: int,
+    *,
+    owner: WorkerId | None,
+    reason: ChangeReason,
+    now_ms: int,
+    migration: MigrationId | None,
+) -> None:
+    """Give the partition a new epoch (and maybe owner): every such change fences the past."""
+    old = state.partitions[partition]
+    epoch = old.epoch + 1
+    change = OwnershipChange(epoch=epoch, owner=owner, reason=reason, at_ms=now_ms)
+    history = (*old.history, change)[-HISTORY_PER_PARTITION_MAX:]
+    status = PartitionStatus.UNASSIGNED if owner is None else PartitionStatus.ASSIGNING
+    _put_partition(
+        state,
+        replace(old, owner=owner, epoch=epoch, status=status, migration=migration, history=history),
+    )
+
+
+def _put_migration(state: ClusterState, new: Migration) -> None:
+    mid = new.migration_id
+    old = state.migrations.get(mid)
+    if old is None:
+        state.migrations[mid] = new
+        state._sourcing.setdefault(new.source, set()).add(mid)
+        return
+    if new.phase in TERMINAL_PHASES and old.phase not in TERMINAL_PHASES:
+        # Move to the end: terminal migrations stay ordered by when they finished.
+        del state.migrations[mid]
+        state.migrations[mid] = new
+        state._terminal.append(mid)
+        sourcing = state._sourcing[old.source]
+        sourcing.discard(mid)
+        if not sourcing:
+            del state._sourcing[old.source]
+        return
+    state.migrations[mid] = new
+
+
+def _finish_migration(
+    state: ClusterState, m: Migration, phase: MigrationPhase, note: str, now_ms: int
+) -> None:
+    """Make ``m`` terminal and detach it from its partition."""
+    _put_migration(state, replace(m, phase=phase, note=note, updated_at_ms=now_ms))
+    part = state.partitions[m.partition]
+    if part.migration == m.migration_id:
+        _put_partition(state, replace(part, migration=None))
+
+
+def _maybe_leave(state: ClusterState, worker_id: WorkerId, now_ms: int) -> bool:
+    """A DRAINING worker with nothing owned and nothing in flight as source has left."""
+    w = state.workers.get(worker_id)
+    if w is None or w.state is not WorkerState.DRAINING:
+        return False
+    if state._owned.get(worker_id) or state._sourcing.get(worker_id):
+        return False
+    state.workers[worker_id] = replace(w, state=WorkerState.LEFT, updated_at_ms=now_ms)
+    return True
+
+
+# --- shared validation -------------------------------------------------------------------------
+
+
+def _in_range(state: ClusterState, partition: int) -> bool:
+    return 0 <= partition < state.total_partitions
+
+
+def _check_moves(
+    state: ClusterState, moves: tuple[Move, ...], drained: WorkerId | None
+) -> Rejected | None:
+    if len(moves) > BATCH_ITEMS_MAX:
+        return rejected("invalid", f"at most {BATCH_ITEMS_MAX} moves", "moves")
+    seen: set[int] = set()
+    for i, mv in enumerate(moves):
+        where = f"moves[{i}]"
+        p = mv.partition
+        if not _in_range(state, p):
+            return rejected("invalid", f"{where}: partition {p} out of range", "partition")
+        if p in seen:
+            return rejected("invalid", f"{where}: partition {p} appears twice", "partition")
+        seen.add(p)
+        if drained is not None and mv.source != drained:
+            return rejected("invalid", f"{where}: source must be {drained}", "source")
+        if mv.target == mv.source:
+            return rejected("invalid", f"{where}: target is the source", "to")
+        part = state.partitions[p]
+        if part.owner != mv.source:
+            return rejected(
+                "conflict", f"{where}: partition {p} is owned by {part.owner}", "partition"
+            )
+        if part.status not in (PartitionStatus.ONLINE, PartitionStatus.ASSIGNING):
+            return rejected("conflict", f"{where}: partition {p} is {part.status.value}")
+        if part.migration is not None:
+            return rejected(
+                "conflict",
+                f"{where}: partition {p} already moving ({part.migration})",
+                "partition",
+            )
+        target = state.workers.get(mv.target)
+        if target is None:
+            return rejected("invalid", f"{where}: unknown target worker {mv.target}", "to")
+        if target.state is not WorkerState.ACTIVE:
+            return rejected(
+                "conflict", f"{where}: target {mv.target} is {target.state.value}", "to"
+            )
+    return None
+
+
+def _create_migrations(
+    state: ClusterState, moves: tuple[Move, ...], reason: MigrationReason, now_ms: int
+) -> list[dict[str, Any]]:
+    created: list[dict[str, Any]] = []
+    for mv in moves:
+        state.migration_seq += 1
+        mid = MigrationId(f"m-{state.migration_seq}")
+        _put_migration(
+            state,
+            Migration(
+                migration_id=mid,
+                partition=mv.partition,
+                source=mv.source,
+                target=mv.target,
+                phase=MigrationPhase.PLANNED,
+                reason=reason,
+                created_at_ms=now_ms,
+                updated_at_ms=now_ms,
+                note="",
+            ),
+        )
+        part = state.partitions[mv.partition]
+        _put_partition(state, replace(part, migration=mid))
+        created.append({"id": mid, "partition": mv.partition, "from": mv.source, "to": mv.target})
+    return created
+
+
+def _migration_or_reject(state: ClusterState, mid: MigrationId) -> Migration | Rejected:
+    m = state.migrations.get(mid)
+    if m is None:
+        return rejected("not_found", f"unknown migration {mid}", "migration_id")
+    return m
+
+
+# --- handlers ----------------------------------------------------------------------------------
+
+
+def _bootstrap(state: ClusterState, cmd: Bootstrap) -> _Outcome:
+    total = cmd.total_partitions
+    if not 1 <= total <= TOTAL_PARTITIONS_MAX:
+        return rejected(
+            "invalid", f"total_partitions must be 1..{TOTAL_PARTITIONS_MAX}", "total_partitions"
+        ), False
+    if state.total_partitions == total:
+        return Ok(value={"total_partitions": total, "created": False}), False
+    if state.total_partitions != 0:
+        return rejected(
+            "conflict",
+            f"already bootstrapped with {state.total_partitions} partitions",
+            "total_partitions",
+        ), False
+    state.total_partitions = total
+    state.partitions = [
+        Partition(
+            partition=p,
+            owner=None,
+            epoch=0,
+            status=PartitionStatus.UNASSIGNED,
+            migration=None,
+            checkpoint=None,
+            history=(),
+        )
+        for p in range(total)
+    ]
+    # Creating unowned partitions at epoch 0 changes no (owner, epoch): generation stays.
+    return Ok(value={"total_partitions": total, "created": True}), False
+
+
+def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
+    wid = cmd.worker_id
+    if not valid_id(wid):
+        return rejected("invalid", "worker_id must match [A-Za-z0-9._-]{1,64}", "worker_id"), False
+    if not 1 <= len(cmd.address) <= ADDRESS_LEN_MAX:
+        return rejected("invalid", f"address must be 1..{ADDRESS_LEN_MAX} chars", "address"), False
+    now = cmd.now_ms
+    old = state.workers.get(wid)
+    # A restarted process lost its gates: abort what it was doing that is not yet handed off.
+    to_abort = [
+        m
+        for m in state.in_flight_migrations()
+        if wid in (m.source, m.target) and m.phase is not MigrationPhase.HANDED_OFF
+    ]
+    for m in to_abort:
+        _finish_migration(state, m, MigrationPhase.ABORTED, "worker re-registered", now)
+    rehosted = state.owned_by(wid)
+    for p in rehosted:
+        # Same owner, new epoch: the old process is fenced; the leader re-hosts on the new one.
+        # A HANDED_OFF migration into this worker stays attached and completes when it is online.
+        _reassign(
+            state,
+            p,
+            owner=wid,
+            reason=ChangeReason.RESTART,
+            now_ms=now,
+            migration=state.partitions[p].migration,
+        )
+    bumped = list(rehosted)
+    for m in to_abort:
+        if m.phase is MigrationPhase.RELEASING and m.source != wid:
+            # The source closed its gate for a target that restarted: reopen under a new epoch.
+            _reassign(
+                state,
+                m.partition,
+                owner=m.source,
+                reason=ChangeReason.ABORT,
+                now_ms=now,
+                migration=None,
+            )
+            bumped.append(m.partition)
+    if old is None:
+        worker = Worker(
+            worker_id=wid,
+            address=cmd.address,
+            incarnation=1,
+            state=WorkerState.ACTIVE,
+            registered_at_ms=now,
+            updated_at_ms=now,
+        )
+    else:
+        worker = replace(
+            old,
+            address=cmd.address,
+            incarnation=old.incarnation + 1,
+            state=WorkerState.ACTIVE,
+            updated_at_ms=now,
+        )
+    state.workers[wid] = worker
+    for m in to_abort:
+        _maybe_leave(state, m.source, now)
+    value = {"worker_id": wid, "incarnation": worker.incarnation, "rehosted": rehosted}
+    return Ok(value=value), bool(bumped)
+
+
+def _check_assignments(
+    state: ClusterState, assignments: tuple[Assignment, ...], dead: set[WorkerId]
+) -> Rejected | None:
+    """Shared by DeclareDead (dead = the dying set) and AssignPartitions (dead = empty)."""
+    if len(assignments) > BATCH_ITEMS_MAX:
+        return rejected("invalid", f"at most {BATCH_ITEMS_MAX} assignments", "assignments")
+    seen: set[int] = set()
+    for i, a in enumerate(assignments):
+        where = f"assignments[{i}]"
+        if not _in_range(state, a.partition):
+            return rejected(
+                "invalid", f"{where}: partition {a.partition} out of range", "partition"
+            )
+        if a.partition in seen:
+            return rejected("invalid", f"{where}: partition {a.partition} twice", "partition")
+        seen.add(a.partition)
+        if a.owner is None:
+            continue
+        owner = state.workers.get(a.owner)
+        if owner is None:
+            return rejected("invalid", f"{where}: unknown worker {a.owner}", "owner")
+        if a.owner in dead:
+            return rejected("invalid", f"{where}: {a.owner} is being declared dead", "owner")
+        if owner.state is not WorkerState.ACTIVE:
+            return rejected("conflict", f"{where}: {a.owner} is {owner.state.value}", "owner")
+    return None
+
+
+def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
+    now = cmd.now_ms
+    if not cmd.worker_ids:
+        return rejected("invalid", "worker_ids must not be empty", "worker_ids"), False
+    if len(cmd.worker_ids) > BATCH_ITEMS_MAX:
+        return rejected("invalid", f"at most {BATCH_ITEMS_MAX} workers", "worker_ids"), False
+    dead: set[WorkerId] = set()
+    for wid in cmd.worker_ids:
+        if wid in dead:
+            return rejected("invalid", f"worker {wid} listed twice", "worker_ids"), False
+        dead.add(wid)
+        w = state.workers.get(wid)
+        if w is None:
+            return rejected("not_found", f"unknown worker {wid}", "worker_ids"), False
+        if w.state not in OWNING_WORKER_STATES:
+            return rejected("conflict", f"worker {wid} is {w.state.value}", "worker_ids"), False
+    bad = _check_assignments(state, cmd.assignments, dead)
+    if bad is not None:
+        return bad, False
+    orphaned: set[int] = set()
+    for wid in dead:
+        orphaned |= state._owned.get(wid, set())
+    new_owner = {a.partition: a.owner for a in cmd.assignments}
+    if new_owner.keys() != orphaned:
+        missing = len(orphaned - new_owner.keys())
+        extra = len(new_owner.keys() - orphaned)
+        return rejected(
+            "invalid",
+            "assignments must cover exactly the dead workers' partitions "
+            f"({missing} missing, {extra} not theirs)",
+            "assignments",
+        ), False
+
+    # Validation done; from here on nothing can be rejected.
+    handed_off: list[Migration] = []
+    aborted: list[tuple[Migration, str]] = []
+    reopen: list[Migration] = []
+    for m in state.in_flight_migrations():
+        releasing_or_planned = m.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING)
+        if m.source in dead and releasing_or_planned:
+            if new_owner[m.partition] == m.target:
+                # The dead-source hand-off: the target resumes from the last accepted checkpoint.
+                handed_off.append(m)
+            else:
+                aborted.append((m, "source dead"))
+        elif m.target in dead:
+            aborted.append((m, "target dead"))
+            if m.phase is MigrationPhase.RELEASING:
+                # The live source closed its gate for this move; reopen under a new epoch.
+                reopen.append(m)
+    for m in handed_off:
+        _put_migration(state, replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=now))
+    for m, note in aborted:
+        _finish_migration(state, m, MigrationPhase.ABORTED, note, now)
+    for wid in cmd.worker_ids:
+        state.workers[wid] = replace(state.workers[wid], state=WorkerState.DEAD, updated_at_ms=now)
+    for a in cmd.assignments:
+        _reassign(
+            state,
+            a.partition,
+            owner=a.owner,
+            reason=ChangeReason.FAILURE,
+            now_ms=now,
+            migration=state.partitions[a.partition].migration,  # kept only if handed off
+        )
+    for m in reopen:
+        _reassign(
+            state,
+            m.partition,
+            owner=m.source,
+            reason=ChangeReason.ABORT,
+            now_ms=now,
+            migration=None,
+        )
+    for m, _ in aborted:
+        _maybe_leave(state, m.source, now)
+    value = {
+        "dead": list(cmd.worker_ids),
+        "reassigned": len(cmd.assignments),
+        "handed_off": [m.migration_id for m in handed_off],
+        "aborted": [m.migration_id for m, _ in aborted],
+    }
+    return Ok(value=value), bool(cmd.assignments or reopen)
+
+
+def _assign_partitions(state: ClusterState, cmd: AssignPartitions) -> _Outcome:
+    bad = _check_assignments(state, cmd.assignments, set())
+    if bad is not None:
+        return bad, False
+    for i, a in enumerate(cmd.assignments):
+        if a.owner is None:
+            return rejected("invalid", f"assignments[{i}]: owner is required", "owner"), False
+        status = state.partitions[a.partition].status
+        if status is not PartitionStatus.UNASSIGNED:
+            return rejected(
+                "conflict",
+                f"assignments[{i}]: partition {a.partition} is {status.value}",
+                "partition",
+            ), False
+    for a in cmd.assignments:
+        _reassign(
+            state,
+            a.partition,
+            owner=a.owner,
+            reason=ChangeReason.ASSIGNED,
+            now_ms=cmd.now_ms,
+            migration=None,
+        )
+    return Ok(value={"assigned": len(cmd.assignments)}), bool(cmd.assignments)
+
+
+def _partition_online(state: ClusterState, cmd: PartitionOnline) -> _Outcome:
+    p = cmd.partition
+    if not _in_range(state, p):
+        return rejected("invalid", f"partition {p} out of range", "partition"), False
+    part = state.partitions[p]
+    if cmd.epoch < part.epoch:
+        return rejected(
+            "stale_epoch", f"epoch {cmd.epoch} is older than {part.epoch}", "epoch"
+        ), False
+    if cmd.epoch > part.epoch:
+        return rejected("conflict", f"epoch {cmd.epoch} is not issued yet", "epoch"), False
+    if cmd.owner != part.owner:
+        return rejected("conflict", f"partition {p} is owned by {part.owner}", "owner"), False
+    value: dict[str, Any] = {"partition": p, "epoch": part.epoch, "changed": False}
+    value |= {"migration_done": None, "left": None}
+    if part.status is PartitionStatus.ONLINE:
+        return Ok(value=value), False
+    mid = part.migration
+    done: Migration | None = None
+    if mid is not None and state.migrations[mid].phase is MigrationPhase.HANDED_OFF:
+        # The DONE commit point: the target hosts the partition at the hand-off epoch (or a
+        # later restart epoch). There is no separate "done" command.
+        done = state.migrations[mid]
+        mid = None
+    _put_partition(state, replace(part, status=PartitionStatus.ONLINE, migration=mid))
+    value["changed"] = True
+    if done is not None:
+        _put_migration(state, replace(done, phase=MigrationPhase.DONE, updated_at_ms=cmd.now_ms))
+        value["migration_done"] = done.migration_id
+        if _maybe_leave(state, done.source, cmd.now_ms):
+            value["left"] = done.source
+    return Ok(value=value), False
+
+
+def _plan_migrations(state: ClusterState, cmd: PlanMigrations) -> _Outcome:
+    bad = _check_moves(state, cmd.moves, None)
+    if bad is not None:
+        return bad, False
+    created = _create_migrations(state, cmd.moves, cmd.reason, cmd.now_ms)
+    return Ok(value={"migrations": created}), False
+
+
+def _start_release(state: ClusterState, cmd: StartRelease) -> _Outcome:
+    m = _migration_or_reject(state, cmd.migration_id)
+    if isinstance(m, Rejected):
+        return m, False
+    value: dict[str, Any] = {"migration_id": m.migration_id, "phase": "releasing"}
+    if m.phase is MigrationPhase.RELEASING:
+        return Ok(value=value | {"changed": False}), False
+    if m.phase is not MigrationPhase.PLANNED:
+        return rejected(
+            "conflict", f"migration {m.migration_id} is {m.phase.value}", "migration_id"
+        ), False
+    _put_migration(state, replace(m, phase=MigrationPhase.RELEASING, updated_at_ms=cmd.now_ms))
+    return Ok(value=value | {"changed": True}), False
+
+
+def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
+    m = _migration_or_reject(state, cmd.migration_id)
+    if isinstance(m, Rejected):
+        return m, False
+    part = state.partitions[m.partition]
+    value: dict[str, Any] = {"migration_id": m.migration_id, "partition": m.partition}
+    if m.phase is MigrationPhase.HANDED_OFF:
+        value |= {"owner": part.owner, "epoch": part.epoch, "checkpoint": None, "changed": False}
+        return Ok(value=value), False
+    if m.phase in TERMINAL_PHASES:
+        return rejected(
+            "conflict", f"migration {m.migration_id} is {m.phase.value}", "migration_id"
+        ), False
+    target = state.workers[m.target]
+    if target.state is not WorkerState.ACTIVE:
+        return rejected("conflict", f"target {m.target} is {target.state.value}", "to"), False
+    final = cmd.checkpoint
+    current = part.checkpoint
+    use_final = (
+        final is not None
+        and final.epoch == part.epoch
+        and (current is None or final.offset >= current.offset)
+    )
+    if final is not None and use_final:
+        checkpoint: Checkpoint | None = Checkpoint(
+            offset=final.offset, uri=final.uri, epoch=final.epoch, at_ms=cmd.now_ms
+        )
+    else:
+        # Deterministic fallback: a missing, stale or backwards final checkpoint is ignored.
+        checkpoint = current
+    _put_partition(state, replace(part, checkpoint=checkpoint))
+    reason = ChangeReason.DRAIN if m.reason is MigrationReason.DRAIN else ChangeReason.MIGRATION
+    _reassign(
+        state,
+        m.partition,
+        owner=m.target,
+        reason=reason,
+        now_ms=cmd.now_ms,
+        migration=m.migration_id,
+    )
+    _put_migration(state, replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=cmd.now_ms))
+    value |= {
+        "owner": m.target,
+        "epoch": state.partitions[m.partition].epoch,
+        "checkpoint": "final" if use_final else "last_accepted",
+        "changed": True,
+    }
+    return Ok(value=value), True
+
+
+def _abort_migration(state: ClusterState, cmd: AbortMigration) -> _Outcome:
+    m = _migration_or_reject(state, cmd.migration_id)
+    if isinstance(m, Rejected):
+        return m, False
+    if m.phase is MigrationPhase.HANDED_OFF:
+        return rejected(
+            "conflict", f"migration {m.migration_id} already handed off", "migration_id"
+        ), False
+    if m.phase in TERMINAL_PHASES:
+        return rejected(
+            "conflict",
+            f"migration {m.migration_id} already finished ({m.phase.value})",
+            "migration_id",
+        ), False
+    _finish_migration(state, m, MigrationPhase.ABORTED, cmd.note, cmd.now_ms)
+    rehost = m.phase is MigrationPhase.RELEASING
+    if rehost:
+        # The source closed its gate when asked to release: it reopens under a new epoch.
+        _reassign(
+            state,
+            m.partition,
+            owner=m.source,
+            reason=ChangeReason.ABORT,
+            now_ms=cmd.now_ms,
+            migration=None,
+        )
+    value = {"migration_id": m.migration_id, "phase": "aborted", "rehosted": rehost}
+    return Ok(value=value), rehost
+
+
+def _record_checkpoints(state: ClusterState, cmd: RecordCheckpoints) -> _Outcome:
+    w = state.workers.get(cmd.worker_id)
+    if w is None:
+        return rejected("not_found", f"unknown worker {cmd.worker_id}", "worker_id"), False
+    if cmd.incarnation != w.incarnation:
+        return rejected(
+            "conflict",
+            f"stale incarnation {cmd.incarnation} (current {w.incarnation})",
+            "incarnation",
+        ), False
+    if w.state not in OWNING_WORKER_STATES:
+        return rejected("conflict", f"worker {w.worker_id} is {w.state.value}", "worker_id"), False
+    if len(cmd.entries) > BATCH_ITEMS_MAX:
+        return rejected("invalid", f"at most {BATCH_ITEMS_MAX} entries", "entries"), False
+    results: list[dict[str, Any]] = []
+    for e in cmd.entries:
+        reason: str | None = None
+        if not _in_range(state, e.partition):
+            reason = "partition out of range"
+        else:
+            part = state.partitions[e.partition]
+            if part.owner != cmd.worker_id:
+                reason = "not the owner"
+            elif e.epoch != part.epoch:
+                reason = f"epoch {e.epoch} is not the current epoch {part.epoch}"
+            elif part.checkpoint is not None and e.offset < part.checkpoint.offset:
+                reason = f"offset {e.offset} is behind {part.checkpoint.offset}"
+            else:
+                checkpoint = Checkpoint(offset=e.offset, uri=e.uri, epoch=e.epoch, at_ms=cmd.now_ms)
+                _put_partition(state, replace(part, checkpoint=checkpoint))
+        status = "fenced" if reason is not None else "accepted"
+        results.append({"partition": e.partition, "status": status, "reason": reason})
+    return Ok(value={"results": results}), False
+
+
+def _drain_worker(state: ClusterState, cmd: DrainWorker) -> _Outcome:
+    wid = cmd.worker_id
+    w = state.workers.get(wid)
+    if w is None:
+        return rejected("not_found", f"unknown worker {wid}", "worker_id"), False
+    if w.state not in OWNING_WORKER_STATES:
+        return rejected("conflict", f"worker {wid} is {w.state.value}", "worker_id"), False
+    bad = _check_moves(state, cmd.moves, wid)
+    if bad is not None:
+        return bad, False
+    if w.state is WorkerState.ACTIVE:
+        state.workers[wid] = replace(w, state=WorkerState.DRAINING, updated_at_ms=cmd.now_ms)
+    created = _create_migrations(state, cmd.moves, MigrationReason.DRAIN, cmd.now_ms)
+    _maybe_leave(state, wid, cmd.now_ms)
+    value = {"worker_id": wid, "state": state.workers[wid].state.value, "migrations": created}
+    return Ok(value=value), False
