@@ -1,0 +1,77 @@
+"""Benchmark runner: `python -m bench [NAME ...] [--quick] [--json FILE]`.
+
+Each registered module exposes `run(quick: bool) -> dict[str, dict[str, float]]` (row name
+-> field -> value, units last in field names); the runner prints one table per benchmark
+and optionally writes every result to a JSON file. Benchmarks are comparisons to read, not
+timed tests: nothing here passes or fails on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+REGISTRY: dict[str, str] = {
+    "placement": "bench.placement",
+}
+
+
+def _fmt(value: float) -> str:
+    if value == int(value) and abs(value) < 1e12:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+def render(name: str, rows: dict[str, dict[str, float]]) -> str:
+    fields: list[str] = []
+    for row in rows.values():
+        fields.extend(f for f in row if f not in fields)
+    header = ["case", *fields]
+    body = [
+        [case, *(_fmt(row[f]) if f in row else "-" for f in fields)] for case, row in rows.items()
+    ]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    rule = "-" * len(line(header))
+    return "\n".join([f"== {name}", line(header), rule, *(line(r) for r in body)])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"one of {sorted(REGISTRY)}")
+    parser.add_argument("--quick", action="store_true", help="small sample sizes, ~30 s max")
+    parser.add_argument("--json", metavar="FILE", help="also write results as JSON")
+    args = parser.parse_args(argv)
+
+    names = args.names or sorted(REGISTRY)
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; known: {sorted(REGISTRY)}")
+
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for name in names:
+        module = importlib.import_module(REGISTRY[name])
+        t0 = time.perf_counter()
+        rows = module.run(args.quick)
+        results[name] = rows
+        print(render(name, rows))
+        print(f"({name}: {time.perf_counter() - t0:.1f} s{', quick' if args.quick else ''})\n")
+
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"quick": args.quick, "results": results}, fh, indent=2, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
