@@ -1,0 +1,404 @@
+"""Wire formats: golden bytes per command, round-trips, and strict rejection of bad input."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.core.codec import (
+    FORMAT_VERSION,
+    CodecError,
+    decode_command,
+    decode_result,
+    decode_state,
+    encode_command,
+    encode_result,
+    encode_state,
+)
+from coordinator.core.commands import (
+    COMMAND_TYPES,
+    AbortMigration,
+    Assignment,
+    AssignPartitions,
+    Barrier,
+    Bootstrap,
+    CheckpointReport,
+    Command,
+    DeclareDead,
+    DrainWorker,
+    FinalCheckpoint,
+    HandOff,
+    Move,
+    Ok,
+    PartitionOnline,
+    PlanMigrations,
+    RecordCheckpoints,
+    RegisterWorker,
+    Rejected,
+    StartRelease,
+)
+from coordinator.core.model import (
+    BATCH_ITEMS_MAX,
+    REQUEST_ID_LEN_MAX,
+    URI_LEN_MAX,
+    MigrationId,
+    MigrationReason,
+    WorkerId,
+)
+from coordinator.core.state import ClusterState, apply
+
+W1, W2, W3 = WorkerId("w1"), WorkerId("w2"), WorkerId("w3")
+
+# (request_id, command, expected bytes as hex). Computed once and pasted: a change here is a
+# wire-format change, which needs a new FORMAT_VERSION or a new tag, never an edit.
+GOLDEN: list[tuple[str, Command, str]] = [
+    (
+        "r-1",
+        Bootstrap(total_partitions=8, now_ms=1000),
+        "940101a3722d3182b0746f74616c5f706172746974696f6e7308a66e6f775f6d73cd03e8",
+    ),
+    (
+        "r-2",
+        RegisterWorker(worker_id=W1, address="http://127.0.0.1:9001", now_ms=1001),
+        "940102a3722d3283a9776f726b65725f6964a27731a761646472657373b5687474703a2f2f3132372e30"
+        "2e302e313a39303031a66e6f775f6d73cd03e9",
+    ),
+    (
+        "r-3",
+        DeclareDead(
+            worker_ids=(W1,),
+            assignments=(
+                Assignment(partition=0, owner=W2),
+                Assignment(partition=1, owner=None),
+            ),
+            now_ms=1002,
+        ),
+        "940103a3722d3383aa776f726b65725f69647391a27731ab61737369676e6d656e74739282a970617274"
+        "6974696f6e00a56f776e6572a2773282a9706172746974696f6e01a56f776e6572c0a66e6f775f6d73cd"
+        "03ea",
+    ),
+    (
+        "r-4",
+        AssignPartitions(assignments=(Assignment(partition=2, owner=W3),), now_ms=1003),
+        "940104a3722d3482ab61737369676e6d656e74739182a9706172746974696f6e02a56f776e6572a27733"
+        "a66e6f775f6d73cd03eb",
+    ),
+    (
+        "r-5",
+        PartitionOnline(partition=2, epoch=1, owner=W3, now_ms=1004),
+        "940105a3722d3584a9706172746974696f6e02a565706f636801a56f776e6572a27733a66e6f775f6d73"
+        "cd03ec",
+    ),
+    (
+        "r-6",
+        PlanMigrations(
+            moves=(Move(partition=2, source=W3, target=W2),),
+            reason=MigrationReason.ADMIN,
+            now_ms=1005,
+        ),
+        "940106a3722d3683a56d6f7665739183a9706172746974696f6e02a6736f75726365a27733a674617267"
+        "6574a27732a6726561736f6ea561646d696ea66e6f775f6d73cd03ed",
+    ),
+    (
+        "r-7",
+        StartRelease(migration_id=MigrationId("m-1"), now_ms=1006),
+        "940107a3722d3782ac6d6967726174696f6e5f6964a36d2d31a66e6f775f6d73cd03ee",
+    ),
+    (
+        "r-8",
+        HandOff(
+            migration_id=MigrationId("m-1"),
+            checkpoint=FinalCheckpoint(offset=42, uri="s3://b/p2/e1/42", epoch=1),
+            now_ms=1007,
+        ),
+        "940108a3722d3883ac6d6967726174696f6e5f6964a36d2d31aa636865636b706f696e7483a66f666673"
+        "65742aa3757269af73333a2f2f622f70322f65312f3432a565706f636801a66e6f775f6d73cd03ef",
+    ),
+    (
+        "r-8b",
+        HandOff(migration_id=MigrationId("m-1"), checkpoint=None, now_ms=1007),
+        "940108a4722d386283ac6d6967726174696f6e5f6964a36d2d31aa636865636b706f696e74c0a66e6f77"
+        "5f6d73cd03ef",
+    ),
+    (
+        "r-9",
+        AbortMigration(migration_id=MigrationId("m-2"), note="operator", now_ms=1008),
+        "940109a3722d3983ac6d6967726174696f6e5f6964a36d2d32a46e6f7465a86f70657261746f72a66e6f"
+        "775f6d73cd03f0",
+    ),
+    (
+        "r-10",
+        RecordCheckpoints(
+            worker_id=W2,
+            incarnation=3,
+            entries=(CheckpointReport(partition=0, epoch=2, offset=17, uri="file:///c/0"),),
+            now_ms=1009,
+        ),
+        "94010aa4722d313084a9776f726b65725f6964a27732ab696e6361726e6174696f6e03a7656e74726965"
+        "739184a9706172746974696f6e00a565706f636802a66f666673657411a3757269ab66696c653a2f2f2f"
+        "632f30a66e6f775f6d73cd03f1",
+    ),
+    (
+        "r-11",
+        DrainWorker(worker_id=W2, moves=(Move(partition=0, source=W2, target=W3),), now_ms=1010),
+        "94010ba4722d313183a9776f726b65725f6964a27732a56d6f7665739183a9706172746974696f6e00a6"
+        "736f75726365a27732a6746172676574a27733a66e6f775f6d73cd03f2",
+    ),
+    ("r-12", Barrier(nonce="n-1"), "94010ca4722d313281a56e6f6e6365a36e2d31"),
+]
+
+
+def test_every_command_has_a_golden_example() -> None:
+    assert {type(cmd) for _, cmd, _ in GOLDEN} == set(COMMAND_TYPES)
+
+
+def test_tags_are_fixed() -> None:
+    # Tags are part of the wire format: never renumber, never reuse.
+    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 13))
+
+
+@pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
+def test_golden_bytes(request_id: str, cmd: Command, hex_bytes: str) -> None:
+    assert encode_command(cmd, request_id).hex() == hex_bytes
+    assert decode_command(bytes.fromhex(hex_bytes)) == (request_id, cmd)
+
+
+# --- strategies (also used by the machine tests) ----------------------------------------------
+
+ids = st.text(alphabet="abcXYZ019._-", min_size=1, max_size=8)
+worker_ids = ids.map(WorkerId)
+migration_ids = ids.map(MigrationId)
+nats = st.integers(min_value=0, max_value=2**63 - 1)
+small = st.integers(min_value=0, max_value=20)
+short_text = st.text(max_size=20)
+request_ids = st.text(min_size=1, max_size=REQUEST_ID_LEN_MAX)
+moves = st.builds(Move, partition=small, source=worker_ids, target=worker_ids)
+assignments = st.builds(Assignment, partition=small, owner=st.none() | worker_ids)
+batches = {"max_size": 4}
+
+commands: st.SearchStrategy[Command] = st.one_of(
+    st.builds(Bootstrap, total_partitions=nats, now_ms=nats),
+    st.builds(RegisterWorker, worker_id=worker_ids, address=ids, now_ms=nats),
+    st.builds(
+        DeclareDead,
+        worker_ids=st.lists(worker_ids, **batches).map(tuple),
+        assignments=st.lists(assignments, **batches).map(tuple),
+        now_ms=nats,
+    ),
+    st.builds(
+        AssignPartitions, assignments=st.lists(assignments, **batches).map(tuple), now_ms=nats
+    ),
+    st.builds(PartitionOnline, partition=small, epoch=nats, owner=worker_ids, now_ms=nats),
+    st.builds(
+        PlanMigrations,
+        moves=st.lists(moves, **batches).map(tuple),
+        reason=st.sampled_from(MigrationReason),
+        now_ms=nats,
+    ),
+    st.builds(StartRelease, migration_id=migration_ids, now_ms=nats),
+    st.builds(
+        HandOff,
+        migration_id=migration_ids,
+        checkpoint=st.none() | st.builds(FinalCheckpoint, offset=nats, uri=short_text, epoch=nats),
+        now_ms=nats,
+    ),
+    st.builds(AbortMigration, migration_id=migration_ids, note=short_text, now_ms=nats),
+    st.builds(
+        RecordCheckpoints,
+        worker_id=worker_ids,
+        incarnation=nats,
+        entries=st.lists(
+            st.builds(CheckpointReport, partition=small, epoch=nats, offset=nats, uri=short_text),
+            **batches,
+        ).map(tuple),
+        now_ms=nats,
+    ),
+    st.builds(
+        DrainWorker, worker_id=worker_ids, moves=st.lists(moves, **batches).map(tuple), now_ms=nats
+    ),
+    st.builds(Barrier, nonce=short_text),
+)
+
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=10),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+results = st.builds(
+    Ok, value=st.dictionaries(st.text(max_size=8), json_like, max_size=4)
+) | st.builds(
+    Rejected,
+    code=st.sampled_from(["invalid", "conflict", "not_found"]),
+    message=short_text,
+    status=st.sampled_from([400, 404, 409]),
+    field=st.none() | short_text,
+)
+
+
+@given(request_ids, commands)
+@settings(max_examples=300)
+def test_command_round_trip(request_id: str, cmd: Command) -> None:
+    data = encode_command(cmd, request_id)
+    assert decode_command(data) == (request_id, cmd)
+    assert encode_command(*reversed(decode_command(data))) == data  # type: ignore[arg-type]
+
+
+@given(results)
+def test_result_round_trip(result: Ok | Rejected) -> None:
+    assert decode_result(encode_result(result)) == result
+
+
+# --- malformed commands ------------------------------------------------------------------------
+
+
+def _envelope(tag: int, body: object, request_id: object = "r", version: object = 1) -> bytes:
+    return msgpack.packb([version, tag, request_id, body], use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _field_of(data: bytes) -> str | None:
+    with pytest.raises(CodecError) as info:
+        decode_command(data)
+    assert isinstance(info.value, ValueError)
+    return info.value.field
+
+
+def test_bad_msgpack_and_shapes() -> None:
+    for data in [b"", b"\xc1", b"\x94\x01", msgpack.packb([1, 2, 3]), msgpack.packb({"a": 1})]:
+        with pytest.raises(CodecError):
+            decode_command(data)
+    good = encode_command(Barrier(nonce="x"), "r")
+    with pytest.raises(CodecError):
+        decode_command(good + b"\x00")  # trailing bytes
+
+
+def test_version_tag_and_request_id() -> None:
+    body = {"nonce": "x"}
+    assert _field_of(_envelope(12, body, version=2)) == "version"
+    assert _field_of(_envelope(12, body, version=True)) == "version"
+    with pytest.raises(CodecError, match="unknown command tag 99"):
+        decode_command(_envelope(99, body))
+    assert _field_of(_envelope(13, body)) == "tag"
+    assert _field_of(_envelope(12, body, request_id=7)) == "request_id"
+    assert _field_of(_envelope(12, body, request_id="")) == "request_id"
+    assert _field_of(_envelope(12, body, request_id="x" * (REQUEST_ID_LEN_MAX + 1))) == "request_id"
+    assert decode_command(_envelope(12, body, request_id="x" * REQUEST_ID_LEN_MAX))[0] == "x" * 64
+
+
+def test_missing_extra_and_mistyped_fields() -> None:
+    assert _field_of(_envelope(1, {"total_partitions": 3})) == "now_ms"
+    assert _field_of(_envelope(1, {"total_partitions": 3, "now_ms": 1, "x": 1})) == "x"
+    assert _field_of(_envelope(1, {"total_partitions": True, "now_ms": 1})) == "total_partitions"
+    assert _field_of(_envelope(1, {"total_partitions": 1.0, "now_ms": 1})) == "total_partitions"
+    assert _field_of(_envelope(1, {"total_partitions": -1, "now_ms": 1})) == "total_partitions"
+    assert (
+        _field_of(_envelope(1, {"total_partitions": 2**64 - 1, "now_ms": 1})) == "total_partitions"
+    )
+    assert _field_of(_envelope(1, [3, 1])) is None
+    online = {"partition": 1, "epoch": -1, "owner": "w", "now_ms": 1}
+    assert _field_of(_envelope(5, online)) == "epoch"
+    assert _field_of(_envelope(5, online | {"epoch": 1, "owner": "bad id!"})) == "owner"
+    assert _field_of(_envelope(5, online | {"epoch": 1, "owner": b"w"})) == "owner"
+    assert _field_of(_envelope(5, online | {"epoch": 1, "owner": None})) == "owner"
+
+
+def test_nested_records_and_bounds() -> None:
+    move = {"partition": 0, "source": "a", "target": "b"}
+    plan = {"moves": [move, move | {"partition": -2}], "reason": "admin", "now_ms": 1}
+    assert _field_of(_envelope(6, plan)) == "moves[1].partition"
+    assert _field_of(_envelope(6, plan | {"moves": [move], "reason": "ADMIN"})) == "reason"
+    assert _field_of(_envelope(6, plan | {"moves": [move | {"to": "c"}]})) == "moves[0].to"
+    assert _field_of(_envelope(6, plan | {"moves": move})) == "moves"
+    too_many = {"worker_ids": ["a"] * (BATCH_ITEMS_MAX + 1), "assignments": [], "now_ms": 1}
+    assert _field_of(_envelope(3, too_many)) == "worker_ids"
+    entry = {"partition": 0, "epoch": 0, "offset": 0, "uri": "u" * (URI_LEN_MAX + 1)}
+    ckpt = {"worker_id": "w", "incarnation": 1, "entries": [entry], "now_ms": 1}
+    assert _field_of(_envelope(10, ckpt)) == "entries[0].uri"
+    register = {"worker_id": "w", "address": "", "now_ms": 1}
+    assert _field_of(_envelope(2, register)) == "address"
+    assert _field_of(_envelope(2, register | {"address": "a" * 513})) == "address"
+    hand = {"migration_id": "m-1", "checkpoint": {"offset": 1, "uri": "u"}, "now_ms": 1}
+    assert _field_of(_envelope(8, hand)) == "checkpoint.epoch"
+
+
+def test_malformed_results() -> None:
+    for obj in [[], [FORMAT_VERSION, "ok"], [FORMAT_VERSION, "ok", []], [2, "ok", {}],
+                [FORMAT_VERSION, "rejected", "c", "m", "409", None], "x"]:  # fmt: skip
+        with pytest.raises(CodecError):
+            decode_result(msgpack.packb(obj))
+
+
+# --- state -------------------------------------------------------------------------------------
+
+
+def busy_state() -> ClusterState:
+    """A state touching every record kind: workers, owners, checkpoints, migrations, requests."""
+    s = ClusterState()
+    steps: list[Command] = [
+        Bootstrap(total_partitions=6, now_ms=1),
+        RegisterWorker(worker_id=W1, address="http://a", now_ms=2),
+        RegisterWorker(worker_id=W2, address="http://b", now_ms=2),
+        RegisterWorker(worker_id=W3, address="http://c", now_ms=2),
+        AssignPartitions(
+            assignments=tuple(Assignment(partition=p, owner=[W1, W2, W3][p % 3]) for p in range(6)),
+            now_ms=3,
+        ),
+        PartitionOnline(partition=0, epoch=1, owner=W1, now_ms=4),
+        RecordCheckpoints(
+            worker_id=W1,
+            incarnation=1,
+            entries=(CheckpointReport(partition=0, epoch=1, offset=5, uri="s3://x/0"),),
+            now_ms=5,
+        ),
+        PlanMigrations(
+            moves=(
+                Move(partition=0, source=W1, target=W2),
+                Move(partition=1, source=W2, target=W3),
+            ),
+            reason=MigrationReason.ADMIN,
+            now_ms=6,
+        ),
+        AbortMigration(migration_id=MigrationId("m-2"), note="changed my mind", now_ms=7),
+        HandOff(migration_id=MigrationId("m-1"), checkpoint=None, now_ms=8),
+    ]
+    for i, cmd in enumerate(steps):
+        assert isinstance(apply(s, f"req-{i}", cmd), Ok), cmd
+    return s
+
+
+def test_state_round_trip_exactly() -> None:
+    s = busy_state()
+    data = encode_state(s)
+    restored = decode_state(data)
+    assert encode_state(restored) == data
+    assert list(restored.requests) == list(s.requests)
+    assert restored.requests == s.requests
+    assert restored.migration_seq == s.migration_seq == 2
+    assert list(restored.migrations) == list(s.migrations)
+    assert restored.partitions == s.partitions
+    assert restored.workers == s.workers
+    assert restored.owned_by(W2) == s.owned_by(W2)
+    assert restored.in_flight_migrations() == s.in_flight_migrations()
+
+
+def test_empty_state_round_trip() -> None:
+    data = encode_state(ClusterState())
+    assert encode_state(decode_state(data)) == data
+
+
+def test_malformed_state() -> None:
+    good = msgpack.unpackb(encode_state(busy_state()))
+    bad_variants = [
+        {**good, "format": 2},
+        {**good, "total_partitions": 5},
+        {k: v for k, v in good.items() if k != "requests"},
+        {**good, "partitions": [[None, 0, "weird", None, None, []], *good["partitions"][1:]]},
+    ]
+    for obj in bad_variants:
+        with pytest.raises(CodecError):
+            decode_state(msgpack.packb(obj))
+    with pytest.raises(CodecError):
+        decode_state(b"\xff")
