@@ -212,7 +212,9 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             bindRetryTime=BIND_RETRY_S,
             dynamicMembershipChange=False,
             autoTick=False,
-            onStateChanged=lambda _old, new: on_role(_ROLE_BY_PYSYNCOBJ_STATE.get(new, RaftRole.FOLLOWER)),
+            onStateChanged=lambda _old, new: on_role(
+                _ROLE_BY_PYSYNCOBJ_STATE.get(new, RaftRole.FOLLOWER)
+            ),
         )
         super().__init__(settings.self_addr, list(settings.partners), conf)
         self._cell = _SnapshotCell(machine)
@@ -226,7 +228,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             self._cell = _SnapshotCell(self._ripple_machine)
         return self._ripple_machine
 
-    @replicated  # type: ignore[misc]
+    @replicated  # type: ignore[untyped-decorator]
     def _apply_entry(self, entry: bytes) -> bytes:
         # The one replicated entry point. It must never raise (see module docstring).
         if not entry:
@@ -234,7 +236,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         with self._ripple_lock:
             try:
                 return self._machine().apply(entry)
-            except Exception as exc:  # noqa: BLE001 - a raise here stalls the cluster
+            except Exception as exc:
                 log.exception("state machine raised on a committed entry; returning an error")
                 return machine_error_result(exc)
 
@@ -277,7 +279,7 @@ class ReplicatedLog:
                 with self._lock:
                     self._node._machine()
                 self._check_readiness()
-            except Exception:  # noqa: BLE001 - keep ticking; pysyncobj's own loop does the same
+            except Exception:
                 log.exception("raft tick failed")
                 time.sleep(TICK_PERIOD_S)
 
@@ -369,8 +371,12 @@ class ReplicatedLog:
             if not isinstance(result, bytes):
                 raise OutcomeUnknownError("machine returned no result")  # pragma: no cover
             return result
-        if err in (FAIL_REASON.QUEUE_FULL, FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER,
-                   FAIL_REASON.REQUEST_DENIED):
+        if err in (
+            FAIL_REASON.QUEUE_FULL,
+            FAIL_REASON.MISSING_LEADER,
+            FAIL_REASON.NOT_LEADER,
+            FAIL_REASON.REQUEST_DENIED,
+        ):
             raise NoLeaderError(_FAIL_NAMES.get(err, str(err)))
         raise OutcomeUnknownError(_FAIL_NAMES.get(err, str(err)))
 

@@ -36,8 +36,9 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def wait_until(pred: Callable[[], T | None], what: str, timeout_s: float = 20.0,
-               every_s: float = 0.05) -> T:
+def wait_until(
+    pred: Callable[[], T | None], what: str, timeout_s: float = 20.0, every_s: float = 0.05
+) -> T:
     """Poll `pred` until it returns a truthy value, at most `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     last_exc: Exception | None = None
@@ -46,10 +47,12 @@ def wait_until(pred: Callable[[], T | None], what: str, timeout_s: float = 20.0,
             value = pred()
             if value:
                 return value
-        except Exception as exc:  # noqa: BLE001 - polled conditions may fail transiently
+        except Exception as exc:
             last_exc = exc
         time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last error: {last_exc})")
+    raise AssertionError(
+        f"timed out after {timeout_s} s waiting for {what} (last error: {last_exc})"
+    )
 
 
 class Proc:
@@ -62,7 +65,10 @@ class Proc:
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         full_env = {**os.environ, **(env or {})}
         self.popen = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=full_env,
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
             stdin=subprocess.DEVNULL,
         )
         self.pid = self.popen.pid

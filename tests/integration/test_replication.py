@@ -162,14 +162,18 @@ async def test_restart_recovers_from_journal_and_dump(tmp_path: Path) -> None:
         for k in range(20):
             await leader.propose(b"e%d" % k)
         expected = [b"e%d" % k for k in range(20)]
-        await wait_for(lambda: all(os.path.exists(tmp_path / f"n{i}" / "dump") for i in range(3)),
-                       "a compaction dump on every node")
+        await wait_for(
+            lambda: all(os.path.exists(tmp_path / f"n{i}" / "dump") for i in range(3)),
+            "a compaction dump on every node",
+        )
         for i in range(3):
             c.stop(i)
         for i in range(3):
             c.start(i)
         await c.leader()
-        await wait_for(lambda: all(m.entries == expected for m in c.machines), "state after restart")
+        await wait_for(
+            lambda: all(m.entries == expected for m in c.machines), "state after restart"
+        )
     finally:
         for i in range(3):
             c.stop(i)
@@ -180,7 +184,8 @@ def test_settings_refuse_missing_secret_and_wildcard_bind(tmp_path: Path) -> Non
     good = settings_for(tmp_path, ports, 0)
     with pytest.raises(ValueError, match="secret"):
         ReplicatedLog(
-            RaftSettings(**{**_asdict(good), "secret": ""}), ListMachine()  # type: ignore[arg-type]
+            RaftSettings(**{**_asdict(good), "secret": ""}),
+            ListMachine(),  # type: ignore[arg-type]
         )
     with pytest.raises(ValueError, match="wildcard"):
         ReplicatedLog(

@@ -1,0 +1,472 @@
+"""The `ripple` command.
+
+  ripple coordinator --config FILE --node-id ID     run one coordinator node (foreground)
+  ripple up [--data-dir DIR] [--workers N]          a local cluster; Ctrl-C stops it all
+  ripple status|partitions|workers|migrations       read from any node (--url, repeatable)
+  ripple reassign [--dry-run] [--move P:WORKER]     admin: balance or explicit moves
+  ripple drain WORKER                               admin: move a worker's partitions away
+
+URLs and the admin token default to the cluster file `ripple up` writes
+(`<data-dir>/cluster.toml`), or `RIPPLE_URL` / `RIPPLE_ADMIN_TOKEN`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from coordinator.client import CoordinatorClient
+from coordinator.config import (
+    SCALAR_KEYS,
+    ClusterConfig,
+    NodeSpec,
+    load_config,
+    render_toml,
+)
+from coordinator.errors import ClientError, RippleError
+
+log = logging.getLogger("ripple")
+
+UP_READY_TIMEOUT_S = 60.0
+CHILD_STOP_TIMEOUT_S = 10.0
+WATCH_MAX_S = 3600.0
+WATCH_EVERY_S = 0.5
+DEFAULT_DATA_DIR = "./ripple-data"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _cluster_file(data_dir: str) -> Path:
+    return Path(data_dir) / "cluster.toml"
+
+
+def _urls(args: argparse.Namespace) -> list[str]:
+    if args.url:
+        return list(args.url)
+    env = os.environ.get("RIPPLE_URL")
+    if env:
+        return [u for u in env.split(",") if u]
+    path = _cluster_file(args.data_dir)
+    if path.exists():
+        cfg = load_config(path, env={}, validate=False)
+        return [n.url for n in cfg.nodes]
+    raise RippleError(
+        "no coordinator URL: pass --url, set RIPPLE_URL, or run `ripple up` first",
+        code="usage",
+        status=2,
+    )
+
+
+def _admin_token(args: argparse.Namespace) -> str:
+    token = getattr(args, "admin_token", None) or os.environ.get("RIPPLE_ADMIN_TOKEN")
+    if token:
+        return str(token)
+    path = _cluster_file(args.data_dir)
+    if path.exists():
+        return load_config(path, env={}, validate=False).admin_token
+    raise RippleError(
+        "admin token needed: --admin-token or RIPPLE_ADMIN_TOKEN", code="usage", status=2
+    )
+
+
+def _table(rows: list[list[Any]], header: list[str]) -> str:
+    cells = [header] + [[("-" if c is None else str(c)) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _print(obj: dict[str, Any], as_json: bool, render: Any) -> None:
+    if as_json:
+        print(json.dumps(obj, indent=2, sort_keys=True))
+    else:
+        print(render(obj))
+
+
+# -- read commands ---------------------------------------------------------------------------
+
+
+def render_status(s: dict[str, Any]) -> str:
+    c = s["cluster"]
+    lines = [
+        f"node {s['node_id']} ({s['role']}), leader {s['leader_id']}, term {s['term']}, "
+        f"applied {s['applied_index']}{' (stale)' if s['stale'] else ''}",
+        f"workers: {c['active_workers']} active / {c['total_workers']} total   "
+        f"partitions: {c['total_partitions']}   generation: {c['generation']}   "
+        f"migrations in flight: {s['migrations_in_flight']}",
+        "partitions by status: "
+        + ", ".join(f"{k}={v}" for k, v in sorted(s["partitions_by_status"].items())),
+    ]
+    return "\n".join(lines)
+
+
+def render_partitions(s: dict[str, Any]) -> str:
+    rows = [
+        [
+            p["partition"],
+            p["owner"],
+            p["epoch"],
+            p["status"],
+            p.get("migration"),
+            None if p["checkpoint"] is None else p["checkpoint"]["offset"],
+        ]
+        for p in s["partitions"]
+    ]
+    return _table(rows, ["PARTITION", "OWNER", "EPOCH", "STATUS", "MIGRATION", "CKPT_OFFSET"])
+
+
+def render_workers(s: dict[str, Any]) -> str:
+    rows = [
+        [
+            w["worker_id"],
+            w["state"],
+            w["incarnation"],
+            w["partitions"],
+            w.get("liveness"),
+            w.get("load"),
+            w["address"],
+        ]
+        for w in s["workers"]
+    ]
+    return _table(rows, ["WORKER", "STATE", "INC", "PARTITIONS", "LIVENESS", "LOAD", "ADDRESS"])
+
+
+def render_migrations(s: dict[str, Any]) -> str:
+    rows = [
+        [x["id"], x["partition"], x["source"], x["target"], x["phase"], x["reason"], x.get("note")]
+        for x in s["migrations"]
+    ]
+    return f"in flight: {s['in_flight']}\n" + _table(
+        rows, ["ID", "PARTITION", "FROM", "TO", "PHASE", "REASON", "NOTE"]
+    )
+
+
+async def _read(args: argparse.Namespace, path: str, render: Any) -> int:
+    async with CoordinatorClient(_urls(args)) as client:
+        body = await client.get(path, consistent=args.consistent)
+    _print(body, args.json, render)
+    return 0
+
+
+async def cmd_migrations(args: argparse.Namespace) -> int:
+    if not args.watch:
+        return await _read(args, "/v1/migrations", render_migrations)
+    deadline = time.monotonic() + WATCH_MAX_S
+    async with CoordinatorClient(_urls(args)) as client:
+        total = None
+        while time.monotonic() < deadline:
+            body = await client.get("/v1/migrations")
+            left = body["in_flight"]
+            total = max(total or 0, left)
+            done = (total - left) if total else 0
+            width = 30
+            filled = width if not total else int(width * done / total)
+            print(
+                f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total or 0} done, "
+                f"{left} in flight",
+                end="",
+                flush=True,
+            )
+            if left == 0:
+                print()
+                return 0
+            await asyncio.sleep(WATCH_EVERY_S)
+    print()
+    return 1
+
+
+async def cmd_reassign(args: argparse.Namespace) -> int:
+    payload: dict[str, Any] = {"dry_run": args.dry_run}
+    if args.move:
+        moves = []
+        for spec in args.move:
+            part, _, worker = spec.partition(":")
+            if not part.isdigit() or not worker:
+                raise RippleError(
+                    f"--move wants PARTITION:WORKER, got {spec!r}", code="usage", status=2
+                )
+            moves.append({"partition": int(part), "to": worker})
+        payload["moves"] = moves
+    else:
+        payload["strategy"] = "balance"
+    async with CoordinatorClient(_urls(args), token=_admin_token(args)) as client:
+        body = await client.post("/v1/admin/reassign", payload)
+    if args.json:
+        print(json.dumps(body, indent=2))
+    else:
+        rows = [[x.get("id"), x["partition"], x["from"], x["to"]] for x in body["migrations"]]
+        print(("dry run: " if body["dry_run"] else "") + f"{len(rows)} moves")
+        if rows:
+            print(_table(rows, ["ID", "PARTITION", "FROM", "TO"]))
+    return 0
+
+
+async def cmd_drain(args: argparse.Namespace) -> int:
+    async with CoordinatorClient(_urls(args), token=_admin_token(args)) as client:
+        body = await client.post(f"/v1/workers/{args.worker}/drain", {})
+    print(f"{body['worker_id']}: {body['state']}, {len(body['migrations'])} migrations planned")
+    return 0
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from coordinator.service.server import serve
+
+    overrides = {k: getattr(args, k) for k in SCALAR_KEYS if getattr(args, k, None) is not None}
+    config = load_config(args.config, overrides=overrides)
+    config.node(args.node_id)
+    asyncio.run(serve(config, args.node_id))
+    return 0
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
+    """Write (or reuse) the local cluster file with a generated secret and admin token."""
+    import secrets
+
+    path = _cluster_file(data_dir)
+    if path.exists():
+        return path
+    ports = _free_ports(2 * nodes)
+    specs = tuple(
+        NodeSpec(
+            id=f"n{i + 1}", raft=f"127.0.0.1:{ports[2 * i]}", http=f"127.0.0.1:{ports[2 * i + 1]}"
+        )
+        for i in range(nodes)
+    )
+    config = ClusterConfig(
+        cluster_secret=secrets.token_urlsafe(32),
+        admin_token=secrets.token_urlsafe(24),
+        data_dir=str(Path(data_dir).resolve()),
+        nodes=specs,
+        **overrides,
+    )
+    config.validate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_toml(config))
+    path.chmod(0o600)
+    return path
+
+
+class Children:
+    """Processes started by `ripple up`, tracked and stopped by PID only."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
+        out.close()
+        self.procs.append((name, proc))
+
+    def stop_all(self) -> None:
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + CHILD_STOP_TIMEOUT_S
+        for name, proc in reversed(self.procs):
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s (pid %d) did not stop; killing it", name, proc.pid)
+                proc.kill()
+                proc.wait(CHILD_STOP_TIMEOUT_S)
+
+
+async def _wait_ready(urls: list[str], timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    async with CoordinatorClient(urls, deadline_s=2.0, timeout_s=2.0) as client:
+        while time.monotonic() < deadline:
+            try:
+                health = await client.get("/v1/health")
+                if health.get("leader_id") and health["cluster"]["total_partitions"] > 0:
+                    return health
+            except ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RippleError(f"cluster not ready within {timeout_s} s", code="timeout", status=1)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    if args.partitions is not None:
+        overrides["total_partitions"] = args.partitions
+    path = up_config(args.data_dir, 3, overrides)
+    config = load_config(path, env={})
+    children = Children(Path(config.data_dir) / "logs")
+    stop = {"now": False}
+
+    def on_signal(_sig: int, _frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        for n in config.nodes:
+            children.start(
+                n.id,
+                [
+                    sys.executable,
+                    "-m",
+                    "coordinator.cli",
+                    "coordinator",
+                    "--config",
+                    str(path),
+                    "--node-id",
+                    n.id,
+                ],
+            )
+        urls = [n.url for n in config.nodes]
+        health = asyncio.run(_wait_ready(urls, UP_READY_TIMEOUT_S))
+        print(
+            f"Ripple is up ({len(config.nodes)} coordinators, {args.workers} workers). "
+            f"Cluster file: {path}"
+        )
+        for n in config.nodes:
+            print(f"  {n.id}  {n.url}  (raft {n.raft})")
+        print(f"leader: {health['leader_id']}   logs: {children.log_dir}")
+        status = asyncio.run(_fetch_status(urls))
+        print(render_status(status))
+        print("Ctrl-C stops every process started here.")
+        sys.stdout.flush()
+        while not stop["now"]:
+            for name, proc in children.procs:
+                if proc.poll() is not None and not stop["now"]:
+                    log.warning("%s exited with %s", name, proc.returncode)
+            time.sleep(0.2)
+    finally:
+        children.stop_all()
+        print("stopped.")
+    return 0
+
+
+async def _fetch_status(urls: list[str]) -> dict[str, Any]:
+    async with CoordinatorClient(urls) as client:
+        return await client.get("/v1/status")
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ripple", description="Ripple partition coordinator")
+    p.add_argument("--log-level", default=os.environ.get("RIPPLE_LOG_LEVEL", "INFO"))
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("coordinator", help="run one coordinator node")
+    c.add_argument("--config", required=True)
+    c.add_argument("--node-id", required=True)
+    defaults = ClusterConfig()
+    for key in SCALAR_KEYS:
+        kind = type(getattr(defaults, key))
+        c.add_argument(
+            f"--{key.replace('_', '-')}",
+            dest=key,
+            default=None,
+            type=str if kind is bool else kind,
+            help=f"overrides {key} (env RIPPLE_{key.upper()})",
+        )
+
+    u = sub.add_parser("up", help="run a local cluster until Ctrl-C")
+    u.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    u.add_argument("--workers", type=int, default=0)
+    u.add_argument("--partitions", type=int, default=None)
+
+    def client_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--url", action="append", help="coordinator URL (repeatable)")
+        sp.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+        sp.add_argument("--json", action="store_true")
+
+    for name in ("status", "partitions", "workers", "migrations"):
+        sp = sub.add_parser(name, help=f"show {name}")
+        client_args(sp)
+        sp.add_argument(
+            "--consistent", action="store_true", help="linearizable read through the leader"
+        )
+        if name == "migrations":
+            sp.add_argument(
+                "--watch", action="store_true", help="progress bar until no migration is in flight"
+            )
+
+    r = sub.add_parser("reassign", help="admin: rebalance or move partitions")
+    client_args(r)
+    r.add_argument("--dry-run", action="store_true")
+    r.add_argument("--move", action="append", metavar="P:WORKER")
+    r.add_argument("--admin-token")
+
+    d = sub.add_parser("drain", help="admin: move a worker's partitions away, then LEFT")
+    client_args(d)
+    d.add_argument("worker")
+    d.add_argument("--admin-token")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    try:
+        if args.command == "coordinator":
+            return cmd_coordinator(args)
+        if args.command == "up":
+            return cmd_up(args)
+        if args.command == "migrations":
+            return asyncio.run(cmd_migrations(args))
+        if args.command == "reassign":
+            return asyncio.run(cmd_reassign(args))
+        if args.command == "drain":
+            return asyncio.run(cmd_drain(args))
+        render = {
+            "status": render_status,
+            "partitions": render_partitions,
+            "workers": render_workers,
+        }[args.command]
+        return asyncio.run(_read(args, f"/v1/{args.command}", render))
+    except RippleError as exc:
+        where = f" ({exc.field})" if exc.field else ""
+        print(f"ripple: {exc.code}: {exc.message}{where}", file=sys.stderr)
+        return 2 if exc.status in (2, 400) else 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Async SDK for the coordinator's HTTP API.
+
+`CoordinatorClient` talks to any node of a cluster: reads go to whichever node answers,
+writes follow `307` redirects to the leader (remembering it) and wait out `503` with its
+`Retry-After`, all within named bounds. Errors come back as `ClientError` carrying the
+server's JSON error (code, message, field) and HTTP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+
+from coordinator.errors import ClientError
+
+__all__ = ["CoordinatorClient"]
+
+REDIRECTS_MAX = 5
+UNAVAILABLE_RETRIES_MAX = 20
+RETRY_AFTER_MAX_S = 2.0
+REQUEST_TIMEOUT_S = 10.0
+
+
+class CoordinatorClient:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        token: str | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+        deadline_s: float = 30.0,
+    ) -> None:
+        if not urls:
+            raise ValueError("at least one coordinator URL is required")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.token = token
+        self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
+        self._preferred = self.urls[0]
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> CoordinatorClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
+        return self._session
+
+    def _order(self) -> list[str]:
+        return [self._preferred] + [u for u in self.urls if u != self._preferred]
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        token: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One API call with leader-following, node failover and bounded retries."""
+        deadline = time.monotonic() + self.deadline_s
+        hdrs = dict(headers or {})
+        bearer = token or self.token
+        if bearer:
+            hdrs["Authorization"] = f"Bearer {bearer}"
+        last: Exception | None = None
+        unavailable = 0
+        while time.monotonic() < deadline:
+            for base in self._order():
+                url = base + path
+                for _ in range(REDIRECTS_MAX):
+                    try:
+                        async with self._http().request(
+                            method, url, json=json, headers=hdrs, allow_redirects=False
+                        ) as resp:
+                            body = await _body(resp)
+                            if resp.status == 307 and "Location" in resp.headers:
+                                url = resp.headers["Location"]
+                                continue
+                            if resp.status == 503:
+                                unavailable += 1
+                                last = _error(resp.status, body)
+                                wait = float(resp.headers.get("Retry-After", "0.2") or 0.2)
+                                await asyncio.sleep(min(wait, RETRY_AFTER_MAX_S) / 4)
+                                break
+                            if resp.status >= 400:
+                                raise _error(resp.status, body)
+                            self._preferred = (
+                                url[: len(url) - len(path)] if url.endswith(path) else base
+                            )
+                            return body
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        last = exc
+                        break
+                if unavailable > UNAVAILABLE_RETRIES_MAX:
+                    break
+            if unavailable > UNAVAILABLE_RETRIES_MAX:
+                break
+            await asyncio.sleep(0.1)
+        if isinstance(last, ClientError):
+            raise last
+        raise ClientError(
+            f"no coordinator answered {method} {path}: {last}", code="unreachable", status=503
+        )
+
+    async def get(self, path: str, *, consistent: bool = False) -> dict[str, Any]:
+        sep = "&" if "?" in path else "?"
+        return await self.request("GET", path + (f"{sep}consistent=true" if consistent else ""))
+
+    async def post(
+        self, path: str, json: Any, *, token: str | None = None, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return await self.request("POST", path, json=json, token=token, headers=headers)
+
+
+async def _body(resp: aiohttp.ClientResponse) -> dict[str, Any]:
+    try:
+        data = await resp.json(content_type=None)
+    except (ValueError, aiohttp.ContentTypeError):
+        return {"message": (await resp.text())[:200]}
+    return data if isinstance(data, dict) else {"value": data}
+
+
+def _error(status: int, body: dict[str, Any]) -> ClientError:
+    return ClientError(
+        str(body.get("message", f"HTTP {status}")),
+        code=str(body.get("error", "http_error")),
+        status=status,
+        field=body.get("field"),
+    )

@@ -1,0 +1,213 @@
+"""Cluster configuration: one TOML file, each key overridable by env and by CLI flag.
+
+Precedence, lowest to highest: built-in default < TOML file < `RIPPLE_<KEY>` environment
+variable < command-line flag. The node list (`[[nodes]]`) comes from the file only. Every
+bound the coordinator enforces is a named key here, so an operator can see and change it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coordinator.errors import ConfigError
+
+__all__ = ["SCALAR_KEYS", "ClusterConfig", "NodeSpec", "load_config"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSpec:
+    id: str
+    raft: str  # host:port of the Raft transport (bound exactly here)
+    http: str  # host:port of the HTTP API (bound exactly here)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.http}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterConfig:
+    cluster_secret: str = ""
+    admin_token: str = ""
+    total_partitions: int = 128
+    min_cluster_size: int = 1
+    heartbeat_interval_s: float = 5.0
+    suspect_after_s: float = 15.0
+    heartbeat_timeout_s: float = 30.0
+    lease_s: float = 20.0
+    checkpoint_interval_s: float = 10.0
+    data_dir: str = "./ripple-data"
+    placement_strategy: str = "balanced"
+    virtual_nodes: int = 128
+    rebalance_on_join: bool = False
+    max_concurrent_migrations: int = 8
+    max_keys_per_partition: int = 2000
+    body_bytes_max: int = 1_048_576
+    heartbeat_partitions_max: int = 100_000
+    propose_timeout_s: float = 5.0
+    propose_retries_max: int = 3
+    host_retry_base_ms: int = 200
+    host_retry_cap_ms: int = 5_000
+    worker_call_timeout_s: float = 5.0
+    raft_min_timeout_s: float = 0.3
+    raft_max_timeout_s: float = 0.6
+    append_entries_period_s: float = 0.05
+    leader_fallback_timeout_s: float = 2.0
+    log_compaction_min_entries: int = 5000
+    log_compaction_min_time_s: float = 300.0
+    nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
+
+    def node(self, node_id: str) -> NodeSpec:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise ConfigError(f"node {node_id!r} is not in the cluster config", field="node_id")
+
+    def node_by_raft(self, raft_addr: str) -> NodeSpec | None:
+        for n in self.nodes:
+            if n.raft == raft_addr:
+                return n
+        return None
+
+    def node_dir(self, node_id: str) -> Path:
+        return Path(self.data_dir) / node_id
+
+    def validate(self) -> None:
+        if len(self.cluster_secret) < 16:
+            raise ConfigError(
+                "cluster_secret is required (at least 16 characters): it encrypts Raft "
+                "traffic and signs worker tokens",
+                field="cluster_secret",
+            )
+        if len(self.admin_token) < 16:
+            raise ConfigError(
+                "admin_token is required (at least 16 characters)", field="admin_token"
+            )
+        if not 1 <= self.total_partitions <= 1_000_000:
+            raise ConfigError("total_partitions must be in 1..1000000", field="total_partitions")
+        if self.min_cluster_size < 1:
+            raise ConfigError("min_cluster_size must be >= 1", field="min_cluster_size")
+        if not 0 < self.suspect_after_s < self.heartbeat_timeout_s:
+            raise ConfigError(
+                "need 0 < suspect_after_s < heartbeat_timeout_s", field="suspect_after_s"
+            )
+        if not self.heartbeat_interval_s < self.lease_s < self.heartbeat_timeout_s:
+            # The lease must expire before the coordinator declares the worker dead, or a
+            # paused worker could still process a partition that was given to another.
+            raise ConfigError(
+                "need heartbeat_interval_s < lease_s < heartbeat_timeout_s", field="lease_s"
+            )
+        if self.placement_strategy not in ("balanced", "hash_ring"):
+            raise ConfigError(
+                "placement_strategy is balanced or hash_ring", field="placement_strategy"
+            )
+        ids = [n.id for n in self.nodes]
+        if len(set(ids)) != len(ids):
+            raise ConfigError("node ids must be unique", field="nodes")
+        for key in ("raft", "http"):
+            addrs = [getattr(n, key) for n in self.nodes]
+            if len(set(addrs)) != len(addrs):
+                raise ConfigError(f"node {key} addresses must be unique", field="nodes")
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ClusterConfig)}
+SCALAR_KEYS = tuple(k for k in _FIELDS if k != "nodes")
+
+
+def _coerce(key: str, raw: Any) -> Any:
+    """Coerce a TOML/env/flag value to the field's type, with a clear error."""
+    default = getattr(ClusterConfig(), key)
+    try:
+        if isinstance(default, bool):
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if isinstance(default, int):
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return int(raw)
+        if isinstance(default, float):
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{key}: cannot use {raw!r} as {type(default).__name__}", field=key
+        ) from exc
+
+
+def _parse_nodes(raw: Any) -> tuple[NodeSpec, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError("nodes must be an array of tables", field="nodes")
+    nodes = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or set(item) != {"id", "raft", "http"}:
+            raise ConfigError(f"nodes[{i}] needs exactly id, raft and http", field="nodes")
+        nodes.append(NodeSpec(id=str(item["id"]), raft=str(item["raft"]), http=str(item["http"])))
+    return tuple(nodes)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    validate: bool = True,
+) -> ClusterConfig:
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}", field="config") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config {path} is not valid TOML: {exc}", field="config") from exc
+        for key, raw in doc.items():
+            if key == "nodes":
+                values["nodes"] = _parse_nodes(raw)
+            elif key in _FIELDS:
+                values[key] = _coerce(key, raw)
+            else:
+                raise ConfigError(f"unknown config key {key!r}", field=key)
+    env = os.environ if env is None else env
+    for key in SCALAR_KEYS:
+        env_key = f"RIPPLE_{key.upper()}"
+        if env_key in env:
+            values[key] = _coerce(key, env[env_key])
+    for key, raw in (overrides or {}).items():
+        if raw is not None:
+            values[key] = _coerce(key, raw)
+    config = ClusterConfig(**values)
+    if validate:
+        config.validate()
+    return config
+
+
+def render_toml(config: ClusterConfig) -> str:
+    """The config as a TOML document (used by `ripple up` to write its cluster file)."""
+    lines = []
+    for key in SCALAR_KEYS:
+        value = getattr(config, key)
+        if isinstance(value, bool):
+            lines.append(f"{key} = {'true' if value else 'false'}")
+        elif isinstance(value, int | float):
+            lines.append(f"{key} = {value}")
+        else:
+            escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
+            lines.append(f'{key} = "{escaped}"')
+    for n in config.nodes:
+        lines += ["", "[[nodes]]", f'id = "{n.id}"', f'raft = "{n.raft}"', f'http = "{n.http}"']
+    return "\n".join(lines) + "\n"

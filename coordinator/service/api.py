@@ -1,0 +1,761 @@
+"""The coordinator's HTTP API (aiohttp): app factory, routes, error mapping, OpenAPI.
+
+Handlers parse -> propose -> await the commit -> serialize. Reads are served by any node
+from its local state (`stale` says whether that may lag); `?consistent=true` reads go to
+the leader and pass a replicated barrier first. Writes are leader-only: a follower answers
+307 with the leader's URL, or 503 + Retry-After when no leader is known or the leader is
+still applying its log. Every error leaves as the JSON shape of DESIGN §6; a rejected
+request never changes state (validation happens before any proposal).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import models_json_schema
+
+from coordinator.core.commands import Barrier, DrainWorker, RecordCheckpoints, RegisterWorker
+from coordinator.core.commands import CheckpointReport as CheckpointReportCmd
+from coordinator.core.model import (
+    MigrationPhase,
+    Partition,
+    PartitionStatus,
+    WorkerId,
+    WorkerState,
+    valid_id,
+)
+from coordinator.core.state import ClusterState
+from coordinator.errors import RequestError, RippleError, UnavailableError
+from coordinator.service import models as m
+from coordinator.service.auth import issue_token, verify_admin, verify_worker_token
+from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
+from replication.log import RaftRole
+
+log = logging.getLogger(__name__)
+
+NODE_KEY = web.AppKey("node", CoordinatorNode)
+DUTIES_KEY: web.AppKey[Any] = web.AppKey("duties", object)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDoc:
+    method: str
+    path: str
+    summary: str
+    handler: Handler
+    request: type[BaseModel] | None
+    response: type[BaseModel] | None
+    status: int
+    leader_only: bool
+    auth: str | None  # None | "worker" | "admin" | "worker-or-admin"
+
+
+ROUTES: list[RouteDoc] = []
+
+
+def route(
+    method: str,
+    path: str,
+    summary: str,
+    *,
+    request: type[BaseModel] | None = None,
+    response: type[BaseModel] | None = None,
+    status: int = 200,
+    leader_only: bool = False,
+    auth: str | None = None,
+) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        ROUTES.append(
+            RouteDoc(method, path, summary, fn, request, response, status, leader_only, auth)
+        )
+        return fn
+
+    return register
+
+
+class LeaderRedirect(RippleError):
+    status = 307
+    code = "not_leader"
+
+    def __init__(self, location: str, leader_id: str) -> None:
+        super().__init__(f"this node is not the leader; the leader is {leader_id}")
+        self.location = location
+        self.leader_id = leader_id
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _json(
+    body: BaseModel | dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    payload = body.model_dump(by_alias=True) if isinstance(body, BaseModel) else body
+    return web.json_response(payload, status=status, headers=headers)
+
+
+def _error(exc: RippleError) -> web.Response:
+    headers: dict[str, str] = {}
+    if isinstance(exc, UnavailableError):
+        headers["Retry-After"] = str(exc.retry_after_s)
+    if isinstance(exc, LeaderRedirect):
+        headers["Location"] = exc.location
+        headers["Ripple-Leader"] = exc.leader_id
+    body = exc.to_json()
+    if isinstance(exc, LeaderRedirect):
+        body["leader_id"] = exc.leader_id
+    return web.json_response(body, status=exc.status, headers=headers)
+
+
+async def parse(request: web.Request, model: type[M]) -> M:
+    raw = await request.read()  # aiohttp enforces client_max_size -> 413
+    if not raw:
+        raise RequestError("request body is required (JSON)", field="body")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err.get("loc", ())) or "body"
+        if err.get("type") == "json_invalid":
+            raise RequestError(f"body is not valid JSON: {err.get('msg')}", field="body") from None
+        raise RequestError(f"{field}: {err.get('msg')}", field=field) from None
+
+
+def node_of(request: web.Request) -> CoordinatorNode:
+    return request.app[NODE_KEY]
+
+
+def require_leader(request: web.Request) -> CoordinatorNode:
+    node = node_of(request)
+    info = node.leader_info()
+    if info.role is RaftRole.LEADER:
+        if info.ready:
+            return node
+        raise UnavailableError("leader is still applying its committed log", retry_after_s=1)
+    if info.leader is not None and info.leader.id != node.node_id:
+        node.metrics.redirects.inc()
+        raise LeaderRedirect(info.leader.url + request.path_qs, info.leader.id)
+    raise UnavailableError("no leader known (election in progress)", retry_after_s=1)
+
+
+async def read_view(request: web.Request) -> tuple[CoordinatorNode, bool]:
+    """Returns (node, stale). `consistent=true` is leader-only and fenced by a barrier."""
+    consistent = request.query.get("consistent", "false").lower()
+    if consistent not in ("true", "false", "1", "0"):
+        raise RequestError("consistent must be true or false", field="consistent")
+    if consistent in ("true", "1"):
+        node = require_leader(request)
+        await node.barrier()
+        return node, False
+    node = node_of(request)
+    return node, not node.is_ready_leader
+
+
+def path_partition(request: web.Request, state: ClusterState) -> Partition:
+    text = request.match_info["p"]
+    if not text.isdigit() or len(text) > 7:
+        raise RequestError("partition must be a non-negative integer", field="partition")
+    p = int(text)
+    if p >= len(state.partitions):
+        raise RequestError(
+            f"partition {p} does not exist", code="not_found", status=404, field="partition"
+        )
+    return state.partitions[p]
+
+
+def path_worker(request: web.Request) -> WorkerId:
+    wid = request.match_info["worker_id"]
+    if not valid_id(wid):
+        raise RequestError("worker id must match [A-Za-z0-9._-]{1,64}", field="worker_id")
+    return WorkerId(wid)
+
+
+def idempotency_key(request: web.Request) -> str:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return new_request_id()
+    if not valid_id(key):
+        raise RequestError(
+            "Idempotency-Key must match [A-Za-z0-9._-]{1,64}", field="Idempotency-Key"
+        )
+    return key
+
+
+def partition_view(p: Partition) -> m.PartitionView:
+    ck = p.checkpoint
+    return m.PartitionView(
+        partition=p.partition,
+        owner=p.owner,
+        epoch=p.epoch,
+        status=p.status.value,
+        checkpoint=None
+        if ck is None
+        else m.CheckpointView(offset=ck.offset, uri=ck.uri, epoch=ck.epoch, at_ms=ck.at_ms),
+        migration=p.migration,
+    )
+
+
+def summary(state: ClusterState) -> m.ClusterSummary:
+    return m.ClusterSummary(**state.summary())
+
+
+def migration_refs(value: dict[str, Any]) -> list[m.MigrationRef]:
+    return [
+        m.MigrationRef(id=x.get("id"), partition=x["partition"], from_=x["from"], to=x["to"])
+        for x in value.get("migrations", [])
+    ]
+
+
+# -- cluster ----------------------------------------------------------------------------------
+
+
+@route(
+    "GET",
+    "/v1/health",
+    "Node role, Raft indexes and the cluster summary",
+    response=m.HealthResponse,
+)
+async def health(request: web.Request) -> web.Response:
+    node = node_of(request)
+    info = node.leader_info()
+    with node.read() as state:
+        cluster = summary(state)
+    st = info.status
+    return _json(
+        m.HealthResponse(
+            node_id=node.node_id,
+            role=info.role.value,
+            ready=info.ready,
+            leader_id=None if info.leader is None else info.leader.id,
+            leader_url=None if info.leader is None else info.leader.url,
+            term=st.term,
+            commit_index=st.commit_index,
+            applied_index=st.applied_index,
+            cluster=cluster,
+        )
+    )
+
+
+@route("GET", "/v1/status", "Cluster status from this node's state", response=m.StatusResponse)
+async def status(request: web.Request) -> web.Response:
+    node, stale = await read_view(request)
+    info = node.leader_info()
+    with node.read() as state:
+        by_status = {s.value: 0 for s in PartitionStatus}
+        for p in state.partitions:
+            by_status[p.status.value] += 1
+        by_state = {s.value: 0 for s in WorkerState}
+        for w in state.workers.values():
+            by_state[w.state.value] += 1
+        body = m.StatusResponse(
+            generation=state.generation,
+            applied_index=info.status.applied_index,
+            stale=stale,
+            node_id=node.node_id,
+            role=info.role.value,
+            leader_id=None if info.leader is None else info.leader.id,
+            term=info.status.term,
+            cluster=summary(state),
+            partitions_by_status=by_status,
+            workers_by_state=by_state,
+            migrations_in_flight=len(state.in_flight_migrations()),
+        )
+    return _json(body)
+
+
+@route("GET", "/v1/partitions", "The partition table", response=m.PartitionsResponse)
+async def partitions(request: web.Request) -> web.Response:
+    node, stale = await read_view(request)
+    applied = node.log.status().applied_index
+    with node.read() as state:
+        body = m.PartitionsResponse(
+            generation=state.generation,
+            applied_index=applied,
+            stale=stale,
+            partitions=[partition_view(p) for p in state.partitions],
+        )
+    return _json(body)
+
+
+@route("GET", "/v1/partitions/{p}", "One partition", response=m.PartitionResponse)
+async def partition(request: web.Request) -> web.Response:
+    node, stale = await read_view(request)
+    applied = node.log.status().applied_index
+    with node.read() as state:
+        view = partition_view(path_partition(request, state))
+        body = m.PartitionResponse(
+            generation=state.generation, applied_index=applied, stale=stale, **view.model_dump()
+        )
+    return _json(body)
+
+
+@route(
+    "GET",
+    "/v1/partitions/{p}/history",
+    "The partition's last ownership changes",
+    response=m.HistoryResponse,
+)
+async def partition_history(request: web.Request) -> web.Response:
+    node, stale = await read_view(request)
+    applied = node.log.status().applied_index
+    with node.read() as state:
+        p = path_partition(request, state)
+        body = m.HistoryResponse(
+            generation=state.generation,
+            applied_index=applied,
+            stale=stale,
+            partition=p.partition,
+            history=[
+                m.HistoryEntry(epoch=h.epoch, owner=h.owner, reason=h.reason.value, at_ms=h.at_ms)
+                for h in p.history
+            ],
+        )
+    return _json(body)
+
+
+@route("GET", "/v1/workers", "Registered workers", response=m.WorkersResponse)
+async def workers(request: web.Request) -> web.Response:
+    node, stale = await read_view(request)
+    applied = node.log.status().applied_index
+    duties = request.app[DUTIES_KEY]
+    now = now_ms()
+    with node.read() as state:
+        counts: dict[str, int] = {}
+        for p in state.partitions:
+            if p.owner is not None:
+                counts[p.owner] = counts.get(p.owner, 0) + 1
+        views = [
+            m.WorkerView(
+                worker_id=w.worker_id,
+                address=w.address,
+                incarnation=w.incarnation,
+                state=w.state.value,
+                registered_at_ms=w.registered_at_ms,
+                partitions=counts.get(w.worker_id, 0),
+                liveness=duties.liveness_of(w.worker_id, now),
+                load=duties.load_of(w.worker_id),
+            )
+            for w in sorted(state.workers.values(), key=lambda w: w.worker_id)
+        ]
+        body = m.WorkersResponse(
+            generation=state.generation, applied_index=applied, stale=stale, workers=views
+        )
+    return _json(body)
+
+
+@route(
+    "GET",
+    "/v1/workers/{worker_id}/assignment",
+    "Partitions a worker owns",
+    response=m.AssignmentResponse,
+)
+async def assignment(request: web.Request) -> web.Response:
+    wid = path_worker(request)
+    node, stale = await read_view(request)
+    applied = node.log.status().applied_index
+    with node.read() as state:
+        if wid not in state.workers:
+            raise RequestError(
+                f"unknown worker {wid}", code="not_found", status=404, field="worker_id"
+            )
+        body = m.AssignmentResponse(
+            generation=state.generation,
+            applied_index=applied,
+            stale=stale,
+            worker_id=wid,
+            assignment=[
+                m.AssignmentEntry(partition=p, epoch=e) for p, e in state.assignment_of(wid)
+            ],
+        )
+    return _json(body)
+
+
+@route("GET", "/v1/migrations", "Migrations, in flight first", response=m.MigrationsResponse)
+async def migrations(request: web.Request) -> web.Response:
+    node, stale = await read_view(request)
+    applied = node.log.status().applied_index
+    with node.read() as state:
+        ms = list(state.migrations.values())
+        in_flight = [x for x in ms if x.phase not in (MigrationPhase.DONE, MigrationPhase.ABORTED)]
+        done = [x for x in ms if x.phase in (MigrationPhase.DONE, MigrationPhase.ABORTED)]
+        body = m.MigrationsResponse(
+            generation=state.generation,
+            applied_index=applied,
+            stale=stale,
+            in_flight=len(in_flight),
+            migrations=[
+                m.MigrationView(
+                    id=x.migration_id,
+                    partition=x.partition,
+                    source=x.source,
+                    target=x.target,
+                    phase=x.phase.value,
+                    reason=x.reason.value,
+                    created_at_ms=x.created_at_ms,
+                    updated_at_ms=x.updated_at_ms,
+                    note=x.note,
+                )
+                for x in in_flight + done[::-1]
+            ],
+        )
+    return _json(body)
+
+
+# -- workers ----------------------------------------------------------------------------------
+
+
+@route(
+    "POST",
+    "/v1/workers",
+    "Register a worker (new incarnation, signed token)",
+    request=m.RegisterRequest,
+    response=m.RegisterResponse,
+    leader_only=True,
+)
+async def register(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    body = await parse(request, m.RegisterRequest)
+    rid = idempotency_key(request)
+    value = await node.submit(
+        RegisterWorker(worker_id=WorkerId(body.worker_id), address=body.address, now_ms=now_ms()),
+        rid,
+    )
+    incarnation = int(value["incarnation"])
+    request.app[DUTIES_KEY].observe(body.worker_id, 0.0, now_ms())
+    cfg = node.config
+    return _json(
+        m.RegisterResponse(
+            worker_id=body.worker_id,
+            incarnation=incarnation,
+            token=issue_token(cfg.cluster_secret, body.worker_id, incarnation),
+            heartbeat_interval_s=cfg.heartbeat_interval_s,
+            lease_s=cfg.lease_s,
+        )
+    )
+
+
+def authenticate_worker(
+    request: web.Request, node: CoordinatorNode, wid: WorkerId, state: ClusterState
+) -> int:
+    worker = state.workers.get(wid)
+    if worker is None or worker.state in (WorkerState.DEAD, WorkerState.LEFT):
+        # Verify first so an unauthenticated caller learns nothing about worker ids.
+        verify_worker_token(
+            node.config.cluster_secret, wid, request.headers.get("Authorization"), None
+        )
+        what = "unknown worker" if worker is None else f"worker is {worker.state.value}"
+        raise RequestError(
+            f"{what}; register again", code="unknown_worker", status=404, field="worker_id"
+        )
+    return verify_worker_token(
+        node.config.cluster_secret, wid, request.headers.get("Authorization"), worker.incarnation
+    )
+
+
+@route(
+    "POST",
+    "/v1/workers/{worker_id}/heartbeat",
+    "Liveness + load; returns the worker's assignment",
+    request=m.HeartbeatRequest,
+    response=m.HeartbeatResponse,
+    leader_only=True,
+    auth="worker",
+)
+async def heartbeat(request: web.Request) -> web.Response:
+    wid = path_worker(request)
+    node = require_leader(request)
+    body = await parse(request, m.HeartbeatRequest)
+    if len(body.partitions) > node.config.heartbeat_partitions_max:
+        raise RequestError("too many partitions in one heartbeat", field="partitions")
+    duties = request.app[DUTIES_KEY]
+    now = now_ms()
+    with node.read() as state:
+        incarnation = authenticate_worker(request, node, wid, state)
+        if body.incarnation != incarnation:
+            raise RequestError(
+                "body incarnation does not match the token",
+                field="incarnation",
+                code="stale_incarnation",
+                status=409,
+            )
+        generation = state.generation
+        entries = [m.AssignmentEntry(partition=p, epoch=e) for p, e in state.assignment_of(wid)]
+    duties.observe(
+        wid, body.load, now, {int(k): (v.epoch, v.offset) for k, v in body.partitions.items()}
+    )
+    return _json(
+        m.HeartbeatResponse(
+            generation=generation,
+            assignment=entries,
+            checkpoint_due=duties.checkpoint_due(wid, now),
+        )
+    )
+
+
+@route(
+    "POST",
+    "/v1/checkpoints",
+    "Checkpoint acks; each accepted or fenced",
+    request=m.CheckpointsRequest,
+    response=m.CheckpointsResponse,
+    leader_only=True,
+    auth="worker",
+)
+async def checkpoints(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    body = await parse(request, m.CheckpointsRequest)
+    wid = WorkerId(body.worker_id)
+    with node.read() as state:
+        authenticate_worker(request, node, wid, state)
+    value = await node.submit(
+        RecordCheckpoints(
+            worker_id=wid,
+            incarnation=body.incarnation,
+            entries=tuple(
+                CheckpointReportCmd(
+                    partition=c.partition, epoch=c.epoch, offset=c.offset, uri=c.uri
+                )
+                for c in body.checkpoints
+            ),
+            now_ms=now_ms(),
+        ),
+        idempotency_key(request),
+    )
+    results = [
+        m.CheckpointResult(partition=r["partition"], status=r["status"], reason=r.get("reason", ""))
+        for r in value["results"]
+    ]
+    for r in results:
+        node.metrics.checkpoints.labels(status=r.status).inc()
+    return _json(m.CheckpointsResponse(results=results))
+
+
+@route(
+    "POST",
+    "/v1/workers/{worker_id}/drain",
+    "Graceful leave: move the worker's partitions away, then LEFT",
+    response=m.DrainResponse,
+    status=202,
+    leader_only=True,
+    auth="worker-or-admin",
+)
+async def drain(request: web.Request) -> web.Response:
+    wid = path_worker(request)
+    node = require_leader(request)
+    header = request.headers.get("Authorization")
+    is_admin = header == f"Bearer {node.config.admin_token}"
+    with node.read() as state:
+        if wid not in state.workers:
+            if not is_admin:
+                verify_worker_token(node.config.cluster_secret, wid, header, None)
+            raise RequestError(
+                f"unknown worker {wid}", code="not_found", status=404, field="worker_id"
+            )
+        if not is_admin:
+            authenticate_worker(request, node, wid, state)
+        moves = request.app[DUTIES_KEY].plan_drain(state, wid)
+    value = await node.submit(
+        DrainWorker(worker_id=wid, moves=moves, now_ms=now_ms()), idempotency_key(request)
+    )
+    return _json(
+        m.DrainResponse(worker_id=wid, state=value["state"], migrations=migration_refs(value)),
+        status=202,
+    )
+
+
+# -- admin ----------------------------------------------------------------------------------
+
+
+def require_admin(request: web.Request, node: CoordinatorNode) -> None:
+    verify_admin(node.config.admin_token, request.headers.get("Authorization"))
+
+
+@route(
+    "POST",
+    "/v1/admin/reassign",
+    "Plan and start migrations (balance or explicit moves)",
+    request=m.ReassignRequest,
+    response=m.ReassignResponse,
+    status=202,
+    leader_only=True,
+    auth="admin",
+)
+async def reassign(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    require_admin(request, node)
+    body = await parse(request, m.ReassignRequest)
+    if (body.strategy is None) == (body.moves is None):
+        raise RequestError("give exactly one of strategy or moves", field="strategy")
+    result = await request.app[DUTIES_KEY].reassign(body, idempotency_key(request))
+    return _json(result, status=202)
+
+
+@route(
+    "POST",
+    "/v1/admin/migrations/{migration_id}/abort",
+    "Abort a migration that has not handed off",
+    response=m.AbortResponse,
+    leader_only=True,
+    auth="admin",
+)
+async def abort_migration(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    require_admin(request, node)
+    mid = request.match_info["migration_id"]
+    if not valid_id(mid):
+        raise RequestError("migration id must match [A-Za-z0-9._-]{1,64}", field="migration_id")
+    phase = await request.app[DUTIES_KEY].abort(mid, idempotency_key(request))
+    return _json(m.AbortResponse(id=mid, phase=phase))
+
+
+@route(
+    "POST",
+    "/v1/admin/barrier",
+    "Commit a no-op command (tests, drills)",
+    leader_only=True,
+    auth="admin",
+)
+async def admin_barrier(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    require_admin(request, node)
+    value = await node.submit(Barrier(nonce=new_request_id()))
+    return _json({"ok": True, **value})
+
+
+# -- meta -----------------------------------------------------------------------------------
+
+
+@route("GET", "/metrics", "Prometheus metrics")
+async def metrics(request: web.Request) -> web.Response:
+    node = node_of(request)
+    st = node.log.status()
+    node.metrics.set_raft(st.role.value, st.term, st.commit_index, st.applied_index)
+    return web.Response(
+        body=node.metrics.render(),
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
+
+
+@route("GET", "/v1/openapi.json", "This document")
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+def openapi_document() -> dict[str, Any]:
+    models: set[type[BaseModel]] = {m.ErrorBody}
+    for r in ROUTES:
+        for model in (r.request, r.response):
+            if model is not None:
+                models.add(model)
+    ordered = sorted(models, key=lambda x: x.__name__)
+    keys, schema = models_json_schema(
+        [(x, "validation" if x.__name__.endswith("Request") else "serialization") for x in ordered],
+        ref_template="#/components/schemas/{model}",
+    )
+    ref = {model: keys[(model, mode)]["$ref"] for (model, mode) in keys}
+    err = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    paths: dict[str, dict[str, Any]] = {}
+    for r in ROUTES:
+        op: dict[str, Any] = {"summary": r.summary, "responses": {}}
+        if r.request is not None:
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": ref[r.request]}}},
+            }
+        ok: dict[str, Any] = {"description": "OK"}
+        if r.response is not None:
+            ok["content"] = {"application/json": {"schema": {"$ref": ref[r.response]}}}
+        op["responses"][str(r.status)] = ok
+        op["responses"]["400"] = {"description": "Bad input", "content": err}
+        if r.leader_only:
+            op["responses"]["307"] = {
+                "description": "Redirect to the leader (Location, Ripple-Leader)"
+            }
+            op["responses"]["503"] = {
+                "description": "No leader / not ready (Retry-After)",
+                "content": err,
+            }
+        if r.auth:
+            op["responses"]["401"] = {"description": "Missing or invalid token", "content": err}
+            op["security"] = [{"bearer": []}]
+        params = [
+            {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
+            for part in r.path.split("/")
+            if part.startswith("{")
+        ]
+        if (
+            r.method == "GET"
+            and r.path.startswith("/v1/")
+            and r.path not in ("/v1/health", "/v1/openapi.json")
+        ):
+            params.append(
+                {
+                    "name": "consistent",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "boolean"},
+                }
+            )
+        if params:
+            op["parameters"] = params
+        paths.setdefault(r.path, {})[r.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Ripple coordinator", "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": schema.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+# -- app ----------------------------------------------------------------------------------------
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    resource = request.match_info.route.resource
+    route_name = resource.canonical if resource is not None else "unmatched"
+    node = request.app[NODE_KEY]
+    try:
+        response = await handler(request)
+    except RippleError as exc:
+        response = _error(exc)
+    except web.HTTPException as exc:
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
+            exc.status, "http_error"
+        )
+        response = web.json_response({"error": code, "message": exc.reason}, status=exc.status)
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        response = web.json_response({"error": "internal", "message": "internal error"}, status=500)
+    node.metrics.requests.labels(
+        route=route_name, method=request.method, status=str(response.status)
+    ).inc()
+    return response
+
+
+def create_app(node: CoordinatorNode, duties: Any) -> web.Application:
+    app = web.Application(
+        middlewares=[error_middleware], client_max_size=node.config.body_bytes_max
+    )
+    app[NODE_KEY] = node
+    app[DUTIES_KEY] = duties
+    for r in ROUTES:
+        app.router.add_route(r.method, r.path, r.handler)
+    return app
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True)

@@ -1,0 +1,267 @@
+"""Request and response bodies of the coordinator's HTTP API, declared once.
+
+These pydantic models are the single source of the wire shapes: handlers validate
+requests with them (so a validation error names the offending field) and the OpenAPI
+document at `GET /v1/openapi.json` is generated from them. Requests are strict (a bool is
+not an int, unknown fields are refused) and every list or map has a named bound.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ID_REGEX = r"^[A-Za-z0-9._-]{1,64}$"
+ADDRESS_LEN_MAX = 512
+URI_LEN_MAX = 1024
+MOVES_MAX = 10_000
+CHECKPOINT_ENTRIES_MAX = 100_000
+
+Id = Annotated[str, Field(pattern=ID_REGEX)]
+NonNeg = Annotated[int, Field(ge=0)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ErrorBody(_Response):
+    error: str
+    message: str
+    field: str | None = None
+
+
+# -- workers -----------------------------------------------------------------------------
+
+
+class RegisterRequest(_Request):
+    worker_id: Id
+    address: Annotated[
+        str, Field(min_length=1, max_length=ADDRESS_LEN_MAX, pattern=r"^https?://[^\s/]+(/\S*)?$")
+    ]
+
+
+class RegisterResponse(_Response):
+    worker_id: str
+    incarnation: int
+    token: str
+    heartbeat_interval_s: float
+    lease_s: float
+
+
+class PartitionReport(_Request):
+    epoch: NonNeg
+    offset: NonNeg
+
+
+class HeartbeatRequest(_Request):
+    incarnation: Annotated[int, Field(ge=1)]
+    load: Annotated[float, Field(ge=0.0, le=1e6)] = 0.0
+    # Keys are partition numbers as strings (JSON object keys); bounded by the handler
+    # against heartbeat_partitions_max because the bound is a config key.
+    partitions: dict[Annotated[str, Field(pattern=r"^[0-9]{1,7}$")], PartitionReport] = {}
+
+
+class AssignmentEntry(_Response):
+    partition: int
+    epoch: int
+
+
+class HeartbeatResponse(_Response):
+    generation: int
+    assignment: list[AssignmentEntry]
+    checkpoint_due: bool
+
+
+class CheckpointEntry(_Request):
+    partition: NonNeg
+    epoch: NonNeg
+    offset: NonNeg
+    uri: Annotated[str, Field(min_length=1, max_length=URI_LEN_MAX)]
+
+
+class CheckpointsRequest(_Request):
+    worker_id: Id
+    incarnation: Annotated[int, Field(ge=1)]
+    checkpoints: Annotated[list[CheckpointEntry], Field(max_length=CHECKPOINT_ENTRIES_MAX)]
+
+
+class CheckpointResult(_Response):
+    partition: int
+    status: Literal["accepted", "fenced"]
+    reason: str = ""
+
+
+class CheckpointsResponse(_Response):
+    results: list[CheckpointResult]
+
+
+class WorkerView(_Response):
+    worker_id: str
+    address: str
+    incarnation: int
+    state: str
+    registered_at_ms: int
+    partitions: int
+    liveness: str | None = None  # leader only: alive | suspected | dead
+    load: float | None = None
+
+
+class WorkersResponse(_Response):
+    generation: int
+    applied_index: int
+    stale: bool
+    workers: list[WorkerView]
+
+
+class AssignmentResponse(_Response):
+    generation: int
+    applied_index: int
+    stale: bool
+    worker_id: str
+    assignment: list[AssignmentEntry]
+
+
+class DrainResponse(_Response):
+    worker_id: str
+    state: str
+    migrations: list[MigrationRef]
+
+
+# -- partitions and migrations ------------------------------------------------------------
+
+
+class CheckpointView(_Response):
+    offset: int
+    uri: str
+    epoch: int
+    at_ms: int
+
+
+class PartitionView(_Response):
+    partition: int
+    owner: str | None
+    epoch: int
+    status: str
+    checkpoint: CheckpointView | None
+    migration: str | None = None
+
+
+class PartitionsResponse(_Response):
+    generation: int
+    applied_index: int
+    stale: bool
+    partitions: list[PartitionView]
+
+
+class PartitionResponse(PartitionView):
+    generation: int
+    applied_index: int
+    stale: bool
+
+
+class HistoryEntry(_Response):
+    epoch: int
+    owner: str | None
+    reason: str
+    at_ms: int
+
+
+class HistoryResponse(_Response):
+    generation: int
+    applied_index: int
+    stale: bool
+    partition: int
+    history: list[HistoryEntry]
+
+
+class MigrationView(_Response):
+    id: str
+    partition: int
+    source: str
+    target: str
+    phase: str
+    reason: str
+    created_at_ms: int
+    updated_at_ms: int
+    note: str = ""
+
+
+class MigrationsResponse(_Response):
+    generation: int
+    applied_index: int
+    stale: bool
+    in_flight: int
+    migrations: list[MigrationView]
+
+
+class MigrationRef(_Response):
+    id: str | None
+    partition: int
+    from_: str = Field(serialization_alias="from")
+    to: str
+
+
+class MoveRequest(_Request):
+    partition: NonNeg
+    to: Id
+
+
+class ReassignRequest(_Request):
+    strategy: Literal["balance"] | None = None
+    moves: Annotated[list[MoveRequest], Field(max_length=MOVES_MAX)] | None = None
+    dry_run: bool = False
+
+
+class ReassignResponse(_Response):
+    dry_run: bool
+    migrations: list[MigrationRef]
+
+
+class AbortResponse(_Response):
+    id: str
+    phase: str
+
+
+# -- cluster -------------------------------------------------------------------------------
+
+
+class ClusterSummary(_Response):
+    active_workers: int
+    total_workers: int
+    total_partitions: int
+    generation: int
+
+
+class HealthResponse(_Response):
+    node_id: str
+    role: Literal["leader", "follower", "candidate"]
+    ready: bool
+    leader_id: str | None
+    leader_url: str | None
+    term: int
+    commit_index: int
+    applied_index: int
+    cluster: ClusterSummary
+
+
+class StatusResponse(_Response):
+    generation: int
+    applied_index: int
+    stale: bool
+    node_id: str
+    role: str
+    leader_id: str | None
+    term: int
+    cluster: ClusterSummary
+    partitions_by_status: dict[str, int]
+    workers_by_state: dict[str, int]
+    migrations_in_flight: int
+
+
+DrainResponse.model_rebuild()

@@ -1,0 +1,152 @@
+"""One coordinator node: the pure machine, its replicated log, and the proposal path.
+
+The node turns a domain command into a replicated entry (stamping a request id so a
+retry after an unknown outcome is deduplicated by the state machine), waits for the
+commit, and turns the machine's result back into a value or a `RequestError`. It is the
+only place that touches the wall clock for commands: `now_ms()` is stamped into each
+command by the proposer, so `apply` stays deterministic on every replica.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+from coordinator.config import ClusterConfig, NodeSpec
+from coordinator.core.codec import decode_result, encode_command
+from coordinator.core.commands import Command, Ok
+from coordinator.core.machine import Machine
+from coordinator.core.state import ClusterState
+from coordinator.errors import RequestError, UnavailableError
+from coordinator.service.metrics import Metrics
+from replication.log import (
+    NoLeaderError,
+    OutcomeUnknownError,
+    RaftRole,
+    RaftSettings,
+    RaftStatus,
+    ReplicatedLog,
+)
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderInfo:
+    role: RaftRole
+    ready: bool
+    leader: NodeSpec | None
+    status: RaftStatus
+
+
+class CoordinatorNode:
+    def __init__(self, config: ClusterConfig, node_id: str) -> None:
+        self.config = config
+        self.spec = config.node(node_id)
+        self.node_id = node_id
+        self.machine = Machine()
+        self.metrics = Metrics()
+        node_dir = config.node_dir(node_id)
+        settings = RaftSettings(
+            self_addr=self.spec.raft,
+            partners=tuple(n.raft for n in config.nodes if n.id != node_id),
+            bind_addr=self.spec.raft,
+            secret=config.cluster_secret,
+            journal_path=str(node_dir / "raft.journal"),
+            dump_path=str(node_dir / "raft.dump"),
+            raft_min_timeout_s=config.raft_min_timeout_s,
+            raft_max_timeout_s=config.raft_max_timeout_s,
+            append_entries_period_s=config.append_entries_period_s,
+            leader_fallback_timeout_s=config.leader_fallback_timeout_s,
+            log_compaction_min_entries=config.log_compaction_min_entries,
+            log_compaction_min_time_s=config.log_compaction_min_time_s,
+        )
+        self.log = ReplicatedLog(settings, self.machine)
+
+    def start(self) -> None:
+        self.log.start()
+
+    def close(self) -> None:
+        self.log.close()
+
+    # -- leadership ------------------------------------------------------------------------
+
+    def leader_info(self) -> LeaderInfo:
+        status = self.log.status()
+        leader = (
+            None if status.leader_addr is None else self.config.node_by_raft(status.leader_addr)
+        )
+        return LeaderInfo(role=status.role, ready=status.ready, leader=leader, status=status)
+
+    @property
+    def is_ready_leader(self) -> bool:
+        return self.log.is_ready_leader
+
+    # -- reads -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[ClusterState]:
+        """Local state, never torn; stale on followers (the caller says so)."""
+        with self.log.read() as machine:
+            yield cast(Machine, machine).state
+
+    async def barrier(self) -> None:
+        try:
+            await self.log.barrier(self.config.propose_timeout_s)
+        except (NoLeaderError, OutcomeUnknownError) as exc:
+            raise UnavailableError(f"consistent read failed: {exc}") from exc
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def submit(self, command: Command, request_id: str | None = None) -> dict[str, Any]:
+        """Propose `command` and return the machine's Ok value, or raise RequestError for
+        a rejection / UnavailableError when the outcome cannot be learned in time."""
+        rid = request_id or new_request_id()
+        name = type(command).__name__
+        entry = encode_command(command, rid)
+        started = time.monotonic()
+        outcome = "unknown"
+        try:
+            for attempt in range(self.config.propose_retries_max + 1):
+                try:
+                    raw = await self.log.propose(entry, self.config.propose_timeout_s)
+                except NoLeaderError as exc:
+                    outcome = "no_leader"
+                    raise UnavailableError(f"no leader to commit {name}: {exc}") from exc
+                except OutcomeUnknownError as exc:
+                    # Same request id: if the first attempt did commit, the dedup table
+                    # returns its result instead of applying the command twice.
+                    log.warning("proposal %s outcome unknown (%s), attempt %d", name, exc, attempt)
+                    if not self.log.is_ready_leader:
+                        raise UnavailableError(
+                            f"leadership lost while committing {name}; retry with the same "
+                            "Idempotency-Key"
+                        ) from exc
+                    continue
+                result = decode_result(raw)
+                if isinstance(result, Ok):
+                    outcome = "ok"
+                    return result.value
+                outcome = "rejected"
+                raise RequestError(
+                    result.message, code=result.code, status=result.status, field=result.field
+                )
+            raise UnavailableError(
+                f"{name} not confirmed after retries; retry with the same Idempotency-Key"
+            )
+        finally:
+            self.metrics.proposals.labels(command=name, outcome=outcome).inc()
+            self.metrics.proposal_seconds.labels(command=name).observe(time.monotonic() - started)

@@ -1,0 +1,50 @@
+"""Process wiring for one coordinator node: Raft log + leader duties + HTTP server.
+
+`serve()` runs until SIGTERM or SIGINT, then stops the HTTP server, the duties and the
+Raft node in that order (so no request is answered from a closed log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from aiohttp import web
+
+from coordinator.config import ClusterConfig
+from coordinator.service.api import create_app
+from coordinator.service.duties import LeaderDuties
+from coordinator.service.node import CoordinatorNode
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_S = 5.0
+
+
+async def serve(config: ClusterConfig, node_id: str) -> None:
+    node = CoordinatorNode(config, node_id)
+    duties = LeaderDuties(node)
+    node.log.on_role_change(duties.on_role)
+    app = create_app(node, duties)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+    await runner.setup()
+    host, port = node.spec.http.rsplit(":", 1)
+    site = web.TCPSite(runner, host, int(port), reuse_address=True)
+    node.start()
+    await site.start()
+    log.info("node %s: raft %s, http %s", node_id, node.spec.raft, node.spec.url)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("node %s stopping", node_id)
+        with contextlib.suppress(Exception):
+            await runner.cleanup()
+        await duties.close()
+        node.close()

@@ -1,0 +1,182 @@
+"""A three-node coordinator cluster of real `ripple coordinator` processes on 127.0.0.1.
+
+Each node is a child process tracked by PID (tests.support.Proc). HTTP calls use
+http.client directly so redirects are never followed behind a test's back.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from coordinator.config import ClusterConfig, NodeSpec, render_toml
+from tests.support import Proc, free_ports, python_argv, wait_until
+
+SECRET = "integration-secret-0123456789"
+ADMIN = "integration-admin-token-0123"
+HTTP_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: Any
+
+
+def call(
+    method: str,
+    url: str,
+    body: Any = None,
+    *,
+    token: str | None = None,
+    headers: dict[str, str] | None = None,
+    raw: bytes | None = None,
+    timeout_s: float = HTTP_TIMEOUT_S,
+) -> Reply:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+    hdrs = dict(headers or {})
+    data = raw
+    if body is not None:
+        data = json.dumps(body).encode()
+        hdrs["Content-Type"] = "application/json"
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.request(method, path, body=data, headers=hdrs)
+        resp = conn.getresponse()
+        payload = resp.read()
+    finally:
+        conn.close()
+    try:
+        parsed: Any = json.loads(payload) if payload else None
+    except ValueError:
+        parsed = payload.decode(errors="replace")
+    return Reply(resp.status, {k: v for k, v in resp.getheaders()}, parsed)
+
+
+class Cluster:
+    def __init__(self, root: Path, *, nodes: int = 3, **settings: Any) -> None:
+        self.root = root
+        ports = free_ports(2 * nodes)
+        self.specs = tuple(
+            NodeSpec(
+                id=f"n{i + 1}",
+                raft=f"127.0.0.1:{ports[2 * i]}",
+                http=f"127.0.0.1:{ports[2 * i + 1]}",
+            )
+            for i in range(nodes)
+        )
+        defaults: dict[str, Any] = {"total_partitions": 16}
+        self.config = ClusterConfig(
+            cluster_secret=SECRET,
+            admin_token=ADMIN,
+            data_dir=str(root / "data"),
+            nodes=self.specs,
+            **{**defaults, **settings},
+        )
+        self.config_path = root / "cluster.toml"
+        self.config_path.write_text(render_toml(self.config))
+        self.procs: dict[str, Proc] = {}
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def start(self, node_id: str, *, config_path: Path | None = None) -> Proc:
+        proc = Proc(
+            python_argv(
+                "-m",
+                "coordinator.cli",
+                "coordinator",
+                "--config",
+                str(config_path or self.config_path),
+                "--node-id",
+                node_id,
+            ),
+            self.root / "logs" / f"{node_id}.log",
+        )
+        self.procs[node_id] = proc
+        return proc
+
+    def start_all(self) -> None:
+        for s in self.specs:
+            self.start(s.id)
+
+    def kill9(self, node_id: str) -> None:
+        self.procs[node_id].kill9()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+
+    def alive(self) -> list[str]:
+        return [nid for nid, p in self.procs.items() if p.alive()]
+
+    # -- http ---------------------------------------------------------------------------------
+
+    def url(self, node_id: str) -> str:
+        return next(s.url for s in self.specs if s.id == node_id)
+
+    def health(self, node_id: str) -> dict[str, Any] | None:
+        try:
+            r = call("GET", self.url(node_id) + "/v1/health", timeout_s=2.0)
+        except OSError:
+            return None
+        return r.body if r.status == 200 else None
+
+    def leader(self, timeout_s: float = 30.0, among: list[str] | None = None) -> str:
+        """The id of the single ready leader that every live node agrees on."""
+
+        def agreed() -> str | None:
+            nodes = among or self.alive()
+            hs = [self.health(n) for n in nodes]
+            if any(h is None for h in hs):
+                return None
+            leaders = [h["node_id"] for h in hs if h and h["role"] == "leader" and h["ready"]]
+            if len(leaders) != 1:
+                return None
+            if any(h and h["leader_id"] != leaders[0] for h in hs):
+                return None
+            return leaders[0]
+
+        return wait_until(agreed, "one agreed ready leader", timeout_s)
+
+    def ready(self, timeout_s: float = 30.0) -> str:
+        leader = self.leader(timeout_s)
+        wait_until(
+            lambda: (self.health(leader) or {}).get("cluster", {}).get("total_partitions", 0) > 0,
+            "bootstrap",
+            timeout_s,
+        )
+        return leader
+
+    def post(self, node_id: str, path: str, body: Any, **kw: Any) -> Reply:
+        return call("POST", self.url(node_id) + path, body, **kw)
+
+    def get(self, node_id: str, path: str, **kw: Any) -> Reply:
+        return call("GET", self.url(node_id) + path, **kw)
+
+    def write_via_any(self, path: str, body: Any, *, timeout_s: float = 30.0, **kw: Any) -> Reply:
+        """POST to whichever node answers, following redirects and 503s, until it lands."""
+        deadline = time.monotonic() + timeout_s
+        last: Reply | None = None
+        while time.monotonic() < deadline:
+            for nid in self.alive():
+                try:
+                    r = self.post(nid, path, body, timeout_s=3.0, **kw)
+                    if r.status == 307:
+                        loc = r.headers["Location"]
+                        r = call("POST", loc, body, timeout_s=3.0, **kw)
+                except OSError:
+                    continue
+                last = r
+                if r.status < 500 and r.status != 307:
+                    return r
+            time.sleep(0.02)
+        raise AssertionError(f"no write landed within {timeout_s} s (last: {last})")
