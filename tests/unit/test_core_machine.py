@@ -1,0 +1,377 @@
+"""The replication adapter: total on any bytes, and the state's invariants under random runs."""
+
+from __future__ import annotations
+
+import itertools
+
+import msgpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from coordinator.core.codec import (
+    FORMAT_VERSION,
+    decode_result,
+    decode_state,
+    encode_command,
+    encode_result,
+    encode_state,
+)
+from coordinator.core.commands import (
+    STATUS_BY_CODE,
+    AbortMigration,
+    Assignment,
+    AssignPartitions,
+    Barrier,
+    Bootstrap,
+    CheckpointReport,
+    Command,
+    DeclareDead,
+    DrainWorker,
+    FinalCheckpoint,
+    HandOff,
+    Move,
+    Ok,
+    PartitionOnline,
+    PlanMigrations,
+    RecordCheckpoints,
+    RegisterWorker,
+    Rejected,
+    Result,
+    StartRelease,
+)
+from coordinator.core.machine import Machine
+from coordinator.core.model import (
+    OWNING_WORKER_STATES,
+    TERMINAL_PHASES,
+    MigrationPhase,
+    MigrationReason,
+    PartitionStatus,
+    WorkerId,
+    WorkerState,
+)
+from tests.unit.test_core_codec import commands, json_like, request_ids
+
+
+def _apply(machine: Machine, data: bytes) -> Result:
+    return decode_result(machine.apply(data))
+
+
+def test_apply_decodes_applies_and_encodes() -> None:
+    m = Machine()
+    assert _apply(m, encode_command(Bootstrap(total_partitions=3, now_ms=1), "r1")) == Ok(
+        value={"total_partitions": 3, "created": True}
+    )
+    r = _apply(m, b"\x93\x01\x02")
+    assert isinstance(r, Rejected) and (r.code, r.status) == ("invalid", 400)
+    bad_tag = msgpack.packb([FORMAT_VERSION, 77, "r", {}])
+    r = _apply(m, bad_tag)
+    assert isinstance(r, Rejected) and r.message == "unknown command tag 77" and r.field == "tag"
+
+
+def test_internal_errors_become_values() -> None:
+    m = Machine()
+    m.state = None  # type: ignore[assignment]  # any bug inside apply
+    r = _apply(m, encode_command(Bootstrap(total_partitions=3, now_ms=1), "r1"))
+    assert isinstance(r, Rejected) and (r.code, r.status) == ("internal", 500)
+
+
+def test_snapshot_restore() -> None:
+    m = Machine()
+    _apply(m, encode_command(Bootstrap(total_partitions=3, now_ms=1), "r1"))
+    other = Machine()
+    other.restore(m.snapshot())
+    assert other.snapshot() == m.snapshot()
+
+
+def _check_total(result_bytes: bytes) -> None:
+    result = decode_result(result_bytes)
+    if isinstance(result, Rejected):
+        assert result.code != "internal", result
+        assert STATUS_BY_CODE[result.code] == result.status
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=300)
+def test_apply_never_raises_on_bytes(data: bytes) -> None:
+    _check_total(Machine().apply(data))
+
+
+@given(json_like)
+@settings(max_examples=300)
+def test_apply_never_raises_on_msgpack(obj: object) -> None:
+    _check_total(Machine().apply(msgpack.packb(obj)))
+
+
+FIELD_NAMES = [
+    "total_partitions",
+    "now_ms",
+    "worker_id",
+    "address",
+    "worker_ids",
+    "assignments",
+    "partition",
+    "epoch",
+    "owner",
+    "moves",
+    "reason",
+    "migration_id",
+    "checkpoint",
+    "note",
+    "incarnation",
+    "entries",
+    "nonce",
+    "extra",
+]
+
+
+@given(
+    st.integers(0, 14),
+    st.one_of(st.text(max_size=70), json_like),
+    st.dictionaries(
+        st.sampled_from(FIELD_NAMES),
+        json_like,
+    ),
+    st.booleans(),
+)
+@settings(max_examples=500)
+def test_apply_never_raises_on_garbage_fields(
+    tag: int, request_id: object, body: dict[str, object], bootstrap: bool
+) -> None:
+    m = Machine()
+    if bootstrap:
+        m.apply(encode_command(Bootstrap(total_partitions=4, now_ms=1), "boot"))
+    _check_total(m.apply(msgpack.packb([FORMAT_VERSION, tag, request_id, body])))
+
+
+@given(request_ids, st.lists(commands, max_size=8))
+@settings(max_examples=200)
+def test_apply_never_raises_on_well_formed_commands(rid: str, cmds: list[Command]) -> None:
+    m = Machine()
+    m.apply(encode_command(Bootstrap(total_partitions=8, now_ms=1), "boot"))
+    for i, cmd in enumerate(cmds):
+        _check_total(m.apply(encode_command(cmd, f"{rid[:50]}{i}")))
+
+
+# --- random runs of valid-ish commands ---------------------------------------------------------
+
+POOL = [WorkerId(f"w{i}") for i in range(5)]
+
+
+class CoordinatorRun(RuleBasedStateMachine):
+    """Drives the Machine (through bytes) with commands a leader might plausibly send."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.machine = Machine()
+        self.ids = itertools.count()
+        self.epochs: list[int] = []
+        self.generation = 0
+        self.last: tuple[str, bytes] | None = None
+
+    @property
+    def s(self):  # type: ignore[no-untyped-def]
+        return self.machine.state
+
+    def run(self, cmd: Command) -> Result:
+        rid = f"r{next(self.ids)}"
+        data = encode_command(cmd, rid)
+        out = self.machine.apply(data)
+        result = decode_result(out)
+        if isinstance(result, Rejected):
+            assert result.code != "internal", result
+        else:
+            self.last = (data.hex(), out)
+        return result
+
+    @initialize(total=st.integers(1, 8), workers=st.integers(0, 4))
+    def bootstrap(self, total: int, workers: int) -> None:
+        # Start from a populated cluster most of the time so runs reach the deep transitions.
+        assert isinstance(self.run(Bootstrap(total_partitions=total, now_ms=0)), Ok)
+        self.epochs = [0] * total
+        for wid in POOL[:workers]:
+            self.run(RegisterWorker(worker_id=wid, address="http://x", now_ms=0))
+        if workers:
+            assignments = tuple(
+                Assignment(partition=p, owner=POOL[p % workers]) for p in range(total)
+            )
+            assert isinstance(self.run(AssignPartitions(assignments=assignments, now_ms=0)), Ok)
+
+    def _workers(self, *states: WorkerState) -> list[WorkerId]:
+        return sorted(w.worker_id for w in self.s.workers.values() if w.state in states)
+
+    @rule(data=st.data())
+    def register(self, data: st.DataObject) -> None:
+        wid = data.draw(st.sampled_from(POOL))
+        assert isinstance(self.run(RegisterWorker(worker_id=wid, address="http://x", now_ms=1)), Ok)
+
+    @rule(data=st.data())
+    def declare_dead(self, data: st.DataObject) -> None:
+        owning = self._workers(*OWNING_WORKER_STATES)
+        if not owning:
+            return
+        dead = data.draw(st.lists(st.sampled_from(owning), min_size=1, max_size=2, unique=True))
+        heirs = [w for w in self._workers(WorkerState.ACTIVE) if w not in dead]
+        orphaned = sorted(p for w in dead for p in self.s.owned_by(w))
+        assignments = tuple(
+            Assignment(partition=p, owner=data.draw(st.sampled_from([None, *heirs])))
+            for p in orphaned
+        )
+        cmd = DeclareDead(worker_ids=tuple(dead), assignments=assignments, now_ms=2)
+        assert isinstance(self.run(cmd), Ok)
+
+    @rule(data=st.data())
+    def assign(self, data: st.DataObject) -> None:
+        active = self._workers(WorkerState.ACTIVE)
+        free = [p.partition for p in self.s.partitions if p.status is PartitionStatus.UNASSIGNED]
+        if not active or not free:
+            return
+        chosen = data.draw(st.lists(st.sampled_from(free), min_size=1, unique=True))
+        assignments = tuple(
+            Assignment(partition=p, owner=data.draw(st.sampled_from(active))) for p in chosen
+        )
+        assert isinstance(self.run(AssignPartitions(assignments=assignments, now_ms=3)), Ok)
+
+    @rule(data=st.data(), exact=st.integers(0, 3))
+    def online(self, data: st.DataObject, exact: int) -> None:
+        pending = [p for p in self.s.partitions if p.status is PartitionStatus.ASSIGNING]
+        part = data.draw(st.sampled_from(pending or self.s.partitions))
+        epochs = [part.epoch, max(0, part.epoch - 1), part.epoch + 1]
+        epoch = part.epoch if exact else data.draw(st.sampled_from(epochs))
+        owner = part.owner or data.draw(st.sampled_from(POOL))
+        cmd = PartitionOnline(partition=part.partition, epoch=epoch, owner=owner, now_ms=4)
+        result = self.run(cmd)
+        assert isinstance(result, Ok) == (epoch == part.epoch and part.owner is not None)
+
+    def _moves(self, data: st.DataObject, sources: list[WorkerId]) -> tuple[Move, ...]:
+        movable = [p for p in self.s.partitions if p.owner in sources and p.migration is None]
+        active = self._workers(WorkerState.ACTIVE)
+        if not movable:
+            return ()
+        chosen = data.draw(st.lists(st.sampled_from(movable), min_size=1, max_size=3, unique=True))
+        moves = []
+        for p in chosen:
+            assert p.owner is not None
+            targets = [w for w in active if w != p.owner]
+            if targets:
+                target = data.draw(st.sampled_from(targets))
+                moves.append(Move(partition=p.partition, source=p.owner, target=target))
+        return tuple(moves)
+
+    @rule(data=st.data(), reason=st.sampled_from(MigrationReason))
+    def plan(self, data: st.DataObject, reason: MigrationReason) -> None:
+        moves = self._moves(data, self._workers(*OWNING_WORKER_STATES))
+        self.run(PlanMigrations(moves=moves, reason=reason, now_ms=5))
+
+    def _migration(self, data: st.DataObject) -> str:
+        in_flight = [m.migration_id for m in self.s.in_flight_migrations()]
+        return data.draw(st.sampled_from(in_flight or list(self.s.migrations) or ["m-0"]))
+
+    @rule(data=st.data())
+    def start_release(self, data: st.DataObject) -> None:
+        self.run(StartRelease(migration_id=self._migration(data), now_ms=6))  # type: ignore[arg-type]
+
+    @rule(data=st.data(), offset=st.integers(0, 30), same_epoch=st.booleans(), give=st.booleans())
+    def hand_off(self, data: st.DataObject, offset: int, same_epoch: bool, give: bool) -> None:
+        mid = self._migration(data)
+        m = self.s.migrations.get(mid)
+        epoch = self.s.partitions[m.partition].epoch if m and same_epoch else 0
+        final = FinalCheckpoint(offset=offset, uri="f", epoch=epoch) if give else None
+        self.run(HandOff(migration_id=mid, checkpoint=final, now_ms=7))  # type: ignore[arg-type]
+
+    @rule(data=st.data())
+    def abort(self, data: st.DataObject) -> None:
+        self.run(AbortMigration(migration_id=self._migration(data), note="n", now_ms=8))  # type: ignore[arg-type]
+
+    @rule(data=st.data(), offset=st.integers(0, 30), stale=st.booleans())
+    def checkpoints(self, data: st.DataObject, offset: int, stale: bool) -> None:
+        owning = self._workers(*OWNING_WORKER_STATES)
+        if not owning:
+            return
+        wid = data.draw(st.sampled_from(owning))
+        entries = tuple(
+            CheckpointReport(partition=p, epoch=e - stale, offset=offset, uri="c")
+            for p, e in self.s.assignment_of(wid)
+        )
+        inc = self.s.workers[wid].incarnation
+        assert isinstance(
+            self.run(RecordCheckpoints(worker_id=wid, incarnation=inc, entries=entries, now_ms=9)),
+            Ok,
+        )
+
+    @rule(data=st.data())
+    def drain(self, data: st.DataObject) -> None:
+        owning = self._workers(*OWNING_WORKER_STATES)
+        if not owning:
+            return
+        wid = data.draw(st.sampled_from(owning))
+        moves = tuple(m for m in self._moves(data, [wid]) if m.target != wid)
+        assert isinstance(self.run(DrainWorker(worker_id=wid, moves=moves, now_ms=10)), Ok)
+
+    @rule()
+    def retry_last(self) -> None:
+        # A retried entry answers from the dedup table and changes nothing.
+        if self.last is None:
+            return
+        data_hex, out = self.last
+        before = self.machine.snapshot()
+        assert self.machine.apply(bytes.fromhex(data_hex)) == out
+        assert self.machine.snapshot() == before
+
+    @rule(nonce=st.text(max_size=5))
+    def barrier(self, nonce: str) -> None:
+        before = self.machine.snapshot()
+        assert self.run(Barrier(nonce=nonce)) == Ok(value={"nonce": nonce})
+        assert self.machine.snapshot() == before
+
+    # --- invariants ----------------------------------------------------------------------------
+
+    @invariant()
+    def ownership(self) -> None:
+        for part in self.s.partitions:
+            if part.owner is None:
+                assert part.status is PartitionStatus.UNASSIGNED
+            else:
+                assert part.status is not PartitionStatus.UNASSIGNED
+                assert self.s.workers[part.owner].state in OWNING_WORKER_STATES
+        for w in self.s.workers.values():
+            owned = self.s.owned_by(w.worker_id)
+            assert owned == [p.partition for p in self.s.partitions if p.owner == w.worker_id]
+            if w.state not in OWNING_WORKER_STATES:
+                assert owned == []
+
+    @invariant()
+    def epochs_and_generation_never_decrease(self) -> None:
+        epochs = [p.epoch for p in self.s.partitions]
+        assert all(new >= old for new, old in zip(epochs, self.epochs, strict=True))
+        self.epochs = epochs
+        assert self.s.generation >= self.generation
+        self.generation = self.s.generation
+
+    @invariant()
+    def migrations_agree_with_partitions(self) -> None:
+        for part in self.s.partitions:
+            if part.migration is not None:
+                m = self.s.migrations[part.migration]
+                assert m.phase not in TERMINAL_PHASES and m.partition == part.partition
+        for m in self.s.in_flight_migrations():
+            part = self.s.partitions[m.partition]
+            assert part.migration == m.migration_id
+            if m.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING):
+                assert part.owner == m.source
+            else:
+                assert part.owner == m.target
+
+    @invariant()
+    def snapshot_round_trips(self) -> None:
+        data = self.machine.snapshot()
+        restored = decode_state(data)
+        assert encode_state(restored) == data
+        for wid in POOL:
+            assert restored.owned_by(wid) == self.s.owned_by(wid)
+        for rid, result in list(self.s.requests.items())[-3:]:
+            assert decode_result(encode_result(result)) == result, rid
+
+
+TestCoordinatorRun = CoordinatorRun.TestCase
+TestCoordinatorRun.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
