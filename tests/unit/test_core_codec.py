@@ -176,24 +176,23 @@ short_text = st.text(max_size=20)
 request_ids = st.text(min_size=1, max_size=REQUEST_ID_LEN_MAX)
 moves = st.builds(Move, partition=small, source=worker_ids, target=worker_ids)
 assignments = st.builds(Assignment, partition=small, owner=st.none() | worker_ids)
-batches = {"max_size": 4}
 
 commands: st.SearchStrategy[Command] = st.one_of(
     st.builds(Bootstrap, total_partitions=nats, now_ms=nats),
     st.builds(RegisterWorker, worker_id=worker_ids, address=ids, now_ms=nats),
     st.builds(
         DeclareDead,
-        worker_ids=st.lists(worker_ids, **batches).map(tuple),
-        assignments=st.lists(assignments, **batches).map(tuple),
+        worker_ids=st.lists(worker_ids, max_size=4).map(tuple),
+        assignments=st.lists(assignments, max_size=4).map(tuple),
         now_ms=nats,
     ),
     st.builds(
-        AssignPartitions, assignments=st.lists(assignments, **batches).map(tuple), now_ms=nats
+        AssignPartitions, assignments=st.lists(assignments, max_size=4).map(tuple), now_ms=nats
     ),
     st.builds(PartitionOnline, partition=small, epoch=nats, owner=worker_ids, now_ms=nats),
     st.builds(
         PlanMigrations,
-        moves=st.lists(moves, **batches).map(tuple),
+        moves=st.lists(moves, max_size=4).map(tuple),
         reason=st.sampled_from(MigrationReason),
         now_ms=nats,
     ),
@@ -211,12 +210,12 @@ commands: st.SearchStrategy[Command] = st.one_of(
         incarnation=nats,
         entries=st.lists(
             st.builds(CheckpointReport, partition=small, epoch=nats, offset=nats, uri=short_text),
-            **batches,
+            max_size=4,
         ).map(tuple),
         now_ms=nats,
     ),
     st.builds(
-        DrainWorker, worker_id=worker_ids, moves=st.lists(moves, **batches).map(tuple), now_ms=nats
+        DrainWorker, worker_id=worker_ids, moves=st.lists(moves, max_size=4).map(tuple), now_ms=nats
     ),
     st.builds(Barrier, nonce=short_text),
 )

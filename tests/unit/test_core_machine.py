@@ -40,10 +40,11 @@ from coordinator.core.commands import (
     Result,
     StartRelease,
 )
-from coordinator.core.machine import Machine
+from coordinator.core.machine import ClusterState, Machine
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
     TERMINAL_PHASES,
+    MigrationId,
     MigrationPhase,
     MigrationReason,
     PartitionStatus,
@@ -170,7 +171,7 @@ class CoordinatorRun(RuleBasedStateMachine):
         self.last: tuple[str, bytes] | None = None
 
     @property
-    def s(self):  # type: ignore[no-untyped-def]
+    def s(self) -> ClusterState:
         return self.machine.state
 
     def run(self, cmd: Command) -> Result:
@@ -263,13 +264,15 @@ class CoordinatorRun(RuleBasedStateMachine):
         moves = self._moves(data, self._workers(*OWNING_WORKER_STATES))
         self.run(PlanMigrations(moves=moves, reason=reason, now_ms=5))
 
-    def _migration(self, data: st.DataObject) -> str:
+    def _migration(self, data: st.DataObject) -> MigrationId:
         in_flight = [m.migration_id for m in self.s.in_flight_migrations()]
-        return data.draw(st.sampled_from(in_flight or list(self.s.migrations) or ["m-0"]))
+        return data.draw(
+            st.sampled_from(in_flight or list(self.s.migrations) or [MigrationId("m-0")])
+        )
 
     @rule(data=st.data())
     def start_release(self, data: st.DataObject) -> None:
-        self.run(StartRelease(migration_id=self._migration(data), now_ms=6))  # type: ignore[arg-type]
+        self.run(StartRelease(migration_id=self._migration(data), now_ms=6))
 
     @rule(data=st.data(), offset=st.integers(0, 30), same_epoch=st.booleans(), give=st.booleans())
     def hand_off(self, data: st.DataObject, offset: int, same_epoch: bool, give: bool) -> None:
@@ -277,11 +280,11 @@ class CoordinatorRun(RuleBasedStateMachine):
         m = self.s.migrations.get(mid)
         epoch = self.s.partitions[m.partition].epoch if m and same_epoch else 0
         final = FinalCheckpoint(offset=offset, uri="f", epoch=epoch) if give else None
-        self.run(HandOff(migration_id=mid, checkpoint=final, now_ms=7))  # type: ignore[arg-type]
+        self.run(HandOff(migration_id=mid, checkpoint=final, now_ms=7))
 
     @rule(data=st.data())
     def abort(self, data: st.DataObject) -> None:
-        self.run(AbortMigration(migration_id=self._migration(data), note="n", now_ms=8))  # type: ignore[arg-type]
+        self.run(AbortMigration(migration_id=self._migration(data), note="n", now_ms=8))
 
     @rule(data=st.data(), offset=st.integers(0, 30), stale=st.booleans())
     def checkpoints(self, data: st.DataObject, offset: int, stale: bool) -> None:
