@@ -63,7 +63,7 @@ from coordinator.core.model import (
     valid_id,
 )
 
-__all__ = ["ClusterState", "apply"]
+__all__ = ["ClusterState", "apply", "check_moves"]
 
 
 class ClusterState:
@@ -287,9 +287,13 @@ def _in_range(state: ClusterState, partition: int) -> bool:
     return 0 <= partition < state.total_partitions
 
 
-def _check_moves(
-    state: ClusterState, moves: tuple[Move, ...], drained: WorkerId | None
+def check_moves(
+    state: ClusterState, moves: tuple[Move, ...], drained: WorkerId | None = None
 ) -> Rejected | None:
+    """The Rejected that PlanMigrations (drained=None) or DrainWorker would answer, or None.
+
+    Read-only; the service uses it to answer dry runs and to refuse early with the same error.
+    """
     if len(moves) > BATCH_ITEMS_MAX:
         return rejected("invalid", f"at most {BATCH_ITEMS_MAX} moves", "moves")
     seen: set[int] = set()
@@ -326,6 +330,10 @@ def _check_moves(
                 "conflict", f"{where}: target {mv.target} is {target.state.value}", "to"
             )
     return None
+
+
+# Deprecated alias: coordinator/service/duties.py imported the private name first.
+_check_moves = check_moves
 
 
 def _create_migrations(
@@ -635,7 +643,7 @@ def _partition_online(state: ClusterState, cmd: PartitionOnline) -> _Outcome:
 
 
 def _plan_migrations(state: ClusterState, cmd: PlanMigrations) -> _Outcome:
-    bad = _check_moves(state, cmd.moves, None)
+    bad = check_moves(state, cmd.moves, None)
     if bad is not None:
         return bad, False
     created = _create_migrations(state, cmd.moves, cmd.reason, cmd.now_ms)
@@ -779,7 +787,7 @@ def _drain_worker(state: ClusterState, cmd: DrainWorker) -> _Outcome:
         return rejected("not_found", f"unknown worker {wid}", "worker_id"), False
     if w.state not in OWNING_WORKER_STATES:
         return rejected("conflict", f"worker {wid} is {w.state.value}", "worker_id"), False
-    bad = _check_moves(state, cmd.moves, wid)
+    bad = check_moves(state, cmd.moves, wid)
     if bad is not None:
         return bad, False
     if w.state is WorkerState.ACTIVE:
