@@ -530,7 +530,9 @@ async def checkpoints(request: web.Request) -> web.Response:
         idempotency_key(request),
     )
     results = [
-        m.CheckpointResult(partition=r["partition"], status=r["status"], reason=r.get("reason", ""))
+        m.CheckpointResult(
+            partition=r["partition"], status=r["status"], reason=r.get("reason") or ""
+        )
         for r in value["results"]
     ]
     for r in results:

@@ -47,8 +47,7 @@ from coordinator.core.model import (
     WorkerState,
 )
 from coordinator.core.placement import PlacementStrategy, plan
-from coordinator.core.state import ClusterState
-from coordinator.core.state import _check_moves as check_moves
+from coordinator.core.state import ClusterState, check_moves
 from coordinator.errors import RequestError, RippleError
 from coordinator.service import models as m
 from coordinator.service.auth import issue_token

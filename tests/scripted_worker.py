@@ -1,0 +1,214 @@
+"""A scripted worker for coordinator tests: speaks the worker HTTP contract, computes nothing.
+
+Run as `python -m tests.scripted_worker --coordinator URL ... --worker-id W --port P`.
+It registers (following redirects), heartbeats with its gates' epochs and offsets, obeys
+host / release / checkpoint calls (verifying the coordinator's bearer token), and exposes
+`GET /test/state` (gates and a log of every call) and `POST /test/heartbeats {"enabled"}`
+so a test can make it fall silent without killing it. Offsets advance by one per
+heartbeat for each open gate, standing in for processed input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import logging
+import signal
+from typing import Any
+
+from aiohttp import web
+
+from coordinator.client import CoordinatorClient
+from coordinator.errors import ClientError
+
+log = logging.getLogger("scripted_worker")
+
+
+class ScriptedWorker:
+    def __init__(self, urls: list[str], worker_id: str, port: int, interval_s: float) -> None:
+        self.client = CoordinatorClient(urls, deadline_s=5.0, timeout_s=3.0)
+        self.worker_id = worker_id
+        self.address = f"http://127.0.0.1:{port}"
+        self.interval_s = interval_s
+        self.token = ""
+        self.incarnation = 0
+        self.gates: dict[int, dict[str, Any]] = {}  # p -> {epoch, offset, open}
+        self.calls: list[dict[str, Any]] = []
+        self.heartbeats_enabled = True
+        self.generation = -1
+
+    async def register(self) -> None:
+        body = await self.client.post(
+            "/v1/workers", {"worker_id": self.worker_id, "address": self.address}
+        )
+        self.token, self.incarnation = body["token"], body["incarnation"]
+        self.gates.clear()
+        self.calls.append({"call": "register", "incarnation": self.incarnation})
+
+    async def heartbeat_loop(self) -> None:
+        while True:
+            if self.heartbeats_enabled:
+                try:
+                    if not self.token:
+                        await self.register()
+                    for g in self.gates.values():
+                        if g["open"]:
+                            g["offset"] += 1
+                    body = await self.client.post(
+                        f"/v1/workers/{self.worker_id}/heartbeat",
+                        {
+                            "incarnation": self.incarnation,
+                            "load": 0.1,
+                            "partitions": {
+                                str(p): {"epoch": g["epoch"], "offset": g["offset"]}
+                                for p, g in self.gates.items()
+                                if g["open"]
+                            },
+                        },
+                        token=self.token,
+                    )
+                    self.generation = body["generation"]
+                    assigned = {a["partition"]: a["epoch"] for a in body["assignment"]}
+                    for p, g in self.gates.items():
+                        if g["open"] and assigned.get(p) != g["epoch"]:
+                            g["open"] = False  # reconcile: no longer ours at this epoch
+                    if body["checkpoint_due"]:
+                        await self.report_checkpoints()
+                except ClientError as exc:
+                    if exc.code in ("unknown_worker", "stale_incarnation"):
+                        self.token = ""
+                    log.info("heartbeat failed: %s %s", exc.code, exc.message)
+            await asyncio.sleep(self.interval_s)
+
+    async def report_checkpoints(self) -> list[dict[str, Any]]:
+        entries = [
+            {
+                "partition": p,
+                "epoch": g["epoch"],
+                "offset": g["offset"],
+                "uri": f"mem://{self.worker_id}/{p}/{g['epoch']}/{g['offset']}",
+            }
+            for p, g in sorted(self.gates.items())
+            if g["open"]
+        ]
+        if not entries:
+            return []
+        body = await self.client.post(
+            "/v1/checkpoints",
+            {"worker_id": self.worker_id, "incarnation": self.incarnation, "checkpoints": entries},
+            token=self.token,
+        )
+        self.calls.append({"call": "checkpoints", "results": body["results"]})
+        return list(body["results"])
+
+    def authorized(self, request: web.Request) -> bool:
+        return hmac.compare_digest(
+            request.headers.get("Authorization", ""), f"Bearer {self.token}"
+        ) and bool(self.token)
+
+    async def host(self, request: web.Request) -> web.Response:
+        if not self.authorized(request):
+            return web.json_response({"error": "unauthorized", "message": "bad token"}, status=401)
+        p = int(request.match_info["p"])
+        body = await request.json()
+        epoch = int(body["epoch"])
+        gate = self.gates.get(p)
+        if gate is not None and epoch < gate["epoch"]:
+            return web.json_response({"error": "stale_epoch", "message": "lower epoch"}, status=409)
+        ck = body.get("checkpoint") or {}
+        if gate is None or epoch > gate["epoch"] or not gate["open"]:
+            self.gates[p] = {"epoch": epoch, "offset": int(ck.get("offset", 0)), "open": True}
+        self.calls.append(
+            {"call": "host", "partition": p, "epoch": epoch, "checkpoint": body.get("checkpoint")}
+        )
+        return web.json_response({"partition": p, "epoch": epoch})
+
+    async def release(self, request: web.Request) -> web.Response:
+        if not self.authorized(request):
+            return web.json_response({"error": "unauthorized", "message": "bad token"}, status=401)
+        p = int(request.match_info["p"])
+        body = await request.json()
+        gate = self.gates.get(p)
+        if gate is None or gate["epoch"] != body["epoch"]:
+            return web.json_response({"error": "stale_epoch", "message": "not hosted"}, status=409)
+        gate["open"] = False
+        self.calls.append(
+            {
+                "call": "release",
+                "partition": p,
+                "epoch": gate["epoch"],
+                "migration_id": body.get("migration_id"),
+            }
+        )
+        uri = f"mem://{self.worker_id}/{p}/{gate['epoch']}/{gate['offset']}"
+        return web.json_response(
+            {
+                "partition": p,
+                "epoch": gate["epoch"],
+                "checkpoint": {"offset": gate["offset"], "uri": uri},
+            }
+        )
+
+    async def checkpoint(self, request: web.Request) -> web.Response:
+        if not self.authorized(request):
+            return web.json_response({"error": "unauthorized", "message": "bad token"}, status=401)
+        asyncio.get_running_loop().create_task(self._report_quietly())
+        return web.json_response({"accepted": True}, status=202)
+
+    async def _report_quietly(self) -> None:
+        try:
+            await self.report_checkpoints()
+        except ClientError as exc:
+            log.info("checkpoint report failed: %s", exc.message)
+
+    async def state(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "worker_id": self.worker_id,
+                "incarnation": self.incarnation,
+                "generation": self.generation,
+                "gates": {str(p): g for p, g in self.gates.items()},
+                "calls": self.calls,
+            }
+        )
+
+    async def set_heartbeats(self, request: web.Request) -> web.Response:
+        self.heartbeats_enabled = bool((await request.json())["enabled"])
+        return web.json_response({"enabled": self.heartbeats_enabled})
+
+    async def report_now(self, request: web.Request) -> web.Response:
+        return web.json_response({"results": await self.report_checkpoints()})
+
+
+async def main(args: argparse.Namespace) -> None:
+    w = ScriptedWorker(args.coordinator, args.worker_id, args.port, args.heartbeat_interval)
+    app = web.Application()
+    app.router.add_post("/v1/partitions/{p}/host", w.host)
+    app.router.add_post("/v1/partitions/{p}/release", w.release)
+    app.router.add_post("/v1/checkpoint", w.checkpoint)
+    app.router.add_get("/test/state", w.state)
+    app.router.add_post("/test/heartbeats", w.set_heartbeats)
+    app.router.add_post("/test/report-checkpoints", w.report_now)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", args.port).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    task = loop.create_task(w.heartbeat_loop())
+    await stop.wait()
+    task.cancel()
+    await w.client.close()
+    await runner.cleanup()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--coordinator", action="append", required=True)
+    parser.add_argument("--worker-id", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--heartbeat-interval", type=float, default=0.3)
+    logging.basicConfig(level=logging.INFO)
+    asyncio.run(main(parser.parse_args()))
