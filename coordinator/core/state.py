@@ -332,10 +332,6 @@ def check_moves(
     return None
 
 
-# Deprecated alias: coordinator/service/duties.py imported the private name first.
-_check_moves = check_moves
-
-
 def _create_migrations(
     state: ClusterState, moves: tuple[Move, ...], reason: MigrationReason, now_ms: int
 ) -> list[dict[str, Any]]:
