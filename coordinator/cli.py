@@ -358,8 +358,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"Ripple is up ({len(config.nodes)} coordinators, {args.workers} workers). "
             f"Cluster file: {path}"
         )
+        pids = {name: proc.pid for name, proc in children.procs}
         for n in config.nodes:
-            print(f"  {n.id}  {n.url}  (raft {n.raft})")
+            print(f"  {n.id}  {n.url}  (raft {n.raft}, pid {pids[n.id]})")
         print(f"leader: {health['leader_id']}   logs: {children.log_dir}")
         status = asyncio.run(_fetch_status(urls))
         print(render_status(status))
