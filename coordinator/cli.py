@@ -5,6 +5,9 @@
   ripple status|partitions|workers|migrations       read from any node (--url, repeatable)
   ripple reassign [--dry-run] [--move P:WORKER]     admin: balance or explicit moves
   ripple drain WORKER                               admin: move a worker's partitions away
+  ripple worker --coordinator URL ... --store URI   run one pipeline worker
+  ripple produce --file F | --generate N            append records to the source log
+  ripple get KEY                                    a key's state from its owning worker
 
 URLs and the admin token default to the cluster file `ripple up` writes
 (`<data-dir>/cluster.toml`), or `RIPPLE_URL` / `RIPPLE_ADMIN_TOKEN`.
@@ -219,6 +222,102 @@ async def cmd_drain(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- pipeline ---------------------------------------------------------------------------------
+
+
+def _store_uri(args: argparse.Namespace) -> str:
+    if args.store:
+        return str(args.store)
+    return f"file://{(Path(args.data_dir) / 'store').resolve()}"
+
+
+async def _total_partitions(args: argparse.Namespace) -> int:
+    if getattr(args, "partitions", None):
+        return int(args.partitions)
+    async with CoordinatorClient(_urls(args)) as client:
+        return int((await client.get("/v1/health"))["cluster"]["total_partitions"])
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from pipeline.source import Producer, generate, load_jsonl
+    from pipeline.store import open_store
+
+    if (args.file is None) == (args.generate is None):
+        raise RippleError("give exactly one of --file or --generate", code="usage", status=2)
+    total = asyncio.run(_total_partitions(args))
+    store = open_store(_store_uri(args), args.s3_endpoint)
+    records = (
+        list(load_jsonl(args.file))
+        if args.file is not None
+        else generate(args.generate, args.keys, args.seed)
+    )
+    firsts = Producer(store, total).produce(records)
+    print(
+        f"produced {len(records)} records into {len(firsts)} partitions of {total} "
+        f"({_store_uri(args)})"
+    )
+    return 0
+
+
+async def cmd_get(args: argparse.Namespace) -> int:
+    from coordinator.client import KeyRouter
+
+    async with CoordinatorClient(_urls(args)) as client:
+        body = await KeyRouter(client).get(args.key)
+    if args.json:
+        print(json.dumps(body, sort_keys=True))
+    else:
+        print(
+            _table(
+                [
+                    [
+                        body[k]
+                        for k in (
+                            "key",
+                            "count",
+                            "sum",
+                            "min",
+                            "max",
+                            "last",
+                            "partition",
+                            "epoch",
+                            "offset",
+                        )
+                    ]
+                ],
+                ["KEY", "COUNT", "SUM", "MIN", "MAX", "LAST", "PARTITION", "EPOCH", "OFFSET"],
+            )
+        )
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from pipeline.aggregate import identity, load_transform
+    from pipeline.store import open_store
+    from pipeline.worker import WorkerSettings, run_worker
+
+    if not args.spark_remote:
+        raise RippleError(
+            "--spark-remote sc://HOST:PORT is required (ripple up starts a local "
+            "Spark Connect server and passes it)",
+            code="usage",
+            status=2,
+        )
+    settings = WorkerSettings(
+        coordinators=tuple(args.coordinator),
+        worker_id=args.worker_id,
+        listen=args.listen,
+        spark_remote=args.spark_remote,
+        advertise=args.advertise,
+        batch_interval_s=args.batch_interval_s,
+        max_keys_per_partition=args.max_keys_per_partition,
+        staging_dir=args.staging_dir,
+    )
+    transform = load_transform(args.transform) if args.transform else identity
+    run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
+    return 0
+
+
 # -- processes -------------------------------------------------------------------------------
 
 
@@ -281,6 +380,7 @@ class Children:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.spark: Any = None  # pipeline.spark_server.SparkConnectServer, stopped by PID
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -327,6 +427,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
     if args.partitions is not None:
         overrides["total_partitions"] = args.partitions
+    if args.workers > 0:
+        # Wait for every local worker before the first assignment, so it starts balanced.
+        overrides["min_cluster_size"] = args.workers
     path = up_config(args.data_dir, 3, overrides)
     config = load_config(path, env={})
     children = Children(Path(config.data_dir) / "logs")
@@ -354,6 +457,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
         urls = [n.url for n in config.nodes]
         health = asyncio.run(_wait_ready(urls, UP_READY_TIMEOUT_S))
+        spark_url = None
+        if args.workers > 0:
+            spark_url = _start_pipeline(args, config, children, urls)
         print(
             f"Ripple is up ({len(config.nodes)} coordinators, {args.workers} workers). "
             f"Cluster file: {path}"
@@ -362,6 +468,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         for n in config.nodes:
             print(f"  {n.id}  {n.url}  (raft {n.raft}, pid {pids[n.id]})")
         print(f"leader: {health['leader_id']}   logs: {children.log_dir}")
+        if spark_url is not None:
+            print(f"spark connect: {spark_url}   store: file://{Path(config.data_dir) / 'store'}")
+            print(
+                f"try: ripple produce --generate 10000 --data-dir {args.data_dir}  then  "
+                f"ripple get SYM0001 --data-dir {args.data_dir}"
+            )
         status = asyncio.run(_fetch_status(urls))
         print(render_status(status))
         print("Ctrl-C stops every process started here.")
@@ -373,8 +485,41 @@ def cmd_up(args: argparse.Namespace) -> int:
             time.sleep(0.2)
     finally:
         children.stop_all()
+        if children.spark is not None:
+            children.spark.stop()
         print("stopped.")
     return 0
+
+
+def _start_pipeline(
+    args: argparse.Namespace, config: ClusterConfig, children: Children, urls: list[str]
+) -> str:
+    """One local Spark Connect server shared by every worker, then the workers."""
+    from pipeline.spark_server import SparkConnectServer
+
+    children.spark = SparkConnectServer(str(children.log_dir))
+    spark_url = str(children.spark.start())
+    store = f"file://{(Path(config.data_dir) / 'store').resolve()}"
+    ports = _free_ports(args.workers)
+    for i in range(args.workers):
+        argv = [
+            sys.executable,
+            "-m",
+            "coordinator.cli",
+            "worker",
+            "--worker-id",
+            f"w{i + 1}",
+            "--listen",
+            f"127.0.0.1:{ports[i]}",
+            "--store",
+            store,
+            "--spark-remote",
+            spark_url,
+        ]
+        for url in urls:
+            argv += ["--coordinator", url]
+        children.start(f"w{i + 1}", argv, env={"PYSPARK_PYTHON": sys.executable})
+    return spark_url
 
 
 async def _fetch_status(urls: list[str]) -> dict[str, Any]:
@@ -406,7 +551,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     u = sub.add_parser("up", help="run a local cluster until Ctrl-C")
     u.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
-    u.add_argument("--workers", type=int, default=0)
+    u.add_argument(
+        "--workers",
+        type=int,
+        default=3,
+        help="workers to start with one shared Spark Connect server (0: none)",
+    )
     u.add_argument("--partitions", type=int, default=None)
 
     def client_args(sp: argparse.ArgumentParser) -> None:
@@ -430,6 +580,33 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true")
     r.add_argument("--move", action="append", metavar="P:WORKER")
     r.add_argument("--admin-token")
+
+    w = sub.add_parser("worker", help="run one pipeline worker")
+    w.add_argument("--coordinator", action="append", required=True, help="repeatable")
+    w.add_argument("--worker-id", required=True)
+    w.add_argument("--listen", required=True, help="HOST:PORT to serve on")
+    w.add_argument("--advertise", help="URL the coordinator uses (default http://LISTEN)")
+    w.add_argument("--store", required=True, help="file:///dir or s3://bucket/prefix")
+    w.add_argument("--s3-endpoint", help="endpoint URL of an S3-compatible store")
+    w.add_argument("--spark-remote", help="sc://HOST:PORT of a Spark Connect server")
+    w.add_argument("--transform", help="module:function taking and returning a DataFrame")
+    w.add_argument("--batch-interval-s", type=float, default=0.5)
+    w.add_argument("--max-keys-per-partition", type=int, default=2000)
+    w.add_argument("--staging-dir", help="where S3 segments are staged for a local Spark")
+
+    pr = sub.add_parser("produce", help="append records to the source log")
+    client_args(pr)
+    pr.add_argument("--file", help='JSON Lines of {"key": str, "value": number}')
+    pr.add_argument("--generate", type=int, help="generate N market-data style records")
+    pr.add_argument("--keys", type=int, default=100)
+    pr.add_argument("--seed", type=int, default=1)
+    pr.add_argument("--store", help="default: file://<data-dir>/store")
+    pr.add_argument("--s3-endpoint")
+    pr.add_argument("--partitions", type=int, help="default: asked from the coordinator")
+
+    g = sub.add_parser("get", help="a key's state, from the worker that owns it")
+    client_args(g)
+    g.add_argument("key")
 
     d = sub.add_parser("drain", help="admin: move a worker's partitions away, then LEFT")
     client_args(d)
@@ -455,6 +632,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cmd_reassign(args))
         if args.command == "drain":
             return asyncio.run(cmd_drain(args))
+        if args.command == "worker":
+            return cmd_worker(args)
+        if args.command == "produce":
+            return cmd_produce(args)
+        if args.command == "get":
+            return asyncio.run(cmd_get(args))
         render = {
             "status": render_status,
             "partitions": render_partitions,

@@ -12,12 +12,14 @@ import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
+from coordinator.core.routing import partition_for_key
 from coordinator.errors import ClientError
 
-__all__ = ["CoordinatorClient"]
+__all__ = ["CoordinatorClient", "KeyRouter"]
 
 REDIRECTS_MAX = 5
 UNAVAILABLE_RETRIES_MAX = 20
@@ -145,3 +147,75 @@ def _error(status: int, body: dict[str, Any]) -> ClientError:
         status=status,
         field=body.get("field"),
     )
+
+
+LOOKUP_ATTEMPTS_MAX = 6
+TABLE_CHECK_S = 2.0
+
+
+class KeyRouter:
+    """Routes key lookups to the worker that owns the key's partition.
+
+    The partition table and worker addresses are cached from any coordinator node. The
+    cache is refreshed when the cluster's generation changes (checked at most every
+    `TABLE_CHECK_S` through `/v1/health`), and at once when a worker answers 409 (it no
+    longer owns the partition) or cannot be reached. Bounded: `LOOKUP_ATTEMPTS_MAX` tries.
+    """
+
+    def __init__(self, client: CoordinatorClient) -> None:
+        self.client = client
+        self.generation = -1
+        self.owners: list[str | None] = []
+        self.addresses: dict[str, str] = {}
+        self._checked_at = 0.0
+
+    async def refresh(self) -> None:
+        table = await self.client.get("/v1/partitions")
+        workers = await self.client.get("/v1/workers")
+        self.owners = [p["owner"] for p in table["partitions"]]
+        self.addresses = {w["worker_id"]: w["address"] for w in workers["workers"]}
+        self.generation = int(table["generation"])
+        self._checked_at = time.monotonic()
+
+    async def _fresh(self) -> None:
+        if not self.owners:
+            await self.refresh()
+        elif time.monotonic() - self._checked_at > TABLE_CHECK_S:
+            health = await self.client.get("/v1/health")
+            if int(health["cluster"]["generation"]) != self.generation:
+                await self.refresh()
+            self._checked_at = time.monotonic()
+
+    def route(self, key: str) -> tuple[int, str | None]:
+        p = partition_for_key(key, len(self.owners))
+        owner = self.owners[p]
+        return p, None if owner is None else self.addresses.get(owner)
+
+    async def get(self, key: str) -> dict[str, Any]:
+        """The key's state from its owner: {key, count, sum, min, max, last, partition,
+        epoch, offset}. Raises ClientError (code not_found) for a key with no records."""
+        last: str = "no attempt"
+        for attempt in range(LOOKUP_ATTEMPTS_MAX):
+            await (self.refresh() if attempt else self._fresh())
+            p, address = self.route(key)
+            if address is None:
+                last = f"partition {p} has no owner yet"
+                await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            url = f"{address}/v1/partitions/{p}/keys/{quote(key, safe='')}"
+            try:
+                async with self.client._http().get(url) as resp:
+                    body = await _body(resp)
+                    if resp.status == 200:
+                        return body
+                    if resp.status == 404:
+                        raise _error(resp.status, body)
+                    last = f"{address} answered {resp.status}: {body.get('message')}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                last = f"{address} unreachable: {exc}"
+            await asyncio.sleep(0.1 * (attempt + 1))
+        raise ClientError(
+            f"lookup of {key!r} failed after {LOOKUP_ATTEMPTS_MAX} tries: {last}",
+            code="unavailable",
+            status=503,
+        )

@@ -103,6 +103,18 @@ class ClusterConfig:
             raise ConfigError(
                 "need heartbeat_interval_s < lease_s < heartbeat_timeout_s", field="lease_s"
             )
+        if not (
+            self.append_entries_period_s > 0
+            and self.raft_min_timeout_s > 3 * self.append_entries_period_s
+            and self.raft_max_timeout_s > self.raft_min_timeout_s
+            and self.leader_fallback_timeout_s > self.append_entries_period_s
+        ):
+            # pysyncobj asserts these itself; say it here, with the key, instead.
+            raise ConfigError(
+                "need raft_min_timeout_s > 3 * append_entries_period_s, raft_max_timeout_s > "
+                "raft_min_timeout_s and leader_fallback_timeout_s > append_entries_period_s",
+                field="raft_min_timeout_s",
+            )
         if self.placement_strategy not in ("balanced", "hash_ring"):
             raise ConfigError(
                 "placement_strategy is balanced or hash_ring", field="placement_strategy"

@@ -71,6 +71,8 @@ class CoordinatorNode:
             raft_max_timeout_s=config.raft_max_timeout_s,
             append_entries_period_s=config.append_entries_period_s,
             leader_fallback_timeout_s=config.leader_fallback_timeout_s,
+            # pysyncobj needs connectionTimeout >= raftMaxTimeout.
+            connection_timeout_s=max(1.5, config.raft_max_timeout_s),
             log_compaction_min_entries=config.log_compaction_min_entries,
             log_compaction_min_time_s=config.log_compaction_min_time_s,
         )
@@ -141,6 +143,8 @@ class CoordinatorNode:
                     outcome = "ok"
                     return result.value
                 outcome = "rejected"
+                if result.status == 503:  # not bootstrapped yet: transient, say when to retry
+                    raise UnavailableError(result.message, code=result.code)
                 raise RequestError(
                     result.message, code=result.code, status=result.status, field=result.field
                 )

@@ -1,0 +1,514 @@
+"""The worker process: gates, lease, Spark micro-batches, fenced checkpoints, replay.
+
+A worker registers with the coordinator, heartbeats, and serves host / release /
+checkpoint calls from the leader (which carry this worker's own token, so it knows they
+come from its cluster). Each partition it owns has a gate open at exactly one epoch; the
+processing loop reads new source segments of all open partitions as one Spark job and
+merges the per-key results only if, after the job, the gate is still open at the same
+epoch and the lease still holds.
+
+Safety rules this module keeps (seed 004):
+- Nothing is processed, checkpointed or served as the owner unless the gate is open and
+  the lease is valid: no heartbeat acknowledged for `lease_s` pauses every gate. The
+  coordinator waits `heartbeat_timeout_s` > `lease_s` before it moves partitions, so a
+  paused (SIGSTOPped) worker stops before anyone else starts.
+- A new owner loads exactly the checkpoint the coordinator recorded and replays the
+  source from its offset; checkpoints are written create-only under (partition, epoch,
+  offset) and the coordinator accepts them only at the current epoch.
+- A release waits for the batch in flight, closes the gate, writes a final checkpoint
+  and returns it; the gate never reopens at that epoch.
+
+Blocking work (store, Spark) runs in threads; all partition state is touched only on the
+event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from coordinator.client import CoordinatorClient
+from coordinator.errors import ClientError
+from pipeline.aggregate import Aggregator, BatchInput, Transform, identity, stage
+from pipeline.checkpoint import CheckpointStore
+from pipeline.gate import Accepted, Gates, Refused
+from pipeline.lease import Lease
+from pipeline.source import SourceLog
+from pipeline.state import MAX_KEYS_PER_PARTITION_DEFAULT, KeyState, PartitionState, merge_batch
+from pipeline.store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+BATCH_INTERVAL_S_DEFAULT = 0.5
+SEGMENTS_PER_BATCH_MAX = 2048
+HOST_LOAD_WAIT_S = 60.0
+DRAIN_TIMEOUT_S = 120.0
+BODY_BYTES_MAX = 64 * 1024
+KEY_CHARS_MAX = 1024
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class PartitionRuntime:
+    epoch: int
+    state: PartitionState = field(default_factory=dict)
+    offset: int = 0  # the next source offset to process
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)
+    checkpoint_offset: int = -1
+    checkpoint_uri: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSettings:
+    coordinators: tuple[str, ...]
+    worker_id: str
+    listen: str  # host:port
+    spark_remote: str
+    advertise: str | None = None
+    batch_interval_s: float = BATCH_INTERVAL_S_DEFAULT
+    max_keys_per_partition: int = MAX_KEYS_PER_PARTITION_DEFAULT
+    staging_dir: str | None = None
+    drain_timeout_s: float = DRAIN_TIMEOUT_S
+
+
+class Worker:
+    def __init__(self, settings: WorkerSettings, store: ObjectStore,
+                 transform: Transform = identity) -> None:
+        self.settings = settings
+        self.store = store
+        self.checkpoints = CheckpointStore(store)
+        self.transform = transform
+        self.client = CoordinatorClient(list(settings.coordinators), deadline_s=5.0,
+                                        timeout_s=5.0)
+        self.address = settings.advertise or f"http://{settings.listen}"
+        self.gates = Gates()
+        self.parts: dict[int, PartitionRuntime] = {}
+        self.lease = Lease(lease_ms=1)
+        self.heartbeat_interval_s = 1.0
+        self.token = ""
+        self.incarnation = 0
+        self.total_partitions = 0
+        self.source: SourceLog | None = None
+        self.aggregator: Aggregator | None = None
+        self.batch_lock = asyncio.Lock()
+        self.staging = settings.staging_dir or tempfile.mkdtemp(prefix="ripple-stage-")
+        self.draining = False
+        self.stopped = asyncio.Event()
+        self.stats = {"batches": 0, "records": 0, "dead_letter_keys": 0, "checkpoints": 0,
+                      "fenced": 0, "lease_pauses": 0}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- coordinator protocol ------------------------------------------------------------------
+
+    async def register(self) -> None:
+        body = await self.client.post("/v1/workers", {"worker_id": self.settings.worker_id,
+                                                      "address": self.address})
+        # A new incarnation: every gate of the old one is fenced by the coordinator already.
+        self.gates = Gates()
+        self.parts.clear()
+        self.token = body["token"]
+        self.incarnation = int(body["incarnation"])
+        self.heartbeat_interval_s = float(body["heartbeat_interval_s"])
+        self.lease = Lease(lease_ms=int(float(body["lease_s"]) * 1000))
+        log.info("registered %s incarnation %d", self.settings.worker_id, self.incarnation)
+
+    def lease_valid(self) -> bool:
+        return self.lease.valid(now_ms())
+
+    async def heartbeat_once(self) -> None:
+        sent_at = now_ms()
+        reply = await self.client.post(
+            f"/v1/workers/{self.settings.worker_id}/heartbeat",
+            {"incarnation": self.incarnation, "load": self._load(),
+             "partitions": {str(p): {"epoch": rt.epoch, "offset": rt.offset}
+                            for p, rt in self.parts.items()}},
+            token=self.token)
+        self.lease = self.lease.renewed(sent_at)
+        assignment = {int(a["partition"]): int(a["epoch"]) for a in reply["assignment"]}
+        plan = self.gates.reconcile(assignment)
+        for p, epoch in plan.to_close.items():
+            # No longer ours (moved while we were away): stop, drop the state.
+            self.gates.close(p, epoch)
+            self.parts.pop(p, None)
+            log.info("partition %d epoch %d no longer assigned here; closed", p, epoch)
+        if reply.get("checkpoint_due"):
+            self._spawn(self.checkpoint_and_report())
+
+    def _load(self) -> float:
+        return float(len(self.parts))
+
+    async def heartbeat_loop(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                if not self.token:
+                    if self.draining:
+                        return
+                    await self.register()
+                await self.heartbeat_once()
+            except ClientError as exc:
+                if exc.code in ("unknown_worker", "stale_incarnation", "unauthorized"):
+                    if self.draining:
+                        log.info("coordinator no longer knows us (%s): drained", exc.message)
+                        self.stopped.set()
+                        return
+                    log.warning("re-registering: %s", exc.message)
+                    self.token = ""
+                else:
+                    log.warning("heartbeat failed: %s", exc.message)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopped.wait(), self.heartbeat_interval_s)
+
+    # -- processing ------------------------------------------------------------------------------
+
+    def _plan_batch(self, offsets: dict[int, int]) -> tuple[list[BatchInput], dict[int, int]]:
+        """Blocking: new segments of each partition from its offset, staged locally."""
+        assert self.source is not None
+        inputs: list[BatchInput] = []
+        ends: dict[int, int] = {}
+        for p, offset in sorted(offsets.items()):
+            for seg in self.source.segments(p, offset):
+                if len(inputs) >= SEGMENTS_PER_BATCH_MAX:
+                    break
+                inputs.append(BatchInput(partition=p, path=stage(self.store, seg, self.staging),
+                                         from_offset=offset))
+                ends[p] = seg.end_offset
+        return inputs, ends
+
+    async def process_once(self) -> int:
+        """One micro-batch over every open partition; returns records merged."""
+        if self.aggregator is None or self.source is None:
+            return 0
+        async with self.batch_lock:
+            if not self.lease_valid():
+                self.stats["lease_pauses"] += 1
+                return 0
+            open_now = {p: rt for p, rt in self.parts.items()
+                        if rt.loaded.is_set() and self.gates.admits(p, rt.epoch)}
+            if not open_now:
+                return 0
+            epochs = {p: rt.epoch for p, rt in open_now.items()}
+            inputs, ends = await asyncio.to_thread(
+                self._plan_batch, {p: rt.offset for p, rt in open_now.items()})
+            if not inputs:
+                return 0
+            # One Spark job for every open partition's new records. Per-partition offsets
+            # only advance for segments read whole: a batch never splits a segment.
+            by_partition: dict[int, list[BatchInput]] = {}
+            for i in inputs:
+                by_partition.setdefault(i.partition, []).append(i)
+            results = await asyncio.to_thread(self.aggregator.aggregate, inputs)
+            if not self.lease_valid():
+                # Paused mid-batch (say SIGSTOP) past the lease: someone else may own these
+                # partitions now. Discard the results.
+                self.stats["lease_pauses"] += 1
+                return 0
+            merged = 0
+            for p, end in ends.items():
+                rt = self.parts.get(p)
+                if rt is None or rt.epoch != epochs[p] or not self.gates.admits(p, rt.epoch):
+                    continue
+                batch = results.get(p, {})
+                new_state, dead = merge_batch(rt.state, batch,
+                                              self.settings.max_keys_per_partition)
+                if dead:
+                    await asyncio.to_thread(self.checkpoints.write_dead_letter, p, rt.epoch,
+                                            rt.offset, end, dead)
+                    self.stats["dead_letter_keys"] += len(dead)
+                    log.warning("partition %d: %d new keys over max_keys_per_partition=%d "
+                                "went to the dead-letter segment", p, len(dead),
+                                self.settings.max_keys_per_partition)
+                merged += sum(s.count for s in batch.values())
+                rt.state, rt.offset = new_state, end
+            self.stats["batches"] += 1
+            self.stats["records"] += merged
+            return merged
+
+    async def processing_loop(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                merged = await self.process_once()
+            except Exception:  # noqa: BLE001 - keep the worker alive; the batch is retried
+                log.exception("micro-batch failed; retrying")
+                merged = 0
+            if merged == 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopped.wait(), self.settings.batch_interval_s)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    async def write_checkpoints(self) -> list[dict[str, Any]]:
+        entries = []
+        async with self.batch_lock:
+            if not self.lease_valid():
+                return []
+            for p, rt in sorted(self.parts.items()):
+                if not rt.loaded.is_set() or not self.gates.admits(p, rt.epoch):
+                    continue
+                if rt.checkpoint_offset != rt.offset or not rt.checkpoint_uri:
+                    rt.checkpoint_uri = await asyncio.to_thread(
+                        self.checkpoints.write, p, rt.epoch, rt.offset, dict(rt.state))
+                    rt.checkpoint_offset = rt.offset
+                    self.stats["checkpoints"] += 1
+                entries.append({"partition": p, "epoch": rt.epoch, "offset": rt.offset,
+                                "uri": rt.checkpoint_uri})
+        return entries
+
+    async def checkpoint_and_report(self) -> None:
+        entries = await self.write_checkpoints()
+        if not entries:
+            return
+        try:
+            body = await self.client.post("/v1/checkpoints", {
+                "worker_id": self.settings.worker_id, "incarnation": self.incarnation,
+                "checkpoints": entries}, token=self.token)
+        except ClientError as exc:
+            log.warning("checkpoint report failed: %s", exc.message)
+            return
+        fenced = [r for r in body["results"] if r["status"] == "fenced"]
+        self.stats["fenced"] += len(fenced)
+        for r in fenced:
+            log.warning("checkpoint of partition %s fenced: %s", r["partition"], r.get("reason"))
+
+    # -- HTTP handlers ---------------------------------------------------------------------------
+
+    def _authorized(self, request: web.Request) -> bool:
+        return bool(self.token) and hmac.compare_digest(
+            request.headers.get("Authorization", ""), f"Bearer {self.token}")
+
+    def _partition(self, request: web.Request) -> int:
+        text = request.match_info["p"]
+        if not text.isdigit() or int(text) >= max(self.total_partitions, 1):
+            raise _http_error(400, "invalid", "partition out of range", "partition")
+        return int(text)
+
+    async def _json(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise _http_error(400, "invalid", "body is not valid JSON", "body") from None
+        if not isinstance(body, dict):
+            raise _http_error(400, "invalid", "body must be a JSON object", "body")
+        return body
+
+    async def handle_host(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            raise _http_error(401, "unauthorized", "not this worker's cluster token")
+        p = self._partition(request)
+        body = await self._json(request)
+        epoch = body.get("epoch")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+            raise _http_error(400, "invalid", "epoch must be a positive integer", "epoch")
+        ck = body.get("checkpoint")
+        if ck is not None and not (isinstance(ck, dict) and isinstance(ck.get("uri"), str)):
+            raise _http_error(400, "invalid", "checkpoint must be {offset, uri, epoch} or null",
+                              "checkpoint")
+        result = self.gates.host(p, epoch)
+        if isinstance(result, Refused):
+            raise _http_error(409, "stale_epoch", result.reason, "epoch")
+        assert isinstance(result, Accepted)
+        rt = self.parts.get(p)
+        if result.changed or rt is None or rt.epoch != epoch:
+            rt = PartitionRuntime(epoch=epoch)
+            self.parts[p] = rt
+            try:
+                if ck is not None:
+                    data = await asyncio.to_thread(self.checkpoints.read, ck["uri"])
+                    rt.state, rt.offset = dict(data.state), data.offset
+                    rt.checkpoint_offset, rt.checkpoint_uri = data.offset, ck["uri"]
+            except Exception as exc:  # noqa: BLE001 - report to the leader, which retries
+                self.parts.pop(p, None)
+                self.gates.close(p, epoch)
+                log.exception("loading checkpoint for partition %d failed", p)
+                raise _http_error(503, "checkpoint_unavailable", str(exc)) from None
+            rt.loaded.set()
+            log.info("hosting partition %d at epoch %d from offset %d", p, epoch, rt.offset)
+        else:
+            await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)
+        return web.json_response({"partition": p, "epoch": epoch, "offset": rt.offset})
+
+    async def handle_release(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            raise _http_error(401, "unauthorized", "not this worker's cluster token")
+        p = self._partition(request)
+        body = await self._json(request)
+        epoch = body.get("epoch")
+        rt = self.parts.get(p)
+        if rt is None or not isinstance(epoch, int) or not self.gates.admits(p, epoch):
+            raise _http_error(409, "stale_epoch", f"partition {p} is not open here at {epoch}",
+                              "epoch")
+        async with self.batch_lock:  # waits for the batch in flight to finish
+            await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)
+            self.gates.close(p, epoch)
+            uri = await asyncio.to_thread(self.checkpoints.write, p, epoch, rt.offset,
+                                          dict(rt.state))
+            self.parts.pop(p, None)
+        log.info("released partition %d epoch %d at offset %d (%s)", p, epoch, rt.offset,
+                 body.get("migration_id"))
+        return web.json_response({"partition": p, "epoch": epoch,
+                                  "checkpoint": {"offset": rt.offset, "uri": uri}})
+
+    async def handle_checkpoint(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            raise _http_error(401, "unauthorized", "not this worker's cluster token")
+        self._spawn(self.checkpoint_and_report())
+        return web.json_response({"scheduled": True}, status=202)
+
+    def _owned(self, p: int) -> PartitionRuntime | None:
+        rt = self.parts.get(p)
+        if rt is None or not rt.loaded.is_set() or not self.gates.admits(p, rt.epoch):
+            return None
+        return rt if self.lease_valid() else None
+
+    async def _not_owner(self, p: int) -> web.Response:
+        owner = None
+        with contextlib.suppress(ClientError):
+            owner = (await self.client.get(f"/v1/partitions/{p}")).get("owner")
+        return web.json_response({"error": "not_owner", "owner": owner,
+                                  "message": f"partition {p} is not served here"}, status=409)
+
+    async def handle_key(self, request: web.Request) -> web.Response:
+        p = self._partition(request)
+        key = request.match_info["key"]
+        if len(key) > KEY_CHARS_MAX:
+            raise _http_error(400, "invalid", "key too long", "key")
+        rt = self._owned(p)
+        if rt is None:
+            return await self._not_owner(p)
+        ks = rt.state.get(key)
+        if ks is None:
+            raise _http_error(404, "not_found", f"no records for key {key!r} yet", "key")
+        return web.json_response({"key": key, **key_json(ks), "partition": p,
+                                  "epoch": rt.epoch, "offset": rt.offset})
+
+    async def handle_state(self, request: web.Request) -> web.Response:
+        p = self._partition(request)
+        rt = self._owned(p)
+        if rt is None:
+            return await self._not_owner(p)
+        return web.json_response({"partition": p, "epoch": rt.epoch, "offset": rt.offset,
+                                  "keys": {k: key_json(v) for k, v in sorted(rt.state.items())}})
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.json_response({
+            "worker_id": self.settings.worker_id, "incarnation": self.incarnation,
+            "lease_valid": self.lease_valid(), "draining": self.draining,
+            "partitions": {str(p): {"epoch": rt.epoch, "offset": rt.offset,
+                                    "keys": len(rt.state), "open": self.gates.admits(p, rt.epoch)}
+                           for p, rt in sorted(self.parts.items())},
+            "stats": self.stats,
+        })
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def drain(self) -> None:
+        """Graceful leave: ask the leader to move our partitions, wait until they are gone."""
+        if self.draining or not self.token:
+            self.stopped.set()
+            return
+        self.draining = True
+        try:
+            await self.client.post(f"/v1/workers/{self.settings.worker_id}/drain", {},
+                                   token=self.token)
+        except ClientError as exc:
+            log.warning("drain request failed (%s); stopping anyway", exc.message)
+            self.stopped.set()
+            return
+        deadline = time.monotonic() + self.settings.drain_timeout_s
+        while time.monotonic() < deadline and not self.stopped.is_set():
+            if not self.parts:
+                break
+            await asyncio.sleep(0.2)
+        self.stopped.set()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[_error_middleware])
+        app.router.add_post("/v1/partitions/{p}/host", self.handle_host)
+        app.router.add_post("/v1/partitions/{p}/release", self.handle_release)
+        app.router.add_post("/v1/checkpoint", self.handle_checkpoint)
+        app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
+        app.router.add_get("/v1/partitions/{p}/state", self.handle_state)
+        app.router.add_get("/v1/health", self.handle_health)
+        return app
+
+    async def run(self) -> None:
+        host, port = self.settings.listen.rsplit(":", 1)
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, host, int(port)).start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: self._spawn(self.drain()))
+        try:
+            health = await self.client.get("/v1/health")
+            self.total_partitions = int(health["cluster"]["total_partitions"])
+            self.source = SourceLog(self.store, self.total_partitions)
+            self.aggregator = await asyncio.to_thread(
+                Aggregator, self.settings.spark_remote, self.transform)
+            log.info("worker %s on %s: %d partitions, spark %s", self.settings.worker_id,
+                     self.address, self.total_partitions, self.settings.spark_remote)
+            tasks = [loop.create_task(self.heartbeat_loop()),
+                     loop.create_task(self.processing_loop())]
+            await self.stopped.wait()
+            for t in tasks + self._tasks:
+                t.cancel()
+        finally:
+            await self.client.close()
+            await runner.cleanup()
+            if self.aggregator is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self.aggregator.close)
+
+
+def key_json(ks: KeyState) -> dict[str, Any]:
+    return {"count": ks.count, "sum": ks.sum, "min": ks.min, "max": ks.max, "last": ks.last}
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, code: str, message: str, field: str | None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+def _http_error(status: int, code: str, message: str, field: str | None = None) -> _HttpError:
+    return _HttpError(status, code, message, field)
+
+
+@web.middleware
+async def _error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except _HttpError as exc:
+        body: dict[str, Any] = {"error": exc.code, "message": exc.message}
+        if exc.field:
+            body["field"] = exc.field
+        return web.json_response(body, status=exc.status)
+    except web.HTTPException as exc:
+        return web.json_response({"error": "http_error", "message": exc.reason},
+                                 status=exc.status)
+    except Exception:  # noqa: BLE001 - the boundary: log, never leak a trace
+        log.exception("worker handler failed on %s", request.path)
+        return web.json_response({"error": "internal", "message": "internal error"}, status=500)
+
+
+def run_worker(settings: WorkerSettings, store: ObjectStore, transform: Transform) -> None:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    asyncio.run(Worker(settings, store, transform).run())
