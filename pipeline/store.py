@@ -1,0 +1,264 @@
+"""Object stores: the create-only, immutable-object storage under the source log and checkpoints.
+
+Exceptions::
+
+    StoreError          root; boto3/botocore/OS errors are translated to it where they enter
+    +-- StoreKeyMissing get() of a key that does not exist
+    +-- StoreKeyInvalid a key that is empty, absolute or walks out of the store root
+
+Invariant: objects are immutable once visible. ``put_if_absent`` is the only write and it
+creates a key at most once (S3: ``IfNoneMatch='*'``; local: ``os.link`` of a fully written,
+fsynced temp file), so a reader never sees a partial object and two writers never overwrite
+each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
+
+__all__ = [
+    "LocalStore",
+    "ObjectStore",
+    "S3Store",
+    "StoreError",
+    "StoreKeyInvalid",
+    "StoreKeyMissing",
+    "open_store",
+]
+
+# Temp files live next to their final name (same filesystem, so os.link works) and are hidden
+# from listings by this prefix.
+TEMP_PREFIX = ".tmp-"
+# S3 answers 409 ConditionalRequestConflict while another conditional write to the same key is
+# in flight; the retry then sees 412 (lost) or 200 (won).
+CONFLICT_RETRIES_MAX = 5
+CONFLICT_BACKOFF_S = 0.05
+
+
+class StoreError(Exception):
+    """Root of every store failure."""
+
+
+class StoreKeyMissing(StoreError, KeyError):
+    """The requested key does not exist."""
+
+
+class StoreKeyInvalid(StoreError, ValueError):
+    """The key is not a safe relative object name."""
+
+
+class ObjectStore(Protocol):
+    """What the pipeline needs from storage: create-only puts, reads and sorted listings."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` with ``data``; False (and no change) if the key already exists."""
+        ...
+
+    def get(self, key: str) -> bytes:
+        """The object's bytes; raises StoreKeyMissing."""
+        ...
+
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every key starting with ``prefix``, sorted."""
+        ...
+
+    def local_path(self, key: str) -> str | None:
+        """A filesystem path of the object when the store is local, else None."""
+        ...
+
+    def uri(self, key: str) -> str:
+        """An absolute URI naming the object (``file://`` or ``s3://``)."""
+        ...
+
+
+def _check_key(key: str) -> str:
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise StoreKeyInvalid(f"invalid object key {key!r}")
+    if parts[-1].startswith(TEMP_PREFIX):
+        raise StoreKeyInvalid(f"object key {key!r} uses the reserved prefix {TEMP_PREFIX!r}")
+    return key
+
+
+class LocalStore:
+    """A directory as an object store (the embedded default)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        os.makedirs(self.root, exist_ok=True)
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *_check_key(key).split("/"))
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        directory = os.path.dirname(path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    # link() fails if the name exists: an atomic create-only publish of a
+                    # complete file (rename() would silently replace).
+                    os.link(tmp, path)
+                except FileExistsError:
+                    return False
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            self._fsync_dir(directory)
+            return True
+        except OSError as exc:
+            raise StoreError(f"put {key!r} under {self.root}: {exc}") from exc
+
+    @staticmethod
+    def _fsync_dir(directory: str) -> None:
+        # The new directory entry must survive a crash, not only the file's bytes.
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError as exc:
+            raise StoreKeyMissing(key) from exc
+        except OSError as exc:
+            raise StoreError(f"get {key!r} under {self.root}: {exc}") from exc
+
+    def list_keys(self, prefix: str) -> list[str]:
+        # Walk only the deepest directory the prefix names instead of the whole store.
+        base_rel = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        base = os.path.join(self.root, *base_rel.split("/")) if base_rel else self.root
+        keys: list[str] = []
+        try:
+            for dirpath, _dirnames, filenames in os.walk(base):
+                rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+                for name in filenames:
+                    if name.startswith(TEMP_PREFIX):
+                        continue
+                    key = name if rel_dir == "." else f"{rel_dir}/{name}"
+                    if key.startswith(prefix):
+                        keys.append(key)
+        except OSError as exc:
+            raise StoreError(f"list {prefix!r} under {self.root}: {exc}") from exc
+        keys.sort()
+        return keys
+
+    def local_path(self, key: str) -> str | None:
+        return self._path(key)
+
+    def uri(self, key: str) -> str:
+        return "file://" + self._path(key) if key else "file://" + self.root + "/"
+
+
+class S3Store:
+    """Any S3-compatible endpoint through boto3, using conditional (create-only) puts."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        endpoint_url: str | None = None,
+        client: Any = None,
+    ) -> None:
+        if not bucket:
+            raise StoreKeyInvalid("S3 bucket name is empty")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        if client is None:
+            import boto3  # deferred: local-only deployments never pay for importing boto3
+
+            client = boto3.client("s3", endpoint_url=endpoint_url)
+        self._client = client
+
+    def _full(self, key: str) -> str:
+        return self.prefix + _check_key(key)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = self._full(key)
+        for attempt in range(CONFLICT_RETRIES_MAX):
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*")
+                return True
+            except ClientError as exc:
+                code, status = _client_error(exc)
+                if code == "PreconditionFailed" or status == 412:
+                    return False
+                if code == "ConditionalRequestConflict" or status == 409:
+                    time.sleep(CONFLICT_BACKOFF_S * (attempt + 1))
+                    continue
+                raise StoreError(f"put s3://{self.bucket}/{full}: {exc}") from exc
+            except BotoCoreError as exc:
+                raise StoreError(f"put s3://{self.bucket}/{full}: {exc}") from exc
+        raise StoreError(
+            f"put s3://{self.bucket}/{full}: still conflicting after {CONFLICT_RETRIES_MAX} tries"
+        )
+
+    def get(self, key: str) -> bytes:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = self._full(key)
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=full)
+            return bytes(response["Body"].read())
+        except ClientError as exc:
+            code, status = _client_error(exc)
+            if code in ("NoSuchKey", "404") or status == 404:
+                raise StoreKeyMissing(key) from exc
+            raise StoreError(f"get s3://{self.bucket}/{full}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"get s3://{self.bucket}/{full}: {exc}") from exc
+
+    def list_keys(self, prefix: str) -> list[str]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        keys: list[str] = []
+        try:
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
+                for item in page.get("Contents", []):
+                    keys.append(item["Key"][len(self.prefix) :])
+        except (ClientError, BotoCoreError) as exc:
+            raise StoreError(f"list s3://{self.bucket}/{self.prefix}{prefix}: {exc}") from exc
+        keys.sort()
+        return keys
+
+    def local_path(self, key: str) -> str | None:
+        return None
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self.prefix}{_check_key(key) if key else ''}"
+
+
+def _client_error(exc: Any) -> tuple[str, int]:
+    error = exc.response.get("Error", {})
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return str(error.get("Code", "")), int(status or 0)
+
+
+def open_store(uri: str, s3_endpoint: str | None = None) -> ObjectStore:
+    """Open ``file:///abs/dir`` as a LocalStore or ``s3://bucket/prefix`` as an S3Store."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise StoreError(f"file URI must be local (file:///path), got {uri!r}")
+        return LocalStore(unquote(parsed.path))
+    if parsed.scheme == "s3":
+        return S3Store(parsed.netloc, parsed.path, endpoint_url=s3_endpoint)
+    raise StoreError(f"unsupported store URI {uri!r} (use file:///dir or s3://bucket/prefix)")
