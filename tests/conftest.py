@@ -1,0 +1,72 @@
+"""Session-wide test servers: ONE Spark Connect server and ONE moto S3 server per run.
+
+Both are real processes on 127.0.0.1 free ports, started lazily by the first test that
+asks, tracked by PID and stopped by that PID at the end of the session. `--soak` enables
+the long chaos runs (tests marked `soak`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import Proc, free_ports, wait_until
+
+MOTO_START_TIMEOUT_S = 60.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", help="run the long soak/chaos tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--soak"):
+        return
+    skip = pytest.mark.skip(reason="soak test: run with --soak")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from pipeline.spark_server import SparkConnectServer
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    server = SparkConnectServer(str(tmp_path_factory.mktemp("spark")))
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3 protocol endpoint (moto's server) for boto3; dummy credentials."""
+    import urllib.request
+
+    for key, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        os.environ.setdefault(key, value)
+    port = free_ports(1)[0]
+    log = Path(tmp_path_factory.mktemp("moto")) / "moto.log"
+    proc = Proc([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], log)
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        with urllib.request.urlopen(url + "/moto-api/", timeout=1) as r:
+            return bool(r.status == 200)
+
+    try:
+        wait_until(up, "moto server", MOTO_START_TIMEOUT_S)
+        yield url
+    finally:
+        proc.stop()
