@@ -312,6 +312,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         batch_interval_s=args.batch_interval_s,
         max_keys_per_partition=args.max_keys_per_partition,
         staging_dir=args.staging_dir,
+        join_token=args.join_token,
     )
     transform = load_transform(args.transform) if args.transform else identity
     run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
@@ -363,6 +364,7 @@ def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
     config = ClusterConfig(
         cluster_secret=secrets.token_urlsafe(32),
         admin_token=secrets.token_urlsafe(24),
+        join_token=secrets.token_urlsafe(24),
         data_dir=str(Path(data_dir).resolve()),
         nodes=specs,
         **overrides,
@@ -518,7 +520,8 @@ def _start_pipeline(
         ]
         for url in urls:
             argv += ["--coordinator", url]
-        children.start(f"w{i + 1}", argv, env={"PYSPARK_PYTHON": sys.executable})
+        env = {"PYSPARK_PYTHON": sys.executable, "RIPPLE_JOIN_TOKEN": config.join_token}
+        children.start(f"w{i + 1}", argv, env=env)
     return spark_url
 
 
@@ -590,6 +593,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--s3-endpoint", help="endpoint URL of an S3-compatible store")
     w.add_argument("--spark-remote", help="sc://HOST:PORT of a Spark Connect server")
     w.add_argument("--transform", help="module:function taking and returning a DataFrame")
+    w.add_argument(
+        "--join-token",
+        default=os.environ.get("RIPPLE_JOIN_TOKEN"),
+        help="the cluster's join token, if it has one (env RIPPLE_JOIN_TOKEN)",
+    )
     w.add_argument("--batch-interval-s", type=float, default=0.5)
     w.add_argument("--max-keys-per-partition", type=int, default=2000)
     w.add_argument("--staging-dir", help="where S3 segments are staged for a local Spark")

@@ -35,6 +35,9 @@ class NodeSpec:
 class ClusterConfig:
     cluster_secret: str = ""
     admin_token: str = ""
+    # When set, POST /v1/workers needs `Authorization: Bearer <join_token>`: only holders
+    # can register a worker (and so take over a worker id). Empty: registration is open.
+    join_token: str = ""
     total_partitions: int = 128
     min_cluster_size: int = 1
     heartbeat_interval_s: float = 5.0
@@ -88,6 +91,10 @@ class ClusterConfig:
         if len(self.admin_token) < 16:
             raise ConfigError(
                 "admin_token is required (at least 16 characters)", field="admin_token"
+            )
+        if self.join_token and len(self.join_token) < 16:
+            raise ConfigError(
+                "join_token, when set, needs at least 16 characters", field="join_token"
             )
         if not 1 <= self.total_partitions <= 1_000_000:
             raise ConfigError("total_partitions must be in 1..1000000", field="total_partitions")

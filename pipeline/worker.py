@@ -82,17 +82,18 @@ class WorkerSettings:
     max_keys_per_partition: int = MAX_KEYS_PER_PARTITION_DEFAULT
     staging_dir: str | None = None
     drain_timeout_s: float = DRAIN_TIMEOUT_S
+    join_token: str | None = None
 
 
 class Worker:
-    def __init__(self, settings: WorkerSettings, store: ObjectStore,
-                 transform: Transform = identity) -> None:
+    def __init__(
+        self, settings: WorkerSettings, store: ObjectStore, transform: Transform = identity
+    ) -> None:
         self.settings = settings
         self.store = store
         self.checkpoints = CheckpointStore(store)
         self.transform = transform
-        self.client = CoordinatorClient(list(settings.coordinators), deadline_s=5.0,
-                                        timeout_s=5.0)
+        self.client = CoordinatorClient(list(settings.coordinators), deadline_s=5.0, timeout_s=5.0)
         self.address = settings.advertise or f"http://{settings.listen}"
         self.gates = Gates()
         self.parts: dict[int, PartitionRuntime] = {}
@@ -107,15 +108,24 @@ class Worker:
         self.staging = settings.staging_dir or tempfile.mkdtemp(prefix="ripple-stage-")
         self.draining = False
         self.stopped = asyncio.Event()
-        self.stats = {"batches": 0, "records": 0, "dead_letter_keys": 0, "checkpoints": 0,
-                      "fenced": 0, "lease_pauses": 0}
+        self.stats = {
+            "batches": 0,
+            "records": 0,
+            "dead_letter_keys": 0,
+            "checkpoints": 0,
+            "fenced": 0,
+            "lease_pauses": 0,
+        }
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- coordinator protocol ------------------------------------------------------------------
 
     async def register(self) -> None:
-        body = await self.client.post("/v1/workers", {"worker_id": self.settings.worker_id,
-                                                      "address": self.address})
+        body = await self.client.post(
+            "/v1/workers",
+            {"worker_id": self.settings.worker_id, "address": self.address},
+            token=self.settings.join_token,
+        )
         # A new incarnation: every gate of the old one is fenced by the coordinator already.
         self.gates = Gates()
         self.parts.clear()
@@ -132,10 +142,15 @@ class Worker:
         sent_at = now_ms()
         reply = await self.client.post(
             f"/v1/workers/{self.settings.worker_id}/heartbeat",
-            {"incarnation": self.incarnation, "load": self._load(),
-             "partitions": {str(p): {"epoch": rt.epoch, "offset": rt.offset}
-                            for p, rt in self.parts.items()}},
-            token=self.token)
+            {
+                "incarnation": self.incarnation,
+                "load": self._load(),
+                "partitions": {
+                    str(p): {"epoch": rt.epoch, "offset": rt.offset} for p, rt in self.parts.items()
+                },
+            },
+            token=self.token,
+        )
         self.lease = self.lease.renewed(sent_at)
         assignment = {int(a["partition"]): int(a["epoch"]) for a in reply["assignment"]}
         plan = self.gates.reconcile(assignment)
@@ -182,8 +197,11 @@ class Worker:
             for seg in self.source.segments(p, offset):
                 if len(inputs) >= SEGMENTS_PER_BATCH_MAX:
                     break
-                inputs.append(BatchInput(partition=p, path=stage(self.store, seg, self.staging),
-                                         from_offset=offset))
+                inputs.append(
+                    BatchInput(
+                        partition=p, path=stage(self.store, seg, self.staging), from_offset=offset
+                    )
+                )
                 ends[p] = seg.end_offset
         return inputs, ends
 
@@ -195,13 +213,17 @@ class Worker:
             if not self.lease_valid():
                 self.stats["lease_pauses"] += 1
                 return 0
-            open_now = {p: rt for p, rt in self.parts.items()
-                        if rt.loaded.is_set() and self.gates.admits(p, rt.epoch)}
+            open_now = {
+                p: rt
+                for p, rt in self.parts.items()
+                if rt.loaded.is_set() and self.gates.admits(p, rt.epoch)
+            }
             if not open_now:
                 return 0
             epochs = {p: rt.epoch for p, rt in open_now.items()}
             inputs, ends = await asyncio.to_thread(
-                self._plan_batch, {p: rt.offset for p, rt in open_now.items()})
+                self._plan_batch, {p: rt.offset for p, rt in open_now.items()}
+            )
             if not inputs:
                 return 0
             # One Spark job for every open partition's new records. Per-partition offsets
@@ -221,15 +243,19 @@ class Worker:
                 if rt is None or rt.epoch != epochs[p] or not self.gates.admits(p, rt.epoch):
                     continue
                 batch = results.get(p, {})
-                new_state, dead = merge_batch(rt.state, batch,
-                                              self.settings.max_keys_per_partition)
+                new_state, dead = merge_batch(rt.state, batch, self.settings.max_keys_per_partition)
                 if dead:
-                    await asyncio.to_thread(self.checkpoints.write_dead_letter, p, rt.epoch,
-                                            rt.offset, end, dead)
+                    await asyncio.to_thread(
+                        self.checkpoints.write_dead_letter, p, rt.epoch, rt.offset, end, dead
+                    )
                     self.stats["dead_letter_keys"] += len(dead)
-                    log.warning("partition %d: %d new keys over max_keys_per_partition=%d "
-                                "went to the dead-letter segment", p, len(dead),
-                                self.settings.max_keys_per_partition)
+                    log.warning(
+                        "partition %d: %d new keys over max_keys_per_partition=%d "
+                        "went to the dead-letter segment",
+                        p,
+                        len(dead),
+                        self.settings.max_keys_per_partition,
+                    )
                 merged += sum(s.count for s in batch.values())
                 rt.state, rt.offset = new_state, end
             self.stats["batches"] += 1
@@ -240,7 +266,7 @@ class Worker:
         while not self.stopped.is_set():
             try:
                 merged = await self.process_once()
-            except Exception:  # noqa: BLE001 - keep the worker alive; the batch is retried
+            except Exception:  # keep the worker alive; the batch is retried
                 log.exception("micro-batch failed; retrying")
                 merged = 0
             if merged == 0:
@@ -259,11 +285,18 @@ class Worker:
                     continue
                 if rt.checkpoint_offset != rt.offset or not rt.checkpoint_uri:
                     rt.checkpoint_uri = await asyncio.to_thread(
-                        self.checkpoints.write, p, rt.epoch, rt.offset, dict(rt.state))
+                        self.checkpoints.write, p, rt.epoch, rt.offset, dict(rt.state)
+                    )
                     rt.checkpoint_offset = rt.offset
                     self.stats["checkpoints"] += 1
-                entries.append({"partition": p, "epoch": rt.epoch, "offset": rt.offset,
-                                "uri": rt.checkpoint_uri})
+                entries.append(
+                    {
+                        "partition": p,
+                        "epoch": rt.epoch,
+                        "offset": rt.offset,
+                        "uri": rt.checkpoint_uri,
+                    }
+                )
         return entries
 
     async def checkpoint_and_report(self) -> None:
@@ -271,9 +304,15 @@ class Worker:
         if not entries:
             return
         try:
-            body = await self.client.post("/v1/checkpoints", {
-                "worker_id": self.settings.worker_id, "incarnation": self.incarnation,
-                "checkpoints": entries}, token=self.token)
+            body = await self.client.post(
+                "/v1/checkpoints",
+                {
+                    "worker_id": self.settings.worker_id,
+                    "incarnation": self.incarnation,
+                    "checkpoints": entries,
+                },
+                token=self.token,
+            )
         except ClientError as exc:
             log.warning("checkpoint report failed: %s", exc.message)
             return
@@ -286,7 +325,8 @@ class Worker:
 
     def _authorized(self, request: web.Request) -> bool:
         return bool(self.token) and hmac.compare_digest(
-            request.headers.get("Authorization", ""), f"Bearer {self.token}")
+            request.headers.get("Authorization", ""), f"Bearer {self.token}"
+        )
 
     def _partition(self, request: web.Request) -> int:
         text = request.match_info["p"]
@@ -313,8 +353,9 @@ class Worker:
             raise _http_error(400, "invalid", "epoch must be a positive integer", "epoch")
         ck = body.get("checkpoint")
         if ck is not None and not (isinstance(ck, dict) and isinstance(ck.get("uri"), str)):
-            raise _http_error(400, "invalid", "checkpoint must be {offset, uri, epoch} or null",
-                              "checkpoint")
+            raise _http_error(
+                400, "invalid", "checkpoint must be {offset, uri, epoch} or null", "checkpoint"
+            )
         result = self.gates.host(p, epoch)
         if isinstance(result, Refused):
             raise _http_error(409, "stale_epoch", result.reason, "epoch")
@@ -328,7 +369,7 @@ class Worker:
                     data = await asyncio.to_thread(self.checkpoints.read, ck["uri"])
                     rt.state, rt.offset = dict(data.state), data.offset
                     rt.checkpoint_offset, rt.checkpoint_uri = data.offset, ck["uri"]
-            except Exception as exc:  # noqa: BLE001 - report to the leader, which retries
+            except Exception as exc:  # report to the leader, which retries
                 self.parts.pop(p, None)
                 self.gates.close(p, epoch)
                 log.exception("loading checkpoint for partition %d failed", p)
@@ -347,18 +388,26 @@ class Worker:
         epoch = body.get("epoch")
         rt = self.parts.get(p)
         if rt is None or not isinstance(epoch, int) or not self.gates.admits(p, epoch):
-            raise _http_error(409, "stale_epoch", f"partition {p} is not open here at {epoch}",
-                              "epoch")
+            raise _http_error(
+                409, "stale_epoch", f"partition {p} is not open here at {epoch}", "epoch"
+            )
         async with self.batch_lock:  # waits for the batch in flight to finish
             await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)
             self.gates.close(p, epoch)
-            uri = await asyncio.to_thread(self.checkpoints.write, p, epoch, rt.offset,
-                                          dict(rt.state))
+            uri = await asyncio.to_thread(
+                self.checkpoints.write, p, epoch, rt.offset, dict(rt.state)
+            )
             self.parts.pop(p, None)
-        log.info("released partition %d epoch %d at offset %d (%s)", p, epoch, rt.offset,
-                 body.get("migration_id"))
-        return web.json_response({"partition": p, "epoch": epoch,
-                                  "checkpoint": {"offset": rt.offset, "uri": uri}})
+        log.info(
+            "released partition %d epoch %d at offset %d (%s)",
+            p,
+            epoch,
+            rt.offset,
+            body.get("migration_id"),
+        )
+        return web.json_response(
+            {"partition": p, "epoch": epoch, "checkpoint": {"offset": rt.offset, "uri": uri}}
+        )
 
     async def handle_checkpoint(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
@@ -376,8 +425,10 @@ class Worker:
         owner = None
         with contextlib.suppress(ClientError):
             owner = (await self.client.get(f"/v1/partitions/{p}")).get("owner")
-        return web.json_response({"error": "not_owner", "owner": owner,
-                                  "message": f"partition {p} is not served here"}, status=409)
+        return web.json_response(
+            {"error": "not_owner", "owner": owner, "message": f"partition {p} is not served here"},
+            status=409,
+        )
 
     async def handle_key(self, request: web.Request) -> web.Response:
         p = self._partition(request)
@@ -390,26 +441,43 @@ class Worker:
         ks = rt.state.get(key)
         if ks is None:
             raise _http_error(404, "not_found", f"no records for key {key!r} yet", "key")
-        return web.json_response({"key": key, **key_json(ks), "partition": p,
-                                  "epoch": rt.epoch, "offset": rt.offset})
+        return web.json_response(
+            {"key": key, **key_json(ks), "partition": p, "epoch": rt.epoch, "offset": rt.offset}
+        )
 
     async def handle_state(self, request: web.Request) -> web.Response:
         p = self._partition(request)
         rt = self._owned(p)
         if rt is None:
             return await self._not_owner(p)
-        return web.json_response({"partition": p, "epoch": rt.epoch, "offset": rt.offset,
-                                  "keys": {k: key_json(v) for k, v in sorted(rt.state.items())}})
+        return web.json_response(
+            {
+                "partition": p,
+                "epoch": rt.epoch,
+                "offset": rt.offset,
+                "keys": {k: key_json(v) for k, v in sorted(rt.state.items())},
+            }
+        )
 
     async def handle_health(self, request: web.Request) -> web.Response:
-        return web.json_response({
-            "worker_id": self.settings.worker_id, "incarnation": self.incarnation,
-            "lease_valid": self.lease_valid(), "draining": self.draining,
-            "partitions": {str(p): {"epoch": rt.epoch, "offset": rt.offset,
-                                    "keys": len(rt.state), "open": self.gates.admits(p, rt.epoch)}
-                           for p, rt in sorted(self.parts.items())},
-            "stats": self.stats,
-        })
+        return web.json_response(
+            {
+                "worker_id": self.settings.worker_id,
+                "incarnation": self.incarnation,
+                "lease_valid": self.lease_valid(),
+                "draining": self.draining,
+                "partitions": {
+                    str(p): {
+                        "epoch": rt.epoch,
+                        "offset": rt.offset,
+                        "keys": len(rt.state),
+                        "open": self.gates.admits(p, rt.epoch),
+                    }
+                    for p, rt in sorted(self.parts.items())
+                },
+                "stats": self.stats,
+            }
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -425,8 +493,9 @@ class Worker:
             return
         self.draining = True
         try:
-            await self.client.post(f"/v1/workers/{self.settings.worker_id}/drain", {},
-                                   token=self.token)
+            await self.client.post(
+                f"/v1/workers/{self.settings.worker_id}/drain", {}, token=self.token
+            )
         except ClientError as exc:
             log.warning("drain request failed (%s); stopping anyway", exc.message)
             self.stopped.set()
@@ -461,11 +530,19 @@ class Worker:
             self.total_partitions = int(health["cluster"]["total_partitions"])
             self.source = SourceLog(self.store, self.total_partitions)
             self.aggregator = await asyncio.to_thread(
-                Aggregator, self.settings.spark_remote, self.transform)
-            log.info("worker %s on %s: %d partitions, spark %s", self.settings.worker_id,
-                     self.address, self.total_partitions, self.settings.spark_remote)
-            tasks = [loop.create_task(self.heartbeat_loop()),
-                     loop.create_task(self.processing_loop())]
+                Aggregator, self.settings.spark_remote, self.transform
+            )
+            log.info(
+                "worker %s on %s: %d partitions, spark %s",
+                self.settings.worker_id,
+                self.address,
+                self.total_partitions,
+                self.settings.spark_remote,
+            )
+            tasks = [
+                loop.create_task(self.heartbeat_loop()),
+                loop.create_task(self.processing_loop()),
+            ]
             await self.stopped.wait()
             for t in tasks + self._tasks:
                 t.cancel()
@@ -502,9 +579,8 @@ async def _error_middleware(request: web.Request, handler: Any) -> web.StreamRes
             body["field"] = exc.field
         return web.json_response(body, status=exc.status)
     except web.HTTPException as exc:
-        return web.json_response({"error": "http_error", "message": exc.reason},
-                                 status=exc.status)
-    except Exception:  # noqa: BLE001 - the boundary: log, never leak a trace
+        return web.json_response({"error": "http_error", "message": exc.reason}, status=exc.status)
+    except Exception:  # the boundary: log, never leak a trace
         log.exception("worker handler failed on %s", request.path)
         return web.json_response({"error": "internal", "message": "internal error"}, status=500)
 

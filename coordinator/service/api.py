@@ -33,7 +33,7 @@ from coordinator.core.model import (
 from coordinator.core.state import ClusterState
 from coordinator.errors import RequestError, RippleError, UnavailableError
 from coordinator.service import models as m
-from coordinator.service.auth import issue_token, verify_admin, verify_worker_token
+from coordinator.service.auth import issue_token, verify_token, verify_worker_token
 from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
 from replication.log import RaftRole
 
@@ -422,6 +422,8 @@ async def migrations(request: web.Request) -> web.Response:
 )
 async def register(request: web.Request) -> web.Response:
     node = require_leader(request)
+    if node.config.join_token:
+        verify_token(node.config.join_token, request.headers.get("Authorization"), "join")
     body = await parse(request, m.RegisterRequest)
     rid = idempotency_key(request)
     value = await node.submit(
@@ -577,7 +579,7 @@ async def drain(request: web.Request) -> web.Response:
 
 
 def require_admin(request: web.Request, node: CoordinatorNode) -> None:
-    verify_admin(node.config.admin_token, request.headers.get("Authorization"))
+    verify_token(node.config.admin_token, request.headers.get("Authorization"), "admin")
 
 
 @route(

@@ -52,9 +52,12 @@ def verify_worker_token(
     return incarnation
 
 
-def verify_admin(admin_token: str, header: str | None) -> None:
+def verify_token(expected: str, header: str | None, what: str) -> None:
+    """A shared secret bearer token (admin, join): 401 when missing, 403 when wrong."""
     token = bearer(header)
     if token is None:
-        raise RequestError("admin endpoint: missing bearer token", code="unauthorized", status=401)
-    if not hmac.compare_digest(token.encode(), admin_token.encode()):
-        raise RequestError("admin endpoint: wrong admin token", code="forbidden", status=403)
+        raise RequestError(
+            f"{what} token required (Authorization: Bearer ...)", code="unauthorized", status=401
+        )
+    if not hmac.compare_digest(token.encode(), expected.encode()):
+        raise RequestError(f"wrong {what} token", code="forbidden", status=403)

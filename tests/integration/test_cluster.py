@@ -313,3 +313,20 @@ def test_strangers_cannot_join_or_run_code(cluster: Cluster, tmp_path: Path) -> 
     assert not marker.exists()
     r = cluster.write_via_any("/v1/workers", {"worker_id": "w3", "address": "http://127.0.0.1:9"})
     assert r.status == 200
+
+
+def test_join_token_guards_registration(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, join_token="join-token-0123456789abcdef")
+    c.start_all()
+    try:
+        leader = c.ready()
+        body = {"worker_id": "w1", "address": "http://127.0.0.1:9"}
+        missing = c.post(leader, "/v1/workers", body)
+        assert missing.status == 401 and missing.body["error"] == "unauthorized"
+        wrong = c.post(leader, "/v1/workers", body, token="not-the-join-token-at-all")
+        assert wrong.status == 403
+        assert c.get(leader, "/v1/workers?consistent=true").body["workers"] == []
+        ok = c.post(leader, "/v1/workers", body, token="join-token-0123456789abcdef")
+        assert ok.status == 200 and ok.body["incarnation"] == 1
+    finally:
+        c.stop_all()
