@@ -2,8 +2,10 @@
 
 Docker is not available where these tests run, so nothing here starts a container: the
 test reads both files and checks that they agree (node ids, commands, mounted config,
-ports, data volumes, health checks). `problems()` returns every mismatch as a sentence;
-the mutation tests prove each check can fail.
+ports, data volumes, health checks), and that the pipeline services are wired to each
+other (workers -> coordinators, store, Spark Connect server, shared staging volume).
+`problems()` returns every mismatch as a sentence; the mutation tests prove each check can
+fail.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ COMPOSE_DIR = Path(__file__).resolve().parents[2] / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
 CLUSTER_FILE = COMPOSE_DIR / "cluster.toml"
 CONFIG_IN_CONTAINER = "/etc/ripple/cluster.toml"
-SECRET_ENV = ("RIPPLE_CLUSTER_SECRET", "RIPPLE_ADMIN_TOKEN")
+SECRET_ENV = ("RIPPLE_CLUSTER_SECRET", "RIPPLE_ADMIN_TOKEN", "RIPPLE_JOIN_TOKEN")
+WORKER_ENV = ("RIPPLE_JOIN_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+SPARK_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
 def load_compose() -> dict[str, Any]:
@@ -47,6 +51,39 @@ def _flag(command: list[str], name: str) -> str | None:
         i = command.index(name)
         return command[i + 1] if i + 1 < len(command) else None
     return None
+
+
+def _flags(command: list[str], name: str) -> list[str]:
+    return [command[i + 1] for i, c in enumerate(command[:-1]) if c == name]
+
+
+def _url_host_port(url: str | None, scheme: str) -> tuple[str, str] | None:
+    prefix = f"{scheme}://"
+    if not url or not url.startswith(prefix) or ":" not in url[len(prefix) :]:
+        return None
+    host, _, port = url[len(prefix) :].rstrip("/").partition(":")
+    return host, port
+
+
+def _env(svc: dict[str, Any]) -> dict[str, str]:
+    env = svc.get("environment") or {}
+    if isinstance(env, list):  # the KEY=VALUE list form
+        return dict(str(e).partition("=")[::2] for e in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def _mounts(svc: dict[str, Any]) -> list[list[str]]:
+    return [str(v).split(":") for v in svc.get("volumes") or []]
+
+
+def _services_running(doc: dict[str, Any], *words: str) -> dict[str, dict[str, Any]]:
+    """Services whose command contains every one of ``words`` (as whole arguments)."""
+    services = doc.get("services") or {}
+    return {
+        name: svc
+        for name, svc in services.items()
+        if isinstance(svc.get("command"), list) and all(w in svc["command"] for w in words)
+    }
 
 
 def _coordinators(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -121,6 +158,112 @@ def problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
         partners = sorted(n.id for n in config.nodes if n.id != nid)
         if partners != sorted(s for s in coords if s != nid):
             out.append(f"{nid}: Raft partners {partners} are not the other coordinator services")
+    return out + pipeline_problems(doc, config)
+
+
+def pipeline_problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
+    """The workers reach the coordinators, the store and Spark, and share staging with Spark."""
+    out: list[str] = []
+    services = doc.get("services") or {}
+    declared_volumes = set((doc.get("volumes") or {}).keys())
+    workers = {
+        name: svc
+        for name, svc in services.items()
+        if isinstance(svc.get("command"), list) and svc["command"][:2] == ["ripple", "worker"]
+    }
+    if len(workers) != 3:
+        out.append(f"worker services {sorted(workers)}: want three")
+    stores = _services_running(doc, "moto.server")
+    sparks = _services_running(doc, SPARK_SERVER_CLASS)
+    if len(stores) != 1:
+        out.append(f"store services {sorted(stores)}: want exactly one moto server")
+    if len(sparks) != 1:
+        out.append(f"spark services {sorted(sparks)}: want exactly one Spark Connect server")
+    store_ports = {name: _flag(svc["command"], "-p") for name, svc in stores.items()}
+    spark_ports: dict[str, str | None] = {}
+    for name, svc in sparks.items():
+        conf = dict(c.partition("=")[::2] for c in _flags(svc["command"], "--conf"))
+        spark_ports[name] = conf.get("spark.connect.grpc.binding.port")
+        if conf.get("spark.connect.grpc.binding.address") != "0.0.0.0":
+            out.append(f"{name}: Spark Connect does not bind 0.0.0.0 (workers are elsewhere)")
+        if str(spark_ports[name]) not in {str(e) for e in svc.get("expose") or []}:
+            out.append(f"{name}: Spark Connect port {spark_ports[name]} is not exposed")
+    for name, svc in stores.items():
+        if str(store_ports[name]) not in {str(e) for e in svc.get("expose") or []}:
+            out.append(f"{name}: store port {store_ports[name]} is not exposed")
+    coordinator_urls = sorted(n.url for n in config.nodes)
+    staging_dirs: dict[str, str] = {}
+    for name, svc in sorted(workers.items()):
+        command = svc["command"]
+        urls = sorted(_flags(command, "--coordinator"))
+        if urls != coordinator_urls:
+            out.append(f"{name}: --coordinator {urls} != cluster http URLs {coordinator_urls}")
+        if _flag(command, "--worker-id") != name:
+            out.append(f"{name}: runs --worker-id {_flag(command, '--worker-id')}")
+        listen = _flag(command, "--listen") or ""
+        if _host(listen) != name:
+            out.append(f"{name}: --listen {listen!r} does not name its own service")
+        elif _port(listen) not in {str(e) for e in svc.get("expose") or []}:
+            out.append(f"{name}: listen port {_port(listen)} is not exposed")
+        if _flag(command, "--advertise") != f"http://{listen}":
+            out.append(
+                f"{name}: --advertise {_flag(command, '--advertise')} is not http://{listen}"
+            )
+        endpoint = _url_host_port(_flag(command, "--s3-endpoint"), "http")
+        if endpoint is None or store_ports.get(endpoint[0]) != endpoint[1]:
+            out.append(
+                f"{name}: --s3-endpoint {_flag(command, '--s3-endpoint')} is not a store "
+                f"service's port {store_ports}"
+            )
+        store = _flag(command, "--store") or ""
+        if not store.startswith("s3://"):
+            out.append(f"{name}: --store {store!r} is not on the S3 store")
+        remote = _url_host_port(_flag(command, "--spark-remote"), "sc")
+        if remote is None or spark_ports.get(remote[0]) != remote[1]:
+            out.append(
+                f"{name}: --spark-remote {_flag(command, '--spark-remote')} is not the Spark "
+                f"service's port {spark_ports}"
+            )
+        env = _env(svc)
+        for key in WORKER_ENV:
+            if key not in env:
+                out.append(f"{name}: {key} is not passed from the environment")
+        staging = _flag(command, "--staging-dir")
+        if staging is None:
+            out.append(f"{name}: no --staging-dir (Spark could not read the staged segments)")
+            continue
+        if staging in staging_dirs.values():
+            out.append(f"{name}: shares --staging-dir {staging} with another worker")
+        staging_dirs[name] = staging
+        under = [
+            m
+            for m in _mounts(svc)
+            if len(m) >= 2 and (staging == m[1] or staging.startswith(m[1].rstrip("/") + "/"))
+        ]
+        if len(under) != 1:
+            out.append(f"{name}: --staging-dir {staging} is not on one mounted volume")
+            continue
+        volume, path = under[0][0], under[0][1]
+        if volume not in declared_volumes:
+            out.append(f"{name}: staging volume {volume!r} is not a declared named volume")
+        for spark_name, spark in sparks.items():
+            if [volume, path] not in [m[:2] for m in _mounts(spark)]:
+                out.append(f"{spark_name}: does not mount {volume} at {path} like {name}")
+    buckets = sorted(
+        {
+            store[len("s3://") :].split("/")[0]
+            for w in workers.values()
+            if (store := _flag(w["command"], "--store") or "").startswith("s3://")
+        }
+    )
+    creators = [
+        " ".join(str(c) for c in svc.get("command") or [])
+        for svc in services.values()
+        if "create_bucket" in " ".join(str(c) for c in svc.get("command") or [])
+    ]
+    for bucket in buckets:
+        if not any(f'Bucket="{bucket}"' in text for text in creators):
+            out.append(f"no service creates the workers' bucket {bucket!r}")
     return out
 
 
@@ -134,11 +277,12 @@ def test_compose_and_cluster_file_agree() -> None:
 def test_cluster_file_has_three_nodes_and_no_secrets() -> None:
     config = load_cluster()
     assert [n.id for n in config.nodes] == ["n1", "n2", "n3"]
-    assert config.cluster_secret == "" and config.admin_token == ""
+    assert config.cluster_secret == "" and config.admin_token == "" and config.join_token == ""
 
 
 def test_cluster_file_is_valid_once_env_supplies_the_secrets() -> None:
     env = {"RIPPLE_CLUSTER_SECRET": "s" * 32, "RIPPLE_ADMIN_TOKEN": "a" * 32}
+    env["RIPPLE_JOIN_TOKEN"] = "j" * 32
     config = load_config(CLUSTER_FILE, env=env)  # validates; raises ConfigError if not
     for node in config.nodes:
         assert config.node_dir(node.id) == Path(config.data_dir) / node.id
@@ -226,3 +370,149 @@ def test_detects_node_missing_from_cluster_file() -> None:
     found = problems(load_compose(), short)
     assert "coordinator services ['n1', 'n2', 'n3'] != cluster nodes ['n1', 'n2']" in found
     assert "n1: Raft partners ['n2'] are not the other coordinator services" in found
+
+
+def test_only_coordinator_http_ports_are_published() -> None:
+    coords = _coordinators(load_compose())
+    for name, svc in (load_compose().get("services") or {}).items():
+        if name not in coords:
+            assert not svc.get("ports"), f"{name} publishes {svc['ports']}"
+
+
+def _worker_flag_index(doc: dict[str, Any], worker: str, flag: str) -> int:
+    return int(doc["services"][worker]["command"].index(flag)) + 1
+
+
+def test_detects_worker_coordinator_url_mismatch() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["w2"]["command"][_worker_flag_index(doc, "w2", "--coordinator")] = (
+            "http://n1:8102"
+        )
+
+    found = _mutated(mutate)
+    want = (
+        "w2: --coordinator ['http://n1:8102', 'http://n2:8102', 'http://n3:8103'] != "
+        "cluster http URLs ['http://n1:8101', 'http://n2:8102', 'http://n3:8103']"
+    )
+    assert want in found
+
+
+def test_detects_worker_listening_as_another_service() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["w3"]["command"][_worker_flag_index(doc, "w3", "--listen")] = "w1:9101"
+
+    found = _mutated(mutate)
+    assert "w3: --listen 'w1:9101' does not name its own service" in found
+    assert "w3: --advertise http://w3:9101 is not http://w1:9101" in found
+
+
+def test_detects_wrong_worker_id_and_advertise() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["w1"]["command"][_worker_flag_index(doc, "w1", "--worker-id")] = "w2"
+        doc["services"]["w1"]["command"][_worker_flag_index(doc, "w1", "--advertise")] = (
+            "http://localhost:9101"
+        )
+
+    found = _mutated(mutate)
+    assert "w1: runs --worker-id w2" in found
+    assert "w1: --advertise http://localhost:9101 is not http://w1:9101" in found
+
+
+def test_detects_s3_endpoint_on_the_wrong_port_or_host() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["w1"]["command"][_worker_flag_index(doc, "w1", "--s3-endpoint")] = (
+            "http://s3:9000"
+        )
+        doc["services"]["w2"]["command"][_worker_flag_index(doc, "w2", "--s3-endpoint")] = (
+            "http://spark:5000"
+        )
+
+    found = " | ".join(_mutated(mutate))
+    assert "w1: --s3-endpoint http://s3:9000 is not a store service's port" in found
+    assert "w2: --s3-endpoint http://spark:5000 is not a store service's port" in found
+
+
+def test_detects_store_port_change_not_followed_by_workers() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        command = doc["services"]["s3"]["command"]
+        command[command.index("-p") + 1] = "9000"
+        doc["services"]["s3"]["expose"] = ["9000"]
+
+    found = " | ".join(_mutated(mutate))
+    for worker in ("w1", "w2", "w3"):
+        assert f"{worker}: --s3-endpoint http://s3:5000 is not a store service's port" in found
+
+
+def test_detects_spark_remote_mismatch() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["w3"]["command"][_worker_flag_index(doc, "w3", "--spark-remote")] = (
+            "sc://spark:15003"
+        )
+        conf = doc["services"]["spark"]["command"]
+        i = conf.index("spark.connect.grpc.binding.address=0.0.0.0")
+        conf[i] = "spark.connect.grpc.binding.address=127.0.0.1"
+
+    found = " | ".join(_mutated(mutate))
+    assert "w3: --spark-remote sc://spark:15003 is not the Spark service's port" in found
+    assert "spark: Spark Connect does not bind 0.0.0.0 (workers are elsewhere)" in found
+
+
+def test_detects_staging_not_shared_with_spark() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["spark"]["volumes"] = ["staging:/tmp/staging"]
+
+    found = _mutated(mutate)
+    for worker in ("w1", "w2", "w3"):
+        assert f"spark: does not mount staging at /var/lib/ripple-staging like {worker}" in found
+
+
+def test_detects_staging_dir_off_the_volume_or_missing_or_shared() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        w1 = doc["services"]["w1"]["command"]
+        w1[_worker_flag_index(doc, "w1", "--staging-dir")] = "/tmp/stage"
+        w2 = doc["services"]["w2"]["command"]
+        i = w2.index("--staging-dir")
+        del w2[i : i + 2]
+        doc["services"]["w3"]["command"][_worker_flag_index(doc, "w3", "--staging-dir")] = (
+            "/tmp/stage"
+        )
+        # Without this, /var/lib/ripple-stagingX would look like it is under the mount.
+        doc["services"]["w3"]["volumes"] = ["staging:/tmp/stage"]
+
+    found = _mutated(mutate)
+    assert "w1: --staging-dir /tmp/stage is not on one mounted volume" in found
+    assert "w2: no --staging-dir (Spark could not read the staged segments)" in found
+    assert "w3: shares --staging-dir /tmp/stage with another worker" in found
+    assert "spark: does not mount staging at /tmp/stage like w3" in found
+
+
+def test_detects_staging_dir_that_only_shares_a_prefix_with_the_mount() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["w1"]["command"][_worker_flag_index(doc, "w1", "--staging-dir")] = (
+            "/var/lib/ripple-stagingX/w1"
+        )
+
+    assert "w1: --staging-dir /var/lib/ripple-stagingX/w1 is not on one mounted volume" in (
+        _mutated(mutate)
+    )
+
+
+def test_detects_missing_join_token_and_credentials() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["w2"]["environment"] = {"AWS_ACCESS_KEY_ID": "x"}
+
+    found = _mutated(mutate)
+    assert "w2: RIPPLE_JOIN_TOKEN is not passed from the environment" in found
+    assert "w2: AWS_SECRET_ACCESS_KEY is not passed from the environment" in found
+
+
+def test_detects_missing_worker_spark_store_and_bucket() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        for name in ("w3", "spark", "s3", "s3-bucket"):
+            del doc["services"][name]
+
+    found = " | ".join(_mutated(mutate))
+    assert "worker services ['w1', 'w2']: want three" in found
+    assert "spark services []: want exactly one Spark Connect server" in found
+    assert "store services []: want exactly one moto server" in found
+    assert "no service creates the workers' bucket 'ripple'" in found
