@@ -16,7 +16,13 @@ import time
 from collections.abc import Sequence
 
 REGISTRY: dict[str, str] = {
+    "failover": "bench.failover",
+    "writes": "bench.writes",
+    "heartbeats": "bench.heartbeats",
     "placement": "bench.placement",
+    "recovery": "bench.recovery",
+    "pipeline": "bench.pipeline",
+    "memory": "bench.memory",
 }
 
 

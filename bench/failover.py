@@ -1,0 +1,107 @@
+"""Failover: kill -9 the leader, time until a write is committed again through HTTP.
+
+Both clusters run at once and their rounds interleave (ripple, raw, ripple, raw, ...), so
+machine noise lands on both. Each round: find the agreed leader, SIGKILL it by PID, then
+probe with writes to every live node (following a follower's 307 to the leader, retrying
+503s every 20 ms, 3 s per call) until one is committed; that is `failover_s`. Meanwhile a
+background thread keeps a light load of about 10 writes/s going. The killed node is then
+restarted and the next round waits for all three to agree on a ready leader.
+
+- ripple: three `ripple coordinator` processes; the write is a worker registration.
+- raw: three `bench.raw_node` processes (ReplicatedLog + a counting machine + one aiohttp
+  handler), the same Raft timeouts (RaftSettings defaults = ClusterConfig defaults).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+
+from bench.harness import Cluster, RawCluster, scratch, summary
+
+ADDRESS = "http://127.0.0.1:9"
+LOAD_PERIOD_S = 0.1
+SETTLE_TIMEOUT_S = 60.0
+LOAD_JOIN_S = 35.0
+# No partition is ever assigned (min_cluster_size is never reached), so the leader's host
+# and checkpoint duties stay idle and the figure is the write path's failover alone.
+SETTINGS = {"total_partitions": 16, "min_cluster_size": 1_000_000}
+
+
+def _light_load(write: Callable[[], object], stop: threading.Event) -> None:
+    while not stop.is_set():
+        with suppress(Exception):
+            write()
+        stop.wait(LOAD_PERIOD_S)
+
+
+def run(quick: bool) -> dict[str, dict[str, float]]:
+    rounds = 5 if quick else 20
+    times: dict[str, list[float]] = {"ripple": [], "raw": []}
+    with scratch("failover") as root:
+        (root / "ripple").mkdir()
+        ripple = Cluster(root / "ripple", **SETTINGS)
+        raw = RawCluster(root / "raw")
+        stop = threading.Event()
+        loads: list[threading.Thread] = []
+        try:
+            ripple.start_all()
+            raw.start_all()
+            ripple.ready(SETTLE_TIMEOUT_S)
+            raw.leader(SETTLE_TIMEOUT_S)
+
+            def ripple_write(wid: str = "fo-probe") -> None:
+                r = ripple.write_via_any(
+                    "/v1/workers", {"worker_id": wid, "address": ADDRESS}, timeout_s=30.0
+                )
+                if r.status != 200:
+                    raise RuntimeError(f"probe write refused: {r.status} {r.body}")
+
+            loads += [
+                threading.Thread(
+                    target=_light_load, args=(lambda: ripple_write("fo-load"), stop), daemon=True
+                ),
+                threading.Thread(
+                    target=_light_load, args=(lambda: raw.write_via_any(10.0), stop), daemon=True
+                ),
+            ]
+            for t in loads:
+                t.start()
+
+            for _ in range(rounds):
+                leader = ripple.leader(SETTLE_TIMEOUT_S)
+                t0 = time.monotonic()
+                ripple.kill9(leader)
+                ripple_write()
+                times["ripple"].append(time.monotonic() - t0)
+                ripple.start(leader)
+
+                raw_leader = raw.leader(SETTLE_TIMEOUT_S)
+                t0 = time.monotonic()
+                raw.procs[raw_leader].kill9()
+                raw.write_via_any(30.0)
+                times["raw"].append(time.monotonic() - t0)
+                raw.start(raw_leader)
+                ripple.leader(SETTLE_TIMEOUT_S)
+                raw.leader(SETTLE_TIMEOUT_S)
+        finally:
+            stop.set()
+            for t in loads:
+                t.join(LOAD_JOIN_S)
+            ripple.stop_all()
+            raw.stop_all()
+    base = summary(times["raw"])
+    rows: dict[str, dict[str, float]] = {}
+    for name, values in times.items():
+        s = summary(values)
+        rows[name] = {
+            "kills": len(values),
+            "median_s": s["median"],
+            "min_s": s["min"],
+            "max_s": s["max"],
+            "baseline_median_s": base["median"],
+            "ratio": s["median"] / base["median"] if base["median"] else 0.0,
+        }
+    return rows

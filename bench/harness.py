@@ -1,0 +1,168 @@
+"""Shared plumbing of the process benchmarks: temp dirs, PID-tracked children, statistics.
+
+Every child process goes through `tests.support.Proc` (tracked by PID, ended by that PID:
+SIGTERM, then SIGKILL after a bound; never by name). Clusters are `tests.cluster.Cluster`,
+the same three real `ripple coordinator` processes the integration tests use; neither
+module imports pytest. Every wait here is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.cluster import ADMIN, SECRET, Cluster, call
+from tests.support import Proc, free_ports, python_argv, wait_until
+
+__all__ = [
+    "ADMIN",
+    "SECRET",
+    "Cluster",
+    "Proc",
+    "RawCluster",
+    "call",
+    "free_ports",
+    "percentile",
+    "python_argv",
+    "run_json",
+    "scratch",
+    "summary",
+    "wait_until",
+]
+
+CHILD_TIMEOUT_S = 600.0
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A temp dir removed on exit, whatever happened."""
+    root = Path(tempfile.mkdtemp(prefix=f"ripple-bench-{prefix}-"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(cluster: Cluster) -> Iterator[Cluster]:
+    cluster.start_all()
+    try:
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(values) if values else 0.0,
+        "min": min(values, default=0.0),
+        "max": max(values, default=0.0),
+    }
+
+
+def run_json(args: Sequence[str], timeout_s: float = CHILD_TIMEOUT_S) -> Any:
+    """Run `python <args>` to completion (bounded) and parse the last stdout line as JSON.
+
+    `subprocess.run` tracks the child by PID and kills exactly it on timeout.
+    """
+    done = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{args[:3]} exited {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+class RawCluster:
+    """Three `bench.raw_node` processes: the bare-pysyncobj baseline, same Raft timeouts."""
+
+    def __init__(self, root: Path, nodes: int = 3) -> None:
+        self.root = root
+        ports = free_ports(2 * nodes)
+        self.rafts = [f"127.0.0.1:{ports[2 * i]}" for i in range(nodes)]
+        self.https = [f"127.0.0.1:{ports[2 * i + 1]}" for i in range(nodes)]
+        self.procs: dict[int, Proc] = {}
+
+    def start(self, i: int) -> None:
+        argv = python_argv(
+            "-m",
+            "bench.raw_node",
+            "--index",
+            str(i),
+            "--raft",
+            ",".join(self.rafts),
+            "--http",
+            ",".join(self.https),
+            "--dir",
+            str(self.root / "raw"),
+        )
+        self.procs[i] = Proc(argv, self.root / "logs" / f"raw{i}.log")
+
+    def start_all(self) -> None:
+        for i in range(len(self.rafts)):
+            self.start(i)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+
+    def alive(self) -> list[int]:
+        return [i for i, p in self.procs.items() if p.alive()]
+
+    def url(self, i: int) -> str:
+        return f"http://{self.https[i]}"
+
+    def health(self, i: int) -> dict[str, Any] | None:
+        try:
+            r = call("GET", self.url(i) + "/health", timeout_s=2.0)
+        except OSError:
+            return None
+        return r.body if r.status == 200 else None
+
+    def leader(self, timeout_s: float = 30.0) -> int:
+        def one() -> tuple[int] | None:  # a tuple: node 0 must not read as "not yet"
+            hs = {i: self.health(i) for i in self.alive()}
+            if any(h is None for h in hs.values()):
+                return None
+            ready = [i for i, h in hs.items() if h and h["ready"]]
+            return (ready[0],) if len(ready) == 1 else None
+
+        return wait_until(one, "one ready raw leader", timeout_s)[0]
+
+    def write_via_any(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for i in self.alive():
+                try:
+                    r = call("POST", self.url(i) + "/write", {"x": 1}, timeout_s=3.0)
+                    if r.status == 307:
+                        r = call("POST", r.headers["Location"], {"x": 1}, timeout_s=3.0)
+                except OSError:
+                    continue
+                if r.status == 200:
+                    return
+            time.sleep(0.02)
+        raise TimeoutError(f"no raw write landed within {timeout_s} s")

@@ -1,0 +1,99 @@
+"""Heartbeats: how many worker heartbeats per second the leader answers, and at what p99.
+
+`bench.load heartbeats` (its own process) registers `workers` workers through the real API
+(each gets its incarnation and signed token), then sends their heartbeats round-robin
+with 64 in flight for a fixed time. A heartbeat is leader-only and not replicated: token
+check (HMAC), incarnation check, a read of the worker's assignment under the state lock,
+an in-memory liveness update.
+
+Baseline `raw_echo`: the same client against `bench.raw_node`'s `POST /echo`, which
+parses the JSON body and answers JSON with nothing else: what aiohttp itself costs here.
+
+The cluster never reaches `min_cluster_size`, so no partition is assigned and host and
+checkpoint calls (to workers that do not exist) do not compete; heartbeat timeouts are
+long so no worker is declared dead mid-run. Figures are the heartbeat path alone.
+"""
+
+from __future__ import annotations
+
+from bench.harness import Cluster, RawCluster, run_json, scratch
+
+CONCURRENCY = 64
+SETTINGS = {
+    "total_partitions": 128,
+    "min_cluster_size": 1_000_000,
+    "heartbeat_interval_s": 5.0,
+    "lease_s": 20.0,
+    "suspect_after_s": 300.0,
+    "heartbeat_timeout_s": 600.0,
+    "checkpoint_interval_s": 3600.0,
+}
+SETTLE_TIMEOUT_S = 60.0
+
+
+def run(quick: bool) -> dict[str, dict[str, float]]:
+    workers = 2000 if quick else 10_000
+    duration_s = 5.0 if quick else 20.0
+    with scratch("heartbeats") as root:
+        (root / "ripple").mkdir()
+        ripple = Cluster(root / "ripple", **SETTINGS)
+        raw = RawCluster(root / "raw")
+        try:
+            ripple.start_all()
+            raw.start_all()
+            leader = ripple.ready(SETTLE_TIMEOUT_S)
+            raw_leader = raw.leader(SETTLE_TIMEOUT_S)
+            hb = run_json(
+                [
+                    "-m",
+                    "bench.load",
+                    "heartbeats",
+                    "--url",
+                    ripple.url(leader),
+                    "--workers",
+                    str(workers),
+                    "--duration-s",
+                    str(duration_s),
+                    "--concurrency",
+                    str(CONCURRENCY),
+                ]
+            )
+            echo = run_json(
+                [
+                    "-m",
+                    "bench.load",
+                    "ops",
+                    "--url",
+                    raw.url(raw_leader) + "/echo",
+                    "--count",
+                    str(int(max(hb["ops_per_s"], 500) * duration_s)),
+                    "--concurrency",
+                    str(CONCURRENCY),
+                ]
+            )
+        finally:
+            ripple.stop_all()
+            raw.stop_all()
+    base = echo["ops_per_s"]
+    return {
+        "ripple": {
+            "workers": hb["workers"],
+            "per_s": hb["ops_per_s"],
+            "p50_ms": hb["p50_ms"],
+            "p99_ms": hb["p99_ms"],
+            "errors": hb["errors"],
+            "register_per_s": hb["register_per_s"],
+            "baseline_per_s": base,
+            "ratio": hb["ops_per_s"] / base if base else 0.0,
+            # At 5 s between heartbeats with the leader saturated; plan for half of it.
+            "workers_at_5s_max": hb["ops_per_s"] * 5.0,
+        },
+        "raw_echo": {
+            "per_s": base,
+            "p50_ms": echo["p50_ms"],
+            "p99_ms": echo["p99_ms"],
+            "errors": echo["errors"],
+            "baseline_per_s": base,
+            "ratio": 1.0,
+        },
+    }
