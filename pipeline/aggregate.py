@@ -1,0 +1,184 @@
+"""The Spark computation: per-(partition, key) aggregates of source segments, via Spark Connect.
+
+Invariant: the aggregates equal the pure-Python reference ``state.aggregate_records`` over the
+same rows: count, sum, min, max, ``last`` = the value at the largest offset (``max_by(value,
+offset)``; ``last()`` depends on row order and is never used), ``last_offset`` and
+``first_offset``. One call is one Spark job over all the files it is given.
+
+Plugging in a computation: a ``Transform`` is ``Callable[[DataFrame], DataFrame]`` applied to
+the input rows (columns key: string, value: double, offset: long, partition: int) before the
+aggregation; it may filter, rewrite key/value or add columns, but must keep those four
+columns. Load one from a "package.module:function" string with ``load_transform``. In
+``batch_job`` the partition column is null (the oracle does not route), so transforms that
+must match the oracle should not depend on it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from pipeline.source import Segment
+from pipeline.state import KeyState, PartitionState
+from pipeline.store import ObjectStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "AggregateError",
+    "Aggregator",
+    "BatchInput",
+    "Transform",
+    "identity",
+    "load_transform",
+    "stage",
+]
+
+Transform = Callable[["DataFrame"], "DataFrame"]
+# The input schema in Spark DDL: given explicitly, never inferred (inference costs a job).
+INPUT_DDL = "key STRING, value DOUBLE, offset BIGINT"
+FILES_DDL = "_file STRING, partition INT, _from_offset BIGINT"
+# Bounds the files (and so the size of the broadcast path -> partition table) of one job.
+FILES_PER_JOB_MAX = 4096
+
+
+class AggregateError(Exception):
+    """The Spark job's result cannot be trusted (e.g. rows from a file it was not given)."""
+
+
+def _spark_paths(path: str) -> tuple[str, ...]:
+    """How Spark may spell a local file in _metadata.file_path ("file:" + a URI path)."""
+    absolute = os.path.abspath(path)
+    return tuple(dict.fromkeys(("file:" + absolute, "file:" + quote(absolute, safe="/"))))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchInput:
+    partition: int
+    path: str
+    from_offset: int = 0
+
+
+def identity(df: DataFrame) -> DataFrame:
+    return df
+
+
+def load_transform(spec: str) -> Transform:
+    """Resolve "package.module:function" to a Transform."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"transform must look like 'package.module:function', got {spec!r}")
+    fn = getattr(importlib.import_module(module_name), attr)
+    if not callable(fn):
+        raise TypeError(f"{spec!r} is not callable")
+    transform: Transform = fn
+    return transform
+
+
+def stage(store: ObjectStore, segment: Segment, directory: str) -> str:
+    """A local path Spark can read for ``segment``: the object itself for a local store, or
+    a copy in ``directory`` (a local Spark server cannot read s3a:// without hadoop-aws)."""
+    path = store.local_path(segment.key)
+    if path is not None:
+        return path
+    target = os.path.join(directory, *segment.key.split("/"))
+    if os.path.exists(target):  # segments are immutable: a staged copy never goes stale
+        return target
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = f"{target}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(store.get(segment.key))
+    os.replace(tmp, target)  # atomic: Spark never sees a half-copied file
+    return target
+
+
+def _key_state(row: dict[str, Any]) -> KeyState:
+    return KeyState(
+        count=int(row["count"]),
+        sum=float(row["sum"]),
+        min=float(row["min"]),
+        max=float(row["max"]),
+        last=float(row["last"]),
+        last_offset=int(row["last_offset"]),
+        first_offset=int(row["first_offset"]),
+    )
+
+
+class Aggregator:
+    """Runs the aggregation on a Spark Connect server (local or a cluster's)."""
+
+    def __init__(self, spark_remote: str, transform: Transform = identity) -> None:
+        from pyspark.sql import SparkSession
+
+        self.spark: SparkSession = SparkSession.builder.remote(spark_remote).getOrCreate()
+        self.transform = transform
+
+    def _read(self, paths: Sequence[str]) -> DataFrame:
+        return self.spark.read.schema(INPUT_DDL).parquet(*paths)
+
+    def _aggregate(self, df: DataFrame, by: list[str]) -> list[dict[str, Any]]:
+        from pyspark.sql import functions as F
+
+        out = df.groupBy(*by).agg(
+            F.count(F.lit(1)).alias("count"),
+            F.sum("value").alias("sum"),
+            F.min("value").alias("min"),
+            F.max("value").alias("max"),
+            F.max_by("value", "offset").alias("last"),
+            F.max("offset").alias("last_offset"),
+            F.min("offset").alias("first_offset"),
+        )
+        # Arrow is the fast path out of Spark Connect (no per-row Python objects on the wire).
+        rows: list[dict[str, Any]] = out.toArrow().to_pylist()
+        return rows
+
+    def aggregate(self, inputs: Sequence[BatchInput]) -> dict[int, PartitionState]:
+        """Per-partition, per-key aggregates of every input row with offset >= its from_offset."""
+        from pyspark.sql import functions as F
+
+        if not inputs:
+            return {}
+        paths = [i.path for i in inputs]
+        if len(set(paths)) != len(paths):
+            raise ValueError("the same file appears twice in one batch (it would count twice)")
+        if len(inputs) > FILES_PER_JOB_MAX:
+            raise ValueError(f"{len(inputs)} files exceed FILES_PER_JOB_MAX={FILES_PER_JOB_MAX}")
+        # ONE Parquet scan over every file; each row finds its partition and from_offset by
+        # its file's path (Spark's hidden _metadata.file_path) in a broadcast hash join with a
+        # small local table of the inputs. Measured against the alternatives on 1M rows: a
+        # union of one read per partition is ~5x slower (a scan per partition), and literal
+        # path->partition maps scan their keys linearly per row (slow with many files).
+        # The join is a LEFT join and a row whose path is unknown keeps a null partition, so a
+        # path-spelling mismatch surfaces as an error below instead of as lost rows.
+        file_rows = [(f, i.partition, i.from_offset) for i in inputs for f in _spark_paths(i.path)]
+        files = self.spark.createDataFrame(file_rows, FILES_DDL)
+        df = (
+            self._read(paths)
+            .withColumn("_file", F.col("_metadata.file_path"))
+            .join(F.broadcast(files), "_file", "left")
+            .where(F.col("offset") >= F.coalesce(F.col("_from_offset"), F.lit(0)))
+            .drop("_file", "_from_offset")
+        )
+        result: dict[int, PartitionState] = {}
+        for row in self._aggregate(self.transform(df), ["partition", "key"]):
+            if row["partition"] is None:
+                raise AggregateError(f"rows of an unrecognised file path; inputs: {paths[:3]}")
+            result.setdefault(int(row["partition"]), {})[str(row["key"])] = _key_state(row)
+        return result
+
+    def batch_job(self, paths: Sequence[str]) -> PartitionState:
+        """One Spark batch job over whole input files: the baseline and the equality oracle."""
+        from pyspark.sql import functions as F
+
+        if not paths:
+            return {}
+        df = self._read(paths).withColumn("partition", F.lit(None).cast("int"))
+        return {str(r["key"]): _key_state(r) for r in self._aggregate(self.transform(df), ["key"])}
+
+    def close(self) -> None:
+        self.spark.stop()
