@@ -370,3 +370,75 @@ def test_abort_a_waiting_migration(tmp_path: Path) -> None:
     finally:
         w.stop_all()
         c.stop_all()
+
+
+def test_rebalance_on_join_moves_without_an_operator(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, **{**FAST, "rebalance_on_join": True})
+    c.start_all()
+    w = Workers(c)
+    try:
+        c.ready()
+        for wid in ("w1", "w2", "w3"):
+            w.start(wid)
+        wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+        w.start("w4")
+        final = wait_until(
+            lambda: (
+                all_online(c, {"w1", "w2", "w3", "w4"}) if migrations(c)["in_flight"] == 0 else None
+            ),
+            "auto rebalance",
+            40,
+        )
+        assert sorted(counts(final).values()) == [3, 3, 3, 3]
+        assert len(migrations(c)["migrations"]) == 3
+    finally:
+        w.stop_all()
+        c.stop_all()
+
+
+def test_cli_reassign_watch_and_drain(env: tuple[Cluster, Workers]) -> None:
+    import subprocess
+    import sys
+
+    c, w = env
+    c.ready()
+    for wid in ("w1", "w2", "w3"):
+        w.start(wid)
+    wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+    w.start("w4")
+    wait_until(lambda: len(c.get(c.leader(), "/v1/workers").body["workers"]) == 4, "w4")
+    base = [sys.executable, "-m", "coordinator.cli"]
+    urls = [a for s in c.specs for a in ("--url", s.url)]
+
+    def ripple(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args, *urls, "--admin-token", ADMIN],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    dry = ripple("reassign", "--dry-run")
+    assert dry.returncode == 0 and "dry run: 3 moves" in dry.stdout, dry
+    assert migrations(c)["migrations"] == []
+    real = ripple("reassign")
+    assert real.returncode == 0 and "3 moves" in real.stdout, real
+    watch = subprocess.run(
+        [*base, "migrations", "--watch", *urls], capture_output=True, text=True, timeout=120
+    )
+    assert watch.returncode == 0 and "0 in flight" in watch.stdout, watch
+    assert migrations(c)["in_flight"] == 0
+    drained = ripple("drain", "w4")
+    assert drained.returncode == 0 and "draining" in drained.stdout, drained
+    wait_until(
+        lambda: (
+            {x["worker_id"]: x["state"] for x in c.get(c.leader(), "/v1/workers").body["workers"]}[
+                "w4"
+            ]
+            == "left"
+        ),
+        "w4 left",
+        30,
+    )
+    unknown = ripple("drain", "nobody")
+    assert unknown.returncode != 0 and "not_found" in unknown.stderr

@@ -254,3 +254,15 @@ def test_paused_worker_is_fenced_and_never_double_processes(pipeline: Pipeline) 
             # Only w1 held the old epoch: no checkpoint of it may be accepted after resume.
             if ck is not None and ck["epoch"] == before[x["partition"]]["epoch"]:
                 assert ck["at_ms"] < resumed_ms, (x, resumed_ms)
+
+    # SIGTERM is a graceful leave: the worker asks for a drain, waits until its partitions
+    # moved (final checkpoints handed over), then exits; nothing is lost.
+    p.workers["w2"].signal(signal.SIGTERM)
+    wait_until(lambda: not p.workers["w2"].alive(), "w2 exits after draining", 60)
+    states = {
+        w["worker_id"]: w["state"]
+        for w in p.cluster.get(p.cluster.leader(), "/v1/workers").body["workers"]
+    }
+    assert states["w2"] == "left"
+    p.producer.produce(generate(500, 30, seed=8))
+    p.check_equal_to_batch_job()
