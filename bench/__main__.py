@@ -65,18 +65,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s) {unknown}; known: {sorted(REGISTRY)}")
 
     results: dict[str, dict[str, dict[str, float]]] = {}
+    failed: list[str] = []
     for name in names:
         module = importlib.import_module(REGISTRY[name])
         t0 = time.perf_counter()
-        rows = module.run(args.quick)
+        try:
+            rows = module.run(args.quick)
+        except Exception as exc:
+            # One broken benchmark (e.g. a pipeline component failing) must not cost the
+            # tables of the others; the exit status still says something failed.
+            failed.append(name)
+            print(f"== {name}\nFAILED: {type(exc).__name__}: {exc}\n", flush=True)
+            continue
         results[name] = rows
         print(render(name, rows))
         print(f"({name}: {time.perf_counter() - t0:.1f} s{', quick' if args.quick else ''})\n")
+        sys.stdout.flush()
 
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"quick": args.quick, "results": results}, fh, indent=2, sort_keys=True)
-    return 0
+            json.dump(
+                {"quick": args.quick, "results": results, "failed": failed},
+                fh,
+                indent=2,
+                sort_keys=True,
+            )
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
