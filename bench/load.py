@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -42,6 +43,7 @@ async def _drive(
     Returns (latencies_s of 2xx calls, errors, elapsed_s)."""
     latencies: list[float] = []
     errors = 0
+    statuses: dict[int, int] = {}
 
     async def lane() -> None:
         nonlocal errors
@@ -58,9 +60,12 @@ async def _drive(
                 latencies.append(time.perf_counter() - t0)
             else:
                 errors += 1
+                statuses[status] = statuses.get(status, 0) + 1
 
     t0 = time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(concurrency)))
+    if statuses:
+        print(f"non-2xx answers by status (0 = no answer): {statuses}", file=sys.stderr)
     return latencies, errors, time.perf_counter() - t0
 
 

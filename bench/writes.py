@@ -35,14 +35,16 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
         try:
             ripple.start_all()
             raw.start_all()
-            leader = ripple.ready(SETTLE_TIMEOUT_S)
-            raw_leader = raw.leader(SETTLE_TIMEOUT_S)
-            targets = {
-                "ripple": (ripple.url(leader) + "/v1/workers", ["--register"]),
-                "raw": (raw.url(raw_leader) + "/write", []),
-            }
+            ripple.ready(SETTLE_TIMEOUT_S)
+            raw.leader(SETTLE_TIMEOUT_S)
             for _ in range(REPEATS):
                 for conc, count in _counts(quick).items():
+                    # Re-resolve the leader before each run: on a loaded machine an election
+                    # can happen between runs, and the client does not follow redirects.
+                    targets = {
+                        "ripple": (ripple.url(ripple.leader()) + "/v1/workers", ["--register"]),
+                        "raw": (raw.url(raw.leader()) + "/write", []),
+                    }
                     for name, (url, extra) in targets.items():
                         result = run_json(
                             [
