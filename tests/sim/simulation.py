@@ -1,0 +1,843 @@
+"""A deterministic simulation of the coordinator: replicated cores, a Raft-like log, leader
+duties, scripted workers, a lossy network and a fake clock, all driven by ONE seed.
+
+What it owns: a model of everything around ``coordinator.core`` that the real service does
+with I/O -- the replicated log (``replication/``), the leader duties
+(``coordinator/service/duties.py``) and the workers (``tests/scripted_worker.py``) -- reduced to
+plain data and one ``random.Random``. The real ``Machine``, ``placement``, ``Detector`` and
+codec run unchanged, so what the checker sees is what the replicated state would do.
+
+The invariant it keeps: ``Simulation(seed).run()`` is a pure function of ``seed``. Nothing
+reads a wall clock, iteration is over lists or insertion-ordered dicts, and every choice comes
+from ``self.rng``. A failure message always carries the seed, so ``Simulation(seed).run()``
+replays it exactly.
+
+The log model (Raft, simplified but with the parts that matter here):
+- each replica has its own log of (term, entry); the leader appends, followers copy a prefix
+  of the leader's log when a (lossy) append message gets through, truncating a divergent tail;
+- an entry is committed once a majority holds it and it is from the leader's term (Raft's
+  commit rule) -- committed entries are never lost;
+- on a leader change the new leader is a replica holding every committed entry (Raft's
+  election restriction); the old leader's uncommitted tail is overwritten when it catches up;
+- a replica applies committed entries in order, and a new leader proposes nothing until it
+  has applied its whole log up to the commit index (DESIGN §3: "apply before serving").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.core.codec import decode_command, decode_result, encode_command, encode_state
+from coordinator.core.commands import (
+    AbortMigration,
+    Assignment,
+    AssignPartitions,
+    Barrier,
+    Bootstrap,
+    CheckpointReport,
+    Command,
+    DeclareDead,
+    FinalCheckpoint,
+    HandOff,
+    Move,
+    Ok,
+    PartitionOnline,
+    PlanMigrations,
+    RecordCheckpoints,
+    RegisterWorker,
+    StartRelease,
+)
+from coordinator.core.liveness import Detector, Liveness
+from coordinator.core.machine import Machine
+from coordinator.core.model import (
+    MigrationPhase,
+    MigrationReason,
+    PartitionStatus,
+    WorkerId,
+    WorkerState,
+)
+from coordinator.core.placement import plan_balanced
+from coordinator.core.state import ClusterState, check_moves
+
+OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
+
+# --- settings: every bound is named ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimSettings:
+    replicas: int = 3
+    workers: int = 4
+    total_partitions: int = 8
+    min_cluster_size: int = 2
+    step_ms: int = 100
+    fault_steps: int = 400
+    # Liveness phase: after every fault heals, everything must settle within this many steps.
+    heal_steps_max: int = 600
+    heartbeat_interval_ms: int = 300
+    suspect_after_ms: int = 1_000
+    dead_after_ms: int = 2_500
+    checkpoint_interval_ms: int = 1_000
+    host_retry_ms: int = 400
+    release_retry_ms: int = 400
+    # Fault probabilities per step (fault phase only).
+    p_leader_change: float = 0.02
+    p_worker_crash: float = 0.005
+    p_worker_pause: float = 0.008
+    p_worker_restart: float = 0.03
+    p_admin_moves: float = 0.03
+    p_admin_abort: float = 0.01
+    p_stale_report: float = 0.05
+    # Per message.
+    p_drop: float = 0.1
+    p_duplicate: float = 0.05
+    delay_ms_max: int = 400
+    # Per step, per follower: an append message from the leader gets through.
+    p_append: float = 0.7
+    # A deliberately broken Raft (any replica may win an election), so a test can show the
+    # checker catches lost committed entries. Never set outside that test.
+    unsafe_election: bool = False
+
+
+class SafetyViolation(AssertionError):
+    pass
+
+
+# --- the fake network -------------------------------------------------------------------------
+
+
+@dataclass(order=True)
+class _Msg:
+    at_ms: int
+    seq: int
+    dst: str = field(compare=False)
+    kind: str = field(compare=False)
+    body: dict[str, Any] = field(compare=False)
+
+
+class Network:
+    """Drops, delays (hence reorders) and duplicates messages; nodes in ``cut`` are isolated."""
+
+    def __init__(self, rng: random.Random, s: SimSettings) -> None:
+        self.rng = rng
+        self.s = s
+        self.queue: list[_Msg] = []
+        self.seq = 0
+        self.faulty = True
+        self.cut: set[str] = set()
+        self.sent = 0
+        self.dropped = 0
+        self.duplicated = 0
+
+    def send(self, now_ms: int, src: str, dst: str, kind: str, body: dict[str, Any]) -> None:
+        self.sent += 1
+        copies = 1
+        if self.faulty:
+            if src in self.cut or dst in self.cut or self.rng.random() < self.s.p_drop:
+                self.dropped += 1
+                return
+            if self.rng.random() < self.s.p_duplicate:
+                self.duplicated += 1
+                copies = 2
+        for _ in range(copies):
+            delay = self.rng.randint(0, self.s.delay_ms_max) if self.faulty else 0
+            self.seq += 1
+            self.queue.append(_Msg(now_ms + delay, self.seq, dst, kind, dict(body)))
+
+    def due(self, now_ms: int) -> list[_Msg]:
+        self.queue.sort()
+        out = [m for m in self.queue if m.at_ms <= now_ms]
+        self.queue = [m for m in self.queue if m.at_ms > now_ms]
+        return out
+
+
+# --- replicas and the log ----------------------------------------------------------------------
+
+
+def state_hash(state: ClusterState) -> str:
+    return hashlib.sha256(encode_state(state)).hexdigest()[:16]
+
+
+class Replica:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.machine = Machine()
+        self.log: list[tuple[int, bytes]] = []
+        self.applied = 0
+        self.results: dict[int, bytes] = {}
+
+
+# --- scripted workers ---------------------------------------------------------------------------
+
+
+class SimWorker:
+    """The scripted worker's contract, minus HTTP: gates per partition with epoch and offset."""
+
+    def __init__(self, wid: str) -> None:
+        self.wid = wid
+        self.incarnation = 0
+        self.registered = False
+        self.alive = True
+        self.paused_until_ms = -1
+        self.gates: dict[int, dict[str, int | bool]] = {}
+        self.next_heartbeat_ms = 0
+
+    def paused(self, now_ms: int) -> bool:
+        return now_ms < self.paused_until_ms
+
+
+# --- the simulated leader duties -------------------------------------------------------------
+
+
+class Proposer:
+    """What duties.py does, one tick at a time, reading pending work from the applied state."""
+
+    def __init__(self, sim: Simulation, replica: Replica, term: int, now_ms: int) -> None:
+        self.sim = sim
+        self.replica = replica
+        self.term = term
+        self.detector = Detector(
+            suspect_after_ms=sim.s.suspect_after_ms, dead_after_ms=sim.s.dead_after_ms
+        )
+        self.ready = False
+        self.started_ms = now_ms
+        self.retry_at: dict[Any, int] = {}
+        self.checkpoint_next_ms: dict[str, int] = {}
+
+    @property
+    def state(self) -> ClusterState:
+        return self.replica.machine.state
+
+    def submit(self, cmd: Command) -> str:
+        return self.sim.append(cmd)
+
+    def send(self, dst: str, kind: str, body: dict[str, Any]) -> None:
+        self.sim.net.send(self.sim.now_ms, self.sim.leader_name(), dst, kind, body)
+
+    def due(self, key: Any, now: int, every_ms: int) -> bool:
+        if self.retry_at.get(key, -1) > now:
+            return False
+        self.retry_at[key] = now + every_ms
+        return True
+
+    def paused(self, wid: str, now: int) -> bool:
+        return self.detector.status(wid, now) is not Liveness.ALIVE
+
+    def tick(self, now: int) -> None:
+        sim = self.sim
+        if not self.ready:
+            if sim.own_uncommitted():
+                return  # not until the takeover no-op has committed and everything is applied
+            self.ready = True
+            if self.state.total_partitions == 0:
+                self.submit(Bootstrap(total_partitions=sim.s.total_partitions, now_ms=now))
+            live = [w.worker_id for w in self.state.workers.values() if w.state in OWNING]
+            self.detector.seed(live, now)
+            return
+        if sim.own_uncommitted():
+            return  # duties.py awaits each submit: one decision at a time
+        state = self.state
+        if state.total_partitions == 0:
+            return
+        self._detect_failures(now) or self._assign(now) or self._migrations(now)
+        self._admin(now)
+        self._hosts(now)
+        self._checkpoints(now)
+
+    def _placement(self, eligible: list[str]) -> list[str | None]:
+        return plan_balanced([p.owner for p in self.state.partitions], eligible)
+
+    def _detect_failures(self, now: int) -> bool:
+        state = self.state
+        verdict = self.detector.evaluate(now)
+        dead = sorted(
+            w
+            for w in verdict.dead
+            if (rec := state.workers.get(WorkerId(w))) is not None and rec.state in OWNING
+        )
+        for w in sorted(verdict.dead):
+            self.detector.forget(w)
+        if not dead:
+            return False
+        eligible = [w for w in state.active_workers() if w not in dead]
+        target = self._placement(eligible) if eligible else [None] * state.total_partitions
+        assignments = []
+        for p in state.partitions:
+            if p.owner not in dead:
+                continue
+            new_owner = target[p.partition]
+            if p.migration is not None:
+                mig = state.migrations[p.migration]
+                if (
+                    mig.source == p.owner
+                    and mig.target in eligible
+                    and mig.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING)
+                ):
+                    new_owner = mig.target
+            assignments.append(
+                Assignment(
+                    partition=p.partition, owner=None if new_owner is None else WorkerId(new_owner)
+                )
+            )
+        self.submit(
+            DeclareDead(
+                worker_ids=tuple(WorkerId(w) for w in dead),
+                assignments=tuple(assignments),
+                now_ms=now,
+            )
+        )
+        return True
+
+    def _assign(self, now: int) -> bool:
+        state = self.state
+        unassigned = [
+            p.partition for p in state.partitions if p.status is PartitionStatus.UNASSIGNED
+        ]
+        eligible = state.active_workers()
+        if not unassigned or len(eligible) < self.sim.s.min_cluster_size:
+            return False
+        target = self._placement(list(eligible))
+        assignments = tuple(
+            Assignment(partition=p, owner=WorkerId(o)) for p in unassigned if (o := target[p])
+        )
+        if not assignments:
+            return False
+        self.submit(AssignPartitions(assignments=assignments, now_ms=now))
+        return True
+
+    def _migrations(self, now: int) -> bool:
+        state = self.state
+        for x in state.in_flight_migrations():
+            if x.phase not in (MigrationPhase.PLANNED, MigrationPhase.RELEASING):
+                continue
+            target = state.workers.get(x.target)
+            if target is None or target.state is not WorkerState.ACTIVE:
+                self.submit(AbortMigration(migration_id=x.migration_id, note="target", now_ms=now))
+                return True
+            if x.phase is MigrationPhase.PLANNED:
+                self.submit(StartRelease(migration_id=x.migration_id, now_ms=now))
+                return True
+            if self.paused(x.source, now):
+                continue
+            part = state.partitions[x.partition]
+            key = ("release", x.migration_id)
+            if self.due(key, now, self.sim.s.release_retry_ms):
+                self.send(
+                    x.source,
+                    "release",
+                    {"partition": x.partition, "epoch": part.epoch, "migration_id": x.migration_id},
+                )
+        return False
+
+    def _admin(self, now: int) -> None:
+        sim, state = self.sim, self.state
+        if not sim.faults_on:
+            return
+        if sim.rng.random() < sim.s.p_admin_moves:
+            eligible = state.active_workers()
+            moves = []
+            for p in state.partitions:
+                if p.owner is None or p.migration is not None or len(eligible) < 2:
+                    continue
+                if sim.rng.random() < 0.3:
+                    to = sim.rng.choice([w for w in eligible if w != p.owner] or eligible)
+                    moves.append(Move(partition=p.partition, source=p.owner, target=WorkerId(to)))
+            if moves and check_moves(state, tuple(moves)) is None:
+                self.submit(
+                    PlanMigrations(moves=tuple(moves), reason=MigrationReason.ADMIN, now_ms=now)
+                )
+                return
+        if sim.rng.random() < sim.s.p_admin_abort:
+            in_flight = state.in_flight_migrations()
+            if in_flight:
+                m = sim.rng.choice(in_flight)
+                self.submit(AbortMigration(migration_id=m.migration_id, note="admin", now_ms=now))
+
+    def _hosts(self, now: int) -> None:
+        state = self.state
+        for p in state.partitions:
+            if p.status is not PartitionStatus.ASSIGNING or p.owner is None:
+                continue
+            w = state.workers.get(p.owner)
+            if w is None or w.state not in OWNING or self.paused(p.owner, now):
+                continue
+            if self.due(("host", p.partition, p.epoch), now, self.sim.s.host_retry_ms):
+                ck = p.checkpoint
+                self.send(
+                    p.owner,
+                    "host",
+                    {
+                        "partition": p.partition,
+                        "epoch": p.epoch,
+                        "incarnation": w.incarnation,
+                        "offset": 0 if ck is None else ck.offset,
+                    },
+                )
+
+    def _checkpoints(self, now: int) -> None:
+        for w in self.state.workers.values():
+            if w.state not in OWNING or self.paused(w.worker_id, now):
+                continue
+            nxt = self.checkpoint_next_ms.get(w.worker_id)
+            if nxt is None or now >= nxt:
+                self.checkpoint_next_ms[w.worker_id] = now + self.sim.s.checkpoint_interval_ms
+                if nxt is not None:
+                    self.send(w.worker_id, "checkpoint", {"incarnation": w.incarnation})
+
+    # -- messages from workers ------------------------------------------------------------------
+
+    def receive(self, now: int, kind: str, b: dict[str, Any]) -> str | None:
+        """Handle one worker message; for a registration, the request id of its command."""
+        if not self.ready:
+            return None  # the real node answers 503 until its log is applied
+        state = self.state
+        wid = b["worker"]
+        if kind == "register":
+            self.detector.observe(wid, now, 0.0)
+            return self.submit(
+                RegisterWorker(worker_id=WorkerId(wid), address=f"sim://{wid}", now_ms=now)
+            )
+        rec = state.workers.get(WorkerId(wid))
+        if kind == "heartbeat":
+            if rec is None or rec.state not in OWNING or rec.incarnation != b["incarnation"]:
+                self.send(wid, "reregister", {"incarnation": b["incarnation"]})
+                return
+            self.detector.observe(wid, now, 0.1)
+            self.send(
+                wid,
+                "assignment",
+                {
+                    "incarnation": rec.incarnation,
+                    "assignment": dict(state.assignment_of(WorkerId(wid))),
+                },
+            )
+        elif kind == "hosted":
+            self.submit(
+                PartitionOnline(
+                    partition=b["partition"], epoch=b["epoch"], owner=WorkerId(wid), now_ms=now
+                )
+            )
+        elif kind == "released":
+            mig = state.migrations.get(b["migration_id"])
+            if mig is None or mig.phase is not MigrationPhase.RELEASING:
+                return
+            final = None
+            if b.get("offset") is not None:
+                final = FinalCheckpoint(offset=b["offset"], uri=b["uri"], epoch=b["epoch"])
+            self.submit(HandOff(migration_id=mig.migration_id, checkpoint=final, now_ms=now))
+        elif kind == "checkpoints":
+            entries = tuple(
+                CheckpointReport(partition=e[0], epoch=e[1], offset=e[2], uri=e[3])
+                for e in b["entries"]
+            )
+            self.submit(
+                RecordCheckpoints(
+                    worker_id=WorkerId(wid),
+                    incarnation=b["incarnation"],
+                    entries=entries,
+                    now_ms=now,
+                )
+            )
+
+
+# --- the simulation -----------------------------------------------------------------------------
+
+
+class Simulation:
+    def __init__(self, seed: int, settings: SimSettings | None = None) -> None:
+        self.seed = seed
+        self.s = settings or SimSettings()
+        self.rng = random.Random(seed)
+        self.now_ms = 0
+        self.step_no = 0
+        self.net = Network(self.rng, self.s)
+        self.replicas = [Replica(f"c{i}") for i in range(self.s.replicas)]
+        self.term = 1
+        self.leader = 0
+        self.match = [0] * self.s.replicas  # how much of the leader's log each replica holds
+        self.known_commit = [0] * self.s.replicas
+        self.pending_registrations: list[tuple[int, str, str]] = []
+        self.commit_index = 0
+        self.request_seq = 0
+        self.proposer = Proposer(self, self.replicas[0], self.term, 0)
+        self.workers = [SimWorker(f"w{i}") for i in range(self.s.workers)]
+        self.faults_on = True
+        # Checker memory.
+        self.hash_at: dict[int, str] = {}
+        self.owner_at: dict[tuple[int, int], str | None] = {}
+        self.max_epoch: list[dict[int, int]] = [{} for _ in self.replicas]
+        self.gate_holder: dict[tuple[int, int], tuple[str, int]] = {}
+        self.stats = {"leader_changes": 0, "crashes": 0, "pauses": 0, "restarts": 0, "fenced": 0}
+        self.stats |= {"accepted": 0, "entries": 0, "stale_reports": 0}
+
+    # -- log ---------------------------------------------------------------------------------
+
+    def leader_name(self) -> str:
+        return f"c{self.leader}@{self.term}"
+
+    def append(self, cmd: Command) -> str:
+        self.request_seq += 1
+        rid = f"r{self.request_seq}"
+        entry = encode_command(cmd, rid)
+        lead = self.replicas[self.leader]
+        lead.log.append((self.term, entry))
+        self.match[self.leader] = len(lead.log)
+        self.stats["entries"] += 1
+        return rid
+
+    def own_uncommitted(self) -> bool:
+        lead = self.replicas[self.leader]
+        return len(lead.log) > self.commit_index or lead.applied < self.commit_index
+
+    def replicate(self) -> None:
+        lead = self.replicas[self.leader]
+        reached = [self.leader]
+        for i, r in enumerate(self.replicas):
+            if i == self.leader:
+                continue
+            if self.faults_on and (self.rng.random() >= self.s.p_append or f"c{i}" in self.net.cut):
+                continue
+            # Raft's consistency check, settled at once: keep the common prefix, copy the rest.
+            n = 0
+            while n < min(len(r.log), len(lead.log)) and r.log[n] == lead.log[n]:
+                n += 1
+            if n < r.applied:
+                # Overwriting an applied entry would mean a committed entry was lost.
+                self.fail(f"replica {r.name} loses applied entry {n + 1} (applied {r.applied})")
+            r.log = r.log[:n] + lead.log[n:]
+            self.match[i] = len(r.log)
+            reached.append(i)
+        majority = len(self.replicas) // 2 + 1
+        for idx in range(len(lead.log), self.commit_index, -1):
+            holders = sum(1 for m in self.match if m >= idx)
+            if holders >= majority and lead.log[idx - 1][0] == self.term:
+                self.commit_index = idx
+                break
+        # A replica learns the commit index only with an append that got through, and only
+        # once its log matches the leader's (Raft's leaderCommit rule).
+        for i in reached:
+            self.known_commit[i] = self.commit_index
+
+    def apply_committed(self) -> None:
+        for i, r in enumerate(self.replicas):
+            upto = min(self.known_commit[i], len(r.log))
+            while r.applied < upto:
+                _, entry = r.log[r.applied]
+                before = self._partition_view(r.machine.state)
+                result = r.machine.apply(entry)
+                r.applied += 1
+                self.check_applied(i, r, entry, result, before)
+
+    def change_leader(self) -> None:
+        # Raft's election restriction: only a replica holding every committed entry can win.
+        committed = self.replicas[self.leader].log[: self.commit_index]
+        candidates = [
+            i
+            for i, r in enumerate(self.replicas)
+            if (self.s.unsafe_election or r.log[: self.commit_index] == committed)
+            and f"c{i}" not in self.net.cut
+        ]
+        if not candidates:
+            return
+        self.leader = self.rng.choice(candidates)
+        self.term += 1
+        lead = self.replicas[self.leader]
+        self.match = [0] * len(self.replicas)
+        self.match[self.leader] = len(lead.log)
+        self.proposer = Proposer(self, lead, self.term, self.now_ms)
+        # Raft's no-op at the start of a term: commits the old tail (or overwrites it).
+        self.append(Barrier(nonce=f"term-{self.term}"))
+        self.stats["leader_changes"] += 1
+
+    # -- checker -----------------------------------------------------------------------------
+
+    def fail(self, what: str) -> None:
+        raise SafetyViolation(
+            f"seed={self.seed} step={self.step_no} t={self.now_ms}ms: {what} "
+            f"(replay: Simulation({self.seed}).run())"
+        )
+
+    @staticmethod
+    def _partition_view(state: ClusterState) -> list[tuple[int, str | None]]:
+        return [(p.epoch, p.owner) for p in state.partitions]
+
+    def check_applied(
+        self,
+        i: int,
+        r: Replica,
+        entry: bytes,
+        result_bytes: bytes,
+        before: list[tuple[int, str | None]],
+    ) -> None:
+        state = r.machine.state
+        result = decode_result(result_bytes)
+        if not isinstance(result, Ok) and result.code == "internal":
+            self.fail(f"{r.name} apply returned internal: {result.message}")
+        h = state_hash(state)
+        seen = self.hash_at.setdefault(r.applied, h)
+        if seen != h:
+            self.fail(f"{r.name} state hash {h} != {seen} at applied index {r.applied}")
+        epochs = self.max_epoch[i]
+        for p in state.partitions:
+            if p.epoch < epochs.get(p.partition, 0):
+                self.fail(f"{r.name} p{p.partition} epoch went back to {p.epoch}")
+            epochs[p.partition] = p.epoch
+            key = (p.partition, p.epoch)
+            owner = self.owner_at.setdefault(key, p.owner)
+            if owner != p.owner:
+                self.fail(f"p{p.partition} epoch {p.epoch} has two owners: {owner} and {p.owner}")
+            if p.owner is not None and state.workers[p.owner].state not in OWNING:
+                self.fail(f"p{p.partition} owned by {p.owner} which is not active/draining")
+            if p.migration is not None:
+                mig = state.migrations.get(p.migration)
+                if mig is None or mig.phase in (MigrationPhase.DONE, MigrationPhase.ABORTED):
+                    self.fail(f"p{p.partition} points at finished migration {p.migration}")
+        if i == 0 and isinstance(result, Ok):
+            _, cmd = decode_command(entry)
+            if isinstance(cmd, RecordCheckpoints):
+                for e, res in zip(cmd.entries, result.value["results"], strict=True):
+                    if res["status"] == "accepted":
+                        self.stats["accepted"] += 1
+                        cur_epoch, cur_owner = before[e.partition]
+                        if e.epoch != cur_epoch or cur_owner != cmd.worker_id:
+                            self.fail(
+                                f"checkpoint p{e.partition} accepted at stale epoch {e.epoch} "
+                                f"(current {cur_epoch}, owner {cur_owner})"
+                            )
+                    else:
+                        self.stats["fenced"] += 1
+
+    def check_gates(self) -> None:
+        """No two live workers hold an open gate for one partition at one epoch."""
+        holders: dict[tuple[int, int], str] = {}
+        for w in self.workers:
+            if not w.alive:
+                continue
+            for p, g in w.gates.items():
+                if not g["open"]:
+                    continue
+                key = (p, int(g["epoch"]))
+                other = holders.setdefault(key, w.wid)
+                if other != w.wid:
+                    self.fail(f"p{p} epoch {key[1]} open on both {other} and {w.wid}")
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def worker_step(self, w: SimWorker) -> None:
+        now = self.now_ms
+        if not w.alive or w.paused(now):
+            return
+        if w.alive:
+            for g in w.gates.values():
+                if g["open"]:
+                    g["offset"] = int(g["offset"]) + 1
+        if now < w.next_heartbeat_ms:
+            return
+        w.next_heartbeat_ms = now + self.s.heartbeat_interval_ms
+        dst = self.leader_name()
+        if not w.registered:
+            self.net.send(now, w.wid, dst, "register", {"worker": w.wid})
+            return
+        self.net.send(now, w.wid, dst, "heartbeat", {"worker": w.wid, "incarnation": w.incarnation})
+        if self.faults_on and self.rng.random() < self.s.p_stale_report and w.gates:
+            # A stale report: a random gate's epoch, possibly older than the current one.
+            p = self.rng.choice(sorted(w.gates))
+            g = w.gates[p]
+            epoch = max(0, int(g["epoch"]) - self.rng.randint(0, 2))
+            self.stats["stale_reports"] += 1
+            self.net.send(
+                now,
+                w.wid,
+                dst,
+                "checkpoints",
+                {
+                    "worker": w.wid,
+                    "incarnation": w.incarnation,
+                    "entries": [[p, epoch, int(g["offset"]), f"mem://{w.wid}/{p}/{epoch}"]],
+                },
+            )
+
+    def worker_receive(self, w: SimWorker, kind: str, b: dict[str, Any]) -> None:
+        now = self.now_ms
+        if not w.alive or w.paused(now):
+            return  # a paused process reads nothing; the message is lost with its socket buffer
+        reply_to = self.leader_name()
+        if kind == "registered":
+            if b["incarnation"] > w.incarnation:
+                w.incarnation = b["incarnation"]
+                w.registered = True
+                w.gates.clear()
+            return
+        if kind == "reregister":
+            if b["incarnation"] == w.incarnation:
+                w.registered = False
+            return
+        if b.get("incarnation") not in (None, w.incarnation):
+            return  # the token would not verify: a call for another incarnation
+        if kind == "assignment":
+            assigned = b["assignment"]
+            for p, g in w.gates.items():
+                if g["open"] and assigned.get(p) != g["epoch"]:
+                    g["open"] = False
+        elif kind == "host":
+            p, epoch = b["partition"], b["epoch"]
+            g = w.gates.get(p)
+            if g is not None and epoch < int(g["epoch"]):
+                return
+            if g is None or epoch > int(g["epoch"]) or not g["open"]:
+                w.gates[p] = {"epoch": epoch, "offset": b["offset"], "open": True}
+            self.net.send(
+                now, w.wid, reply_to, "hosted", {"worker": w.wid, "partition": p, "epoch": epoch}
+            )
+        elif kind == "release":
+            p = b["partition"]
+            g = w.gates.get(p)
+            body: dict[str, Any] = {"worker": w.wid, "migration_id": b["migration_id"]}
+            if g is None or g["epoch"] != b["epoch"]:
+                body |= {"offset": None}
+            else:
+                g["open"] = False
+                body |= {"offset": g["offset"], "uri": f"mem://{w.wid}/{p}", "epoch": g["epoch"]}
+            self.net.send(now, w.wid, reply_to, "released", body)
+        elif kind == "checkpoint":
+            entries = [
+                [p, int(g["epoch"]), int(g["offset"]), f"mem://{w.wid}/{p}/{g['epoch']}"]
+                for p, g in sorted(w.gates.items())
+                if g["open"]
+            ]
+            if entries:
+                self.net.send(
+                    now,
+                    w.wid,
+                    reply_to,
+                    "checkpoints",
+                    {"worker": w.wid, "incarnation": w.incarnation, "entries": entries},
+                )
+
+    def inject_worker_faults(self) -> None:
+        for w in self.workers:
+            r = self.rng.random()
+            alive_count = sum(1 for x in self.workers if x.alive and not x.paused(self.now_ms))
+            if w.alive and r < self.s.p_worker_crash and alive_count > self.s.min_cluster_size:
+                w.alive = False
+                w.gates.clear()
+                self.stats["crashes"] += 1
+            elif w.alive and r < self.s.p_worker_crash + self.s.p_worker_pause:
+                # Pause past the dead-after timeout most of the time.
+                w.paused_until_ms = self.now_ms + self.rng.randint(500, 2 * self.s.dead_after_ms)
+                self.stats["pauses"] += 1
+            elif not w.alive and r < self.s.p_worker_restart:
+                self.restart_worker(w)
+
+    def restart_worker(self, w: SimWorker) -> None:
+        w.alive = True
+        w.registered = False
+        w.gates.clear()
+        w.paused_until_ms = -1
+        self.stats["restarts"] += 1
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def deliver(self) -> None:
+        for msg in self.net.due(self.now_ms):
+            if msg.dst.startswith("c"):
+                if msg.dst != self.leader_name():
+                    continue  # to a deposed leader: it would answer 307/503; the sender retries
+                rid = self.proposer.receive(self.now_ms, msg.kind, msg.body)
+                if rid is not None:
+                    # The reply carries the incarnation once the registration is applied on the
+                    # leader (see ``answer_registrations``).
+                    self.pending_registrations.append((self.term, msg.body["worker"], rid))
+            else:
+                w = next(x for x in self.workers if x.wid == msg.dst)
+                self.worker_receive(w, msg.kind, msg.body)
+
+    def answer_registrations(self) -> None:
+        lead = self.replicas[self.leader]
+        keep = []
+        for term, wid, rid in self.pending_registrations:
+            if term != self.term:
+                continue  # the leader changed: outcome unknown, the worker will retry
+            res = lead.machine.state.requests.get(rid)
+            if res is None:
+                keep.append((term, wid, rid))
+                continue
+            if isinstance(res, Ok):
+                self.net.send(
+                    self.now_ms,
+                    self.leader_name(),
+                    wid,
+                    "registered",
+                    {"incarnation": res.value["incarnation"]},
+                )
+        self.pending_registrations = keep
+
+    def step(self) -> None:
+        self.step_no += 1
+        self.now_ms += self.s.step_ms
+        if self.faults_on:
+            if self.rng.random() < self.s.p_leader_change:
+                self.change_leader()
+            self.inject_worker_faults()
+        for w in self.workers:
+            self.worker_step(w)
+        self.deliver()
+        self.proposer.tick(self.now_ms)
+        self.replicate()
+        self.apply_committed()
+        self.answer_registrations()
+        self.check_gates()
+
+    def settled(self) -> bool:
+        lead = self.replicas[self.leader]
+        state = lead.machine.state
+        if state.total_partitions == 0 or state.in_flight_migrations():
+            return False
+        if any(p.status is not PartitionStatus.ONLINE for p in state.partitions):
+            return False
+        if any(r.applied != self.commit_index for r in self.replicas):
+            return False
+        hashes = {state_hash(r.machine.state) for r in self.replicas}
+        return len(hashes) == 1
+
+    def run(self) -> dict[str, int]:
+        for _ in range(self.s.fault_steps):
+            self.step()
+        # Heal: no more faults, every worker back, messages delivered at once.
+        self.faults_on = False
+        self.net.faulty = False
+        self.net.cut.clear()
+        for w in self.workers:
+            if not w.alive:
+                self.restart_worker(w)
+            w.paused_until_ms = -1
+        for _ in range(self.s.heal_steps_max):
+            self.step()
+            if self.settled():
+                break
+        else:
+            lead = self.replicas[self.leader].machine.state
+            stuck = [(m.migration_id, m.phase.value) for m in lead.in_flight_migrations()] + [
+                (p.partition, p.status.value)
+                for p in lead.partitions
+                if p.status is not PartitionStatus.ONLINE
+            ]
+            self.fail(f"not settled {self.s.heal_steps_max} steps after heal: {stuck}")
+        for m in self.replicas[self.leader].machine.state.migrations.values():
+            if m.phase not in (MigrationPhase.DONE, MigrationPhase.ABORTED):
+                self.fail(f"migration {m.migration_id} ended {m.phase.value}")
+        return {
+            "steps": self.step_no,
+            "messages": self.net.sent,
+            "dropped": self.net.dropped,
+            "duplicated": self.net.duplicated,
+            "migrations": len(self.replicas[self.leader].machine.state.migrations),
+            **self.stats,
+        }
+
+
+def run_seed(seed: int, settings: SimSettings | None = None) -> dict[str, int]:
+    return Simulation(seed, settings).run()
