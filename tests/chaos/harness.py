@@ -1,0 +1,290 @@
+"""Chaos harness: three real coordinators, scripted workers, client load, faults, a history.
+
+Owns the load generator (registrations of unique worker ids as writes, ``consistent=true``
+worker-list reads as reads, every one recorded invoke -> ok / fail / unknown), the fault
+injectors (kill -9, SIGSTOP/SIGCONT, journal truncation), and the checks every scenario ends
+with: the run met its minimum operation rate (else it is INVALID, not passed), every
+acknowledged write is present, the history is linearizable per key, and all replicas hold
+the same state at the same applied index.
+
+Every process is a ``tests.support.Proc`` ended by its PID; every wait has a bound. The
+seed only drives the harness's own choices (which client does what, fault timing jitter):
+real processes are not deterministic, so the seed makes a run comparable, not replayable.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.history import History, check_history
+from tests.cluster import Cluster, Reply, call
+from tests.support import Proc, free_ports, python_argv, wait_until
+
+CHAOS_SETTINGS: dict[str, Any] = {
+    "total_partitions": 12,
+    "min_cluster_size": 2,
+    "heartbeat_interval_s": 0.3,
+    "suspect_after_s": 1.0,
+    "lease_s": 1.5,
+    "heartbeat_timeout_s": 2.5,
+    "checkpoint_interval_s": 1.0,
+}
+CLIENT_TIMEOUT_S = 3.0
+CONVERGE_TIMEOUT_S = 60.0
+PRESENT = "present"
+
+
+class Workers:
+    """Scripted worker processes (tests/scripted_worker.py), each tracked by PID."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.procs: dict[str, Proc] = {}
+        self.ports: dict[str, int] = {}
+
+    def start(self, wid: str) -> Proc:
+        port = self.ports.get(wid) or free_ports(1)[0]
+        argv = python_argv("-m", "tests.scripted_worker", "--worker-id", wid, "--port", str(port))
+        argv += ["--heartbeat-interval", "0.3"]
+        for s in self.cluster.specs:
+            argv += ["--coordinator", s.url]
+        proc = Proc(argv, self.cluster.root / "logs" / f"{wid}.log")
+        self.procs[wid], self.ports[wid] = proc, port
+        return proc
+
+    def url(self, wid: str) -> str:
+        return f"http://127.0.0.1:{self.ports[wid]}"
+
+    def state(self, wid: str) -> dict[str, Any]:
+        return call("GET", self.url(wid) + "/test/state", timeout_s=3.0).body  # type: ignore[no-any-return]
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            p.stop()
+
+
+@dataclass
+class Figures:
+    """What a scenario did, for the report and docs/reliability.md."""
+
+    scenario: str
+    seed: int
+    ops: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def fault(self, name: str) -> None:
+        self.faults[name] = self.faults.get(name, 0) + 1
+
+    def line(self) -> str:
+        return (
+            f"[chaos] {self.scenario} seed={self.seed} {self.duration_s:.1f}s ops={self.ops} "
+            f"faults={self.faults} violations={len(self.violations)}"
+        )
+
+
+def leader_url(cluster: Cluster) -> str | None:
+    for nid in cluster.alive():
+        h = cluster.health(nid)
+        if h and h.get("role") == "leader" and h.get("ready"):
+            return cluster.url(nid)
+    return None
+
+
+def request(cluster: Cluster, method: str, path: str, body: Any = None, **kw: Any) -> Reply:
+    """One attempt at whichever live node answers first; a 307 is followed once."""
+    nodes = cluster.alive()
+    last: OSError | None = None
+    for nid in random.sample(nodes, len(nodes)):
+        try:
+            r = call(method, cluster.url(nid) + path, body, timeout_s=CLIENT_TIMEOUT_S, **kw)
+        except ConnectionRefusedError as exc:
+            last = exc
+            continue
+        if r.status == 307:
+            return call(method, r.headers["Location"], body, timeout_s=CLIENT_TIMEOUT_S, **kw)
+        return r
+    raise last or ConnectionRefusedError("no live node")
+
+
+class Load:
+    """Client threads: writers register unique worker ids, a reader reads the list."""
+
+    def __init__(self, cluster: Cluster, seed: int, writers: int = 2, readers: int = 1) -> None:
+        self.cluster = cluster
+        self.history = History()
+        self.rng = random.Random(seed)
+        self.stop_event = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._writer, args=(i,), daemon=True) for i in range(writers)
+        ] + [
+            threading.Thread(target=self._reader, args=(writers + i,), daemon=True)
+            for i in range(readers)
+        ]
+        self.keys: list[str] = []
+        self._keys_lock = threading.Lock()
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(CLIENT_TIMEOUT_S * 3)
+
+    def ok_count(self) -> int:
+        return sum(1 for op in self.history.ops if op.status == "ok")
+
+    def _writer(self, process: int) -> None:
+        seq = 0
+        while not self.stop_event.is_set():
+            seq += 1
+            wid = f"c{process}-{seq}"
+            with self._keys_lock:
+                self.keys.append(wid)
+            op = self.history.invoke(wid, "write", PRESENT, process)
+            try:
+                r = request(
+                    self.cluster,
+                    "POST",
+                    "/v1/workers",
+                    {"worker_id": wid, "address": "http://127.0.0.1:9"},
+                    headers={"Idempotency-Key": f"reg-{wid}"},
+                )
+            except ConnectionRefusedError:
+                self.history.fail(op, "refused")  # never reached a server
+                time.sleep(0.05)
+                continue
+            except OSError as exc:
+                self.history.unknown(op, type(exc).__name__)
+                continue
+            if r.status == 200:
+                self.history.ok(op)
+            elif r.status < 500 and r.status != 307:
+                self.history.fail(op, str(r.status))
+            else:
+                # 503 may come after the command was proposed (leader lost mid-commit).
+                self.history.unknown(op, str(r.status))
+                time.sleep(0.05)
+
+    def _reader(self, process: int) -> None:
+        while not self.stop_event.is_set():
+            with self._keys_lock:
+                keys = list(self.keys)
+            ops = [self.history.invoke(k, "read", None, process) for k in keys]
+            try:
+                r = request(self.cluster, "GET", "/v1/workers?consistent=true")
+            except OSError:
+                for op in ops:
+                    self.history.unknown(op)
+                time.sleep(0.05)
+                continue
+            if r.status != 200:
+                for op in ops:
+                    self.history.fail(op, str(r.status))
+                time.sleep(0.05)
+                continue
+            present = {w["worker_id"] for w in r.body["workers"]}
+            for op in ops:
+                self.history.ok(op, PRESENT if op.key in present else None)
+            time.sleep(0.1)
+
+
+def require_rate(load: Load, since_ok: int, window_s: float, min_ops_per_s: float) -> float:
+    rate = (load.ok_count() - since_ok) / window_s
+    if rate < min_ops_per_s:
+        raise AssertionError(
+            f"INVALID RUN: {rate:.1f} ok ops/s < minimum {min_ops_per_s} ops/s "
+            "(the machine is too loaded for this run to mean anything)"
+        )
+    return rate
+
+
+def check_acknowledged(cluster: Cluster, load: Load, figures: Figures) -> None:
+    """Every acknowledged registration is present in a consistent read after heal."""
+    body = wait_until(
+        lambda: (
+            (r := request(cluster, "GET", "/v1/workers?consistent=true")).status == 200 and r.body
+        ),
+        "a consistent read after heal",
+        CONVERGE_TIMEOUT_S,
+    )
+    present = {w["worker_id"] for w in body["workers"]}
+    acked = [op.key for op in load.history.ops if op.kind == "write" and op.status == "ok"]
+    lost = [k for k in acked if k not in present]
+    if lost:
+        figures.violations.append(f"{len(lost)} acknowledged writes lost: {lost[:10]}")
+    figures.ops = load.history.counts()
+
+
+def check_linearizable(load: Load, figures: Figures) -> None:
+    res = check_history(load.history.ops)
+    if not res.ok:
+        figures.violations.append(f"not linearizable on {res.key}: {res.reason}")
+
+
+def _local_view(cluster: Cluster, nid: str) -> tuple[int, Any] | None:
+    try:
+        parts = call("GET", cluster.url(nid) + "/v1/partitions", timeout_s=3.0)
+        ws = call("GET", cluster.url(nid) + "/v1/workers", timeout_s=3.0)
+    except OSError:
+        return None
+    if parts.status != 200 or ws.status != 200:
+        return None
+    if parts.body["applied_index"] != ws.body["applied_index"]:
+        return None
+    workers = [
+        {k: v for k, v in w.items() if k not in ("liveness", "load")} for w in ws.body["workers"]
+    ]
+    return parts.body["applied_index"], (parts.body["partitions"], workers)
+
+
+def check_replicas_equal(cluster: Cluster, figures: Figures, timeout_s: float = 30.0) -> None:
+    """All live nodes' local partition tables and worker lists equal at one applied index."""
+
+    def same() -> bool:
+        views = [_local_view(cluster, nid) for nid in cluster.alive()]
+        if any(v is None for v in views):
+            return False
+        indices = {v[0] for v in views if v is not None}
+        if len(indices) != 1:
+            return False
+        states = [v[1] for v in views if v is not None]
+        if any(s != states[0] for s in states):
+            figures.violations.append(f"replicas differ at applied index {indices.pop()}")
+            return True
+        return True
+
+    wait_until(same, "all replicas at one applied index", timeout_s, every_s=0.02)
+
+
+def wait_settled(cluster: Cluster, timeout_s: float = CONVERGE_TIMEOUT_S) -> dict[str, Any]:
+    """No migration in flight and every partition ONLINE, read consistently."""
+
+    def settled() -> dict[str, Any] | None:
+        r = request(cluster, "GET", "/v1/status?consistent=true")
+        if r.status != 200:
+            return None
+        b = r.body
+        online = b["partitions_by_status"].get("online", 0) == b["cluster"]["total_partitions"]
+        return b if online and b["migrations_in_flight"] == 0 else None
+
+    return wait_until(settled, "all partitions ONLINE and no migration in flight", timeout_s)
+
+
+def start_env(root: Path, workers: int = 3, **settings: Any) -> tuple[Cluster, Workers]:
+    cluster = Cluster(root, **{**CHAOS_SETTINGS, **settings})
+    cluster.start_all()
+    ws = Workers(cluster)
+    for i in range(workers):
+        ws.start(f"w{i + 1}")
+    cluster.ready(CONVERGE_TIMEOUT_S)
+    wait_settled(cluster)
+    return cluster, ws

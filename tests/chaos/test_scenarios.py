@@ -1,0 +1,287 @@
+"""Chaos scenarios on real processes: three coordinators, scripted workers, client load.
+
+Each scenario has a fixed seed, a minimum operation rate before its first fault (a run below
+it fails as INVALID, it does not pass), its own invariant, and the shared checks (no
+acknowledged write lost, linearizable history, replicas equal after heal). The default run
+is short; ``pytest tests/chaos --soak`` runs the long versions. Each prints one ``[chaos]``
+line with its figures (run with ``-s`` to see them).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.service.auth import issue_token
+from tests.chaos.harness import (
+    CHAOS_SETTINGS,
+    Figures,
+    Load,
+    Workers,
+    check_acknowledged,
+    check_linearizable,
+    check_replicas_equal,
+    request,
+    require_rate,
+    start_env,
+    wait_settled,
+)
+from tests.cluster import ADMIN, SECRET, Cluster
+from tests.support import wait_until
+
+MIN_OPS_PER_S = 5.0
+WARMUP_S = 2.0
+KILL_EVERY_S = 3.0
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[tuple[Cluster, Workers]]:
+    cluster, workers = start_env(tmp_path)
+    try:
+        yield cluster, workers
+    finally:
+        workers.stop_all()
+        cluster.stop_all()
+
+
+def warm_up(load: Load) -> None:
+    load.start()
+    time.sleep(WARMUP_S)
+    require_rate(load, 0, WARMUP_S, MIN_OPS_PER_S)
+
+
+def finish(cluster: Cluster, load: Load, figures: Figures, started: float) -> None:
+    load.stop()
+    cluster.leader(60.0)
+    check_acknowledged(cluster, load, figures)
+    check_linearizable(load, figures)
+    wait_settled(cluster)
+    check_replicas_equal(cluster, figures)
+    figures.duration_s = time.monotonic() - started
+    print(figures.line())
+    assert not figures.violations, f"seed={figures.seed}: {figures.violations}"
+
+
+def test_a_leader_killed_every_3s(
+    env: tuple[Cluster, Workers], request: pytest.FixtureRequest
+) -> None:
+    """(a) kill -9 the leader every ~3 s under load; it restarts ~1 s later."""
+    cluster, _ = env
+    seed = 101
+    rng = random.Random(seed)
+    duration_s = 60.0 if request.config.getoption("--soak") else 15.0
+    figures = Figures(scenario="a_leader_kill", seed=seed)
+    started = time.monotonic()
+    load = Load(cluster, seed)
+    warm_up(load)
+    end = time.monotonic() + duration_s
+    while time.monotonic() < end:
+        t0 = time.monotonic()
+        leader = cluster.leader(30.0)
+        cluster.kill9(leader)
+        figures.fault("kill9_leader")
+        time.sleep(0.8 + 0.4 * rng.random())
+        cluster.start(leader)
+        time.sleep(max(0.0, KILL_EVERY_S - (time.monotonic() - t0)))
+    finish(cluster, load, figures, started)
+
+
+@pytest.mark.skip(
+    reason="(b) cutting the leader's Raft links needs a TCP proxy in front of every Raft port "
+    "or network namespaces (root); pysyncobj dials peers at the configured address, so the "
+    "cluster config would have to point at proxy ports. Not built yet: see docs/reliability.md"
+)
+def test_b_leader_cut_off_from_followers() -> None:
+    raise AssertionError("not implemented")
+
+
+def owners(cluster: Cluster) -> dict[int, tuple[str | None, int]]:
+    r = request(cluster, "GET", "/v1/partitions?consistent=true")
+    assert r.status == 200, r
+    return {p["partition"]: (p["owner"], p["epoch"]) for p in r.body["partitions"]}
+
+
+def open_gates_unique(workers: Workers, figures: Figures) -> None:
+    """No two workers hold an open gate for one partition at one epoch (double processing)."""
+    holders: dict[tuple[int, int], str] = {}
+    for wid, proc in workers.procs.items():
+        if not proc.alive():
+            continue
+        for p, g in workers.state(wid)["gates"].items():
+            if not g["open"]:
+                continue
+            other = holders.setdefault((int(p), g["epoch"]), wid)
+            if other != wid:
+                figures.violations.append(f"p{p} e{g['epoch']} open on {other} and {wid}")
+
+
+def test_c_worker_paused_past_timeout(env: tuple[Cluster, Workers]) -> None:
+    """(c) SIGSTOP a worker past heartbeat_timeout, SIGCONT: moved, fenced, no double owner."""
+    cluster, workers = env
+    seed = 303
+    figures = Figures(scenario="c_worker_pause", seed=seed)
+    started = time.monotonic()
+    load = Load(cluster, seed, writers=1)
+    warm_up(load)
+    # The load's registrations are workers that never heartbeat; placement would hand the
+    # paused worker's partitions to them. Stop writing and let them be declared dead first.
+    load.stop()
+    wait_until(
+        lambda: all(
+            w["state"] != "active"
+            for w in request(cluster, "GET", "/v1/workers?consistent=true").body["workers"]
+            if w["worker_id"].startswith("c")
+        ),
+        "the load's phantom workers declared dead",
+        CHAOS_SETTINGS["heartbeat_timeout_s"] + 20,
+    )
+    victim = "w1"
+    before = owners(cluster)
+    held = {p: e for p, (o, e) in before.items() if o == victim}
+    assert held, f"{victim} owns nothing: {before}"
+    old_incarnation = workers.state(victim)["incarnation"]
+    workers.procs[victim].signal(signal.SIGSTOP)
+    figures.fault("sigstop_worker")
+    try:
+        moved = wait_until(
+            lambda: (
+                (o := owners(cluster))
+                and all(o[p][0] != victim and o[p][1] > e for p, e in held.items())
+                and o
+            ),
+            "the paused worker's partitions moved",
+            CHAOS_SETTINGS["heartbeat_timeout_s"] + 20,
+        )
+        # While it is still stopped, report an old-epoch checkpoint in its name (its token is
+        # what the stopped process holds): the worker is DEAD, the report must change nothing.
+        stale = {
+            "worker_id": victim,
+            "incarnation": old_incarnation,
+            "checkpoints": [
+                {"partition": p, "epoch": e, "offset": 10**9, "uri": f"mem://stale/{p}"}
+                for p, e in held.items()
+            ],
+        }
+        token = issue_token(SECRET, victim, old_incarnation)
+        r = request(cluster, "POST", "/v1/checkpoints", stale, token=token)
+        figures.fault("stale_checkpoint_report")
+        if r.status == 200 and any(x["status"] == "accepted" for x in r.body["results"]):
+            figures.violations.append(f"stale checkpoint accepted: {r.body}")
+    finally:
+        workers.procs[victim].signal(signal.SIGCONT)
+    # It re-registers under a new incarnation; old-epoch reports under that one are fenced.
+    new_inc = wait_until(
+        lambda: (i := workers.state(victim)["incarnation"]) > old_incarnation and i,
+        "the resumed worker re-registered",
+        30.0,
+    )
+    token = issue_token(SECRET, victim, new_inc)
+    stale["incarnation"] = new_inc
+    r = request(cluster, "POST", "/v1/checkpoints", stale, token=token)
+    if r.status == 200 and any(x["status"] == "accepted" for x in r.body["results"]):
+        figures.violations.append(f"old-epoch checkpoint accepted after re-register: {r.body}")
+    after = owners(cluster)
+    for p, (_owner, e) in after.items():
+        if e < moved[p][1]:
+            figures.violations.append(f"p{p} epoch went back {moved[p][1]} -> {e}")
+    ck = request(cluster, "GET", "/v1/partitions?consistent=true").body["partitions"]
+    for part in ck:
+        if part["checkpoint"] and "stale" in str(part["checkpoint"].get("uri", "")):
+            figures.violations.append(f"p{part['partition']} holds the stale checkpoint")
+    wait_settled(cluster)
+    # Give every worker a couple of heartbeats to reconcile, then no (p, epoch) twice.
+    time.sleep(1.0)
+    open_gates_unique(workers, figures)
+    finish(cluster, load, figures, started)
+
+
+def test_d_whole_cluster_killed_and_restarted(env: tuple[Cluster, Workers]) -> None:
+    """(d) kill -9 all three mid-load with migrations pending; restart: all present, done."""
+    cluster, _ = env
+    seed = 404
+    figures = Figures(scenario="d_kill_all", seed=seed)
+    started = time.monotonic()
+    load = Load(cluster, seed)
+    warm_up(load)
+    table = owners(cluster)
+    moves = [{"partition": p, "to": "w2" if o != "w2" else "w3"} for p, (o, _) in table.items()][:6]
+    r = request(cluster, "POST", "/v1/admin/reassign", {"moves": moves}, token=ADMIN)
+    assert r.status in (200, 202), r
+    mids = [m["id"] for m in r.body["migrations"]]
+    time.sleep(0.2)
+    for nid in list(cluster.procs):
+        cluster.kill9(nid)
+    figures.fault("kill9_all")
+    time.sleep(0.5)
+    for s in cluster.specs:
+        cluster.start(s.id)
+    figures.fault("restart_all")
+    time.sleep(3.0)
+    finish(cluster, load, figures, started)
+    migs = request(cluster, "GET", "/v1/migrations?consistent=true").body["migrations"]
+    phases = {m["id"]: m["phase"] for m in migs if m["id"] in mids}
+    assert set(phases) == set(mids), f"seed={seed}: migrations lost: {phases} vs {mids}"
+    assert all(p in ("done", "aborted") for p in phases.values()), f"seed={seed}: {phases}"
+
+
+def test_e_truncated_journal_tail(env: tuple[Cluster, Workers]) -> None:
+    """(e) a follower's journal loses its tail while down: it never leads with lost entries."""
+    cluster, _ = env
+    seed = 505
+    figures = Figures(scenario="e_truncated_journal", seed=seed)
+    started = time.monotonic()
+    load = Load(cluster, seed)
+    warm_up(load)
+    leader = cluster.leader()
+    victim = next(s.id for s in cluster.specs if s.id != leader)
+    cluster.kill9(victim)
+    figures.fault("kill9_follower")
+    time.sleep(1.0)
+    journal = Path(cluster.config.data_dir) / victim / "raft.journal"
+    size = journal.stat().st_size
+    with journal.open("r+b") as f:
+        f.truncate(size - size // 3)
+    figures.fault("truncate_journal_tail")
+    # The highest commit index any live node has reported: the victim must not lead below it.
+    high = max((cluster.health(n) or {}).get("commit_index", 0) for n in cluster.alive())
+    cluster.start(victim)
+    stop = threading.Event()
+    bad: list[str] = []
+
+    def monitor() -> None:
+        while not stop.is_set():
+            h = cluster.health(victim)
+            leads = h and h.get("role") == "leader" and h.get("ready")
+            if leads and h.get("applied_index", 0) < high:
+                bad.append(f"{victim} leads at applied {h.get('applied_index')} < {high}")
+            time.sleep(0.05)
+
+    t = threading.Thread(target=monitor, daemon=True)
+    t.start()
+    try:
+        # Force elections so the victim gets its chances to lead.
+        for _ in range(2):
+            time.sleep(2.0)
+            current = cluster.leader(30.0)
+            if current == victim:
+                continue
+            cluster.kill9(current)
+            figures.fault("kill9_leader")
+            time.sleep(1.0)
+            cluster.start(current)
+        time.sleep(2.0)
+    finally:
+        stop.set()
+        t.join(5)
+    figures.violations.extend(bad)
+    assert cluster.procs[victim].alive(), (
+        f"seed={seed}: {victim} did not survive its truncated journal:\n"
+        + cluster.procs[victim].output()[-3000:]
+    )
+    finish(cluster, load, figures, started)
