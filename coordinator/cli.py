@@ -382,9 +382,16 @@ class Children:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.stop_signals: dict[int, int] = {}
         self.spark: Any = None  # pipeline.spark_server.SparkConnectServer, stopped by PID
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        stop_signal: int = signal.SIGTERM,
+    ) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen(
@@ -396,11 +403,12 @@ class Children:
         )
         out.close()
         self.procs.append((name, proc))
+        self.stop_signals[proc.pid] = stop_signal
 
     def stop_all(self) -> None:
         for _, proc in reversed(self.procs):
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+                proc.send_signal(self.stop_signals.get(proc.pid, signal.SIGTERM))
         deadline = time.monotonic() + CHILD_STOP_TIMEOUT_S
         for name, proc in reversed(self.procs):
             try:
@@ -470,6 +478,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         for n in config.nodes:
             print(f"  {n.id}  {n.url}  (raft {n.raft}, pid {pids[n.id]})")
         print(f"leader: {health['leader_id']}   logs: {children.log_dir}")
+        workers = [f"{name} pid {pid}" for name, pid in pids.items() if name.startswith("w")]
+        if workers:
+            print("workers: " + ", ".join(workers))
         if spark_url is not None:
             print(f"spark connect: {spark_url}   store: file://{Path(config.data_dir) / 'store'}")
             print(
@@ -517,11 +528,14 @@ def _start_pipeline(
             store,
             "--spark-remote",
             spark_url,
+            "--max-keys-per-partition",
+            str(config.max_keys_per_partition),
         ]
         for url in urls:
             argv += ["--coordinator", url]
         env = {"PYSPARK_PYTHON": sys.executable, "RIPPLE_JOIN_TOKEN": config.join_token}
-        children.start(f"w{i + 1}", argv, env=env)
+        # SIGINT: a worker stops without draining (the whole local cluster is going down).
+        children.start(f"w{i + 1}", argv, env=env, stop_signal=signal.SIGINT)
     return spark_url
 
 

@@ -41,7 +41,7 @@ from coordinator.client import CoordinatorClient
 from coordinator.errors import ClientError
 from pipeline.aggregate import Aggregator, BatchInput, Transform, identity, stage
 from pipeline.checkpoint import CheckpointStore
-from pipeline.gate import Accepted, Gates, Refused
+from pipeline.gate import Gates, Refused
 from pipeline.lease import Lease
 from pipeline.source import SourceLog
 from pipeline.state import MAX_KEYS_PER_PARTITION_DEFAULT, KeyState, PartitionState, merge_batch
@@ -106,6 +106,8 @@ class Worker:
         self.aggregator: Aggregator | None = None
         self.batch_lock = asyncio.Lock()
         self.staging = settings.staging_dir or tempfile.mkdtemp(prefix="ripple-stage-")
+        # A remote store's segments are copied into `staging` for a local Spark server.
+        self.stages_copies = store.local_path("source") is None
         self.draining = False
         self.stopped = asyncio.Event()
         self.stats = {
@@ -231,7 +233,12 @@ class Worker:
             by_partition: dict[int, list[BatchInput]] = {}
             for i in inputs:
                 by_partition.setdefault(i.partition, []).append(i)
-            results = await asyncio.to_thread(self.aggregator.aggregate, inputs)
+            try:
+                results = await asyncio.to_thread(self.aggregator.aggregate, inputs)
+            finally:
+                if self.stages_copies:
+                    # Staged copies of remote segments are read once; don't let them pile up.
+                    await asyncio.to_thread(_remove_files, [i.path for i in inputs])
             if not self.lease_valid():
                 # Paused mid-batch (say SIGSTOP) past the lease: someone else may own these
                 # partitions now. Discard the results.
@@ -356,12 +363,15 @@ class Worker:
             raise _http_error(
                 400, "invalid", "checkpoint must be {offset, uri, epoch} or null", "checkpoint"
             )
-        result = self.gates.host(p, epoch)
-        if isinstance(result, Refused):
-            raise _http_error(409, "stale_epoch", result.reason, "epoch")
-        assert isinstance(result, Accepted)
+        # Check the gate without changing it: it opens only once the checkpoint is loaded,
+        # so a failed load leaves the epoch open to the leader's retry.
+        probe = self.gates.get(p).host(epoch)
+        if isinstance(probe, Refused):
+            raise _http_error(409, "stale_epoch", probe.reason, "epoch")
         rt = self.parts.get(p)
-        if result.changed or rt is None or rt.epoch != epoch:
+        if rt is not None and rt.epoch == epoch:
+            await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)  # same call, repeated
+        else:
             rt = PartitionRuntime(epoch=epoch)
             self.parts[p] = rt
             try:
@@ -369,15 +379,21 @@ class Worker:
                     data = await asyncio.to_thread(self.checkpoints.read, ck["uri"])
                     rt.state, rt.offset = dict(data.state), data.offset
                     rt.checkpoint_offset, rt.checkpoint_uri = data.offset, ck["uri"]
-            except Exception as exc:  # report to the leader, which retries
-                self.parts.pop(p, None)
-                self.gates.close(p, epoch)
+            except Exception as exc:  # report to the leader, which retries with backoff
+                if self.parts.get(p) is rt:
+                    self.parts.pop(p)
                 log.exception("loading checkpoint for partition %d failed", p)
                 raise _http_error(503, "checkpoint_unavailable", str(exc)) from None
+            result = self.gates.host(p, epoch)
+            if isinstance(result, Refused) or self.parts.get(p) is not rt:
+                # A newer epoch arrived while loading: this call lost the race.
+                if self.parts.get(p) is rt:
+                    self.parts.pop(p)
+                raise _http_error(
+                    409, "stale_epoch", f"partition {p} moved on while loading", "epoch"
+                )
             rt.loaded.set()
             log.info("hosting partition %d at epoch %d from offset %d", p, epoch, rt.offset)
-        else:
-            await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)
         return web.json_response({"partition": p, "epoch": epoch, "offset": rt.offset})
 
     async def handle_release(self, request: web.Request) -> web.Response:
@@ -479,6 +495,20 @@ class Worker:
             }
         )
 
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        """Prometheus text: the worker's counters (incl. keys refused by the key limit)."""
+        lines = []
+        for name, value in sorted(self.stats.items()):
+            metric = f"ripple_worker_{name}_total"
+            lines += [f"# TYPE {metric} counter", f"{metric} {value}"]
+        lines += [
+            "# TYPE ripple_worker_partitions_open gauge",
+            f"ripple_worker_partitions_open {len(self.gates.open_partitions())}",
+            "# TYPE ripple_worker_lease_valid gauge",
+            f"ripple_worker_lease_valid {int(self.lease_valid())}",
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     def _spawn(self, coro: Any) -> None:
@@ -515,6 +545,7 @@ class Worker:
         app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
         app.router.add_get("/v1/partitions/{p}/state", self.handle_state)
         app.router.add_get("/v1/health", self.handle_health)
+        app.router.add_get("/metrics", self.handle_metrics)
         return app
 
     async def run(self) -> None:
@@ -523,8 +554,10 @@ class Worker:
         await runner.setup()
         await web.TCPSite(runner, host, int(port)).start()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: self._spawn(self.drain()))
+        # SIGTERM is a graceful leave (drain, then exit); SIGINT stops at once, which is what
+        # `ripple up` uses when the whole local cluster goes down (nowhere to drain to).
+        loop.add_signal_handler(signal.SIGTERM, lambda: self._spawn(self.drain()))
+        loop.add_signal_handler(signal.SIGINT, self.stopped.set)
         try:
             health = await self.client.get("/v1/health")
             self.total_partitions = int(health["cluster"]["total_partitions"])
@@ -552,6 +585,12 @@ class Worker:
             if self.aggregator is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.aggregator.close)
+
+
+def _remove_files(paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def key_json(ks: KeyState) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,3 +71,16 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_endpoint: str) -> tuple[Any, str]:
+    """A boto3 client on the moto endpoint and a fresh, empty bucket for one test."""
+    import uuid
+
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    bucket = f"ripple-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    return client, bucket

@@ -201,7 +201,14 @@ class LeaderDuties:
     def _eligible(
         self, state: ClusterState, exclude: set[str] | frozenset[str] = frozenset()
     ) -> list[str]:
-        return [w for w in state.active_workers() if w not in exclude]
+        """ACTIVE workers the leader currently hears from: a worker that registered but went
+        quiet (SUSPECTED) receives nothing new until it heartbeats again."""
+        now = now_ms()
+        return [
+            w
+            for w in state.active_workers()
+            if w not in exclude and self.detector.status(w, now) is Liveness.ALIVE
+        ]
 
     def _placement(self, state: ClusterState, eligible: list[str]) -> list[str | None]:
         owners = [p.owner for p in state.partitions]

@@ -135,6 +135,20 @@ def test_silent_worker_loses_partitions_within_timeout(env: tuple[Cluster, Worke
         w.start(wid)
     before = wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
     victim_parts = {p["partition"]: p["epoch"] for p in before if p["owner"] == "w2"}
+    # A worker that registers and never heartbeats is SUSPECTED: it must receive nothing.
+    ghost = c.write_via_any("/v1/workers", {"worker_id": "ghost", "address": "http://127.0.0.1:9"})
+    assert ghost.status == 200
+    wait_until(
+        lambda: (
+            {
+                x["worker_id"]: x["liveness"]
+                for x in c.get(c.leader(), "/v1/workers").body["workers"]
+            }["ghost"]
+            == "suspected"
+        ),
+        "ghost suspected",
+        10,
+    )
     w.silence("w2")
     silenced = time.monotonic()
     after = wait_until(

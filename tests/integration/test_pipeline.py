@@ -48,7 +48,7 @@ class Pipeline:
         self.workers: dict[str, Proc] = {}
         self.ports: dict[str, int] = {}
 
-    def start_worker(self, wid: str) -> Proc:
+    def start_worker(self, wid: str, *extra: str) -> Proc:
         port = free_ports(1)[0]
         argv = python_argv(
             "-m",
@@ -67,6 +67,7 @@ class Pipeline:
         )
         if self.s3_endpoint:
             argv += ["--s3-endpoint", self.s3_endpoint]
+        argv += list(extra)
         for s in self.cluster.specs:
             argv += ["--coordinator", s.url]
         proc = Proc(
@@ -169,6 +170,11 @@ def test_pipeline_equals_batch_job_through_failures_moves_and_drain(pipeline: Pi
         f"{time.monotonic() - t0:.1f} s"
     )
 
+    metrics = call("GET", f"http://127.0.0.1:{p.ports['w3']}/metrics").body
+    assert "ripple_worker_records_total" in metrics and "ripple_worker_lease_valid 1" in metrics
+    counted = sum(_metric(p, w, "ripple_worker_records_total") for w in ("w1", "w2", "w3"))
+    assert counted == total
+
     # kill -9 a worker while new input arrives; its partitions replay from checkpoints.
     p.producer.produce(generate(2000, 40, seed=2))
     p.workers["w1"].kill9()
@@ -266,3 +272,37 @@ def test_paused_worker_is_fenced_and_never_double_processes(pipeline: Pipeline) 
     assert states["w2"] == "left"
     p.producer.produce(generate(500, 30, seed=8))
     p.check_equal_to_batch_job()
+
+
+def _metric(p: Pipeline, wid: str, name: str) -> int:
+    text = call("GET", f"http://127.0.0.1:{p.ports[wid]}/metrics").body
+    samples = [line.split() for line in text.splitlines() if not line.startswith("#")]
+    return int(next(value for metric, value in samples if metric == name))
+
+
+def test_key_limit_goes_to_dead_letter_visibly(pipeline: Pipeline) -> None:
+    p = pipeline
+    if p.s3_endpoint:
+        pytest.skip("the key limit does not depend on the store; run once, on local")
+    for wid in ("w1", "w2", "w3"):
+        p.start_worker(wid, "--max-keys-per-partition", "2")
+    p.producer.produce(generate(1000, 40, seed=9))  # 40 keys over 8 partitions: ~5 each
+    parts = wait_until(p.caught_up, "caught up", CATCH_UP_TIMEOUT_S, 0.2)
+    got, want = p.state(parts), p.oracle()
+    assert set(got) <= set(want)
+    for key, v in got.items():  # the keys that fit are exact
+        assert v == want[key]
+    per_partition = {}
+    for part in parts:
+        r = call(
+            "GET",
+            f"http://127.0.0.1:{p.ports[part['owner']]}/v1/partitions/{part['partition']}/state",
+        )
+        per_partition[part["partition"]] = len(r.body["keys"])
+    assert max(per_partition.values()) == 2
+    refused = sum(_metric(p, w, "ripple_worker_dead_letter_keys_total") for w in ("w1", "w2", "w3"))
+    assert refused == len(want) - len(got) > 0  # nothing dropped silently
+    dead_letters = [
+        k for part in range(PARTITIONS) for k in p.store.list_keys(f"deadletter/p{part:05d}/")
+    ]
+    assert dead_letters

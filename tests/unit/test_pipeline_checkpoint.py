@@ -1,7 +1,5 @@
 """Checkpoints: round trip, create-only, read exactly the recorded URI; dead-letter segments."""
 
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,7 +20,6 @@ from pipeline.store import LocalStore, S3Store, StoreKeyMissing
 
 # Fixtures are imported by name so pytest finds them here; test parameters then "redefine"
 # those names, which is how pytest fixtures work, hence the file-wide F811 waiver.
-from tests.pipeline_fixtures import moto_endpoint, s3_bucket  # noqa: F401
 
 STATE = {
     "SYM0001": KeyState(

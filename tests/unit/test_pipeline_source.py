@@ -23,7 +23,6 @@ from pipeline.source import (
 from pipeline.store import LocalStore, ObjectStore, S3Store
 
 # Imported by name so pytest finds the fixtures in this module.
-from tests.pipeline_fixtures import moto_endpoint, s3_bucket  # noqa: F401
 
 PRODUCERS = 6
 APPENDS_PER_PRODUCER = 5

@@ -1,7 +1,5 @@
 """The Spark computation against the run's one Spark Connect server (few jobs: ~0.3 s each)."""
 
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -17,7 +15,6 @@ from pipeline.store import LocalStore, S3Store
 
 # Imported by name so pytest finds them here; test parameters then "redefine" those names,
 # which is how pytest fixtures work, hence the file-wide F811 waiver.
-from tests.pipeline_fixtures import moto_endpoint, s3_bucket, spark_remote  # noqa: F401
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -1,7 +1,5 @@
 """Object stores: create-only puts on a local directory and on a real S3 protocol endpoint."""
 
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import os
@@ -23,7 +21,6 @@ from pipeline.store import (
 
 # Fixtures are imported by name so pytest finds them here; test parameters then "redefine"
 # those names, which is how pytest fixtures work, hence the file-wide F811 waiver.
-from tests.pipeline_fixtures import moto_endpoint, s3_bucket  # noqa: F401
 
 WRITERS = 8
 
