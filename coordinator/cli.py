@@ -37,6 +37,7 @@ from coordinator.config import (
     render_toml,
 )
 from coordinator.errors import ClientError, RippleError
+from coordinator.ports import free_ports
 
 log = logging.getLogger("ripple")
 
@@ -332,21 +333,6 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     return 0
 
 
-def _free_ports(n: int) -> list[int]:
-    import socket
-
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
     """Write (or reuse) the local cluster file with a generated secret and admin token."""
     import secrets
@@ -354,7 +340,7 @@ def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
     path = _cluster_file(data_dir)
     if path.exists():
         return path
-    ports = _free_ports(2 * nodes)
+    ports = free_ports(2 * nodes)
     specs = tuple(
         NodeSpec(
             id=f"n{i + 1}", raft=f"127.0.0.1:{ports[2 * i]}", http=f"127.0.0.1:{ports[2 * i + 1]}"
@@ -513,7 +499,7 @@ def _start_pipeline(
     children.spark = SparkConnectServer(str(children.log_dir))
     spark_url = str(children.spark.start())
     store = f"file://{(Path(config.data_dir) / 'store').resolve()}"
-    ports = _free_ports(args.workers)
+    ports = free_ports(args.workers)
     for i in range(args.workers):
         argv = [
             sys.executable,

@@ -18,6 +18,8 @@ import sys
 import time
 from types import TracebackType
 
+from coordinator.ports import free_ports
+
 __all__ = ["SparkConnectServer", "SparkServerError", "free_port", "spark_home"]
 
 log = logging.getLogger(__name__)
@@ -58,9 +60,7 @@ def spark_home() -> str:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 class SparkConnectServer:
