@@ -427,7 +427,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         # Wait for every local worker before the first assignment, so it starts balanced.
         overrides["min_cluster_size"] = args.workers
     path = up_config(args.data_dir, 3, overrides)
-    config = load_config(path, env={})
+    config = load_config(path)  # RIPPLE_* env applies here as in the coordinators it starts
     children = Children(Path(config.data_dir) / "logs")
     stop = {"now": False}
 
@@ -477,9 +477,23 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(render_status(status))
         print("Ctrl-C stops every process started here.")
         sys.stdout.flush()
+        if args.demo and spark_url is not None:
+            from coordinator.demo import run_demo
+
+            procs = {name: proc for name, proc in children.procs if name.startswith("w")}
+            try:
+                asyncio.run(run_demo(config, urls, spark_url, procs))
+            except (RippleError, TimeoutError) as exc:
+                print(f"[demo] stopped: {exc}")
+            sys.stdout.flush()
+            # The Spark Connect client the demo used may have replaced our handlers.
+            signal.signal(signal.SIGINT, on_signal)
+            signal.signal(signal.SIGTERM, on_signal)
+        reported: set[str] = set()
         while not stop["now"]:
             for name, proc in children.procs:
-                if proc.poll() is not None and not stop["now"]:
+                if proc.poll() is not None and name not in reported and not stop["now"]:
+                    reported.add(name)
                     log.warning("%s exited with %s", name, proc.returncode)
             time.sleep(0.2)
     finally:
@@ -561,6 +575,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="workers to start with one shared Spark Connect server (0: none)",
     )
     u.add_argument("--partitions", type=int, default=None)
+    u.add_argument(
+        "--demo",
+        action="store_true",
+        help="produce sample data, show results, kill a worker, show them again",
+    )
 
     def client_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--url", action="append", help="coordinator URL (repeatable)")

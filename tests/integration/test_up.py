@@ -90,3 +90,50 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_ripple_up_demo_shows_the_pipeline_and_a_failover(
+    tmp_path: Path, spark_remote: str
+) -> None:
+    # spark_remote is unused here (ripple up starts its own Spark server), but requesting it
+    # keeps this test after the session server is up, so two JVMs never start at once.
+    fast = {
+        "RIPPLE_HEARTBEAT_INTERVAL_S": "0.3",
+        "RIPPLE_SUSPECT_AFTER_S": "1",
+        "RIPPLE_LEASE_S": "1.5",
+        "RIPPLE_HEARTBEAT_TIMEOUT_S": "3",
+        "RIPPLE_CHECKPOINT_INTERVAL_S": "1",
+    }
+    up = Proc(
+        python_argv(
+            "-m",
+            "coordinator.cli",
+            "up",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--partitions",
+            "8",
+            "--demo",
+        ),
+        tmp_path / "up.log",
+        env=fast,
+    )
+    try:
+        out = wait_until(
+            lambda: (
+                up.output()
+                if "[demo] done" in up.output() or "[demo] stopped" in up.output()
+                else None
+            ),
+            "demo finishes",
+            300,
+            0.5,
+        )
+        assert "[demo] done" in out, out[-3000:]
+        assert out.count("vs one Spark batch job over the same input: equal") == 2, out[-3000:]
+        assert "DIFFER" not in out
+        assert re.search(r"partition 0 now on w\d at epoch [2-9]", out), out[-3000:]
+        up.signal(signal.SIGTERM)
+        wait_until(lambda: not up.alive(), "ripple up exits", 60)
+    finally:
+        up.stop()
