@@ -180,7 +180,7 @@ def test_balance_after_join_moves_the_lower_bound(env: tuple[Cluster, Workers]) 
     before = wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
     w.start("w4")
     wait_until(lambda: len(c.get(c.leader(), "/v1/workers").body["workers"]) == 4, "w4 joined")
-    time.sleep(0.5)
+    time.sleep(0.5)  # a window for a wrong move to show: five duty ticks
     assert counts(table(c)).get("w4", 0) == 0  # rebalance_on_join is false: no move yet
     dry = admin(c, "/v1/admin/reassign", {"strategy": "balance", "dry_run": True})
     assert dry.status == 202 and dry.body["dry_run"] is True
