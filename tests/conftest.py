@@ -43,7 +43,22 @@ def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield url
     finally:
+        _stop_spark_client_session()
         server.stop()
+
+
+def _stop_spark_client_session() -> None:
+    """Stop this process's Spark Connect client session (tests share it via getOrCreate).
+
+    Its gRPC threads are not daemons: left open, they keep pytest alive after the last test
+    (seen: summary printed, process never exits). Stop it while the server still answers.
+    """
+    connect = sys.modules.get("pyspark.sql.connect.session")
+    if connect is None:
+        return
+    session = connect.SparkSession._get_default_session()
+    if session is not None:
+        session.stop()
 
 
 @pytest.fixture(scope="session")
