@@ -10,7 +10,6 @@ request never changes state (validation happens before any proposal).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -759,7 +758,3 @@ def create_app(node: CoordinatorNode, duties: Any) -> web.Application:
     for r in ROUTES:
         app.router.add_route(r.method, r.path, r.handler)
     return app
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True)

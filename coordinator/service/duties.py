@@ -30,6 +30,7 @@ from coordinator.core.commands import (
     AssignPartitions,
     Bootstrap,
     DeclareDead,
+    DrainWorker,
     FinalCheckpoint,
     HandOff,
     Move,
@@ -408,8 +409,6 @@ class LeaderDuties:
     async def _drive_drains(self) -> None:
         """A drain migration that aborted (say its target died) leaves partitions on the
         DRAINING worker: plan them again."""
-        from coordinator.core.commands import DrainWorker
-
         with self.node.read() as state:
             draining = [
                 w.worker_id for w in state.workers.values() if w.state is WorkerState.DRAINING

@@ -94,6 +94,14 @@ def all_online(c: Cluster, owners: set[str] | None = None) -> list[dict[str, Any
     return None
 
 
+def three_online(c: Cluster, w: Workers) -> list[dict[str, Any]]:
+    """A ready cluster with w1..w3 registered and every partition ONLINE on them."""
+    c.ready()
+    for wid in ("w1", "w2", "w3"):
+        w.start(wid)
+    return wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+
+
 def migrations(c: Cluster) -> dict[str, Any]:
     return c.get(c.leader(), "/v1/migrations?consistent=true").body  # type: ignore[no-any-return]
 
@@ -130,10 +138,7 @@ def test_assignment_waits_for_min_cluster_size_then_balances(env: tuple[Cluster,
 
 def test_silent_worker_loses_partitions_within_timeout(env: tuple[Cluster, Workers]) -> None:
     c, w = env
-    c.ready()
-    for wid in ("w1", "w2", "w3"):
-        w.start(wid)
-    before = wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+    before = three_online(c, w)
     victim_parts = {p["partition"]: p["epoch"] for p in before if p["owner"] == "w2"}
     # A worker that registers and never heartbeats is SUSPECTED: it must receive nothing.
     ghost = c.write_via_any("/v1/workers", {"worker_id": "ghost", "address": "http://127.0.0.1:9"})
@@ -174,10 +179,7 @@ def test_silent_worker_loses_partitions_within_timeout(env: tuple[Cluster, Worke
 
 def test_balance_after_join_moves_the_lower_bound(env: tuple[Cluster, Workers]) -> None:
     c, w = env
-    c.ready()
-    for wid in ("w1", "w2", "w3"):
-        w.start(wid)
-    before = wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+    before = three_online(c, w)
     w.start("w4")
     wait_until(lambda: len(c.get(c.leader(), "/v1/workers").body["workers"]) == 4, "w4 joined")
     time.sleep(0.5)  # a window for a wrong move to show: five duty ticks
@@ -220,10 +222,7 @@ def test_balance_after_join_moves_the_lower_bound(env: tuple[Cluster, Workers]) 
 
 def test_invalid_moves_are_refused_with_reasons(env: tuple[Cluster, Workers]) -> None:
     c, w = env
-    c.ready()
-    for wid in ("w1", "w2", "w3"):
-        w.start(wid)
-    parts = wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+    parts = three_online(c, w)
     p0 = parts[0]
     other = next(x for x in ("w1", "w2", "w3") if x != p0["owner"])
     cases = [
@@ -246,10 +245,7 @@ def test_invalid_moves_are_refused_with_reasons(env: tuple[Cluster, Workers]) ->
 
 def test_leader_killed_during_migrations_all_finish(env: tuple[Cluster, Workers]) -> None:
     c, w = env
-    c.ready()
-    for wid in ("w1", "w2", "w3"):
-        w.start(wid)
-    wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+    three_online(c, w)
     w.start("w4")
     w.start("w5")
     wait_until(lambda: len(c.get(c.leader(), "/v1/workers").body["workers"]) == 5, "joined")
@@ -279,10 +275,7 @@ def test_leader_killed_during_migrations_all_finish(env: tuple[Cluster, Workers]
 
 def test_drain_moves_partitions_then_left(env: tuple[Cluster, Workers]) -> None:
     c, w = env
-    c.ready()
-    for wid in ("w1", "w2", "w3"):
-        w.start(wid)
-    wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+    three_online(c, w)
     r = admin(c, "/v1/workers/w1/drain", {})
     assert r.status == 202 and r.body["state"] == "draining" and len(r.body["migrations"]) == 4
     final = wait_until(
@@ -299,10 +292,7 @@ def test_drain_moves_partitions_then_left(env: tuple[Cluster, Workers]) -> None:
 
 def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Workers]) -> None:
     c, w = env
-    c.ready()
-    for wid in ("w1", "w2", "w3"):
-        w.start(wid)
-    parts = wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+    parts = three_online(c, w)
     p = next(x for x in parts if x["owner"] == "w1")
     # Re-register a *second* process as w1 would fence the scripted one; instead speak as w1
     # with a fresh registration of a new worker and as w1 via its own token.
@@ -343,10 +333,7 @@ def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Worker
 
 def test_failover_does_not_kill_healthy_workers(env: tuple[Cluster, Workers]) -> None:
     c, w = env
-    c.ready()
-    for wid in ("w1", "w2", "w3"):
-        w.start(wid)
-    before = wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+    before = three_online(c, w)
     gen = c.get(c.leader(), "/v1/status?consistent=true").body["generation"]
     c.kill9(c.leader())
     c.leader()
@@ -363,10 +350,7 @@ def test_abort_a_waiting_migration(tmp_path: Path) -> None:
     c.start_all()
     w = Workers(c)
     try:
-        c.ready()
-        for wid in ("w1", "w2", "w3"):
-            w.start(wid)
-        wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+        three_online(c, w)
         w.start("w4")
         wait_until(lambda: len(c.get(c.leader(), "/v1/workers").body["workers"]) == 4, "w4")
         r = admin(c, "/v1/admin/reassign", {"strategy": "balance"})
@@ -391,10 +375,7 @@ def test_rebalance_on_join_moves_without_an_operator(tmp_path: Path) -> None:
     c.start_all()
     w = Workers(c)
     try:
-        c.ready()
-        for wid in ("w1", "w2", "w3"):
-            w.start(wid)
-        wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+        three_online(c, w)
         w.start("w4")
         final = wait_until(
             lambda: (
@@ -415,10 +396,7 @@ def test_cli_reassign_watch_and_drain(env: tuple[Cluster, Workers]) -> None:
     import sys
 
     c, w = env
-    c.ready()
-    for wid in ("w1", "w2", "w3"):
-        w.start(wid)
-    wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
+    three_online(c, w)
     w.start("w4")
     wait_until(lambda: len(c.get(c.leader(), "/v1/workers").body["workers"]) == 4, "w4")
     base = [sys.executable, "-m", "coordinator.cli"]
