@@ -23,8 +23,15 @@ __all__ = ["SCALAR_KEYS", "ClusterConfig", "NodeSpec", "load_config"]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSpec:
     id: str
-    raft: str  # host:port of the Raft transport (bound exactly here)
+    raft: str  # host:port the other nodes dial for Raft; also this node's Raft identity
     http: str  # host:port of the HTTP API (bound exactly here)
+    # Where the Raft port listens when it differs from `raft` (a port mapping, a proxy in
+    # front of the node). Unset: `raft` itself is bound.
+    raft_bind: str | None = None
+
+    @property
+    def raft_listen(self) -> str:
+        return self.raft_bind or self.raft
 
     @property
     def url(self) -> str:
@@ -129,10 +136,16 @@ class ClusterConfig:
         ids = [n.id for n in self.nodes]
         if len(set(ids)) != len(ids):
             raise ConfigError("node ids must be unique", field="nodes")
-        for key in ("raft", "http"):
+        for key in ("raft", "http", "raft_listen"):
             addrs = [getattr(n, key) for n in self.nodes]
             if len(set(addrs)) != len(addrs):
                 raise ConfigError(f"node {key} addresses must be unique", field="nodes")
+        for n in self.nodes:
+            if n.raft_listen.rsplit(":", 1)[0] in ("", "0.0.0.0", "::"):
+                raise ConfigError(
+                    f"node {n.id}: the Raft port must bind an explicit address, not a wildcard",
+                    field="nodes",
+                )
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ClusterConfig)}
@@ -167,14 +180,27 @@ def _coerce(key: str, raw: Any) -> Any:
         ) from exc
 
 
+NODE_KEYS = frozenset({"id", "raft", "http", "raft_bind"})
+
+
 def _parse_nodes(raw: Any) -> tuple[NodeSpec, ...]:
     if not isinstance(raw, list):
         raise ConfigError("nodes must be an array of tables", field="nodes")
     nodes = []
     for i, item in enumerate(raw):
-        if not isinstance(item, dict) or set(item) != {"id", "raft", "http"}:
-            raise ConfigError(f"nodes[{i}] needs exactly id, raft and http", field="nodes")
-        nodes.append(NodeSpec(id=str(item["id"]), raft=str(item["raft"]), http=str(item["http"])))
+        if not isinstance(item, dict) or not {"id", "raft", "http"} <= set(item) <= NODE_KEYS:
+            raise ConfigError(
+                f"nodes[{i}] needs id, raft and http (and optionally raft_bind)", field="nodes"
+            )
+        bind = item.get("raft_bind")
+        nodes.append(
+            NodeSpec(
+                id=str(item["id"]),
+                raft=str(item["raft"]),
+                http=str(item["http"]),
+                raft_bind=None if bind is None else str(bind),
+            )
+        )
     return tuple(nodes)
 
 
@@ -229,4 +255,6 @@ def render_toml(config: ClusterConfig) -> str:
             lines.append(f'{key} = "{escaped}"')
     for n in config.nodes:
         lines += ["", "[[nodes]]", f'id = "{n.id}"', f'raft = "{n.raft}"', f'http = "{n.http}"']
+        if n.raft_bind is not None:
+            lines.append(f'raft_bind = "{n.raft_bind}"')
     return "\n".join(lines) + "\n"

@@ -63,14 +63,19 @@ def call(
 
 
 class Cluster:
-    def __init__(self, root: Path, *, nodes: int = 3, **settings: Any) -> None:
+    def __init__(
+        self, root: Path, *, nodes: int = 3, raft_bind: bool = False, **settings: Any
+    ) -> None:
+        """`raft_bind`: every node listens for Raft on a port of its own, distinct from
+        the `raft` address its peers dial (where tests.chaos.netproxy puts a forwarder)."""
         self.root = root
-        ports = free_ports(2 * nodes)
+        ports = free_ports(3 * nodes)
         self.specs = tuple(
             NodeSpec(
                 id=f"n{i + 1}",
-                raft=f"127.0.0.1:{ports[2 * i]}",
-                http=f"127.0.0.1:{ports[2 * i + 1]}",
+                raft=f"127.0.0.1:{ports[3 * i]}",
+                http=f"127.0.0.1:{ports[3 * i + 1]}",
+                raft_bind=f"127.0.0.1:{ports[3 * i + 2]}" if raft_bind else None,
             )
             for i in range(nodes)
         )

@@ -63,7 +63,7 @@ class CoordinatorNode:
         settings = RaftSettings(
             self_addr=self.spec.raft,
             partners=tuple(n.raft for n in config.nodes if n.id != node_id),
-            bind_addr=self.spec.raft,
+            bind_addr=self.spec.raft_listen,
             secret=config.cluster_secret,
             journal_path=str(node_dir / "raft.journal"),
             dump_path=str(node_dir / "raft.dump"),

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.history import History, check_history
+from tests.chaos.history import History, check_epochs, check_history
+from tests.chaos.netproxy import RaftLinks
 from tests.cluster import Cluster, Reply, call
 from tests.support import Proc, free_ports, python_argv, wait_until
 
@@ -116,17 +117,32 @@ def request(cluster: Cluster, method: str, path: str, body: Any = None, **kw: An
 class Load:
     """Client threads: writers register unique worker ids, a reader reads the list."""
 
-    def __init__(self, cluster: Cluster, seed: int, writers: int = 2, readers: int = 1) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        seed: int,
+        writers: int = 2,
+        readers: int = 1,
+        epoch_readers: int = 1,
+    ) -> None:
         self.cluster = cluster
         self.history = History()
+        self.epochs = History()  # consistent reads of every partition's (epoch, owner)
         self.rng = random.Random(seed)
         self.stop_event = threading.Event()
-        self.threads = [
-            threading.Thread(target=self._writer, args=(i,), daemon=True) for i in range(writers)
-        ] + [
-            threading.Thread(target=self._reader, args=(writers + i,), daemon=True)
-            for i in range(readers)
-        ]
+        self.threads = (
+            [threading.Thread(target=self._writer, args=(i,), daemon=True) for i in range(writers)]
+            + [
+                threading.Thread(target=self._reader, args=(writers + i,), daemon=True)
+                for i in range(readers)
+            ]
+            + [
+                threading.Thread(
+                    target=self._epoch_reader, args=(writers + readers + i,), daemon=True
+                )
+                for i in range(epoch_readers)
+            ]
+        )
         self.keys: list[str] = []
         self._keys_lock = threading.Lock()
 
@@ -196,6 +212,24 @@ class Load:
                 self.history.ok(op, PRESENT if op.key in present else None)
             time.sleep(0.1)
 
+    def _epoch_reader(self, process: int) -> None:
+        parts = range(self.cluster.config.total_partitions)
+        while not self.stop_event.is_set():
+            ops = [self.epochs.invoke(f"p{p}", "read", None, process) for p in parts]
+            try:
+                r = request(self.cluster, "GET", "/v1/partitions?consistent=true")
+            except OSError:
+                r = None
+            if r is None or r.status != 200:
+                for op in ops:
+                    self.epochs.fail(op, "no answer" if r is None else str(r.status))
+                time.sleep(0.05)
+                continue
+            table = {p["partition"]: (p["epoch"], p["owner"]) for p in r.body["partitions"]}
+            for p, op in zip(parts, ops, strict=True):
+                self.epochs.ok(op, table[p])
+            time.sleep(0.1)
+
 
 def require_rate(load: Load, since_ok: int, window_s: float, min_ops_per_s: float) -> float:
     rate = (load.ok_count() - since_ok) / window_s
@@ -221,13 +255,17 @@ def check_acknowledged(cluster: Cluster, load: Load, figures: Figures) -> None:
     lost = [k for k in acked if k not in present]
     if lost:
         figures.violations.append(f"{len(lost)} acknowledged writes lost: {lost[:10]}")
-    figures.ops = load.history.counts()
+    figures.ops.update(load.history.counts())
 
 
 def check_linearizable(load: Load, figures: Figures) -> None:
     res = check_history(load.history.ops)
     if not res.ok:
         figures.violations.append(f"not linearizable on {res.key}: {res.reason}")
+    epochs = check_epochs(load.epochs.ops)
+    if not epochs.ok:
+        figures.violations.append(f"epochs not linearizable on {epochs.key}: {epochs.reason}")
+    figures.ops["epoch_reads_ok"] = epochs.ops_checked
 
 
 def _local_view(cluster: Cluster, nid: str) -> tuple[int, Any] | None:
@@ -281,10 +319,34 @@ def wait_settled(cluster: Cluster, timeout_s: float = CONVERGE_TIMEOUT_S) -> dic
 
 def start_env(root: Path, workers: int = 3, **settings: Any) -> tuple[Cluster, Workers]:
     cluster = Cluster(root, **{**CHAOS_SETTINGS, **settings})
-    cluster.start_all()
+    return cluster, bring_up(cluster, workers)
+
+
+def start_env_with_links(root: Path, workers: int = 3) -> tuple[Cluster, Workers, RaftLinks]:
+    """As start_env, with every Raft link through a forwarder the test can cut."""
+    cluster = Cluster(root, raft_bind=True, **CHAOS_SETTINGS)
+    links = RaftLinks(
+        cluster.specs,
+        lambda nid: p.pid if (p := cluster.procs.get(nid)) is not None and p.alive() else None,
+    )
+    links.start()
+    try:
+        return cluster, bring_up(cluster, workers), links
+    except BaseException:
+        links.close()
+        raise
+
+
+def bring_up(cluster: Cluster, workers: int) -> Workers:
     ws = Workers(cluster)
-    for i in range(workers):
-        ws.start(f"w{i + 1}")
-    cluster.ready(CONVERGE_TIMEOUT_S)
-    wait_settled(cluster)
-    return cluster, ws
+    try:
+        cluster.start_all()
+        for i in range(workers):
+            ws.start(f"w{i + 1}")
+        cluster.ready(CONVERGE_TIMEOUT_S)
+        wait_settled(cluster)
+    except BaseException:
+        ws.stop_all()
+        cluster.stop_all()
+        raise
+    return ws

@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CheckResult", "History", "Op", "check_history", "check_register"]
+__all__ = ["CheckResult", "History", "Op", "check_epochs", "check_history", "check_register"]
 
 INF = math.inf
 SEARCH_STEPS_MAX = 2_000_000
@@ -150,4 +150,46 @@ def check_history(ops: list[Op], initial: Any = None) -> CheckResult:
         total += res.ops_checked
         if not res.ok:
             return CheckResult(ok=False, key=key, reason=res.reason, ops_checked=total)
+    return CheckResult(ok=True, ops_checked=total)
+
+
+def check_epochs(ops: list[Op]) -> CheckResult:
+    """Per-partition epochs as a linearizable register whose writes only ever grow.
+
+    Each op is a consistent read of one partition, key ``p<N>``, value ``(epoch, owner)``.
+    The leader's writes are not observed, but they are strictly increasing and each epoch
+    names one owner, so a history is linearizable exactly when (1) a read that started
+    after another read completed never shows a lower epoch, and (2) one epoch of one
+    partition always shows the same owner. Checked in O(n log n) per partition.
+    """
+    by_key: dict[str, list[Op]] = defaultdict(list)
+    for op in ops:
+        if op.status == "ok" and op.complete_s is not None:
+            by_key[op.key].append(op)
+    total = 0
+    for key in sorted(by_key):
+        reads = by_key[key]
+        total += len(reads)
+        owners: dict[int, Any] = {}
+        for op in reads:
+            epoch, owner = op.value
+            if owners.setdefault(epoch, owner) != owner:
+                reason = f"epoch {epoch} shown with owners {owners[epoch]!r} and {owner!r}"
+                return CheckResult(ok=False, key=key, reason=reason, ops_checked=total)
+        by_end = sorted(reads, key=lambda o: o.complete_s or 0.0)
+        high: tuple[int, Op] | None = None  # highest epoch among reads completed so far
+        j = 0
+        for op in sorted(reads, key=lambda o: o.invoke_s):
+            while j < len(by_end) and (by_end[j].complete_s or 0.0) < op.invoke_s:
+                done = by_end[j]
+                if high is None or done.value[0] > high[0]:
+                    high = (done.value[0], done)
+                j += 1
+            if high is not None and op.value[0] < high[0]:
+                prev = high[1]
+                reason = (
+                    f"read @[{op.invoke_s:.3f},{op.complete_s:.3f}] saw epoch {op.value[0]} after "
+                    f"a read completed at {prev.complete_s:.3f} saw epoch {high[0]}"
+                )
+                return CheckResult(ok=False, key=key, reason=reason, ops_checked=total)
     return CheckResult(ok=True, ops_checked=total)

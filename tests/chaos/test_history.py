@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.history import History, Op, check_history, check_register
+from tests.chaos.history import History, Op, check_epochs, check_history, check_register
 
 
 def op(kind: str, value: Any, start: float, end: float | None, status: str = "ok") -> Op:
@@ -91,3 +91,37 @@ def test_recorder_and_checker_many_reads() -> None:
         h.ok(r, "x")
     assert check_history(h.ops).ok
     assert h.counts() == {"write_ok": 1, "read_ok": 60}
+
+
+def epoch_read(epoch: int, owner: str, start: float, end: float, key: str = "p0") -> Op:
+    return Op(
+        key=key, kind="read", value=(epoch, owner), invoke_s=start, complete_s=end, status="ok"
+    )
+
+
+EPOCHS_GOOD = {
+    "growing": [epoch_read(1, "a", 0, 1), epoch_read(2, "b", 2, 3), epoch_read(2, "b", 4, 5)],
+    # Overlapping reads may see the change in either order.
+    "overlap_sees_new_then_old": [epoch_read(2, "b", 0, 5), epoch_read(1, "a", 1, 2)],
+    "partitions_independent": [epoch_read(5, "a", 0, 1), epoch_read(1, "b", 2, 3, key="p1")],
+}
+EPOCHS_BAD = {
+    "epoch_went_back": [epoch_read(2, "b", 0, 1), epoch_read(1, "a", 2, 3)],
+    "went_back_later": [
+        epoch_read(1, "a", 0, 1),
+        epoch_read(3, "c", 2, 3),
+        epoch_read(2, "b", 3.5, 4),
+    ],
+    "one_epoch_two_owners": [epoch_read(2, "a", 0, 1), epoch_read(2, "b", 2, 3)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EPOCHS_GOOD))
+def test_epoch_histories_that_are_linearizable(name: str) -> None:
+    assert check_epochs(EPOCHS_GOOD[name]).ok
+
+
+@pytest.mark.parametrize("name", sorted(EPOCHS_BAD))
+def test_epoch_histories_that_are_not(name: str) -> None:
+    res = check_epochs(EPOCHS_BAD[name])
+    assert not res.ok and res.key == "p0" and res.reason

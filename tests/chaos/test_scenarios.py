@@ -15,12 +15,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from coordinator.service.auth import issue_token
 from tests.chaos.harness import (
     CHAOS_SETTINGS,
+    CLIENT_TIMEOUT_S,
+    PRESENT,
     Figures,
     Load,
     Workers,
@@ -30,9 +33,11 @@ from tests.chaos.harness import (
     request,
     require_rate,
     start_env,
+    start_env_with_links,
     wait_settled,
 )
-from tests.cluster import ADMIN, SECRET, Cluster
+from tests.chaos.netproxy import RaftLinks
+from tests.cluster import ADMIN, SECRET, Cluster, call
 from tests.support import wait_until
 
 MIN_OPS_PER_S = 5.0
@@ -92,13 +97,152 @@ def test_a_leader_killed_every_3s(
     finish(cluster, load, figures, started)
 
 
-@pytest.mark.skip(
-    reason="(b) cutting the leader's Raft links needs a TCP proxy in front of every Raft port "
-    "or network namespaces (root); pysyncobj dials peers at the configured address, so the "
-    "cluster config would have to point at proxy ports. Not built yet: see docs/reliability.md"
-)
-def test_b_leader_cut_off_from_followers() -> None:
-    raise AssertionError("not implemented")
+@pytest.fixture
+def env_links(tmp_path: Path) -> Iterator[tuple[Cluster, Workers, RaftLinks]]:
+    cluster, workers, links = start_env_with_links(tmp_path)
+    try:
+        yield cluster, workers, links
+    finally:
+        workers.stop_all()
+        cluster.stop_all()
+        links.close()
+
+
+class Prober:
+    """Writes straight to one node (no redirect followed), each recorded in the history.
+
+    Every write it starts after `start()` targets a node the scenario has cut off or
+    paused: an `ok` from it is an acknowledgement no majority stands behind.
+    """
+
+    def __init__(self, cluster: Cluster, node: str, load: Load, process: int = 99) -> None:
+        self.url = cluster.url(node)
+        self.load = load
+        self.process = process
+        self.acked: list[str] = []
+        self.sent = 0
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(CLIENT_TIMEOUT_S * 3)
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            self.sent += 1
+            wid = f"probe-{self.sent}"
+            op = self.load.history.invoke(wid, "write", PRESENT, self.process)
+            body = {"worker_id": wid, "address": "http://127.0.0.1:9"}
+            try:
+                r = call("POST", self.url + "/v1/workers", body, timeout_s=CLIENT_TIMEOUT_S)
+            except OSError as exc:
+                self.load.history.unknown(op, type(exc).__name__)
+                continue
+            if r.status == 200:
+                self.load.history.ok(op)
+                self.acked.append(wid)
+            elif 400 <= r.status < 500 or r.status == 307:
+                self.load.history.fail(op, str(r.status))
+            else:
+                self.load.history.unknown(op, str(r.status))
+            time.sleep(0.1)
+
+
+def test_b_leader_cut_off_from_followers(
+    env_links: tuple[Cluster, Workers, RaftLinks], request: pytest.FixtureRequest
+) -> None:
+    """(b) black-hole the leader's Raft links to both followers under load: it acknowledges
+    no write, steps down, a follower takes over; after heal one leader, replicas equal."""
+    cluster, _, links = env_links
+    seed = 202
+    cut_s = 20.0 if request.config.getoption("--soak") else 6.0
+    figures = Figures(scenario="b_leader_cut_off", seed=seed)
+    started = time.monotonic()
+    load = Load(cluster, seed)
+    warm_up(load)
+    old = cluster.leader(30.0)
+    others = [s.id for s in cluster.specs if s.id != old]
+    links.isolate(old)
+    t_cut = time.monotonic()
+    figures.fault("cut_leader_raft_links")
+    prober = Prober(cluster, old, load)
+    prober.start()
+    try:
+        new = cluster.leader(15.0, among=others)
+        figures.ops["failover_ms"] = round((time.monotonic() - t_cut) * 1000)
+        # Cut off, it must give up leadership on its own (leader_fallback_timeout_s).
+        wait_until(
+            lambda: (h := cluster.health(old)) is not None and h.get("role") != "leader",
+            "the cut-off leader steps down",
+            15.0,
+        )
+        figures.ops["step_down_ms"] = round((time.monotonic() - t_cut) * 1000)
+        time.sleep(max(0.0, cut_s - (time.monotonic() - t_cut)))
+    finally:
+        prober.stop()
+        links.heal()
+    figures.fault("heal")
+    figures.ops["probe_writes"] = prober.sent
+    figures.ops["dropped_raft_bytes"] = links.dropped_bytes()
+    if prober.acked:
+        figures.violations.append(f"cut-off leader acknowledged {prober.acked[:5]}")
+    if new == old:
+        figures.violations.append(f"{old} still leads while cut off")
+    if figures.ops["dropped_raft_bytes"] == 0:
+        figures.violations.append("the cut dropped no Raft traffic: the fault did not happen")
+    finish(cluster, load, figures, started)
+
+
+def test_g_leader_paused_past_timeouts(
+    env: tuple[Cluster, Workers], request: pytest.FixtureRequest
+) -> None:
+    """(g) SIGSTOP the leader until a follower leads, then SIGCONT: the old leader commits
+    nothing of its old term, no live worker is declared dead, the cluster converges."""
+    cluster, _ = env
+    seed = 707
+    pauses = 4 if request.config.getoption("--soak") else 1
+    figures = Figures(scenario="g_leader_pause", seed=seed)
+    started = time.monotonic()
+    load = Load(cluster, seed)
+    warm_up(load)
+    for _ in range(pauses):
+        old = cluster.leader(30.0)
+        others = [s.id for s in cluster.specs if s.id != old]
+        cluster.procs[old].signal(signal.SIGSTOP)
+        figures.fault("sigstop_leader")
+        try:
+            cluster.leader(15.0, among=others)
+            # Past every timeout of the old leader's own clocks: heartbeats and leases.
+            time.sleep(CHAOS_SETTINGS["heartbeat_timeout_s"] + 0.5)
+            prober = Prober(cluster, old, load)
+        finally:
+            cluster.procs[old].signal(signal.SIGCONT)
+        # Right after it wakes the old leader believes it leads: write to it directly.
+        prober.start()
+        time.sleep(2.0)
+        prober.stop()
+        figures.ops["probe_writes"] = figures.ops.get("probe_writes", 0) + prober.sent
+        figures.ops["probe_acked"] = figures.ops.get("probe_acked", 0) + len(prober.acked)
+    load.stop()
+    dead = [
+        w["worker_id"]
+        for w in request_ok(cluster, "/v1/workers?consistent=true")["workers"]
+        if w["worker_id"] in ("w1", "w2", "w3") and w["state"] != "active"
+    ]
+    if dead:
+        figures.violations.append(f"live workers declared dead by a paused leader: {dead}")
+    finish(cluster, load, figures, started)
+
+
+def request_ok(cluster: Cluster, path: str) -> Any:
+    r = wait_until(
+        lambda: (r := request(cluster, "GET", path)).status == 200 and r, path, CLIENT_TIMEOUT_S * 5
+    )
+    return r.body
 
 
 def owners(cluster: Cluster) -> dict[int, tuple[str | None, int]]:
