@@ -91,6 +91,11 @@ class SimSettings:
     p_admin_moves: float = 0.03
     p_admin_abort: float = 0.01
     p_stale_report: float = 0.05
+    # Network partitions: one node (a replica or a worker) cut off from everyone for up to
+    # cut_ms_max; a cut-off leader is deposed with this chance per step (election timeout).
+    p_cut: float = 0.02
+    cut_ms_max: int = 3_000
+    p_cut_leader_deposed: float = 0.2
     # Per message.
     p_drop: float = 0.1
     p_duplicate: float = 0.05
@@ -471,6 +476,8 @@ class Simulation:
         self.max_epoch: list[dict[int, int]] = [{} for _ in self.replicas]
         self.gate_holder: dict[tuple[int, int], tuple[str, int]] = {}
         self.stats = {"leader_changes": 0, "crashes": 0, "pauses": 0, "restarts": 0, "fenced": 0}
+        self.stats["cuts"] = 0
+        self.cut_until: dict[str, int] = {}
         self.stats |= {"accepted": 0, "entries": 0, "stale_reports": 0}
 
     # -- log ---------------------------------------------------------------------------------
@@ -498,7 +505,11 @@ class Simulation:
         for i, r in enumerate(self.replicas):
             if i == self.leader:
                 continue
-            if self.faults_on and (self.rng.random() >= self.s.p_append or f"c{i}" in self.net.cut):
+            if self.faults_on and (
+                self.rng.random() >= self.s.p_append
+                or f"c{i}" in self.net.cut
+                or self.leader_name() in self.net.cut
+            ):
                 continue
             # Raft's consistency check, settled at once: keep the common prefix, copy the rest.
             n = 0
@@ -717,6 +728,21 @@ class Simulation:
                     {"worker": w.wid, "incarnation": w.incarnation, "entries": entries},
                 )
 
+    def inject_cuts(self) -> None:
+        """Partition one node from everyone for a while; heal expired partitions."""
+        for node, until in list(self.cut_until.items()):
+            if until <= self.now_ms:
+                del self.cut_until[node]
+                self.net.cut.discard(node)
+        if self.rng.random() < self.s.p_cut:
+            nodes = [f"c{i}" for i in range(len(self.replicas))] + [w.wid for w in self.workers]
+            node = self.rng.choice([n for n in nodes if n not in self.net.cut] or nodes)
+            self.net.cut.add(node)
+            self.cut_until[node] = self.now_ms + self.rng.randint(200, self.s.cut_ms_max)
+            self.stats["cuts"] += 1
+        if self.leader_name() in self.net.cut and self.rng.random() < self.s.p_cut_leader_deposed:
+            self.change_leader()
+
     def inject_worker_faults(self) -> None:
         for w in self.workers:
             r = self.rng.random()
@@ -781,6 +807,7 @@ class Simulation:
         if self.faults_on:
             if self.rng.random() < self.s.p_leader_change:
                 self.change_leader()
+            self.inject_cuts()
             self.inject_worker_faults()
         for w in self.workers:
             self.worker_step(w)
@@ -810,6 +837,7 @@ class Simulation:
         self.faults_on = False
         self.net.faulty = False
         self.net.cut.clear()
+        self.cut_until.clear()
         for w in self.workers:
             if not w.alive:
                 self.restart_worker(w)

@@ -25,6 +25,7 @@ def test_seed(seed: int) -> None:
     # A run that exercised nothing proves nothing: demand some faults and some work.
     assert stats["entries"] > 50, f"seed={seed}: too little work {stats}"
     assert stats["leader_changes"] + stats["crashes"] + stats["pauses"] > 0, f"seed={seed}"
+    assert stats["cuts"] > 0, f"seed={seed}: no network partition was injected {stats}"
 
 
 def test_same_seed_same_run() -> None:
