@@ -10,6 +10,7 @@ request never changes state (validation happens before any proposal).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 
+from coordinator.core.codec import encode_state
 from coordinator.core.commands import Barrier, DrainWorker, RecordCheckpoints, RegisterWorker
 from coordinator.core.commands import CheckpointReport as CheckpointReportCmd
 from coordinator.core.model import (
@@ -145,12 +147,16 @@ def require_leader(request: web.Request) -> CoordinatorNode:
     raise UnavailableError("no leader known (election in progress)", retry_after_s=1)
 
 
+def query_bool(request: web.Request, name: str) -> bool:
+    raw = request.query.get(name, "false").lower()
+    if raw not in ("true", "false", "1", "0"):
+        raise RequestError(f"{name} must be true or false", field=name)
+    return raw in ("true", "1")
+
+
 async def read_view(request: web.Request) -> tuple[CoordinatorNode, bool]:
     """Returns (node, stale). `consistent=true` is leader-only and fenced by a barrier."""
-    consistent = request.query.get("consistent", "false").lower()
-    if consistent not in ("true", "false", "1", "0"):
-        raise RequestError("consistent must be true or false", field="consistent")
-    if consistent in ("true", "1"):
+    if query_bool(request, "consistent"):
         node = require_leader(request)
         await node.barrier()
         return node, False
@@ -224,9 +230,17 @@ def migration_refs(value: dict[str, Any]) -> list[m.MigrationRef]:
 )
 async def health(request: web.Request) -> web.Response:
     node = node_of(request)
+    want_digest = query_bool(request, "digest")
     info = node.leader_info()
+    digest = None
     with node.read() as state:
         cluster = summary(state)
+        if want_digest:
+            # Under the apply lock: the digest and this applied_index belong together,
+            # except in the instant between an entry's apply and pysyncobj's counter
+            # bump (compare digests only when the index stays put across reads).
+            digest = hashlib.sha256(encode_state(state)).hexdigest()
+            info = node.leader_info()
     st = info.status
     return _json(
         m.HealthResponse(
@@ -239,6 +253,7 @@ async def health(request: web.Request) -> web.Response:
             commit_index=st.commit_index,
             applied_index=st.applied_index,
             cluster=cluster,
+            state_digest=digest,
         )
     )
 
@@ -696,18 +711,14 @@ def openapi_document() -> dict[str, Any]:
             for part in r.path.split("/")
             if part.startswith("{")
         ]
-        if (
-            r.method == "GET"
-            and r.path.startswith("/v1/")
-            and r.path not in ("/v1/health", "/v1/openapi.json")
-        ):
+        query = None
+        if r.path == "/v1/health":
+            query = "digest"
+        elif r.method == "GET" and r.path.startswith("/v1/") and r.path != "/v1/openapi.json":
+            query = "consistent"
+        if query is not None:
             params.append(
-                {
-                    "name": "consistent",
-                    "in": "query",
-                    "required": False,
-                    "schema": {"type": "boolean"},
-                }
+                {"name": query, "in": "query", "required": False, "schema": {"type": "boolean"}}
             )
         if params:
             op["parameters"] = params

@@ -248,6 +248,9 @@ class HealthResponse(_Response):
     commit_index: int
     applied_index: int
     cluster: ClusterSummary
+    # sha256 of the whole replicated state (`?digest=true` only): equal on every node at
+    # one applied_index, or the replicas diverged.
+    state_digest: str | None = None
 
 
 class StatusResponse(_Response):

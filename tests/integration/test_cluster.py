@@ -140,6 +140,7 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(cluster: Cluster) -> Non
         (cluster.get(leader, "/v1/partitions/abc"), 400, "partition"),
         (cluster.get(leader, "/v1/partitions/99999"), 404, "partition"),
         (cluster.get(leader, "/v1/partitions?consistent=maybe"), 400, "consistent"),
+        (cluster.get(leader, "/v1/health?digest=maybe"), 400, "digest"),
         (cluster.post(leader, "/v1/admin/reassign", {"strategy": "balance"}), 401, None),
         (
             cluster.post(
@@ -221,6 +222,22 @@ def test_kill_leader_new_leader_commits_and_old_node_catches_up(cluster: Cluster
     assert sorted(w["worker_id"] for w in workers) == sorted(
         [f"w{i}" for i in range(5)] + ["after"]
     )
+
+    # The whole replicated state, not just the worker list, is the same on every node.
+    def digests() -> set[tuple[int, str]] | None:
+        got = {
+            (b["applied_index"], b["state_digest"])
+            for n in ("n1", "n2", "n3")
+            if (b := cluster.get(n, "/v1/health?digest=true").body)
+        }
+        return got if len(got) == 1 else None
+
+    ((index, digest),) = wait_until(digests, "three nodes at one applied index", 30)
+    assert len(digest) == 64 and index > 6
+    assert cluster.get(leader, "/v1/health").body["state_digest"] is None
+    register(cluster, new_leader, "later")
+    moved = wait_until(digests, "three nodes at one applied index again", 30)
+    assert moved != {(index, digest)}, "a new registration must change the digest"
 
 
 def test_whole_cluster_restart_keeps_acknowledged_registrations(cluster: Cluster) -> None:
