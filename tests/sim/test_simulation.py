@@ -5,6 +5,7 @@ A failure message names the seed; ``Simulation(seed).run()`` replays it exactly.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -70,9 +71,11 @@ def test_checker_catches_a_stale_checkpoint(monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.soak
 def test_soak_many_seeds() -> None:
     failures = []
+    totals: Counter[str] = Counter()
     for seed in SOAK_SEEDS:
         try:
-            run_seed(seed)
+            totals.update(run_seed(seed))
         except SafetyViolation as exc:
             failures.append(str(exc))
+    print(f"\n[sim] {len(SOAK_SEEDS)} seeds, {len(failures)} violations: {dict(totals)}")
     assert not failures, "\n".join(failures[:10])
