@@ -15,8 +15,9 @@ Safety rules this module keeps (seed 004):
 - A new owner loads exactly the checkpoint the coordinator recorded and replays the
   source from its offset; checkpoints are written create-only under (partition, epoch,
   offset) and the coordinator accepts them only at the current epoch.
-- A release waits for the batch in flight, closes the gate, writes a final checkpoint
-  and returns it; the gate never reopens at that epoch.
+- A release waits for the batch in flight, writes a final checkpoint, closes the gate
+  and returns it; the gate never reopens at that epoch. If the write fails the gate stays
+  open (503) and the leader retries the release.
 
 Blocking work (store, Spark) runs in threads; all partition state is touched only on the
 event loop.
@@ -377,8 +378,10 @@ class Worker:
             try:
                 if ck is not None:
                     data = await asyncio.to_thread(self.checkpoints.read, ck["uri"])
+                    # The loaded object is named after the epoch that wrote it: this epoch's
+                    # first report writes its own, so every checkpoint the coordinator
+                    # records at an epoch was written at that epoch (scenario f, seed 606).
                     rt.state, rt.offset = dict(data.state), data.offset
-                    rt.checkpoint_offset, rt.checkpoint_uri = data.offset, ck["uri"]
             except Exception as exc:  # report to the leader, which retries with backoff
                 if self.parts.get(p) is rt:
                     self.parts.pop(p)
@@ -409,11 +412,19 @@ class Worker:
             )
         async with self.batch_lock:  # waits for the batch in flight to finish
             await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)
+            # The final checkpoint first, the gate after (the lock keeps the state still):
+            # a store failure then leaves the gate open and the release retryable, instead
+            # of a closed gate whose runtime is never dropped (scenario f, seed 606).
+            try:
+                uri = await asyncio.to_thread(
+                    self.checkpoints.write, p, epoch, rt.offset, dict(rt.state)
+                )
+            except Exception as exc:  # the leader retries the release with backoff
+                log.exception("final checkpoint of partition %d epoch %d failed", p, epoch)
+                raise _http_error(503, "checkpoint_unavailable", str(exc)) from None
             self.gates.close(p, epoch)
-            uri = await asyncio.to_thread(
-                self.checkpoints.write, p, epoch, rt.offset, dict(rt.state)
-            )
-            self.parts.pop(p, None)
+            if self.parts.get(p) is rt:
+                self.parts.pop(p)
         log.info(
             "released partition %d epoch %d at offset %d (%s)",
             p,

@@ -525,7 +525,9 @@ class LeaderDuties:
             status, body = 0, {"message": str(exc)}
         if status != 200:
             self.node.metrics.host_calls.labels(outcome="failed").inc()
-            delay = self.host_retry.failed(key, now_ms(), self.rng)
+            failed_at = now_ms()
+            # failed() returns when the retry is due, not the delay (scenario f, seed 606).
+            delay = self.host_retry.failed(key, failed_at, self.rng) - failed_at
             log.info(
                 "host p%d e%d on %s failed (%s %s); retry in %d ms",
                 partition,
@@ -642,7 +644,8 @@ class LeaderDuties:
                 body.get("message", ""),
             )
         else:
-            delay = self.release_retry.failed(mid, now_ms(), self.rng)
+            failed_at = now_ms()
+            delay = self.release_retry.failed(mid, failed_at, self.rng) - failed_at
             log.info(
                 "release %s of p%d on %s failed (%s); retry in %d ms",
                 mid,

@@ -1,0 +1,132 @@
+"""The worker's host and release handlers against a real local store that can fail:
+no coordinator, no Spark.
+
+The worker's aiohttp app runs on a test server on 127.0.0.1; its store is a LocalStore
+behind a switch that makes every call raise StoreError, as the S3 outage of chaos
+scenario (f) does to real workers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from pipeline.checkpoint import CheckpointStore
+from pipeline.lease import Lease
+from pipeline.state import KeyState
+from pipeline.store import LocalStore, StoreError
+from pipeline.worker import PartitionRuntime, Worker, WorkerSettings, now_ms
+
+TOKEN = "worker-token"
+
+
+class SwitchedStore:
+    """A LocalStore that raises StoreError on every call while `down` (an ObjectStore)."""
+
+    def __init__(self, root: Path) -> None:
+        self.inner = LocalStore(str(root))
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreError("503 ServiceUnavailable (store down)")
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self._check()
+        return self.inner.put_if_absent(key, data)
+
+    def get(self, key: str) -> bytes:
+        self._check()
+        return self.inner.get(key)
+
+    def list_keys(self, prefix: str) -> list[str]:
+        self._check()
+        return self.inner.list_keys(prefix)
+
+    def local_path(self, key: str) -> str | None:
+        return self.inner.local_path(key)
+
+    def uri(self, key: str) -> str:
+        return self.inner.uri(key)
+
+
+async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
+    tmp_path: Path,
+) -> None:
+    """Chaos (f), seed 606: a release whose final checkpoint write failed closed the gate
+    and answered 500, and the runtime stayed in the worker forever (reported in every
+    heartbeat, counted as load, blocking a drain). Now the gate stays open, the answer is
+    503, and the leader's retry releases with a final checkpoint once the store is back."""
+    store = SwitchedStore(tmp_path / "store")
+    settings = WorkerSettings(
+        coordinators=("http://127.0.0.1:9",),
+        worker_id="w1",
+        listen="127.0.0.1:0",
+        spark_remote="sc://127.0.0.1:9",
+        staging_dir=str(tmp_path / "stage"),
+    )
+    worker = Worker(settings, store)
+    worker.token, worker.total_partitions = TOKEN, 8
+    state = {"SYM0001": KeyState.of(12.5, 4)}
+    rt = PartitionRuntime(epoch=3, state=dict(state), offset=5)
+    rt.loaded.set()
+    worker.parts[2] = rt
+    worker.gates.host(2, 3)
+    release = {"epoch": 3, "migration_id": "m-1"}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            store.down = True
+            r = await client.post("/v1/partitions/2/release", json=release, headers=auth)
+            assert r.status == 503, await r.text()
+            assert (await r.json())["error"] == "checkpoint_unavailable"
+            assert worker.gates.admits(2, 3) and worker.parts.get(2) is rt
+
+            store.down = False
+            r = await client.post("/v1/partitions/2/release", json=release, headers=auth)
+            assert r.status == 200, await r.text()
+            checkpoint = (await r.json())["checkpoint"]
+            assert checkpoint["offset"] == 5
+            assert not worker.gates.admits(2, 3) and 2 not in worker.parts
+            assert CheckpointStore(store).read(checkpoint["uri"]).state == state
+
+            # The released epoch never reopens: a repeated release is refused.
+            r = await client.post("/v1/partitions/2/release", json=release, headers=auth)
+            assert r.status == 409
+    finally:
+        await worker.client.close()
+
+
+async def test_scenario_f_seed_606_inherited_checkpoint_is_reported_under_its_own_epoch(
+    tmp_path: Path,
+) -> None:
+    """Chaos (f), seed 606: a new owner that checkpointed before processing anything reported
+    the object it had loaded (named epoch 1) as its epoch-2 checkpoint, so the coordinator
+    recorded an epoch the object does not carry. Now its first report writes its own."""
+    store = SwitchedStore(tmp_path / "store")
+    settings = WorkerSettings(
+        coordinators=("http://127.0.0.1:9",),
+        worker_id="w2",
+        listen="127.0.0.1:0",
+        spark_remote="sc://127.0.0.1:9",
+        staging_dir=str(tmp_path / "stage"),
+    )
+    worker = Worker(settings, store)
+    worker.token, worker.total_partitions = TOKEN, 8
+    worker.lease = Lease(lease_ms=60_000).renewed(now_ms())
+    checkpoints = CheckpointStore(store)
+    state = {"SYM0001": KeyState.of(12.5, 4)}
+    inherited = checkpoints.write(4, 1, 5, state)
+    host = {"epoch": 2, "checkpoint": {"offset": 5, "uri": inherited, "epoch": 1}}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            r = await client.post("/v1/partitions/4/host", json=host, headers=auth)
+            assert r.status == 200, await r.text()
+        (entry,) = await worker.write_checkpoints()
+        assert (entry["partition"], entry["epoch"], entry["offset"]) == (4, 2, 5)
+        loaded = checkpoints.read(entry["uri"])
+        assert (loaded.epoch, loaded.offset, loaded.state) == (2, 5, state)
+    finally:
+        await worker.client.close()
