@@ -26,11 +26,13 @@ never observe a half-applied entry. Results cross back to asyncio with
 
 from __future__ import annotations
 
+import _socket
 import asyncio
 import contextlib
 import logging
 import os
 import secrets
+import socket
 import struct
 import threading
 import time
@@ -40,6 +42,11 @@ from enum import Enum
 from typing import Any, Protocol
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+
+# pysyncobj 0.3.17 (pysyncobj/win_inet_pton.py) replaces socket.inet_ntop on every platform
+# with a Windows-only function that raises off Windows; anything in this process that
+# formats an address (psutil, resolvers) would break. Put the real one back.
+socket.inet_ntop = _socket.inet_ntop
 
 __all__ = [
     "DEFAULT_PROPOSE_TIMEOUT_S",

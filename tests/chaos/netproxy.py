@@ -19,6 +19,7 @@ POLL_S to check for shutdown, and `close()` joins them with a bound.
 from __future__ import annotations
 
 import contextlib
+import logging
 import select
 import socket
 import threading
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from coordinator.config import NodeSpec
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.1
 CHUNK_BYTES = 1 << 16
@@ -150,7 +153,7 @@ class RaftLinks:
                 try:
                     conns = psutil.Process(pid).net_connections(kind="tcp")
                 except psutil.Error:
-                    continue
+                    continue  # the process is gone or going
                 for c in conns:
                     if c.laddr and c.laddr.port == port and c.raddr and c.raddr.port == listen_port:
                         return s.id
@@ -158,7 +161,11 @@ class RaftLinks:
         return None
 
     def _connect(self, conn: socket.socket, peer_port: int, spec: NodeSpec) -> None:
-        dialer = self._identify(peer_port, _addr(spec.raft)[1])
+        try:
+            dialer = self._identify(peer_port, _addr(spec.raft)[1])
+        except Exception:
+            log.exception("cannot tell who dialed %s from port %d", spec.id, peer_port)
+            dialer = None
         if dialer is None:
             self.unidentified += 1
             conn.close()

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+import replication.log
 from replication.log import (
     NoLeaderError,
     OutcomeUnknownError,
@@ -196,3 +198,11 @@ def test_settings_refuse_missing_secret_and_wildcard_bind(tmp_path: Path) -> Non
 
 def _asdict(s: RaftSettings) -> dict[str, object]:
     return {f: getattr(s, f) for f in s.__dataclass_fields__}
+
+
+def test_importing_the_log_leaves_socket_inet_ntop_working() -> None:
+    """pysyncobj 0.3.17 swaps socket.inet_ntop for a Windows-only function on import; the
+    replication module puts the real one back (psutil in the chaos harness tripped on it)."""
+    assert replication.log.ReplicatedLog is not None  # pysyncobj is imported by now
+    assert socket.inet_ntop(socket.AF_INET, bytes([127, 0, 0, 1])) == "127.0.0.1"
+    assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"
