@@ -201,6 +201,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         # dumps. Only `_cell`, set after, is serialized.
         self._ripple_machine = machine
         self._ripple_lock = lock
+        self._ripple_backup_to: int | None = None
         conf = SyncObjConf(
             password=settings.secret,
             bindAddress=settings.bind_addr,
@@ -226,6 +227,37 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         )
         super().__init__(settings.self_addr, list(settings.partners), conf)
         self._cell = _SnapshotCell(machine)
+
+    # Overrides pysyncobj's private SyncObj.__sendNextNodeIdx (its name, mangled).
+    def _SyncObj__sendNextNodeIdx(
+        self,
+        node: Any,
+        reset: bool = False,
+        nextNodeIdx: int | None = None,
+        success: bool = False,
+    ) -> None:
+        """A follower's answer to append_entries, made to converge (pysyncobj 0.3.17).
+
+        The leader sends everything from its guess of our next index in one burst of
+        messages, each chained on the one before. When our tail conflicts (term mismatch
+        at prevLogIdx) we ask it to back up one entry; every later message of the burst
+        then names a prevLogIdx we do not have, and pysyncobj answers those with "reset to
+        the end of your log", which the leader applies after the back-up. Once the
+        leader holds more than one batch (64 KiB) past the conflict, the two answers cancel
+        out forever and this node never catches up (chaos scenario b, --soak). So until an
+        append succeeds, a "do not have it" answer repeats the lowest back-up point asked for.
+        """
+        if success:
+            self._ripple_backup_to = None
+        elif reset and nextNodeIdx is not None:  # conflict at prevLogIdx: back up
+            prev = self._ripple_backup_to
+            self._ripple_backup_to = nextNodeIdx if prev is None else min(prev, nextNodeIdx)
+        elif reset and self._ripple_backup_to is not None:  # a later message of the burst
+            end = int(self._SyncObj__getCurrentLogIndex()) + 1
+            nextNodeIdx = min(self._ripple_backup_to, end)
+        SyncObj._SyncObj__sendNextNodeIdx(
+            self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
+        )
 
     def _machine(self) -> StateMachine:
         """The machine, restoring a snapshot pysyncobj loaded since the last call.

@@ -289,10 +289,12 @@ def check_replicas_equal(cluster: Cluster, figures: Figures, timeout_s: float = 
     divergence: it takes DIVERGED_READS_MIN of them.
     """
     mismatches = 0
+    last: list[Any] = []
 
     def same() -> bool:
         nonlocal mismatches
         views = [_digest(cluster, nid) for nid in cluster.alive()]
+        last[:] = [(nid, cluster.health(nid)) for nid in cluster.alive()]
         if any(v is None for v in views) or len({v[0] for v in views if v}) != 1:
             return False
         digests = {v[1] for v in views if v}
@@ -305,7 +307,10 @@ def check_replicas_equal(cluster: Cluster, figures: Figures, timeout_s: float = 
             return True
         return False
 
-    wait_until(same, "all replicas hash-equal at one applied index", timeout_s, every_s=0.02)
+    try:
+        wait_until(same, "all replicas hash-equal at one applied index", timeout_s, every_s=0.02)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last health: {last}") from None
 
 
 def wait_settled(cluster: Cluster, timeout_s: float = CONVERGE_TIMEOUT_S) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ from tests.support import wait_until
 MIN_OPS_PER_S = 5.0
 WARMUP_S = 2.0
 KILL_EVERY_S = 3.0
+BURST_WRITES = 1000
+BURST_CLIENTS = 8
+CATCH_UP_S = 20.0
 
 
 @pytest.fixture
@@ -174,6 +178,9 @@ def test_b_leader_cut_off_from_followers(
     try:
         new = cluster.leader(15.0, among=others)
         figures.ops["failover_ms"] = round((time.monotonic() - t_cut) * 1000)
+        # More than one append batch (64 KiB) past the cut-off node's divergent tail: the
+        # shape that kept pysyncobj from ever catching it up (docs/reliability.md, bug 6).
+        figures.ops["burst_writes_ok"] = burst(cluster, new, load, BURST_WRITES)
         # Cut off, it must give up leadership on its own (leader_fallback_timeout_s).
         wait_until(
             lambda: (h := cluster.health(old)) is not None and h.get("role") != "leader",
@@ -186,6 +193,17 @@ def test_b_leader_cut_off_from_followers(
         prober.stop()
         links.heal()
     figures.fault("heal")
+    t_heal = time.monotonic()
+    target = (cluster.health(new) or {}).get("commit_index", 0)
+    try:
+        wait_until(
+            lambda: (cluster.health(old) or {}).get("applied_index", 0) >= target,
+            f"{old} applies the majority's log after heal",
+            CATCH_UP_S,
+        )
+        figures.ops["catch_up_ms"] = round((time.monotonic() - t_heal) * 1000)
+    except AssertionError as exc:
+        figures.violations.append(f"{old} never caught up after heal: {exc}")
     figures.ops["probe_writes"] = prober.sent
     figures.ops["dropped_raft_bytes"] = links.dropped_bytes()
     if prober.acked:
@@ -195,6 +213,31 @@ def test_b_leader_cut_off_from_followers(
     if figures.ops["dropped_raft_bytes"] == 0:
         figures.violations.append("the cut dropped no Raft traffic: the fault did not happen")
     finish(cluster, load, figures, started)
+
+
+def burst(cluster: Cluster, node: str, load: Load, n: int) -> int:
+    """`n` registrations straight to `node` from BURST_CLIENTS threads, into the history."""
+
+    def one(i: int) -> bool:
+        wid = f"burst-{i}"
+        op = load.history.invoke(wid, "write", PRESENT, 98)
+        body = {"worker_id": wid, "address": "http://127.0.0.1:9"}
+        try:
+            r = call("POST", cluster.url(node) + "/v1/workers", body, timeout_s=CLIENT_TIMEOUT_S)
+        except OSError as exc:
+            load.history.unknown(op, type(exc).__name__)
+            return False
+        if r.status == 200:
+            load.history.ok(op)
+            return True
+        if 400 <= r.status < 500 or r.status == 307:
+            load.history.fail(op, str(r.status))
+        else:
+            load.history.unknown(op, str(r.status))
+        return False
+
+    with ThreadPoolExecutor(BURST_CLIENTS) as pool:
+        return sum(pool.map(one, range(n)))
 
 
 def test_g_leader_paused_past_timeouts(
