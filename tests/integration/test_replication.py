@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from pysyncobj import SyncObj
 
 import replication.log
 from replication.log import (
@@ -21,6 +22,7 @@ from replication.log import (
     RaftRole,
     RaftSettings,
     ReplicatedLog,
+    _RaftNode,
     machine_error_result,
 )
 from tests.support import free_ports
@@ -206,3 +208,11 @@ def test_importing_the_log_leaves_socket_inet_ntop_working() -> None:
     assert replication.log.ReplicatedLog is not None  # pysyncobj is imported by now
     assert socket.inet_ntop(socket.AF_INET, bytes([127, 0, 0, 1])) == "127.0.0.1"
     assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"
+
+
+def test_the_catch_up_correction_still_overrides_pysyncobj() -> None:
+    """`_RaftNode` overrides pysyncobj's private follower answer (chaos scenario b, bug 6 in
+    docs/reliability.md). If an upgrade renames what it overrides, fail here, not in prod."""
+    for name in ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex"):
+        assert callable(getattr(SyncObj, name, None)), name
+    assert "_SyncObj__sendNextNodeIdx" in vars(_RaftNode)
