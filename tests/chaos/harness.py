@@ -17,7 +17,9 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -165,30 +167,10 @@ class Load:
             wid = f"c{process}-{seq}"
             with self._keys_lock:
                 self.keys.append(wid)
-            op = self.history.invoke(wid, "write", PRESENT, process)
-            try:
-                r = request(
-                    self.cluster,
-                    "POST",
-                    "/v1/workers",
-                    {"worker_id": wid, "address": "http://127.0.0.1:9"},
-                    headers={"Idempotency-Key": f"reg-{wid}"},
-                )
-            except ConnectionRefusedError:
-                self.history.fail(op, "refused")  # never reached a server
-                time.sleep(0.05)
-                continue
-            except OSError as exc:
-                self.history.unknown(op, type(exc).__name__)
-                continue
-            if r.status == 200:
-                self.history.ok(op)
-            elif r.status < 500 and r.status != 307:
-                self.history.fail(op, str(r.status))
-            else:
-                # 503 may come after the command was proposed (leader lost mid-commit).
-                self.history.unknown(op, str(r.status))
-                time.sleep(0.05)
+            headers = {"Idempotency-Key": f"reg-{wid}"}
+            send = partial(request, self.cluster, "POST", "/v1/workers", headers=headers)
+            if not register_recorded(self.history, wid, process, send):
+                time.sleep(0.05)  # back off while the cluster has no leader
 
     def _reader(self, process: int) -> None:
         while not self.stop_event.is_set():
@@ -231,6 +213,33 @@ class Load:
             time.sleep(0.1)
 
 
+def register_recorded(
+    history: History, wid: str, process: int, send: Callable[[dict[str, Any]], Reply]
+) -> bool:
+    """One registration of `wid` through `send`, recorded as a write; True if acknowledged.
+
+    Refused connections, 4xx and an unfollowed 307 never reached a proposal: fail. Any
+    other error (timeout, reset, 503 after proposing) may still commit: unknown.
+    """
+    op = history.invoke(wid, "write", PRESENT, process)
+    try:
+        r = send({"worker_id": wid, "address": "http://127.0.0.1:9"})
+    except ConnectionRefusedError:
+        history.fail(op, "refused")
+        return False
+    except OSError as exc:
+        history.unknown(op, type(exc).__name__)
+        return False
+    if r.status == 200:
+        history.ok(op)
+        return True
+    if 400 <= r.status < 500 or r.status == 307:
+        history.fail(op, str(r.status))
+    else:
+        history.unknown(op, str(r.status))
+    return False
+
+
 def require_rate(load: Load, since_ok: int, window_s: float, min_ops_per_s: float) -> float:
     rate = (load.ok_count() - since_ok) / window_s
     if rate < min_ops_per_s:
@@ -271,14 +280,12 @@ def check_linearizable(load: Load, figures: Figures) -> None:
 DIVERGED_READS_MIN = 3  # reads at an equal index with different digests before we call it
 
 
-def _digest(cluster: Cluster, nid: str) -> tuple[int, str] | None:
+def _health_with_digest(cluster: Cluster, nid: str) -> dict[str, Any] | None:
     try:
         r = call("GET", cluster.url(nid) + "/v1/health?digest=true", timeout_s=3.0)
     except OSError:
         return None
-    if r.status != 200:
-        return None
-    return r.body["applied_index"], r.body["state_digest"]
+    return r.body if r.status == 200 else None  # type: ignore[no-any-return]
 
 
 def check_replicas_equal(cluster: Cluster, figures: Figures, timeout_s: float = 30.0) -> None:
@@ -289,17 +296,19 @@ def check_replicas_equal(cluster: Cluster, figures: Figures, timeout_s: float = 
     divergence: it takes DIVERGED_READS_MIN of them.
     """
     mismatches = 0
-    last: list[Any] = []
+    last: dict[str, Any] = {}  # each node's last health body, for the timeout message
 
     def same() -> bool:
         nonlocal mismatches
-        views = [_digest(cluster, nid) for nid in cluster.alive()]
-        last[:] = [(nid, cluster.health(nid)) for nid in cluster.alive()]
-        if any(v is None for v in views) or len({v[0] for v in views if v}) != 1:
+        last.clear()
+        last.update({nid: _health_with_digest(cluster, nid) for nid in cluster.alive()})
+        if any(h is None for h in last.values()):
             return False
-        digests = {v[1] for v in views if v}
-        if len(digests) == 1:
-            figures.ops["replicas_equal_at"] = views[0][0] if views[0] else 0
+        views = [(h["applied_index"], h["state_digest"]) for h in last.values() if h]
+        if len({index for index, _ in views}) != 1:
+            return False
+        if len({digest for _, digest in views}) == 1:
+            figures.ops["replicas_equal_at"] = views[0][0]
             return True
         mismatches += 1
         if mismatches >= DIVERGED_READS_MIN:

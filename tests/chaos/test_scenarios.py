@@ -13,7 +13,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,13 +24,13 @@ from coordinator.service.auth import issue_token
 from tests.chaos.harness import (
     CHAOS_SETTINGS,
     CLIENT_TIMEOUT_S,
-    PRESENT,
     Figures,
     Load,
     Workers,
     check_acknowledged,
     check_linearizable,
     check_replicas_equal,
+    register_recorded,
     request,
     require_rate,
     start_env,
@@ -38,7 +38,7 @@ from tests.chaos.harness import (
     wait_settled,
 )
 from tests.chaos.netproxy import RaftLinks
-from tests.cluster import ADMIN, SECRET, Cluster, call
+from tests.cluster import ADMIN, SECRET, Cluster, Reply, call
 from tests.support import wait_until
 
 MIN_OPS_PER_S = 5.0
@@ -120,7 +120,7 @@ class Prober:
     """
 
     def __init__(self, cluster: Cluster, node: str, load: Load, process: int = 99) -> None:
-        self.url = cluster.url(node)
+        self.send = straight_to(cluster, node)
         self.load = load
         self.process = process
         self.acked: list[str] = []
@@ -139,21 +139,15 @@ class Prober:
         while not self.stop_event.is_set():
             self.sent += 1
             wid = f"probe-{self.sent}"
-            op = self.load.history.invoke(wid, "write", PRESENT, self.process)
-            body = {"worker_id": wid, "address": "http://127.0.0.1:9"}
-            try:
-                r = call("POST", self.url + "/v1/workers", body, timeout_s=CLIENT_TIMEOUT_S)
-            except OSError as exc:
-                self.load.history.unknown(op, type(exc).__name__)
-                continue
-            if r.status == 200:
-                self.load.history.ok(op)
+            if register_recorded(self.load.history, wid, self.process, self.send):
                 self.acked.append(wid)
-            elif 400 <= r.status < 500 or r.status == 307:
-                self.load.history.fail(op, str(r.status))
-            else:
-                self.load.history.unknown(op, str(r.status))
-            time.sleep(0.1)
+            time.sleep(0.1)  # pacing: about ten probes a second
+
+
+def straight_to(cluster: Cluster, node: str) -> Callable[[dict[str, Any]], Reply]:
+    """POST /v1/workers to exactly `node`, no redirect followed."""
+    url = cluster.url(node) + "/v1/workers"
+    return lambda body: call("POST", url, body, timeout_s=CLIENT_TIMEOUT_S)
 
 
 def test_b_leader_cut_off_from_followers(
@@ -217,24 +211,10 @@ def test_b_leader_cut_off_from_followers(
 
 def burst(cluster: Cluster, node: str, load: Load, n: int) -> int:
     """`n` registrations straight to `node` from BURST_CLIENTS threads, into the history."""
+    send = straight_to(cluster, node)
 
     def one(i: int) -> bool:
-        wid = f"burst-{i}"
-        op = load.history.invoke(wid, "write", PRESENT, 98)
-        body = {"worker_id": wid, "address": "http://127.0.0.1:9"}
-        try:
-            r = call("POST", cluster.url(node) + "/v1/workers", body, timeout_s=CLIENT_TIMEOUT_S)
-        except OSError as exc:
-            load.history.unknown(op, type(exc).__name__)
-            return False
-        if r.status == 200:
-            load.history.ok(op)
-            return True
-        if 400 <= r.status < 500 or r.status == 307:
-            load.history.fail(op, str(r.status))
-        else:
-            load.history.unknown(op, str(r.status))
-        return False
+        return register_recorded(load.history, f"burst-{i}", 98, send)
 
     with ThreadPoolExecutor(BURST_CLIENTS) as pool:
         return sum(pool.map(one, range(n)))
