@@ -231,16 +231,12 @@ def migration_refs(value: dict[str, Any]) -> list[m.MigrationRef]:
 async def health(request: web.Request) -> web.Response:
     node = node_of(request)
     want_digest = query_bool(request, "digest")
-    info = node.leader_info()
-    digest = None
     with node.read() as state:
         cluster = summary(state)
-        if want_digest:
-            # Under the apply lock: the digest and this applied_index belong together,
-            # except in the instant between an entry's apply and pysyncobj's counter
-            # bump (compare digests only when the index stays put across reads).
-            digest = hashlib.sha256(encode_state(state)).hexdigest()
-            info = node.leader_info()
+        # Under the apply lock: the digest and this applied_index belong together, except
+        # in the instant between an entry's apply and pysyncobj's counter bump.
+        digest = hashlib.sha256(encode_state(state)).hexdigest() if want_digest else None
+        info = node.leader_info()
     st = info.status
     return _json(
         m.HealthResponse(

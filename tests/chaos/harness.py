@@ -116,6 +116,27 @@ def request(cluster: Cluster, method: str, path: str, body: Any = None, **kw: An
     raise last or ConnectionRefusedError("no live node")
 
 
+class Background:
+    """One daemon thread running `_run` until `stop()`, which waits for it with a bound."""
+
+    JOIN_TIMEOUT_S = 15.0
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(self.JOIN_TIMEOUT_S)
+        assert not self._thread.is_alive(), f"the {self._thread.name} thread did not stop"
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
 class Load:
     """Client threads: writers register unique worker ids, a reader reads the list."""
 

@@ -122,14 +122,17 @@ class RaftLinks:
             pipes = list(self._pipes)
         for p in pipes:
             p.close()
-        for t in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
             t.join(JOIN_TIMEOUT_S)
 
     # -- forwarding ----------------------------------------------------------------------------
 
     def _spawn(self, target: Callable[..., None], *args: object) -> None:
         t = threading.Thread(target=target, args=args, daemon=True)
-        self._threads.append(t)
+        with self._lock:  # finished pumps drop out, so the list stays as long as the live set
+            self._threads = [x for x in self._threads if x.is_alive()] + [t]
         t.start()
 
     def _accept_loop(self, lsock: socket.socket, spec: NodeSpec) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import random
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,7 +42,7 @@ from pipeline.checkpoint import CheckpointStore
 from pipeline.source import Producer, generate
 from pipeline.state import PartitionState, aggregate_records
 from pipeline.store import StoreError
-from tests.chaos.harness import Figures, request, wait_settled
+from tests.chaos.harness import Background, Figures, request, wait_settled
 from tests.chaos.store_fault import OUTAGE_CODES, StoreOutageProxy
 from tests.cluster import ADMIN
 from tests.pipeline_rig import CATCH_UP_TIMEOUT_S, Pipeline
@@ -71,29 +70,19 @@ REASSIGN_ATTEMPTS = 5
 SOAK_FAULTS_S = 120.0
 SETTLE_TIMEOUT_S = 60.0
 HOSTS_MATCH_TIMEOUT_S = 10.0
-THREAD_JOIN_TIMEOUT_S = 15.0
 LEADER_TIMEOUT_S = 30.0
 RETRY_LOG = re.compile(r"retry in (-?\d+) ms")
 
 
-class Feed:
+class Feed(Background):
     """One thread appending generated records to the source log until stopped."""
 
     def __init__(self, producer: Producer, seed: int) -> None:
+        super().__init__("feed")
         self.producer = producer
         self.seed = seed
         self.records = 0
         self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="feed", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(THREAD_JOIN_TIMEOUT_S)
-        assert not self._thread.is_alive(), "the feed thread did not stop"
 
     def _run(self) -> None:
         batch = 0
@@ -111,10 +100,11 @@ class Feed:
             self.records += len(records)
 
 
-class Observer:
+class Observer(Background):
     """Consistent reads of the partition table and samples of every worker's gates."""
 
     def __init__(self, rig: Pipeline) -> None:
+        super().__init__("observer")
         self.rig = rig
         self.violations: list[str] = []
         self.epochs: dict[int, int] = {}
@@ -123,16 +113,6 @@ class Observer:
         self.reads_ok = 0
         self.reads_failed = 0
         self.gate_samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="observer", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(THREAD_JOIN_TIMEOUT_S)
-        assert not self._thread.is_alive(), "the observer thread did not stop"
 
     def _run(self) -> None:
         while not self._stop.wait(OBSERVE_EVERY_S):

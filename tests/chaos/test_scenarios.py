@@ -24,6 +24,7 @@ from coordinator.service.auth import issue_token
 from tests.chaos.harness import (
     CHAOS_SETTINGS,
     CLIENT_TIMEOUT_S,
+    Background,
     Figures,
     Load,
     Workers,
@@ -112,7 +113,7 @@ def env_links(tmp_path: Path) -> Iterator[tuple[Cluster, Workers, RaftLinks]]:
         links.close()
 
 
-class Prober:
+class Prober(Background):
     """Writes straight to one node (no redirect followed), each recorded in the history.
 
     Every write it starts after `start()` targets a node the scenario has cut off or
@@ -125,18 +126,10 @@ class Prober:
         self.process = process
         self.acked: list[str] = []
         self.sent = 0
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.thread.join(CLIENT_TIMEOUT_S * 3)
+        super().__init__("prober")
 
     def _run(self) -> None:
-        while not self.stop_event.is_set():
+        while not self._stop.is_set():
             self.sent += 1
             wid = f"probe-{self.sent}"
             if register_recorded(self.load.history, wid, self.process, self.send):
