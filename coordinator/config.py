@@ -45,6 +45,9 @@ class ClusterConfig:
     # When set, POST /v1/workers needs `Authorization: Bearer <join_token>`: only holders
     # can register a worker (and so take over a worker id). Empty: registration is open.
     join_token: str = ""
+    # How long a worker token is good for; every heartbeat renews it. Longer than
+    # heartbeat_timeout_s, so a token never runs out under a worker the cluster deems alive.
+    worker_token_lifetime_s: float = 3600.0
     total_partitions: int = 128
     min_cluster_size: int = 1
     heartbeat_interval_s: float = 5.0
@@ -102,6 +105,11 @@ class ClusterConfig:
         if self.join_token and len(self.join_token) < 16:
             raise ConfigError(
                 "join_token, when set, needs at least 16 characters", field="join_token"
+            )
+        if not self.heartbeat_timeout_s < self.worker_token_lifetime_s <= 7 * 86400:
+            raise ConfigError(
+                "need heartbeat_timeout_s < worker_token_lifetime_s <= 604800 (a week)",
+                field="worker_token_lifetime_s",
             )
         if not 1 <= self.total_partitions <= 1_000_000:
             raise ConfigError("total_partitions must be in 1..1000000", field="total_partitions")

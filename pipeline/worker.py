@@ -56,6 +56,7 @@ HOST_LOAD_WAIT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 BODY_BYTES_MAX = 64 * 1024
 KEY_CHARS_MAX = 1024
+PARTITION_DIGITS_MAX = 7  # total_partitions is at most 1_000_000
 
 
 def now_ms() -> int:
@@ -100,7 +101,8 @@ class Worker:
         self.parts: dict[int, PartitionRuntime] = {}
         self.lease = Lease(lease_ms=1)
         self.heartbeat_interval_s = 1.0
-        self.token = ""
+        self.token = ""  # what we present to the coordinator (renewed by each heartbeat)
+        self.call_token = ""  # what the leader presents to us
         self.incarnation = 0
         self.total_partitions = 0
         self.source: SourceLog | None = None
@@ -133,6 +135,7 @@ class Worker:
         self.gates = Gates()
         self.parts.clear()
         self.token = body["token"]
+        self.call_token = body["call_token"]
         self.incarnation = int(body["incarnation"])
         self.heartbeat_interval_s = float(body["heartbeat_interval_s"])
         self.lease = Lease(lease_ms=int(float(body["lease_s"]) * 1000))
@@ -155,6 +158,8 @@ class Worker:
             token=self.token,
         )
         self.lease = self.lease.renewed(sent_at)
+        if isinstance(reply.get("token"), str):
+            self.token = reply["token"]
         assignment = {int(a["partition"]): int(a["epoch"]) for a in reply["assignment"]}
         plan = self.gates.reconcile(assignment)
         for p, epoch in plan.to_close.items():
@@ -332,13 +337,23 @@ class Worker:
     # -- HTTP handlers ---------------------------------------------------------------------------
 
     def _authorized(self, request: web.Request) -> bool:
-        return bool(self.token) and hmac.compare_digest(
-            request.headers.get("Authorization", ""), f"Bearer {self.token}"
+        header = request.headers.get("Authorization", "")
+        # compare_digest raises on non-ASCII str (a 500): compare bytes, after checking
+        # the header is ASCII at all (undecodable bytes arrive as surrogate escapes).
+        return (
+            bool(self.call_token)
+            and header.isascii()
+            and hmac.compare_digest(header.encode(), f"Bearer {self.call_token}".encode())
         )
 
     def _partition(self, request: web.Request) -> int:
         text = request.match_info["p"]
-        if not text.isdigit() or int(text) >= max(self.total_partitions, 1):
+        # isascii first: '²'.isdigit() is True (int() then raises) and int('\u0661') is 1.
+        if (
+            not (text.isascii() and text.isdigit())
+            or len(text) > PARTITION_DIGITS_MAX
+            or int(text) >= max(self.total_partitions, 1)
+        ):
             raise _http_error(400, "invalid", "partition out of range", "partition")
         return int(text)
 

@@ -15,11 +15,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from coordinator.config import ClusterConfig, NodeSpec, render_toml
+from coordinator.service.auth import issue_token
 from tests.support import Proc, free_ports, python_argv, wait_until
 
 SECRET = "integration-secret-0123456789"
 ADMIN = "integration-admin-token-0123"
 HTTP_TIMEOUT_S = 10.0
+
+
+def worker_token(worker_id: str, incarnation: int) -> str:
+    """A genuine worker token, as the leader issues it (good for an hour)."""
+    return issue_token(SECRET, worker_id, incarnation, int(time.time() * 1000) + 3_600_000)
 
 
 @dataclass

@@ -32,6 +32,7 @@ class ScriptedWorker:
         self.address = f"http://127.0.0.1:{port}"
         self.interval_s = interval_s
         self.token = ""
+        self.call_token = ""
         self.incarnation = 0
         self.gates: dict[int, dict[str, Any]] = {}  # p -> {epoch, offset, open}
         self.calls: list[dict[str, Any]] = []
@@ -43,6 +44,7 @@ class ScriptedWorker:
             "/v1/workers", {"worker_id": self.worker_id, "address": self.address}
         )
         self.token, self.incarnation = body["token"], body["incarnation"]
+        self.call_token = body["call_token"]
         self.gates.clear()
         self.calls.append({"call": "register", "incarnation": self.incarnation})
 
@@ -69,6 +71,7 @@ class ScriptedWorker:
                         token=self.token,
                     )
                     self.generation = body["generation"]
+                    self.token = body.get("token") or self.token
                     assigned = {a["partition"]: a["epoch"] for a in body["assignment"]}
                     for p, g in self.gates.items():
                         if g["open"] and assigned.get(p) != g["epoch"]:
@@ -103,9 +106,12 @@ class ScriptedWorker:
         return list(body["results"])
 
     def authorized(self, request: web.Request) -> bool:
-        return hmac.compare_digest(
-            request.headers.get("Authorization", ""), f"Bearer {self.token}"
-        ) and bool(self.token)
+        header = request.headers.get("Authorization", "")
+        return (
+            header.isascii()
+            and hmac.compare_digest(header.encode(), f"Bearer {self.call_token}".encode())
+            and bool(self.call_token)
+        )
 
     async def host(self, request: web.Request) -> web.Response:
         if not self.authorized(request):

@@ -10,6 +10,7 @@ request never changes state (validation happens before any proposal).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -34,7 +35,14 @@ from coordinator.core.model import (
 from coordinator.core.state import ClusterState
 from coordinator.errors import RequestError, RippleError, UnavailableError
 from coordinator.service import models as m
-from coordinator.service.auth import issue_token, verify_token, verify_worker_token
+from coordinator.service.auth import (
+    WorkerClaims,
+    call_token,
+    issue_token,
+    read_worker_token,
+    token_matches,
+    verify_token,
+)
 from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
 from replication.log import RaftRole
 
@@ -166,7 +174,8 @@ async def read_view(request: web.Request) -> tuple[CoordinatorNode, bool]:
 
 def path_partition(request: web.Request, state: ClusterState) -> Partition:
     text = request.match_info["p"]
-    if not text.isdigit() or len(text) > 7:
+    # isascii first: '²'.isdigit() is True (int() then raises) and int('\u0661') is 1.
+    if not (text.isascii() and text.isdigit()) or len(text) > 7:
         raise RequestError("partition must be a non-negative integer", field="partition")
     p = int(text)
     if p >= len(state.partitions):
@@ -183,7 +192,10 @@ def path_worker(request: web.Request) -> WorkerId:
     return WorkerId(wid)
 
 
-def idempotency_key(request: web.Request) -> str:
+def idempotency_key(request: web.Request, principal: str, command: str) -> str:
+    """The request id a command is deduplicated under: the client's Idempotency-Key scoped
+    to who sent it and which command, so a key one principal used never answers another's
+    request (a worker's key made a later admin call with that key silently not apply)."""
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return new_request_id()
@@ -191,7 +203,7 @@ def idempotency_key(request: web.Request) -> str:
         raise RequestError(
             "Idempotency-Key must match [A-Za-z0-9._-]{1,64}", field="Idempotency-Key"
         )
-    return key
+    return hashlib.sha256(f"{principal}\x00{command}\x00{key}".encode()).hexdigest()
 
 
 def partition_view(p: Partition) -> m.PartitionView:
@@ -233,10 +245,14 @@ async def health(request: web.Request) -> web.Response:
     want_digest = query_bool(request, "digest")
     with node.read() as state:
         cluster = summary(state)
-        # Under the apply lock: the digest and this applied_index belong together, except
-        # in the instant between an entry's apply and pysyncobj's counter bump.
-        digest = hashlib.sha256(encode_state(state)).hexdigest() if want_digest else None
+        # The copy and this applied_index belong together (both taken under the apply lock,
+        # except in the instant between an entry's apply and pysyncobj's counter bump); the
+        # encoding happens after the lock is released.
+        copy = state.detached() if want_digest else None
         info = node.leader_info()
+    digest = None
+    if copy is not None:
+        digest = await asyncio.to_thread(lambda: hashlib.sha256(encode_state(copy)).hexdigest())
     st = info.status
     return _json(
         m.HealthResponse(
@@ -432,10 +448,15 @@ async def migrations(request: web.Request) -> web.Response:
 )
 async def register(request: web.Request) -> web.Response:
     node = require_leader(request)
-    if node.config.join_token:
-        verify_token(node.config.join_token, request.headers.get("Authorization"), "join")
+    header = request.headers.get("Authorization")
+    if token_matches(node.config.admin_token, header):
+        principal = "admin"
+    else:
+        principal = "join"
+        if node.config.join_token:
+            verify_token(node.config.join_token, header, "join")
     body = await parse(request, m.RegisterRequest)
-    rid = idempotency_key(request)
+    rid = idempotency_key(request, principal, "register")
     value = await node.submit(
         RegisterWorker(worker_id=WorkerId(body.worker_id), address=body.address, now_ms=now_ms()),
         rid,
@@ -443,33 +464,57 @@ async def register(request: web.Request) -> web.Response:
     incarnation = int(value["incarnation"])
     request.app[DUTIES_KEY].observe(body.worker_id, 0.0, now_ms())
     cfg = node.config
+    token, expires_at_ms = fresh_token(node, body.worker_id, incarnation)
     return _json(
         m.RegisterResponse(
             worker_id=body.worker_id,
             incarnation=incarnation,
-            token=issue_token(cfg.cluster_secret, body.worker_id, incarnation),
+            token=token,
+            token_expires_at_ms=expires_at_ms,
+            call_token=call_token(cfg.cluster_secret, body.worker_id, incarnation),
             heartbeat_interval_s=cfg.heartbeat_interval_s,
             lease_s=cfg.lease_s,
         )
     )
 
 
-def authenticate_worker(
-    request: web.Request, node: CoordinatorNode, wid: WorkerId, state: ClusterState
-) -> int:
-    worker = state.workers.get(wid)
+def fresh_token(node: CoordinatorNode, worker_id: str, incarnation: int) -> tuple[str, int]:
+    expires_at_ms = now_ms() + int(node.config.worker_token_lifetime_s * 1000)
+    return issue_token(node.config.cluster_secret, worker_id, incarnation, expires_at_ms), (
+        expires_at_ms
+    )
+
+
+def worker_claims(
+    request: web.Request, node: CoordinatorNode, wid: WorkerId | None = None
+) -> WorkerClaims:
+    """A genuine, unexpired worker token (for `wid` when given), checked before the body is
+    read. Needs no state: whether the incarnation is current is `current_incarnation`."""
+    claims = read_worker_token(
+        node.config.cluster_secret, request.headers.get("Authorization"), now_ms()
+    )
+    if wid is not None and claims.worker_id != wid:
+        raise RequestError("the token is another worker's", code="forbidden", status=403)
+    return claims
+
+
+def current_incarnation(state: ClusterState, claims: WorkerClaims) -> int:
+    """404 when the token's worker is unknown, DEAD or LEFT; 409 when its incarnation is
+    not the current one (the worker must re-register)."""
+    worker = state.workers.get(WorkerId(claims.worker_id))
     if worker is None or worker.state in (WorkerState.DEAD, WorkerState.LEFT):
-        # Verify first so an unauthenticated caller learns nothing about worker ids.
-        verify_worker_token(
-            node.config.cluster_secret, wid, request.headers.get("Authorization"), None
-        )
         what = "unknown worker" if worker is None else f"worker is {worker.state.value}"
         raise RequestError(
             f"{what}; register again", code="unknown_worker", status=404, field="worker_id"
         )
-    return verify_worker_token(
-        node.config.cluster_secret, wid, request.headers.get("Authorization"), worker.incarnation
-    )
+    if claims.incarnation != worker.incarnation:
+        raise RequestError(
+            f"token is for incarnation {claims.incarnation}, current is "
+            f"{worker.incarnation}; re-register",
+            code="stale_incarnation",
+            status=409,
+        )
+    return claims.incarnation
 
 
 @route(
@@ -484,13 +529,14 @@ def authenticate_worker(
 async def heartbeat(request: web.Request) -> web.Response:
     wid = path_worker(request)
     node = require_leader(request)
+    claims = worker_claims(request, node, wid)
     body = await parse(request, m.HeartbeatRequest)
     if len(body.partitions) > node.config.heartbeat_partitions_max:
         raise RequestError("too many partitions in one heartbeat", field="partitions")
     duties = request.app[DUTIES_KEY]
     now = now_ms()
     with node.read() as state:
-        incarnation = authenticate_worker(request, node, wid, state)
+        incarnation = current_incarnation(state, claims)
         if body.incarnation != incarnation:
             raise RequestError(
                 "body incarnation does not match the token",
@@ -503,11 +549,14 @@ async def heartbeat(request: web.Request) -> web.Response:
     duties.observe(
         wid, body.load, now, {int(k): (v.epoch, v.offset) for k, v in body.partitions.items()}
     )
+    token, expires_at_ms = fresh_token(node, wid, incarnation)
     return _json(
         m.HeartbeatResponse(
             generation=generation,
             assignment=entries,
             checkpoint_due=duties.checkpoint_due(wid, now),
+            token=token,
+            token_expires_at_ms=expires_at_ms,
         )
     )
 
@@ -523,10 +572,13 @@ async def heartbeat(request: web.Request) -> web.Response:
 )
 async def checkpoints(request: web.Request) -> web.Response:
     node = require_leader(request)
+    claims = worker_claims(request, node)
     body = await parse(request, m.CheckpointsRequest)
     wid = WorkerId(body.worker_id)
+    if wid != claims.worker_id:
+        raise RequestError("the token is another worker's", code="forbidden", status=403)
     with node.read() as state:
-        authenticate_worker(request, node, wid, state)
+        current_incarnation(state, claims)
     value = await node.submit(
         RecordCheckpoints(
             worker_id=wid,
@@ -539,7 +591,7 @@ async def checkpoints(request: web.Request) -> web.Response:
             ),
             now_ms=now_ms(),
         ),
-        idempotency_key(request),
+        idempotency_key(request, f"worker:{wid}", "checkpoints"),
     )
     results = [
         m.CheckpointResult(
@@ -564,21 +616,20 @@ async def checkpoints(request: web.Request) -> web.Response:
 async def drain(request: web.Request) -> web.Response:
     wid = path_worker(request)
     node = require_leader(request)
-    header = request.headers.get("Authorization")
-    is_admin = header == f"Bearer {node.config.admin_token}"
+    is_admin = token_matches(node.config.admin_token, request.headers.get("Authorization"))
+    # Checked before anything about the worker is looked up: an unauthenticated caller
+    # learns nothing about which ids exist.
+    claims = None if is_admin else worker_claims(request, node, wid)
     with node.read() as state:
         if wid not in state.workers:
-            if not is_admin:
-                verify_worker_token(node.config.cluster_secret, wid, header, None)
             raise RequestError(
                 f"unknown worker {wid}", code="not_found", status=404, field="worker_id"
             )
-        if not is_admin:
-            authenticate_worker(request, node, wid, state)
+        if claims is not None:
+            current_incarnation(state, claims)
         moves = request.app[DUTIES_KEY].plan_drain(state, wid)
-    value = await node.submit(
-        DrainWorker(worker_id=wid, moves=moves, now_ms=now_ms()), idempotency_key(request)
-    )
+    rid = idempotency_key(request, "admin" if is_admin else f"worker:{wid}", f"drain:{wid}")
+    value = await node.submit(DrainWorker(worker_id=wid, moves=moves, now_ms=now_ms()), rid)
     return _json(
         m.DrainResponse(worker_id=wid, state=value["state"], migrations=migration_refs(value)),
         status=202,
@@ -608,7 +659,9 @@ async def reassign(request: web.Request) -> web.Response:
     body = await parse(request, m.ReassignRequest)
     if (body.strategy is None) == (body.moves is None):
         raise RequestError("give exactly one of strategy or moves", field="strategy")
-    result = await request.app[DUTIES_KEY].reassign(body, idempotency_key(request))
+    result = await request.app[DUTIES_KEY].reassign(
+        body, idempotency_key(request, "admin", "reassign")
+    )
     return _json(result, status=202)
 
 
@@ -626,7 +679,9 @@ async def abort_migration(request: web.Request) -> web.Response:
     mid = request.match_info["migration_id"]
     if not valid_id(mid):
         raise RequestError("migration id must match [A-Za-z0-9._-]{1,64}", field="migration_id")
-    phase = await request.app[DUTIES_KEY].abort(mid, idempotency_key(request))
+    phase = await request.app[DUTIES_KEY].abort(
+        mid, idempotency_key(request, "admin", f"abort:{mid}")
+    )
     return _json(m.AbortResponse(id=mid, phase=phase))
 
 

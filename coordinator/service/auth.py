@@ -1,63 +1,150 @@
-"""Worker identity tokens and admin authentication.
+"""Credentials: worker identity tokens, leader-to-worker call tokens, shared bearer tokens.
 
-A worker token is `<incarnation>.<hex HMAC-SHA256(secret, worker_id NUL incarnation)>`:
-bound to one worker id and one incarnation, so a worker cannot speak for another and a
-restarted (re-registered) worker's old process cannot speak for the new one. Comparisons
-are constant-time.
+Every key is derived from the cluster secret with HKDF-SHA256 under its own `info` label
+(`derive_key`), so knowing one derived value (a worker token's MAC key cannot be recovered
+from tokens anyway, but say the Raft password leaked from a process listing) gives nothing
+about the others.
+
+- Worker token, `<worker_id>.<incarnation>.<expires_at_ms>.<hex HMAC>`: what a worker
+  presents to the coordinator. Bound to one worker id and one incarnation, so a worker
+  cannot speak for another and an old process cannot speak for its re-registered
+  successor; it expires (wall-clock ms: tokens are checked by whichever node leads, and
+  monotonic clocks do not cross machines) and the leader renews it on every heartbeat.
+- Call token, `<incarnation>.<hex HMAC>`: what the leader presents to a worker on host /
+  release / checkpoint calls. Given to the worker at registration; bound to its id and
+  incarnation; it does not expire (the worker accepts it only for its current incarnation).
+- Admin and join tokens: shared secrets from the cluster file, compared in constant time.
+
+Everything parsed from a header is checked to be printable ASCII before it is used: a
+non-ASCII or undecodable header is a 401, never an exception.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from coordinator.errors import RequestError
 
-TOKEN_LEN_MAX = 128
+__all__ = [
+    "TOKEN_LEN_MAX",
+    "WorkerClaims",
+    "bearer",
+    "call_token",
+    "derive_key",
+    "issue_token",
+    "raft_password",
+    "read_worker_token",
+    "token_matches",
+    "verify_token",
+]
+
+TOKEN_LEN_MAX = 256  # a worker id (64) + incarnation + expiry + 64 hex digits, with room
+INCARNATION_DIGITS_MAX = 12
+EXPIRY_DIGITS_MAX = 15
+
+WORKER_TOKEN_INFO = b"ripple/worker-token/v1"
+CALL_TOKEN_INFO = b"ripple/leader-call/v1"
+RAFT_PASSWORD_INFO = b"ripple/raft-password/v1"
 
 
-def issue_token(secret: str, worker_id: str, incarnation: int) -> str:
-    mac = hmac.new(secret.encode(), f"{worker_id}\x00{incarnation}".encode(), hashlib.sha256)
-    return f"{incarnation}.{mac.hexdigest()}"
+@functools.lru_cache(maxsize=32)
+def derive_key(secret: str, info: bytes) -> bytes:
+    """A 32-byte key for one purpose (`info`), derived from the cluster secret."""
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info)
+    return hkdf.derive(secret.encode())
+
+
+def raft_password(secret: str) -> str:
+    """What pysyncobj gets as `password`: neither the secret nor any token key."""
+    return derive_key(secret, RAFT_PASSWORD_INFO).hex()
+
+
+def _mac(secret: str, info: bytes, *parts: object) -> str:
+    msg = "\x00".join(str(p) for p in parts).encode()
+    return hmac.new(derive_key(secret, info), msg, hashlib.sha256).hexdigest()
+
+
+def issue_token(secret: str, worker_id: str, incarnation: int, expires_at_ms: int) -> str:
+    mac = _mac(secret, WORKER_TOKEN_INFO, worker_id, incarnation, expires_at_ms)
+    return f"{worker_id}.{incarnation}.{expires_at_ms}.{mac}"
+
+
+def call_token(secret: str, worker_id: str, incarnation: int) -> str:
+    return f"{incarnation}.{_mac(secret, CALL_TOKEN_INFO, worker_id, incarnation)}"
+
+
+def _printable_ascii(text: str) -> bool:
+    return text.isascii() and text.isprintable()
+
+
+def _ascii_digits(text: str, digits_max: int) -> bool:
+    # str.isdigit() is true for '²' and '\u0661' too; int() of those raises or reads them as 1.
+    return 0 < len(text) <= digits_max and text.isascii() and text.isdigit()
 
 
 def bearer(header: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None when absent or not
+    printable ASCII (aiohttp hands undecodable header bytes over as surrogate escapes)."""
     if not header or not header.startswith("Bearer "):
         return None
     token = header[len("Bearer ") :].strip()
-    return token if 0 < len(token) <= TOKEN_LEN_MAX else None
+    if not 0 < len(token) <= TOKEN_LEN_MAX or not _printable_ascii(token):
+        return None
+    return token
 
 
-def verify_worker_token(
-    secret: str, worker_id: str, header: str | None, current_incarnation: int | None
-) -> int:
-    """Return the token's incarnation. 401 when missing or forged; 409 when genuine but
-    for an incarnation that is no longer current (the worker must re-register)."""
+@dataclass(frozen=True, slots=True)
+class WorkerClaims:
+    worker_id: str
+    incarnation: int
+    expires_at_ms: int
+
+
+def read_worker_token(secret: str, header: str | None, now_ms: int) -> WorkerClaims:
+    """The claims of a genuine, unexpired worker token; 401 otherwise. Whether the claimed
+    worker and incarnation are current is the caller's question (it holds the state)."""
     token = bearer(header)
     if token is None:
         raise RequestError("missing bearer token", code="unauthorized", status=401)
-    inc_text, _, _ = token.partition(".")
-    if not inc_text.isdigit() or len(inc_text) > 12:
+    # Worker ids may contain dots: the three numeric fields are split off the right.
+    fields = token.rsplit(".", 3)
+    if (
+        len(fields) != 4
+        or not fields[0]
+        or not _ascii_digits(fields[1], INCARNATION_DIGITS_MAX)
+        or not _ascii_digits(fields[2], EXPIRY_DIGITS_MAX)
+    ):
         raise RequestError("malformed worker token", code="unauthorized", status=401)
-    incarnation = int(inc_text)
-    if not hmac.compare_digest(token, issue_token(secret, worker_id, incarnation)):
+    worker_id, inc_text, exp_text, mac = fields
+    claims = WorkerClaims(worker_id, int(inc_text), int(exp_text))
+    expected = _mac(secret, WORKER_TOKEN_INFO, worker_id, claims.incarnation, claims.expires_at_ms)
+    if not hmac.compare_digest(mac.encode(), expected.encode()):
         raise RequestError("invalid worker token", code="unauthorized", status=401)
-    if current_incarnation is not None and incarnation != current_incarnation:
-        raise RequestError(
-            f"token is for incarnation {incarnation}, current is {current_incarnation}; "
-            "re-register",
-            code="stale_incarnation",
-            status=409,
-        )
-    return incarnation
+    if claims.expires_at_ms <= now_ms:
+        raise RequestError("worker token expired; register again", code="unauthorized", status=401)
+    return claims
+
+
+def token_matches(expected: str, header: str | None) -> bool:
+    """Constant-time check of a shared bearer token (admin, join). An empty `expected`
+    (the setting is off) matches nothing."""
+    token = bearer(header)
+    if token is None or not expected:
+        return False
+    return hmac.compare_digest(token.encode(), expected.encode())
 
 
 def verify_token(expected: str, header: str | None, what: str) -> None:
     """A shared secret bearer token (admin, join): 401 when missing, 403 when wrong."""
-    token = bearer(header)
-    if token is None:
+    if bearer(header) is None:
         raise RequestError(
             f"{what} token required (Authorization: Bearer ...)", code="unauthorized", status=401
         )
-    if not hmac.compare_digest(token.encode(), expected.encode()):
+    if not token_matches(expected, header):
         raise RequestError(f"wrong {what} token", code="forbidden", status=403)

@@ -51,7 +51,7 @@ from coordinator.core.placement import PlacementStrategy, plan
 from coordinator.core.state import ClusterState, check_moves
 from coordinator.errors import RequestError, RippleError
 from coordinator.service import models as m
-from coordinator.service.auth import issue_token
+from coordinator.service.auth import call_token
 from coordinator.service.node import CoordinatorNode, now_ms
 from replication.log import RaftRole
 
@@ -514,7 +514,7 @@ class LeaderDuties:
         checkpoint: dict[str, Any] | None,
     ) -> None:
         partition, epoch = key
-        token = issue_token(self.node.config.cluster_secret, worker_id, incarnation)
+        token = call_token(self.node.config.cluster_secret, worker_id, incarnation)
         try:
             status, body = await self._post(
                 f"{address}/v1/partitions/{partition}/host",
@@ -616,7 +616,7 @@ class LeaderDuties:
         address: str,
         incarnation: int,
     ) -> None:
-        token = issue_token(self.node.config.cluster_secret, worker_id, incarnation)
+        token = call_token(self.node.config.cluster_secret, worker_id, incarnation)
         try:
             status, body = await self._post(
                 f"{address}/v1/partitions/{partition}/release",
@@ -697,7 +697,7 @@ class LeaderDuties:
             self._spawn(("checkpoint", wid), call)
 
     async def _request_checkpoint(self, worker_id: str, address: str, incarnation: int) -> None:
-        token = issue_token(self.node.config.cluster_secret, worker_id, incarnation)
+        token = call_token(self.node.config.cluster_secret, worker_id, incarnation)
         try:
             status, _ = await self._post(f"{address}/v1/checkpoint", token, {})
         except (aiohttp.ClientError, TimeoutError):

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coordinator.core.model import INT_VALUE_MAX
+
 ID_REGEX = r"^[A-Za-z0-9._-]{1,64}$"
 ADDRESS_LEN_MAX = 512
 URI_LEN_MAX = 1024
@@ -19,7 +21,10 @@ MOVES_MAX = 10_000
 CHECKPOINT_ENTRIES_MAX = 100_000
 
 Id = Annotated[str, Field(pattern=ID_REGEX)]
-NonNeg = Annotated[int, Field(ge=0)]
+# Every integer is range-checked here, before it reaches the codec: msgpack cannot encode
+# past 64 bits (an OverflowError at propose time was a 500).
+NonNeg = Annotated[int, Field(ge=0, le=INT_VALUE_MAX)]
+Positive = Annotated[int, Field(ge=1, le=INT_VALUE_MAX)]
 
 
 class _Request(BaseModel):
@@ -49,7 +54,11 @@ class RegisterRequest(_Request):
 class RegisterResponse(_Response):
     worker_id: str
     incarnation: int
+    # Presented by the worker to the coordinator; expires, renewed by every heartbeat.
     token: str
+    token_expires_at_ms: int
+    # Presented by the leader to the worker (host / release / checkpoint calls).
+    call_token: str
     heartbeat_interval_s: float
     lease_s: float
 
@@ -60,7 +69,7 @@ class PartitionReport(_Request):
 
 
 class HeartbeatRequest(_Request):
-    incarnation: Annotated[int, Field(ge=1)]
+    incarnation: Positive
     load: Annotated[float, Field(ge=0.0, le=1e6)] = 0.0
     # Keys are partition numbers as strings (JSON object keys); bounded by the handler
     # against heartbeat_partitions_max because the bound is a config key.
@@ -76,6 +85,9 @@ class HeartbeatResponse(_Response):
     generation: int
     assignment: list[AssignmentEntry]
     checkpoint_due: bool
+    # The worker's token, renewed: the worker replaces the one it holds.
+    token: str | None = None
+    token_expires_at_ms: int | None = None
 
 
 class CheckpointEntry(_Request):
@@ -87,7 +99,7 @@ class CheckpointEntry(_Request):
 
 class CheckpointsRequest(_Request):
     worker_id: Id
-    incarnation: Annotated[int, Field(ge=1)]
+    incarnation: Positive
     checkpoints: Annotated[list[CheckpointEntry], Field(max_length=CHECKPOINT_ENTRIES_MAX)]
 
 

@@ -23,6 +23,7 @@ from coordinator.core.commands import Command, Ok
 from coordinator.core.machine import Machine
 from coordinator.core.state import ClusterState
 from coordinator.errors import RequestError, UnavailableError
+from coordinator.service.auth import raft_password
 from coordinator.service.metrics import Metrics
 from replication.log import (
     NoLeaderError,
@@ -64,7 +65,9 @@ class CoordinatorNode:
             self_addr=self.spec.raft,
             partners=tuple(n.raft for n in config.nodes if n.id != node_id),
             bind_addr=self.spec.raft_listen,
-            secret=config.cluster_secret,
+            # Derived with a key of its own: a leaked Raft password gives no worker or
+            # call token, and a token gives nothing about the Raft password.
+            secret=raft_password(config.cluster_secret),
             journal_path=str(node_dir / "raft.journal"),
             dump_path=str(node_dir / "raft.dump"),
             raft_min_timeout_s=config.raft_min_timeout_s,

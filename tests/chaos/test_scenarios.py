@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from coordinator.service.auth import issue_token
 from tests.chaos.harness import (
     CHAOS_SETTINGS,
     CLIENT_TIMEOUT_S,
@@ -39,7 +38,7 @@ from tests.chaos.harness import (
     wait_settled,
 )
 from tests.chaos.netproxy import RaftLinks
-from tests.cluster import ADMIN, SECRET, Cluster, Reply, call
+from tests.cluster import ADMIN, Cluster, Reply, call, worker_token
 from tests.support import wait_until
 
 MIN_OPS_PER_S = 5.0
@@ -329,7 +328,7 @@ def test_c_worker_paused_past_timeout(env: tuple[Cluster, Workers]) -> None:
                 for p, e in held.items()
             ],
         }
-        token = issue_token(SECRET, victim, old_incarnation)
+        token = worker_token(victim, old_incarnation)
         r = request(cluster, "POST", "/v1/checkpoints", stale, token=token)
         figures.fault("stale_checkpoint_report")
         if r.status == 200 and any(x["status"] == "accepted" for x in r.body["results"]):
@@ -342,7 +341,7 @@ def test_c_worker_paused_past_timeout(env: tuple[Cluster, Workers]) -> None:
         "the resumed worker re-registered",
         30.0,
     )
-    token = issue_token(SECRET, victim, new_inc)
+    token = worker_token(victim, new_inc)
     stale["incarnation"] = new_inc
     r = request(cluster, "POST", "/v1/checkpoints", stale, token=token)
     if r.status == 200 and any(x["status"] == "accepted" for x in r.body["results"]):

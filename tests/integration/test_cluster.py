@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.config import render_toml
-from tests.cluster import ADMIN, Cluster, call
+from tests.cluster import ADMIN, Cluster, call, worker_token
 from tests.support import wait_until
 
 
@@ -71,11 +71,27 @@ def test_one_leader_and_follower_redirects_writes(cluster: Cluster) -> None:
 def test_worker_tokens_heartbeats_and_reregistration(cluster: Cluster) -> None:
     leader = cluster.ready()
     reg = register(cluster, leader, "w1")
-    assert set(reg) == {"worker_id", "incarnation", "token", "heartbeat_interval_s", "lease_s"}
+    assert set(reg) == {
+        "worker_id",
+        "incarnation",
+        "token",
+        "token_expires_at_ms",
+        "call_token",
+        "heartbeat_interval_s",
+        "lease_s",
+    }
     hb = {"incarnation": 1, "load": 0.5, "partitions": {}}
     r = cluster.post(leader, "/v1/workers/w1/heartbeat", hb, token=reg["token"])
     assert r.status == 200, r
-    assert set(r.body) == {"generation", "assignment", "checkpoint_due"}
+    assert set(r.body) == {
+        "generation",
+        "assignment",
+        "checkpoint_due",
+        "token",
+        "token_expires_at_ms",
+    }
+    # The renewed token works like the first one.
+    assert cluster.post(leader, "/v1/workers/w1/heartbeat", hb, token=r.body["token"]).status == 200
     # min_cluster_size 1: the leader assigns every partition to the only worker.
     wait_until(
         lambda: (
@@ -88,10 +104,10 @@ def test_worker_tokens_heartbeats_and_reregistration(cluster: Cluster) -> None:
         ),
         "assignment to w1",
     )
-    # A forged token, another worker's token, a missing token: 401.
+    # A forged or missing token: 401; another worker's genuine token: 403.
     reg2 = register(cluster, leader, "w2")
     assert cluster.post(leader, "/v1/workers/w1/heartbeat", hb, token="1.deadbeef").status == 401
-    assert cluster.post(leader, "/v1/workers/w1/heartbeat", hb, token=reg2["token"]).status == 401
+    assert cluster.post(leader, "/v1/workers/w1/heartbeat", hb, token=reg2["token"]).status == 403
     assert cluster.post(leader, "/v1/workers/w1/heartbeat", hb).status == 401
     # Re-registration: new incarnation; the old token is stale (409).
     again = register(cluster, leader, "w1")
@@ -103,12 +119,7 @@ def test_worker_tokens_heartbeats_and_reregistration(cluster: Cluster) -> None:
     )
     assert ok.status == 200
     # Unknown worker: 404, it must register.
-    from coordinator.service.auth import issue_token
-    from tests.cluster import SECRET
-
-    ghost = cluster.post(
-        leader, "/v1/workers/ghost/heartbeat", hb, token=issue_token(SECRET, "ghost", 1)
-    )
+    ghost = cluster.post(leader, "/v1/workers/ghost/heartbeat", hb, token=worker_token("ghost", 1))
     assert ghost.status == 404 and ghost.body["error"] == "unknown_worker"
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import ADMIN, Cluster, call
+from tests.cluster import ADMIN, Cluster, call, worker_token
 from tests.support import Proc, free_ports, python_argv, wait_until
 
 FAST = {
@@ -297,10 +297,7 @@ def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Worker
     # Re-register a *second* process as w1 would fence the scripted one; instead speak as w1
     # with a fresh registration of a new worker and as w1 via its own token.
     state = w.state("w1")
-    from coordinator.service.auth import issue_token
-    from tests.cluster import SECRET
-
-    token = issue_token(SECRET, "w1", state["incarnation"])
+    token = worker_token("w1", state["incarnation"])
 
     def report(epoch: int, offset: int, partition: int = p["partition"]) -> str:
         r = c.write_via_any(

@@ -1,8 +1,14 @@
 """Bad input against every coordinator endpoint of ONE real 3-node cluster (started once).
 
 No 5xx other than 503 (no leader yet), never a stack trace, and a rejected request (4xx)
-changes neither the worker list nor the partition table. The cluster has no workers, so
-no duty writes anything behind the fuzzer's back.
+changes neither the worker list nor the partition table. One worker is registered (so a
+genuine worker token reaches past authentication), but min_cluster_size keeps anything
+from being assigned: no duty writes behind the fuzzer's back.
+
+Issue 11's input probes are among the samples: Unicode digits in paths (`%C2%B2`,
+`%D9%A1`), non-ASCII and undecodable bearer tokens (http.client sends a header's
+characters as latin-1 bytes, so "\xc3\xa9" arrives as UTF-8 "é" and "\xff" as an invalid
+byte), one Idempotency-Key shared by every principal, integers past 64 bits.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ PATHS = [
     "/v1/{w}",
 ]
 SEGMENTS = st.one_of(
-    st.sampled_from(["0", "3", "-1", "99999999", "w1", "..", "%00", "a" * 80, "é", "1e3"]),
+    st.sampled_from(
+        ["0", "3", "-1", "99999999", "w1", "..", "%00", "a" * 80, "é", "1e3", "%C2%B2", "%D9%A1"]
+    ),
     st.text(alphabet="abcXYZ019._-%", min_size=0, max_size=12),
 )
 JSONISH = st.recursive(
@@ -64,10 +72,23 @@ BODIES = st.one_of(
     ).map(lambda d: json.dumps(d).encode()),
     st.binary(max_size=64),
 )
+WORKER = "<the fuzz worker's token>"  # replaced by the real one at run time
 HEADERS = st.fixed_dictionaries(
     {},
     optional={
-        "Authorization": st.sampled_from(["Bearer x", "Bearer " + ADMIN, "Basic a", ""]),
+        "Authorization": st.sampled_from(
+            [
+                "Bearer x",
+                "Bearer " + ADMIN,
+                "Basic a",
+                "",
+                WORKER,
+                "Bearer \xc3\xa9",
+                "Bearer \xff\xfe",
+                "Bearer 1.\xc2\xb2",
+                "Bearer fz.1.99999999999999.\xff",
+            ]
+        ),
         "Content-Type": st.sampled_from(["application/json", "text/plain", "x/y"]),
         "Idempotency-Key": st.sampled_from(["k1", "bad key!", "x" * 70]),
     },
@@ -76,10 +97,13 @@ HEADERS = st.fixed_dictionaries(
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(Path(tmp_path_factory.mktemp("fuzz-http")), total_partitions=8)
+    c = Cluster(Path(tmp_path_factory.mktemp("fuzz-http")), total_partitions=8, min_cluster_size=9)
     c.start_all()
     try:
-        c.ready(60.0)
+        leader = c.ready(60.0)
+        r = c.post(leader, "/v1/workers", {"worker_id": "fz", "address": "http://127.0.0.1:9"})
+        assert r.status == 200, r.body
+        c.fuzz_worker = r.body  # type: ignore[attr-defined]
         yield c
     finally:
         c.stop_all()
@@ -117,6 +141,8 @@ def test_http_bad_input(
 ) -> None:
     leader = cluster.leader(30.0)
     path = template.replace("{p}", p).replace("{w}", w) + query
+    if headers.get("Authorization") == WORKER:
+        headers = {**headers, "Authorization": "Bearer " + cluster.fuzz_worker["token"]}  # type: ignore[attr-defined]
     before = snapshot(cluster, leader)
     try:
         r = call(method, cluster.url(leader) + path, raw=body, headers=headers, timeout_s=10.0)
@@ -126,3 +152,38 @@ def test_http_bad_input(
     assert "Traceback" not in str(r.body), f"{method} {path} leaked a stack trace"
     if r.status >= 400:
         assert snapshot(cluster, leader) == before, f"{method} {path} -> {r.status} changed state"
+
+
+BIG = st.integers(-(2**70), 2**70) | st.sampled_from([2**63 - 1, 2**63, 2**64, -1, 0])
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    entries=st.lists(
+        st.fixed_dictionaries(
+            {"partition": BIG, "epoch": BIG, "offset": BIG, "uri": st.text(max_size=40)}
+        ),
+        max_size=3,
+    ),
+    incarnation=BIG,
+    key=st.sampled_from([None, "k1"]),
+)
+def test_checkpoint_bodies_with_a_genuine_token(
+    cluster: Cluster, entries: list[dict[str, Any]], incarnation: int, key: str | None
+) -> None:
+    """Past authentication, any integer in a checkpoint body: a 2xx or a 4xx naming the
+    field, never a 500 (integers past 64 bits failed in the codec)."""
+    leader = cluster.leader(30.0)
+    worker = cluster.fuzz_worker  # type: ignore[attr-defined]
+    body = {"worker_id": "fz", "incarnation": incarnation, "checkpoints": entries}
+    headers = {"Idempotency-Key": key} if key else {}
+    r = cluster.post(leader, "/v1/checkpoints", body, token=worker["token"], headers=headers)
+    assert r.status < 500, (body, r.status, r.body)
+    limit = 2**63 - 1
+    if any(not 0 <= e[f] <= limit for e in entries for f in ("partition", "epoch", "offset")):
+        assert r.status == 400, r.body
+        assert r.body["field"] == "incarnation" or r.body["field"].startswith("checkpoints.")

@@ -21,6 +21,17 @@ from pipeline.worker import PartitionRuntime, Worker, WorkerSettings, now_ms
 TOKEN = "worker-token"
 
 
+def offline_settings(tmp_path: Path, worker_id: str) -> WorkerSettings:
+    """A worker whose coordinator and Spark addresses answer nothing (port 9)."""
+    return WorkerSettings(
+        coordinators=("http://127.0.0.1:9",),
+        worker_id=worker_id,
+        listen="127.0.0.1:0",
+        spark_remote="sc://127.0.0.1:9",
+        staging_dir=str(tmp_path / "stage"),
+    )
+
+
 class SwitchedStore:
     """A LocalStore that raises StoreError on every call while `down` (an ObjectStore)."""
 
@@ -59,15 +70,8 @@ async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
     heartbeat, counted as load, blocking a drain). Now the gate stays open, the answer is
     503, and the leader's retry releases with a final checkpoint once the store is back."""
     store = SwitchedStore(tmp_path / "store")
-    settings = WorkerSettings(
-        coordinators=("http://127.0.0.1:9",),
-        worker_id="w1",
-        listen="127.0.0.1:0",
-        spark_remote="sc://127.0.0.1:9",
-        staging_dir=str(tmp_path / "stage"),
-    )
-    worker = Worker(settings, store)
-    worker.token, worker.total_partitions = TOKEN, 8
+    worker = Worker(offline_settings(tmp_path, "w1"), store)
+    worker.call_token, worker.total_partitions = TOKEN, 8
     state = {"SYM0001": KeyState.of(12.5, 4)}
     rt = PartitionRuntime(epoch=3, state=dict(state), offset=5)
     rt.loaded.set()
@@ -105,15 +109,8 @@ async def test_scenario_f_seed_606_inherited_checkpoint_is_reported_under_its_ow
     the object it had loaded (named epoch 1) as its epoch-2 checkpoint, so the coordinator
     recorded an epoch the object does not carry. Now its first report writes its own."""
     store = SwitchedStore(tmp_path / "store")
-    settings = WorkerSettings(
-        coordinators=("http://127.0.0.1:9",),
-        worker_id="w2",
-        listen="127.0.0.1:0",
-        spark_remote="sc://127.0.0.1:9",
-        staging_dir=str(tmp_path / "stage"),
-    )
-    worker = Worker(settings, store)
-    worker.token, worker.total_partitions = TOKEN, 8
+    worker = Worker(offline_settings(tmp_path, "w2"), store)
+    worker.call_token, worker.total_partitions = TOKEN, 8
     worker.lease = Lease(lease_ms=60_000).renewed(now_ms())
     checkpoints = CheckpointStore(store)
     state = {"SYM0001": KeyState.of(12.5, 4)}

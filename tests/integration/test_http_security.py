@@ -1,0 +1,137 @@
+"""The probes of issue 11 against a real three-node cluster, each a regression test.
+
+Probe -> test (the issue's numbering):
+- 6, non-ASCII digits in a partition path          test_non_ascii_partition_digits
+- 6, non-ASCII / undecodable bearer tokens          test_non_ascii_and_undecodable_tokens
+- 6, integers past 64 bits in checkpoint bodies     test_integers_past_64_bits_are_400
+- 7, one idempotency-key space                      test_idempotency_keys_are_scoped
+- 8, bodies parsed before the token is checked      test_token_checked_before_the_body
+- 5, worker tokens keyed like the Raft password     tests/unit/test_http_security.py
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.cluster import ADMIN, Cluster
+
+RAW_REPLY_BYTES_MAX = 65_536
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    # min_cluster_size 5: nothing is ever assigned, so no duty writes behind a test's back.
+    c = Cluster(Path(tmp_path_factory.mktemp("http-security")), min_cluster_size=5)
+    c.start_all()
+    try:
+        c.ready(60.0)
+        yield c
+    finally:
+        c.stop_all()
+
+
+def raw_status(url: str, method: str, path: bytes, headers: list[bytes], body: bytes = b"") -> int:
+    """Send exactly these bytes (http.client would refuse or re-encode them); the status."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    head = [method.encode() + b" " + path + b" HTTP/1.1", b"Host: x", b"Connection: close"]
+    head += [*headers, b"Content-Length: " + str(len(body)).encode()]
+    with socket.create_connection((parts.hostname, parts.port), timeout=10.0) as s:
+        s.sendall(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        reply = b""
+        while len(reply) < RAW_REPLY_BYTES_MAX:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    assert b"Traceback" not in reply
+    return int(reply.split(b" ", 2)[1])
+
+
+def register(c: Cluster, leader: str, wid: str, **kw: Any) -> dict[str, Any]:
+    r = c.post(leader, "/v1/workers", {"worker_id": wid, "address": "http://127.0.0.1:9"}, **kw)
+    assert r.status == 200, r.body
+    return dict(r.body)
+
+
+def test_non_ascii_partition_digits(cluster: Cluster) -> None:
+    """'%C2%B2' (superscript two) was a 500; '%D9%A1' (Arabic-Indic one) read as 1."""
+    leader = cluster.ready()
+    for digits in ("%C2%B2", "%D9%A1", "%EF%BC%91"):
+        for tail in ("", "/history"):
+            r = cluster.get(leader, f"/v1/partitions/{digits}{tail}")
+            assert r.status == 400, (digits, tail, r.status, r.body)
+            assert r.body["field"] == "partition"
+
+
+def test_non_ascii_and_undecodable_tokens(cluster: Cluster) -> None:
+    """Tokens of UTF-8 letters, Unicode digits or invalid UTF-8 were 500s."""
+    leader = cluster.ready()
+    url = cluster.url(leader)
+    tokens = [b"Bearer 1.\xc3\xa9", b"Bearer \xc2\xb2.abc", b"Bearer \xff\xfe"]
+    tokens.append(b"Bearer w.1.2.\xff")
+    ck = b'{"worker_id":"w1","incarnation":1,"checkpoints":[]}'
+    for token in tokens:
+        auth = [b"Authorization: " + token, b"Content-Type: application/json"]
+        for method, path, body in [
+            ("POST", b"/v1/workers/w1/heartbeat", b'{"incarnation":1}'),
+            ("POST", b"/v1/checkpoints", ck),
+            ("POST", b"/v1/workers/w1/drain", b"{}"),
+            ("POST", b"/v1/admin/reassign", b'{"strategy":"balance"}'),
+            ("POST", b"/v1/admin/barrier", b""),
+        ]:
+            status = raw_status(url, method, path, auth, body)
+            assert status == 401, (token, path, status)
+
+
+def test_integers_past_64_bits_are_400(cluster: Cluster) -> None:
+    leader = cluster.ready()
+    reg = register(cluster, leader, "big")
+    for field in ("partition", "epoch", "offset"):
+        entry = {"partition": 0, "epoch": 1, "offset": 1, "uri": "file:///x"}
+        entry[field] = 2**64 + 5
+        body = {"worker_id": "big", "incarnation": reg["incarnation"], "checkpoints": [entry]}
+        r = cluster.post(leader, "/v1/checkpoints", body, token=reg["token"])
+        assert r.status == 400, (field, r.status, r.body)
+        assert r.body["field"] == f"checkpoints.0.{field}"
+    hb = {"incarnation": 2**64, "partitions": {}}
+    r = cluster.post(leader, "/v1/workers/big/heartbeat", hb, token=reg["token"])
+    assert r.status == 400 and r.body["field"] == "incarnation", r.body
+
+
+def test_idempotency_keys_are_scoped(cluster: Cluster) -> None:
+    """A key first used by a worker made a later join or admin request with that key
+    return the worker's recorded result: nothing applied, and a 500."""
+    leader = cluster.ready()
+    w = register(cluster, leader, "keyed")
+    key = {"Idempotency-Key": "shared-key-1"}
+    body = {"worker_id": "keyed", "incarnation": w["incarnation"], "checkpoints": []}
+    first = cluster.post(leader, "/v1/checkpoints", body, token=w["token"], headers=key)
+    assert first.status == 200, first.body
+    # The same key on a registration (join principal): it must really register.
+    joined = register(cluster, leader, "joiner", headers=key)
+    assert joined["worker_id"] == "joiner"
+    ws = cluster.get(leader, "/v1/workers?consistent=true").body["workers"]
+    assert "joiner" in {x["worker_id"] for x in ws}
+    # ... and on an admin drain of that worker: it must really drain.
+    r = cluster.post(leader, "/v1/workers/joiner/drain", {}, token=ADMIN, headers=key)
+    assert r.status == 202, r.body
+    assert r.body["worker_id"] == "joiner" and r.body["state"] in ("draining", "left")
+    # The same key, same principal and command is still a retry: the same answer.
+    again = cluster.post(leader, "/v1/checkpoints", body, token=w["token"], headers=key)
+    assert again.status == 200 and again.body == first.body
+
+
+def test_token_checked_before_the_body(cluster: Cluster) -> None:
+    """Without a token, a malformed body is a 401 (not a 400 that proves the body was
+    parsed for a stranger)."""
+    leader = cluster.ready()
+    for path in ("/v1/workers/w1/heartbeat", "/v1/checkpoints", "/v1/admin/reassign"):
+        r = cluster.post(leader, path, None, raw=b"{not json")
+        assert r.status == 401, (path, r.status, r.body)

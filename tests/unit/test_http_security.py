@@ -1,0 +1,210 @@
+"""Issue 11's probes that need no cluster: the worker's HTTP API, the credentials, the
+health digest and the token comparisons.
+
+Probe -> test:
+- 6, worker: non-ASCII digits in a partition path   test_worker_non_ascii_partition_digits
+- 6, worker: non-ASCII / undecodable bearer         test_worker_non_ascii_and_undecodable_tokens
+- 5, tokens keyed like the Raft password; expiry     test_keys_are_derived_per_purpose,
+                                                     test_worker_token_claims_and_expiry
+- 8, drain compared the admin token with ==          test_no_bearer_token_compared_with_eq
+- 8, ?digest=true encoded under the apply lock       test_digest_is_encoded_outside_the_lock
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from coordinator.core.codec import encode_state
+from coordinator.core.state import ClusterState
+from coordinator.errors import RequestError
+from coordinator.service import api
+from coordinator.service.auth import (
+    call_token,
+    derive_key,
+    issue_token,
+    raft_password,
+    read_worker_token,
+    token_matches,
+)
+from pipeline.lease import Lease
+from pipeline.store import LocalStore
+from pipeline.worker import Worker, now_ms
+from tests.unit.test_pipeline_worker import offline_settings
+
+SECRET = "unit-secret-0123456789abcdef"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _worker(tmp_path: Path) -> Worker:
+    worker = Worker(offline_settings(tmp_path, "w1"), LocalStore(str(tmp_path / "store")))
+    worker.call_token, worker.total_partitions = call_token(SECRET, "w1", 1), 8
+    worker.lease = Lease(lease_ms=60_000).renewed(now_ms())
+    return worker
+
+
+async def _raw_status(port: int, request: bytes) -> int:
+    """Send exactly these bytes (aiohttp's client would re-encode the header)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        reply = await asyncio.wait_for(reader.read(65_536), 10.0)
+    finally:
+        writer.close()
+    assert b"Traceback" not in reply
+    return int(reply.split(b" ", 2)[1])
+
+
+async def test_worker_non_ascii_partition_digits(tmp_path: Path) -> None:
+    """'%D9%A1' was read as partition 1; '%C2%B2' was a 500."""
+    worker = _worker(tmp_path)
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            for digits in ("%C2%B2", "%D9%A1", "%EF%BC%91"):
+                for path in (f"/v1/partitions/{digits}/keys/k", f"/v1/partitions/{digits}/state"):
+                    r = await client.get(path)
+                    assert r.status == 400, (path, r.status, await r.text())
+                    assert (await r.json())["field"] == "partition"
+    finally:
+        await worker.client.close()
+
+
+async def test_worker_non_ascii_and_undecodable_tokens(tmp_path: Path) -> None:
+    worker = _worker(tmp_path)
+    try:
+        async with TestClient(TestServer(worker.app(), host="127.0.0.1")) as client:
+            port = client.port
+            assert port is not None
+            for token in (b"\xc3\xa9", b"\xff\xfe", b"1.\xc2\xb2"):
+                for path in (b"/v1/partitions/1/host", b"/v1/checkpoint"):
+                    body = b'{"epoch": 2}'
+                    request = (
+                        b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                        b"Authorization: Bearer " + token + b"\r\n"
+                        b"Content-Type: application/json\r\n"
+                        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                    )
+                    status = await _raw_status(port, request)
+                    assert status == 401, (token, path, status)
+            # The genuine call token still works (the check is not just "refuse all").
+            auth = {"Authorization": f"Bearer {call_token(SECRET, 'w1', 1)}"}
+            r = await client.post("/v1/checkpoint", headers=auth)
+            assert r.status == 202
+    finally:
+        await worker.client.close()
+
+
+def test_keys_are_derived_per_purpose() -> None:
+    keys = {
+        derive_key(SECRET, b"ripple/worker-token/v1"),
+        derive_key(SECRET, b"ripple/leader-call/v1"),
+        bytes.fromhex(raft_password(SECRET)),
+        SECRET.encode(),
+    }
+    assert len(keys) == 4  # no credential is another's key, nor the secret itself
+    assert raft_password(SECRET) != raft_password(SECRET + "x")
+
+
+def test_worker_token_claims_and_expiry() -> None:
+    now = 1_700_000_000_000
+    token = issue_token(SECRET, "w.1-a", 3, now + 1000)
+    claims = read_worker_token(SECRET, f"Bearer {token}", now)
+    assert (claims.worker_id, claims.incarnation, claims.expires_at_ms) == ("w.1-a", 3, now + 1000)
+    with pytest.raises(RequestError, match="expired"):
+        read_worker_token(SECRET, f"Bearer {token}", now + 1000)
+    forged = [
+        token.replace("w.1-a", "w.1-b"),  # another worker's id under this MAC
+        token.replace(".3.", ".4."),  # another incarnation
+        token.replace(str(now + 1000), str(now + 10**9)),  # a later expiry
+        issue_token(SECRET + "x", "w.1-a", 3, now + 1000),  # another cluster
+        call_token(SECRET, "w.1-a", 3),  # the leader's call token is no worker token
+        "w.\u0663.1.ab",
+        "",
+    ]
+    for bad in forged:
+        with pytest.raises(RequestError) as exc:
+            read_worker_token(SECRET, f"Bearer {bad}", now)
+        assert exc.value.status == 401, bad
+    assert token_matches("admin-token-0123456789", "Bearer admin-token-0123456789")
+    assert not token_matches("admin-token-0123456789", "Bearer \udcff")
+    assert not token_matches("", "Bearer ")
+
+
+def test_no_bearer_token_compared_with_eq() -> None:
+    """Every token comparison goes through hmac.compare_digest (auth.token_matches): no
+    `==`/`!=` with a `Bearer ...` string anywhere in the HTTP handlers."""
+    for rel in ("coordinator/service/api.py", "pipeline/worker.py"):
+        tree = ast.parse((ROOT / rel).read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            if not any(isinstance(op, ast.Eq | ast.NotEq) for op in node.ops):
+                continue
+            text = ast.unparse(node)
+            assert "Bearer" not in text and "token" not in text.lower(), f"{rel}: {text}"
+
+
+class _Node:
+    """Just what the health handler reads; `read()` records whether the lock is held."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.locked = False
+        self.node_id = "n1"
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[ClusterState]:
+        self.locked = True
+        try:
+            yield self.state
+        finally:
+            self.locked = False
+
+    def leader_info(self) -> Any:
+        from coordinator.service.node import LeaderInfo
+        from replication.log import RaftRole, RaftStatus
+
+        status = RaftStatus(
+            role=RaftRole.LEADER,
+            term=1,
+            commit_index=5,
+            applied_index=5,
+            leader_addr=None,
+            ready=True,
+        )
+        return LeaderInfo(role=RaftRole.LEADER, ready=True, leader=None, status=status)
+
+
+async def test_digest_is_encoded_outside_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    from coordinator.core.commands import Bootstrap
+    from coordinator.core.state import apply
+
+    state = ClusterState()
+    apply(state, "r1", Bootstrap(total_partitions=64, now_ms=1))
+    node = _Node(state)
+    seen: list[bool] = []
+
+    def encode_watched(s: ClusterState) -> bytes:
+        seen.append(node.locked)
+        return encode_state(s)
+
+    monkeypatch.setattr(api, "encode_state", encode_watched)
+    # create_app needs a real node (metrics, duties); the handler alone needs only this.
+    web_app = web.Application()
+    web_app[api.NODE_KEY] = node  # type: ignore[misc]
+    web_app.router.add_get("/v1/health", api.health)
+    async with TestClient(TestServer(web_app)) as client:
+        r = await client.get("/v1/health?digest=true")
+        assert r.status == 200, await r.text()
+        body = await r.json()
+    assert body["state_digest"] == hashlib.sha256(encode_state(state)).hexdigest()
+    assert seen == [False]
