@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from coordinator.config import (
     SCALAR_KEYS,
     ClusterConfig,
     NodeSpec,
+    check_bind,
     load_config,
     render_toml,
 )
@@ -304,6 +306,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             code="usage",
             status=2,
         )
+    check_bind(args.listen, "listen", allow_wildcard=args.allow_wildcard_bind)
     settings = WorkerSettings(
         coordinators=tuple(args.coordinator),
         worker_id=args.worker_id,
@@ -357,9 +360,24 @@ def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
     )
     config.validate()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_toml(config))
-    path.chmod(0o600)
+    write_private(path, render_toml(config))
     return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a secrets-bearing file that is 0600 from its first byte: created under a
+    temporary name with the mode given to open(2) (a write then chmod left it world-readable
+    for a moment), then renamed into place."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
 
 
 class Children:
@@ -620,6 +638,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--batch-interval-s", type=float, default=0.5)
     w.add_argument("--max-keys-per-partition", type=int, default=2000)
     w.add_argument("--staging-dir", help="where S3 segments are staged for a local Spark")
+    w.add_argument(
+        "--allow-wildcard-bind",
+        action="store_true",
+        help="allow --listen on every interface (0.0.0.0, ::); refused otherwise",
+    )
 
     pr = sub.add_parser("produce", help="append records to the source log")
     client_args(pr)

@@ -8,7 +8,9 @@ bound the coordinator enforces is a named key here, so an operator can see and c
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
+import socket
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,7 +19,56 @@ from typing import Any
 
 from coordinator.errors import ConfigError
 
-__all__ = ["SCALAR_KEYS", "ClusterConfig", "NodeSpec", "load_config"]
+__all__ = [
+    "SCALAR_KEYS",
+    "ClusterConfig",
+    "NodeSpec",
+    "check_bind",
+    "load_config",
+    "split_host_port",
+]
+
+
+def split_host_port(text: str, field: str) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` -> (host, port); ConfigError naming `field` otherwise."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port_text = text.rpartition(":")
+        if ":" in host:
+            raise ConfigError(f"{field}: write an IPv6 address as [addr]:port", field=field)
+    if not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise ConfigError(f"{field}: {text!r} is not host:port (port 1..65535)", field=field)
+    return host, int(port_text)
+
+
+def is_wildcard(host: str) -> bool:
+    """True when binding `host` listens on every interface. Parsed, not string-compared:
+    the OS reads '0', '0.0', '0x0' and '::0' as the unspecified address too."""
+    if host in ("", "*"):
+        return True
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            # The legacy numeric forms inet_aton (and so bind) accepts: '0', '0x0', '0.0'.
+            address = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return False  # a host name: bound to what it resolves to, never a wildcard
+    return address.is_unspecified
+
+
+def check_bind(text: str, field: str, *, allow_wildcard: bool) -> tuple[str, int]:
+    """A bind address as (host, port), refusing the wildcard unless allowed explicitly."""
+    host, port = split_host_port(text, field)
+    if is_wildcard(host) and not allow_wildcard:
+        raise ConfigError(
+            f"{field}: {text!r} binds every interface; give an explicit address (or set "
+            "allow_wildcard_bind = true when that is really meant)",
+            field=field,
+        )
+    return host, port
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +99,9 @@ class ClusterConfig:
     # How long a worker token is good for; every heartbeat renews it. Longer than
     # heartbeat_timeout_s, so a token never runs out under a worker the cluster deems alive.
     worker_token_lifetime_s: float = 3600.0
+    # Binding the Raft or HTTP port to every interface (0.0.0.0, ::, 0) is refused unless
+    # this says so: the ports are meant for the cluster's own network only.
+    allow_wildcard_bind: bool = False
     total_partitions: int = 128
     min_cluster_size: int = 1
     heartbeat_interval_s: float = 5.0
@@ -149,11 +203,9 @@ class ClusterConfig:
             if len(set(addrs)) != len(addrs):
                 raise ConfigError(f"node {key} addresses must be unique", field="nodes")
         for n in self.nodes:
-            if n.raft_listen.rsplit(":", 1)[0] in ("", "0.0.0.0", "::"):
-                raise ConfigError(
-                    f"node {n.id}: the Raft port must bind an explicit address, not a wildcard",
-                    field="nodes",
-                )
+            split_host_port(n.raft, "nodes")  # what the peers dial
+            for addr in (n.raft_listen, n.http):  # what this node binds
+                check_bind(addr, "nodes", allow_wildcard=self.allow_wildcard_bind)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ClusterConfig)}

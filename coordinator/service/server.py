@@ -13,7 +13,7 @@ import signal
 
 from aiohttp import web
 
-from coordinator.config import ClusterConfig
+from coordinator.config import ClusterConfig, split_host_port
 from coordinator.service.api import create_app
 from coordinator.service.duties import LeaderDuties
 from coordinator.service.node import CoordinatorNode
@@ -30,8 +30,8 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
     app = create_app(node, duties)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()
-    host, port = node.spec.http.rsplit(":", 1)
-    site = web.TCPSite(runner, host, int(port), reuse_address=True)
+    host, port = split_host_port(node.spec.http, "http")
+    site = web.TCPSite(runner, host, port, reuse_address=True)
     node.start()
     await site.start()
     log.info("node %s: raft %s, http %s", node_id, node.spec.raft, node.spec.url)

@@ -8,6 +8,9 @@ Probe -> test:
                                                      test_worker_token_claims_and_expiry
 - 8, drain compared the admin token with ==          test_no_bearer_token_compared_with_eq
 - 8, ?digest=true encoded under the apply lock       test_digest_is_encoded_outside_the_lock
+- 8, wildcard binds by string compare; HTTP unchecked test_wildcard_binds_are_parsed,
+                                                     test_worker_refuses_a_wildcard_listen
+- 8, cluster file briefly world-readable             test_cluster_file_is_private_from_creation
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ import ast
 import asyncio
 import contextlib
 import hashlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +31,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from coordinator.config import ClusterConfig, NodeSpec, is_wildcard, load_config, split_host_port
 from coordinator.core.codec import encode_state
 from coordinator.core.state import ClusterState
-from coordinator.errors import RequestError
+from coordinator.errors import ConfigError, RequestError
 from coordinator.service import api
 from coordinator.service.auth import (
     call_token,
@@ -39,6 +47,7 @@ from coordinator.service.auth import (
 from pipeline.lease import Lease
 from pipeline.store import LocalStore
 from pipeline.worker import Worker, now_ms
+from tests.support import python_argv
 from tests.unit.test_pipeline_worker import offline_settings
 
 SECRET = "unit-secret-0123456789abcdef"
@@ -208,3 +217,68 @@ async def test_digest_is_encoded_outside_the_lock(monkeypatch: pytest.MonkeyPatc
         body = await r.json()
     assert body["state_digest"] == hashlib.sha256(encode_state(state)).hexdigest()
     assert seen == [False]
+
+
+WILDCARDS = ["0:7101", "0.0.0.0:7101", "[::]:7101", "[::0]:7101", "0x0:7101", "0.0:7101", ":7101"]
+
+
+@pytest.mark.parametrize("where", ["raft_bind", "http"])
+@pytest.mark.parametrize("addr", WILDCARDS)
+def test_wildcard_binds_are_parsed(where: str, addr: str) -> None:
+    """`0:7101` passed the string compare; HTTP binds were not checked at all."""
+    base = {"id": "n1", "raft": "127.0.0.1:7001", "http": "127.0.0.1:8001"}
+    node = NodeSpec(**{**base, where: addr})
+    config = ClusterConfig(cluster_secret=SECRET, admin_token="a" * 20, nodes=(node,))
+    with pytest.raises(ConfigError, match="every interface"):
+        config.validate()
+    replace(config, allow_wildcard_bind=True).validate()  # said explicitly: allowed
+
+
+def test_bind_addresses_that_are_not_wildcards() -> None:
+    for addr in ("127.0.0.1:1", "[::1]:7101", "n1:7101", "10.0.0.5:65535"):
+        assert not is_wildcard(split_host_port(addr, "x")[0]), addr
+    for bad in ("127.0.0.1", "::1:7101", "h:0", "h:65536", "h:\u0661"):
+        with pytest.raises(ConfigError):
+            split_host_port(bad, "x")
+
+
+def test_worker_refuses_a_wildcard_listen(tmp_path: Path) -> None:
+    argv = [
+        *python_argv("-m", "coordinator.cli", "worker"),
+        *("--coordinator", "http://127.0.0.1:9", "--worker-id", "w1", "--listen", "0:9101"),
+        *("--store", f"file://{tmp_path}", "--spark-remote", "sc://127.0.0.1:9"),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert "every interface" in done.stderr + done.stdout
+
+
+def test_cluster_file_is_private_from_creation(tmp_path: Path) -> None:
+    """`ripple up` wrote the file (0644 under the usual umask) and chmodded it after: every
+    file under the data dir that holds secrets must be created with its mode in open(2)."""
+    from coordinator.cli import up_config
+
+    data_dir = str(tmp_path / "data")
+    writes: list[tuple[str, object]] = []
+    watching = True
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if watching and event == "open" and str(args[0]).startswith(data_dir):
+            mode, flags = args[1], args[2]
+            creating = (isinstance(mode, str) and ("w" in mode or "a" in mode or "x" in mode)) or (
+                isinstance(flags, int) and flags & os.O_CREAT
+            )
+            if creating:
+                writes.append((str(args[0]), mode))
+
+    sys.addaudithook(hook)  # cannot be removed: `watching` turns it off
+    try:
+        path = up_config(data_dir, 3, {})
+    finally:
+        watching = False
+    assert writes, "the cluster file was not written through open()"
+    # os.open reports mode None (the permission bits go to open(2)); builtin open reports
+    # its mode string and creates the file with 0666 & ~umask.
+    assert all(mode is None for _, mode in writes), writes
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert load_config(path).cluster_secret
