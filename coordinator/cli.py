@@ -126,10 +126,18 @@ def render_partitions(s: dict[str, Any]) -> str:
             p["status"],
             p.get("migration"),
             None if p["checkpoint"] is None else p["checkpoint"]["offset"],
+            _failing_cell(p.get("failing")),
         ]
         for p in s["partitions"]
     ]
-    return _table(rows, ["PARTITION", "OWNER", "EPOCH", "STATUS", "MIGRATION", "CKPT_OFFSET"])
+    return _table(
+        rows, ["PARTITION", "OWNER", "EPOCH", "STATUS", "MIGRATION", "CKPT_OFFSET", "FAILING"]
+    )
+
+
+def _failing_cell(failing: dict[str, Any] | None) -> str | None:
+    """ "3x: <error>" for a partition whose batches keep failing (error cut to fit a row)."""
+    return None if not failing else f"{failing['failures']}x: {failing['error'][:60]}"
 
 
 def render_workers(s: dict[str, Any]) -> str:
@@ -141,11 +149,14 @@ def render_workers(s: dict[str, Any]) -> str:
             w["partitions"],
             w.get("liveness"),
             w.get("load"),
+            w.get("failing_partitions"),
             w["address"],
         ]
         for w in s["workers"]
     ]
-    return _table(rows, ["WORKER", "STATE", "INC", "PARTITIONS", "LIVENESS", "LOAD", "ADDRESS"])
+    return _table(
+        rows, ["WORKER", "STATE", "INC", "PARTITIONS", "LIVENESS", "LOAD", "FAILING", "ADDRESS"]
+    )
 
 
 def render_migrations(s: dict[str, Any]) -> str:
@@ -317,10 +328,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         max_keys_per_partition=args.max_keys_per_partition,
         staging_dir=args.staging_dir,
         join_token=args.join_token,
+        data_path=args.data_path,
     )
     transform = load_transform(args.transform) if args.transform else identity
-    run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
-    return 0
+    return run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -642,6 +653,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-wildcard-bind",
         action="store_true",
         help="allow --listen on every interface (0.0.0.0, ::); refused otherwise",
+    )
+    w.add_argument(
+        "--data-path",
+        choices=("files", "arrow", "direct"),
+        help="how Spark gets the input (docs/pipeline.md); default: files for a Spark on "
+        "127.0.0.1/localhost, arrow otherwise",
     )
 
     pr = sub.add_parser("produce", help="append records to the source log")

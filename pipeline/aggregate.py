@@ -15,18 +15,20 @@ must match the oracle should not depend on it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlparse
 
 from pipeline.source import Segment
 from pipeline.state import KeyState, PartitionState
 from pipeline.store import ObjectStore
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
@@ -43,6 +45,7 @@ Transform = Callable[["DataFrame"], "DataFrame"]
 # The input schema in Spark DDL: given explicitly, never inferred (inference costs a job).
 INPUT_DDL = "key STRING, value DOUBLE, offset BIGINT"
 FILES_DDL = "_file STRING, partition INT, _from_offset BIGINT"
+PLAN_CACHE_CONF = "spark.connect.session.planCache.enabled"
 # Bounds the files (and so the size of the broadcast path -> partition table) of one job.
 FILES_PER_JOB_MAX = 4096
 
@@ -51,9 +54,15 @@ class AggregateError(Exception):
     """The Spark job's result cannot be trusted (e.g. rows from a file it was not given)."""
 
 
-def _spark_paths(path: str) -> tuple[str, ...]:
-    """How Spark may spell a local file in _metadata.file_path ("file:" + a URI path)."""
-    absolute = os.path.abspath(path)
+def _spark_paths(location: str) -> tuple[str, ...]:
+    """How Spark may spell an input in _metadata.file_path: "file:" + a URI path for a local
+    file (given as a path or a file:// URI), the URI itself (raw or quoted) for s3a:// etc."""
+    if location.startswith("file://"):
+        location = unquote(urlparse(location).path)
+    elif "://" in location:
+        scheme, rest = location.split("://", 1)
+        return tuple(dict.fromkeys((location, f"{scheme}://{quote(rest, safe='/')}")))
+    absolute = os.path.abspath(location)
     return tuple(dict.fromkeys(("file:" + absolute, "file:" + quote(absolute, safe="/"))))
 
 
@@ -110,13 +119,26 @@ def _key_state(row: dict[str, Any]) -> KeyState:
 
 
 class Aggregator:
-    """Runs the aggregation on a Spark Connect server (local or a cluster's)."""
+    """Runs the aggregation on a Spark Connect server (local or a cluster's).
 
-    def __init__(self, spark_remote: str, transform: Transform = identity) -> None:
+    One session for the worker's whole life: a new session per batch would cost a round of
+    session set-up and lose the server's cached metadata."""
+
+    def __init__(
+        self, spark_remote: str, transform: Transform = identity, *, own_session: bool = False
+    ) -> None:
         from pyspark.sql import SparkSession
 
-        self.spark: SparkSession = SparkSession.builder.remote(spark_remote).getOrCreate()
+        builder = SparkSession.builder.remote(spark_remote)
+        # getOrCreate returns this process's default session whatever its URL: a process
+        # that talks to a second server (a test's cluster) asks for its own session.
+        self.spark: SparkSession = builder.create() if own_session else builder.getOrCreate()
         self.transform = transform
+        # Every arrow batch is a new plan holding its rows: the Connect plan cache would keep
+        # them all for the session's life (a 1g driver died on the 4th 30 MB batch). Servers
+        # we start turn it off; ask for it per session too, for servers we did not start.
+        with contextlib.suppress(Exception):
+            self.spark.conf.set(PLAN_CACHE_CONF, "false")
 
     def _read(self, paths: Sequence[str]) -> DataFrame:
         return self.spark.read.schema(INPUT_DDL).parquet(*paths)
@@ -164,10 +186,20 @@ class Aggregator:
             .where(F.col("offset") >= F.coalesce(F.col("_from_offset"), F.lit(0)))
             .drop("_file", "_from_offset")
         )
+        return self._per_partition(df, paths)
+
+    def aggregate_table(self, table: pa.Table) -> dict[int, PartitionState]:
+        """The arrow data path: ``table`` (key, value, offset, partition) holds exactly the rows
+        to aggregate, read by the worker; Spark gets them as a local relation, reads no file."""
+        if table.num_rows == 0:
+            return {}
+        return self._per_partition(self.spark.createDataFrame(table), ["(an Arrow batch)"])
+
+    def _per_partition(self, df: DataFrame, inputs: Sequence[str]) -> dict[int, PartitionState]:
         result: dict[int, PartitionState] = {}
         for row in self._aggregate(self.transform(df), ["partition", "key"]):
             if row["partition"] is None:
-                raise AggregateError(f"rows of an unrecognised file path; inputs: {paths[:3]}")
+                raise AggregateError(f"rows of an unrecognised file path; inputs: {inputs[:3]}")
             result.setdefault(int(row["partition"]), {})[str(row["key"])] = _key_state(row)
         return result
 
@@ -178,6 +210,16 @@ class Aggregator:
         if not paths:
             return {}
         df = self._read(paths).withColumn("partition", F.lit(None).cast("int"))
+        return {str(r["key"]): _key_state(r) for r in self._aggregate(self.transform(df), ["key"])}
+
+    def batch_job_table(self, table: pa.Table) -> PartitionState:
+        """``batch_job`` over rows read by the caller (key, value, offset): the oracle on a
+        Spark whose executors cannot see our files."""
+        from pyspark.sql import functions as F
+
+        if table.num_rows == 0:
+            return {}
+        df = self.spark.createDataFrame(table).withColumn("partition", F.lit(None).cast("int"))
         return {str(r["key"]): _key_state(r) for r in self._aggregate(self.transform(df), ["key"])}
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ LOG_TAIL_BYTES = 4000
 # Local micro-batches are small: 200 shuffle partitions (Spark's default) only add task overhead.
 SHUFFLE_PARTITIONS_DEFAULT = 8
 DRIVER_MEMORY_DEFAULT = "1g"
+MASTER_DEFAULT = "local[*]"
 
 _LOG4J2 = """\
 rootLogger.level = warn
@@ -73,11 +74,15 @@ class SparkConnectServer:
         shuffle_partitions: int = SHUFFLE_PARTITIONS_DEFAULT,
         driver_memory: str = DRIVER_MEMORY_DEFAULT,
         extra_conf: dict[str, str] | None = None,
+        master: str = MASTER_DEFAULT,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.log_dir = os.path.abspath(log_dir)
         self.shuffle_partitions = shuffle_partitions
         self.driver_memory = driver_memory
         self.extra_conf = dict(extra_conf or {})
+        self.master = master  # "spark://127.0.0.1:PORT" submits to a standalone cluster
+        self.extra_env = dict(env or {})
         self.port: int | None = None
         self.pid: int | None = None
         self.start_s: float | None = None
@@ -103,6 +108,9 @@ class SparkConnectServer:
             "spark.driver.bindAddress": HOST,
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            # Arrow batches are plans that hold their rows; a plan cache would keep every one
+            # of them per session (measured: a 1g driver OOM on the 4th 30 MB batch).
+            "spark.connect.session.planCache.enabled": "false",
             **self.extra_conf,
         }
         cmd = [
@@ -112,7 +120,7 @@ class SparkConnectServer:
             "--name",
             "ripple-spark-connect",
             "--master",
-            "local[*]",
+            self.master,
             "--driver-memory",
             self.driver_memory,
             "--driver-java-options",
@@ -138,6 +146,7 @@ class SparkConnectServer:
             # Keep spark-class from daemonizing or reading a stray conf dir of the host.
             SPARK_CONF_DIR=self.log_dir,
         )
+        env.update(self.extra_env)
         began = time.monotonic()
         with open(self.log_path, "ab") as out:
             self._proc = subprocess.Popen(  # fixed argv, no shell

@@ -31,6 +31,7 @@ import hmac
 import logging
 import os
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -40,8 +41,17 @@ from aiohttp import web
 
 from coordinator.client import CoordinatorClient
 from coordinator.errors import ClientError
-from pipeline.aggregate import Aggregator, BatchInput, Transform, identity, stage
+from pipeline.aggregate import Aggregator, Transform, identity
 from pipeline.checkpoint import CheckpointStore
+from pipeline.datapath import (
+    ARROW_BATCH_BYTES_MAX_DEFAULT,
+    ARROW_BATCH_ROWS_MAX_DEFAULT,
+    DataPath,
+    Feed,
+    PlannedBatch,
+    ProbeFailed,
+    default_data_path,
+)
 from pipeline.gate import Gates, Refused
 from pipeline.lease import Lease
 from pipeline.source import SourceLog
@@ -51,7 +61,15 @@ from pipeline.store import ObjectStore
 log = logging.getLogger(__name__)
 
 BATCH_INTERVAL_S_DEFAULT = 0.5
-SEGMENTS_PER_BATCH_MAX = 2048
+# A partition is reported as failing (heartbeat, health, metrics) after this many micro-batches
+# in a row failed: one failure can be a blip, three in a row is something an operator fixes.
+BATCH_FAILURES_REPORTED_MIN = 3
+BATCH_ERROR_CHARS_MAX = 500
+# The start-up probe waits this long for Spark: a cluster without executors accepts the job
+# and never runs it.
+PROBE_TIMEOUT_S_DEFAULT = 120.0
+# Failing batches are retried with a growing pause, capped, so a broken path does not spin.
+BATCH_RETRY_PAUSE_S_MAX = 5.0
 HOST_LOAD_WAIT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 BODY_BYTES_MAX = 64 * 1024
@@ -71,6 +89,8 @@ class PartitionRuntime:
     loaded: asyncio.Event = field(default_factory=asyncio.Event)
     checkpoint_offset: int = -1
     checkpoint_uri: str = ""
+    failures: int = 0  # micro-batches in a row that failed with this partition in them
+    error: str = ""  # the last failure's first line
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +105,10 @@ class WorkerSettings:
     staging_dir: str | None = None
     drain_timeout_s: float = DRAIN_TIMEOUT_S
     join_token: str | None = None
+    data_path: str | None = None  # files | arrow | direct; None: default_data_path
+    arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT
+    arrow_batch_bytes_max: int = ARROW_BATCH_BYTES_MAX_DEFAULT
+    probe_timeout_s: float = PROBE_TIMEOUT_S_DEFAULT
 
 
 class Worker:
@@ -109,8 +133,12 @@ class Worker:
         self.aggregator: Aggregator | None = None
         self.batch_lock = asyncio.Lock()
         self.staging = settings.staging_dir or tempfile.mkdtemp(prefix="ripple-stage-")
-        # A remote store's segments are copied into `staging` for a local Spark server.
-        self.stages_copies = store.local_path("source") is None
+        self.data_path = (
+            DataPath(settings.data_path)
+            if settings.data_path
+            else default_data_path(store, settings.spark_remote)
+        )
+        self.feed: Feed | None = None
         self.draining = False
         self.stopped = asyncio.Event()
         self.stats = {
@@ -120,7 +148,13 @@ class Worker:
             "checkpoints": 0,
             "fenced": 0,
             "lease_pauses": 0,
+            "batch_failures": 0,
+            "segments_fetched": 0,
         }
+        # Where micro-batch seconds go (cumulative): listing + fetching segments, the Spark
+        # job (plan, scan or upload, join, aggregate, collect), merging into the state.
+        self.batch_seconds = {"plan": 0.0, "spark": 0.0, "merge": 0.0}
+        self._batch_failures_in_row = 0
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- coordinator protocol ------------------------------------------------------------------
@@ -151,9 +185,7 @@ class Worker:
             {
                 "incarnation": self.incarnation,
                 "load": self._load(),
-                "partitions": {
-                    str(p): {"epoch": rt.epoch, "offset": rt.offset} for p, rt in self.parts.items()
-                },
+                "partitions": {str(p): self._report(rt) for p, rt in self.parts.items()},
             },
             token=self.token,
         )
@@ -169,6 +201,14 @@ class Worker:
             log.info("partition %d epoch %d no longer assigned here; closed", p, epoch)
         if reply.get("checkpoint_due"):
             self._spawn(self.checkpoint_and_report())
+
+    @staticmethod
+    def _report(rt: PartitionRuntime) -> dict[str, Any]:
+        report: dict[str, Any] = {"epoch": rt.epoch, "offset": rt.offset}
+        if rt.failures >= BATCH_FAILURES_REPORTED_MIN:
+            report["failures"] = rt.failures
+            report["error"] = rt.error
+        return report
 
     def _load(self) -> float:
         return float(len(self.parts))
@@ -196,27 +236,11 @@ class Worker:
 
     # -- processing ------------------------------------------------------------------------------
 
-    def _plan_batch(self, offsets: dict[int, int]) -> tuple[list[BatchInput], dict[int, int]]:
-        """Blocking: new segments of each partition from its offset, staged locally."""
-        assert self.source is not None
-        inputs: list[BatchInput] = []
-        ends: dict[int, int] = {}
-        for p, offset in sorted(offsets.items()):
-            for seg in self.source.segments(p, offset):
-                if len(inputs) >= SEGMENTS_PER_BATCH_MAX:
-                    break
-                inputs.append(
-                    BatchInput(
-                        partition=p, path=stage(self.store, seg, self.staging), from_offset=offset
-                    )
-                )
-                ends[p] = seg.end_offset
-        return inputs, ends
-
     async def process_once(self) -> int:
         """One micro-batch over every open partition; returns records merged."""
-        if self.aggregator is None or self.source is None:
+        if self.aggregator is None or self.feed is None:
             return 0
+        feed, aggregator = self.feed, self.aggregator
         async with self.batch_lock:
             if not self.lease_valid():
                 self.stats["lease_pauses"] += 1
@@ -229,62 +253,97 @@ class Worker:
             if not open_now:
                 return 0
             epochs = {p: rt.epoch for p, rt in open_now.items()}
-            inputs, ends = await asyncio.to_thread(
-                self._plan_batch, {p: rt.offset for p, rt in open_now.items()}
-            )
-            if not inputs:
-                return 0
-            # One Spark job for every open partition's new records. Per-partition offsets
-            # only advance for segments read whole: a batch never splits a segment.
-            by_partition: dict[int, list[BatchInput]] = {}
-            for i in inputs:
-                by_partition.setdefault(i.partition, []).append(i)
+            began = time.monotonic()
+            fetched = feed.fetched
             try:
-                results = await asyncio.to_thread(self.aggregator.aggregate, inputs)
+                # Per-partition offsets only advance for segments read whole: a batch never
+                # splits a segment.
+                batch = await asyncio.to_thread(
+                    feed.plan, {p: rt.offset for p, rt in open_now.items()}
+                )
+                planned = time.monotonic()
+                self.batch_seconds["plan"] += planned - began
+                if not batch:
+                    return 0
+                # One Spark job for every open partition's new records.
+                results = await asyncio.to_thread(feed.run, aggregator, batch)
+            except Exception as exc:
+                self._batch_failed(open_now, exc)
+                raise
             finally:
-                if self.stages_copies:
-                    # Staged copies of remote segments are read once; don't let them pile up.
-                    await asyncio.to_thread(_remove_files, [i.path for i in inputs])
-            if not self.lease_valid():
-                # Paused mid-batch (say SIGSTOP) past the lease: someone else may own these
-                # partitions now. Discard the results.
-                self.stats["lease_pauses"] += 1
-                return 0
-            merged = 0
-            for p, end in ends.items():
-                rt = self.parts.get(p)
-                if rt is None or rt.epoch != epochs[p] or not self.gates.admits(p, rt.epoch):
-                    continue
-                batch = results.get(p, {})
-                new_state, dead = merge_batch(rt.state, batch, self.settings.max_keys_per_partition)
-                if dead:
-                    await asyncio.to_thread(
-                        self.checkpoints.write_dead_letter, p, rt.epoch, rt.offset, end, dead
-                    )
-                    self.stats["dead_letter_keys"] += len(dead)
-                    log.warning(
-                        "partition %d: %d new keys over max_keys_per_partition=%d "
-                        "went to the dead-letter segment",
-                        p,
-                        len(dead),
-                        self.settings.max_keys_per_partition,
-                    )
-                merged += sum(s.count for s in batch.values())
-                rt.state, rt.offset = new_state, end
-            self.stats["batches"] += 1
-            self.stats["records"] += merged
+                self.stats["segments_fetched"] += feed.fetched - fetched
+            merging = time.monotonic()
+            self.batch_seconds["spark"] += merging - planned
+            feed.done(batch)
+            merged = await self._merge(batch, results, epochs)
+            self.batch_seconds["merge"] += time.monotonic() - merging
             return merged
+
+    def _batch_failed(self, parts: dict[int, PartitionRuntime], exc: BaseException) -> None:
+        text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+        self.stats["batch_failures"] += 1
+        self._batch_failures_in_row += 1
+        for p, rt in parts.items():
+            rt.failures += 1
+            rt.error = text[:BATCH_ERROR_CHARS_MAX]
+            if rt.failures == BATCH_FAILURES_REPORTED_MIN:
+                log.error(
+                    "partition %d epoch %d: %d micro-batches in a row failed; reporting it: %s",
+                    p,
+                    rt.epoch,
+                    rt.failures,
+                    rt.error,
+                )
+
+    async def _merge(
+        self, batch: PlannedBatch, results: dict[int, PartitionState], epochs: dict[int, int]
+    ) -> int:
+        self._batch_failures_in_row = 0
+        if not self.lease_valid():
+            # Paused mid-batch (say SIGSTOP) past the lease: someone else may own these
+            # partitions now. Discard the results.
+            self.stats["lease_pauses"] += 1
+            return 0
+        merged = 0
+        for p, end in batch.ends.items():
+            rt = self.parts.get(p)
+            if rt is None or rt.epoch != epochs[p] or not self.gates.admits(p, rt.epoch):
+                continue
+            rt.failures, rt.error = 0, ""
+            part = results.get(p, {})
+            new_state, dead = merge_batch(rt.state, part, self.settings.max_keys_per_partition)
+            if dead:
+                await asyncio.to_thread(
+                    self.checkpoints.write_dead_letter, p, rt.epoch, rt.offset, end, dead
+                )
+                self.stats["dead_letter_keys"] += len(dead)
+                log.warning(
+                    "partition %d: %d new keys over max_keys_per_partition=%d "
+                    "went to the dead-letter segment",
+                    p,
+                    len(dead),
+                    self.settings.max_keys_per_partition,
+                )
+            merged += sum(s.count for s in part.values())
+            rt.state, rt.offset = new_state, end
+        self.stats["batches"] += 1
+        self.stats["records"] += merged
+        return merged
 
     async def processing_loop(self) -> None:
         while not self.stopped.is_set():
+            pause_s = self.settings.batch_interval_s
             try:
                 merged = await self.process_once()
-            except Exception:  # keep the worker alive; the batch is retried
+            except Exception:  # keep the worker alive; the batch is retried (input kept)
                 log.exception("micro-batch failed; retrying")
                 merged = 0
+                pause_s = min(
+                    BATCH_RETRY_PAUSE_S_MAX, pause_s * 2 ** min(self._batch_failures_in_row, 8)
+                )
             if merged == 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stopped.wait(), self.settings.batch_interval_s)
+                    await asyncio.wait_for(self.stopped.wait(), pause_s)
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -514,10 +573,14 @@ class Worker:
                         "offset": rt.offset,
                         "keys": len(rt.state),
                         "open": self.gates.admits(p, rt.epoch),
+                        "failures": rt.failures,
+                        "error": rt.error or None,
                     }
                     for p, rt in sorted(self.parts.items())
                 },
                 "stats": self.stats,
+                "data_path": self.data_path.value,
+                "batch_seconds": {k: round(v, 3) for k, v in self.batch_seconds.items()},
             }
         )
 
@@ -532,8 +595,18 @@ class Worker:
             f"ripple_worker_partitions_open {len(self.gates.open_partitions())}",
             "# TYPE ripple_worker_lease_valid gauge",
             f"ripple_worker_lease_valid {int(self.lease_valid())}",
+            "# TYPE ripple_worker_partitions_failing gauge",
+            f"ripple_worker_partitions_failing {len(self._failing())}",
+            "# TYPE ripple_worker_batch_seconds_total counter",
+        ]
+        lines += [
+            f'ripple_worker_batch_seconds_total{{stage="{k}"}} {v:.3f}'
+            for k, v in sorted(self.batch_seconds.items())
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    def _failing(self) -> list[int]:
+        return [p for p, rt in self.parts.items() if rt.failures >= BATCH_FAILURES_REPORTED_MIN]
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -563,6 +636,26 @@ class Worker:
             await asyncio.sleep(0.2)
         self.stopped.set()
 
+    async def probe(self, aggregator: Aggregator, feed: Feed) -> None:
+        """Raise ProbeFailed unless Spark reads a probe object through our data path in time."""
+        task = asyncio.ensure_future(
+            asyncio.to_thread(feed.probe, aggregator, self.settings.worker_id)
+        )
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.settings.probe_timeout_s)
+        except TimeoutError:
+            # The job is stuck server-side (say, no executor ever came): cancel it so the
+            # thread returns, then refuse to start.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(aggregator.spark.interruptAll)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 10.0)
+            raise ProbeFailed(
+                f"Spark at {self.settings.spark_remote} did not finish the start-up probe "
+                f"through the {self.data_path.value!r} data path in "
+                f"{self.settings.probe_timeout_s:g} s (does the cluster have executors?)"
+            ) from None
+
     def app(self) -> web.Application:
         app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[_error_middleware])
         app.router.add_post("/v1/partitions/{p}/host", self.handle_host)
@@ -591,12 +684,24 @@ class Worker:
             self.aggregator = await asyncio.to_thread(
                 Aggregator, self.settings.spark_remote, self.transform
             )
+            self.feed = Feed(
+                self.data_path,
+                self.store,
+                self.source,
+                self.staging,
+                arrow_rows_max=self.settings.arrow_batch_rows_max,
+                arrow_bytes_max=self.settings.arrow_batch_bytes_max,
+            )
+            # Before registering: a worker whose Spark cannot read its input must never
+            # take partitions (they would stay ONLINE and silently never move).
+            await self.probe(self.aggregator, self.feed)
             log.info(
-                "worker %s on %s: %d partitions, spark %s",
+                "worker %s on %s: %d partitions, spark %s, data path %s (probe passed)",
                 self.settings.worker_id,
                 self.address,
                 self.total_partitions,
                 self.settings.spark_remote,
+                self.data_path.value,
             )
             tasks = [
                 loop.create_task(self.heartbeat_loop()),
@@ -611,12 +716,6 @@ class Worker:
             if self.aggregator is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.aggregator.close)
-
-
-def _remove_files(paths: list[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
 
 
 def key_json(ks: KeyState) -> dict[str, Any]:
@@ -650,6 +749,13 @@ async def _error_middleware(request: web.Request, handler: Any) -> web.StreamRes
         return web.json_response({"error": "internal", "message": "internal error"}, status=500)
 
 
-def run_worker(settings: WorkerSettings, store: ObjectStore, transform: Transform) -> None:
+def run_worker(settings: WorkerSettings, store: ObjectStore, transform: Transform) -> int:
+    """Run until stopped; 0, or 2 when the start-up probe refused (message on stderr)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    asyncio.run(Worker(settings, store, transform).run())
+    try:
+        asyncio.run(Worker(settings, store, transform).run())
+    except ProbeFailed as exc:
+        log.error("refusing to start: %s", exc)
+        print(f"ripple worker: refusing to start: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -43,6 +43,7 @@ from coordinator.service.auth import (
     token_matches,
     verify_token,
 )
+from coordinator.service.failing import FailingPartition, FailingReports
 from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
 from replication.log import RaftRole
 
@@ -206,8 +207,9 @@ def idempotency_key(request: web.Request, principal: str, command: str) -> str:
     return hashlib.sha256(f"{principal}\x00{command}\x00{key}".encode()).hexdigest()
 
 
-def partition_view(p: Partition) -> m.PartitionView:
+def partition_view(p: Partition, failing: FailingReports | None = None) -> m.PartitionView:
     ck = p.checkpoint
+    report = None if failing is None else failing.of(p.partition, p.owner, p.epoch)
     return m.PartitionView(
         partition=p.partition,
         owner=p.owner,
@@ -217,7 +219,15 @@ def partition_view(p: Partition) -> m.PartitionView:
         if ck is None
         else m.CheckpointView(offset=ck.offset, uri=ck.uri, epoch=ck.epoch, at_ms=ck.at_ms),
         migration=p.migration,
+        failing=None
+        if report is None
+        else m.FailingView(failures=report.failures, error=report.error),
     )
+
+
+def _failing(request: web.Request, node: CoordinatorNode) -> FailingReports | None:
+    """The leader's failing-batch reports; None on a follower (it hears no heartbeats)."""
+    return request.app[DUTIES_KEY].failing if node.is_ready_leader else None
 
 
 def summary(state: ClusterState) -> m.ClusterSummary:
@@ -306,7 +316,7 @@ async def partitions(request: web.Request) -> web.Response:
             generation=state.generation,
             applied_index=applied,
             stale=stale,
-            partitions=[partition_view(p) for p in state.partitions],
+            partitions=[partition_view(p, _failing(request, node)) for p in state.partitions],
         )
     return _json(body)
 
@@ -316,7 +326,7 @@ async def partition(request: web.Request) -> web.Response:
     node, stale = await read_view(request)
     applied = node.log.status().applied_index
     with node.read() as state:
-        view = partition_view(path_partition(request, state))
+        view = partition_view(path_partition(request, state), _failing(request, node))
         body = m.PartitionResponse(
             generation=state.generation, applied_index=applied, stale=stale, **view.model_dump()
         )
@@ -355,9 +365,12 @@ async def workers(request: web.Request) -> web.Response:
     now = now_ms()
     with node.read() as state:
         counts: dict[str, int] = {}
+        owned: dict[str, dict[int, int]] = {}
         for p in state.partitions:
             if p.owner is not None:
                 counts[p.owner] = counts.get(p.owner, 0) + 1
+                owned.setdefault(p.owner, {})[p.partition] = p.epoch
+        failing = _failing(request, node)
         views = [
             m.WorkerView(
                 worker_id=w.worker_id,
@@ -368,6 +381,9 @@ async def workers(request: web.Request) -> web.Response:
                 partitions=counts.get(w.worker_id, 0),
                 liveness=duties.liveness_of(w.worker_id, now),
                 load=duties.load_of(w.worker_id),
+                failing_partitions=None
+                if failing is None
+                else failing.count(w.worker_id, owned.get(w.worker_id, {})),
             )
             for w in sorted(state.workers.values(), key=lambda w: w.worker_id)
         ]
@@ -550,6 +566,14 @@ async def heartbeat(request: web.Request) -> web.Response:
         wid, body.load, now, {int(k): (v.epoch, v.offset) for k, v in body.partitions.items()}
     )
     token, expires_at_ms = fresh_token(node, wid, incarnation)
+    duties.failing.record(
+        wid,
+        {
+            int(k): FailingPartition(epoch=v.epoch, failures=v.failures, error=v.error)
+            for k, v in body.partitions.items()
+            if v.failures > 0
+        },
+    )
     return _json(
         m.HeartbeatResponse(
             generation=generation,

@@ -52,6 +52,7 @@ from coordinator.core.state import ClusterState, check_moves
 from coordinator.errors import RequestError, RippleError
 from coordinator.service import models as m
 from coordinator.service.auth import call_token
+from coordinator.service.failing import FailingReports
 from coordinator.service.node import CoordinatorNode, now_ms
 from replication.log import RaftRole
 
@@ -79,6 +80,7 @@ class LeaderDuties:
         self.checkpoint_next_ms: dict[str, int] = {}
         self.checkpoint_missed: set[str] = set()
         self.reported: dict[str, dict[int, tuple[int, int]]] = {}
+        self.failing = FailingReports()
         self._calls: dict[Any, asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -109,6 +111,7 @@ class LeaderDuties:
         self.checkpoint_next_ms.clear()
         self.checkpoint_missed.clear()
         self.reported.clear()
+        self.failing.clear()
 
     async def close(self) -> None:
         self.stop()

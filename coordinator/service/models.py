@@ -19,6 +19,7 @@ ADDRESS_LEN_MAX = 512
 URI_LEN_MAX = 1024
 MOVES_MAX = 10_000
 CHECKPOINT_ENTRIES_MAX = 100_000
+BATCH_ERROR_LEN_MAX = 1000
 
 Id = Annotated[str, Field(pattern=ID_REGEX)]
 # Every integer is range-checked here, before it reaches the codec: msgpack cannot encode
@@ -66,6 +67,9 @@ class RegisterResponse(_Response):
 class PartitionReport(_Request):
     epoch: NonNeg
     offset: NonNeg
+    # Sent only while the partition's micro-batches keep failing (docs/pipeline.md).
+    failures: NonNeg = 0
+    error: Annotated[str, Field(max_length=BATCH_ERROR_LEN_MAX)] = ""
 
 
 class HeartbeatRequest(_Request):
@@ -122,6 +126,7 @@ class WorkerView(_Response):
     partitions: int
     liveness: str | None = None  # leader only: alive | suspected | dead
     load: float | None = None
+    failing_partitions: int | None = None  # leader only: owned partitions whose batches fail
 
 
 class WorkersResponse(_Response):
@@ -155,6 +160,11 @@ class CheckpointView(_Response):
     at_ms: int
 
 
+class FailingView(_Response):
+    failures: int  # micro-batches in a row that failed on the owner
+    error: str
+
+
 class PartitionView(_Response):
     partition: int
     owner: str | None
@@ -162,6 +172,7 @@ class PartitionView(_Response):
     status: str
     checkpoint: CheckpointView | None
     migration: str | None = None
+    failing: FailingView | None = None  # leader only: the owner reports failing batches
 
 
 class PartitionsResponse(_Response):

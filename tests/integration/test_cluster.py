@@ -9,6 +9,7 @@ import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,6 +122,47 @@ def test_worker_tokens_heartbeats_and_reregistration(cluster: Cluster) -> None:
     # Unknown worker: 404, it must register.
     ghost = cluster.post(leader, "/v1/workers/ghost/heartbeat", hb, token=worker_token("ghost", 1))
     assert ghost.status == 404 and ghost.body["error"] == "unknown_worker"
+
+
+def test_failing_batches_reported_in_heartbeats_show_on_the_leader(cluster: Cluster) -> None:
+    leader = cluster.ready()
+    reg = register(cluster, leader, "w1")
+    hb: dict[str, Any] = {"incarnation": 1, "load": 1.0, "partitions": {}}
+
+    def assignment() -> dict[int, int]:
+        r = cluster.post(leader, "/v1/workers/w1/heartbeat", hb, token=reg["token"])
+        return {a["partition"]: a["epoch"] for a in r.body["assignment"]}
+
+    owned = wait_until(lambda: (a := assignment()) and len(a) == 16 and a, "assignment to w1")
+    error = "FAILED_READ_FILE.FILE_NOT_EXIST /stage/w1/source/p00003/x.parquet"
+    reports = {str(p): {"epoch": e, "offset": 0} for p, e in owned.items()}
+    reports["3"] = {"epoch": owned[3], "offset": 0, "failures": 4, "error": error}
+    # A report about an epoch the worker no longer holds is not shown.
+    reports["5"] = {"epoch": owned[5] + 7, "offset": 0, "failures": 9, "error": "old"}
+    r = cluster.post(
+        leader, "/v1/workers/w1/heartbeat", {**hb, "partitions": reports}, token=reg["token"]
+    )
+    assert r.status == 200, r
+    parts = cluster.get(leader, "/v1/partitions").body["partitions"]
+    assert {p["partition"]: p["failing"] for p in parts if p["failing"]} == {
+        3: {"failures": 4, "error": error}
+    }
+    assert cluster.get(leader, "/v1/partitions/3").body["failing"]["failures"] == 4
+    workers = cluster.get(leader, "/v1/workers").body["workers"]
+    assert [(w["worker_id"], w["failing_partitions"]) for w in workers] == [("w1", 1)]
+    follower = next(s.id for s in cluster.specs if s.id != leader)
+    assert cluster.get(follower, "/v1/workers").body["workers"][0]["failing_partitions"] is None
+    # An error over the bound is bad input: 400 naming the field, nothing recorded.
+    too_long = {**reports, "3": {**reports["3"], "error": "x" * 5000}}
+    bad = cluster.post(
+        leader, "/v1/workers/w1/heartbeat", {**hb, "partitions": too_long}, token=reg["token"]
+    )
+    assert bad.status == 400 and "partitions" in bad.body.get("field", ""), bad
+    # The next heartbeat without failures clears it.
+    assignment()
+    parts = cluster.get(leader, "/v1/partitions").body["partitions"]
+    assert not any(p["failing"] for p in parts)
+    assert cluster.get(leader, "/v1/workers").body["workers"][0]["failing_partitions"] == 0
 
 
 def test_bad_input_is_a_clear_error_and_changes_nothing(cluster: Cluster) -> None:

@@ -190,3 +190,29 @@ def test_key_limit_goes_to_dead_letter_visibly(pipeline: Pipeline) -> None:
         k for part in range(PARTITIONS) for k in p.store.list_keys(f"deadletter/p{part:05d}/")
     ]
     assert dead_letters
+
+
+def test_worker_refuses_to_start_when_its_spark_cannot_read_its_input(
+    tmp_path: Path, spark_remote: str, moto_endpoint: str
+) -> None:
+    """`direct` on S3 needs s3a:// (hadoop-aws), which this Spark has not: the start-up probe
+    fails, the worker says why and exits 2 without registering (so it never takes partitions
+    it cannot process)."""
+    import boto3
+
+    bucket = f"ripple-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
+    p = Pipeline(tmp_path, f"s3://{bucket}/pipeline", spark_remote, moto_endpoint)
+    p.cluster.start_all()
+    try:
+        p.cluster.ready()
+        w = p.start_worker("w1", "--data-path", "direct")
+        wait_until(lambda: not w.alive(), "the worker exits", 120)
+        assert w.popen.returncode == 2
+        log = w.output()
+        assert "refusing to start" in log and "'direct' data path" in log, log[-2000:]
+        assert f"s3a://{bucket}/pipeline/probes/w1.parquet" in log
+        workers = p.cluster.get(p.cluster.leader(), "/v1/workers").body["workers"]
+        assert workers == []
+    finally:
+        p.stop()
