@@ -2,15 +2,16 @@
 
   ripple coordinator --config FILE --node-id ID     run one coordinator node (foreground)
   ripple up [--data-dir DIR] [--workers N]          a local cluster; Ctrl-C stops it all
-  ripple status|partitions|workers|migrations       read from any node (--url, repeatable)
+  ripple status|partitions|workers|migrations       read from any node
   ripple reassign [--dry-run] [--move P:WORKER]     admin: balance or explicit moves
   ripple drain WORKER                               admin: move a worker's partitions away
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log
   ripple get KEY                                    a key's state from its owning worker
 
-URLs and the admin token default to the cluster file `ripple up` writes
-(`<data-dir>/cluster.toml`), or `RIPPLE_URL` / `RIPPLE_ADMIN_TOKEN`.
+Every subcommand that talks to the coordinators takes `--coordinator URL` (repeatable;
+`--url` is the same flag). URLs and the admin token default to `RIPPLE_URL` (comma-separated)
+/ `RIPPLE_ADMIN_TOKEN`, else to the cluster file `ripple up` writes (`<data-dir>/cluster.toml`).
 """
 
 from __future__ import annotations
@@ -58,19 +59,21 @@ def _cluster_file(data_dir: str) -> Path:
 
 
 def _urls(args: argparse.Namespace) -> list[str]:
-    if args.url:
-        return list(args.url)
+    if args.coordinator:
+        return list(args.coordinator)
     env = os.environ.get("RIPPLE_URL")
     if env:
         return [u for u in env.split(",") if u]
-    path = _cluster_file(args.data_dir)
-    if path.exists():
+    data_dir = getattr(args, "data_dir", None)  # `ripple worker` has no cluster file
+    path = _cluster_file(data_dir) if data_dir else None
+    if path is not None and path.exists():
         cfg = load_config(path, env={}, validate=False)
         return [n.url for n in cfg.nodes]
     raise RippleError(
-        "no coordinator URL: pass --url, set RIPPLE_URL, or run `ripple up` first",
+        "no coordinator URL: pass --coordinator URL, set RIPPLE_URL, or run `ripple up` first",
         code="usage",
         status=2,
+        field="coordinator",
     )
 
 
@@ -319,7 +322,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
     check_bind(args.listen, "listen", allow_wildcard=args.allow_wildcard_bind)
     settings = WorkerSettings(
-        coordinators=tuple(args.coordinator),
+        coordinators=tuple(_urls(args)),
         worker_id=args.worker_id,
         listen=args.listen,
         spark_remote=args.spark_remote,
@@ -576,6 +579,19 @@ async def _fetch_status(urls: list[str]) -> dict[str, Any]:
 # -- parser -----------------------------------------------------------------------------------
 
 
+def coordinator_arg(sp: argparse.ArgumentParser) -> None:
+    """The one flag for coordinator URLs, on every subcommand that needs them. `--url` is
+    kept as an alias: the read, admin, produce and get commands used to spell it that way."""
+    sp.add_argument(
+        "--coordinator",
+        "--url",
+        dest="coordinator",
+        action="append",
+        metavar="URL",
+        help="coordinator URL (repeatable; default RIPPLE_URL, comma-separated)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ripple", description="Ripple partition coordinator")
     p.add_argument("--log-level", default=os.environ.get("RIPPLE_LOG_LEVEL", "INFO"))
@@ -611,7 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     def client_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--url", action="append", help="coordinator URL (repeatable)")
+        coordinator_arg(sp)
         sp.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
         sp.add_argument("--json", action="store_true")
 
@@ -633,7 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--admin-token")
 
     w = sub.add_parser("worker", help="run one pipeline worker")
-    w.add_argument("--coordinator", action="append", required=True, help="repeatable")
+    coordinator_arg(w)
     w.add_argument("--worker-id", required=True)
     w.add_argument("--listen", required=True, help="HOST:PORT to serve on")
     w.add_argument("--advertise", help="URL the coordinator uses (default http://LISTEN)")

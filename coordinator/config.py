@@ -3,12 +3,18 @@
 Precedence, lowest to highest: built-in default < TOML file < `RIPPLE_<KEY>` environment
 variable < command-line flag. The node list (`[[nodes]]`) comes from the file only. Every
 bound the coordinator enforces is a named key here, so an operator can see and change it.
+
+The worker timings follow `heartbeat_timeout_s` unless set: `heartbeat_interval_s` =
+timeout / 6, `suspect_after_s` = timeout / 2, `lease_s` = timeout * 2 / 3 (5, 15 and 20 s
+at the default 30 s). So changing the one timeout alone always gives a valid set, and the
+order the validation demands (interval < lease < timeout, suspect < timeout) holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import os
 import socket
 import tomllib
@@ -20,6 +26,7 @@ from typing import Any
 from coordinator.errors import ConfigError
 
 __all__ = [
+    "DERIVED_TIMINGS",
     "SCALAR_KEYS",
     "ClusterConfig",
     "NodeSpec",
@@ -70,6 +77,19 @@ def check_bind(text: str, field: str, *, allow_wildcard: bool) -> tuple[str, int
         )
     return host, port
 
+# Unset worker timings are these fractions of `heartbeat_timeout_s` (see the module doc).
+DERIVED_TIMINGS = {
+    "heartbeat_interval_s": 1 / 6,
+    "suspect_after_s": 1 / 2,
+    "lease_s": 2 / 3,
+}
+# "Not set": NaN cannot come from a file, the environment or a flag (`_coerce` refuses
+# non-finite numbers), so it cannot be mistaken for a value an operator chose.
+_UNSET = math.nan
+# pysyncobj's connection timeout, fixed in replication/log.py: the election timeout must
+# stay below it or pysyncobj asserts at start.
+RAFT_MAX_TIMEOUT_S_MAX = 1.5
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSpec:
@@ -104,10 +124,11 @@ class ClusterConfig:
     allow_wildcard_bind: bool = False
     total_partitions: int = 128
     min_cluster_size: int = 1
-    heartbeat_interval_s: float = 5.0
-    suspect_after_s: float = 15.0
+    # The three `_UNSET` timings are derived from heartbeat_timeout_s in __post_init__.
+    heartbeat_interval_s: float = _UNSET
+    suspect_after_s: float = _UNSET
     heartbeat_timeout_s: float = 30.0
-    lease_s: float = 20.0
+    lease_s: float = _UNSET
     checkpoint_interval_s: float = 10.0
     data_dir: str = "./ripple-data"
     placement_strategy: str = "balanced"
@@ -130,6 +151,12 @@ class ClusterConfig:
     log_compaction_min_time_s: float = 300.0
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
 
+    def __post_init__(self) -> None:
+        for key, fraction in DERIVED_TIMINGS.items():
+            if math.isnan(getattr(self, key)):
+                # Frozen: __post_init__ is the one place a derived value may be filled in.
+                object.__setattr__(self, key, self.heartbeat_timeout_s * fraction)
+
     def node(self, node_id: str) -> NodeSpec:
         for n in self.nodes:
             if n.id == node_id:
@@ -146,6 +173,7 @@ class ClusterConfig:
         return Path(self.data_dir) / node_id
 
     def validate(self) -> None:
+        """Raise ConfigError naming the first bad setting and the rule it breaks."""
         if len(self.cluster_secret) < 16:
             raise ConfigError(
                 "cluster_secret is required (at least 16 characters): it encrypts Raft "
@@ -162,39 +190,93 @@ class ClusterConfig:
             )
         if not self.heartbeat_timeout_s < self.worker_token_lifetime_s <= 7 * 86400:
             raise ConfigError(
-                "need heartbeat_timeout_s < worker_token_lifetime_s <= 604800 (a week)",
+                f"worker_token_lifetime_s = {self.worker_token_lifetime_s}: must be > "
+                f"heartbeat_timeout_s = {self.heartbeat_timeout_s} and <= 604800 (a week)",
                 field="worker_token_lifetime_s",
             )
         if not 1 <= self.total_partitions <= 1_000_000:
-            raise ConfigError("total_partitions must be in 1..1000000", field="total_partitions")
-        if self.min_cluster_size < 1:
-            raise ConfigError("min_cluster_size must be >= 1", field="min_cluster_size")
-        if not 0 < self.suspect_after_s < self.heartbeat_timeout_s:
             raise ConfigError(
-                "need 0 < suspect_after_s < heartbeat_timeout_s", field="suspect_after_s"
+                f"total_partitions = {self.total_partitions}: must be in 1..1000000",
+                field="total_partitions",
             )
-        if not self.heartbeat_interval_s < self.lease_s < self.heartbeat_timeout_s:
-            # The lease must expire before the coordinator declares the worker dead, or a
-            # paused worker could still process a partition that was given to another.
+        for key in _POSITIVE_KEYS:
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"{key} = {getattr(self, key)}: must be > 0", field=key)
+        if self.propose_retries_max < 0:
             raise ConfigError(
-                "need heartbeat_interval_s < lease_s < heartbeat_timeout_s", field="lease_s"
+                f"propose_retries_max = {self.propose_retries_max}: must be >= 0",
+                field="propose_retries_max",
             )
-        if not (
-            self.append_entries_period_s > 0
-            and self.raft_min_timeout_s > 3 * self.append_entries_period_s
-            and self.raft_max_timeout_s > self.raft_min_timeout_s
-            and self.leader_fallback_timeout_s > self.append_entries_period_s
-        ):
-            # pysyncobj asserts these itself; say it here, with the key, instead.
+        self._validate_timings()
+        self._validate_raft()
+        if self.host_retry_cap_ms < self.host_retry_base_ms:
             raise ConfigError(
-                "need raft_min_timeout_s > 3 * append_entries_period_s, raft_max_timeout_s > "
-                "raft_min_timeout_s and leader_fallback_timeout_s > append_entries_period_s",
-                field="raft_min_timeout_s",
+                f"host_retry_cap_ms = {self.host_retry_cap_ms}: must be >= host_retry_base_ms "
+                f"= {self.host_retry_base_ms}",
+                field="host_retry_cap_ms",
             )
         if self.placement_strategy not in ("balanced", "hash_ring"):
             raise ConfigError(
-                "placement_strategy is balanced or hash_ring", field="placement_strategy"
+                f"placement_strategy = {self.placement_strategy!r}: must be balanced or hash_ring",
+                field="placement_strategy",
             )
+        self._validate_nodes()
+
+    def _validate_timings(self) -> None:
+        t = self.heartbeat_timeout_s
+        if not self.suspect_after_s < t:
+            raise ConfigError(
+                f"suspect_after_s = {self.suspect_after_s}: must be < heartbeat_timeout_s = {t} "
+                "(a worker is suspected before it is declared dead; unset, it is "
+                "heartbeat_timeout_s / 2)",
+                field="suspect_after_s",
+            )
+        if not self.lease_s < t:
+            # The lease must expire before the coordinator declares the worker dead, or a
+            # paused worker could still process a partition that was given to another.
+            raise ConfigError(
+                f"lease_s = {self.lease_s}: must be < heartbeat_timeout_s = {t} (a cut-off "
+                "worker pauses before its partitions move; unset, it is "
+                "heartbeat_timeout_s * 2 / 3)",
+                field="lease_s",
+            )
+        if not self.heartbeat_interval_s < self.lease_s:
+            raise ConfigError(
+                f"heartbeat_interval_s = {self.heartbeat_interval_s}: must be < lease_s = "
+                f"{self.lease_s} (a worker heartbeats before its lease runs out; unset, it "
+                "is heartbeat_timeout_s / 6)",
+                field="heartbeat_interval_s",
+            )
+
+    def _validate_raft(self) -> None:
+        # pysyncobj asserts these itself with a bare AssertionError; say them here, with the key.
+        period = self.append_entries_period_s
+        if not self.raft_min_timeout_s > 3 * period:
+            raise ConfigError(
+                f"raft_min_timeout_s = {self.raft_min_timeout_s}: must be > 3 * "
+                f"append_entries_period_s = {3 * period:g}",
+                field="raft_min_timeout_s",
+            )
+        if not self.raft_min_timeout_s < self.raft_max_timeout_s <= RAFT_MAX_TIMEOUT_S_MAX:
+            raise ConfigError(
+                f"raft_max_timeout_s = {self.raft_max_timeout_s}: must be > "
+                f"raft_min_timeout_s = {self.raft_min_timeout_s} and <= "
+                f"{RAFT_MAX_TIMEOUT_S_MAX} (pysyncobj's connection timeout)",
+                field="raft_max_timeout_s",
+            )
+        if not self.leader_fallback_timeout_s > period:
+            raise ConfigError(
+                f"leader_fallback_timeout_s = {self.leader_fallback_timeout_s}: must be > "
+                f"append_entries_period_s = {period}",
+                field="leader_fallback_timeout_s",
+            )
+        if self.log_compaction_min_entries < 2:
+            raise ConfigError(
+                f"log_compaction_min_entries = {self.log_compaction_min_entries}: must be >= 2",
+                field="log_compaction_min_entries",
+            )
+
+    def _validate_nodes(self) -> None:
         ids = [n.id for n in self.nodes]
         if len(set(ids)) != len(ids):
             raise ConfigError("node ids must be unique", field="nodes")
@@ -206,6 +288,32 @@ class ClusterConfig:
             split_host_port(n.raft, "nodes")  # what the peers dial
             for addr in (n.raft_listen, n.http):  # what this node binds
                 check_bind(addr, "nodes", allow_wildcard=self.allow_wildcard_bind)
+
+
+# Settings that are a count, a size or a duration: zero or less is never meaningful.
+# The timeout comes first: the timings derived from it would otherwise be blamed for it.
+_POSITIVE_KEYS = (
+    "heartbeat_timeout_s",
+    "min_cluster_size",
+    "heartbeat_interval_s",
+    "suspect_after_s",
+    "lease_s",
+    "checkpoint_interval_s",
+    "virtual_nodes",
+    "max_concurrent_migrations",
+    "max_keys_per_partition",
+    "body_bytes_max",
+    "heartbeat_partitions_max",
+    "propose_timeout_s",
+    "host_retry_base_ms",
+    "host_retry_cap_ms",
+    "worker_call_timeout_s",
+    "raft_min_timeout_s",
+    "raft_max_timeout_s",
+    "append_entries_period_s",
+    "leader_fallback_timeout_s",
+    "log_compaction_min_time_s",
+)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ClusterConfig)}
@@ -226,18 +334,20 @@ def _coerce(key: str, raw: Any) -> Any:
                 return False
             raise ValueError(raw)
         if isinstance(default, int):
-            if isinstance(raw, bool):
-                raise ValueError(raw)
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError(raw)  # int(1.5) would silently make it 1
             return int(raw)
         if isinstance(default, float):
             if isinstance(raw, bool):
                 raise ValueError(raw)
-            return float(raw)
+            number = float(raw)
+            if not math.isfinite(number):
+                raise ValueError(raw)
+            return number
         return str(raw)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"{key}: cannot use {raw!r} as {type(default).__name__}", field=key
-        ) from exc
+        kind = "finite number" if isinstance(default, float) else type(default).__name__
+        raise ConfigError(f"{key}: cannot use {raw!r}, need a {kind}", field=key) from exc
 
 
 NODE_KEYS = frozenset({"id", "raft", "http", "raft_bind"})
@@ -306,6 +416,10 @@ def render_toml(config: ClusterConfig) -> str:
     lines = []
     for key in SCALAR_KEYS:
         value = getattr(config, key)
+        if key in DERIVED_TIMINGS and value == config.heartbeat_timeout_s * DERIVED_TIMINGS[key]:
+            # Left out, it is derived again on load and keeps following heartbeat_timeout_s
+            # when the environment or a flag changes the timeout.
+            continue
         if isinstance(value, bool):
             lines.append(f"{key} = {'true' if value else 'false'}")
         elif isinstance(value, int | float):

@@ -57,3 +57,108 @@ def test_two_nodes_may_not_listen_on_one_raft_port() -> None:
     clash = nodes(spec(1, "127.0.0.1:7020"), spec(2), spec(3))
     with pytest.raises(ConfigError, match="raft_listen addresses must be unique"):
         clash.validate()
+
+
+# -- worker timings derived from heartbeat_timeout_s ----------------------------------------
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "cluster.toml"
+    path.write_text(f'cluster_secret = "{SECRET}"\nadmin_token = "{ADMIN}"\n{body}\n')
+    return path
+
+
+def test_setting_only_heartbeat_timeout_gives_a_valid_config(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "heartbeat_timeout_s = 3"), env={})
+    assert (config.heartbeat_interval_s, config.suspect_after_s, config.lease_s) == (
+        pytest.approx(0.5),
+        pytest.approx(1.5),
+        pytest.approx(2.0),
+    )
+
+
+def test_the_defaults_are_the_documented_fractions_of_30_s() -> None:
+    config = ClusterConfig()
+    assert config.heartbeat_timeout_s == 30.0
+    assert (config.heartbeat_interval_s, config.suspect_after_s, config.lease_s) == (
+        pytest.approx(5.0),
+        pytest.approx(15.0),
+        pytest.approx(20.0),
+    )
+
+
+def test_the_timeout_from_the_environment_moves_the_derived_timings(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ""), env={"RIPPLE_HEARTBEAT_TIMEOUT_S": "12"})
+    assert (config.suspect_after_s, config.lease_s) == (pytest.approx(6.0), pytest.approx(8.0))
+
+
+def test_an_explicit_timing_wins_over_the_derived_one(tmp_path: Path) -> None:
+    path = write(tmp_path, "heartbeat_timeout_s = 3\nsuspect_after_s = 2.5")
+    config = load_config(path, env={}, overrides={"lease_s": 1.0})
+    assert (config.suspect_after_s, config.lease_s) == (2.5, 1.0)
+    assert config.heartbeat_interval_s == pytest.approx(0.5)
+
+
+def test_render_leaves_derived_timings_out_so_they_keep_following(tmp_path: Path) -> None:
+    derived = ClusterConfig(cluster_secret=SECRET, admin_token=ADMIN, heartbeat_timeout_s=9)
+    text = render_toml(derived)
+    assert "heartbeat_timeout_s = 9" in text
+    assert "suspect_after_s" not in text and "lease_s" not in text
+    path = tmp_path / "cluster.toml"
+    path.write_text(text)
+    assert load_config(path, env={}) == derived
+    shorter = load_config(path, env={"RIPPLE_HEARTBEAT_TIMEOUT_S": "3"})
+    assert shorter.lease_s == pytest.approx(2.0)
+    chosen = ClusterConfig(cluster_secret=SECRET, admin_token=ADMIN, lease_s=7.0)
+    assert "lease_s = 7.0" in render_toml(chosen)
+
+
+# -- every validation error names the setting and the rule ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "rule"),
+    [
+        (
+            "heartbeat_timeout_s = 3\nsuspect_after_s = 15",
+            "suspect_after_s",
+            "< heartbeat_timeout_s",
+        ),
+        ("heartbeat_timeout_s = 3\nlease_s = 20", "lease_s", "< heartbeat_timeout_s"),
+        ("heartbeat_timeout_s = 3\nheartbeat_interval_s = 5", "heartbeat_interval_s", "< lease_s"),
+        ("suspect_after_s = 0", "suspect_after_s", "> 0"),
+        ("heartbeat_timeout_s = -1", "heartbeat_timeout_s", "> 0"),
+        ("checkpoint_interval_s = 0", "checkpoint_interval_s", "> 0"),
+        ("body_bytes_max = 0", "body_bytes_max", "> 0"),
+        ("min_cluster_size = 0", "min_cluster_size", "> 0"),
+        ("total_partitions = 0", "total_partitions", "1..1000000"),
+        ("propose_retries_max = -1", "propose_retries_max", ">= 0"),
+        (
+            "host_retry_base_ms = 900\nhost_retry_cap_ms = 100",
+            "host_retry_cap_ms",
+            ">= host_retry_base_ms",
+        ),
+        ("raft_min_timeout_s = 0.1", "raft_min_timeout_s", "> 3 * append_entries_period_s"),
+        ("raft_max_timeout_s = 0.2", "raft_max_timeout_s", "> raft_min_timeout_s"),
+        ("raft_max_timeout_s = 2.0", "raft_max_timeout_s", "<= 1.5"),
+        (
+            "leader_fallback_timeout_s = 0.01",
+            "leader_fallback_timeout_s",
+            "> append_entries_period_s",
+        ),
+        ("log_compaction_min_entries = 1", "log_compaction_min_entries", ">= 2"),
+        ('placement_strategy = "random"', "placement_strategy", "balanced or hash_ring"),
+        ("lease_s = nan", "lease_s", "finite number"),
+        ('heartbeat_timeout_s = "soon"', "heartbeat_timeout_s", "finite number"),
+        ("min_cluster_size = 1.5", "min_cluster_size", "int"),
+        ("no_such_key = 1", "no_such_key", "unknown config key"),
+    ],
+)
+def test_validation_errors_name_the_setting_and_the_rule(
+    tmp_path: Path, body: str, key: str, rule: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, body), env={})
+    assert err.value.field == key
+    assert key in err.value.message
+    assert rule in err.value.message
