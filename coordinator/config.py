@@ -77,6 +77,7 @@ def check_bind(text: str, field: str, *, allow_wildcard: bool) -> tuple[str, int
         )
     return host, port
 
+
 # Unset worker timings are these fractions of `heartbeat_timeout_s` (see the module doc).
 DERIVED_TIMINGS = {
     "heartbeat_interval_s": 1 / 6,
