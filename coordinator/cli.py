@@ -369,6 +369,8 @@ def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
         admin_token=secrets.token_urlsafe(24),
         join_token=secrets.token_urlsafe(24),
         data_dir=str(Path(data_dir).resolve()),
+        # What the local workers get as --store: checkpoint references are checked against it.
+        store=f"file://{(Path(data_dir) / 'store').resolve()}",
         nodes=specs,
         **overrides,
     )
@@ -500,7 +502,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if workers:
             print("workers: " + ", ".join(workers))
         if spark_url is not None:
-            print(f"spark connect: {spark_url}   store: file://{Path(config.data_dir) / 'store'}")
+            print(f"spark connect: {spark_url}   store: {config.store}")
             print(
                 f"try: ripple produce --generate 10000 --data-dir {args.data_dir}  then  "
                 f"ripple get SYM0001 --data-dir {args.data_dir}"
@@ -544,7 +546,7 @@ def _start_pipeline(
 
     children.spark = SparkConnectServer(str(children.log_dir))
     spark_url = str(children.spark.start())
-    store = f"file://{(Path(config.data_dir) / 'store').resolve()}"
+    store = config.store or f"file://{(Path(config.data_dir) / 'store').resolve()}"
     ports = free_ports(args.workers)
     for i in range(args.workers):
         argv = [

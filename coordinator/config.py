@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinator.core.checkpoint_ref import store_base
 from coordinator.errors import ConfigError
 
 __all__ = [
@@ -123,6 +124,11 @@ class ClusterConfig:
     # Binding the Raft or HTTP port to every interface (0.0.0.0, ::, 0) is refused unless
     # this says so: the ports are meant for the cluster's own network only.
     allow_wildcard_bind: bool = False
+    # The pipeline's object store, exactly the URI the workers get as --store
+    # (file:///dir or s3://bucket/prefix). The coordinator records a checkpoint reference
+    # only when it is the canonical object for its (partition, epoch, offset) under it;
+    # empty: every checkpoint reference is fenced (nothing can be checked).
+    store: str = ""
     total_partitions: int = 128
     min_cluster_size: int = 1
     # The three `_UNSET` timings are derived from heartbeat_timeout_s in __post_init__.
@@ -195,6 +201,11 @@ class ClusterConfig:
                 f"heartbeat_timeout_s = {self.heartbeat_timeout_s} and <= 604800 (a week)",
                 field="worker_token_lifetime_s",
             )
+        if self.store:
+            try:
+                store_base(self.store)
+            except ValueError as exc:
+                raise ConfigError(f"store: {exc}", field="store") from None
         if not 1 <= self.total_partitions <= 1_000_000:
             raise ConfigError(
                 f"total_partitions = {self.total_partitions}: must be in 1..1000000",

@@ -1,6 +1,8 @@
 """Checkpoints (state + offset as one object) and dead-letter segments in the store.
 
-Keys: ``checkpoints/p{partition:05d}/e{epoch:010d}-o{offset:020d}.ckpt`` (msgpack) and
+Keys: ``checkpoints/p{partition:05d}/e{epoch:010d}-o{offset:020d}.ckpt`` (msgpack; named by
+``coordinator.core.checkpoint_ref``, the same function the coordinator checks references
+with) and
 ``deadletter/p{partition:05d}/e{epoch:010d}-o{from:020d}-{to:020d}.parquet``.
 
 Invariant: a checkpoint object is written once and never changes, and its name, its
@@ -22,6 +24,7 @@ import msgpack
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from coordinator.core.checkpoint_ref import checkpoint_key
 from pipeline.state import KeyState, PartitionState
 from pipeline.store import ObjectStore, StoreError
 
@@ -72,10 +75,6 @@ class CheckpointData(NamedTuple):
     state: PartitionState
     partition: int
     epoch: int
-
-
-def checkpoint_key(partition: int, epoch: int, offset: int) -> str:
-    return f"checkpoints/p{partition:05d}/e{epoch:010d}-o{offset:020d}.ckpt"
 
 
 def deadletter_key(partition: int, epoch: int, from_offset: int, to_offset: int) -> str:

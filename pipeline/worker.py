@@ -40,9 +40,10 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.client import CoordinatorClient
+from coordinator.core.checkpoint_ref import checkpoint_key
 from coordinator.errors import ClientError
 from pipeline.aggregate import Aggregator, Transform, identity
-from pipeline.checkpoint import CheckpointStore
+from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointStore
 from pipeline.datapath import (
     ARROW_BATCH_BYTES_MAX_DEFAULT,
     ARROW_BATCH_ROWS_MAX_DEFAULT,
@@ -434,7 +435,14 @@ class Worker:
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
             raise _http_error(400, "invalid", "epoch must be a positive integer", "epoch")
         ck = body.get("checkpoint")
-        if ck is not None and not (isinstance(ck, dict) and isinstance(ck.get("uri"), str)):
+        if ck is not None and not (
+            isinstance(ck, dict)
+            and isinstance(ck.get("uri"), str)
+            and all(
+                isinstance(ck.get(k), int) and not isinstance(ck.get(k), bool)
+                for k in ("offset", "epoch")
+            )
+        ):
             raise _http_error(
                 400, "invalid", "checkpoint must be {offset, uri, epoch} or null", "checkpoint"
             )
@@ -451,7 +459,7 @@ class Worker:
             self.parts[p] = rt
             try:
                 if ck is not None:
-                    data = await asyncio.to_thread(self.checkpoints.read, ck["uri"])
+                    data = await asyncio.to_thread(self.load_checkpoint, p, ck)
                     # The loaded object is named after the epoch that wrote it: this epoch's
                     # first report writes its own, so every checkpoint the coordinator
                     # records at an epoch was written at that epoch (scenario f, seed 606).
@@ -472,6 +480,23 @@ class Worker:
             rt.loaded.set()
             log.info("hosting partition %d at epoch %d from offset %d", p, epoch, rt.offset)
         return web.json_response({"partition": p, "epoch": epoch, "offset": rt.offset})
+
+    def load_checkpoint(self, partition: int, ck: dict[str, Any]) -> CheckpointData:
+        """Blocking: load the checkpoint the leader sent, and only if it is what it says it
+        is: the canonical object of this partition at the sent epoch and offset in our own
+        store, holding exactly that partition, epoch and offset (another partition's
+        checkpoint was once loaded as this one's, skipping offsets it never processed)."""
+        expected = self.store.uri(checkpoint_key(partition, ck["epoch"], ck["offset"]))
+        if ck["uri"] != expected:
+            raise CheckpointCorrupt(
+                f"sent checkpoint {ck['uri']!r} is not partition {partition}'s at epoch "
+                f"{ck['epoch']} offset {ck['offset']} ({expected!r})"
+            )
+        data = self.checkpoints.read(ck["uri"])
+        held = (data.partition, data.epoch, data.offset)
+        if held != (partition, ck["epoch"], ck["offset"]):
+            raise CheckpointCorrupt(f"{ck['uri']!r} holds partition/epoch/offset {held}")
+        return data
 
     async def handle_release(self, request: web.Request) -> web.Response:
         if not self._authorized(request):

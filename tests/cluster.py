@@ -85,7 +85,9 @@ class Cluster:
             )
             for i in range(nodes)
         )
-        defaults: dict[str, Any] = {"total_partitions": 16}
+        # `store`: what the workers get as --store; checkpoint references are checked
+        # against it (tests with real workers pass theirs).
+        defaults: dict[str, Any] = {"total_partitions": 16, "store": f"file://{root}/store"}
         self.config = ClusterConfig(
             cluster_secret=SECRET,
             admin_token=ADMIN,

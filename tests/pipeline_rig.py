@@ -50,7 +50,7 @@ class Pipeline:
         worker_args: tuple[str, ...] = (),
         oracle_reads_rows: bool = False,
     ) -> None:
-        self.cluster = Cluster(root, **(settings or SETTINGS))
+        self.cluster = Cluster(root, store=store_uri, **(settings or SETTINGS))
         self.store_uri = store_uri
         self.spark = spark
         # The test's own store (producer, oracle) talks to `s3_endpoint`; workers may be

@@ -3,7 +3,9 @@
 Run as `python -m tests.scripted_worker --coordinator URL ... --worker-id W --port P`.
 It registers (following redirects), heartbeats with its gates' epochs and offsets, obeys
 host / release / checkpoint calls (verifying the coordinator's bearer token), and exposes
-`GET /test/state` (gates and a log of every call) and `POST /test/heartbeats {"enabled"}`
+`GET /test/state` (gates and a log of every call), `POST /test/heartbeats {"enabled"}` and
+`POST /test/release-uri {"uri"}` (name this object in release replies, as a compromised
+worker could)
 so a test can make it fall silent without killing it. Offsets advance by one per
 heartbeat for each open gate, standing in for processed input.
 """
@@ -20,13 +22,18 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.client import CoordinatorClient
+from coordinator.core.checkpoint_ref import canonical_uri
 from coordinator.errors import ClientError
 
 log = logging.getLogger("scripted_worker")
 
 
 class ScriptedWorker:
-    def __init__(self, urls: list[str], worker_id: str, port: int, interval_s: float) -> None:
+    def __init__(
+        self, urls: list[str], worker_id: str, port: int, interval_s: float, store: str
+    ) -> None:
+        self.store = store  # references are named as a real worker's (nothing is written)
+        self.release_uri: str | None = None
         self.client = CoordinatorClient(urls, deadline_s=5.0, timeout_s=3.0)
         self.worker_id = worker_id
         self.address = f"http://127.0.0.1:{port}"
@@ -90,7 +97,7 @@ class ScriptedWorker:
                 "partition": p,
                 "epoch": g["epoch"],
                 "offset": g["offset"],
-                "uri": f"mem://{self.worker_id}/{p}/{g['epoch']}/{g['offset']}",
+                "uri": canonical_uri(self.store, p, g["epoch"], g["offset"]),
             }
             for p, g in sorted(self.gates.items())
             if g["open"]
@@ -147,7 +154,8 @@ class ScriptedWorker:
                 "migration_id": body.get("migration_id"),
             }
         )
-        uri = f"mem://{self.worker_id}/{p}/{gate['epoch']}/{gate['offset']}"
+        # A test may make this worker name any object (a compromised worker would).
+        uri = self.release_uri or canonical_uri(self.store, p, gate["epoch"], gate["offset"])
         return web.json_response(
             {
                 "partition": p,
@@ -183,12 +191,18 @@ class ScriptedWorker:
         self.heartbeats_enabled = bool((await request.json())["enabled"])
         return web.json_response({"enabled": self.heartbeats_enabled})
 
+    async def set_release_uri(self, request: web.Request) -> web.Response:
+        self.release_uri = (await request.json())["uri"]
+        return web.json_response({"uri": self.release_uri})
+
     async def report_now(self, request: web.Request) -> web.Response:
         return web.json_response({"results": await self.report_checkpoints()})
 
 
 async def main(args: argparse.Namespace) -> None:
-    w = ScriptedWorker(args.coordinator, args.worker_id, args.port, args.heartbeat_interval)
+    w = ScriptedWorker(
+        args.coordinator, args.worker_id, args.port, args.heartbeat_interval, args.store
+    )
     app = web.Application()
     app.router.add_post("/v1/partitions/{p}/host", w.host)
     app.router.add_post("/v1/partitions/{p}/release", w.release)
@@ -196,6 +210,7 @@ async def main(args: argparse.Namespace) -> None:
     app.router.add_get("/test/state", w.state)
     app.router.add_post("/test/heartbeats", w.set_heartbeats)
     app.router.add_post("/test/report-checkpoints", w.report_now)
+    app.router.add_post("/test/release-uri", w.set_release_uri)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", args.port).start()
@@ -216,5 +231,6 @@ if __name__ == "__main__":
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--heartbeat-interval", type=float, default=0.3)
+    parser.add_argument("--store", required=True, help="the cluster's store setting")
     logging.basicConfig(level=logging.INFO)
     asyncio.run(main(parser.parse_args()))

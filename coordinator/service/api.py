@@ -21,6 +21,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 
+from coordinator.core.checkpoint_ref import reference_problem
 from coordinator.core.codec import encode_state
 from coordinator.core.commands import Barrier, DrainWorker, RecordCheckpoints, RegisterWorker
 from coordinator.core.commands import CheckpointReport as CheckpointReportCmd
@@ -603,26 +604,48 @@ async def checkpoints(request: web.Request) -> web.Response:
         raise RequestError("the token is another worker's", code="forbidden", status=403)
     with node.read() as state:
         current_incarnation(state, claims)
-    value = await node.submit(
-        RecordCheckpoints(
-            worker_id=wid,
-            incarnation=body.incarnation,
-            entries=tuple(
-                CheckpointReportCmd(
-                    partition=c.partition, epoch=c.epoch, offset=c.offset, uri=c.uri
-                )
-                for c in body.checkpoints
+    # A reference that is not the canonical object of its (partition, epoch, offset) in the
+    # cluster's store is fenced here and never proposed (another file, bucket or partition's
+    # checkpoint would otherwise be loaded by the next owner as this partition's state).
+    refused = {
+        i: reason
+        for i, c in enumerate(body.checkpoints)
+        if (reason := reference_problem(node.config.store, c.partition, c.epoch, c.offset, c.uri))
+    }
+    kept = [c for i, c in enumerate(body.checkpoints) if i not in refused]
+    recorded: list[dict[str, Any]] = []
+    if kept:
+        value = await node.submit(
+            RecordCheckpoints(
+                worker_id=wid,
+                incarnation=body.incarnation,
+                entries=tuple(
+                    CheckpointReportCmd(
+                        partition=c.partition, epoch=c.epoch, offset=c.offset, uri=c.uri
+                    )
+                    for c in kept
+                ),
+                now_ms=now_ms(),
             ),
-            now_ms=now_ms(),
-        ),
-        idempotency_key(request, f"worker:{wid}", "checkpoints"),
-    )
-    results = [
-        m.CheckpointResult(
-            partition=r["partition"], status=r["status"], reason=r.get("reason") or ""
+            idempotency_key(request, f"worker:{wid}", "checkpoints"),
         )
-        for r in value["results"]
-    ]
+        recorded = list(value["results"])
+    answers = iter(recorded)
+    results = []
+    for i, c in enumerate(body.checkpoints):
+        if i in refused:
+            results.append(
+                m.CheckpointResult(partition=c.partition, status="fenced", reason=refused[i])
+            )
+            continue
+        answer = next(answers)
+        results.append(
+            m.CheckpointResult(
+                partition=answer["partition"],
+                status=answer["status"],
+                reason=answer.get("reason") or "",
+            )
+        )
     for r in results:
         node.metrics.checkpoints.labels(status=r.status).inc()
     return _json(m.CheckpointsResponse(results=results))

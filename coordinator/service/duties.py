@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from coordinator.core.backoff import BackoffPolicy, RetrySchedule
+from coordinator.core.checkpoint_ref import reference_problem
 from coordinator.core.commands import (
     AbortMigration,
     Assignment,
@@ -636,7 +637,21 @@ class LeaderDuties:
                 and isinstance(ck.get("offset"), int)
                 and isinstance(ck.get("uri"), str)
             ):
-                final = FinalCheckpoint(offset=ck["offset"], uri=ck["uri"], epoch=epoch)
+                problem = reference_problem(
+                    self.node.config.store, partition, epoch, ck["offset"], ck["uri"]
+                )
+                if problem is None:
+                    final = FinalCheckpoint(offset=ck["offset"], uri=ck["uri"], epoch=epoch)
+                else:
+                    # Fenced like a report: the hand-off falls back to the last accepted
+                    # checkpoint, and the new owner replays the source from there.
+                    log.warning(
+                        "release of p%d by %s named checkpoint %r: fenced (%s)",
+                        partition,
+                        worker_id,
+                        ck["uri"],
+                        problem,
+                    )
         elif status == 409:
             # The source does not hold this epoch (restarted, or never hosted it): hand off
             # with the last accepted checkpoint.

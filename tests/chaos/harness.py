@@ -54,6 +54,7 @@ class Workers:
         port = self.ports.get(wid) or free_ports(1)[0]
         argv = python_argv("-m", "tests.scripted_worker", "--worker-id", wid, "--port", str(port))
         argv += ["--heartbeat-interval", "0.3"]
+        argv += ["--store", self.cluster.config.store]
         for s in self.cluster.specs:
             argv += ["--coordinator", s.url]
         proc = Proc(argv, self.cluster.root / "logs" / f"{wid}.log")

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.core.checkpoint_ref import canonical_uri, store_base
 from tests.cluster import ADMIN, Cluster, call, worker_token
 from tests.support import Proc, free_ports, python_argv, wait_until
 
@@ -43,6 +44,7 @@ class Workers:
             "--heartbeat-interval",
             "0.3",
         )
+        argv += ["--store", self.cluster.config.store]
         for s in self.cluster.specs:
             argv += ["--coordinator", s.url]
         proc = Proc(argv, self.cluster.root / "logs" / f"{wid}.log")
@@ -217,7 +219,8 @@ def test_balance_after_join_moves_the_lower_bound(env: tuple[Cluster, Workers]) 
             x for x in w.state("w4")["calls"] if x["call"] == "host" and x["partition"] == part
         ]
         assert released and hosted
-        assert hosted[-1]["checkpoint"]["uri"].startswith(f"mem://{mig['from']}/{part}/")
+        ck = hosted[-1]["checkpoint"]
+        assert ck["uri"] == canonical_uri(c.config.store, part, released[-1]["epoch"], ck["offset"])
 
 
 def test_invalid_moves_are_refused_with_reasons(env: tuple[Cluster, Workers]) -> None:
@@ -299,7 +302,9 @@ def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Worker
     state = w.state("w1")
     token = worker_token("w1", state["incarnation"])
 
-    def report(epoch: int, offset: int, partition: int = p["partition"]) -> str:
+    def report(
+        epoch: int, offset: int, partition: int = p["partition"], uri: str | None = None
+    ) -> str:
         r = c.write_via_any(
             "/v1/checkpoints",
             {
@@ -310,7 +315,7 @@ def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Worker
                         "partition": partition,
                         "epoch": epoch,
                         "offset": offset,
-                        "uri": f"mem://probe/{epoch}/{offset}",
+                        "uri": uri or canonical_uri(c.config.store, partition, epoch, offset),
                     }
                 ],
             },
@@ -324,8 +329,50 @@ def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Worker
     assert report(p["epoch"], 5) == "fenced"  # offset going backwards
     foreign = next(x for x in parts if x["owner"] != "w1")
     assert report(foreign["epoch"], 10_000, foreign["partition"]) == "fenced"  # not the owner
+    # Issue 11, probe 2: any other reference, even from the owner at its epoch, is fenced.
+    other = canonical_uri(c.config.store, foreign["partition"], p["epoch"], 10_002)
+    base = store_base(c.config.store)
+    for uri in (
+        "file:///etc/passwd",
+        "s3://other-bucket/x",
+        "../../etc/shadow",
+        other,  # another partition's checkpoint
+        base + "checkpoints/../../../etc/shadow",
+        canonical_uri("s3://other-bucket/ripple", p["partition"], p["epoch"], 10_002),
+        canonical_uri(c.config.store, p["partition"], p["epoch"], 10_003),  # another offset
+    ):
+        assert report(p["epoch"], 10_002, uri=uri) == "fenced", uri
     rec = c.get(c.leader(), f"/v1/partitions/{p['partition']}?consistent=true").body
-    assert rec["checkpoint"]["offset"] >= 10_000
+    assert rec["checkpoint"]["offset"] == 10_000
+    assert rec["checkpoint"]["uri"] == canonical_uri(
+        c.config.store, p["partition"], p["epoch"], 10_000
+    )
+
+
+def test_release_reply_with_a_foreign_checkpoint_is_fenced(env: tuple[Cluster, Workers]) -> None:
+    """Issue 11, probe 2 (release side): a source that names another object in its release
+    reply does not make it the partition's checkpoint; the hand-off falls back to the last
+    accepted one, so the new owner is sent that and never the foreign URI."""
+    c, w = env
+    parts = three_online(c, w)
+    p = next(x for x in parts if x["owner"] == "w1")
+    foreign = canonical_uri(c.config.store, (p["partition"] + 1) % 12, p["epoch"], 99)
+    r = call("POST", f"http://127.0.0.1:{w.ports['w1']}/test/release-uri", {"uri": foreign})
+    assert r.status == 200
+    move = {"moves": [{"partition": p["partition"], "to": "w2"}]}
+    assert admin(c, "/v1/admin/reassign", move).status == 202
+    wait_until(lambda: migrations(c)["in_flight"] == 0, "migration done", 30)
+    rec = c.get(c.leader(), f"/v1/partitions/{p['partition']}?consistent=true").body
+    assert rec["owner"] == "w2", rec
+    ck = rec["checkpoint"]
+    if ck is not None:  # an accepted periodic report of w1's, never the foreign object
+        assert ck["uri"] == canonical_uri(c.config.store, p["partition"], ck["epoch"], ck["offset"])
+    hosted = [
+        x
+        for x in w.state("w2")["calls"]
+        if x["call"] == "host" and x["partition"] == p["partition"]
+    ]
+    assert hosted and all((x["checkpoint"] or {}).get("uri") != foreign for x in hosted)
 
 
 def test_failover_does_not_kill_healthy_workers(env: tuple[Cluster, Workers]) -> None:

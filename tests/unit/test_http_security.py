@@ -11,6 +11,10 @@ Probe -> test:
 - 8, wildcard binds by string compare; HTTP unchecked test_wildcard_binds_are_parsed,
                                                      test_worker_refuses_a_wildcard_listen
 - 8, cluster file briefly world-readable             test_cluster_file_is_private_from_creation
+- 2, new owner loaded another partition's checkpoint  test_new_owner_loads_only_what_it_was_sent
+- 2, coordinator and pipeline name objects alike     test_store_base_is_how_the_stores_name_objects
+  (the coordinator side of probe 2 is tests/integration/test_duties.py:
+  test_checkpoints_fenced_by_epoch_owner_and_offset, test_release_reply_with_a_foreign_...)
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from coordinator.config import ClusterConfig, NodeSpec, is_wildcard, load_config, split_host_port
+from coordinator.core.checkpoint_ref import canonical_uri, checkpoint_key, store_base
 from coordinator.core.codec import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.errors import ConfigError, RequestError
@@ -45,7 +50,8 @@ from coordinator.service.auth import (
     token_matches,
 )
 from pipeline.lease import Lease
-from pipeline.store import LocalStore
+from pipeline.state import KeyState
+from pipeline.store import LocalStore, open_store
 from pipeline.worker import Worker, now_ms
 from tests.support import python_argv
 from tests.unit.test_pipeline_worker import offline_settings
@@ -282,3 +288,65 @@ def test_cluster_file_is_private_from_creation(tmp_path: Path) -> None:
     assert all(mode is None for _, mode in writes), writes
     assert path.stat().st_mode & 0o777 == 0o600
     assert load_config(path).cluster_secret
+
+
+@pytest.mark.parametrize(
+    "store", ["file:///tmp/rs", "file:///tmp/rs/", "file:///tmp/a%20b/../rs", "file://localhost/x"]
+)
+def test_store_base_is_how_the_stores_name_objects(store: str) -> None:
+    """The coordinator computes the canonical URI from the `store` setting alone; it must be
+    exactly what a worker's store (opened from the same URI) returns for the object."""
+    opened = open_store(store)
+    key = checkpoint_key(3, 7, 42)
+    assert canonical_uri(store, 3, 7, 42) == opened.uri(key)
+    assert store_base(store) == opened.uri("")
+
+
+def test_s3_store_base_matches_the_s3_store() -> None:
+    from pipeline.store import S3Store
+
+    for store, (bucket, prefix) in {
+        "s3://b/p": ("b", "/p"),
+        "s3://b/p/q/": ("b", "/p/q/"),
+        "s3://b": ("b", ""),
+    }.items():
+        s3 = S3Store(bucket, prefix, endpoint_url="http://127.0.0.1:9")
+        assert canonical_uri(store, 1, 2, 3) == s3.uri(checkpoint_key(1, 2, 3)), store
+    for bad in ("http://x/y", "s3:///p", "file://host/x", "file:relative", "s3://b/p?x=1"):
+        with pytest.raises(ValueError):
+            store_base(bad)
+
+
+async def test_new_owner_loads_only_what_it_was_sent(tmp_path: Path) -> None:
+    """Partition 5's checkpoint sent as partition 3's, a checkpoint of another epoch or
+    offset, or an object outside the store: refused (503, the leader falls back), never
+    loaded. The right one loads."""
+    worker = _worker(tmp_path)
+    store_uri = f"file://{tmp_path / 'store'}"
+    state = {"K": KeyState.of(1.0, 4)}
+    five = worker.checkpoints.write(5, 1, 42, state)
+    three = worker.checkpoints.write(3, 1, 40, state)
+    auth = {"Authorization": f"Bearer {call_token(SECRET, 'w1', 1)}"}
+    bad = [
+        {"uri": five, "epoch": 1, "offset": 42},  # another partition's
+        {"uri": three, "epoch": 1, "offset": 41},  # another offset than its name
+        {"uri": three, "epoch": 2, "offset": 40},  # another epoch than its name
+        {"uri": "file:///etc/passwd", "epoch": 1, "offset": 40},
+        {"uri": canonical_uri("s3://other/x", 3, 1, 40), "epoch": 1, "offset": 40},
+    ]
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            for ck in bad:
+                body = {"epoch": 2, "checkpoint": ck}
+                r = await client.post("/v1/partitions/3/host", json=body, headers=auth)
+                assert r.status == 503, (ck, r.status, await r.text())
+                assert 3 not in worker.parts
+            good = {"uri": canonical_uri(store_uri, 3, 1, 40), "epoch": 1, "offset": 40}
+            assert good["uri"] == three
+            r = await client.post(
+                "/v1/partitions/3/host", json={"epoch": 2, "checkpoint": good}, headers=auth
+            )
+            assert r.status == 200, await r.text()
+            assert (await r.json())["offset"] == 40 and worker.parts[3].state == state
+    finally:
+        await worker.client.close()

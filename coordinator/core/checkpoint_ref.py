@@ -1,0 +1,62 @@
+"""Checkpoint references: the one name a checkpoint of (partition, epoch, offset) may have.
+
+A worker writes a checkpoint under `checkpoint_key(partition, epoch, offset)` in the
+cluster's store, and the coordinator records its URI; the next owner loads exactly that
+URI. The coordinator therefore accepts a reference only when it is `canonical_uri(store,
+partition, epoch, offset)`: no other file, bucket, path or partition's object can be made
+a partition's checkpoint by whoever holds a worker token. The pipeline names its objects
+with these same functions, so the two sides cannot drift apart.
+
+Pure: string work only (the store URI is parsed, never opened).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from urllib.parse import unquote, urlsplit
+
+__all__ = ["canonical_uri", "checkpoint_key", "reference_problem", "store_base"]
+
+
+def checkpoint_key(partition: int, epoch: int, offset: int) -> str:
+    return f"checkpoints/p{partition:05d}/e{epoch:010d}-o{offset:020d}.ckpt"
+
+
+def store_base(store: str) -> str:
+    """The prefix of every object URI in the store `store` (`file:///dir` or
+    `s3://bucket/prefix`), spelled as the pipeline's stores spell it. ValueError when the
+    URI is not a store URI."""
+    parts = urlsplit(store)
+    if parts.query or parts.fragment:
+        raise ValueError(f"store URI {store!r} has a query or fragment")
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"file store URI must be local (file:///dir), got {store!r}")
+        path = unquote(parts.path)
+        if not path.startswith("/"):
+            raise ValueError(f"file store URI needs an absolute path, got {store!r}")
+        root = posixpath.normpath(path)
+        return "file://" + root.rstrip("/") + "/"
+    if parts.scheme == "s3":
+        if not parts.netloc:
+            raise ValueError(f"s3 store URI needs a bucket, got {store!r}")
+        prefix = parts.path.strip("/")
+        return f"s3://{parts.netloc}/" + (prefix + "/" if prefix else "")
+    raise ValueError(f"unsupported store URI {store!r} (file:///dir or s3://bucket/prefix)")
+
+
+def canonical_uri(store: str, partition: int, epoch: int, offset: int) -> str:
+    return store_base(store) + checkpoint_key(partition, epoch, offset)
+
+
+def reference_problem(store: str, partition: int, epoch: int, offset: int, uri: str) -> str | None:
+    """Why `uri` may not be recorded as the checkpoint of (partition, epoch, offset), or
+    None when it is that checkpoint's canonical object in the cluster's store."""
+    if not store:
+        return "the cluster has no store setting, so no checkpoint reference can be checked"
+    if partition < 0 or epoch < 0 or offset < 0:
+        return "partition, epoch and offset must be non-negative"
+    expected = canonical_uri(store, partition, epoch, offset)
+    if uri != expected:
+        return f"not the canonical object for this partition, epoch and offset ({expected})"
+    return None
