@@ -38,7 +38,9 @@ class Rig:
     def __init__(self, root: Path, settings: dict[str, Any] | None = None) -> None:
         self.root = root
         (root / "cluster").mkdir(parents=True, exist_ok=True)
-        self.cluster = Cluster(root / "cluster", **(settings or SETTINGS))
+        self.cluster = Cluster(
+            root / "cluster", store=f"file://{root / 'store'}", **(settings or SETTINGS)
+        )
         self.spark = SparkConnectServer(str(root / "spark"))
         self.spark_url = ""
         self.store_uri = f"file://{root / 'store'}"
