@@ -30,11 +30,15 @@ __all__ = [
     "DERIVED_TIMINGS",
     "SCALAR_KEYS",
     "ClusterConfig",
+    "Network",
     "NodeSpec",
     "check_bind",
     "load_config",
     "split_host_port",
 ]
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def split_host_port(text: str, field: str) -> tuple[str, int]:
@@ -129,6 +133,9 @@ class ClusterConfig:
     # only when it is the canonical object for its (partition, epoch, offset) under it;
     # empty: every checkpoint reference is fenced (nothing can be checked).
     store: str = ""
+    # Comma-separated networks (CIDR) a worker's registered address must be in, e.g.
+    # "10.0.0.0/8, fd00::/8"; the host must then be an IP literal. Empty: any host.
+    worker_networks: str = ""
     total_partitions: int = 128
     min_cluster_size: int = 1
     # The three `_UNSET` timings are derived from heartbeat_timeout_s in __post_init__.
@@ -163,6 +170,14 @@ class ClusterConfig:
             if math.isnan(getattr(self, key)):
                 # Frozen: __post_init__ is the one place a derived value may be filled in.
                 object.__setattr__(self, key, self.heartbeat_timeout_s * fraction)
+
+    def worker_network_list(self) -> tuple[Network, ...]:
+        """`worker_networks` parsed; ValueError on anything that is not a network."""
+        return tuple(
+            ipaddress.ip_network(part.strip(), strict=False)
+            for part in self.worker_networks.split(",")
+            if part.strip()
+        )
 
     def node(self, node_id: str) -> NodeSpec:
         for n in self.nodes:
@@ -201,6 +216,10 @@ class ClusterConfig:
                 f"heartbeat_timeout_s = {self.heartbeat_timeout_s} and <= 604800 (a week)",
                 field="worker_token_lifetime_s",
             )
+        try:
+            self.worker_network_list()
+        except ValueError as exc:
+            raise ConfigError(f"worker_networks: {exc}", field="worker_networks") from None
         if self.store:
             try:
                 store_base(self.store)

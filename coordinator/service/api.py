@@ -36,6 +36,7 @@ from coordinator.core.model import (
 from coordinator.core.state import ClusterState
 from coordinator.errors import RequestError, RippleError, UnavailableError
 from coordinator.service import models as m
+from coordinator.service.address import check_address
 from coordinator.service.auth import (
     WorkerClaims,
     call_token,
@@ -473,6 +474,7 @@ async def register(request: web.Request) -> web.Response:
         if node.config.join_token:
             verify_token(node.config.join_token, header, "join")
     body = await parse(request, m.RegisterRequest)
+    check_address(body.address, node.config.worker_network_list())
     rid = idempotency_key(request, principal, "register")
     value = await node.submit(
         RegisterWorker(worker_id=WorkerId(body.worker_id), address=body.address, now_ms=now_ms()),

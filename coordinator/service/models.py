@@ -47,9 +47,9 @@ class ErrorBody(_Response):
 
 class RegisterRequest(_Request):
     worker_id: Id
-    address: Annotated[
-        str, Field(min_length=1, max_length=ADDRESS_LEN_MAX, pattern=r"^https?://[^\s/]+(/\S*)?$")
-    ]
+    # Scheme, host and port only: checked by coordinator.service.address (the leader calls
+    # this URL with the worker's call token, so nothing in it may steer that call).
+    address: Annotated[str, Field(min_length=1, max_length=ADDRESS_LEN_MAX)]
 
 
 class RegisterResponse(_Response):

@@ -6,6 +6,7 @@ Probe -> test (the issue's numbering):
 - 6, integers past 64 bits in checkpoint bodies     test_integers_past_64_bits_are_400
 - 7, one idempotency-key space                      test_idempotency_keys_are_scoped
 - 8, bodies parsed before the token is checked      test_token_checked_before_the_body
+- 3, the registered address steers the leader (SSRF) test_addresses_are_scheme_host_port_only
 - 5, worker tokens keyed like the Raft password     tests/unit/test_http_security.py
 """
 
@@ -135,3 +136,32 @@ def test_token_checked_before_the_body(cluster: Cluster) -> None:
     for path in ("/v1/workers/w1/heartbeat", "/v1/checkpoints", "/v1/admin/reassign"):
         r = cluster.post(leader, path, None, raw=b"{not json")
         assert r.status == 401, (path, r.status, r.body)
+
+
+def test_addresses_are_scheme_host_port_only(cluster: Cluster) -> None:
+    """Any path, query, userinfo or '#' was accepted, and the leader then POSTed with a
+    bearer token to a path of the registrant's choosing."""
+    leader = cluster.ready()
+    before = cluster.get(leader, "/v1/workers?consistent=true").body["workers"]
+    for address in [
+        "http://127.0.0.1:9/admin/steal",
+        "http://127.0.0.1:9?next=/x",
+        "http://user:pw@127.0.0.1:9",
+        "http://evil@127.0.0.1:9",
+        "http://127.0.0.1:9#frag",
+        "http://127.0.0.1:9/",
+        "ftp://127.0.0.1:9",
+        "http://127.0.0.1",
+        "http://127.0.0.1:0",
+        "http://127.0.0.1:70000",
+        "http://0.0.0.0:9",
+        "http://h%2Fx:9",
+        "http://exa mple:9",
+        "http://\u0661.example:9",
+    ]:
+        r = cluster.post(leader, "/v1/workers", {"worker_id": "ssrf", "address": address})
+        assert r.status == 400 and r.body["field"] == "address", (address, r.status, r.body)
+    assert cluster.get(leader, "/v1/workers?consistent=true").body["workers"] == before
+    for address in ("http://127.0.0.1:9", "https://w1.example:9101", "http://[::1]:9"):
+        r = cluster.post(leader, "/v1/workers", {"worker_id": "addr-ok", "address": address})
+        assert r.status == 200, (address, r.body)

@@ -13,6 +13,7 @@ Probe -> test:
 - 8, cluster file briefly world-readable             test_cluster_file_is_private_from_creation
 - 2, new owner loaded another partition's checkpoint  test_new_owner_loads_only_what_it_was_sent
 - 2, coordinator and pipeline name objects alike     test_store_base_is_how_the_stores_name_objects
+- 3, addresses restricted to configured networks     test_worker_networks_restrict_addresses
   (the coordinator side of probe 2 is tests/integration/test_duties.py:
   test_checkpoints_fenced_by_epoch_owner_and_offset, test_release_reply_with_a_foreign_...)
 """
@@ -41,6 +42,7 @@ from coordinator.core.codec import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.errors import ConfigError, RequestError
 from coordinator.service import api
+from coordinator.service.address import check_address
 from coordinator.service.auth import (
     call_token,
     derive_key,
@@ -350,3 +352,19 @@ async def test_new_owner_loads_only_what_it_was_sent(tmp_path: Path) -> None:
             assert (await r.json())["offset"] == 40 and worker.parts[3].state == state
     finally:
         await worker.client.close()
+
+
+def test_worker_networks_restrict_addresses() -> None:
+    base = {"cluster_secret": SECRET, "admin_token": "a" * 20}
+    config = ClusterConfig(**base, worker_networks="10.0.0.0/8, fd00::/8")
+    config.validate()
+    nets = config.worker_network_list()
+    assert check_address("http://10.1.2.3:9101", nets)
+    assert check_address("https://[fd00::5]:9101", nets)
+    for outside in ("http://192.168.0.1:9101", "http://[::1]:9101", "http://w1.internal:9101"):
+        with pytest.raises(RequestError) as exc:
+            check_address(outside, nets)
+        assert exc.value.field == "address"
+    assert check_address("http://w1.internal:9101")  # no networks set: names are fine
+    with pytest.raises(ConfigError):
+        ClusterConfig(**base, worker_networks="10.0.0.0/8, nonsense").validate()
