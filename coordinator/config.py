@@ -163,6 +163,9 @@ class ClusterConfig:
     leader_fallback_timeout_s: float = 2.0
     log_compaction_min_entries: int = 5000
     log_compaction_min_time_s: float = 300.0
+    # /metrics exports per-partition series (checkpoint age, lag) only up to this many
+    # partitions; past it, only cluster-wide aggregates (bounded scrape size).
+    metrics_partition_series_max: int = 1024
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -344,6 +347,7 @@ _POSITIVE_KEYS = (
     "append_entries_period_s",
     "leader_fallback_timeout_s",
     "log_compaction_min_time_s",
+    "metrics_partition_series_max",
 )
 
 

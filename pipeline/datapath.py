@@ -141,6 +141,9 @@ class PlannedBatch:
 
     keys: list[str] = field(default_factory=list)
     ends: dict[int, int] = field(default_factory=dict)
+    # Each planned partition's source log end as listed now (for the lag metric): whatever
+    # the batch bounds left out is still owed.
+    heads: dict[int, int] = field(default_factory=dict)
     inputs: list[BatchInput] = field(default_factory=list)
     table: pa.Table | None = None
     rows: int = 0
@@ -193,8 +196,10 @@ class Feed:
     def plan(self, offsets: dict[int, int]) -> PlannedBatch:
         """The next batch from each partition's offset, within the path's bounds."""
         pending = {p: self.source.segments(p, off) for p, off in offsets.items()}
+        batch = PlannedBatch(
+            heads={p: segs[-1].end_offset if segs else offsets[p] for p, segs in pending.items()}
+        )
         pending = {p: segs for p, segs in pending.items() if segs}
-        batch = PlannedBatch()
         tables: list[pa.Table] = []
         stopped: set[int] = set()  # partitions whose next segment did not fit: keep contiguity
         for seg in _round_robin(pending):

@@ -55,6 +55,7 @@ from pipeline.datapath import (
 )
 from pipeline.gate import Gates, Refused
 from pipeline.lease import Lease
+from pipeline.metrics import WorkerMetrics
 from pipeline.source import SourceLog
 from pipeline.state import MAX_KEYS_PER_PARTITION_DEFAULT, KeyState, PartitionState, merge_batch
 from pipeline.store import ObjectStore
@@ -92,6 +93,10 @@ class PartitionRuntime:
     checkpoint_uri: str = ""
     failures: int = 0  # micro-batches in a row that failed with this partition in them
     error: str = ""  # the last failure's first line
+    source_end: int | None = None  # the source log's end when last listed (lag metric)
+    # Monotonic time the state was last covered by a checkpoint: loaded from one, or one
+    # written or confirmed for the leader (checkpoint age metric).
+    covered_at_s: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,6 +162,7 @@ class Worker:
         self.batch_seconds = {"plan": 0.0, "spark": 0.0, "merge": 0.0}
         self._batch_failures_in_row = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self.metrics = WorkerMetrics(self)
 
     # -- coordinator protocol ------------------------------------------------------------------
 
@@ -206,6 +212,8 @@ class Worker:
     @staticmethod
     def _report(rt: PartitionRuntime) -> dict[str, Any]:
         report: dict[str, Any] = {"epoch": rt.epoch, "offset": rt.offset}
+        if rt.source_end is not None:
+            report["source_end"] = rt.source_end
         if rt.failures >= BATCH_FAILURES_REPORTED_MIN:
             report["failures"] = rt.failures
             report["error"] = rt.error
@@ -262,6 +270,8 @@ class Worker:
                 batch = await asyncio.to_thread(
                     feed.plan, {p: rt.offset for p, rt in open_now.items()}
                 )
+                for p, head in batch.heads.items():
+                    open_now[p].source_end = head
                 planned = time.monotonic()
                 self.batch_seconds["plan"] += planned - began
                 if not batch:
@@ -362,6 +372,7 @@ class Worker:
                     )
                     rt.checkpoint_offset = rt.offset
                     self.stats["checkpoints"] += 1
+                rt.covered_at_s = time.monotonic()
                 entries.append(
                     {
                         "partition": p,
@@ -610,25 +621,8 @@ class Worker:
         )
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
-        """Prometheus text: the worker's counters (incl. keys refused by the key limit)."""
-        lines = []
-        for name, value in sorted(self.stats.items()):
-            metric = f"ripple_worker_{name}_total"
-            lines += [f"# TYPE {metric} counter", f"{metric} {value}"]
-        lines += [
-            "# TYPE ripple_worker_partitions_open gauge",
-            f"ripple_worker_partitions_open {len(self.gates.open_partitions())}",
-            "# TYPE ripple_worker_lease_valid gauge",
-            f"ripple_worker_lease_valid {int(self.lease_valid())}",
-            "# TYPE ripple_worker_partitions_failing gauge",
-            f"ripple_worker_partitions_failing {len(self._failing())}",
-            "# TYPE ripple_worker_batch_seconds_total counter",
-        ]
-        lines += [
-            f'ripple_worker_batch_seconds_total{{stage="{k}"}} {v:.3f}'
-            for k, v in sorted(self.batch_seconds.items())
-        ]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        """Prometheus text, computed from the worker's state at scrape time."""
+        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
     def _failing(self) -> list[int]:
         return [p for p, rt in self.parts.items() if rt.failures >= BATCH_FAILURES_REPORTED_MIN]

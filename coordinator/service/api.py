@@ -46,6 +46,7 @@ from coordinator.service.auth import (
     verify_token,
 )
 from coordinator.service.failing import FailingPartition, FailingReports
+from coordinator.service.metrics import PartitionProgress
 from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
 from replication.log import RaftRole
 
@@ -569,6 +570,13 @@ async def heartbeat(request: web.Request) -> web.Response:
         wid, body.load, now, {int(k): (v.epoch, v.offset) for k, v in body.partitions.items()}
     )
     token, expires_at_ms = fresh_token(node, wid, incarnation)
+    node.metrics.progress.record(
+        wid,
+        {
+            int(k): PartitionProgress(epoch=v.epoch, offset=v.offset, source_end=v.source_end)
+            for k, v in body.partitions.items()
+        },
+    )
     duties.failing.record(
         wid,
         {
@@ -754,8 +762,6 @@ async def admin_barrier(request: web.Request) -> web.Response:
 @route("GET", "/metrics", "Prometheus metrics")
 async def metrics(request: web.Request) -> web.Response:
     node = node_of(request)
-    st = node.log.status()
-    node.metrics.set_raft(st.role.value, st.term, st.commit_index, st.applied_index)
     return web.Response(
         body=node.metrics.render(),
         content_type="text/plain",
@@ -866,6 +872,7 @@ def create_app(node: CoordinatorNode, duties: Any) -> web.Application:
     )
     app[NODE_KEY] = node
     app[DUTIES_KEY] = duties
+    node.metrics.attach(node, duties.liveness_of)
     for r in ROUTES:
         app.router.add_route(r.method, r.path, r.handler)
     return app

@@ -1,23 +1,84 @@
 """Prometheus metrics of one coordinator node, in a registry of its own (tests run several
-nodes in one process). Raft gauges are refreshed at scrape time from the log's status."""
+nodes in one process).
+
+Two kinds, kept apart on purpose:
+- Events (proposals, redirects, HTTP requests, host calls, leader changes, duty-loop errors)
+  are counters bumped where they happen.
+- Everything that describes the cluster (Raft position, partitions by status, workers by
+  state and liveness, migrations by phase, checkpoint age, pipeline lag) is computed from
+  the node's state when /metrics is scraped, by `ClusterCollector`: no per-request
+  bookkeeping that could drift from the state it describes.
+
+Leader-only figures (liveness, lag) come from what the leader hears in heartbeats; a
+follower does not export them at all rather than export stale or empty values.
+Per-partition series exist only while `total_partitions <= metrics_partition_series_max`
+(a setting): past that, only the cluster-wide aggregates are exported.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
+from coordinator.core.state import ClusterState
+
+if TYPE_CHECKING:
+    from coordinator.service.node import CoordinatorNode
+
+__all__ = ["ClusterCollector", "Metrics", "PartitionProgress", "ProgressReports"]
 
 ROLES = ("leader", "follower", "candidate")
+LIVENESS = ("alive", "suspected", "dead", "unknown")
+IN_FLIGHT_PHASES = tuple(
+    p for p in MigrationPhase if p not in (MigrationPhase.DONE, MigrationPhase.ABORTED)
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionProgress:
+    """What a worker's heartbeat says about one partition it processes."""
+
+    epoch: int
+    offset: int  # the next source offset the worker will process
+    source_end: int | None  # the source log's end as the worker last saw it
+
+
+class ProgressReports:
+    """Per-partition progress from heartbeats, on the leader, in memory (not replicated).
+
+    Each heartbeat replaces its worker's whole entry, so the size is bounded by workers x
+    the partitions one heartbeat may report. A report counts only while it is about the
+    partition's current owner at its current epoch (a worker that lost the partition, or
+    died, stops counting without any clean-up)."""
+
+    def __init__(self) -> None:
+        self._by_worker: dict[str, dict[int, PartitionProgress]] = {}
+
+    def record(self, worker_id: str, reports: dict[int, PartitionProgress]) -> None:
+        self._by_worker[worker_id] = reports
+
+    def of(self, partition: int, owner: str | None, epoch: int) -> PartitionProgress | None:
+        if owner is None:
+            return None
+        report = self._by_worker.get(owner, {}).get(partition)
+        return report if report is not None and report.epoch == epoch else None
+
+    def clear(self) -> None:
+        self._by_worker.clear()
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.role = Gauge(
-            "ripple_raft_role", "1 for this node's current Raft role", ["role"], registry=r
-        )
-        self.term = Gauge("ripple_raft_term", "Current Raft term", registry=r)
-        self.commit_index = Gauge("ripple_raft_commit_index", "Raft commit index", registry=r)
-        self.applied_index = Gauge("ripple_raft_applied_index", "Last applied index", registry=r)
+        self.progress = ProgressReports()
         self.proposals = Counter(
             "ripple_proposals", "Commands proposed, by outcome", ["command", "outcome"], registry=r
         )
@@ -46,13 +107,189 @@ class Metrics:
         self.checkpoints = Counter(
             "ripple_checkpoint_reports", "Checkpoint reports by status", ["status"], registry=r
         )
+        # Each leader change is exactly one node becoming the ready leader: summed over the
+        # nodes, this counts the cluster's leader changes.
+        self.leader_changes = Counter(
+            "ripple_leader_changes",
+            "Times this node became the ready Raft leader (sum over nodes: leader changes)",
+            registry=r,
+        )
+        # Incremented by the leader's duty loop for every step that raised (and was survived).
+        self.duty_errors = Counter(
+            "ripple_duty_errors",
+            "Leader duty-loop steps that raised, by step",
+            ["step"],
+            registry=r,
+        )
+        self._led_term = -1
+        self._collector: ClusterCollector | None = None
 
-    def set_raft(self, role: str, term: int, commit_index: int, applied_index: int) -> None:
-        for name in ROLES:
-            self.role.labels(role=name).set(1 if name == role else 0)
-        self.term.set(term)
-        self.commit_index.set(commit_index)
-        self.applied_index.set(applied_index)
+    def attach(self, node: CoordinatorNode, liveness_of: Callable[[str, int], str | None]) -> None:
+        """Export the node's state at scrape time (called when the app is built; a second
+        call replaces the first collector instead of exporting every family twice)."""
+        if self._collector is not None:
+            self.registry.unregister(self._collector)
+        self._collector = ClusterCollector(node, liveness_of, self.progress)
+        self.registry.register(self._collector)
+
+    def on_role(self, node: CoordinatorNode) -> None:
+        """Role-change listener: count each term in which this node became the ready leader."""
+        if node.is_ready_leader:
+            term = node.log.status().term
+            if term != self._led_term:
+                self._led_term = term
+                self.leader_changes.inc()
+        else:
+            self.progress.clear()  # only a leader hears heartbeats; a later term starts empty
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+class ClusterCollector(Collector):
+    """Reads the node's Raft status and replicated state on every scrape."""
+
+    def __init__(
+        self,
+        node: CoordinatorNode,
+        liveness_of: Callable[[str, int], str | None],
+        progress: ProgressReports,
+    ) -> None:
+        self.node = node
+        self.liveness_of = liveness_of
+        self.progress = progress
+
+    def describe(self) -> list[Metric]:
+        return []  # unchecked collector: the families depend on the role and the state
+
+    def collect(self) -> Iterator[Metric]:
+        node = self.node
+        status = node.log.status()
+        role = _gauge("ripple_raft_role", "1 for this node's current Raft role", ["role"])
+        for name in ROLES:
+            role.add_metric([name], 1 if name == status.role.value else 0)
+        yield role
+        yield GaugeMetricFamily("ripple_raft_term", "Current Raft term", value=status.term)
+        yield GaugeMetricFamily(
+            "ripple_raft_commit_index", "Raft commit index", value=status.commit_index
+        )
+        yield GaugeMetricFamily(
+            "ripple_raft_applied_index", "Last applied index", value=status.applied_index
+        )
+        yield GaugeMetricFamily(
+            "ripple_raft_leader_known",
+            "1 when this node knows a leader (0: no leader from here)",
+            value=1 if status.leader_addr is not None else 0,
+        )
+        leader = node.is_ready_leader
+        wall_ms = int(time.time() * 1000)  # checkpoint times are wall-clock stamps
+        with node.read() as state:
+            yield from self._state(state, wall_ms)
+            if leader:
+                yield from self._leader_view(state, wall_ms)
+
+    def _state(self, state: ClusterState, wall_ms: int) -> Iterator[Metric]:
+        by_status = {s.value: 0 for s in PartitionStatus}
+        for p in state.partitions:
+            by_status[p.status.value] += 1
+        parts = _gauge("ripple_partitions", "Partitions by status (this node's state)", ["status"])
+        for name, count in sorted(by_status.items()):
+            parts.add_metric([name], count)
+        yield parts
+
+        by_state = {s.value: 0 for s in WorkerState}
+        for w in state.workers.values():
+            by_state[w.state.value] += 1
+        workers = _gauge("ripple_workers", "Registered workers by state", ["state"])
+        for name, count in sorted(by_state.items()):
+            workers.add_metric([name], count)
+        yield workers
+
+        by_phase = {p.value: 0 for p in IN_FLIGHT_PHASES}
+        for mig in state.migrations.values():
+            if mig.phase.value in by_phase:
+                by_phase[mig.phase.value] += 1
+        migs = _gauge(
+            "ripple_migrations_in_flight", "Migrations not yet DONE or ABORTED", ["phase"]
+        )
+        for name, count in sorted(by_phase.items()):
+            migs.add_metric([name], count)
+        yield migs
+
+        ages = {
+            p.partition: max(0.0, (wall_ms - p.checkpoint.at_ms) / 1000)
+            for p in state.partitions
+            if p.checkpoint is not None
+        }
+        yield GaugeMetricFamily(
+            "ripple_checkpoint_age_max_seconds",
+            "Age of the oldest accepted checkpoint over partitions that have one",
+            value=max(ages.values(), default=0.0),
+        )
+        yield GaugeMetricFamily(
+            "ripple_partitions_without_checkpoint",
+            "Partitions with no accepted checkpoint yet (a new owner replays from offset 0)",
+            value=len(state.partitions) - len(ages),
+        )
+        if self._per_partition(state):
+            per = _gauge(
+                "ripple_partition_checkpoint_age_seconds",
+                "Age of the partition's last accepted checkpoint",
+                ["partition"],
+            )
+            for partition, age in sorted(ages.items()):
+                per.add_metric([str(partition)], age)
+            yield per
+
+    def _leader_view(self, state: ClusterState, wall_ms: int) -> Iterator[Metric]:
+        now = wall_ms
+        by_liveness = dict.fromkeys(LIVENESS, 0)
+        for wid, w in state.workers.items():
+            if w.state in (WorkerState.ACTIVE, WorkerState.DRAINING):
+                by_liveness[self.liveness_of(wid, now) or "unknown"] += 1
+        live = _gauge(
+            "ripple_workers_by_liveness",
+            "ACTIVE and DRAINING workers by heartbeat liveness (leader only)",
+            ["liveness"],
+        )
+        for name, count in by_liveness.items():
+            live.add_metric([name], count)
+        yield live
+
+        lags: dict[int, int] = {}
+        for p in state.partitions:
+            report = self.progress.of(p.partition, p.owner, p.epoch)
+            if report is not None and report.source_end is not None:
+                lags[p.partition] = max(0, report.source_end - report.offset)
+        yield GaugeMetricFamily(
+            "ripple_pipeline_lag_records",
+            "Records in the source log not yet processed, summed over reporting partitions "
+            "(leader only, from heartbeats)",
+            value=sum(lags.values()),
+        )
+        yield GaugeMetricFamily(
+            "ripple_pipeline_lag_max_records",
+            "The largest per-partition processing lag (leader only, from heartbeats)",
+            value=max(lags.values(), default=0),
+        )
+        yield GaugeMetricFamily(
+            "ripple_pipeline_lag_reporting_partitions",
+            "Partitions whose owner reported its position in the source log (leader only)",
+            value=len(lags),
+        )
+        if self._per_partition(state):
+            per = _gauge(
+                "ripple_partition_lag_records",
+                "Records behind the source log's end, as the owner last reported",
+                ["partition"],
+            )
+            for partition, lag in sorted(lags.items()):
+                per.add_metric([str(partition)], lag)
+            yield per
+
+    def _per_partition(self, state: ClusterState) -> bool:
+        return bool(len(state.partitions) <= self.node.config.metrics_partition_series_max)

@@ -70,6 +70,9 @@ class PartitionReport(_Request):
     # Sent only while the partition's micro-batches keep failing (docs/pipeline.md).
     failures: NonNeg = 0
     error: Annotated[str, Field(max_length=BATCH_ERROR_LEN_MAX)] = ""
+    # The source log's end offset as the worker last saw it (lag = source_end - offset);
+    # absent until the worker has looked.
+    source_end: NonNeg | None = None
 
 
 class HeartbeatRequest(_Request):

@@ -27,6 +27,7 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
     node = CoordinatorNode(config, node_id)
     duties = LeaderDuties(node)
     node.log.on_role_change(duties.on_role)
+    node.log.on_role_change(lambda _role: node.metrics.on_role(node))
     app = create_app(node, duties)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()

@@ -33,6 +33,7 @@ from pipeline.worker import (
     WorkerSettings,
     now_ms,
 )
+from tests.prom import parse, value
 from tests.unit.test_pipeline_spark import aggregator, reference
 
 __all__ = ["aggregator"]  # a fixture, used by name; test parameters then "redefine" it
@@ -234,7 +235,7 @@ async def test_failing_batches_are_reported_and_retried_without_refetching(
     try:
         async with TestClient(TestServer(worker.app())) as client:
             for attempt in range(BATCH_FAILURES_REPORTED_MIN):
-                assert worker._report(worker.parts[0]).keys() == {"epoch", "offset"}
+                assert "failures" not in worker._report(worker.parts[0])
                 with pytest.raises(Exception, match="no_such_column"):
                     await worker.process_once()
                 if attempt == 0:
@@ -245,8 +246,8 @@ async def test_failing_batches_are_reported_and_retried_without_refetching(
             health = await (await client.get("/v1/health")).json()
             assert health["partitions"]["0"]["failures"] == BATCH_FAILURES_REPORTED_MIN
             assert health["stats"]["batch_failures"] == BATCH_FAILURES_REPORTED_MIN
-            metrics = await (await client.get("/metrics")).text()
-            assert f"ripple_worker_partitions_failing {PARTITIONS}" in metrics
+            metrics = parse(await (await client.get("/metrics")).text())
+            assert value(metrics, "ripple_worker_partitions_failing") == PARTITIONS
 
             switch.broken = False
             assert await worker.process_once() == 800
@@ -254,9 +255,10 @@ async def test_failing_batches_are_reported_and_retried_without_refetching(
             segments = [k for k in store.gets if k.startswith("source/")]
             assert len(segments) == PARTITIONS and store.gets == fetched_first
             assert worker.stats["segments_fetched"] == len(segments)
-            assert worker._report(worker.parts[0]).keys() == {"epoch", "offset"}
-            metrics = await (await client.get("/metrics")).text()
-            assert "ripple_worker_partitions_failing 0" in metrics
+            assert worker._report(worker.parts[0]).keys() == {"epoch", "offset", "source_end"}
+            assert worker._report(worker.parts[0])["source_end"] == worker.parts[0].offset
+            metrics = parse(await (await client.get("/metrics")).text())
+            assert value(metrics, "ripple_worker_partitions_failing") == 0
             for p in range(PARTITIONS):
                 assert worker.parts[p].state == reference(log, p, 0)
     finally:

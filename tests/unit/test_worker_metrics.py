@@ -1,0 +1,61 @@
+"""A worker's /metrics is computed from what it holds: lag behind the source log as last
+listed, time since each partition's state was covered by a checkpoint, and the batch
+counters; a micro-batch plan lists each partition's source end even past its bounds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from pipeline.datapath import DataPath, Feed
+from pipeline.lease import Lease
+from pipeline.source import Producer, SourceLog
+from pipeline.store import LocalStore
+from pipeline.worker import PartitionRuntime, Worker, now_ms
+from tests.prom import parse, value
+from tests.unit.test_pipeline_worker import offline_settings
+
+
+async def test_lag_and_checkpoint_age_come_from_the_partitions_held(tmp_path: Path) -> None:
+    worker = Worker(offline_settings(tmp_path, "w1"), LocalStore(str(tmp_path / "store")))
+    worker.lease = Lease(lease_ms=60_000).renewed(now_ms())
+    behind = PartitionRuntime(epoch=3, offset=5, source_end=12)
+    behind.covered_at_s = time.monotonic() - 42
+    unlisted = PartitionRuntime(epoch=1, offset=7)  # hosted, not listed yet: no lag known
+    for p, rt in ((2, behind), (3, unlisted)):
+        rt.loaded.set()
+        worker.parts[p] = rt
+        worker.gates.host(p, rt.epoch)
+    worker.stats["batches"], worker.stats["batch_failures"] = 9, 2
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            samples = parse(await (await client.get("/metrics")).text())
+            assert value(samples, "ripple_worker_lag_records") == 7
+            assert value(samples, "ripple_worker_partition_lag_records", partition="2") == 7
+            assert value(samples, "ripple_worker_partition_lag_records", partition="3") is None
+            assert (value(samples, "ripple_worker_checkpoint_age_max_seconds") or 0) >= 42
+            assert value(samples, "ripple_worker_batches_total") == 9
+            assert value(samples, "ripple_worker_batch_failures_total") == 2
+            assert value(samples, "ripple_worker_partitions_open") == 2
+            assert worker._report(behind)["source_end"] == 12
+            assert "source_end" not in worker._report(unlisted)
+
+            await worker.write_checkpoints()  # covers both partitions' state as of now
+            samples = parse(await (await client.get("/metrics")).text())
+            assert (value(samples, "ripple_worker_checkpoint_age_max_seconds") or 99) < 30
+    finally:
+        await worker.client.close()
+
+
+def test_a_bounded_plan_still_lists_each_partitions_source_end(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path / "store"))
+    source = SourceLog(store, 1)
+    for i in range(3):  # three segments in partition 0 (one partition: every key lands there)
+        Producer(store, 1).produce([(f"K{i}", float(i)), (f"K{i}b", 1.0)])
+    feed = Feed(DataPath.FILES, store, source, str(tmp_path / "stage"), segments_max=1)
+    batch = feed.plan({0: 0})
+    assert batch.ends == {0: 2}  # one segment of two records fits the bound
+    assert batch.heads == {0: 6}  # the log's end, all three segments
+    assert feed.plan({0: 6}).heads == {0: 6}  # caught up: the end is the offset itself
