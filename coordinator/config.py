@@ -119,9 +119,11 @@ class NodeSpec:
 class ClusterConfig:
     cluster_secret: str = ""
     admin_token: str = ""
-    # When set, POST /v1/workers needs `Authorization: Bearer <join_token>`: only holders
-    # can register a worker (and so take over a worker id). Empty: registration is open.
+    # POST /v1/workers needs `Authorization: Bearer <join_token>` (or the admin token): only
+    # holders can register a worker. A node refuses to start without one unless
+    # open_registration says that anyone who reaches the HTTP port may register.
     join_token: str = ""
+    open_registration: bool = False
     # How long a worker token is good for; every heartbeat renews it. Longer than
     # heartbeat_timeout_s, so a token never runs out under a worker the cluster deems alive.
     worker_token_lifetime_s: float = 3600.0
@@ -173,6 +175,17 @@ class ClusterConfig:
             if math.isnan(getattr(self, key)):
                 # Frozen: __post_init__ is the one place a derived value may be filled in.
                 object.__setattr__(self, key, self.heartbeat_timeout_s * fraction)
+
+    def check_can_serve(self) -> None:
+        """What a coordinator node needs beyond `validate` (clients reading the same file do
+        not): a registration credential, or an explicit statement that there is none."""
+        if not self.join_token and not self.open_registration:
+            raise ConfigError(
+                "join_token is required (at least 16 characters): registering a worker needs "
+                "it; set open_registration = true to let anyone who reaches the HTTP port "
+                "register",
+                field="join_token",
+            )
 
     def worker_network_list(self) -> tuple[Network, ...]:
         """`worker_networks` parsed; ValueError on anything that is not a network."""

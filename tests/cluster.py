@@ -87,7 +87,12 @@ class Cluster:
         )
         # `store`: what the workers get as --store; checkpoint references are checked
         # against it (tests with real workers pass theirs).
-        defaults: dict[str, Any] = {"total_partitions": 16, "store": f"file://{root}/store"}
+        # open_registration: tests register workers without a join token unless they set one.
+        defaults: dict[str, Any] = {
+            "total_partitions": 16,
+            "store": f"file://{root}/store",
+            "open_registration": True,
+        }
         self.config = ClusterConfig(
             cluster_secret=SECRET,
             admin_token=ADMIN,

@@ -470,12 +470,16 @@ async def register(request: web.Request) -> web.Response:
     header = request.headers.get("Authorization")
     if token_matches(node.config.admin_token, header):
         principal = "admin"
-    else:
+    elif node.config.join_token or not node.config.open_registration:
+        verify_token(node.config.join_token, header, "join")
         principal = "join"
-        if node.config.join_token:
-            verify_token(node.config.join_token, header, "join")
+    else:
+        principal = "open"
     body = await parse(request, m.RegisterRequest)
     check_address(body.address, node.config.worker_network_list())
+    if principal != "admin":
+        with node.read() as state:
+            check_takeover(request, node, state, WorkerId(body.worker_id))
     rid = idempotency_key(request, principal, "register")
     value = await node.submit(
         RegisterWorker(worker_id=WorkerId(body.worker_id), address=body.address, now_ms=now_ms()),
@@ -496,6 +500,36 @@ async def register(request: web.Request) -> web.Response:
             lease_s=cfg.lease_s,
         )
     )
+
+
+WORKER_TOKEN_HEADER = "Ripple-Worker-Token"
+
+
+def check_takeover(
+    request: web.Request, node: CoordinatorNode, state: ClusterState, wid: WorkerId
+) -> None:
+    """A live worker id (ACTIVE or DRAINING) is re-registered only by the holder of its
+    current token (header Ripple-Worker-Token) or the admin: the join token alone, which
+    every worker holds, must not let one worker take another's id, host calls and
+    checkpoint references."""
+    worker = state.workers.get(wid)
+    if worker is None or worker.state in (WorkerState.DEAD, WorkerState.LEFT):
+        return
+    presented = request.headers.get(WORKER_TOKEN_HEADER)
+    try:
+        claims = read_worker_token(
+            node.config.cluster_secret, f"Bearer {presented}" if presented else None, now_ms()
+        )
+    except RequestError:
+        claims = None
+    if claims is None or claims.worker_id != wid or claims.incarnation != worker.incarnation:
+        raise RequestError(
+            f"worker {wid} is {worker.state.value}: re-registering it needs its current token "
+            f"({WORKER_TOKEN_HEADER}) or the admin token",
+            code="worker_active",
+            status=409,
+            field="worker_id",
+        )
 
 
 def fresh_token(node: CoordinatorNode, worker_id: str, incarnation: int) -> tuple[str, int]:

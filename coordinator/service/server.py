@@ -24,6 +24,7 @@ SHUTDOWN_GRACE_S = 5.0
 
 
 async def serve(config: ClusterConfig, node_id: str) -> None:
+    config.check_can_serve()
     node = CoordinatorNode(config, node_id)
     duties = LeaderDuties(node)
     node.log.on_role_change(duties.on_role)

@@ -28,8 +28,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         c.stop_all()
 
 
-def register(c: Cluster, node: str, worker: str, port: int = 9) -> dict:  # type: ignore[type-arg]
-    r = c.post(node, "/v1/workers", {"worker_id": worker, "address": f"http://127.0.0.1:{port}"})
+def register(c: Cluster, node: str, worker: str, port: int = 9, **kw: Any) -> dict:  # type: ignore[type-arg]
+    body = {"worker_id": worker, "address": f"http://127.0.0.1:{port}"}
+    r = c.post(node, "/v1/workers", body, **kw)
     assert r.status == 200, r
     return r.body  # type: ignore[no-any-return]
 
@@ -110,8 +111,9 @@ def test_worker_tokens_heartbeats_and_reregistration(cluster: Cluster) -> None:
     assert cluster.post(leader, "/v1/workers/w1/heartbeat", hb, token="1.deadbeef").status == 401
     assert cluster.post(leader, "/v1/workers/w1/heartbeat", hb, token=reg2["token"]).status == 403
     assert cluster.post(leader, "/v1/workers/w1/heartbeat", hb).status == 401
-    # Re-registration: new incarnation; the old token is stale (409).
-    again = register(cluster, leader, "w1")
+    # Re-registration of a live worker id takes its current token: new incarnation; the old
+    # token is stale (409).
+    again = register(cluster, leader, "w1", headers={"Ripple-Worker-Token": reg["token"]})
     assert again["incarnation"] == 2
     stale = cluster.post(leader, "/v1/workers/w1/heartbeat", hb, token=reg["token"])
     assert stale.status == 409 and stale.body["error"] == "stale_incarnation"

@@ -7,6 +7,8 @@ Probe -> test (the issue's numbering):
 - 7, one idempotency-key space                      test_idempotency_keys_are_scoped
 - 8, bodies parsed before the token is checked      test_token_checked_before_the_body
 - 3, the registered address steers the leader (SSRF) test_addresses_are_scheme_host_port_only
+- 4, worker ids can be taken over with the join token test_live_worker_ids_cannot_be_taken_over
+- 4, join_token optional and empty by default       test_no_join_token_refuses_to_start
 - 5, worker tokens keyed like the Raft password     tests/unit/test_http_security.py
 """
 
@@ -21,14 +23,21 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.cluster import ADMIN, Cluster
+from tests.support import wait_until
 
 RAW_REPLY_BYTES_MAX = 65_536
+JOIN = "http-security-join-token-0123"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # min_cluster_size 5: nothing is ever assigned, so no duty writes behind a test's back.
-    c = Cluster(Path(tmp_path_factory.mktemp("http-security")), min_cluster_size=5)
+    c = Cluster(
+        Path(tmp_path_factory.mktemp("http-security")),
+        min_cluster_size=5,
+        join_token=JOIN,
+        open_registration=False,
+    )
     c.start_all()
     try:
         c.ready(60.0)
@@ -56,6 +65,7 @@ def raw_status(url: str, method: str, path: bytes, headers: list[bytes], body: b
 
 
 def register(c: Cluster, leader: str, wid: str, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("token", JOIN)
     r = c.post(leader, "/v1/workers", {"worker_id": wid, "address": "http://127.0.0.1:9"}, **kw)
     assert r.status == 200, r.body
     return dict(r.body)
@@ -159,9 +169,67 @@ def test_addresses_are_scheme_host_port_only(cluster: Cluster) -> None:
         "http://exa mple:9",
         "http://\u0661.example:9",
     ]:
-        r = cluster.post(leader, "/v1/workers", {"worker_id": "ssrf", "address": address})
+        body = {"worker_id": "ssrf", "address": address}
+        r = cluster.post(leader, "/v1/workers", body, token=JOIN)
         assert r.status == 400 and r.body["field"] == "address", (address, r.status, r.body)
     assert cluster.get(leader, "/v1/workers?consistent=true").body["workers"] == before
     for address in ("http://127.0.0.1:9", "https://w1.example:9101", "http://[::1]:9"):
-        r = cluster.post(leader, "/v1/workers", {"worker_id": "addr-ok", "address": address})
+        body = {"worker_id": "addr-ok", "address": address}
+        r = cluster.post(leader, "/v1/workers", body, token=ADMIN)
         assert r.status == 200, (address, r.body)
+
+
+def test_live_worker_ids_cannot_be_taken_over(cluster: Cluster) -> None:
+    """Every worker holds the join token: with it alone, one worker re-registered as another
+    live one and received its host calls and checkpoint references."""
+    leader = cluster.ready()
+    a = register(cluster, leader, "victim")
+    b = register(cluster, leader, "intruder")
+    body = {"worker_id": "victim", "address": "http://127.0.0.1:10"}
+    for headers in ({}, {"Ripple-Worker-Token": b["token"]}, {"Ripple-Worker-Token": "x.1.2.ab"}):
+        r = cluster.post(leader, "/v1/workers", body, token=JOIN, headers=headers)
+        assert r.status == 409 and r.body["error"] == "worker_active", (headers, r.body)
+    ws = {
+        x["worker_id"]: x
+        for x in cluster.get(leader, "/v1/workers?consistent=true").body["workers"]
+    }
+    assert ws["victim"]["incarnation"] == a["incarnation"]
+    assert ws["victim"]["address"] == "http://127.0.0.1:9"
+    # Its own current token, or the admin token, may.
+    own = {"Ripple-Worker-Token": a["token"]}
+    r = cluster.post(leader, "/v1/workers", body, token=JOIN, headers=own)
+    assert r.status == 200 and r.body["incarnation"] == a["incarnation"] + 1, r.body
+    r = cluster.post(leader, "/v1/workers", body, token=ADMIN)
+    assert r.status == 200 and r.body["incarnation"] == a["incarnation"] + 2, r.body
+    # Without any credential: 401, before the body is read.
+    assert cluster.post(leader, "/v1/workers", body).status == 401
+    # Once the id has LEFT, the join token registers it again.
+    assert cluster.post(leader, "/v1/workers/intruder/drain", {}, token=ADMIN).status == 202
+    wait_until(
+        lambda: any(
+            x["worker_id"] == "intruder" and x["state"] == "left"
+            for x in cluster.get(leader, "/v1/workers?consistent=true").body["workers"]
+        ),
+        "intruder left",
+        30.0,
+    )
+    assert register(cluster, leader, "intruder")["incarnation"] == b["incarnation"] + 1
+
+
+def test_no_join_token_refuses_to_start(tmp_path: Path) -> None:
+    """join_token was optional and empty by default: registration open to anyone."""
+    c = Cluster(tmp_path, nodes=1, open_registration=False)
+    proc = c.start("n1")
+    try:
+        wait_until(lambda: not proc.alive(), "a node without join_token exits", 60.0)
+        assert "join_token is required" in proc.output()
+    finally:
+        c.stop_all()
+    # Said explicitly, it starts.
+    (tmp_path / "open").mkdir()
+    c2 = Cluster(tmp_path / "open", nodes=1, open_registration=True)
+    c2.start_all()
+    try:
+        c2.ready(60.0)
+    finally:
+        c2.stop_all()
