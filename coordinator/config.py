@@ -168,6 +168,13 @@ class ClusterConfig:
     # /metrics exports per-partition series (checkpoint age, lag) only up to this many
     # partitions; past it, only cluster-wide aggregates (bounded scrape size).
     metrics_partition_series_max: int = 1024
+    # The Raft port (replication/transport.py, docs/operations.md): the largest frame a peer
+    # may send, how long a new connection has to prove the cluster secret, the silence after
+    # which a link is dropped, and how many connections may be mid-handshake at once.
+    raft_frame_bytes_max: int = 64 * 1024 * 1024
+    raft_handshake_timeout_s: float = 2.0
+    raft_idle_timeout_s: float = 1.5
+    raft_unauthenticated_connections_max: int = 16
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -317,6 +324,13 @@ class ClusterConfig:
                 f"append_entries_period_s = {period}",
                 field="leader_fallback_timeout_s",
             )
+        if self.raft_frame_bytes_max < 4 * self.body_bytes_max:
+            # One entry is about one request body; Fernet and a 64 KiB batch come on top.
+            raise ConfigError(
+                f"raft_frame_bytes_max = {self.raft_frame_bytes_max}: must be >= 4 * "
+                f"body_bytes_max = {4 * self.body_bytes_max}",
+                field="raft_frame_bytes_max",
+            )
         if self.log_compaction_min_entries < 2:
             raise ConfigError(
                 f"log_compaction_min_entries = {self.log_compaction_min_entries}: must be >= 2",
@@ -361,6 +375,9 @@ _POSITIVE_KEYS = (
     "leader_fallback_timeout_s",
     "log_compaction_min_time_s",
     "metrics_partition_series_max",
+    "raft_handshake_timeout_s",
+    "raft_idle_timeout_s",
+    "raft_unauthenticated_connections_max",
 )
 
 

@@ -14,6 +14,8 @@ machine returned. The invariants it keeps, each forced by a fact measured on pys
 - Both `journalFile` and `fullDumpFile` are set: a journal alone silently loses all
   state at the first log compaction. The dump holds the machine's own snapshot bytes.
 - `appendEntriesUseBatch=False` (about 1 ms per write instead of about 100 ms).
+- The Raft port is `replication.transport.HardenedTransport`: frames capped, peers proven
+  by an HMAC handshake before anything is buffered, deadlines on every connection.
 - A leader is *ready* only once an entry it proposed in its current term has been
   applied: every entry committed before it is then applied too, so nothing is served
   from a state that misses committed writes.
@@ -42,6 +44,15 @@ from enum import Enum
 from typing import Any, Protocol
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+
+from replication.transport import (
+    FRAME_BYTES_MAX_DEFAULT,
+    HANDSHAKE_TIMEOUT_S_DEFAULT,
+    UNAUTHENTICATED_MAX_DEFAULT,
+    HardenedTransport,
+    Refusals,
+    TransportLimits,
+)
 
 # pysyncobj 0.3.17 (pysyncobj/win_inet_pton.py) replaces socket.inet_ntop on every platform
 # with a Windows-only function that raises off Windows; anything in this process that
@@ -122,11 +133,22 @@ class RaftSettings:
     raft_max_timeout_s: float = 0.6
     append_entries_period_s: float = 0.05
     leader_fallback_timeout_s: float = 2.0
-    connection_timeout_s: float = 1.5
+    connection_timeout_s: float = 1.5  # also the transport's idle timeout
     connection_retry_s: float = 0.5
     log_compaction_min_entries: int = 5000
     log_compaction_min_time_s: float = 300.0
     commands_queue_max: int = 10_000
+    frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S_DEFAULT
+    unauthenticated_connections_max: int = UNAUTHENTICATED_MAX_DEFAULT
+
+    def transport_limits(self) -> TransportLimits:
+        return TransportLimits(
+            frame_bytes_max=self.frame_bytes_max,
+            handshake_timeout_s=self.handshake_timeout_s,
+            idle_timeout_s=self.connection_timeout_s,
+            unauthenticated_max=self.unauthenticated_connections_max,
+        )
 
     def validate(self) -> None:
         if len(self.secret.encode()) < SECRET_BYTES_MIN:
@@ -139,6 +161,7 @@ class RaftSettings:
             raise ValueError("bind_addr must name an explicit address, not a wildcard")
         if not self.journal_path or not self.dump_path:
             raise ValueError("both journal_path and dump_path are required")
+        self.transport_limits().validate()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +219,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         machine: StateMachine,
         lock: threading.Lock,
         on_role: Callable[[RaftRole], None],
+        refusals: Refusals,
     ) -> None:
         # Attributes set before SyncObj.__init__ are pysyncobj "properties": excluded from
         # dumps. Only `_cell`, set after, is serialized.
@@ -225,7 +249,12 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
                 _ROLE_BY_PYSYNCOBJ_STATE.get(new, RaftRole.FOLLOWER)
             ),
         )
-        super().__init__(settings.self_addr, list(settings.partners), conf)
+        transport = HardenedTransport.factory(
+            limits=settings.transport_limits(), secret=settings.secret, refusals=refusals
+        )
+        super().__init__(
+            settings.self_addr, list(settings.partners), conf, transportClass=transport
+        )
         self._cell = _SnapshotCell(machine)
 
     # Overrides pysyncobj's private SyncObj.__sendNextNodeIdx (its name, mangled).
@@ -339,7 +368,8 @@ class ReplicatedLog:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._role_listeners: list[Callable[[RaftRole], None]] = []
         repair_journal_tail(settings.journal_path)
-        self._node = _RaftNode(settings, machine, self._lock, self._on_role)
+        self._refusals = Refusals()
+        self._node = _RaftNode(settings, machine, self._lock, self._on_role, self._refusals)
         self._thread = threading.Thread(target=self._tick_forever, name="raft-tick", daemon=True)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -415,6 +445,10 @@ class ReplicatedLog:
             applied_index=int(node.raftLastApplied),
             ready=role is RaftRole.LEADER and self._ready_term == node.raftCurrentTerm,
         )
+
+    def refused_connections(self) -> dict[str, int]:
+        """Connections the Raft port refused or closed, by reason (any thread)."""
+        return self._refusals.counts()
 
     @property
     def is_ready_leader(self) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
@@ -185,6 +185,14 @@ class ClusterCollector(Collector):
             "1 when this node knows a leader (0: no leader from here)",
             value=1 if status.leader_addr is not None else 0,
         )
+        refused = CounterMetricFamily(
+            "ripple_raft_refused_connections",
+            "Raft-port connections refused or closed by the transport, by reason",
+            labels=["reason"],
+        )
+        for reason, total in node.log.refused_connections().items():
+            refused.add_metric([reason], total)
+        yield refused
         leader = node.is_ready_leader
         wall_ms = int(time.time() * 1000)  # checkpoint times are wall-clock stamps
         with node.read() as state:

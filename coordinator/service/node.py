@@ -75,9 +75,12 @@ class CoordinatorNode:
             append_entries_period_s=config.append_entries_period_s,
             leader_fallback_timeout_s=config.leader_fallback_timeout_s,
             # pysyncobj needs connectionTimeout >= raftMaxTimeout.
-            connection_timeout_s=max(1.5, config.raft_max_timeout_s),
+            connection_timeout_s=max(config.raft_idle_timeout_s, config.raft_max_timeout_s),
             log_compaction_min_entries=config.log_compaction_min_entries,
             log_compaction_min_time_s=config.log_compaction_min_time_s,
+            frame_bytes_max=config.raft_frame_bytes_max,
+            handshake_timeout_s=config.raft_handshake_timeout_s,
+            unauthenticated_connections_max=config.raft_unauthenticated_connections_max,
         )
         self.log = ReplicatedLog(settings, self.machine)
 

@@ -162,3 +162,27 @@ def test_validation_errors_name_the_setting_and_the_rule(
     assert err.value.field == key
     assert key in err.value.message
     assert rule in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"raft_frame_bytes_max": 1_000_000}, "raft_frame_bytes_max"),  # < 4 x body_bytes_max
+        ({"raft_handshake_timeout_s": 0.0}, "raft_handshake_timeout_s"),
+        ({"raft_idle_timeout_s": -1.0}, "raft_idle_timeout_s"),
+        ({"raft_unauthenticated_connections_max": 0}, "raft_unauthenticated_connections_max"),
+    ],
+)
+def test_raft_transport_bounds_are_checked(settings: dict[str, float], field: str) -> None:
+    config = ClusterConfig(cluster_secret=SECRET, admin_token=ADMIN, **settings)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as exc:
+        config.validate()
+    assert exc.value.field == field
+
+
+def test_raft_transport_settings_come_from_the_environment() -> None:
+    env = {"RIPPLE_RAFT_FRAME_BYTES_MAX": "8388608", "RIPPLE_RAFT_HANDSHAKE_TIMEOUT_S": "0.75"}
+    loaded = load_config(
+        None, env={**env}, overrides={"cluster_secret": SECRET, "admin_token": ADMIN}
+    )
+    assert (loaded.raft_frame_bytes_max, loaded.raft_handshake_timeout_s) == (8388608, 0.75)

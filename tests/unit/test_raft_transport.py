@@ -1,0 +1,188 @@
+"""The Raft transport's sans-IO parts: the HMAC handshake, the frame reader, the bounded
+decompression and the refusal counter. The socket side is in
+tests/integration/test_raft_transport.py."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+
+import pytest
+
+from replication.transport import (
+    CHALLENGE_BYTES,
+    HELLO_BYTES,
+    KEEPALIVE_FRAME,
+    PROOF_BYTES,
+    REFUSAL_REASONS,
+    FrameError,
+    FrameReader,
+    Handshake,
+    HandshakeError,
+    Refusals,
+    TransportLimits,
+    decompress_bounded,
+    encode_frame,
+    handshake_key,
+)
+
+KEY = handshake_key("unit-secret-0123456789")
+OTHER_KEY = handshake_key("another-secret-0123456789")
+
+
+def pair(dialler_key: bytes = KEY, listener_key: bytes = KEY) -> tuple[Handshake, Handshake]:
+    return (
+        Handshake(dialler=True, key=dialler_key, nonce=os.urandom(32)),
+        Handshake(dialler=False, key=listener_key, nonce=os.urandom(32)),
+    )
+
+
+def test_both_sides_prove_the_secret_in_three_fixed_size_messages() -> None:
+    d, s = pair()
+    hello = d.opening()
+    assert s.opening() == b"" and len(hello) == HELLO_BYTES == s.wanted
+    challenge = s.feed(hello)
+    assert len(challenge) == CHALLENGE_BYTES == d.wanted and not s.done
+    proof = d.feed(challenge)
+    assert d.done and len(proof) == PROOF_BYTES == s.wanted
+    assert s.feed(proof) == b"" and s.done
+    assert d.wanted == s.wanted == 0
+
+
+def test_the_listener_never_wants_more_than_the_next_handshake_message() -> None:
+    # The connection reads `wanted` bytes and no more: a stranger's stream stays in the kernel.
+    d, s = pair()
+    hello = d.opening()
+    for i in range(HELLO_BYTES - 1):
+        assert s.feed(hello[i : i + 1]) == b""
+        assert s.wanted == HELLO_BYTES - i - 1
+    with pytest.raises(ValueError):
+        s.feed(hello[-1:] + b"x")
+
+
+@pytest.mark.parametrize(
+    "opening",
+    [
+        struct.pack("<i", 2**31 - 1),  # pysyncobj's frame header for a 2 GiB frame
+        b"GET / HTTP/1.1\r\n",
+        b"\x00\x00\x00\x00",
+    ],
+)
+def test_anything_but_our_magic_is_refused_after_four_bytes(opening: bytes) -> None:
+    _d, s = pair()
+    with pytest.raises(HandshakeError) as exc:
+        s.feed(opening[:4])
+    assert exc.value.reason == "bad_handshake"
+
+
+def test_a_dialler_without_the_secret_fails_at_the_listener() -> None:
+    d, s = pair(dialler_key=OTHER_KEY)
+    challenge = s.feed(d.opening())
+    # The dialler sees the listener's proof does not match its own key: it refuses too.
+    with pytest.raises(HandshakeError) as at_dialler:
+        d.feed(challenge)
+    assert at_dialler.value.reason == "bad_proof"
+    # And a dialler that sends some proof anyway is refused by the listener.
+    with pytest.raises(HandshakeError) as at_listener:
+        s.feed(os.urandom(PROOF_BYTES))
+    assert at_listener.value.reason == "bad_proof"
+
+
+def test_a_listener_without_the_secret_fails_at_the_dialler() -> None:
+    d, s = pair(listener_key=OTHER_KEY)
+    with pytest.raises(HandshakeError) as exc:
+        d.feed(s.feed(d.opening()))
+    assert exc.value.reason == "bad_proof"
+
+
+def test_a_recorded_proof_does_not_open_a_new_session() -> None:
+    d, s = pair()
+    proof = d.feed(s.feed(d.opening()))
+    s.feed(proof)
+    # Replay the whole recorded dialler side against a fresh listener (fresh nonce).
+    replay = Handshake(dialler=False, key=KEY, nonce=os.urandom(32))
+    replay.feed(d.opening())
+    with pytest.raises(HandshakeError):
+        replay.feed(proof)
+
+
+def test_the_listeners_own_mac_is_no_dialler_proof() -> None:
+    # Reflection: send the listener's proof back to it as ours.
+    d, s = pair()
+    challenge = s.feed(d.opening())
+    with pytest.raises(HandshakeError):
+        s.feed(challenge[-PROOF_BYTES:])
+
+
+def test_frames_split_anywhere_come_out_whole_and_keepalives_vanish() -> None:
+    payloads = [b"a", os.urandom(70_000), b"", b"xyz"]
+    stream = KEEPALIVE_FRAME + b"".join(encode_frame(p) for p in payloads) + KEEPALIVE_FRAME
+    for step in (1, 3, 4096, len(stream)):
+        reader = FrameReader(1 << 20)
+        got: list[bytes] = []
+        for i in range(0, len(stream), step):
+            got += reader.feed(stream[i : i + step])
+        assert got == [p for p in payloads if p]
+        assert reader.buffered == 0
+
+
+@pytest.mark.parametrize("length", [2**31 - 1, (1 << 16) + 1, -1])
+def test_a_frame_header_over_the_cap_is_refused_before_its_body_arrives(length: int) -> None:
+    reader = FrameReader(1 << 16)
+    with pytest.raises(FrameError) as exc:
+        reader.feed(struct.pack("<i", length))
+    assert exc.value.reason == "frame_too_large"
+
+
+def test_the_reader_holds_at_most_one_frame_and_one_chunk() -> None:
+    cap, chunk = 1 << 16, 1 << 12
+    reader = FrameReader(cap)
+    stream = b"".join(encode_frame(os.urandom(cap)) for _ in range(4))
+    most = 0
+    for i in range(0, len(stream), chunk):
+        reader.feed(stream[i : i + chunk])
+        most = max(most, reader.buffered)
+    assert most <= cap + 4 + chunk
+
+
+def test_decompression_is_bounded_too() -> None:
+    bomb = zlib.compress(bytes(10 * (1 << 20)), 9)  # ~10 KiB that inflates to 10 MiB
+    assert len(bomb) < 1 << 16
+    with pytest.raises(FrameError) as exc:
+        decompress_bounded(bomb, 1 << 20)
+    assert exc.value.reason == "frame_too_large"
+    assert decompress_bounded(zlib.compress(b"ok" * 100), 1 << 20) == b"ok" * 100
+
+
+def test_refusals_are_counted_always_and_logged_at_a_rate_limit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    refusals = Refusals(log_interval_s=10.0, clock=lambda: now[0])
+    assert refusals.counts() == dict.fromkeys(REFUSAL_REASONS, 0)
+    with caplog.at_level(logging.WARNING, logger="replication.transport"):
+        for _ in range(1000):
+            refusals.refuse("bad_handshake", "127.0.0.1:5")
+        refusals.refuse("bad_proof", "127.0.0.1:6")
+        now[0] += 10.5
+        refusals.refuse("bad_handshake", "127.0.0.1:7")
+    assert refusals.counts()["bad_handshake"] == 1001
+    assert refusals.counts()["bad_proof"] == 1
+    assert refusals.logged == 3  # first of each reason, then one more after the interval
+    assert "999 more not logged" in caplog.records[-1].getMessage()
+    with pytest.raises(ValueError):
+        refusals.refuse("made_up", "x")
+
+
+def test_limits_refuse_nonsense() -> None:
+    TransportLimits().validate()
+    for bad in (
+        TransportLimits(frame_bytes_max=1000),
+        TransportLimits(handshake_timeout_s=0),
+        TransportLimits(idle_timeout_s=-1),
+        TransportLimits(unauthenticated_max=0),
+    ):
+        with pytest.raises(ValueError):
+            bad.validate()
