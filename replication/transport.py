@@ -518,6 +518,8 @@ class _Connection:
         if reason is not None:
             self._hub.refusals.refuse(reason, self.peer, detail)
         was_open = self._phase is not _Phase.CLOSED
+        if was_open:
+            log.debug("raft link %s closed in %s (%s)", self.peer, self._phase.name, reason)
         self._drop_socket()
         self._phase = _Phase.CLOSED
         self.sendRandKey = None
@@ -626,6 +628,7 @@ class _Connection:
         self._handshake = None
         self._phase = _Phase.OPEN
         self._hub.pending.pop(self, None)
+        log.debug("raft link %s authenticated (dialler %s)", self.peer, handshake.dialler)
         if handshake.dialler:
             if self._on_connected is not None:
                 self._on_connected()
