@@ -317,6 +317,14 @@ def host_ips(host: str) -> set[str]:
     return {_normalize_ip(str(info[4][0])) for info in infos}
 
 
+_LINGER_RESET = struct.pack("ii", 1, 0)
+
+
+def _abort(sock: socket.socket) -> None:
+    """Make close() send a reset instead of a FIN (SO_LINGER 0)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+
+
 class _Phase(Enum):
     CLOSED = 0
     DIALLING = 1  # TCP connect in progress
@@ -496,7 +504,7 @@ class _Connection:
         self.doomed = False
         self._hub.live.add(self)
 
-    def _drop_socket(self) -> None:
+    def _drop_socket(self, *, abort: bool = False) -> None:
         hub = self._hub
         hub.live.discard(self)
         hub.pending.pop(self, None)
@@ -505,6 +513,8 @@ class _Connection:
             self._fileno = None
         if self._sock is not None:
             with contextlib.suppress(OSError):
+                if abort:
+                    _abort(self._sock)
                 self._sock.close()
             self._sock = None
         self._mask = 0
@@ -520,7 +530,8 @@ class _Connection:
         was_open = self._phase is not _Phase.CLOSED
         if was_open:
             log.debug("raft link %s closed in %s (%s)", self.peer, self._phase.name, reason)
-        self._drop_socket()
+        # A refused stranger gets a reset: no TIME_WAIT state kept here for each one.
+        self._drop_socket(abort=reason is not None and self._phase is not _Phase.OPEN)
         self._phase = _Phase.CLOSED
         self.sendRandKey = None
         self.recvRandKey = None
@@ -777,6 +788,8 @@ class _Listener:
         except ValueError:
             ip = ""
         if ip not in allowed:
+            with contextlib.suppress(OSError):
+                _abort(conn_sock)
             conn_sock.close()
             hub.refusals.refuse("address_not_allowed", peer)
             return

@@ -18,6 +18,7 @@ import select
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["FloodStats", "RaftFlood"]
@@ -88,8 +89,10 @@ class RaftFlood:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _spawn(self, name: str, fn: object, target: tuple[str, int]) -> None:
-        t = threading.Thread(target=fn, args=(target,), name=name, daemon=True)  # type: ignore[arg-type]
+    def _spawn(
+        self, name: str, fn: Callable[[tuple[str, int]], None], target: tuple[str, int]
+    ) -> None:
+        t = threading.Thread(target=fn, args=(target,), name=name, daemon=True)
         self._threads.append(t)
         t.start()
 
