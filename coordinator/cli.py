@@ -498,6 +498,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         for n in config.nodes:
             print(f"  {n.id}  {n.url}  (raft {n.raft}, pid {pids[n.id]})")
         print(f"leader: {health['leader_id']}   logs: {children.log_dir}")
+        print(f"dashboard: {config.nodes[0].url}/ui (any node serves it)")
         workers = [f"{name} pid {pid}" for name, pid in pids.items() if name.startswith("w")]
         if workers:
             print("workers: " + ", ".join(workers))

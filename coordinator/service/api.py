@@ -35,6 +35,7 @@ from coordinator.core.model import (
 )
 from coordinator.core.state import ClusterState
 from coordinator.errors import RequestError, RippleError, UnavailableError
+from coordinator.service import dashboard
 from coordinator.service import models as m
 from coordinator.service.address import check_address
 from coordinator.service.auth import (
@@ -279,6 +280,7 @@ async def health(request: web.Request) -> web.Response:
             applied_index=st.applied_index,
             cluster=cluster,
             state_digest=digest,
+            nodes=[m.NodeRef(id=n.id, url=n.url) for n in node.config.nodes],
         )
     )
 
@@ -909,4 +911,5 @@ def create_app(node: CoordinatorNode, duties: Any) -> web.Application:
     node.metrics.attach(node, duties.liveness_of)
     for r in ROUTES:
         app.router.add_route(r.method, r.path, r.handler)
+    dashboard.install(app, node.config)
     return app

@@ -264,6 +264,11 @@ class ClusterSummary(_Response):
     generation: int
 
 
+class NodeRef(_Response):
+    id: str
+    url: str
+
+
 class HealthResponse(_Response):
     node_id: str
     role: Literal["leader", "follower", "candidate"]
@@ -277,6 +282,8 @@ class HealthResponse(_Response):
     # sha256 of the whole replicated state (`?digest=true` only): equal on every node at
     # one applied_index, or the replicas diverged.
     state_digest: str | None = None
+    # Every node of the cluster file, so a client (the dashboard) can reach the others.
+    nodes: list[NodeRef] = []
 
 
 class StatusResponse(_Response):

@@ -1,0 +1,145 @@
+"""The operator's dashboard: static files under `/ui`, and the cross-origin rules it needs.
+
+Every node serves the same page (`coordinator/service/ui/`, package data, no build step).
+The page reads only the public `/v1` API. It reads the node that served it, and also the
+other nodes' `/v1/health` and the leader's answers (liveness and load live on the leader
+only), which are other origins (another port or host): so `/v1` answers carry CORS headers
+for exactly the cluster's own node URLs, never `*`, and a preflight for the admin writes
+(`Authorization`) is answered for those origins only. Invariant: the page can never run a
+script, style or connection that is not from this node or a sibling node (the
+Content-Security-Policy below), and it writes nothing unless an admin token is entered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+from aiohttp import web
+
+from coordinator.config import ClusterConfig
+from coordinator.errors import RequestError
+
+UI_PATH = "/ui"
+# name under coordinator/service/ui/ -> content type
+UI_FILES = {
+    "index.html": "text/html",
+    "app.js": "text/javascript",
+    "style.css": "text/css",
+    "favicon.svg": "image/svg+xml",
+}
+PREFLIGHT_MAX_AGE_S = 600
+CORS_METHODS = "GET, POST"
+CORS_REQUEST_HEADERS = "Authorization, Content-Type, Idempotency-Key"
+# What the page may read from a cross-origin answer besides the safelisted headers.
+CORS_EXPOSED_HEADERS = "Location, Ripple-Leader, Retry-After"
+
+
+@dataclass(frozen=True, slots=True)
+class Asset:
+    body: bytes
+    content_type: str
+
+
+def load_assets() -> dict[str, Asset]:
+    """Read the static files once, at app creation: a missing file (a broken install)
+    fails the node's start, not the first page load."""
+    root = resources.files("coordinator.service") / "ui"
+    return {
+        name: Asset((root / name).read_bytes(), content_type)
+        for name, content_type in UI_FILES.items()
+    }
+
+
+def node_origins(config: ClusterConfig) -> frozenset[str]:
+    return frozenset(n.url.rstrip("/").lower() for n in config.nodes)
+
+
+def content_security_policy(origins: frozenset[str]) -> str:
+    connect = " ".join(["'self'", *sorted(origins)])
+    return (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        f"connect-src {connect}; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+
+
+def install(app: web.Application, config: ClusterConfig) -> None:
+    """Add the dashboard's routes and response headers to the coordinator's app."""
+    assets = load_assets()
+    origins = node_origins(config)
+    page_headers = {
+        "Content-Security-Policy": content_security_policy(origins),
+        "X-Content-Type-Options": "nosniff",
+        "X-Frame-Options": "DENY",
+        "Referrer-Policy": "no-referrer",
+        # The files are tiny and change with the installed version: always revalidate.
+        "Cache-Control": "no-cache",
+    }
+
+    def serve(name: str) -> web.Response:
+        asset = assets[name]
+        return web.Response(
+            body=asset.body,
+            content_type=asset.content_type,
+            charset="utf-8",
+            headers=page_headers,
+        )
+
+    async def root(_request: web.Request) -> web.Response:
+        # Returned, not raised: the error middleware turns raised HTTP exceptions into JSON.
+        return web.Response(status=302, headers={"Location": UI_PATH})
+
+    async def index(_request: web.Request) -> web.Response:
+        return serve("index.html")
+
+    async def asset(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in assets or name == "index.html":
+            raise RequestError(f"no such file {UI_PATH}/{name}", code="not_found", status=404)
+        return serve(name)
+
+    async def preflight(request: web.Request) -> web.Response:
+        origin = request.headers.get("Origin", "").lower()
+        method = request.headers.get("Access-Control-Request-Method", "")
+        if origin not in origins:
+            raise RequestError(
+                "cross-origin requests are allowed from the cluster's own nodes only",
+                code="forbidden",
+                status=403,
+                field="Origin",
+            )
+        if method not in ("GET", "POST"):
+            raise RequestError(
+                "only GET and POST are allowed cross-origin",
+                code="method_not_allowed",
+                status=405,
+                field="Access-Control-Request-Method",
+            )
+        return web.Response(
+            status=204,
+            headers={
+                "Access-Control-Allow-Methods": CORS_METHODS,
+                "Access-Control-Allow-Headers": CORS_REQUEST_HEADERS,
+                "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
+            },
+        )
+
+    async def cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+        if not request.path.startswith("/v1/"):
+            return
+        response.headers.add("Vary", "Origin")
+        origin = request.headers.get("Origin", "").lower()
+        if origin in origins:
+            response.headers["Access-Control-Allow-Origin"] = request.headers["Origin"]
+            response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSED_HEADERS
+
+    app.router.add_get("/", root)
+    app.router.add_get(UI_PATH, index)
+    app.router.add_get(UI_PATH + "/", index)
+    app.router.add_get(UI_PATH + "/{name}", asset)
+    # On each /v1 resource rather than one catch-all, so an unknown path stays a 404. Call
+    # install() after the API's routes are added.
+    for resource in list(app.router.resources()):
+        if isinstance(resource, web.Resource) and resource.canonical.startswith("/v1/"):
+            resource.add_route("OPTIONS", preflight)
+    app.on_response_prepare.append(cors_headers)

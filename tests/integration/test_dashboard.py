@@ -1,0 +1,452 @@
+"""The dashboard at /ui, against three real coordinator processes and scripted workers.
+
+`test_ui_files_and_headers` checks what every node serves (files, redirect, CSP, the CORS
+rules the page relies on) over plain HTTP. `test_dashboard_in_a_browser` drives Debian's
+headless Chromium through Selenium + chromedriver on a follower's page and checks what a
+person sees: nodes, workers, the partition grid, a partition's timeline, read-only without
+the admin token, and with it a previewed reassign, an abort and a drain, each seen in the
+page and confirmed through the API. It saves screenshots (RIPPLE_SCREENSHOT_DIR, else the
+test's tmp dir). It is skipped only when no Chromium or chromedriver binary is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.cluster import ADMIN, Cluster, call
+from tests.integration.test_duties import FAST, Workers, all_online, migrations, table
+from tests.support import wait_until
+
+T = TypeVar("T")
+
+PARTITIONS = 128
+SETTINGS = {
+    **FAST,
+    "total_partitions": PARTITIONS,
+    # Long: a silenced worker stays SUSPECTED (its release calls pause) without being
+    # declared dead, so a migration away from it waits long enough to be aborted.
+    "heartbeat_timeout_s": 60.0,
+}
+UI_WAIT_S = 45.0  # what the page must show, on a loaded 2-core machine
+PAGE_LOAD_S = 30.0
+WINDOW = (1440, 1000)
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def browser_binaries() -> tuple[str, str] | None:
+    chromium = next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+    driver = shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        return None
+    return chromium, driver
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Workers]]:
+    c = Cluster(tmp_path_factory.mktemp("dashboard"), **SETTINGS)
+    c.start_all()
+    w = Workers(c)
+    try:
+        c.ready(60)
+        for wid in ("w1", "w2", "w3"):
+            w.start(wid)
+        wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 60)
+        yield c, w
+    finally:
+        w.stop_all()
+        c.stop_all()
+
+
+def follower(c: Cluster) -> str:
+    leader = c.leader()
+    return next(s.id for s in c.specs if s.id != leader)
+
+
+# -- plain HTTP --------------------------------------------------------------------------------
+
+
+def test_ui_files_and_headers(env: tuple[Cluster, Workers]) -> None:
+    c, _ = env
+    base = c.url(follower(c))
+    root = call("GET", base + "/")
+    assert root.status == 302 and root.headers["Location"] == "/ui"
+
+    page = call("GET", base + "/ui")
+    assert page.status == 200
+    assert page.headers["Content-Type"].startswith("text/html")
+    assert '<script src="/ui/app.js">' in page.body
+    csp = page.headers["Content-Security-Policy"]
+    directives = dict(d.strip().split(" ", 1) for d in csp.split(";"))
+    assert directives["script-src"] == "'self'"
+    assert directives["default-src"] == "'none'"
+    assert directives["frame-ancestors"] == "'none'"
+    assert set(directives["connect-src"].split()) == {"'self'", *(s.url for s in c.specs)}
+    assert page.headers["X-Content-Type-Options"] == "nosniff"
+
+    for name, kind, marker in (
+        ("app.js", "text/javascript", "textContent"),
+        ("style.css", "text/css", ".cell"),
+        ("favicon.svg", "image/svg+xml", "<svg"),
+    ):
+        r = call("GET", f"{base}/ui/{name}")
+        assert r.status == 200, name
+        assert r.headers["Content-Type"].startswith(kind), (name, r.headers)
+        assert marker in r.body
+        assert "Content-Security-Policy" in r.headers
+    # The page never builds HTML from strings: every value goes in as text.
+    js = call("GET", base + "/ui/app.js").body
+    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "eval(" not in js
+
+    missing = call("GET", base + "/ui/secrets.txt")
+    assert missing.status == 404 and missing.body["error"] == "not_found"
+    traversal = call("GET", base + "/ui/..%2fapi.py")
+    assert traversal.status == 404
+
+    # Health lists every node, so the page can reach the others.
+    health = call("GET", base + "/v1/health").body
+    assert {(n["id"], n["url"]) for n in health["nodes"]} == {(s.id, s.url) for s in c.specs}
+
+
+def test_cross_origin_rules(env: tuple[Cluster, Workers]) -> None:
+    c, _ = env
+    leader = c.leader()
+    sibling = c.url(follower(c))
+    target = c.url(leader) + "/v1/admin/reassign"
+    pre = call(
+        "OPTIONS",
+        target,
+        headers={"Origin": sibling, "Access-Control-Request-Method": "POST"},
+    )
+    assert pre.status == 204
+    assert pre.headers["Access-Control-Allow-Origin"] == sibling
+    assert "Authorization" in pre.headers["Access-Control-Allow-Headers"]
+    stranger = call(
+        "OPTIONS",
+        target,
+        headers={"Origin": "http://attacker.invalid", "Access-Control-Request-Method": "POST"},
+    )
+    assert stranger.status == 403 and stranger.body["error"] == "forbidden"
+    assert "Access-Control-Allow-Origin" not in stranger.headers
+    odd = call(
+        "OPTIONS", target, headers={"Origin": sibling, "Access-Control-Request-Method": "PUT"}
+    )
+    assert odd.status == 405
+
+    read = call("GET", c.url(leader) + "/v1/health", headers={"Origin": sibling})
+    assert read.headers["Access-Control-Allow-Origin"] == sibling
+    assert "Origin" in read.headers["Vary"]
+    foreign = call("GET", c.url(leader) + "/v1/health", headers={"Origin": "http://x.invalid"})
+    assert foreign.status == 200 and "Access-Control-Allow-Origin" not in foreign.headers
+    # The preflight route answers OPTIONS only: the API's own methods are untouched.
+    assert call("GET", c.url(leader) + "/v1/nothing-here").status == 404
+
+
+# -- in a browser ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    found = browser_binaries()
+    if found is None:
+        pytest.skip(
+            "no Chromium + chromedriver binary on PATH "
+            f"(looked for {', '.join(CHROMIUM_NAMES)} and chromedriver; "
+            "Debian: apt-get install chromium chromium-driver)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver_path = found
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root, where Chromium's sandbox refuses to start
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--no-first-run",
+        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+    ):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(driver_path), options=opts)
+    d.set_page_load_timeout(PAGE_LOAD_S)
+    try:
+        yield d
+    finally:
+        d.quit()
+
+
+def screenshot_dir(tmp_path: Path) -> Path:
+    out = Path(os.environ.get("RIPPLE_SCREENSHOT_DIR") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def save_full_page(d: Any, path: Path) -> None:
+    """A screenshot of the whole page, not just the window."""
+    d.execute_script("window.scrollTo(0, 0)")
+    height = int(d.execute_script("return document.documentElement.scrollHeight"))
+    d.set_window_size(WINDOW[0], max(WINDOW[1], height + 140))
+    d.save_screenshot(str(path))
+    d.set_window_size(*WINDOW)
+    assert path.stat().st_size > 10_000, "screenshot is empty"
+
+
+class Page:
+    """What a person sees on the page. Reads run as one script each, so they are atomic:
+    the page rebuilds parts of itself on every refresh, and an element handle held across
+    a refresh would go stale."""
+
+    def __init__(self, driver: Any) -> None:
+        self.d = driver
+
+    def wait(self, pred: Callable[[], T | None], what: str, timeout_s: float = UI_WAIT_S) -> T:
+        return wait_until(pred, f"the page to show {what}", timeout_s, every_s=0.2)
+
+    def text(self, css: str) -> str:
+        """The visible text of every element matching `css`, one per line."""
+        return str(
+            self.d.execute_script(
+                "return [...document.querySelectorAll(arguments[0])]"
+                ".map(e => e.innerText).join('\\n');",
+                css,
+            )
+        )
+
+    def count(self, css: str) -> int:
+        return int(
+            self.d.execute_script("return document.querySelectorAll(arguments[0]).length;", css)
+        )
+
+    def visible_buttons(self) -> list[str]:
+        return list(
+            self.d.execute_script(
+                "return [...document.querySelectorAll('button')]"
+                ".filter(b => b.offsetParent !== null).map(b => b.innerText.trim());"
+            )
+        )
+
+    def cells(self) -> dict[int, dict[str, str]]:
+        rows = self.d.execute_script(
+            "return [...document.querySelectorAll('#grid .cell')].map(c => [c.dataset.partition,"
+            " c.dataset.owner, c.dataset.status, c.dataset.epoch, c.innerText, c.className]);"
+        )
+        return {
+            int(p): {"owner": o, "status": s, "epoch": e, "text": t, "class": k}
+            for p, o, s, e, t, k in rows
+        }
+
+    def worker_row(self, wid: str) -> str:
+        return self.text(f"#workers-table tr[data-worker='{wid}']")
+
+    def click(self, css: str) -> None:
+        """Click the one element matching `css`; if a refresh replaced it meanwhile, find
+        it again and retry."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        def attempt() -> bool:
+            found = self.d.find_elements("css selector", css)
+            assert len(found) == 1, (css, len(found))
+            try:
+                found[0].click()
+            except StaleElementReferenceException:
+                return False
+            return True
+
+        self.wait(attempt, f"{css} to take a click", 10.0)
+
+    def type_into(self, css: str, text: str) -> None:
+        field = self.d.find_element("css selector", css)  # static: never rebuilt
+        field.clear()
+        field.send_keys(text)
+
+    def choose(self, css: str, value: str) -> None:
+        self.d.execute_script(
+            "const s = document.querySelector(arguments[0]); s.value = arguments[1];"
+            "s.dispatchEvent(new Event('change'));",
+            css,
+            value,
+        )
+
+    def admin_controls(self) -> list[str]:
+        names = ("Drain", "Abort", "Plan balance…", "Preview move")
+        return [b for b in self.visible_buttons() if b in names]
+
+
+def test_dashboard_in_a_browser(env: tuple[Cluster, Workers], browser: Any, tmp_path: Path) -> None:
+    shots = screenshot_dir(tmp_path)
+    try:
+        walk_through(env, browser, shots)
+    except Exception:
+        # What the page showed when it went wrong: the first thing to look at.
+        browser.save_screenshot(str(shots / "dashboard-failure.png"))
+        print("page text at failure:\n", Page(browser).text("body"))
+        raise
+
+
+def walk_through(env: tuple[Cluster, Workers], browser: Any, shots: Path) -> None:
+    c, w = env
+    page = Page(browser)
+    home = follower(c)
+    leader = c.leader()
+    browser.get(c.url(home) + "/")  # the redirect to /ui, as a person types the address
+
+    # -- the cluster, as the page shows it, read from a follower -------------------------------
+    page.wait(lambda: page.count("#nodes-table tbody tr[data-node]") == 3, "three nodes")
+    nodes = page.text("#nodes-table tbody")
+    assert nodes.count("leader") >= 1 and nodes.count("follower") == 2, nodes
+    assert f"served by {home} (follower)" in page.text("#served-by")
+    leader_row = page.text(f"#nodes-table tr[data-node='{leader}']")
+    assert "leader" in leader_row
+    term = str(c.health(leader)["term"])  # type: ignore[index]
+    assert term in leader_row.split(), leader_row
+    stats = page.text("#stats")
+    assert "Nodes up\n3 / 3" in stats and f"Leader\n{leader}" in stats, stats
+
+    page.wait(lambda: all("active" in page.worker_row(x) for x in ("w1", "w2", "w3")), "workers")
+    assert "3 active of 3" in page.text("#workers-count")
+    # Liveness comes from the leader even though a follower served the page.
+    page.wait(lambda: all("alive" in page.worker_row(x) for x in ("w1", "w2", "w3")), "liveness")
+
+    api = {p["partition"]: p for p in table(c)}
+    grid = page.wait(lambda: page.cells() if len(page.cells()) == PARTITIONS else None, "grid")
+    assert {p: (g["owner"], g["status"]) for p, g in grid.items()} == {
+        p: (x["owner"], x["status"]) for p, x in api.items()
+    }
+    assert grid[5]["text"].split() == ["5", f"e{api[5]['epoch']}"]
+    counts = " ".join(page.text("#legend").split())
+    for wid in ("w1", "w2", "w3"):
+        owned = sum(1 for x in api.values() if x["owner"] == wid)
+        assert f"{wid} {owned}" in counts, counts
+
+    # -- read-only without a token -------------------------------------------------------------
+    assert page.text("#admin-state") == "read-only"
+    assert page.admin_controls() == []
+
+    # -- a partition's timeline ----------------------------------------------------------------
+    p = 7
+    owner = api[p]["owner"]
+    page.click(f"#grid .cell[data-partition='{p}']")
+    page.wait(lambda: "why is it here" in page.text("#detail").lower(), "the timeline")
+    page.wait(lambda: "assigned" in page.text("#detail .timeline"), "the first assignment")
+    assert page.text("#detail-title") == str(p)
+    assert f"{owner} since" in page.text("#detail .why")
+    assert page.count("#move-preview") == 0  # no write control while read-only
+
+    # -- a wrong token stays read-only ---------------------------------------------------------
+    page.type_into("#admin-token", "not-the-admin-token-000")
+    page.click("#admin-unlock")
+    page.wait(lambda: "not accepted" in page.text("#banner"), "the token refused")
+    assert page.text("#admin-state") == "read-only"
+    assert browser.execute_script("return sessionStorage.getItem('ripple.adminToken')") is None
+
+    # -- the admin token unlocks writes --------------------------------------------------------
+    page.type_into("#admin-token", ADMIN)
+    page.click("#admin-unlock")
+    page.wait(lambda: page.text("#admin-state") == "admin", "admin mode")
+    page.wait(lambda: page.visible_buttons().count("Drain") == 3, "drain buttons")
+
+    # -- reassign: preview (changes nothing), then apply ---------------------------------------
+    target = next(x for x in ("w1", "w2", "w3") if x != owner)
+    page.wait(lambda: page.count("#move-target option") == 2, "the move form")
+    page.choose("#move-target", target)
+    page.click("#move-preview")
+    page.wait(lambda: "Dry run" in page.text("#detail-admin"), "the dry-run plan")
+    assert f"partition {p}: {owner} → {target}" in page.text("#plan"), page.text("#plan")
+    assert c.get(leader, f"/v1/partitions/{p}?consistent=true").body["owner"] == owner
+    assert migrations(c)["migrations"] == []
+    page.click("#plan-apply")
+    page.wait(lambda: page.cells()[p]["owner"] == target, f"partition {p} on {target}")
+    page.wait(lambda: page.cells()[p]["status"] == "online", f"partition {p} online again")
+    assert c.get(leader, f"/v1/partitions/{p}?consistent=true").body["owner"] == target
+    page.wait(lambda: "migration" in page.text("#detail .timeline"), "the move in the timeline")
+    page.wait(lambda: f"{target} since" in page.text("#detail .why"), "why it is here now")
+    assert f"(from {owner})" in page.text("#detail .why")
+
+    # -- abort: a migration away from a silent (suspected) worker waits, and is aborted --------
+    quiet = next(x for x in ("w1", "w2", "w3") if x != target)
+    q = next(n for n, x in sorted(api.items()) if x["owner"] == quiet and n != p)
+    w.silence(quiet)
+    page.wait(lambda: "suspected" in page.worker_row(quiet), f"{quiet} suspected")
+    page.click(f"#grid .cell[data-partition='{q}']")
+    page.wait(
+        lambda: page.text("#detail-title") == str(q) and page.count("#move-target option") == 2,
+        f"the move form of partition {q}",
+    )
+    page.choose("#move-target", target)
+    page.click("#move-preview")
+    page.wait(lambda: page.count("#plan-apply") == 1, f"the plan for partition {q}")
+    page.click("#plan-apply")
+    page.wait(lambda: page.count("#migrations .mig button.danger") == 1, "a migration in flight")
+    assert f"partition {q}" in page.text("#migrations .mig")
+    page.wait(lambda: "migrating" in page.cells()[q]["class"], "the moving cell marked")
+    save_full_page(browser, shots / "dashboard.png")  # the one in docs/
+    abort = "#migrations .mig button.danger"
+    page.click(abort)
+    page.wait(lambda: page.text(abort).endswith("?"), "the abort to ask for confirmation")
+    page.click(abort)
+    page.wait(lambda: "aborted" in page.text("#migrations table"), "the aborted migration")
+    assert "No migration in flight" in page.text("#migrations")
+    assert page.cells()[q]["owner"] == quiet
+    phases = [m["phase"] for m in migrations(c)["migrations"] if m["partition"] == q]
+    assert phases == ["aborted"]
+    call("POST", f"http://127.0.0.1:{w.ports[quiet]}/test/heartbeats", {"enabled": True})
+    page.wait(lambda: "alive" in page.worker_row(quiet), f"{quiet} alive again")
+
+    # -- drain a worker from its row ---------------------------------------------------------
+    owned = sum(1 for x in table(c) if x["owner"] == quiet)
+    row = f"#workers-table tr[data-worker='{quiet}'] button.danger"
+    page.click(row)
+    page.wait(lambda: page.text(row) == f"Drain {quiet}?", "the drain to ask for confirmation")
+    page.click(row)
+    page.wait(lambda: f"drain of {quiet} started: {owned} migrations" in page.text("#banner"), "ok")
+    page.wait(
+        lambda: all(g["owner"] != quiet and g["status"] == "online" for g in page.cells().values()),
+        f"no partition on {quiet}",
+        90,
+    )
+    drained = [m for m in migrations(c)["migrations"] if m["reason"] == "drain"]
+    assert len(drained) == owned and all(m["source"] == quiet for m in drained), drained
+    page.wait(lambda: "No migration in flight" in page.text("#migrations"), "the drain done")
+    assert all(x["owner"] != quiet for x in table(c))
+    # The drained worker is LEFT; a scripted worker then registers again (a new
+    # incarnation, with nothing assigned), as a restarted process would.
+    page.wait(
+        lambda: "left" in page.worker_row(quiet) or "#2" in page.worker_row(quiet),
+        f"{quiet} left (or back as a new incarnation)",
+    )
+    # -- a balance plan is a preview until applied ------------------------------------------
+    before = table(c)
+    page.click("#balance-preview")
+    page.wait(lambda: "balance plan" in page.text("#balance-plan").lower(), "the balance plan")
+    plan = page.text("#balance-plan")
+    assert "Nothing to move" in plan or "Dry run" in plan, plan
+    page.click("#plan-cancel")
+    page.wait(lambda: page.count("#balance-plan:not([hidden])") == 0, "the plan closed")
+    assert [(x["owner"], x["epoch"]) for x in table(c)] == [
+        (x["owner"], x["epoch"]) for x in before
+    ]
+    page.click(f"#grid .cell[data-partition='{p}']")
+    page.wait(lambda: "why is it here" in page.text("#detail").lower(), "the timeline again")
+    save_full_page(browser, shots / "dashboard-after-drain.png")
+
+    # -- lock: read-only again -----------------------------------------------------------------
+    page.click("#admin-lock")
+    page.wait(lambda: page.text("#admin-state") == "read-only", "read-only again")
+    assert page.admin_controls() == []
+    assert browser.execute_script("return sessionStorage.getItem('ripple.adminToken')") is None
+    # No CSP violation and no script error (the refused token's 403 is logged as a
+    # failed network load, which is expected).
+    logs = browser.get_log("browser")
+    broken = [e for e in logs if e["level"] == "SEVERE" and e.get("source") != "network"]
+    assert broken == [], broken
+    failed_loads = [e for e in logs if e.get("source") == "network" and "/ui/" in e["message"]]
+    assert failed_loads == [], failed_loads
