@@ -288,6 +288,46 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
         )
 
+    # Overrides pysyncobj's private SyncObj.__loadDumpFile (its name, mangled).
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
+        """Load the dump without throwing away the journal entries written after it.
+
+        pysyncobj 0.3.17 keeps the journal only if it starts exactly with the dump's last two
+        entries; otherwise it clears it. But it trims the journal to the dump only on the tick
+        after the forked child has written the dump, so a node stopped in between (any stop
+        soon after a compaction) restarts with a journal that still starts earlier: every
+        entry after the dump was dropped, acknowledged ones included, on all nodes that
+        stopped alike (tests/integration/test_replication.py's restart test, about half the
+        runs). Trimming the journal to the dump first keeps what came after it.
+        """
+        serializer = self._SyncObj__serializer
+        data = serializer.deserialize()
+        if not clearJournal:
+            self._ripple_trim_journal_to(data[2], data[1])
+        original = serializer.deserialize
+        serializer.deserialize = lambda: data  # read the file once, not twice
+        try:
+            SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        finally:
+            serializer.deserialize = original
+
+    def _ripple_trim_journal_to(self, before_last: Any, last: Any) -> None:
+        journal = self._SyncObj__raftLog
+        if len(journal) < 2:
+            return
+        pos = int(before_last[1]) - int(journal[0][1])
+        if not 0 < pos < len(journal) - 1:
+            return  # already aligned, or the journal does not reach the dump
+        if journal[pos] == before_last and journal[pos + 1] == last:
+            log.info(
+                "journal starts at index %d, before the dump's index %d (stopped before "
+                "trimming it): trimming it, keeping the %d entries after the dump",
+                journal[0][1],
+                last[1],
+                len(journal) - pos - 2,
+            )
+            self._SyncObj__deleteEntriesTo(before_last[1])
+
     def _machine(self) -> StateMachine:
         """The machine, restoring a snapshot pysyncobj loaded since the last call.
         Call with `_ripple_lock` held."""
