@@ -100,7 +100,12 @@ RECV_CHUNK_BYTES = 1 << 16
 READ_BUDGET_BYTES = 1 << 20  # per poll event: one busy peer cannot hold the Raft thread
 ACCEPTS_PER_EVENT_MAX = 32  # likewise for a flood of new connections
 LISTEN_BACKLOG = 128
+# The nodes' hosts are resolved again every ALLOWED_HOSTS_REFRESH_S, and sooner (at most every
+# ALLOWED_HOSTS_RETRY_S) when a connection comes from an address not on the list: a peer
+# that started after us, or came back with a new address, is let in within seconds, and a
+# stranger cannot make the Raft thread resolve names more often than that.
 ALLOWED_HOSTS_REFRESH_S = 30.0
+ALLOWED_HOSTS_RETRY_S = 5.0
 
 REFUSAL_REASONS = (
     "address_not_allowed",  # accepted from a host that is not a configured node's
@@ -726,7 +731,7 @@ class _Listener:
         hub: _Hub,
         host: str,
         port: int,
-        allowed: Callable[[], set[str]],
+        allowed: Callable[[bool], set[str]],
         on_authenticated: Callable[[_Connection], None],
     ) -> None:
         self._hub = hub
@@ -767,7 +772,6 @@ class _Listener:
         if sock is None or descr != self._fileno:
             self._hub.poller.unsubscribe(descr)
             return
-        allowed = self._allowed()
         for _ in range(ACCEPTS_PER_EVENT_MAX):
             try:
                 conn_sock, addr = sock.accept()
@@ -778,16 +782,16 @@ class _Listener:
                 # unbound itself for good here), the next tick tries again.
                 log.warning("raft transport: accept failed: %s", exc)
                 return
-            self._admit(conn_sock, addr, allowed)
+            self._admit(conn_sock, addr)
 
-    def _admit(self, conn_sock: socket.socket, addr: Any, allowed: set[str]) -> None:
+    def _admit(self, conn_sock: socket.socket, addr: Any) -> None:
         hub = self._hub
         peer = f"{addr[0]}:{addr[1]}"
         try:
             ip = _normalize_ip(str(addr[0]))
         except ValueError:
             ip = ""
-        if ip not in allowed:
+        if ip not in self._allowed(False) and ip not in self._allowed(True):
             with contextlib.suppress(OSError):
                 _abort(conn_sock)
             conn_sock.close()
@@ -846,9 +850,12 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
 
         return make
 
-    def _allowed_ips(self) -> set[str]:
+    def _allowed_ips(self, missed: bool) -> set[str]:
+        """The addresses of the configured nodes' hosts; `missed`: one just connected from
+        elsewhere, so look again if the last lookup is ALLOWED_HOSTS_RETRY_S old."""
         now = time.monotonic()
-        if now - self._ripple_allowed_at > ALLOWED_HOSTS_REFRESH_S:
+        age = now - self._ripple_allowed_at
+        if age > ALLOWED_HOSTS_REFRESH_S or (missed and age > ALLOWED_HOSTS_RETRY_S):
             known = self._ripple_host_ips
             for node in self._nodes:
                 # A failed lookup keeps the host's last addresses rather than shutting a

@@ -19,6 +19,7 @@ import pysyncobj.pickle as syncobj_pickle
 import pytest
 from pysyncobj.encryptor import getEncryptor
 
+import replication.transport
 from replication.log import ReplicatedLog
 from replication.transport import (
     CHALLENGE_BYTES,
@@ -275,3 +276,29 @@ async def test_quiet_links_stay_up_on_keepalives(cluster: Cluster) -> None:
         assert node is not None
         assert node.refused_connections()["idle_timeout"] == 0, node.refused_connections()
     await still_commits(cluster)
+
+
+async def test_a_node_host_that_did_not_resolve_at_first_is_let_in_soon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As in compose when a peer's container is not up yet: its name does not resolve, so its
+    # connections are refused; once it resolves, the next refused connection looks again.
+    resolvable = False
+    real = replication.transport.host_ips
+
+    def flaky(host: str) -> set[str]:
+        return real(host) if resolvable else set()
+
+    monkeypatch.setattr(replication.transport, "host_ips", flaky)
+    monkeypatch.setattr(replication.transport, "ALLOWED_HOSTS_RETRY_S", 0.5)
+    c = Cluster(tmp_path, **FAST)
+    for i in range(3):
+        c.start(i)
+    try:
+        await counted(c, "address_not_allowed")
+        assert not any(n is not None and n.is_ready_leader for n in c.nodes)
+        resolvable = True
+        await still_commits(c)
+    finally:
+        for i in range(3):
+            c.stop(i)
