@@ -3,10 +3,11 @@
 Run as `python -m tests.scripted_worker --coordinator URL ... --worker-id W --port P`.
 It registers (following redirects), heartbeats with its gates' epochs and offsets, obeys
 host / release / checkpoint calls (verifying the coordinator's bearer token), and exposes
-`GET /test/state` (gates and a log of every call), `POST /test/heartbeats {"enabled"}` and
-`POST /test/release-uri {"uri"}` (name this object in release replies, as a compromised
-worker could)
-so a test can make it fall silent without killing it. Offsets advance by one per
+`GET /test/state` (gates and a log of every call), `POST /test/heartbeats {"enabled"}` (so
+a test can make it fall silent without killing it), `POST /test/release-uri {"uri"}` (name
+this object in release replies, as a compromised worker could) and `POST /test/progress
+{"lag_records", "failing": {p: error}}` (heartbeats then report a source log that far ahead
+and partitions whose batches fail). Offsets advance by one per
 heartbeat for each open gate, standing in for processed input.
 """
 
@@ -44,6 +45,9 @@ class ScriptedWorker:
         self.gates: dict[int, dict[str, Any]] = {}  # p -> {epoch, offset, open}
         self.calls: list[dict[str, Any]] = []
         self.heartbeats_enabled = True
+        # Set through POST /test/progress: what heartbeats say beyond epoch and offset.
+        self.lag_records: int | None = None  # report source_end = offset + this
+        self.failing: dict[int, str] = {}  # partition -> error its batches "fail" with
         self.generation = -1
 
     async def register(self) -> None:
@@ -70,7 +74,7 @@ class ScriptedWorker:
                             "incarnation": self.incarnation,
                             "load": 0.1,
                             "partitions": {
-                                str(p): {"epoch": g["epoch"], "offset": g["offset"]}
+                                str(p): self.partition_report(p, g)
                                 for p, g in self.gates.items()
                                 if g["open"]
                             },
@@ -187,6 +191,20 @@ class ScriptedWorker:
             }
         )
 
+    def partition_report(self, p: int, gate: dict[str, Any]) -> dict[str, Any]:
+        report: dict[str, Any] = {"epoch": gate["epoch"], "offset": gate["offset"]}
+        if self.lag_records is not None:
+            report["source_end"] = gate["offset"] + self.lag_records
+        if p in self.failing:
+            report["failures"], report["error"] = 3, self.failing[p]
+        return report
+
+    async def set_progress(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.lag_records = body.get("lag_records")
+        self.failing = {int(p): str(e) for p, e in body.get("failing", {}).items()}
+        return web.json_response({"lag_records": self.lag_records, "failing": self.failing})
+
     async def set_heartbeats(self, request: web.Request) -> web.Response:
         self.heartbeats_enabled = bool((await request.json())["enabled"])
         return web.json_response({"enabled": self.heartbeats_enabled})
@@ -209,6 +227,7 @@ async def main(args: argparse.Namespace) -> None:
     app.router.add_post("/v1/checkpoint", w.checkpoint)
     app.router.add_get("/test/state", w.state)
     app.router.add_post("/test/heartbeats", w.set_heartbeats)
+    app.router.add_post("/test/progress", w.set_progress)
     app.router.add_post("/test/report-checkpoints", w.report_now)
     app.router.add_post("/test/release-uri", w.set_release_uri)
     runner = web.AppRunner(app, access_log=None)

@@ -47,7 +47,7 @@ from coordinator.service.auth import (
     verify_token,
 )
 from coordinator.service.failing import FailingPartition, FailingReports
-from coordinator.service.metrics import PartitionProgress
+from coordinator.service.metrics import PartitionProgress, ProgressReports
 from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
 from replication.log import RaftRole
 
@@ -211,9 +211,12 @@ def idempotency_key(request: web.Request, principal: str, command: str) -> str:
     return hashlib.sha256(f"{principal}\x00{command}\x00{key}".encode()).hexdigest()
 
 
-def partition_view(p: Partition, failing: FailingReports | None = None) -> m.PartitionView:
+def partition_view(
+    p: Partition, failing: FailingReports | None = None, progress: ProgressReports | None = None
+) -> m.PartitionView:
     ck = p.checkpoint
     report = None if failing is None else failing.of(p.partition, p.owner, p.epoch)
+    seen = None if progress is None else progress.of(p.partition, p.owner, p.epoch)
     return m.PartitionView(
         partition=p.partition,
         owner=p.owner,
@@ -226,7 +229,18 @@ def partition_view(p: Partition, failing: FailingReports | None = None) -> m.Par
         failing=None
         if report is None
         else m.FailingView(failures=report.failures, error=report.error),
+        offset=None if seen is None else seen.offset,
+        lag_records=None if seen is None else lag_of(seen),
     )
+
+
+def lag_of(seen: PartitionProgress) -> int | None:
+    return None if seen.source_end is None else max(0, seen.source_end - seen.offset)
+
+
+def _progress(node: CoordinatorNode) -> ProgressReports | None:
+    """The leader's heartbeat progress reports; None on a follower (it hears none)."""
+    return node.metrics.progress if node.is_ready_leader else None
 
 
 def _failing(request: web.Request, node: CoordinatorNode) -> FailingReports | None:
@@ -321,7 +335,10 @@ async def partitions(request: web.Request) -> web.Response:
             generation=state.generation,
             applied_index=applied,
             stale=stale,
-            partitions=[partition_view(p, _failing(request, node)) for p in state.partitions],
+            partitions=[
+                partition_view(p, _failing(request, node), _progress(node))
+                for p in state.partitions
+            ],
         )
     return _json(body)
 
@@ -331,7 +348,9 @@ async def partition(request: web.Request) -> web.Response:
     node, stale = await read_view(request)
     applied = node.log.status().applied_index
     with node.read() as state:
-        view = partition_view(path_partition(request, state), _failing(request, node))
+        view = partition_view(
+            path_partition(request, state), _failing(request, node), _progress(node)
+        )
         body = m.PartitionResponse(
             generation=state.generation, applied_index=applied, stale=stale, **view.model_dump()
         )
@@ -376,6 +395,14 @@ async def workers(request: web.Request) -> web.Response:
                 counts[p.owner] = counts.get(p.owner, 0) + 1
                 owned.setdefault(p.owner, {})[p.partition] = p.epoch
         failing = _failing(request, node)
+        progress = _progress(node)
+        lags: dict[str, int] = {}
+        if progress is not None:
+            for p in state.partitions:
+                seen = progress.of(p.partition, p.owner, p.epoch)
+                lag = None if seen is None else lag_of(seen)
+                if p.owner is not None and lag is not None:
+                    lags[p.owner] = lags.get(p.owner, 0) + lag
         views = [
             m.WorkerView(
                 worker_id=w.worker_id,
@@ -389,6 +416,7 @@ async def workers(request: web.Request) -> web.Response:
                 failing_partitions=None
                 if failing is None
                 else failing.count(w.worker_id, owned.get(w.worker_id, {})),
+                lag_records=lags.get(w.worker_id),
             )
             for w in sorted(state.workers.values(), key=lambda w: w.worker_id)
         ]

@@ -130,6 +130,9 @@ class WorkerView(_Response):
     liveness: str | None = None  # leader only: alive | suspected | dead
     load: float | None = None
     failing_partitions: int | None = None  # leader only: owned partitions whose batches fail
+    # Leader only: records its partitions have not processed yet, summed over those whose
+    # last heartbeat said where the source log ends.
+    lag_records: int | None = None
 
 
 class WorkersResponse(_Response):
@@ -176,6 +179,10 @@ class PartitionView(_Response):
     checkpoint: CheckpointView | None
     migration: str | None = None
     failing: FailingView | None = None  # leader only: the owner reports failing batches
+    # Leader only, from the owner's last heartbeat: the next source offset it will process,
+    # and how many records the source log holds past it (null until the owner says).
+    offset: int | None = None
+    lag_records: int | None = None
 
 
 class PartitionsResponse(_Response):

@@ -64,6 +64,21 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Wor
         c.stop_all()
 
 
+def progress(w: Workers, wid: str, *, lag_records: int, failing: dict[int, str]) -> None:
+    """Make a scripted worker's heartbeats report lag and failing batches."""
+    r = call(
+        "POST",
+        f"http://127.0.0.1:{w.ports[wid]}/test/progress",
+        {"lag_records": lag_records, "failing": {str(p): e for p, e in failing.items()}},
+    )
+    assert r.status == 200, r
+
+
+def fmt(n: int) -> str:
+    """A count as the page writes it (en-US grouping)."""
+    return f"{n:,}"
+
+
 def follower(c: Cluster) -> str:
     leader = c.leader()
     return next(s.id for s in c.specs if s.id != leader)
@@ -326,6 +341,32 @@ def walk_through(env: tuple[Cluster, Workers], browser: Any, shots: Path) -> Non
     for wid in ("w1", "w2", "w3"):
         owned = sum(1 for x in api.values() if x["owner"] == wid)
         assert f"{wid} {owned}" in counts, counts
+
+    # -- pipeline lag and failing batches, as the workers report them -------------------------
+    # Leader-only figures, shown on a follower's page too. The error text is the worker's own
+    # words: it must reach the page as text, never as markup.
+    lagging = "w3"
+    owned3 = sorted(n for n, x in api.items() if x["owner"] == lagging)
+    bad = owned3[0]
+    hostile = '<img src=x onerror="window.__xss=1">batch failed'
+    progress(w, lagging, lag_records=25, failing={bad: hostile})
+    page.wait(
+        lambda: fmt(25 * len(owned3)) in page.worker_row(lagging).split(),
+        f"{lagging}'s lag ({25 * len(owned3)} records)",
+    )
+    page.wait(lambda: "1 failing" in page.worker_row(lagging), f"{lagging}'s failing partition")
+    page.wait(lambda: "failing" in page.cells()[bad]["class"], f"partition {bad} marked failing")
+    lag_panel = page.text("#lag")
+    assert hostile in lag_panel, lag_panel
+    assert f"{fmt(25 * len(owned3))} records · largest 25" in lag_panel, lag_panel
+    assert page.count("#lag img, #detail img") == 0
+    assert browser.execute_script("return window.__xss") is None
+    realistic = (
+        "Py4JJavaError: An error occurred while calling o412.collectToPython: "
+        "java.io.FileNotFoundException: segment 000000000420.parquet"
+    )
+    progress(w, lagging, lag_records=25, failing={bad: realistic})
+    page.wait(lambda: realistic in page.text("#lag"), "the new error text")
 
     # -- read-only without a token -------------------------------------------------------------
     assert page.text("#admin-state") == "read-only"

@@ -11,7 +11,8 @@
   const CONFIRM_MS = 5000; // a "confirm" button turns back after this
   const HISTORY_SHOWN_MAX = 40;
   const FINISHED_MIGRATIONS_SHOWN_MAX = 8;
-  const STALEST_SHOWN_MAX = 8;
+  const BARS_SHOWN_MAX = 6; // partitions per bar chart
+  const FAILING_SHOWN_MAX = 10;
   const PLAN_SHOWN_MAX = 50; // moves listed in a preview; the rest are counted
   const TOKEN_KEY = "ripple.adminToken";
   const PALETTE = [
@@ -31,8 +32,9 @@
   // failures, ... added by newer versions) is shown as-is in the pipeline panel.
   const WORKER_FIELDS = new Set([
     "worker_id", "address", "incarnation", "state", "registered_at_ms", "partitions",
-    "liveness", "load",
+    "liveness", "load", "failing_partitions", "lag_records",
   ]);
+  const LEADER_PARTITION_FIELDS = ["failing", "offset", "lag_records"];
 
   const S = {
     home: null, // this node's /v1/health
@@ -242,11 +244,13 @@
     const nodes = listed.length ? listed : [{ id: h.body.node_id, url: "" }];
     const lb = leaderBase();
     const selected = S.selected;
-    const [healths, parts, migs, workers, hist] = await Promise.all([
+    const [healths, parts, leaderParts, migs, workers, hist] = await Promise.all([
       Promise.all(
         nodes.map((n) => (n.id === h.body.node_id ? h : getJSON(`${baseOf(n.id, n.url)}/v1/health`))),
       ),
       getJSON("/v1/partitions"),
+      // Lag and failing batches are known to the leader only (from heartbeats).
+      lb !== null && lb !== "" ? getJSON(`${lb}/v1/partitions`) : null,
       getJSON("/v1/migrations"),
       loadWorkers(lb),
       selected === null ? null : getJSON(`/v1/partitions/${selected}/history`),
@@ -261,6 +265,9 @@
     if (parts.ok) {
       S.partitions = parts.body.partitions || [];
       S.stale = !!parts.body.stale;
+      if (leaderParts && leaderParts.ok && leaderParts.body) {
+        mergeLeaderOnly(S.partitions, leaderParts.body.partitions || []);
+      }
     } else problems.push(`partitions: ${errorText(parts)}`);
     if (migs.ok) S.migrations = migs.body.migrations || [];
     else problems.push(`migrations: ${errorText(migs)}`);
@@ -275,6 +282,17 @@
     if (problems.length) banner(problems.join(" · "), "warn");
     else if ($("banner").classList.contains("banner-warn")) banner(null);
     render();
+  }
+
+  // The leader-only fields of the leader's answer, onto this node's view of the same
+  // partition at the same owner and epoch (else they describe something this view lacks).
+  function mergeLeaderOnly(local, fromLeader) {
+    const byPartition = new Map(fromLeader.map((p) => [p.partition, p]));
+    for (const p of local) {
+      const l = byPartition.get(p.partition);
+      if (!l || l.owner !== p.owner || l.epoch !== p.epoch) continue;
+      for (const k of LEADER_PARTITION_FIELDS) if (l[k] !== undefined) p[k] = l[k];
+    }
   }
 
   // Liveness and load are known to the leader only: ask it, or fall back to this node.
@@ -417,15 +435,18 @@
         el("td", {}, chip, el("strong", {}, w.worker_id),
           el("span", { class: "muted small", title: "incarnation" }, ` #${w.incarnation}`),
           el("div", { class: "mono muted addr", title: w.address }, w.address)),
-        el("td", {}, stateBadge(w.state)),
+        el("td", {}, stateBadge(w.state),
+          w.failing_partitions ? badge(`${w.failing_partitions} failing`, "bad") : null),
         livenessCell(w),
         el("td", { class: "num" }, typeof w.load === "number" ? w.load.toFixed(2) : "—"),
         el("td", { class: "num" }, fmtInt(w.partitions)),
+        el("td", { class: "num", title: "records not processed yet (reported in heartbeats)" },
+          typeof w.lag_records === "number" ? fmtInt(w.lag_records) : "—"),
         el("td", { class: "num" }, age === undefined ? "—" : age === null ? "none yet" : fmtAge(age)),
         el("td", { class: "admin-only" }, action));
     });
     fill($("workers-table").tBodies[0], rows.length ? rows : [
-      el("tr", {}, el("td", { colspan: 7, class: "muted" }, "no worker registered yet")),
+      el("tr", {}, el("td", { colspan: 8, class: "muted" }, "no worker registered yet")),
     ]);
     const active = S.workers.filter((w) => w.state === "active").length;
     fill($("workers-count"), `${active} active of ${S.workers.length}`);
@@ -456,6 +477,7 @@
       const m = migrating.get(p.partition);
       let cls = `cell st-${p.status}`;
       if (m) cls += " migrating";
+      if (p.failing) cls += " failing";
       if (p.partition === S.selected) cls += " selected";
       cell.className = cls;
       const color = ownerColor(p.owner);
@@ -468,7 +490,9 @@
       cell.firstChild.textContent = String(p.partition);
       cell.lastChild.textContent = `e${p.epoch}`;
       const moving = m ? ` · moving ${m.source} → ${m.target} (${m.phase})` : "";
-      cell.title = `partition ${p.partition} · ${p.owner || "no owner"} · ${p.status} · epoch ${p.epoch}${moving}`;
+      const lag = typeof p.lag_records === "number" ? ` · lag ${fmtInt(p.lag_records)}` : "";
+      const failing = p.failing ? ` · batches failing (${p.failing.failures}x)` : "";
+      cell.title = `partition ${p.partition} · ${p.owner || "no owner"} · ${p.status} · epoch ${p.epoch}${moving}${lag}${failing}`;
     });
     const counts = new Map();
     for (const p of parts) if (p.owner) counts.set(p.owner, (counts.get(p.owner) || 0) + 1);
@@ -480,7 +504,8 @@
       el("span", { class: "legend-item" }, el("span", { class: "swatch sw-online" }), "online"),
       el("span", { class: "legend-item" }, el("span", { class: "swatch sw-assigning" }), "assigning"),
       el("span", { class: "legend-item" }, el("span", { class: "swatch sw-unassigned" }), "unassigned"),
-      el("span", { class: "legend-item" }, el("span", { class: "swatch sw-migrating" }), "migrating"));
+      el("span", { class: "legend-item" }, el("span", { class: "swatch sw-migrating" }), "migrating"),
+      el("span", { class: "legend-item" }, el("span", { class: "swatch sw-failing" }), "batches failing"));
     fill($("partitions-count"), `${fmtInt(parts.length)} · e = epoch`);
   }
 
@@ -521,6 +546,11 @@
       kv("Status", badge(p.status, p.status === "online" ? "ok" : p.status === "assigning" ? "warn" : "muted")),
       kv("Epoch", fmtInt(p.epoch)),
       kv("Checkpoint", ck ? `offset ${fmtInt(ck.offset)} · epoch ${ck.epoch} · ${fmtAgo(ck.at_ms)}` : "none yet"),
+      kv("Processed", typeof p.offset === "number"
+        ? `offset ${fmtInt(p.offset)}${typeof p.lag_records === "number" ? ` · ${fmtInt(p.lag_records)} records behind the source` : ""}`
+        : el("span", { class: "muted", title: "the leader learns it from the owner's heartbeats" }, "not reported")),
+      p.failing ? kv("Batches", el("span", { class: "error-text" },
+        `failing (${p.failing.failures} in a row): ${p.failing.error}`)) : null,
       kv("Migration", active ? `${active.id}: ${active.source} → ${active.target} (${active.phase})` : "none in flight"));
     const parts = [facts, el("h3", {}, "Why is it here")];
     if (hist === null) parts.push(el("p", { class: "muted" }, "loading history…"));
@@ -629,33 +659,57 @@
     fill($("migrations-count"), `${inFlight.length} in flight`);
   }
 
+  // Horizontal bars, one per partition, scaled to the largest value shown.
+  function bars(rows, valueOf, label) {
+    const worst = Math.max(1, ...rows.map(valueOf));
+    return el("div", { class: "bars" }, rows.map((p) => {
+      const bar = el("span", { class: "bar-fill", color: ownerColor(p.owner) });
+      bar.style.width = `${Math.max(2, Math.round((100 * valueOf(p)) / worst))}%`;
+      return el("div", { class: "bar-row" },
+        el("button", { class: "link", type: "button", on: { click: () => select(p.partition) } }, `p${p.partition}`),
+        el("span", { class: "bar" }, bar),
+        el("span", { class: "num small" }, label(p)));
+    }));
+  }
+
   function renderLag() {
     const now = Date.now();
     const online = S.partitions.filter((p) => p.status === "online");
     const withCk = S.partitions.filter((p) => p.checkpoint);
     const ages = withCk.map((p) => now - p.checkpoint.at_ms).sort((a, b) => a - b);
     const median = ages.length ? ages[Math.floor(ages.length / 2)] : null;
-    const recorded = withCk.reduce((a, p) => a + p.checkpoint.offset, 0);
+    const reporting = S.partitions.filter((p) => typeof p.lag_records === "number");
+    const failing = S.partitions.filter((p) => p.failing);
+    const totalLag = reporting.reduce((a, p) => a + p.lag_records, 0);
+    const maxLag = reporting.reduce((a, p) => Math.max(a, p.lag_records), 0);
     const parts = [el("dl", { class: "kv" },
-      kv("Checkpointed", `${fmtInt(withCk.length)} of ${fmtInt(S.partitions.length)} partitions`),
-      kv("Records checkpointed", fmtInt(recorded)),
-      kv("Checkpoint age", ages.length ? `median ${fmtAge(median)} · oldest ${fmtAge(ages[ages.length - 1])}` : "—"),
-      kv("Online without checkpoint", fmtInt(online.filter((p) => !p.checkpoint).length)))];
-    const stalest = withCk.slice().sort((a, b) => a.checkpoint.at_ms - b.checkpoint.at_ms).slice(0, STALEST_SHOWN_MAX);
-    if (stalest.length) {
-      const worst = now - stalest[0].checkpoint.at_ms || 1;
-      parts.push(el("h3", {}, "Stalest checkpoints"));
-      parts.push(el("div", { class: "bars" }, stalest.map((p) => {
-        const age = now - p.checkpoint.at_ms;
-        const bar = el("span", { class: "bar-fill", color: ownerColor(p.owner) });
-        bar.style.width = `${Math.max(2, Math.round((100 * age) / worst))}%`;
-        return el("div", { class: "bar-row" },
-          el("button", { class: "link", type: "button", on: { click: () => select(p.partition) } }, `p${p.partition}`),
-          el("span", { class: "bar" }, bar),
-          el("span", { class: "num small" }, fmtAge(age)));
-      })));
+      kv("Behind the source", reporting.length
+        ? `${fmtInt(totalLag)} records · largest ${fmtInt(maxLag)} · ${fmtInt(reporting.length)} of ${fmtInt(S.partitions.length)} partitions reporting`
+        : el("span", { class: "muted" }, "no owner has reported where the source log ends")),
+      kv("Failing batches", failing.length
+        ? el("span", { class: "error-text" }, `${fmtInt(failing.length)} partition${failing.length === 1 ? "" : "s"}`)
+        : "none reported"),
+      kv("Checkpointed", `${fmtInt(withCk.length)} of ${fmtInt(S.partitions.length)} partitions · ${fmtInt(online.filter((p) => !p.checkpoint).length)} online without one`),
+      kv("Checkpoint age", ages.length ? `median ${fmtAge(median)} · oldest ${fmtAge(ages[ages.length - 1])}` : "—"))];
+    if (failing.length) {
+      parts.push(el("h3", {}, "Failing batches"));
+      parts.push(el("ul", { class: "plain failing-list" }, failing.slice(0, FAILING_SHOWN_MAX).map((p) => el("li", {},
+        el("button", { class: "link", type: "button", on: { click: () => select(p.partition) } }, `p${p.partition}`),
+        ` ${p.owner} · ${p.failing.failures} in a row · `,
+        el("span", { class: "error-text mono" }, p.failing.error)))));
     }
-    // Whatever else the workers' answers carry (per-worker lag, failing batches, ...).
+    const behind = reporting.filter((p) => p.lag_records > 0)
+      .sort((a, b) => b.lag_records - a.lag_records).slice(0, BARS_SHOWN_MAX);
+    if (behind.length) {
+      parts.push(el("h3", {}, "Furthest behind"));
+      parts.push(bars(behind, (p) => p.lag_records, (p) => fmtInt(p.lag_records)));
+    }
+    const stalest = withCk.slice().sort((a, b) => a.checkpoint.at_ms - b.checkpoint.at_ms).slice(0, BARS_SHOWN_MAX);
+    if (stalest.length) {
+      parts.push(el("h3", {}, "Stalest checkpoints"));
+      parts.push(bars(stalest, (p) => now - p.checkpoint.at_ms, (p) => fmtAge(now - p.checkpoint.at_ms)));
+    }
+    // Whatever else the workers' answers carry, from a newer version of the API.
     const extra = [];
     for (const w of S.workers) {
       for (const [k, v] of Object.entries(w)) {
@@ -663,13 +717,14 @@
       }
     }
     if (extra.length) {
-      parts.push(el("h3", {}, "Reported by workers"));
+      parts.push(el("h3", {}, "Also reported by workers"));
       parts.push(el("table", { class: "table compact" }, el("tbody", {},
         extra.map(([wid, k, v]) => el("tr", {}, el("td", {}, wid), el("td", { class: "muted" }, k.replaceAll("_", " ")),
           el("td", { class: "mono" }, describe(v)))))));
-    } else {
+    }
+    if (!S.workersFromLeader) {
       parts.push(el("p", { class: "note" },
-        "Per-partition lag behind the source log is not in this node's API; checkpoint offsets and ages above are what the coordinator records."));
+        "Lag and failing batches are known to the leader only, and the leader did not answer."));
     }
     fill($("lag"), parts);
   }
