@@ -12,6 +12,7 @@ Content-Security-Policy below), and it writes nothing unless an admin token is e
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -19,6 +20,8 @@ from aiohttp import web
 
 from coordinator.config import ClusterConfig
 from coordinator.errors import RequestError
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 UI_PATH = "/ui"
 # name under coordinator/service/ui/ -> content type
@@ -29,7 +32,7 @@ UI_FILES = {
     "favicon.svg": "image/svg+xml",
 }
 PREFLIGHT_MAX_AGE_S = 600
-CORS_METHODS = "GET, POST"
+CORS_METHODS = frozenset({"GET", "POST"})
 CORS_REQUEST_HEADERS = "Authorization, Content-Type, Idempotency-Key"
 # What the page may read from a cross-origin answer besides the safelisted headers.
 CORS_EXPOSED_HEADERS = "Location, Ripple-Leader, Retry-After"
@@ -98,31 +101,41 @@ def install(app: web.Application, config: ClusterConfig) -> None:
             raise RequestError(f"no such file {UI_PATH}/{name}", code="not_found", status=404)
         return serve(name)
 
-    async def preflight(request: web.Request) -> web.Response:
-        origin = request.headers.get("Origin", "").lower()
-        method = request.headers.get("Access-Control-Request-Method", "")
-        if origin not in origins:
-            raise RequestError(
-                "cross-origin requests are allowed from the cluster's own nodes only",
-                code="forbidden",
-                status=403,
-                field="Origin",
+    def options_handler(methods: frozenset[str]) -> Handler:
+        """OPTIONS on one /v1 resource: a CORS preflight when the request is one (it has an
+        Origin and Access-Control-Request-Method), else the plain answer (Allow)."""
+        allow = ", ".join(sorted(methods | {"OPTIONS"}))
+        cross = sorted(methods & CORS_METHODS)
+
+        async def options(request: web.Request) -> web.Response:
+            method = request.headers.get("Access-Control-Request-Method")
+            if "Origin" not in request.headers or method is None:
+                return web.Response(status=204, headers={"Allow": allow})
+            if request.headers["Origin"].lower() not in origins:
+                raise RequestError(
+                    "cross-origin requests are allowed from the cluster's own nodes only",
+                    code="forbidden",
+                    status=403,
+                    field="Origin",
+                )
+            if method not in cross:
+                raise RequestError(
+                    f"{method} is not allowed cross-origin here (allowed: {', '.join(cross)})",
+                    code="method_not_allowed",
+                    status=405,
+                    field="Access-Control-Request-Method",
+                )
+            return web.Response(
+                status=204,
+                headers={
+                    "Allow": allow,
+                    "Access-Control-Allow-Methods": ", ".join(cross),
+                    "Access-Control-Allow-Headers": CORS_REQUEST_HEADERS,
+                    "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
+                },
             )
-        if method not in ("GET", "POST"):
-            raise RequestError(
-                "only GET and POST are allowed cross-origin",
-                code="method_not_allowed",
-                status=405,
-                field="Access-Control-Request-Method",
-            )
-        return web.Response(
-            status=204,
-            headers={
-                "Access-Control-Allow-Methods": CORS_METHODS,
-                "Access-Control-Allow-Headers": CORS_REQUEST_HEADERS,
-                "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
-            },
-        )
+
+        return options
 
     async def cors_headers(request: web.Request, response: web.StreamResponse) -> None:
         if not request.path.startswith("/v1/"):
@@ -141,5 +154,6 @@ def install(app: web.Application, config: ClusterConfig) -> None:
     # install() after the API's routes are added.
     for resource in list(app.router.resources()):
         if isinstance(resource, web.Resource) and resource.canonical.startswith("/v1/"):
-            resource.add_route("OPTIONS", preflight)
+            methods = frozenset(r.method for r in resource)
+            resource.add_route("OPTIONS", options_handler(methods))
     app.on_response_prepare.append(cors_headers)

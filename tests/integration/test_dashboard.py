@@ -153,6 +153,16 @@ def test_cross_origin_rules(env: tuple[Cluster, Workers]) -> None:
         "OPTIONS", target, headers={"Origin": sibling, "Access-Control-Request-Method": "PUT"}
     )
     assert odd.status == 405
+    get_only = call(
+        "OPTIONS",
+        c.url(leader) + "/v1/health",
+        headers={"Origin": sibling, "Access-Control-Request-Method": "POST"},
+    )
+    assert get_only.status == 405, get_only  # /v1/health takes no POST
+    # A plain OPTIONS (not a preflight) says which methods the route takes.
+    plain = call("OPTIONS", target)
+    assert plain.status == 204 and plain.headers["Allow"] == "OPTIONS, POST"
+    assert "Access-Control-Allow-Origin" not in plain.headers
 
     read = call("GET", c.url(leader) + "/v1/health", headers={"Origin": sibling})
     assert read.headers["Access-Control-Allow-Origin"] == sibling
@@ -484,6 +494,14 @@ def walk_through(env: tuple[Cluster, Workers], browser: Any, shots: Path) -> Non
     page.wait(lambda: page.text("#admin-state") == "read-only", "read-only again")
     assert page.admin_controls() == []
     assert browser.execute_script("return sessionStorage.getItem('ripple.adminToken')") is None
+    # -- the same page from the leader -------------------------------------------------------
+    leader = c.leader()
+    browser.get(c.url(leader) + "/ui")
+    page.wait(lambda: f"served by {leader} (leader)" in page.text("#served-by"), "the leader")
+    page.wait(lambda: len(page.cells()) == PARTITIONS, "the grid on the leader's page")
+    assert "this page" in page.text(f"#nodes-table tr[data-node='{leader}']")
+    assert page.text("#admin-state") == "read-only"  # the token stayed with the other origin
+
     # No CSP violation and no script error (the refused token's 403 is logged as a
     # failed network load, which is expected).
     logs = browser.get_log("browser")
