@@ -39,7 +39,7 @@ from coordinator.config import (
     load_config,
     render_toml,
 )
-from coordinator.errors import ClientError, RippleError
+from coordinator.errors import ClientError, ConfigError, RippleError
 from coordinator.ports import free_ports
 
 log = logging.getLogger("ripple")
@@ -75,6 +75,22 @@ def _urls(args: argparse.Namespace) -> list[str]:
         status=2,
         field="coordinator",
     )
+
+
+def _tls_ca(args: argparse.Namespace) -> str | None:
+    """The CA bundle https:// coordinators are verified against: --tls-ca (RIPPLE_TLS_CA),
+    else the local cluster file's tls_ca, else the system's roots (None)."""
+    if getattr(args, "tls_ca", None):
+        return str(args.tls_ca)
+    data_dir = getattr(args, "data_dir", None)
+    path = _cluster_file(data_dir) if data_dir else None
+    if path is not None and path.exists():
+        return load_config(path, env={}, validate=False).tls_ca or None
+    return None
+
+
+def _client(args: argparse.Namespace, token: str | None = None) -> CoordinatorClient:
+    return CoordinatorClient(_urls(args), token=token, ca_file=_tls_ca(args))
 
 
 def _admin_token(args: argparse.Namespace) -> str:
@@ -173,7 +189,7 @@ def render_migrations(s: dict[str, Any]) -> str:
 
 
 async def _read(args: argparse.Namespace, path: str, render: Any) -> int:
-    async with CoordinatorClient(_urls(args)) as client:
+    async with _client(args) as client:
         body = await client.get(path, consistent=args.consistent)
     _print(body, args.json, render)
     return 0
@@ -183,7 +199,7 @@ async def cmd_migrations(args: argparse.Namespace) -> int:
     if not args.watch:
         return await _read(args, "/v1/migrations", render_migrations)
     deadline = time.monotonic() + WATCH_MAX_S
-    async with CoordinatorClient(_urls(args)) as client:
+    async with _client(args) as client:
         total = None
         while time.monotonic() < deadline:
             body = await client.get("/v1/migrations")
@@ -220,7 +236,7 @@ async def cmd_reassign(args: argparse.Namespace) -> int:
         payload["moves"] = moves
     else:
         payload["strategy"] = "balance"
-    async with CoordinatorClient(_urls(args), token=_admin_token(args)) as client:
+    async with _client(args, token=_admin_token(args)) as client:
         body = await client.post("/v1/admin/reassign", payload)
     if args.json:
         print(json.dumps(body, indent=2))
@@ -233,7 +249,7 @@ async def cmd_reassign(args: argparse.Namespace) -> int:
 
 
 async def cmd_drain(args: argparse.Namespace) -> int:
-    async with CoordinatorClient(_urls(args), token=_admin_token(args)) as client:
+    async with _client(args, token=_admin_token(args)) as client:
         body = await client.post(f"/v1/workers/{args.worker}/drain", {})
     print(f"{body['worker_id']}: {body['state']}, {len(body['migrations'])} migrations planned")
     return 0
@@ -251,7 +267,7 @@ def _store_uri(args: argparse.Namespace) -> str:
 async def _total_partitions(args: argparse.Namespace) -> int:
     if getattr(args, "partitions", None):
         return int(args.partitions)
-    async with CoordinatorClient(_urls(args)) as client:
+    async with _client(args) as client:
         return int((await client.get("/v1/health"))["cluster"]["total_partitions"])
 
 
@@ -279,7 +295,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 async def cmd_get(args: argparse.Namespace) -> int:
     from coordinator.client import KeyRouter
 
-    async with CoordinatorClient(_urls(args)) as client:
+    async with _client(args) as client:
         body = await KeyRouter(client).get(args.key)
     if args.json:
         print(json.dumps(body, sort_keys=True))
@@ -321,6 +337,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             status=2,
         )
     check_bind(args.listen, "listen", allow_wildcard=args.allow_wildcard_bind)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together", field="tls_cert")
     settings = WorkerSettings(
         coordinators=tuple(_urls(args)),
         worker_id=args.worker_id,
@@ -332,6 +350,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         staging_dir=args.staging_dir,
         join_token=args.join_token,
         data_path=args.data_path,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=_tls_ca(args),
     )
     transform = load_transform(args.transform) if args.transform else identity
     return run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
@@ -593,6 +614,13 @@ def coordinator_arg(sp: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="coordinator URL (repeatable; default RIPPLE_URL, comma-separated)",
     )
+    sp.add_argument(
+        "--tls-ca",
+        default=os.environ.get("RIPPLE_TLS_CA"),
+        metavar="PEM",
+        help="CA bundle to verify https:// coordinators (and workers) against "
+        "(env RIPPLE_TLS_CA; default: the cluster file's tls_ca, else the system's roots)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -668,6 +696,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--batch-interval-s", type=float, default=0.5)
     w.add_argument("--max-keys-per-partition", type=int, default=2000)
     w.add_argument("--staging-dir", help="where S3 segments are staged for a local Spark")
+    w.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="serve the worker API over TLS with this certificate chain (then --tls-key)",
+    )
+    w.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     w.add_argument(
         "--allow-wildcard-bind",
         action="store_true",

@@ -18,6 +18,7 @@ import aiohttp
 
 from coordinator.core.routing import partition_for_key
 from coordinator.errors import ClientError
+from coordinator.tls import client_context
 
 __all__ = ["CoordinatorClient", "KeyRouter"]
 
@@ -35,7 +36,10 @@ class CoordinatorClient:
         token: str | None = None,
         timeout_s: float = REQUEST_TIMEOUT_S,
         deadline_s: float = 30.0,
+        ca_file: str | None = None,
     ) -> None:
+        """`ca_file`: the CA bundle that https:// coordinators and workers are verified
+        against (default: the system's roots). Servers are always verified."""
         if not urls:
             raise ValueError("at least one coordinator URL is required")
         self.urls = [u.rstrip("/") for u in urls]
@@ -43,6 +47,7 @@ class CoordinatorClient:
         self.timeout_s = timeout_s
         self.deadline_s = deadline_s
         self._preferred = self.urls[0]
+        self.ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> CoordinatorClient:
@@ -59,7 +64,8 @@ class CoordinatorClient:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                connector=aiohttp.TCPConnector(ssl=client_context(self.ca_file)),
             )
         return self._session
 

@@ -71,6 +71,16 @@ def is_wildcard(host: str) -> bool:
     return address.is_unspecified
 
 
+def is_loopback(host: str) -> bool:
+    """True for a loopback IP literal or `localhost` (where clear-text HTTP stays local)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_bind(text: str, field: str, *, allow_wildcard: bool) -> tuple[str, int]:
     """A bind address as (host, port), refusing the wildcard unless allowed explicitly."""
     host, port = split_host_port(text, field)
@@ -105,6 +115,8 @@ class NodeSpec:
     # Where the Raft port listens when it differs from `raft` (a port mapping, a proxy in
     # front of the node). Unset: `raft` itself is bound.
     raft_bind: str | None = None
+    # https when the cluster file gives tls_cert (ClusterConfig sets it; not a file key).
+    scheme: str = "http"
 
     @property
     def raft_listen(self) -> str:
@@ -112,7 +124,7 @@ class NodeSpec:
 
     @property
     def url(self) -> str:
-        return f"http://{self.http}"
+        return f"{self.scheme}://{self.http}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,6 +150,12 @@ class ClusterConfig:
     # Comma-separated networks (CIDR) a worker's registered address must be in, e.g.
     # "10.0.0.0/8, fd00::/8"; the host must then be an IP literal. Empty: any host.
     worker_networks: str = ""
+    # TLS for HTTP (off when tls_cert is empty): this node's certificate chain and key
+    # (PEM), and the CA bundle that the leader's calls to workers and the CLI verify servers
+    # against (empty: the system's roots). With a certificate every node URL is https://.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
     total_partitions: int = 128
     min_cluster_size: int = 1
     # The three `_UNSET` timings are derived from heartbeat_timeout_s in __post_init__.
@@ -182,6 +200,11 @@ class ClusterConfig:
             if math.isnan(getattr(self, key)):
                 # Frozen: __post_init__ is the one place a derived value may be filled in.
                 object.__setattr__(self, key, self.heartbeat_timeout_s * fraction)
+        # With a certificate every node URL (redirects, CLI, workers) is https://.
+        scheme = "https" if self.tls_cert else "http"
+        if any(n.scheme != scheme for n in self.nodes):
+            nodes = tuple(dataclasses.replace(n, scheme=scheme) for n in self.nodes)
+            object.__setattr__(self, "nodes", nodes)
 
     def check_can_serve(self) -> None:
         """What a coordinator node needs beyond `validate` (clients reading the same file do
@@ -243,6 +266,8 @@ class ClusterConfig:
             self.worker_network_list()
         except ValueError as exc:
             raise ConfigError(f"worker_networks: {exc}", field="worker_networks") from None
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("tls_cert and tls_key go together", field="tls_cert")
         if self.store:
             try:
                 store_base(self.store)

@@ -42,6 +42,7 @@ from aiohttp import web
 from coordinator.client import CoordinatorClient
 from coordinator.core.checkpoint_ref import checkpoint_key
 from coordinator.errors import ClientError
+from coordinator.tls import server_context
 from pipeline.aggregate import Aggregator, Transform, identity
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointStore
 from pipeline.datapath import (
@@ -115,6 +116,11 @@ class WorkerSettings:
     arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT
     arrow_batch_bytes_max: int = ARROW_BATCH_BYTES_MAX_DEFAULT
     probe_timeout_s: float = PROBE_TIMEOUT_S_DEFAULT
+    # TLS: serve the worker API with this certificate and key (the advertised address is
+    # then https://); verify https:// coordinators against tls_ca (None: system roots).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
 
 
 class Worker:
@@ -125,8 +131,11 @@ class Worker:
         self.store = store
         self.checkpoints = CheckpointStore(store)
         self.transform = transform
-        self.client = CoordinatorClient(list(settings.coordinators), deadline_s=5.0, timeout_s=5.0)
-        self.address = settings.advertise or f"http://{settings.listen}"
+        self.client = CoordinatorClient(
+            list(settings.coordinators), deadline_s=5.0, timeout_s=5.0, ca_file=settings.tls_ca
+        )
+        scheme = "https" if settings.tls_cert else "http"
+        self.address = settings.advertise or f"{scheme}://{settings.listen}"
         self.gates = Gates()
         self.parts: dict[int, PartitionRuntime] = {}
         self.lease = Lease(lease_ms=1)
@@ -686,11 +695,18 @@ class Worker:
         app.router.add_get("/metrics", self.handle_metrics)
         return app
 
-    async def run(self) -> None:
+    def site(self, runner: web.AppRunner) -> web.TCPSite:
+        """Where the worker API listens: `listen`, over TLS when a certificate is given."""
         host, port = self.settings.listen.rsplit(":", 1)
+        ssl_context = None
+        if self.settings.tls_cert:
+            ssl_context = server_context(self.settings.tls_cert, self.settings.tls_key or "")
+        return web.TCPSite(runner, host, int(port), ssl_context=ssl_context)
+
+    async def run(self) -> None:
         runner = web.AppRunner(self.app(), access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, host, int(port)).start()
+        await self.site(runner).start()
         loop = asyncio.get_running_loop()
         # SIGTERM is a graceful leave (drain, then exit); SIGINT stops at once, which is what
         # `ripple up` uses when the whole local cluster goes down (nowhere to drain to).

@@ -6,9 +6,12 @@ http.client directly so redirects are never followed behind a test's back.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import ssl
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,9 +47,17 @@ def call(
     headers: dict[str, str] | None = None,
     raw: bytes | None = None,
     timeout_s: float = HTTP_TIMEOUT_S,
+    context: ssl.SSLContext | None = None,
 ) -> Reply:
+    """One request; https:// URLs are verified with `context` (a test CA's)."""
     parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            parts.hostname, parts.port, timeout=timeout_s, context=context
+        )
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
     hdrs = dict(headers or {})
     data = raw
     if body is not None:
@@ -100,6 +111,10 @@ class Cluster:
             nodes=self.specs,
             **{**defaults, **settings},
         )
+        # With tls_cert set the nodes serve https://; the test's own calls trust tls_ca.
+        tls_ca = self.config.tls_ca
+        self.context = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
+        self.specs = self.config.nodes  # their URLs carry the scheme
         self.config_path = root / "cluster.toml"
         self.config_path.write_text(render_toml(self.config))
         self.procs: dict[str, Proc] = {}
@@ -122,6 +137,16 @@ class Cluster:
         self.procs[node_id] = proc
         return proc
 
+    @contextlib.contextmanager
+    def running(self, timeout_s: float = 60.0) -> Iterator[Cluster]:
+        """Every node started and the cluster bootstrapped; every node stopped after."""
+        self.start_all()
+        try:
+            self.ready(timeout_s)
+            yield self
+        finally:
+            self.stop_all()
+
     def start_all(self) -> None:
         for s in self.specs:
             self.start(s.id)
@@ -143,7 +168,7 @@ class Cluster:
 
     def health(self, node_id: str) -> dict[str, Any] | None:
         try:
-            r = call("GET", self.url(node_id) + "/v1/health", timeout_s=2.0)
+            r = call("GET", self.url(node_id) + "/v1/health", timeout_s=2.0, context=self.context)
         except OSError:
             return None
         return r.body if r.status == 200 else None
@@ -175,10 +200,10 @@ class Cluster:
         return leader
 
     def post(self, node_id: str, path: str, body: Any, **kw: Any) -> Reply:
-        return call("POST", self.url(node_id) + path, body, **kw)
+        return call("POST", self.url(node_id) + path, body, context=self.context, **kw)
 
     def get(self, node_id: str, path: str, **kw: Any) -> Reply:
-        return call("GET", self.url(node_id) + path, **kw)
+        return call("GET", self.url(node_id) + path, context=self.context, **kw)
 
     def write_via_any(self, path: str, body: Any, *, timeout_s: float = 30.0, **kw: Any) -> Reply:
         """POST to whichever node answers, following redirects and 503s, until it lands."""
@@ -190,7 +215,7 @@ class Cluster:
                     r = self.post(nid, path, body, timeout_s=3.0, **kw)
                     if r.status == 307:
                         loc = r.headers["Location"]
-                        r = call("POST", loc, body, timeout_s=3.0, **kw)
+                        r = call("POST", loc, body, timeout_s=3.0, context=self.context, **kw)
                 except OSError:
                     continue
                 last = r

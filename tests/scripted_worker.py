@@ -25,6 +25,7 @@ from aiohttp import web
 from coordinator.client import CoordinatorClient
 from coordinator.core.checkpoint_ref import canonical_uri
 from coordinator.errors import ClientError
+from coordinator.tls import server_context
 
 log = logging.getLogger("scripted_worker")
 
@@ -221,6 +222,11 @@ async def main(args: argparse.Namespace) -> None:
     w = ScriptedWorker(
         args.coordinator, args.worker_id, args.port, args.heartbeat_interval, args.store
     )
+    ssl_context = None
+    if args.tls_cert:  # TLS like a real worker's: https:// address, coordinators verified
+        ssl_context = server_context(args.tls_cert, args.tls_key)
+        w.address = f"https://127.0.0.1:{args.port}"
+        w.client = CoordinatorClient(args.coordinator, deadline_s=5.0, ca_file=args.tls_ca)
     app = web.Application()
     app.router.add_post("/v1/partitions/{p}/host", w.host)
     app.router.add_post("/v1/partitions/{p}/release", w.release)
@@ -232,7 +238,7 @@ async def main(args: argparse.Namespace) -> None:
     app.router.add_post("/test/release-uri", w.set_release_uri)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", args.port).start()
+    await web.TCPSite(runner, "127.0.0.1", args.port, ssl_context=ssl_context).start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -251,5 +257,8 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--heartbeat-interval", type=float, default=0.3)
     parser.add_argument("--store", required=True, help="the cluster's store setting")
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
+    parser.add_argument("--tls-ca")
     logging.basicConfig(level=logging.INFO)
     asyncio.run(main(parser.parse_args()))

@@ -55,6 +55,7 @@ from coordinator.service import models as m
 from coordinator.service.auth import call_token
 from coordinator.service.failing import FailingReports
 from coordinator.service.node import CoordinatorNode, now_ms
+from coordinator.tls import client_context
 from replication.log import RaftRole
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,10 @@ class LeaderDuties:
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:
             timeout = aiohttp.ClientTimeout(total=self.node.config.worker_call_timeout_s)
-            self._http = aiohttp.ClientSession(timeout=timeout)
+            cfg = self.node.config
+            # https:// worker addresses are verified against tls_ca (or the system's roots).
+            connector = aiohttp.TCPConnector(ssl=client_context(cfg.tls_ca or None))
+            self._http = aiohttp.ClientSession(timeout=timeout, connector=connector)
         return self._http
 
     async def _run(self) -> None:

@@ -13,10 +13,11 @@ import signal
 
 from aiohttp import web
 
-from coordinator.config import ClusterConfig, split_host_port
+from coordinator.config import ClusterConfig, is_loopback, split_host_port
 from coordinator.service.api import create_app
 from coordinator.service.duties import LeaderDuties
 from coordinator.service.node import CoordinatorNode
+from coordinator.tls import server_context
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,17 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()
     host, port = split_host_port(node.spec.http, "http")
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    ssl_context = None
+    if config.tls_cert:
+        ssl_context = server_context(config.tls_cert, config.tls_key)
+    elif not is_loopback(host):
+        log.warning(
+            "node %s serves HTTP on %s without TLS: tokens cross the network in clear text "
+            "(set tls_cert and tls_key)",
+            node_id,
+            node.spec.http,
+        )
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
     node.start()
     await site.start()
     log.info("node %s: raft %s, http %s", node_id, node.spec.raft, node.spec.url)

@@ -38,12 +38,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         join_token=JOIN,
         open_registration=False,
     )
-    c.start_all()
-    try:
-        c.ready(60.0)
-        yield c
-    finally:
-        c.stop_all()
+    with c.running() as running:
+        yield running
 
 
 def raw_status(url: str, method: str, path: bytes, headers: list[bytes], body: bytes = b"") -> int:
