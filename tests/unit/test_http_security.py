@@ -177,6 +177,7 @@ class _Node:
         self.state = state
         self.locked = False
         self.node_id = "n1"
+        self.config = ClusterConfig()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[ClusterState]:
