@@ -1,11 +1,12 @@
 """compose/docker-compose.yml and compose/cluster.toml must describe the same cluster.
 
-Docker is not available where these tests run, so nothing here starts a container: the
-test reads both files and checks that they agree (node ids, commands, mounted config,
-ports, data volumes, health checks), and that the pipeline services are wired to each
-other (workers -> coordinators, store, Spark Connect server, shared staging volume).
-`problems()` returns every mismatch as a sentence; the mutation tests prove each check can
-fail.
+Nothing here starts a container (compose/check does that, in CI where a Docker engine can
+start): the test reads both files and checks that they agree (node ids, commands, mounted
+config, ports, data volumes, health checks), that one service builds the one image the
+others run, and that the pipeline services are wired to each other (workers ->
+coordinators, the store volume shared with Spark at the same path, the Spark Connect
+server). `problems()` returns every mismatch as a sentence; the mutation tests prove each
+check can fail.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
 CLUSTER_FILE = COMPOSE_DIR / "cluster.toml"
 CONFIG_IN_CONTAINER = "/etc/ripple/cluster.toml"
 SECRET_ENV = ("RIPPLE_CLUSTER_SECRET", "RIPPLE_ADMIN_TOKEN", "RIPPLE_JOIN_TOKEN")
-WORKER_ENV = ("RIPPLE_JOIN_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+WORKER_ENV = ("RIPPLE_JOIN_TOKEN",)
+IMAGE = "ripple:dev"
 SPARK_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
@@ -161,9 +163,25 @@ def problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
     return out + pipeline_problems(doc, config)
 
 
-def pipeline_problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
-    """The workers reach the coordinators, the store and Spark, and share staging with Spark."""
+def image_problems(doc: dict[str, Any]) -> list[str]:
+    """One service builds the image; every other runs it and never pulls it (there is no
+    registry to pull it from, and a pull or a second build would recreate containers)."""
     out: list[str] = []
+    services = doc.get("services") or {}
+    builders = sorted(name for name, svc in services.items() if "build" in svc)
+    if len(builders) != 1:
+        out.append(f"services that build: {builders}; want exactly one")
+    for name, svc in sorted(services.items()):
+        if svc.get("image") != IMAGE:
+            out.append(f"{name}: runs image {svc.get('image')!r}, not {IMAGE}")
+        if name not in builders and svc.get("pull_policy") != "never":
+            out.append(f"{name}: pull_policy is {svc.get('pull_policy')!r}, want 'never'")
+    return out
+
+
+def pipeline_problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
+    """The workers reach the coordinators and Spark, and share the store volume with Spark."""
+    out: list[str] = image_problems(doc)
     services = doc.get("services") or {}
     declared_volumes = set((doc.get("volumes") or {}).keys())
     workers = {
@@ -173,13 +191,9 @@ def pipeline_problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
     }
     if len(workers) != 3:
         out.append(f"worker services {sorted(workers)}: want three")
-    stores = _services_running(doc, "moto.server")
     sparks = _services_running(doc, SPARK_SERVER_CLASS)
-    if len(stores) != 1:
-        out.append(f"store services {sorted(stores)}: want exactly one moto server")
     if len(sparks) != 1:
         out.append(f"spark services {sorted(sparks)}: want exactly one Spark Connect server")
-    store_ports = {name: _flag(svc["command"], "-p") for name, svc in stores.items()}
     spark_ports: dict[str, str | None] = {}
     for name, svc in sparks.items():
         conf = dict(c.partition("=")[::2] for c in _flags(svc["command"], "--conf"))
@@ -188,11 +202,7 @@ def pipeline_problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
             out.append(f"{name}: Spark Connect does not bind 0.0.0.0 (workers are elsewhere)")
         if str(spark_ports[name]) not in {str(e) for e in svc.get("expose") or []}:
             out.append(f"{name}: Spark Connect port {spark_ports[name]} is not exposed")
-    for name, svc in stores.items():
-        if str(store_ports[name]) not in {str(e) for e in svc.get("expose") or []}:
-            out.append(f"{name}: store port {store_ports[name]} is not exposed")
     coordinator_urls = sorted(n.url for n in config.nodes)
-    staging_dirs: dict[str, str] = {}
     for name, svc in sorted(workers.items()):
         command = svc["command"]
         urls = sorted(_flags(command, "--coordinator"))
@@ -209,15 +219,6 @@ def pipeline_problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
             out.append(
                 f"{name}: --advertise {_flag(command, '--advertise')} is not http://{listen}"
             )
-        endpoint = _url_host_port(_flag(command, "--s3-endpoint"), "http")
-        if endpoint is None or store_ports.get(endpoint[0]) != endpoint[1]:
-            out.append(
-                f"{name}: --s3-endpoint {_flag(command, '--s3-endpoint')} is not a store "
-                f"service's port {store_ports}"
-            )
-        store = _flag(command, "--store") or ""
-        if not store.startswith("s3://"):
-            out.append(f"{name}: --store {store!r} is not on the S3 store")
         remote = _url_host_port(_flag(command, "--spark-remote"), "sc")
         if remote is None or spark_ports.get(remote[0]) != remote[1]:
             out.append(
@@ -228,42 +229,39 @@ def pipeline_problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
         for key in WORKER_ENV:
             if key not in env:
                 out.append(f"{name}: {key} is not passed from the environment")
-        staging = _flag(command, "--staging-dir")
-        if staging is None:
-            out.append(f"{name}: no --staging-dir (Spark could not read the staged segments)")
-            continue
-        if staging in staging_dirs.values():
-            out.append(f"{name}: shares --staging-dir {staging} with another worker")
-        staging_dirs[name] = staging
-        under = [
-            m
-            for m in _mounts(svc)
-            if len(m) >= 2 and (staging == m[1] or staging.startswith(m[1].rstrip("/") + "/"))
-        ]
-        if len(under) != 1:
-            out.append(f"{name}: --staging-dir {staging} is not on one mounted volume")
-            continue
-        volume, path = under[0][0], under[0][1]
-        if volume not in declared_volumes:
-            out.append(f"{name}: staging volume {volume!r} is not a declared named volume")
-        for spark_name, spark in sparks.items():
-            if [volume, path] not in [m[:2] for m in _mounts(spark)]:
-                out.append(f"{spark_name}: does not mount {volume} at {path} like {name}")
-    buckets = sorted(
-        {
-            store[len("s3://") :].split("/")[0]
-            for w in workers.values()
-            if (store := _flag(w["command"], "--store") or "").startswith("s3://")
-        }
-    )
-    creators = [
-        " ".join(str(c) for c in svc.get("command") or [])
-        for svc in services.values()
-        if "create_bucket" in " ".join(str(c) for c in svc.get("command") or [])
-    ]
-    for bucket in buckets:
-        if not any(f'Bucket="{bucket}"' in text for text in creators):
-            out.append(f"no service creates the workers' bucket {bucket!r}")
+        out += _store_problems(name, svc, sparks, declared_volumes, config)
+    return out
+
+
+def _store_problems(
+    name: str,
+    svc: dict[str, Any],
+    sparks: dict[str, dict[str, Any]],
+    declared_volumes: set[str],
+    config: ClusterConfig,
+) -> list[str]:
+    """The worker's store is a directory on a named volume (it survives `stop`/`up` and
+    `down`), the one the coordinators check references against, and Spark mounts that
+    volume at the same path (the `files` data path hands Spark the workers' paths)."""
+    command = svc["command"]
+    store = _flag(command, "--store") or ""
+    if store != config.store:
+        return [f"{name}: --store {store!r} is not the cluster file's store {config.store!r}"]
+    if not store.startswith("file:///"):
+        return [f"{name}: --store {store!r} is not a directory on a volume"]
+    if _flag(command, "--data-path") != "files":
+        return [f"{name}: --data-path {_flag(command, '--data-path')}, want files"]
+    path = store[len("file://") :]
+    under = [m for m in _mounts(svc) if len(m) >= 2 and m[1] == path]
+    if len(under) != 1 or under[0][2:] not in ([], ["rw"]):
+        return [f"{name}: the store {path} is not one writable mounted volume"]
+    volume = under[0][0]
+    out = []
+    if volume not in declared_volumes:
+        out.append(f"{name}: store volume {volume!r} is not a declared named volume")
+    for spark_name, spark in sparks.items():
+        if [volume, path] not in [m[:2] for m in _mounts(spark)]:
+            out.append(f"{spark_name}: does not mount {volume} at {path} like {name}")
     return out
 
 
@@ -418,31 +416,6 @@ def test_detects_wrong_worker_id_and_advertise() -> None:
     assert "w1: --advertise http://localhost:9101 is not http://w1:9101" in found
 
 
-def test_detects_s3_endpoint_on_the_wrong_port_or_host() -> None:
-    def mutate(doc: dict[str, Any]) -> None:
-        doc["services"]["w1"]["command"][_worker_flag_index(doc, "w1", "--s3-endpoint")] = (
-            "http://s3:9000"
-        )
-        doc["services"]["w2"]["command"][_worker_flag_index(doc, "w2", "--s3-endpoint")] = (
-            "http://spark:5000"
-        )
-
-    found = " | ".join(_mutated(mutate))
-    assert "w1: --s3-endpoint http://s3:9000 is not a store service's port" in found
-    assert "w2: --s3-endpoint http://spark:5000 is not a store service's port" in found
-
-
-def test_detects_store_port_change_not_followed_by_workers() -> None:
-    def mutate(doc: dict[str, Any]) -> None:
-        command = doc["services"]["s3"]["command"]
-        command[command.index("-p") + 1] = "9000"
-        doc["services"]["s3"]["expose"] = ["9000"]
-
-    found = " | ".join(_mutated(mutate))
-    for worker in ("w1", "w2", "w3"):
-        assert f"{worker}: --s3-endpoint http://s3:5000 is not a store service's port" in found
-
-
 def test_detects_spark_remote_mismatch() -> None:
     def mutate(doc: dict[str, Any]) -> None:
         doc["services"]["w3"]["command"][_worker_flag_index(doc, "w3", "--spark-remote")] = (
@@ -457,62 +430,64 @@ def test_detects_spark_remote_mismatch() -> None:
     assert "spark: Spark Connect does not bind 0.0.0.0 (workers are elsewhere)" in found
 
 
-def test_detects_staging_not_shared_with_spark() -> None:
+def test_detects_missing_join_token() -> None:
     def mutate(doc: dict[str, Any]) -> None:
-        doc["services"]["spark"]["volumes"] = ["staging:/tmp/staging"]
+        doc["services"]["w2"]["environment"] = {}
 
-    found = _mutated(mutate)
-    for worker in ("w1", "w2", "w3"):
-        assert f"spark: does not mount staging at /var/lib/ripple-staging like {worker}" in found
+    assert "w2: RIPPLE_JOIN_TOKEN is not passed from the environment" in _mutated(mutate)
 
 
-def test_detects_staging_dir_off_the_volume_or_missing_or_shared() -> None:
+def test_detects_missing_worker_and_spark() -> None:
     def mutate(doc: dict[str, Any]) -> None:
-        w1 = doc["services"]["w1"]["command"]
-        w1[_worker_flag_index(doc, "w1", "--staging-dir")] = "/tmp/stage"
-        w2 = doc["services"]["w2"]["command"]
-        i = w2.index("--staging-dir")
-        del w2[i : i + 2]
-        doc["services"]["w3"]["command"][_worker_flag_index(doc, "w3", "--staging-dir")] = (
-            "/tmp/stage"
-        )
-        # Without this, /var/lib/ripple-stagingX would look like it is under the mount.
-        doc["services"]["w3"]["volumes"] = ["staging:/tmp/stage"]
-
-    found = _mutated(mutate)
-    assert "w1: --staging-dir /tmp/stage is not on one mounted volume" in found
-    assert "w2: no --staging-dir (Spark could not read the staged segments)" in found
-    assert "w3: shares --staging-dir /tmp/stage with another worker" in found
-    assert "spark: does not mount staging at /tmp/stage like w3" in found
-
-
-def test_detects_staging_dir_that_only_shares_a_prefix_with_the_mount() -> None:
-    def mutate(doc: dict[str, Any]) -> None:
-        doc["services"]["w1"]["command"][_worker_flag_index(doc, "w1", "--staging-dir")] = (
-            "/var/lib/ripple-stagingX/w1"
-        )
-
-    assert "w1: --staging-dir /var/lib/ripple-stagingX/w1 is not on one mounted volume" in (
-        _mutated(mutate)
-    )
-
-
-def test_detects_missing_join_token_and_credentials() -> None:
-    def mutate(doc: dict[str, Any]) -> None:
-        doc["services"]["w2"]["environment"] = {"AWS_ACCESS_KEY_ID": "x"}
-
-    found = _mutated(mutate)
-    assert "w2: RIPPLE_JOIN_TOKEN is not passed from the environment" in found
-    assert "w2: AWS_SECRET_ACCESS_KEY is not passed from the environment" in found
-
-
-def test_detects_missing_worker_spark_store_and_bucket() -> None:
-    def mutate(doc: dict[str, Any]) -> None:
-        for name in ("w3", "spark", "s3", "s3-bucket"):
+        for name in ("w3", "spark"):
             del doc["services"][name]
 
     found = " | ".join(_mutated(mutate))
     assert "worker services ['w1', 'w2']: want three" in found
     assert "spark services []: want exactly one Spark Connect server" in found
-    assert "store services []: want exactly one moto server" in found
-    assert "no service creates the workers' bucket 'ripple'" in found
+
+
+def test_detects_a_second_build_or_a_pullable_image() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["n2"]["build"] = doc["services"]["n1"]["build"]
+        del doc["services"]["w1"]["pull_policy"]
+        doc["services"]["spark"]["image"] = "ripple-spark:dev"
+
+    found = _mutated(mutate)
+    assert "services that build: ['n1', 'n2']; want exactly one" in found
+    assert "w1: pull_policy is None, want 'never'" in found
+    assert "spark: runs image 'ripple-spark:dev', not ripple:dev" in found
+
+
+def test_detects_store_not_shared_with_spark() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["spark"]["volumes"] = ["store:/tmp/store:ro"]
+
+    found = _mutated(mutate)
+    for worker in ("w1", "w2", "w3"):
+        assert f"spark: does not mount store at /var/lib/ripple-store like {worker}" in found
+
+
+def test_detects_a_store_off_the_volume_or_not_the_cluster_files() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["w1"]["volumes"] = ["store:/srv/store"]
+        doc["services"]["w2"]["command"][_worker_flag_index(doc, "w2", "--store")] = (
+            "file:///tmp/elsewhere"
+        )
+        doc["services"]["w3"]["command"][_worker_flag_index(doc, "w3", "--data-path")] = "arrow"
+
+    found = _mutated(mutate)
+    assert "w1: the store /var/lib/ripple-store is not one writable mounted volume" in found
+    assert (
+        "w2: --store 'file:///tmp/elsewhere' is not the cluster file's store "
+        "'file:///var/lib/ripple-store'"
+    ) in found
+    assert "w3: --data-path arrow, want files" in found
+
+
+def test_detects_an_anonymous_store_volume() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        del doc["volumes"]["store"]
+
+    found = _mutated(mutate)
+    assert "w1: store volume 'store' is not a declared named volume" in found
