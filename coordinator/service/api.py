@@ -70,7 +70,7 @@ class RouteDoc:
     response: type[BaseModel] | None
     status: int
     leader_only: bool
-    auth: str | None  # None | "worker" | "admin" | "worker-or-admin"
+    auth: str | None  # None | "worker" | "admin" | "worker-or-admin" | "join"
 
 
 ROUTES: list[RouteDoc] = []
@@ -494,6 +494,7 @@ async def migrations(request: web.Request) -> web.Response:
     request=m.RegisterRequest,
     response=m.RegisterResponse,
     leader_only=True,
+    auth="join",  # only when join_token is set
 )
 async def register(request: web.Request) -> web.Response:
     node = require_leader(request)
@@ -839,6 +840,62 @@ async def openapi(request: web.Request) -> web.Response:
     return web.json_response(openapi_document())
 
 
+# Path parameters as the handlers parse them (path_partition, path_worker, valid_id).
+_PATH_PARAMS: dict[str, dict[str, Any]] = {
+    "{p}": {"type": "integer", "minimum": 0, "maximum": 9_999_999},
+    "{worker_id}": {"type": "string", "pattern": m.ID_REGEX},
+    "{migration_id}": {"type": "string", "pattern": m.ID_REGEX},
+}
+
+
+def _error_responses(
+    r: RouteDoc, has_path_params: bool, consistent: bool, err: dict[str, Any]
+) -> dict[str, Any]:
+    """Every error status the operation can answer, each with the JSON error shape."""
+    statuses = {"400": "Bad input (the field named)"}
+    if has_path_params:
+        statuses["404"] = "No such partition, worker or migration"
+    if r.method == "POST":
+        statuses["409"] = "Conflict: fenced, stale epoch or incarnation, wrong state"
+    if r.request is not None:
+        statuses["413"] = "Body larger than body_bytes_max"
+    if r.auth:
+        statuses["401"] = "Missing or invalid token"
+        statuses["403"] = "A valid token that may not do this"
+    if r.leader_only or consistent:
+        statuses["503"] = "No leader / not ready / outcome unknown (Retry-After)"
+    out: dict[str, Any] = {
+        code: {"description": text, "content": err} for code, text in statuses.items()
+    }
+    if r.leader_only or consistent:
+        out["307"] = {
+            "description": "Sent to the leader (Location, Ripple-Leader)",
+            "headers": {"Location": {"schema": {"type": "string"}}},
+        }
+    return out
+
+
+# OpenAPI links: where one answer's values feed the next call (clients and schemathesis's
+# stateful runs follow them). (method, path) -> {link name: (target operationId, params)}.
+_LINKS: dict[tuple[str, str], dict[str, tuple[str, dict[str, str]]]] = {
+    ("POST", "/v1/workers"): {
+        "Assignment": ("assignment", {"worker_id": "$response.body#/worker_id"}),
+        "Heartbeat": ("heartbeat", {"worker_id": "$response.body#/worker_id"}),
+        "Drain": ("drain", {"worker_id": "$response.body#/worker_id"}),
+    },
+    ("GET", "/v1/partitions"): {
+        "Partition": ("partition", {"p": "$response.body#/partitions/0/partition"}),
+        "History": ("partition_history", {"p": "$response.body#/partitions/0/partition"}),
+    },
+    ("POST", "/v1/admin/reassign"): {
+        "Abort": ("abort_migration", {"migration_id": "$response.body#/migrations/0/id"}),
+    },
+    ("GET", "/v1/migrations"): {
+        "Abort": ("abort_migration", {"migration_id": "$response.body#/migrations/0/id"}),
+    },
+}
+
+
 def openapi_document() -> dict[str, Any]:
     models: set[type[BaseModel]] = {m.ErrorBody}
     for r in ROUTES:
@@ -854,7 +911,11 @@ def openapi_document() -> dict[str, Any]:
     err = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
     paths: dict[str, dict[str, Any]] = {}
     for r in ROUTES:
-        op: dict[str, Any] = {"summary": r.summary, "responses": {}}
+        op: dict[str, Any] = {
+            "operationId": r.handler.__name__,
+            "summary": r.summary,
+            "responses": {},
+        }
         if r.request is not None:
             op["requestBody"] = {
                 "required": True,
@@ -863,33 +924,30 @@ def openapi_document() -> dict[str, Any]:
         ok: dict[str, Any] = {"description": "OK"}
         if r.response is not None:
             ok["content"] = {"application/json": {"schema": {"$ref": ref[r.response]}}}
+        if (r.method, r.path) in _LINKS:
+            ok["links"] = {
+                name: {"operationId": target, "parameters": params}
+                for name, (target, params) in _LINKS[(r.method, r.path)].items()
+            }
         op["responses"][str(r.status)] = ok
-        op["responses"]["400"] = {"description": "Bad input", "content": err}
-        if r.leader_only:
-            op["responses"]["307"] = {
-                "description": "Redirect to the leader (Location, Ripple-Leader)"
-            }
-            op["responses"]["503"] = {
-                "description": "No leader / not ready (Retry-After)",
-                "content": err,
-            }
-        if r.auth:
-            op["responses"]["401"] = {"description": "Missing or invalid token", "content": err}
-            op["security"] = [{"bearer": []}]
-        params = [
-            {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
-            for part in r.path.split("/")
-            if part.startswith("{")
-        ]
         query = None
         if r.path == "/v1/health":
             query = "digest"
         elif r.method == "GET" and r.path.startswith("/v1/") and r.path != "/v1/openapi.json":
             query = "consistent"
+        params = [
+            {"name": part[1:-1], "in": "path", "required": True, "schema": _PATH_PARAMS[part]}
+            for part in r.path.split("/")
+            if part.startswith("{")
+        ]
         if query is not None:
             params.append(
                 {"name": query, "in": "query", "required": False, "schema": {"type": "boolean"}}
             )
+        op["responses"].update(_error_responses(r, bool(params), query == "consistent", err))
+        if r.auth:
+            # Registration needs the join token only when one is configured: optional.
+            op["security"] = [{"bearer": []}, {}] if r.auth == "join" else [{"bearer": []}]
         if params:
             op["parameters"] = params
         paths.setdefault(r.path, {})[r.method.lower()] = op
@@ -921,6 +979,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             exc.status, "http_error"
         )
         response = web.json_response({"error": code, "message": exc.reason}, status=exc.status)
+        if "Allow" in exc.headers:  # a 405 names the methods the path has (RFC 9110)
+            response.headers["Allow"] = exc.headers["Allow"]
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         response = web.json_response({"error": "internal", "message": "internal error"}, status=500)
