@@ -10,6 +10,7 @@ import http.client
 import ssl
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ from aiohttp import web
 from coordinator.client import CoordinatorClient
 from coordinator.errors import ClientError
 from pipeline.store import LocalStore
-from pipeline.worker import Worker, WorkerSettings
+from pipeline.worker import Worker
 from tests.cluster import Cluster, call
 from tests.support import Proc, free_ports, python_argv, wait_until
 from tests.tls import TlsFiles, make_tls
+from tests.unit.test_pipeline_worker import offline_settings
 
 
 @pytest.fixture(scope="module")
@@ -115,12 +117,9 @@ def test_leader_calls_a_tls_worker(cluster: Cluster, tls: TlsFiles) -> None:
 
 async def test_worker_api_listens_with_tls(tmp_path: Path, tls: TlsFiles) -> None:
     port = free_ports(1)[0]
-    settings = WorkerSettings(
-        coordinators=("https://127.0.0.1:9",),
-        worker_id="w1",
+    settings = replace(
+        offline_settings(tmp_path, "w1"),
         listen=f"127.0.0.1:{port}",
-        spark_remote="sc://127.0.0.1:9",
-        staging_dir=str(tmp_path / "stage"),
         tls_cert=str(tls.cert),
         tls_key=str(tls.key),
         tls_ca=str(tls.ca),

@@ -8,13 +8,15 @@ from being assigned: no duty writes behind the fuzzer's back.
 Issue 11's input probes are among the samples: Unicode digits in paths (`%C2%B2`,
 `%D9%A1`), non-ASCII and undecodable bearer tokens (http.client sends a header's
 characters as latin-1 bytes, so "\xc3\xa9" arrives as UTF-8 "é" and "\xff" as an invalid
-byte), one Idempotency-Key shared by every principal, integers past 64 bits.
+byte), one Idempotency-Key shared by every principal, integers past 64 bits. The same
+probes go to a real worker's HTTP API too (test_worker_http_bad_input), as raw bytes.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +189,100 @@ def test_checkpoint_bodies_with_a_genuine_token(
     if any(not 0 <= e[f] <= limit for e in entries for f in ("partition", "epoch", "offset")):
         assert r.status == 400, r.body
         assert r.body["field"] == "incarnation" or r.body["field"].startswith("checkpoints.")
+
+
+# -- the worker's HTTP API -------------------------------------------------------------------
+
+WORKER_CALL_TOKEN = "7.worker-call-token-for-the-fuzzer"
+WORKER_PATHS = [
+    "/v1/partitions/{p}/host",
+    "/v1/partitions/{p}/release",
+    "/v1/checkpoint",
+    "/v1/partitions/{p}/keys/{w}",
+    "/v1/partitions/{p}/state",
+    "/v1/health",
+    "/metrics",
+]
+RAW_TOKENS = st.sampled_from(
+    [
+        b"",
+        b"Bearer " + WORKER_CALL_TOKEN.encode(),
+        b"Bearer \xc3\xa9",
+        b"Bearer \xff\xfe",
+        b"Bearer 1.\xc2\xb2",
+        b"Basic \x80",
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def worker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real worker's aiohttp app on 127.0.0.1 in a thread of its own (no coordinator, no
+    Spark: its calls to them fail fast, which the handlers must absorb)."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    from pipeline.store import LocalStore
+    from pipeline.worker import Worker
+    from tests.support import free_ports
+    from tests.unit.test_pipeline_worker import offline_settings
+
+    root = Path(tmp_path_factory.mktemp("fuzz-worker"))
+    port = free_ports(1)[0]
+    settings = replace(offline_settings(root, "fw"), listen=f"127.0.0.1:{port}")
+    worker = Worker(settings, LocalStore(str(root / "store")))
+    worker.call_token, worker.total_partitions = WORKER_CALL_TOKEN, 8
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(worker.app())
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(worker.site(runner).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10.0)
+        asyncio.run_coroutine_threadsafe(worker.client.close(), loop).result(10.0)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10.0)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    method=st.sampled_from([b"GET", b"POST"]),
+    template=st.sampled_from(WORKER_PATHS),
+    p=SEGMENTS,
+    w=SEGMENTS,
+    token=RAW_TOKENS,
+    body=BODIES,
+)
+def test_worker_http_bad_input(
+    worker_url: str, method: bytes, template: str, p: str, w: str, token: bytes, body: bytes
+) -> None:
+    """Any path, any (non-ASCII, undecodable) bearer, any body: never a 5xx other than the
+    worker's 503 for a checkpoint it cannot load, never a stack trace."""
+    import socket
+
+    host, port = worker_url.split(":")
+    path = template.replace("{p}", p).replace("{w}", w).encode("utf-8", "surrogateescape")
+    head = [method + b" " + path + b" HTTP/1.1", b"Host: x", b"Connection: close"]
+    if token:
+        head.append(b"Authorization: " + token)
+    head += [b"Content-Type: application/json", b"Content-Length: " + str(len(body)).encode()]
+    with socket.create_connection((host, int(port)), timeout=10.0) as conn:
+        conn.sendall(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        reply = b""
+        while len(reply) < 1_000_000:
+            chunk = conn.recv(65_536)
+            if not chunk:
+                break
+            reply += chunk
+    status = int(reply.split(b" ", 2)[1])
+    assert status < 500 or status == 503, (method, path, token, status, reply[:300])
+    assert b"Traceback" not in reply
