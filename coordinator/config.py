@@ -193,6 +193,15 @@ class ClusterConfig:
     raft_handshake_timeout_s: float = 2.0
     raft_idle_timeout_s: float = 1.5
     raft_unauthenticated_connections_max: int = 16
+    # Group commit (replication/log.py, docs/operations.md): how many commands and bytes one
+    # log entry may carry (entries_max = 1 turns group commit off), how many such entries may
+    # be in flight at once, and how many proposals and bytes may wait for a slot (past
+    # either bound a write answers 503 with Retry-After).
+    group_commit_entries_max: int = 256
+    group_commit_bytes_max: int = 1_048_576
+    group_commit_in_flight_max: int = 1
+    proposals_queued_max: int = 10_000
+    proposals_queued_bytes_max: int = 64 * 1024 * 1024
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -356,6 +365,13 @@ class ClusterConfig:
                 f"body_bytes_max = {4 * self.body_bytes_max}",
                 field="raft_frame_bytes_max",
             )
+        if 2 * self.group_commit_bytes_max > self.raft_frame_bytes_max:
+            raise ConfigError(
+                f"group_commit_bytes_max = {self.group_commit_bytes_max}: must be <= "
+                f"raft_frame_bytes_max / 2 = {self.raft_frame_bytes_max // 2} (a batch "
+                "travels in one Raft frame)",
+                field="group_commit_bytes_max",
+            )
         if self.log_compaction_min_entries < 2:
             raise ConfigError(
                 f"log_compaction_min_entries = {self.log_compaction_min_entries}: must be >= 2",
@@ -403,6 +419,11 @@ _POSITIVE_KEYS = (
     "raft_handshake_timeout_s",
     "raft_idle_timeout_s",
     "raft_unauthenticated_connections_max",
+    "group_commit_entries_max",
+    "group_commit_bytes_max",
+    "group_commit_in_flight_max",
+    "proposals_queued_max",
+    "proposals_queued_bytes_max",
 )
 
 

@@ -16,6 +16,9 @@ machine returned. The invariants it keeps, each forced by a fact measured on pys
 - `appendEntriesUseBatch=False` (about 1 ms per write instead of about 100 ms).
 - The Raft port is `replication.transport.HardenedTransport`: frames capped, peers proven
   by an HMAC handshake before anything is buffered, deadlines on every connection.
+- Group commit: while a batch is in flight, proposals queue (bounded in entries and bytes);
+  the next batch goes out as ONE log entry (`replication.batch`), applied item by item,
+  each with its own result and its own failure; a lone proposal goes out as itself.
 - A leader is *ready* only once an entry it proposed in its current term has been
   applied: every entry committed before it is then applied too, so nothing is served
   from a state that misses committed writes.
@@ -38,6 +41,7 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -45,6 +49,14 @@ from typing import Any, Protocol
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
+from replication.batch import (
+    BatchFormatError,
+    decode_batch,
+    decode_results,
+    encode_batch,
+    encode_results,
+    is_batch,
+)
 from replication.transport import (
     FRAME_BYTES_MAX_DEFAULT,
     HANDSHAKE_TIMEOUT_S_DEFAULT,
@@ -79,6 +91,11 @@ BIND_RETRIES_MAX = 20
 BIND_RETRY_S = 0.25
 SHUTDOWN_JOIN_S = 5.0
 SECRET_BYTES_MIN = 16
+GROUP_COMMIT_ENTRIES_MAX_DEFAULT = 256
+GROUP_COMMIT_BYTES_MAX_DEFAULT = 1024 * 1024
+GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT = 1
+PROPOSALS_QUEUED_MAX_DEFAULT = 10_000
+PROPOSALS_QUEUED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 
 
 class StateMachine(Protocol):
@@ -141,6 +158,12 @@ class RaftSettings:
     frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S_DEFAULT
     unauthenticated_connections_max: int = UNAUTHENTICATED_MAX_DEFAULT
+    # Group commit. entries_max = 1 turns it off (one log entry per proposal).
+    group_commit_entries_max: int = GROUP_COMMIT_ENTRIES_MAX_DEFAULT
+    group_commit_bytes_max: int = GROUP_COMMIT_BYTES_MAX_DEFAULT
+    group_commit_in_flight_max: int = GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
+    proposals_queued_max: int = PROPOSALS_QUEUED_MAX_DEFAULT
+    proposals_queued_bytes_max: int = PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
 
     def transport_limits(self) -> TransportLimits:
         return TransportLimits(
@@ -162,6 +185,20 @@ class RaftSettings:
         if not self.journal_path or not self.dump_path:
             raise ValueError("both journal_path and dump_path are required")
         self.transport_limits().validate()
+        for name in (
+            "group_commit_entries_max",
+            "group_commit_bytes_max",
+            "group_commit_in_flight_max",
+            "proposals_queued_max",
+            "proposals_queued_bytes_max",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.group_commit_bytes_max * 2 > self.frame_bytes_max:
+            raise ValueError(
+                "group_commit_bytes_max must be at most half of frame_bytes_max: a batch "
+                "travels in one frame with its framing and the Raft message around it"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -342,12 +379,30 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         # The one replicated entry point. It must never raise (see module docstring).
         if not entry:
             return b""  # a barrier: ordering only, the machine never sees it
-        with self._ripple_lock:
+        if is_batch(entry):
             try:
-                return self._machine().apply(entry)
-            except Exception as exc:
-                log.exception("state machine raised on a committed entry; returning an error")
+                items = decode_batch(entry)
+            except BatchFormatError as exc:
+                log.error("malformed batch entry (%s); every caller gets an error", exc)
                 return machine_error_result(exc)
+            # One lock hold for the whole batch: readers see all of it or none of it.
+            with self._ripple_lock:
+                machine = self._machine()
+                return encode_results([_apply_one(machine, item) for item in items])
+        with self._ripple_lock:
+            return _apply_one(self._machine(), entry)
+
+
+def _apply_one(machine: StateMachine, entry: bytes) -> bytes:
+    """One entry (alone or inside a batch): an exception in it is its own error value and
+    touches no other entry of the batch."""
+    if not entry:
+        return b""
+    try:
+        return machine.apply(entry)
+    except Exception as exc:
+        log.exception("state machine raised on a committed entry; returning an error")
+        return machine_error_result(exc)
 
 
 # pysyncobj's FileJournal layout (journal.py, format version 1): a 40-byte header whose last
@@ -392,6 +447,31 @@ def repair_journal_tail(path: str) -> int:
     return kept
 
 
+class _Proposal:
+    __slots__ = ("entry", "fut")
+
+    def __init__(self, entry: bytes, fut: asyncio.Future[tuple[Any, int]]) -> None:
+        self.entry = entry
+        self.fut = fut
+
+
+class _Slot:
+    """One batch in flight; released once, by its callback or by its safety timer."""
+
+    __slots__ = ("released", "timer")
+
+    def __init__(self) -> None:
+        self.released = False
+        self.timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class GroupCommitStats:
+    entries: int = 0  # log entries proposed (a batch or a lone proposal)
+    proposals: int = 0  # proposals they carried
+    queue_full: int = 0  # proposals refused because the queue was at its bound
+
+
 class ReplicatedLog:
     """One node's replicated log. Start it inside a running asyncio loop."""
 
@@ -411,6 +491,11 @@ class ReplicatedLog:
         self._refusals = Refusals()
         self._node = _RaftNode(settings, machine, self._lock, self._on_role, self._refusals)
         self._thread = threading.Thread(target=self._tick_forever, name="raft-tick", daemon=True)
+        # Group commit, on the event loop thread only.
+        self._queue: deque[_Proposal] = deque()
+        self._queued_bytes = 0
+        self._in_flight = 0
+        self._group_stats = GroupCommitStats()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -508,18 +593,25 @@ class ReplicatedLog:
 
     async def propose(self, entry: bytes, timeout_s: float = DEFAULT_PROPOSE_TIMEOUT_S) -> bytes:
         """Append `entry`, wait until it is committed and applied here, return the machine's
-        result. Raises NoLeaderError (not appended) or OutcomeUnknownError (may commit)."""
+        result. Raises NoLeaderError (not appended: no leader, or the proposal queue is
+        full) or OutcomeUnknownError (may commit).
+
+        Group commit: the entry joins the queue; whenever fewer than
+        `group_commit_in_flight_max` batches are in flight, everything queued (up to the
+        batch bounds) goes out as one log entry. One client alone sees no extra wait: its
+        proposal finds nothing in flight and goes out at once, as itself."""
         loop = asyncio.get_running_loop()
+        settings = self._settings
+        if (
+            len(self._queue) >= settings.proposals_queued_max
+            or self._queued_bytes + len(entry) > settings.proposals_queued_bytes_max
+        ):
+            self._group_stats.queue_full += 1
+            raise NoLeaderError("proposal queue full")
         fut: asyncio.Future[tuple[Any, int]] = loop.create_future()
-
-        def settle(result: Any, err: int) -> None:
-            if not fut.done():
-                fut.set_result((result, err))
-
-        def callback(result: Any, err: int) -> None:  # tick thread
-            loop.call_soon_threadsafe(settle, result, err)
-
-        self._node._apply_entry(entry, callback=callback)
+        self._queue.append(_Proposal(entry, fut))
+        self._queued_bytes += len(entry)
+        self._flush()
         try:
             result, err = await asyncio.wait_for(fut, timeout_s)
         except TimeoutError as exc:
@@ -536,6 +628,72 @@ class ReplicatedLog:
         ):
             raise NoLeaderError(_FAIL_NAMES.get(err, str(err)))
         raise OutcomeUnknownError(_FAIL_NAMES.get(err, str(err)))
+
+    def _flush(self) -> None:
+        """Send what is queued, one batch per free in-flight slot (event loop thread)."""
+        settings = self._settings
+        loop = asyncio.get_running_loop()
+        while self._queue and self._in_flight < settings.group_commit_in_flight_max:
+            batch: list[_Proposal] = []
+            size = 0
+            while self._queue and len(batch) < settings.group_commit_entries_max:
+                head = self._queue[0]
+                if batch and size + len(head.entry) > settings.group_commit_bytes_max:
+                    break
+                self._queue.popleft()
+                self._queued_bytes -= len(head.entry)
+                if head.fut.done():
+                    continue  # its caller timed out: never appended, nothing to wait for
+                batch.append(head)
+                size += len(head.entry)
+            if not batch:
+                continue
+            payload = batch[0].entry if len(batch) == 1 else encode_batch([p.entry for p in batch])
+            self._in_flight += 1
+            self._group_stats.entries += 1
+            self._group_stats.proposals += len(batch)
+            slot = _Slot()
+
+            def callback(
+                result: Any, err: int, batch: list[_Proposal] = batch, slot: _Slot = slot
+            ) -> None:  # tick thread
+                loop.call_soon_threadsafe(self._settle, batch, slot, result, err)
+
+            # pysyncobj calls back on commit or failure; if it never did (a bug), the slot
+            # is freed after the longest a caller could wait, so the queue cannot wedge.
+            slot.timer = loop.call_later(DEFAULT_PROPOSE_TIMEOUT_S * 2, self._release_slot, slot)
+            self._node._apply_entry(payload, callback=callback)
+
+    def _release_slot(self, slot: _Slot) -> None:
+        if not slot.released:
+            slot.released = True
+            if slot.timer is not None:
+                slot.timer.cancel()
+            self._in_flight -= 1
+            self._flush()
+
+    def _settle(self, batch: list[_Proposal], slot: _Slot, result: Any, err: int) -> None:
+        """Hand each proposal of a committed (or failed) entry its own outcome."""
+        outcomes: list[tuple[Any, int]]
+        if err != FAIL_REASON.SUCCESS or len(batch) == 1:
+            outcomes = [(result, err)] * len(batch)
+        else:
+            try:
+                results = decode_results(result) if isinstance(result, bytes) else []
+            except BatchFormatError:
+                results = []
+            if len(results) == len(batch):
+                outcomes = [(r, err) for r in results]
+            else:  # the machine's error value for a malformed batch: everyone learns of it
+                outcomes = [(result, err)] * len(batch)
+        for proposal, outcome in zip(batch, outcomes, strict=True):
+            if not proposal.fut.done():
+                proposal.fut.set_result(outcome)
+        self._release_slot(slot)
+
+    def group_commit_stats(self) -> GroupCommitStats:
+        """Log entries sent by this node's proposals and proposals they carried (so far)."""
+        return self._group_stats
 
     async def barrier(self, timeout_s: float = DEFAULT_PROPOSE_TIMEOUT_S) -> None:
         """Linearizable-read fence: once an empty entry proposed now has been applied here,

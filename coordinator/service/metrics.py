@@ -193,6 +193,22 @@ class ClusterCollector(Collector):
         for reason, total in node.log.refused_connections().items():
             refused.add_metric([reason], total)
         yield refused
+        group = node.log.group_commit_stats()
+        yield CounterMetricFamily(
+            "ripple_raft_entries_proposed",
+            "Log entries this node proposed for writes (one per batch under group commit)",
+            value=group.entries,
+        )
+        yield CounterMetricFamily(
+            "ripple_raft_commands_proposed",
+            "Commands carried by those entries (divided by entries: commands per entry)",
+            value=group.proposals,
+        )
+        yield CounterMetricFamily(
+            "ripple_proposals_queue_full",
+            "Writes refused with 503 because the proposal queue was at its bound",
+            value=group.queue_full,
+        )
         leader = node.is_ready_leader
         wall_ms = int(time.time() * 1000)  # checkpoint times are wall-clock stamps
         with node.read() as state:

@@ -81,6 +81,11 @@ class CoordinatorNode:
             frame_bytes_max=config.raft_frame_bytes_max,
             handshake_timeout_s=config.raft_handshake_timeout_s,
             unauthenticated_connections_max=config.raft_unauthenticated_connections_max,
+            group_commit_entries_max=config.group_commit_entries_max,
+            group_commit_bytes_max=config.group_commit_bytes_max,
+            group_commit_in_flight_max=config.group_commit_in_flight_max,
+            proposals_queued_max=config.proposals_queued_max,
+            proposals_queued_bytes_max=config.proposals_queued_bytes_max,
         )
         self.log = ReplicatedLog(settings, self.machine)
 

@@ -7,6 +7,7 @@ coordinator's domain; the coordinator's own processes are tested in test_cluster
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import socket
@@ -102,9 +103,9 @@ class Cluster:
         return await wait_for(ready, "one ready leader")  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    c = Cluster(tmp_path)
+@contextlib.asynccontextmanager
+async def running(tmp: Path, **kw: object) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp, **kw)
     for i in range(3):
         c.start(i)
     try:
@@ -112,6 +113,12 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     finally:
         for i in range(3):
             c.stop(i)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with running(tmp_path) as c:
+        yield c
 
 
 async def test_propose_commits_everywhere_and_returns_result(cluster: Cluster) -> None:
@@ -229,3 +236,63 @@ def test_the_dump_load_correction_still_overrides_pysyncobj() -> None:
     source = inspect.getsource(SyncObj._SyncObj__loadDumpFile)
     for attr in ("self.__serializer.deserialize()", "self.__raftLog"):
         assert attr in source, attr
+
+
+# -- group commit -------------------------------------------------------------------------
+
+
+async def test_group_commit_many_proposals_per_entry_each_with_its_own_result(
+    cluster: Cluster,
+) -> None:
+    leader = await cluster.leader()
+    before = leader.group_commit_stats().entries
+    items = [b"w%03d" % i for i in range(200)]
+    results = await asyncio.gather(*(leader.propose(x) for x in items))
+    # Every caller got its own result: the machine numbered each entry once.
+    assert sorted(results) == sorted(b"ok:%d" % n for n in range(1, 201))
+    stats = leader.group_commit_stats()
+    entries = stats.entries - before
+    assert entries < 100, f"{entries} log entries for 200 concurrent proposals: not batched"
+    # Same order on every replica, each entry once.
+    await wait_for(lambda: all(len(m.entries) == 200 for m in cluster.machines), "replicas")
+    assert cluster.machines[0].entries == cluster.machines[1].entries == cluster.machines[2].entries
+    assert sorted(cluster.machines[0].entries) == items
+
+
+async def test_a_raising_entry_in_a_batch_fails_alone(cluster: Cluster) -> None:
+    leader = await cluster.leader()
+    items = [b"a", b"b", b"boom", b"c", b"d", b"e"]
+    results = await asyncio.gather(*(leader.propose(x) for x in items))
+    assert results[2] == machine_error_result(RuntimeError("machine bug"))
+    assert sorted(r for i, r in enumerate(results) if i != 2) == [b"ok:%d" % n for n in range(1, 6)]
+    await wait_for(lambda: all(len(m.entries) == 5 for m in cluster.machines), "replicas")
+
+
+async def test_barriers_ride_in_batches(cluster: Cluster) -> None:
+    leader = await cluster.leader()
+    out = await asyncio.gather(leader.propose(b"x"), leader.barrier(), leader.propose(b"y"))
+    assert out[1] is None and sorted([out[0], out[2]]) == [b"ok:1", b"ok:2"]
+
+
+async def test_a_full_proposal_queue_refuses_instead_of_waiting(tmp_path: Path) -> None:
+    async with running(tmp_path, proposals_queued_max=4) as c:
+        leader = await c.leader()
+        outcomes = await asyncio.gather(
+            *(leader.propose(b"q%d" % i) for i in range(40)), return_exceptions=True
+        )
+        refused = [o for o in outcomes if isinstance(o, NoLeaderError)]
+        done = [o for o in outcomes if isinstance(o, bytes)]
+        assert refused and done and len(refused) + len(done) == 40
+        assert all("queue full" in str(o) for o in refused)
+        assert leader.group_commit_stats().queue_full == len(refused)
+        await wait_for(lambda: all(len(m.entries) == len(done) for m in c.machines), "replicas")
+
+
+async def test_entries_max_one_turns_group_commit_off(tmp_path: Path) -> None:
+    async with running(tmp_path, group_commit_entries_max=1) as c:
+        leader = await c.leader()
+        before = leader.group_commit_stats()
+        e0, p0 = before.entries, before.proposals
+        await asyncio.gather(*(leader.propose(b"s%d" % i) for i in range(30)))
+        stats = leader.group_commit_stats()
+        assert stats.entries - e0 == stats.proposals - p0 == 30
