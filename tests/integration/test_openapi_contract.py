@@ -35,7 +35,7 @@ from schemathesis.checks import positive_data_acceptance
 from schemathesis.core.parameters import ParameterLocation
 
 from coordinator.service.api import openapi_document
-from tests.cluster import ADMIN, Cluster
+from tests.cluster import ADMIN, Cluster, call
 
 EXAMPLES_MAX = 30
 STEPS_MAX = 12
@@ -148,3 +148,16 @@ def test_linked_calls_answer_as_documented(live: Live) -> None:
             derandomize=True,
         )
     )
+
+
+def test_allow_names_every_method_of_a_path(live: Live) -> None:
+    """What schemathesis found (ST205): GET and POST /v1/workers were two aiohttp resources,
+    and OPTIONS answered `Allow: GET, OPTIONS`."""
+    for path, methods in (("/v1/workers", "GET, OPTIONS, POST"), ("/v1/health", "GET, OPTIONS")):
+        reply = live.cluster.get(live.leader, path)  # the path exists
+        assert reply.status == 200
+        options = call("OPTIONS", live.url + path)
+        assert options.status == 204 and options.headers["Allow"] == methods
+        put = call("PUT", live.url + path)
+        assert put.status == 405
+        assert {m.strip() for m in put.headers["Allow"].split(",")} == set(methods.split(", "))
