@@ -1,12 +1,15 @@
 // Ripple dashboard: reads the public /v1 API of the node that served it (and the other
 // nodes' /v1/health, and the leader's /v1/workers for liveness), renders it, and refreshes
-// by itself: one refresh at a time, the next one REFRESH_MS after the last one ended.
+// by itself: one refresh at a time, the next one a pause after the last one ended (longer
+// when refreshes are slow, so a big cluster is not polled harder than it answers).
 // Every value reaches the DOM as text (textContent / text nodes), never as HTML.
 // Writes happen only after an admin token is entered; they go to the leader's URL.
 "use strict";
 
 (() => {
-  const REFRESH_MS = 2000; // pause between the end of one refresh and the next
+  const REFRESH_MS = 2000; // pause between the end of one refresh and the next, at least
+  const REFRESH_MAX_MS = 30000; // ... and at most, however slow the last refresh was
+  const GRID_CELLS_MAX = 4096; // partitions drawn in the grid; the rest are counted
   const FETCH_TIMEOUT_MS = 5000; // one request, then it counts as failed
   const CONFIRM_MS = 5000; // a "confirm" button turns back after this
   const HISTORY_SHOWN_MAX = 40;
@@ -34,6 +37,7 @@
     "worker_id", "address", "incarnation", "state", "registered_at_ms", "partitions",
     "liveness", "load", "failing_partitions", "lag_records",
   ]);
+  const HISTORY_FIELDS = new Set(["epoch", "owner", "reason", "at_ms"]);
   const LEADER_PARTITION_FIELDS = ["failing", "offset", "lag_records"];
 
   const S = {
@@ -51,6 +55,7 @@
     again: false,
     timer: null,
     lastOk: 0,
+    lastDurationMs: 0,
     plan: null, // {kind: "balance"|"move", request, moves}
     moveTarget: "",
     plans: 0, // plans made so far: a plan's identity for re-rendering
@@ -193,9 +198,13 @@
 
   // -- refresh loop ---------------------------------------------------------------------------
 
+  function pauseMs() {
+    return Math.min(REFRESH_MAX_MS, Math.max(REFRESH_MS, 3 * S.lastDurationMs));
+  }
+
   function schedule() {
     clearTimeout(S.timer);
-    S.timer = setTimeout(refresh, REFRESH_MS);
+    S.timer = setTimeout(refresh, pauseMs());
   }
 
   // Refresh as soon as possible without ever running two refreshes at once.
@@ -217,7 +226,9 @@
     S.busy = true;
     $("conn").className = "dot dot-busy";
     try {
+      const started = performance.now();
       await load();
+      S.lastDurationMs = performance.now() - started;
     } catch (err) {
       // A rendering bug must not stop the loop; say so where a person looks.
       banner(`dashboard error: ${err && err.message ? err.message : err}`, "error");
@@ -278,7 +289,7 @@
     if (hist && selected === S.selected) S.history = hist.ok ? hist.body : null;
     S.lastOk = Date.now();
     $("conn").className = problems.length ? "dot dot-warn" : "dot dot-ok";
-    fill($("updated"), `updated ${fmtTime(S.lastOk)} · every ${REFRESH_MS / 1000} s`);
+    fill($("updated"), `updated ${fmtTime(S.lastOk)} · every ${Math.round(pauseMs() / 1000)} s`);
     if (problems.length) banner(problems.join(" · "), "warn");
     else if ($("banner").classList.contains("banner-warn")) banner(null);
     render();
@@ -374,20 +385,19 @@
     const rows = S.nodes.map((n) => {
       const h = n.health;
       const isHome = S.home && n.id === S.home.node_id;
-      const name = el("td", {}, el("strong", {}, n.id), isHome ? el("span", { class: "tag" }, "this page") : null);
+      const name = el("td", {}, el("strong", {}, n.id), isHome ? el("span", { class: "tag" }, "this page") : null,
+        el("div", { class: "mono muted addr", title: n.url }, n.url));
       if (!h) {
-        return el("tr", { class: "row-down" }, name,
+        return el("tr", { class: "row-down", data: { node: n.id } }, name,
           el("td", {}, badge("unreachable", "bad")),
-          el("td", { colspan: 4, class: "muted" }, n.error || ""),
-          el("td", { class: "mono muted" }, n.url));
+          el("td", { colspan: 4, class: "muted" }, n.error || ""));
       }
       return el("tr", { data: { node: n.id } }, name,
         el("td", {}, roleBadge(h.role), h.role === "leader" && !h.ready ? badge("applying log", "warn") : null),
         el("td", { class: "num" }, fmtInt(h.term)),
         el("td", { class: "num" }, fmtInt(h.commit_index)),
         el("td", { class: "num" }, fmtInt(h.applied_index)),
-        el("td", {}, h.leader_id || "—"),
-        el("td", { class: "mono muted" }, n.url));
+        el("td", {}, h.leader_id || "—"));
     });
     fill($("nodes-table").tBodies[0], rows);
   }
@@ -458,7 +468,7 @@
 
   function renderGrid() {
     const grid = $("grid");
-    const parts = S.partitions;
+    const parts = S.partitions.slice(0, GRID_CELLS_MAX);
     if (cells.length !== parts.length) {
       cells = parts.map((p) => {
         const cell = el("button", { class: "cell", type: "button", role: "gridcell" },
@@ -495,7 +505,7 @@
       cell.title = `partition ${p.partition} · ${p.owner || "no owner"} · ${p.status} · epoch ${p.epoch}${moving}${lag}${failing}`;
     });
     const counts = new Map();
-    for (const p of parts) if (p.owner) counts.set(p.owner, (counts.get(p.owner) || 0) + 1);
+    for (const p of S.partitions) if (p.owner) counts.set(p.owner, (counts.get(p.owner) || 0) + 1);
     const owners = [...counts.keys()].sort();
     fill($("legend"),
       owners.map((o) => el("span", { class: "legend-item" },
@@ -506,7 +516,9 @@
       el("span", { class: "legend-item" }, el("span", { class: "swatch sw-unassigned" }), "unassigned"),
       el("span", { class: "legend-item" }, el("span", { class: "swatch sw-migrating" }), "migrating"),
       el("span", { class: "legend-item" }, el("span", { class: "swatch sw-failing" }), "batches failing"));
-    fill($("partitions-count"), `${fmtInt(parts.length)} · e = epoch`);
+    const cut = S.partitions.length - parts.length;
+    fill($("partitions-count"), `${fmtInt(S.partitions.length)} · e = epoch${cut > 0
+      ? ` · the first ${fmtInt(parts.length)} drawn; ripple partitions lists all` : ""}`);
   }
 
   function select(partition) {
@@ -516,6 +528,12 @@
     for (const c of cells) c.classList.toggle("selected", c.dataset.partition === String(partition));
     renderDetail();
     refreshNow();
+  }
+
+  // Fields a newer API adds to an entry, shown as "name: value" rather than dropped.
+  function extraFields(entry, known) {
+    const extra = Object.entries(entry).filter(([k, v]) => !known.has(k) && v !== null && v !== "");
+    return extra.map(([k, v]) => el("span", { class: "muted small" }, `${k.replaceAll("_", " ")}: ${describe(v)}`));
   }
 
   function kv(label, ...value) {
@@ -567,7 +585,8 @@
         el("span", { class: "tl-epoch" }, `e${e.epoch}`),
         ownerLabel(e.owner),
         el("span", { class: `tl-reason r-${e.reason}` }, e.reason),
-        el("span", { class: "muted small" }, REASONS[e.reason] || "")));
+        el("span", { class: "muted small" }, REASONS[e.reason] || ""),
+        extraFields(e, HISTORY_FIELDS)));
       parts.push(el("ol", { class: "timeline" }, items));
     }
     if (migs.length) {
