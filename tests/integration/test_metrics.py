@@ -162,11 +162,14 @@ def test_worker_metrics_pass_promtool_and_show_the_pipeline_caught_up(
             s = parse(scrape(url))
             reported = value(s, "ripple_pipeline_lag_reporting_partitions") == 8
             done = value(s, "ripple_partitions_without_checkpoint") == 0
-            return s if reported and done and value(s, "ripple_pipeline_lag_records") == 0 else None
+            # Both alive at once: on a loaded machine a heartbeat can be late past
+            # suspect_after_s (1 s here) for a moment, so this is waited for, not asserted.
+            alive = value(s, "ripple_workers_by_liveness", liveness="alive") == 2
+            caught_up = value(s, "ripple_pipeline_lag_records") == 0
+            return s if reported and done and alive and caught_up else None
 
         samples = wait_until(settled, "every partition reported caught up and checkpointed", 60)
         assert value(samples, "ripple_partitions", status="online") == 8
-        assert value(samples, "ripple_workers_by_liveness", liveness="alive") == 2
         age = value(samples, "ripple_checkpoint_age_max_seconds")
         assert age is not None and age < 60
 
