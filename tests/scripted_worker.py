@@ -5,7 +5,8 @@ It registers (following redirects), heartbeats with its gates' epochs and offset
 host / release / checkpoint calls (verifying the coordinator's bearer token), and exposes
 `GET /test/state` (gates and a log of every call), `POST /test/heartbeats {"enabled"}` (so
 a test can make it fall silent without killing it), `POST /test/release-uri {"uri"}` (name
-this object in release replies, as a compromised worker could) and `POST /test/progress
+this object in release replies, as a compromised worker could), `POST /test/refuse-release
+{"refuse"}` (answer release calls 503, as a worker whose store is down) and `POST /test/progress
 {"lag_records", "failing": {p: error}}` (heartbeats then report a source log that far ahead
 and partitions whose batches fail). Offsets advance by one per
 heartbeat for each open gate, standing in for processed input.
@@ -36,6 +37,7 @@ class ScriptedWorker:
     ) -> None:
         self.store = store  # references are named as a real worker's (nothing is written)
         self.release_uri: str | None = None
+        self.refuse_release = False  # answer release calls 503, as a worker whose store is down
         self.client = CoordinatorClient(urls, deadline_s=5.0, timeout_s=3.0)
         self.worker_id = worker_id
         self.address = f"http://127.0.0.1:{port}"
@@ -147,6 +149,11 @@ class ScriptedWorker:
             return web.json_response({"error": "unauthorized", "message": "bad token"}, status=401)
         p = int(request.match_info["p"])
         body = await request.json()
+        if self.refuse_release:
+            return web.json_response(
+                {"error": "unavailable", "message": "final checkpoint cannot be written"},
+                status=503,
+            )
         gate = self.gates.get(p)
         if gate is None or gate["epoch"] != body["epoch"]:
             return web.json_response({"error": "stale_epoch", "message": "not hosted"}, status=409)
@@ -210,6 +217,10 @@ class ScriptedWorker:
         self.heartbeats_enabled = bool((await request.json())["enabled"])
         return web.json_response({"enabled": self.heartbeats_enabled})
 
+    async def set_refuse_release(self, request: web.Request) -> web.Response:
+        self.refuse_release = bool((await request.json())["refuse"])
+        return web.json_response({"refuse": self.refuse_release})
+
     async def set_release_uri(self, request: web.Request) -> web.Response:
         self.release_uri = (await request.json())["uri"]
         return web.json_response({"uri": self.release_uri})
@@ -236,6 +247,7 @@ async def main(args: argparse.Namespace) -> None:
     app.router.add_post("/test/progress", w.set_progress)
     app.router.add_post("/test/report-checkpoints", w.report_now)
     app.router.add_post("/test/release-uri", w.set_release_uri)
+    app.router.add_post("/test/refuse-release", w.set_refuse_release)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", args.port, ssl_context=ssl_context).start()
