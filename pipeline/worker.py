@@ -77,6 +77,7 @@ HOST_LOAD_WAIT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 BODY_BYTES_MAX = 64 * 1024
 KEY_CHARS_MAX = 1024
+EPOCH_MAX = 2**63 - 1  # what the coordinator's codec carries
 PARTITION_DIGITS_MAX = 7  # total_partitions is at most 1_000_000
 
 
@@ -452,7 +453,7 @@ class Worker:
         p = self._partition(request)
         body = await self._json(request)
         epoch = body.get("epoch")
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 1 <= epoch <= EPOCH_MAX:
             raise _http_error(400, "invalid", "epoch must be a positive integer", "epoch")
         ck = body.get("checkpoint")
         if ck is not None and not (

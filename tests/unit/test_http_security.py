@@ -344,6 +344,9 @@ async def test_new_owner_loads_only_what_it_was_sent(tmp_path: Path) -> None:
                 r = await client.post("/v1/partitions/3/host", json=body, headers=auth)
                 assert r.status == 503, (ck, r.status, await r.text())
                 assert 3 not in worker.parts
+            for epoch in (0, 2**63, True, "2"):
+                r = await client.post("/v1/partitions/3/host", json={"epoch": epoch}, headers=auth)
+                assert r.status == 400 and (await r.json())["field"] == "epoch", epoch
             good = {"uri": canonical_uri(store_uri, 3, 1, 40), "epoch": 1, "offset": 40}
             assert good["uri"] == three
             r = await client.post(
