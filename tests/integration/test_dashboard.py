@@ -498,8 +498,20 @@ def walk_through(env: tuple[Cluster, Workers], browser: Any, shots: Path) -> Non
     page.wait(lambda: page.text("#admin-state") == "read-only", "read-only again")
     assert page.admin_controls() == []
     assert browser.execute_script("return sessionStorage.getItem('ripple.adminToken')") is None
-    # -- the same page from the leader -------------------------------------------------------
-    leader = c.leader()
+
+    # -- the leader dies: the follower's page says so and finds the new one --------------------
+    old = c.leader()
+    c.kill9(old)
+    if old == home:  # leadership moved to the page's own node meanwhile (rare)
+        page.wait(lambda: "does not answer" in page.text("#updated"), "its node gone")
+        browser.get(c.url(next(s.id for s in c.specs if s.id != old)) + "/ui")
+    page.wait(lambda: "Nodes up\n2 / 3" in page.text("#stats"), "a node down")
+    page.wait(lambda: "unreachable" in page.text(f"#nodes-table tr[data-node='{old}']"), "down")
+    leader = c.leader(60)
+    page.wait(lambda: f"Leader\n{leader}" in page.text("#stats"), f"the new leader {leader}")
+    page.wait(lambda: "alive" in page.worker_row(target), "liveness from the new leader")
+
+    # -- the same page from the (new) leader --------------------------------------------------
     browser.get(c.url(leader) + "/ui")
     page.wait(lambda: f"served by {leader} (leader)" in page.text("#served-by"), "the leader")
     page.wait(lambda: len(page.cells()) == PARTITIONS, "the grid on the leader's page")
