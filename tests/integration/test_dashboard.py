@@ -1,12 +1,15 @@
 """The dashboard at /ui, against three real coordinator processes and scripted workers.
 
-`test_ui_files_and_headers` checks what every node serves (files, redirect, CSP, the CORS
-rules the page relies on) over plain HTTP. `test_dashboard_in_a_browser` drives Debian's
-headless Chromium through Selenium + chromedriver on a follower's page and checks what a
-person sees: nodes, workers, the partition grid, a partition's timeline, read-only without
-the admin token, and with it a previewed reassign, an abort and a drain, each seen in the
-page and confirmed through the API. It saves screenshots (RIPPLE_SCREENSHOT_DIR, else the
-test's tmp dir). It is skipped only when no Chromium or chromedriver binary is installed.
+`test_ui_files_and_headers` and `test_cross_origin_rules` check what every node serves
+(files, redirect, CSP, the CORS rules the page relies on) over plain HTTP.
+`test_dashboard_in_a_browser` drives Debian's headless Chromium through Selenium +
+chromedriver on a follower's page and checks what a person sees: nodes, workers, the
+partition grid, lag and failing batches (whose error text is markup, shown as text), a
+partition's timeline, read-only without the admin token, and with it a previewed reassign,
+an abort and a drain, each seen in the page and confirmed through the API; then a kill -9 of
+the leader seen from the follower's page, and the new leader's own page. It saves
+screenshots (RIPPLE_SCREENSHOT_DIR, else the test's tmp dir). It is skipped only when no
+Chromium or chromedriver binary is installed.
 """
 
 from __future__ import annotations
