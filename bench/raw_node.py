@@ -51,6 +51,8 @@ async def serve(index: int, rafts: list[str], https: list[str], data_dir: Path) 
         secret=SECRET,
         journal_path=str(data_dir / f"raw{index}.journal"),
         dump_path=str(data_dir / f"raw{index}.dump"),
+        # The per-entry baseline: one pysyncobj entry per write, as before group commit.
+        group_commit_entries_max=1,
     )
     log = ReplicatedLog(settings, CountingMachine())
     log.start()

@@ -1,10 +1,14 @@
-"""Write path: committed writes per second through HTTP at concurrency 1 and 64.
+"""Write path: committed writes per second through HTTP at concurrency 1, 16, 64 and 256.
 
-- ripple: worker registrations (`POST /v1/workers`, each a fresh worker id) to the leader
-  of three `ripple coordinator` processes: pydantic parse, msgpack command, Raft commit on
-  a majority, apply to the state machine, signed token in the reply.
+- ripple: group commit on (the default): worker registrations (`POST /v1/workers`, each a
+  fresh worker id) to the leader of three `ripple coordinator` processes: pydantic parse,
+  msgpack command, Raft commit on a majority, apply to the state machine, signed token in
+  the reply.
+- ripple_1: the same with `group_commit_entries_max = 1`, one pysyncobj entry per write
+  (Ripple before group commit).
 - raw: `POST /write` to the leader of three `bench.raw_node` processes: the same
-  ReplicatedLog and Raft settings with a counting machine and a bare handler.
+  ReplicatedLog and Raft settings with a counting machine and a bare handler, one entry per
+  write (group commit off): the bare per-entry pysyncobj node every ratio is against.
 
 The client is `bench.load` in its own process (aiohttp, keep-alive, C requests in flight,
 no redirects: aimed at the leader). Rounds interleave ripple and raw; each case repeats
@@ -23,19 +27,27 @@ SETTLE_TIMEOUT_S = 60.0
 
 
 def _counts(quick: bool) -> dict[int, int]:
-    return {1: 150, 64: 1000} if quick else {1: 1000, 64: 5000}
+    if quick:
+        return {1: 150, 16: 500, 64: 1000, 256: 2000}
+    return {1: 1000, 16: 4000, 64: 8000, 256: 16000}
+
+
+CASES = ("ripple", "ripple_1", "raw")
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
     runs: dict[str, list[dict[str, float]]] = {}
     with scratch("writes") as root:
         (root / "ripple").mkdir()
+        (root / "ripple_1").mkdir()
         ripple = Cluster(root / "ripple", **SETTINGS)
+        per_entry = Cluster(root / "ripple_1", **SETTINGS, group_commit_entries_max=1)
         raw = RawCluster(root / "raw")
         try:
-            ripple.start_all()
-            raw.start_all()
+            for c in (ripple, per_entry, raw):
+                c.start_all()
             ripple.ready(SETTLE_TIMEOUT_S)
+            per_entry.ready(SETTLE_TIMEOUT_S)
             raw.leader(SETTLE_TIMEOUT_S)
             for _ in range(REPEATS):
                 for conc, count in _counts(quick).items():
@@ -43,6 +55,10 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                     # can happen between runs, and the client does not follow redirects.
                     targets = {
                         "ripple": (ripple.url(ripple.leader()) + "/v1/workers", ["--register"]),
+                        "ripple_1": (
+                            per_entry.url(per_entry.leader()) + "/v1/workers",
+                            ["--register"],
+                        ),
                         "raw": (raw.url(raw.leader()) + "/write", []),
                     }
                     for name, (url, extra) in targets.items():
@@ -62,8 +78,8 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                         )
                         runs.setdefault(f"{name}_c{conc}", []).append(result)
         finally:
-            ripple.stop_all()
-            raw.stop_all()
+            for c in (ripple, per_entry, raw):
+                c.stop_all()
 
     def median_run(key: str) -> dict[str, float]:
         ordered = sorted(runs[key], key=lambda r: r["ops_per_s"])
@@ -72,7 +88,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     rows: dict[str, dict[str, float]] = {}
     for conc in _counts(quick):
         base = median_run(f"raw_c{conc}")["ops_per_s"]
-        for name in ("ripple", "raw"):
+        for name in CASES:
             key = f"{name}_c{conc}"
             med = median_run(key)
             per_s = [r["ops_per_s"] for r in runs[key]]
