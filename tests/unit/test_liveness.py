@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from coordinator.core.liveness import Detector, Liveness, Verdict
 
@@ -90,3 +92,31 @@ def test_rejects_bad_thresholds_and_load() -> None:
         Detector(suspect_after_ms=0, dead_after_ms=10)
     with pytest.raises(ValueError):
         make().observe("w1", 0, float("nan"))
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["observe", "seed", "forget"]),
+        st.sampled_from(["w1", "w2", "w3", "w4", "w5"]),
+        st.integers(min_value=0, max_value=5_000),  # any order: a caller's clock may step back
+    ),
+    max_size=60,
+)
+
+
+@given(_OPS, st.integers(min_value=0, max_value=10_000))
+def test_evaluate_reads_only_the_oldest_but_judges_like_a_full_scan(
+    ops: list[tuple[str, str, int]], now: int
+) -> None:
+    d = Detector(suspect_after_ms=1_000, dead_after_ms=3_000)
+    for op, wid, t in ops:
+        if op == "observe":
+            d.observe(wid, t, 0.5)
+        elif op == "seed":
+            d.seed([wid], t)
+        else:
+            d.forget(wid)
+    full = {w: d.status(w, now) for w in d.known()}
+    verdict = d.evaluate(now)
+    assert verdict.dead == {w for w, s in full.items() if s is Liveness.DEAD}
+    assert verdict.suspected == {w for w, s in full.items() if s is Liveness.SUSPECTED}
