@@ -66,6 +66,9 @@ from coordinator.core.model import (
 __all__ = ["ClusterState", "apply", "check_moves"]
 
 
+ASSIGNMENTS_CACHED_MAX = 100_000  # workers whose heartbeat reply is cached at once
+
+
 class ClusterState:
     """Mutable container of frozen records, so one change to 100k partitions costs O(1).
 
@@ -76,6 +79,8 @@ class ClusterState:
     """
 
     __slots__ = (
+        "_assignments",
+        "_assignments_generation",
         "_owned",
         "_sourcing",
         "_terminal",
@@ -101,9 +106,14 @@ class ClusterState:
         self._owned: dict[WorkerId, set[int]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
         self._terminal: deque[MigrationId] = deque()
+        # Heartbeat replies: each worker's assignment, valid for one generation (every change
+        # of an (owner, epoch) pair bumps it), so a heartbeat reads it without a sort.
+        self._assignments: dict[WorkerId, tuple[tuple[int, int], ...]] = {}
+        self._assignments_generation = -1
 
     def reindex(self) -> None:
         """Rebuild the derived indices from the public fields (after decoding a snapshot)."""
+        self._assignments_generation = -1
         self._owned = {}
         for part in self.partitions:
             if part.owner is not None:
@@ -133,9 +143,17 @@ class ClusterState:
 
     # --- reads ---------------------------------------------------------------------------------
 
-    def assignment_of(self, worker_id: WorkerId) -> list[tuple[int, int]]:
-        """(partition, epoch) pairs the worker owns, by partition."""
-        return [(p, self.partitions[p].epoch) for p in self.owned_by(worker_id)]
+    def assignment_of(self, worker_id: WorkerId) -> tuple[tuple[int, int], ...]:
+        """(partition, epoch) pairs the worker owns, by partition; cached per generation."""
+        if self._assignments_generation != self.generation:
+            self._assignments = {}
+            self._assignments_generation = self.generation
+        cached = self._assignments.get(worker_id)
+        if cached is None:
+            cached = tuple((p, self.partitions[p].epoch) for p in self.owned_by(worker_id))
+            if len(self._assignments) < ASSIGNMENTS_CACHED_MAX:
+                self._assignments[worker_id] = cached
+        return cached
 
     def owned_by(self, worker_id: WorkerId) -> list[int]:
         return sorted(self._owned.get(worker_id, ()))

@@ -61,6 +61,7 @@ from replication.log import RaftRole
 log = logging.getLogger(__name__)
 
 DUTY_TICK_S = 0.1
+CHECKPOINT_SCAN_MS_MAX = 1_000
 WORKER_CALLS_MAX = 64  # concurrent calls from the leader to workers
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
 TERMINAL = (MigrationPhase.DONE, MigrationPhase.ABORTED)
@@ -80,6 +81,7 @@ class LeaderDuties:
         self.host_retry: RetrySchedule[tuple[int, int]] = RetrySchedule(policy)
         self.release_retry: RetrySchedule[str] = RetrySchedule(policy)
         self.checkpoint_next_ms: dict[str, int] = {}
+        self._checkpoint_scan_at_ms = 0
         self.checkpoint_missed: set[str] = set()
         self.reported: dict[str, dict[int, tuple[int, int]]] = {}
         self.failing = FailingReports()
@@ -111,6 +113,7 @@ class LeaderDuties:
         self.host_retry = RetrySchedule(self.host_retry.policy)
         self.release_retry = RetrySchedule(self.release_retry.policy)
         self.checkpoint_next_ms.clear()
+        self._checkpoint_scan_at_ms = 0
         self.checkpoint_missed.clear()
         self.reported.clear()
         self.failing.clear()
@@ -283,6 +286,8 @@ class LeaderDuties:
             ]
             if not unassigned:
                 return
+            if len(state.active_workers()) < self.node.config.min_cluster_size:
+                return  # no liveness scan of every worker while too few are registered
             eligible = self._eligible(state)
             if len(eligible) < self.node.config.min_cluster_size:
                 return
@@ -693,6 +698,12 @@ class LeaderDuties:
 
     def _drive_checkpoints(self, now: int) -> None:
         interval_ms = int(self.node.config.checkpoint_interval_s * 1000)
+        # The scan reads every worker: at most every CHECKPOINT_SCAN_MS_MAX (or a tenth of
+        # the interval), not every duty tick (at 10,000 workers it was a tenth of the
+        # leader's event loop). A round is then at most that much late.
+        if now < self._checkpoint_scan_at_ms:
+            return
+        self._checkpoint_scan_at_ms = now + min(CHECKPOINT_SCAN_MS_MAX, interval_ms // 10)
         with self.node.read() as state:
             due = []
             for w in state.workers.values():

@@ -342,6 +342,9 @@ class CoordinatorRun(RuleBasedStateMachine):
             assert owned == [p.partition for p in self.s.partitions if p.owner == w.worker_id]
             if w.state not in OWNING_WORKER_STATES:
                 assert owned == []
+            # The heartbeat's assignment, cached per generation, is never stale.
+            fresh = tuple((p, self.s.partitions[p].epoch) for p in owned)
+            assert self.s.assignment_of(w.worker_id) == fresh
 
     @invariant()
     def epochs_and_generation_never_decrease(self) -> None:

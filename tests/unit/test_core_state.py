@@ -705,8 +705,8 @@ def test_history_is_bounded(s: ClusterState) -> None:
 
 def test_read_helpers(s: ClusterState) -> None:
     assert s.owned_by(W1) == [0, 3]
-    assert s.assignment_of(W2) == [(1, 1), (4, 1)]
-    assert s.owned_by(W4) == [] and s.assignment_of(W4) == []
+    assert s.assignment_of(W2) == ((1, 1), (4, 1))
+    assert s.owned_by(W4) == [] and s.assignment_of(W4) == ()
     assert s.active_workers() == [W1, W2, W3]
     assert s.summary() == {
         "active_workers": 3, "total_workers": 3, "total_partitions": P, "generation": 1,
