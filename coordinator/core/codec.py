@@ -35,6 +35,7 @@ from coordinator.core.commands import (
 from coordinator.core.model import (
     ADDRESS_LEN_MAX,
     BATCH_ITEMS_MAX,
+    CHECKPOINTS_KEPT_MAX,
     HISTORY_PER_PARTITION_MAX,
     INT_VALUE_MAX,
     NONCE_LEN_MAX,
@@ -246,6 +247,15 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
     },
     11: {"worker_id": _worker_id, "moves": _array(_move), "now_ms": _int},
     12: {"nonce": _str(NONCE_LEN_MAX)},
+    13: {
+        "partition": _int,
+        "epoch": _int,
+        "checkpoint": _optional(_final_checkpoint),
+        "note": _str(NOTE_LEN_MAX),
+        "now_ms": _int,
+    },
+    14: {"partition": _int, "epoch": _int, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
+    15: {"partition": _int, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, str], Command]] = {
@@ -309,7 +319,32 @@ def decode_result(data: bytes) -> Result:
 
 # --- state (snapshots) -------------------------------------------------------------------------
 # Records are arrays in declared field order, not maps: a snapshot of 100k partitions would
-# otherwise spend most of its bytes repeating field names.
+# otherwise spend most of its bytes repeating field names. Fields added later (a partition's
+# earlier checkpoints and stuck reason, a history entry's note) are trailing elements written
+# only when not empty: a state that does not use them encodes to the same bytes as before
+# they existed, and snapshots written before them still decode.
+
+
+def _checkpoint_plain(c: Checkpoint) -> list[object]:
+    return [c.offset, c.uri, c.epoch, c.at_ms]
+
+
+def _partition_plain(p: Partition) -> list[object]:
+    history = [
+        [h.epoch, h.owner, h.reason.value, h.at_ms, *([h.note] if h.note else [])]
+        for h in p.history
+    ]
+    row: list[object] = [
+        p.owner,
+        p.epoch,
+        p.status.value,
+        p.migration,
+        None if p.checkpoint is None else _checkpoint_plain(p.checkpoint),
+        history,
+    ]
+    if p.earlier or p.stuck:
+        row += [[_checkpoint_plain(c) for c in p.earlier], p.stuck]
+    return row
 
 
 def encode_state(state: ClusterState) -> bytes:
@@ -330,24 +365,7 @@ def encode_state(state: ClusterState) -> bytes:
                 ]
                 for w in state.workers.values()
             ],
-            "partitions": [
-                [
-                    p.owner,
-                    p.epoch,
-                    p.status.value,
-                    p.migration,
-                    None
-                    if p.checkpoint is None
-                    else [
-                        p.checkpoint.offset,
-                        p.checkpoint.uri,
-                        p.checkpoint.epoch,
-                        p.checkpoint.at_ms,
-                    ],
-                    [[h.epoch, h.owner, h.reason.value, h.at_ms] for h in p.history],
-                ]
-                for p in state.partitions
-            ],
+            "partitions": [_partition_plain(p) for p in state.partitions],
             "migrations": [
                 [
                     m.migration_id,
@@ -367,10 +385,22 @@ def encode_state(state: ClusterState) -> bytes:
     )
 
 
-def _tuple(value: object, n: int, where: str) -> list[object]:
-    if not isinstance(value, list) or len(value) != n:
-        raise CodecError(f"{where} must be an array of {n}", where)
+def _tuple(value: object, n: int, where: str, *, optional: int = 0) -> list[object]:
+    """An array of ``n`` elements, or of ``n + optional`` (trailing fields added later)."""
+    if not isinstance(value, list) or len(value) not in (n, n + optional):
+        sizes = f"{n}" if not optional else f"{n} or {n + optional}"
+        raise CodecError(f"{where} must be an array of {sizes}", where)
     return value
+
+
+def _decode_checkpoint(value: object, where: str) -> Checkpoint:
+    offset, uri, epoch, at_ms = _tuple(value, 4, where)
+    return Checkpoint(
+        offset=_int(offset, where),
+        uri=_str(URI_LEN_MAX)(uri, where),
+        epoch=_int(epoch, where),
+        at_ms=_int(at_ms, where),
+    )
 
 
 _worker_state = _enum(WorkerState)
@@ -384,25 +414,22 @@ _opt_migration_id = _optional(_migration_id)
 
 def _decode_partition(index: int, value: object) -> Partition:
     where = f"partitions[{index}]"
-    owner, epoch, status, migration, checkpoint, history = _tuple(value, 6, where)
-    cp: Checkpoint | None = None
-    if checkpoint is not None:
-        offset, uri, cp_epoch, at_ms = _tuple(checkpoint, 4, f"{where}.checkpoint")
-        cp = Checkpoint(
-            offset=_int(offset, where),
-            uri=_str(URI_LEN_MAX)(uri, where),
-            epoch=_int(cp_epoch, where),
-            at_ms=_int(at_ms, where),
-        )
+    row = _tuple(value, 6, where, optional=2)
+    owner, epoch, status, migration, checkpoint, history = row[:6]
+    earlier_raw, stuck = row[6:] if len(row) == 8 else ([], "")
+    cp = None if checkpoint is None else _decode_checkpoint(checkpoint, f"{where}.checkpoint")
+    earlier = _array(_decode_checkpoint, CHECKPOINTS_KEPT_MAX)(earlier_raw, f"{where}.earlier")
     changes: list[OwnershipChange] = []
     for h in _array(lambda v, w: v, HISTORY_PER_PARTITION_MAX)(history, f"{where}.history"):
-        h_epoch, h_owner, h_reason, h_at = _tuple(h, 4, f"{where}.history")
+        entry = _tuple(h, 4, f"{where}.history", optional=1)
+        h_epoch, h_owner, h_reason, h_at = entry[:4]
         changes.append(
             OwnershipChange(
                 epoch=_int(h_epoch, where),
                 owner=_opt_worker_id(h_owner, where),
                 reason=_change_reason(h_reason, where),
                 at_ms=_int(h_at, where),
+                note=_str(NOTE_LEN_MAX)(entry[4], where) if len(entry) == 5 else "",
             )
         )
     return Partition(
@@ -413,6 +440,8 @@ def _decode_partition(index: int, value: object) -> Partition:
         migration=_opt_migration_id(migration, where),
         checkpoint=cp,
         history=tuple(changes),
+        earlier=earlier,
+        stuck=_str(NOTE_LEN_MAX)(stuck, f"{where}.stuck"),
     )
 
 

@@ -143,6 +143,41 @@ class Barrier:
     nonce: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FallBack:
+    """Host the ASSIGNING partition again, under a new epoch, from one of its earlier accepted
+    checkpoints (``checkpoint``) or, with None, from offset 0 (a full replay)."""
+
+    TAG: ClassVar[int] = 13
+    partition: int
+    # The epoch whose host call kept failing: a fallback planned against an older one is stale.
+    epoch: int
+    checkpoint: FinalCheckpoint | None
+    note: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkStuck:
+    """No lossless fallback is left: say so on the partition until an operator resets it."""
+
+    TAG: ClassVar[int] = 14
+    partition: int
+    epoch: int
+    note: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResetPartition:
+    """Operator: forget the partition's checkpoints and host it from offset 0 (new epoch)."""
+
+    TAG: ClassVar[int] = 15
+    partition: int
+    note: str
+    now_ms: int
+
+
 Command = (
     Bootstrap
     | RegisterWorker
@@ -156,6 +191,9 @@ Command = (
     | RecordCheckpoints
     | DrainWorker
     | Barrier
+    | FallBack
+    | MarkStuck
+    | ResetPartition
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -171,6 +209,9 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     RecordCheckpoints,
     DrainWorker,
     Barrier,
+    FallBack,
+    MarkStuck,
+    ResetPartition,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"

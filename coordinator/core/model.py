@@ -22,6 +22,10 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 # Bounds. "Put a limit on everything": each one caps memory held by every replica or the size
 # of one log entry.
 HISTORY_PER_PARTITION_MAX = 16
+# Accepted checkpoints kept per partition besides the current one, newest first: the fallback
+# chain when the current one cannot be loaded (docs/architecture.md, "No partition stays
+# stuck"). Each costs one URI per partition on every replica.
+CHECKPOINTS_KEPT_MAX = 3
 REQUESTS_RETAINED_MAX = 10_000
 TERMINAL_MIGRATIONS_RETAINED_MAX = 1_000
 BATCH_ITEMS_MAX = 200_000
@@ -75,6 +79,10 @@ class ChangeReason(Enum):
     DRAIN = "drain"
     RESTART = "restart"
     ABORT = "abort"
+    # The recorded checkpoint could not be loaded: hosted again from an older one (or none).
+    FALLBACK = "fallback"
+    # An operator discarded the partition's checkpoints (POST /v1/admin/partitions/{p}/reset).
+    RESET = "reset"
 
 
 # Workers in these states may own partitions; DEAD and LEFT workers own none.
@@ -108,6 +116,8 @@ class OwnershipChange:
     owner: WorkerId | None
     reason: ChangeReason
     at_ms: int
+    # Why, in words, when the reason alone does not say (a fallback's failure and target).
+    note: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,6 +131,10 @@ class Partition:
     checkpoint: Checkpoint | None
     # The last HISTORY_PER_PARTITION_MAX changes, oldest first.
     history: tuple[OwnershipChange, ...]
+    # Accepted checkpoints before ``checkpoint``, newest first, at most CHECKPOINTS_KEPT_MAX.
+    earlier: tuple[Checkpoint, ...] = ()
+    # Why the partition cannot come online without an operator ("" = it is not stuck).
+    stuck: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

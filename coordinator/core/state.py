@@ -27,7 +27,9 @@ from coordinator.core.commands import (
     Command,
     DeclareDead,
     DrainWorker,
+    FallBack,
     HandOff,
+    MarkStuck,
     Move,
     Ok,
     PartitionOnline,
@@ -35,6 +37,7 @@ from coordinator.core.commands import (
     RecordCheckpoints,
     RegisterWorker,
     Rejected,
+    ResetPartition,
     Result,
     StartRelease,
     rejected,
@@ -42,7 +45,9 @@ from coordinator.core.commands import (
 from coordinator.core.model import (
     ADDRESS_LEN_MAX,
     BATCH_ITEMS_MAX,
+    CHECKPOINTS_KEPT_MAX,
     HISTORY_PER_PARTITION_MAX,
+    NOTE_LEN_MAX,
     OWNING_WORKER_STATES,
     REQUESTS_RETAINED_MAX,
     TERMINAL_MIGRATIONS_RETAINED_MAX,
@@ -231,6 +236,12 @@ def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
             return _record_checkpoints(state, cmd)
         case DrainWorker():
             return _drain_worker(state, cmd)
+        case FallBack():
+            return _fall_back(state, cmd)
+        case MarkStuck():
+            return _mark_stuck(state, cmd)
+        case ResetPartition():
+            return _reset_partition(state, cmd)
         case Barrier():  # handled before dispatch; kept so the match is exhaustive
             return Ok(value={"nonce": cmd.nonce}), False
 
@@ -259,17 +270,28 @@ def _reassign(
     reason: ChangeReason,
     now_ms: int,
     migration: MigrationId | None,
+    note: str = "",
 ) -> None:
     """Give the partition a new epoch (and maybe owner): every such change fences the past."""
     old = state.partitions[partition]
     epoch = old.epoch + 1
-    change = OwnershipChange(epoch=epoch, owner=owner, reason=reason, at_ms=now_ms)
+    change = OwnershipChange(epoch=epoch, owner=owner, reason=reason, at_ms=now_ms, note=note)
     history = (*old.history, change)[-HISTORY_PER_PARTITION_MAX:]
     status = PartitionStatus.UNASSIGNED if owner is None else PartitionStatus.ASSIGNING
     _put_partition(
         state,
         replace(old, owner=owner, epoch=epoch, status=status, migration=migration, history=history),
     )
+
+
+def _accept_checkpoint(part: Partition, new: Checkpoint) -> Partition:
+    """``part`` with ``new`` as its checkpoint; the one it replaces joins the fallback chain
+    unless ``new`` is at the same offset (the same state: keeping both gains nothing)."""
+    old = part.checkpoint
+    if old is None or old.uri == new.uri or old.offset >= new.offset:
+        return replace(part, checkpoint=new)
+    earlier = (old, *part.earlier)[:CHECKPOINTS_KEPT_MAX]
+    return replace(part, checkpoint=new, earlier=earlier)
 
 
 def _put_migration(state: ClusterState, new: Migration) -> None:
@@ -349,7 +371,7 @@ def check_moves(
             )
         if part.status not in (PartitionStatus.ONLINE, PartitionStatus.ASSIGNING):
             return rejected("conflict", f"{where}: partition {p} is {part.status.value}")
-        if part.migration is not None:
+        if part.migration is not None and not _supersedable(state, part):
             return rejected(
                 "conflict",
                 f"{where}: partition {p} already moving ({part.migration})",
@@ -365,6 +387,13 @@ def check_moves(
     return None
 
 
+def _supersedable(state: ClusterState, part: Partition) -> bool:
+    """A HANDED_OFF migration whose target has not brought the partition online (say its
+    checkpoint cannot be loaded) must not pin the partition: a new move replaces it."""
+    mid = part.migration
+    return mid is not None and state.migrations[mid].phase is MigrationPhase.HANDED_OFF
+
+
 def _create_migrations(
     state: ClusterState, moves: tuple[Move, ...], reason: MigrationReason, now_ms: int
 ) -> list[dict[str, Any]]:
@@ -372,6 +401,11 @@ def _create_migrations(
     for mv in moves:
         state.migration_seq += 1
         mid = MigrationId(f"m-{state.migration_seq}")
+        stale = state.partitions[mv.partition].migration
+        if stale is not None:  # check_moves allowed it: HANDED_OFF, never came online
+            old = state.migrations[stale]
+            _finish_migration(state, old, MigrationPhase.ABORTED, f"superseded by {mid}", now_ms)
+            _maybe_leave(state, old.source, now_ms)
         _put_migration(
             state,
             Migration(
@@ -661,7 +695,7 @@ def _partition_online(state: ClusterState, cmd: PartitionOnline) -> _Outcome:
         # later restart epoch). There is no separate "done" command.
         done = state.migrations[mid]
         mid = None
-    _put_partition(state, replace(part, status=PartitionStatus.ONLINE, migration=mid))
+    _put_partition(state, replace(part, status=PartitionStatus.ONLINE, migration=mid, stuck=""))
     value["changed"] = True
     if done is not None:
         _put_migration(state, replace(done, phase=MigrationPhase.DONE, updated_at_ms=cmd.now_ms))
@@ -718,13 +752,12 @@ def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
         and (current is None or final.offset >= current.offset)
     )
     if final is not None and use_final:
-        checkpoint: Checkpoint | None = Checkpoint(
+        accepted = Checkpoint(
             offset=final.offset, uri=final.uri, epoch=final.epoch, at_ms=cmd.now_ms
         )
-    else:
-        # Deterministic fallback: a missing, stale or backwards final checkpoint is ignored.
-        checkpoint = current
-    _put_partition(state, replace(part, checkpoint=checkpoint))
+        _put_partition(state, _accept_checkpoint(part, accepted))
+    # Otherwise a missing, stale or backwards final checkpoint is ignored: the target
+    # resumes from the last accepted one.
     reason = ChangeReason.DRAIN if m.reason is MigrationReason.DRAIN else ChangeReason.MIGRATION
     _reassign(
         state,
@@ -748,10 +781,6 @@ def _abort_migration(state: ClusterState, cmd: AbortMigration) -> _Outcome:
     m = _migration_or_reject(state, cmd.migration_id)
     if isinstance(m, Rejected):
         return m, False
-    if m.phase is MigrationPhase.HANDED_OFF:
-        return rejected(
-            "conflict", f"migration {m.migration_id} already handed off", "migration_id"
-        ), False
     if m.phase in TERMINAL_PHASES:
         return rejected(
             "conflict",
@@ -759,6 +788,13 @@ def _abort_migration(state: ClusterState, cmd: AbortMigration) -> _Outcome:
             "migration_id",
         ), False
     _finish_migration(state, m, MigrationPhase.ABORTED, cmd.note, cmd.now_ms)
+    if m.phase is MigrationPhase.HANDED_OFF:
+        # The target owns the partition since the hand-off but never brought it online (a
+        # PartitionOnline would have made the migration DONE): the source released it, so
+        # it stays with the target, and the migration no longer pins it (reassign, drain).
+        _maybe_leave(state, m.source, cmd.now_ms)
+        value = {"migration_id": m.migration_id, "phase": "aborted", "rehosted": False}
+        return Ok(value=value), False
     rehost = m.phase is MigrationPhase.RELEASING
     if rehost:
         # The source closed its gate when asked to release: it reopens under a new epoch.
@@ -803,7 +839,7 @@ def _record_checkpoints(state: ClusterState, cmd: RecordCheckpoints) -> _Outcome
                 reason = f"offset {e.offset} is behind {part.checkpoint.offset}"
             else:
                 checkpoint = Checkpoint(offset=e.offset, uri=e.uri, epoch=e.epoch, at_ms=cmd.now_ms)
-                _put_partition(state, replace(part, checkpoint=checkpoint))
+                _put_partition(state, _accept_checkpoint(part, checkpoint))
         status = "fenced" if reason is not None else "accepted"
         results.append({"partition": e.partition, "status": status, "reason": reason})
     return Ok(value={"results": results}), False
@@ -825,3 +861,104 @@ def _drain_worker(state: ClusterState, cmd: DrainWorker) -> _Outcome:
     _maybe_leave(state, wid, cmd.now_ms)
     value = {"worker_id": wid, "state": state.workers[wid].state.value, "migrations": created}
     return Ok(value=value), False
+
+
+def _assigning_at(state: ClusterState, p: int, epoch: int, note: str) -> Partition | Rejected:
+    """The partition ``p`` if it is ASSIGNING at exactly ``epoch`` (what a fallback needs),
+    and ``note`` says why."""
+    bad = _note_or_reject(note)
+    if bad is not None:
+        return bad
+    if not _in_range(state, p):
+        return rejected("invalid", f"partition {p} out of range", "partition")
+    part = state.partitions[p]
+    if epoch < part.epoch:
+        return rejected("stale_epoch", f"epoch {epoch} is older than {part.epoch}", "epoch")
+    if epoch > part.epoch:
+        return rejected("conflict", f"epoch {epoch} is not issued yet", "epoch")
+    if part.status is not PartitionStatus.ASSIGNING or part.owner is None:
+        return rejected("conflict", f"partition {p} is {part.status.value}", "partition")
+    return part
+
+
+def _note_or_reject(note: str) -> Rejected | None:
+    if not 1 <= len(note) <= NOTE_LEN_MAX:
+        return rejected("invalid", f"note must be 1..{NOTE_LEN_MAX} chars", "note")
+    return None
+
+
+def _fall_back(state: ClusterState, cmd: FallBack) -> _Outcome:
+    part = _assigning_at(state, cmd.partition, cmd.epoch, cmd.note)
+    if isinstance(part, Rejected):
+        return part, False
+    if part.checkpoint is None:
+        return rejected("conflict", f"partition {part.partition} has no checkpoint"), False
+    to = cmd.checkpoint
+    checkpoint: Checkpoint | None = None
+    earlier: tuple[Checkpoint, ...] = ()
+    if to is not None:
+        index = next(
+            (
+                i
+                for i, c in enumerate(part.earlier)
+                if (c.offset, c.uri, c.epoch) == (to.offset, to.uri, to.epoch)
+            ),
+            None,
+        )
+        if index is None:
+            return rejected(
+                "invalid", "checkpoint is not one of the partition's earlier ones", "checkpoint"
+            ), False
+        checkpoint, earlier = part.earlier[index], part.earlier[index + 1 :]
+    _put_partition(state, replace(part, checkpoint=checkpoint, earlier=earlier, stuck=""))
+    _reassign(
+        state,
+        part.partition,
+        owner=part.owner,
+        reason=ChangeReason.FALLBACK,
+        now_ms=cmd.now_ms,
+        migration=part.migration,
+        note=cmd.note,
+    )
+    new = state.partitions[part.partition]
+    value = {
+        "partition": part.partition,
+        "epoch": new.epoch,
+        "offset": None if checkpoint is None else checkpoint.offset,
+        "earlier_left": len(earlier),
+    }
+    return Ok(value=value), True
+
+
+def _mark_stuck(state: ClusterState, cmd: MarkStuck) -> _Outcome:
+    part = _assigning_at(state, cmd.partition, cmd.epoch, cmd.note)
+    if isinstance(part, Rejected):
+        return part, False
+    _put_partition(state, replace(part, stuck=cmd.note))
+    return Ok(value={"partition": part.partition, "stuck": cmd.note}), False
+
+
+def _reset_partition(state: ClusterState, cmd: ResetPartition) -> _Outcome:
+    p = cmd.partition
+    if not _in_range(state, p):
+        return rejected("invalid", f"partition {p} out of range", "partition"), False
+    bad = _note_or_reject(cmd.note)
+    if bad is not None:
+        return bad, False
+    part = state.partitions[p]
+    if part.status is not PartitionStatus.ASSIGNING or part.owner is None:
+        # An ONLINE partition's owner holds its state: resetting it would only lose that.
+        return rejected(
+            "conflict", f"partition {p} is {part.status.value}; only an assigning one resets"
+        ), False
+    _put_partition(state, replace(part, checkpoint=None, earlier=(), stuck=""))
+    _reassign(
+        state,
+        p,
+        owner=part.owner,
+        reason=ChangeReason.RESET,
+        now_ms=cmd.now_ms,
+        migration=part.migration,
+        note=cmd.note,
+    )
+    return Ok(value={"partition": p, "epoch": state.partitions[p].epoch}), True

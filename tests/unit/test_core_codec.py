@@ -28,8 +28,10 @@ from coordinator.core.commands import (
     Command,
     DeclareDead,
     DrainWorker,
+    FallBack,
     FinalCheckpoint,
     HandOff,
+    MarkStuck,
     Move,
     Ok,
     PartitionOnline,
@@ -37,6 +39,7 @@ from coordinator.core.commands import (
     RecordCheckpoints,
     RegisterWorker,
     Rejected,
+    ResetPartition,
     StartRelease,
 )
 from coordinator.core.model import (
@@ -147,6 +150,37 @@ GOLDEN: list[tuple[str, Command, str]] = [
         "736f75726365a27732a6746172676574a27733a66e6f775f6d73cd03f2",
     ),
     ("r-12", Barrier(nonce="n-1"), "94010ca4722d313281a56e6f6e6365a36e2d31"),
+    (
+        "r-13",
+        FallBack(
+            partition=3,
+            epoch=4,
+            checkpoint=FinalCheckpoint(offset=9, uri="file:///c/3", epoch=2),
+            note="fallback",
+            now_ms=1012,
+        ),
+        "94010da4722d313385a9706172746974696f6e03a565706f636804aa636865636b706f696e7483a66f"
+        "666673657409a3757269ab66696c653a2f2f2f632f33a565706f636802a46e6f7465a866616c6c6261"
+        "636ba66e6f775f6d73cd03f4",
+    ),
+    (
+        "r-13b",
+        FallBack(partition=3, epoch=5, checkpoint=None, note="replay", now_ms=1013),
+        "94010da5722d31336285a9706172746974696f6e03a565706f636805aa636865636b706f696e74c0a4"
+        "6e6f7465a67265706c6179a66e6f775f6d73cd03f5",
+    ),
+    (
+        "r-14",
+        MarkStuck(partition=3, epoch=6, note="stuck", now_ms=1014),
+        "94010ea4722d313484a9706172746974696f6e03a565706f636806a46e6f7465a5737475636ba66e6f"
+        "775f6d73cd03f6",
+    ),
+    (
+        "r-15",
+        ResetPartition(partition=3, note="reset by operator", now_ms=1015),
+        "94010fa4722d313583a9706172746974696f6e03a46e6f7465b17265736574206279206f7065726174"
+        "6f72a66e6f775f6d73cd03f7",
+    ),
 ]
 
 
@@ -156,7 +190,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 13))
+    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 16))
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
@@ -218,6 +252,16 @@ commands: st.SearchStrategy[Command] = st.one_of(
         DrainWorker, worker_id=worker_ids, moves=st.lists(moves, max_size=4).map(tuple), now_ms=nats
     ),
     st.builds(Barrier, nonce=short_text),
+    st.builds(
+        FallBack,
+        partition=small,
+        epoch=nats,
+        checkpoint=st.none() | st.builds(FinalCheckpoint, offset=nats, uri=short_text, epoch=nats),
+        note=short_text,
+        now_ms=nats,
+    ),
+    st.builds(MarkStuck, partition=small, epoch=nats, note=short_text, now_ms=nats),
+    st.builds(ResetPartition, partition=small, note=short_text, now_ms=nats),
 )
 
 json_like = st.recursive(
@@ -280,7 +324,7 @@ def test_version_tag_and_request_id() -> None:
     assert _field_of(_envelope(12, body, version=True)) == "version"
     with pytest.raises(CodecError, match="unknown command tag 99"):
         decode_command(_envelope(99, body))
-    assert _field_of(_envelope(13, body)) == "tag"
+    assert _field_of(_envelope(16, body)) == "tag"
     assert _field_of(_envelope(12, body, request_id=7)) == "request_id"
     assert _field_of(_envelope(12, body, request_id="")) == "request_id"
     assert _field_of(_envelope(12, body, request_id="x" * (REQUEST_ID_LEN_MAX + 1))) == "request_id"
@@ -383,6 +427,66 @@ def test_state_round_trip_exactly() -> None:
     assert restored.in_flight_migrations() == s.in_flight_migrations()
 
 
+# A snapshot of one partition at epoch 1 owned by w1, ONLINE, checkpoint at offset 5, one
+# history entry; written by the version before fallbacks existed. It must still decode, and a
+# state that uses none of the later fields must still encode to exactly these bytes.
+GOLDEN_STATE_PRE_FALLBACK = (
+    "88a6666f726d617401b0746f74616c5f706172746974696f6e7301aa67656e65726174696f6e01ad6d69"
+    "67726174696f6e5f73657100a7776f726b6572739196a27731a3683a3101a6616374697665cd03e8cd03"
+    "e8aa706172746974696f6e739196a2773101a66f6e6c696e65c09405a32f2f6301cd03ea919401a27731"
+    "a861737369676e6564cd03e9aa6d6967726174696f6e7390a8726571756573747390"
+)
+
+
+def _one_partition_state(**extra: object) -> ClusterState:
+    s = ClusterState()
+    for i, cmd in enumerate(
+        [
+            Bootstrap(total_partitions=1, now_ms=1000),
+            RegisterWorker(worker_id=W1, address="h:1", now_ms=1000),
+            AssignPartitions(assignments=(Assignment(partition=0, owner=W1),), now_ms=1001),
+            PartitionOnline(partition=0, epoch=1, owner=W1, now_ms=1002),
+            RecordCheckpoints(
+                worker_id=W1,
+                incarnation=1,
+                entries=(CheckpointReport(partition=0, epoch=1, offset=5, uri="//c"),),
+                now_ms=1002,
+            ),
+        ]
+    ):
+        assert isinstance(apply(s, f"r{i}", cmd), Ok)
+    s.requests.clear()
+    return s
+
+
+def test_state_without_new_fields_encodes_as_before() -> None:
+    data = encode_state(_one_partition_state())
+    assert data.hex() == GOLDEN_STATE_PRE_FALLBACK
+    restored = decode_state(bytes.fromhex(GOLDEN_STATE_PRE_FALLBACK))
+    assert restored.partitions[0].earlier == () and restored.partitions[0].stuck == ""
+    assert restored.partitions[0].history[0].note == ""
+
+
+def test_fallback_fields_round_trip() -> None:
+    s = _one_partition_state()
+    newer = CheckpointReport(partition=0, epoch=1, offset=9, uri="//d")
+    older = FinalCheckpoint(offset=5, uri="//c", epoch=1)
+    steps: list[Command] = [
+        RecordCheckpoints(worker_id=W1, incarnation=1, entries=(newer,), now_ms=1003),
+        RegisterWorker(worker_id=W1, address="h:1", now_ms=1003),  # restart: ASSIGNING, e2
+        FallBack(partition=0, epoch=2, checkpoint=older, note="lost //d", now_ms=1004),
+        MarkStuck(partition=0, epoch=3, note="why", now_ms=1005),
+    ]
+    for i, cmd in enumerate(steps):
+        assert isinstance(apply(s, f"x{i}", cmd), Ok), cmd
+    part = s.partitions[0]
+    assert part.stuck == "why" and part.history[-1].note == "lost //d"
+    data = encode_state(s)
+    restored = decode_state(data)
+    assert restored.partitions == s.partitions
+    assert encode_state(restored) == data
+
+
 def test_empty_state_round_trip() -> None:
     data = encode_state(ClusterState())
     assert encode_state(decode_state(data)) == data
@@ -395,6 +499,19 @@ def test_malformed_state() -> None:
         {**good, "total_partitions": 5},
         {k: v for k, v in good.items() if k != "requests"},
         {**good, "partitions": [[None, 0, "weird", None, None, []], *good["partitions"][1:]]},
+        # 7 elements: the two trailing fields come together or not at all
+        {**good, "partitions": [[None, 0, "online", None, None, [], []], *good["partitions"][1:]]},
+        {
+            **good,
+            "partitions": [[None, 0, "online", None, None, [], [], 5], *good["partitions"][1:]],
+        },
+        {
+            **good,
+            "partitions": [
+                [None, 0, "online", None, None, [], [[1, "u", 1, 1]] * 4, ""],
+                *good["partitions"][1:],
+            ],
+        },
     ]
     for obj in bad_variants:
         with pytest.raises(CodecError):

@@ -563,13 +563,52 @@ def test_abort_planned_and_releasing(s: ClusterState) -> None:
     assert plan(s, (0, W1, W3)) == [MigrationId("m-3")]
 
 
-def test_abort_after_hand_off_is_refused(s: ClusterState) -> None:
+def test_abort_after_hand_off_detaches_but_keeps_the_target(s: ClusterState) -> None:
+    # A target that cannot bring the partition online (its checkpoint is lost) must not pin
+    # it: abort detaches the migration; the source released it, so the target keeps it.
     (m1,) = plan(s, (0, W1, W2))
     ok(s, HandOff(migration_id=m1, checkpoint=None, now_ms=41))
-    rejects(s, AbortMigration(migration_id=m1, note="", now_ms=42), "conflict", match="handed off")
-    ok(s, PartitionOnline(partition=0, epoch=2, owner=W2, now_ms=43))
+    gen = s.generation
+    value = ok(s, AbortMigration(migration_id=m1, note="stuck", now_ms=42))
+    assert value == {"migration_id": m1, "phase": "aborted", "rehosted": False}
+    part = s.partitions[0]
+    assert (part.owner, part.epoch, part.status, part.migration) == (
+        W2,
+        2,
+        PartitionStatus.ASSIGNING,
+        None,
+    )
+    assert s.generation == gen
     rejects(s, AbortMigration(migration_id=m1, note="", now_ms=44), "conflict", match="finished")
     rejects(s, AbortMigration(migration_id=MigrationId("x"), note="", now_ms=44), "not_found")
+
+
+def test_abort_after_done_is_refused(s: ClusterState) -> None:
+    (m1,) = plan(s, (0, W1, W2))
+    ok(s, HandOff(migration_id=m1, checkpoint=None, now_ms=41))
+    ok(s, PartitionOnline(partition=0, epoch=2, owner=W2, now_ms=43))
+    rejects(s, AbortMigration(migration_id=m1, note="", now_ms=44), "conflict", match="finished")
+
+
+def test_reassign_supersedes_a_hand_off_that_never_came_online(s: ClusterState) -> None:
+    (m1,) = plan(s, (0, W1, W2))
+    ok(s, HandOff(migration_id=m1, checkpoint=None, now_ms=41))
+    (m2,) = plan(s, (0, W2, W3))
+    assert phase(s, m1) is MigrationPhase.ABORTED
+    assert s.migrations[m1].note == f"superseded by {m2}"
+    assert s.partitions[0].migration == m2 and phase(s, m2) is MigrationPhase.PLANNED
+    # An in-flight migration that has not handed off still refuses a second move.
+    plan(s, (1, W2, W1))
+    rejects(
+        s,
+        PlanMigrations(
+            moves=(Move(partition=1, source=W2, target=W3),),
+            reason=MigrationReason.ADMIN,
+            now_ms=45,
+        ),
+        "conflict",
+        match="already moving",
+    )
 
 
 # --- RecordCheckpoints -------------------------------------------------------------------------
