@@ -30,6 +30,8 @@
     drain: "moved here because its previous owner was drained",
     restart: "its owner re-registered (new process): re-hosted at a new epoch",
     abort: "a migration away from here was aborted: it stayed with its owner",
+    fallback: "its recorded checkpoint could not be loaded: hosted again from an older one",
+    reset: "an operator discarded its checkpoints: replayed from the source",
   };
   // Worker fields the workers table shows; any other field an answer carries (lag, batch
   // failures, ... added by newer versions) is shown as-is in the pipeline panel.
