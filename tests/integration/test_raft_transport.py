@@ -191,7 +191,11 @@ async def test_hosts_that_are_not_nodes_are_refused_before_any_byte(cluster: Clu
     await counted(cluster, "address_not_allowed")
 
 
-@pytest.mark.parametrize("cluster", [{"frame_bytes_max": 1 << 16}], indirect=True)
+# A batch of commands travels in one frame: group commit's bound must fit the small cap too.
+SMALL_FRAMES = {"frame_bytes_max": 1 << 16, "group_commit_bytes_max": 1 << 14}
+
+
+@pytest.mark.parametrize("cluster", [SMALL_FRAMES], indirect=True)
 async def test_an_authenticated_peer_cannot_send_a_frame_over_the_cap(cluster: Cluster) -> None:
     def oversized() -> None:
         s = connect(cluster)
