@@ -77,9 +77,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Largest legitimate frame: an append_entries batch (pysyncobj stops adding entries past
-# 64 KiB, so at most 64 KiB plus one entry, an entry being one command of at most about an
-# HTTP body) or a 64 KiB snapshot chunk, pickled, compressed, then Fernet-encrypted
-# (base64: 4/3). 64 MiB is far above that and still a bounded cost per authenticated peer.
+# 64 KiB, so at most 64 KiB plus one entry, an entry being one group-commit batch of at most
+# group_commit_bytes_max, 1 MiB by default) or a 64 KiB snapshot chunk, pickled, compressed,
+# then Fernet-encrypted (base64: 4/3). 64 MiB is far above that and still a bounded cost per
+# authenticated peer.
 FRAME_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 HANDSHAKE_TIMEOUT_S_DEFAULT = 2.0
 UNAUTHENTICATED_MAX_DEFAULT = 16
