@@ -23,10 +23,21 @@ from pydantic.json_schema import models_json_schema
 
 from coordinator.core.checkpoint_ref import reference_problem
 from coordinator.core.codec import encode_state
-from coordinator.core.commands import Barrier, DrainWorker, RecordCheckpoints, RegisterWorker
+from coordinator.core.commands import (
+    AbortMigration,
+    Barrier,
+    DrainWorker,
+    Move,
+    PlanMigrations,
+    RecordCheckpoints,
+    RegisterWorker,
+    Rejected,
+)
 from coordinator.core.commands import CheckpointReport as CheckpointReportCmd
 from coordinator.core.model import (
+    MigrationId,
     MigrationPhase,
+    MigrationReason,
     Partition,
     PartitionStatus,
     WorkerId,
@@ -252,6 +263,15 @@ def summary(state: ClusterState) -> m.ClusterSummary:
     return m.ClusterSummary(**state.summary())
 
 
+def raise_rejected(planned: tuple[Move, ...] | Rejected) -> tuple[Move, ...]:
+    """A planning query's rejection as the request's error (nothing was proposed)."""
+    if isinstance(planned, Rejected):
+        raise RequestError(
+            planned.message, code=planned.code, status=planned.status, field=planned.field
+        )
+    return planned
+
+
 def migration_refs(value: dict[str, Any]) -> list[m.MigrationRef]:
     return [
         m.MigrationRef(id=x.get("id"), partition=x["partition"], from_=x["from"], to=x["to"])
@@ -293,6 +313,9 @@ async def health(request: web.Request) -> web.Response:
             commit_index=st.commit_index,
             applied_index=st.applied_index,
             cluster=cluster,
+            duties_running=request.app[DUTIES_KEY].running
+            if info.role is RaftRole.LEADER
+            else None,
             state_digest=digest,
             nodes=[m.NodeRef(id=n.id, url=n.url) for n in node.config.nodes],
         )
@@ -386,7 +409,6 @@ async def workers(request: web.Request) -> web.Response:
     node, stale = await read_view(request)
     applied = node.log.status().applied_index
     duties = request.app[DUTIES_KEY]
-    now = now_ms()
     with node.read() as state:
         counts: dict[str, int] = {}
         owned: dict[str, dict[int, int]] = {}
@@ -411,7 +433,7 @@ async def workers(request: web.Request) -> web.Response:
                 state=w.state.value,
                 registered_at_ms=w.registered_at_ms,
                 partitions=counts.get(w.worker_id, 0),
-                liveness=duties.liveness_of(w.worker_id, now),
+                liveness=duties.liveness_of(w.worker_id),
                 load=duties.load_of(w.worker_id),
                 failing_partitions=None
                 if failing is None
@@ -517,7 +539,7 @@ async def register(request: web.Request) -> web.Response:
         rid,
     )
     incarnation = int(value["incarnation"])
-    request.app[DUTIES_KEY].observe(body.worker_id, 0.0, now_ms())
+    request.app[DUTIES_KEY].registered(body.worker_id)
     cfg = node.config
     token, expires_at_ms = fresh_token(node, body.worker_id, incarnation)
     return _json(
@@ -619,7 +641,6 @@ async def heartbeat(request: web.Request) -> web.Response:
     if len(body.partitions) > node.config.heartbeat_partitions_max:
         raise RequestError("too many partitions in one heartbeat", field="partitions")
     duties = request.app[DUTIES_KEY]
-    now = now_ms()
     with node.read() as state:
         incarnation = current_incarnation(state, claims)
         if body.incarnation != incarnation:
@@ -631,8 +652,8 @@ async def heartbeat(request: web.Request) -> web.Response:
             )
         generation = state.generation
         entries = [m.AssignmentEntry(partition=p, epoch=e) for p, e in state.assignment_of(wid)]
-    duties.observe(
-        wid, body.load, now, {int(k): (v.epoch, v.offset) for k, v in body.partitions.items()}
+    due = duties.heartbeat(
+        wid, body.load, {int(k): (v.epoch, v.offset) for k, v in body.partitions.items()}
     )
     token, expires_at_ms = fresh_token(node, wid, incarnation)
     node.metrics.progress.record(
@@ -654,7 +675,7 @@ async def heartbeat(request: web.Request) -> web.Response:
         m.HeartbeatResponse(
             generation=generation,
             assignment=entries,
-            checkpoint_due=duties.checkpoint_due(wid, now),
+            checkpoint_due=due,
             token=token,
             token_expires_at_ms=expires_at_ms,
         )
@@ -749,7 +770,8 @@ async def drain(request: web.Request) -> web.Response:
             )
         if claims is not None:
             current_incarnation(state, claims)
-        moves = request.app[DUTIES_KEY].plan_drain(state, wid)
+        planner, now = request.app[DUTIES_KEY].query()
+        moves = raise_rejected(planner.plan_drain(state, wid, now))
     rid = idempotency_key(request, "admin" if is_admin else f"worker:{wid}", f"drain:{wid}")
     value = await node.submit(DrainWorker(worker_id=wid, moves=moves, now_ms=now_ms()), rid)
     return _json(
@@ -781,10 +803,27 @@ async def reassign(request: web.Request) -> web.Response:
     body = await parse(request, m.ReassignRequest)
     if (body.strategy is None) == (body.moves is None):
         raise RequestError("give exactly one of strategy or moves", field="strategy")
-    result = await request.app[DUTIES_KEY].reassign(
-        body, idempotency_key(request, "admin", "reassign")
+    planner, now = request.app[DUTIES_KEY].query()
+    with node.read() as state:
+        moves = raise_rejected(
+            planner.plan_reassign(
+                state,
+                now,
+                balance=body.strategy == "balance",
+                moves=[(mv.partition, mv.to) for mv in body.moves or []],
+            )
+        )
+    if body.dry_run or not moves:
+        refs = [
+            m.MigrationRef(id=None, partition=x.partition, from_=x.source, to=x.target)
+            for x in moves
+        ]
+        return _json(m.ReassignResponse(dry_run=body.dry_run, migrations=refs), status=202)
+    value = await node.submit(
+        PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=now_ms()),
+        idempotency_key(request, "admin", "reassign"),
     )
-    return _json(result, status=202)
+    return _json(m.ReassignResponse(dry_run=False, migrations=migration_refs(value)), status=202)
 
 
 @route(
@@ -801,9 +840,13 @@ async def abort_migration(request: web.Request) -> web.Response:
     mid = request.match_info["migration_id"]
     if not valid_id(mid):
         raise RequestError("migration id must match [A-Za-z0-9._-]{1,64}", field="migration_id")
-    phase = await request.app[DUTIES_KEY].abort(
-        mid, idempotency_key(request, "admin", f"abort:{mid}")
+    await node.submit(
+        AbortMigration(migration_id=MigrationId(mid), note="aborted by operator", now_ms=now_ms()),
+        idempotency_key(request, "admin", f"abort:{mid}"),
     )
+    with node.read() as state:
+        mig = state.migrations.get(MigrationId(mid))
+        phase = "aborted" if mig is None else mig.phase.value
     return _json(m.AbortResponse(id=mid, phase=phase))
 
 

@@ -333,6 +333,9 @@ class HealthResponse(_Response):
     commit_index: int
     applied_index: int
     cluster: ClusterSummary
+    # On the leader: whether its duty loop (assignment, failover, migrations) is running.
+    # False on a leader means nothing is being driven: alert on it. None elsewhere.
+    duties_running: bool | None = None
     # sha256 of the whole replicated state (`?digest=true` only): equal on every node at
     # one applied_index, or the replicas diverged.
     state_digest: str | None = None

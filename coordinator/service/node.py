@@ -38,7 +38,21 @@ log = logging.getLogger(__name__)
 
 
 def now_ms() -> int:
+    """Wall time, for timestamps stamped into commands only (never for a decision)."""
     return int(time.time() * 1000)
+
+
+class SystemClock:
+    """The process's real `Clock` (coordinator.core.clock): monotonic for decisions."""
+
+    def monotonic_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+    def wall_ms(self) -> int:
+        return now_ms()
+
+
+SYSTEM_CLOCK = SystemClock()
 
 
 def new_request_id() -> str:

@@ -124,6 +124,10 @@ def test_assignment_waits_for_min_cluster_size_then_balances(env: tuple[Cluster,
     parts = wait_until(lambda: all_online(c, {"w1", "w2", "w3"}), "all online", 30)
     assert sorted(counts(parts).values()) == [4, 4, 4]
     assert all(p["epoch"] == 1 for p in parts)
+    leader = c.leader()
+    assert c.get(leader, "/v1/health").body["duties_running"] is True
+    follower = next(n for n in c.procs if n != leader)
+    assert c.get(follower, "/v1/health").body["duties_running"] is None
     # Hosts happened at the committed epoch, on the owner, with the owner's token.
     hosted = {
         (x["partition"], x["epoch"])

@@ -1,0 +1,667 @@
+"""The leader's decisions as a pure planner, in the shape of etcd raft's RawNode/Ready.
+
+Owns every decision the leader makes: failure detection, assignment, rebalance on join,
+migration steps, drains, host retries and checkpoint rounds, plus the admin planning
+queries (balance, explicit moves, drain plans, dry runs). It reads no clock, does no I/O and
+takes its randomness from the `Rng` (a `random.Random`) it is given, so the simulation, the scenario
+files and the production executor (`coordinator/service/duties.py`) run the same decisions.
+
+What it keeps in memory (never replicated; a new leader builds a fresh Planner and rolls
+forward whatever the applied state says is pending): heartbeat liveness and load (seeded
+with every owning worker at construction, so a failover never kills anyone), retry
+schedules, checkpoint rounds and the worker calls it has handed out and not yet heard back.
+
+Driving it (the executor's loop)::
+
+    batch = planner.plan(state, now_ms, wall_ms)
+    for cmd in batch.commands:           # in order, each awaited
+        outcome = commit(cmd)
+        planner.committed(cmd, outcome, now_ms)
+        if outcome is not OK: report the rest as SKIPPED and stop
+    for call in batch.calls: start it; its reply comes back as planner.on_result(...)
+    sleep until batch.wake_at_ms (or sooner when a result arrives)
+
+Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
+
+1. A batch carries the commands of ONE planning stage, all computed from the same applied
+   state. Stages run in a fixed order -- results of worker calls (PartitionOnline,
+   HandOff), bootstrap, failure detection, assignment, rebalance on join, migration steps,
+   drains -- and the first stage that has commands ends the batch. Its `wake_at_ms` is then
+   `now_ms`: plan again once the commands are applied, so every later stage sees the state
+   its predecessors produced (as the old duty loop did by awaiting each submit).
+2. Commands are committed in the order given, each after the previous one's outcome is
+   known; the executor reports every command back through `committed` -- the first
+   non-Ok outcome stops the batch and the remaining ones are reported SKIPPED.
+3. Worker calls appear only in a batch without commands, so a call never runs ahead of a
+   command that would change what it says (an epoch, an owner). Calls are independent of
+   each other and may run concurrently; each reply is fed back through `on_result`.
+4. `wake_at_ms` is the latest time at which `plan` must be called again; calling it earlier
+   (say when a result arrives) is always allowed.
+
+Time: `now_ms` is monotonic (liveness, retries, rounds); `wall_ms` is only stamped into
+commands as their timestamp and never compared with anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from coordinator.core.backoff import BackoffPolicy, RetrySchedule, Rng
+from coordinator.core.commands import (
+    AbortMigration,
+    Assignment,
+    AssignPartitions,
+    Bootstrap,
+    Command,
+    DeclareDead,
+    DrainWorker,
+    FinalCheckpoint,
+    HandOff,
+    Move,
+    PartitionOnline,
+    PlanMigrations,
+    Rejected,
+    StartRelease,
+    rejected,
+)
+from coordinator.core.liveness import Detector, Liveness
+from coordinator.core.model import (
+    OWNING_WORKER_STATES,
+    Checkpoint,
+    MigrationId,
+    MigrationPhase,
+    MigrationReason,
+    PartitionStatus,
+    WorkerId,
+    WorkerState,
+)
+from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy, plan
+from coordinator.core.state import ClusterState, check_moves
+
+__all__ = [
+    "Batch",
+    "CheckpointCall",
+    "CheckpointDone",
+    "CommitOutcome",
+    "HostCall",
+    "HostDone",
+    "Planner",
+    "PlannerSettings",
+    "ReleaseCall",
+    "ReleaseDone",
+    "ReleaseOutcome",
+    "WorkerCall",
+    "WorkerResult",
+]
+
+TICK_MS_DEFAULT = 100
+CALLS_IN_FLIGHT_MAX = 64  # concurrent calls from the leader to workers
+CHECKPOINT_SCAN_MS_MAX = 1_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannerSettings:
+    total_partitions: int
+    min_cluster_size: int = 1
+    rebalance_on_join: bool = False
+    max_concurrent_migrations: int = 8
+    strategy: PlacementStrategy = PlacementStrategy.BALANCED
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
+    suspect_after_ms: int = 2_000
+    dead_after_ms: int = 5_000
+    host_retry_base_ms: int = 200
+    host_retry_cap_ms: int = 10_000
+    checkpoint_interval_ms: int = 10_000
+    tick_ms: int = TICK_MS_DEFAULT
+    calls_max: int = CALLS_IN_FLIGHT_MAX
+
+
+# --- worker calls (what the executor sends) -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostCall:
+    partition: int
+    epoch: int
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+    # Where the worker starts: None means a replay from the source's beginning.
+    checkpoint: Checkpoint | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseCall:
+    migration_id: MigrationId
+    partition: int
+    epoch: int
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointCall:
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+
+
+WorkerCall = HostCall | ReleaseCall | CheckpointCall
+
+
+# --- results of worker calls (what the executor feeds back) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostDone:
+    call: HostCall
+    ok: bool
+    # The worker's error code when it answered one (say "checkpoint_unavailable").
+    code: str | None = None
+    message: str = ""
+
+
+class ReleaseOutcome(Enum):
+    RELEASED = "released"  # 200: the source stopped; `checkpoint` is its final one (or None)
+    REFUSED = "refused"  # 409: the source does not hold this epoch; hand off anyway
+    FAILED = "failed"  # anything else: retry later
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseDone:
+    call: ReleaseCall
+    outcome: ReleaseOutcome
+    checkpoint: FinalCheckpoint | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointDone:
+    call: CheckpointCall
+    ok: bool
+
+
+WorkerResult = HostDone | ReleaseDone | CheckpointDone
+
+
+class CommitOutcome(Enum):
+    OK = "ok"
+    REJECTED = "rejected"  # the machine refused it: the state did not change
+    UNKNOWN = "unknown"  # no answer in time: it may or may not have been applied
+    SKIPPED = "skipped"  # not proposed, because an earlier command of the batch failed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    commands: tuple[Command, ...] = ()
+    calls: tuple[WorkerCall, ...] = ()
+    wake_at_ms: int = 0
+
+
+def _call_key(call: WorkerCall) -> tuple[str, object]:
+    if isinstance(call, HostCall):
+        return ("host", (call.partition, call.epoch))
+    if isinstance(call, ReleaseCall):
+        return ("release", call.migration_id)
+    return ("checkpoint", call.worker_id)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A command a worker result asked for, and the call key it keeps busy until committed."""
+
+    command: Command
+    key: tuple[str, object]
+
+
+@dataclass(slots=True)
+class _Rounds:
+    next_ms: dict[WorkerId, int] = field(default_factory=dict)
+    scan_at_ms: int = 0
+    # Workers whose last checkpoint request did not get through: the heartbeat reply asks.
+    missed: set[WorkerId] = field(default_factory=set)
+
+
+class Planner:
+    """Mutable but pure: time and randomness come in, commands and calls go out."""
+
+    def __init__(
+        self,
+        settings: PlannerSettings,
+        rng: Rng,
+        state: ClusterState,
+        now_ms: int,
+    ) -> None:
+        self.settings = settings
+        self.rng = rng
+        self.detector = Detector(
+            suspect_after_ms=settings.suspect_after_ms, dead_after_ms=settings.dead_after_ms
+        )
+        policy = BackoffPolicy(
+            base_ms=settings.host_retry_base_ms, cap_ms=settings.host_retry_cap_ms
+        )
+        self.host_retry: RetrySchedule[tuple[int, int]] = RetrySchedule(policy)
+        self.release_retry: RetrySchedule[MigrationId] = RetrySchedule(policy)
+        self.rounds = _Rounds()
+        self.reported: dict[WorkerId, dict[int, tuple[int, int]]] = {}
+        self.in_flight: set[tuple[str, object]] = set()
+        self._pending: list[_Pending] = []
+        # A fresh leader counts every owning worker as seen now: a failover kills nobody.
+        self.detector.seed(
+            (w.worker_id for w in state.workers.values() if w.state in OWNING_WORKER_STATES),
+            now_ms,
+        )
+
+    # -- events -------------------------------------------------------------------------------
+
+    def registered(self, worker_id: WorkerId, now_ms: int) -> None:
+        """A (re)registration counts as being heard from, with no load reported yet."""
+        self.detector.observe(worker_id, now_ms, 0.0)
+
+    def heartbeat(
+        self,
+        worker_id: WorkerId,
+        load: float,
+        now_ms: int,
+        partitions: dict[int, tuple[int, int]] | None = None,
+    ) -> bool:
+        """Record a heartbeat; True when the reply must ask for a checkpoint (the leader's
+        last request to this worker did not get through)."""
+        self.detector.observe(worker_id, now_ms, load)
+        if partitions is not None:
+            self.reported[worker_id] = partitions
+        if worker_id in self.rounds.missed:
+            self.rounds.missed.discard(worker_id)
+            return True
+        return False
+
+    def on_result(self, result: WorkerResult, now_ms: int, wall_ms: int) -> None:
+        key = _call_key(result.call)
+        if isinstance(result, HostDone):
+            call = result.call
+            if not result.ok:
+                self.in_flight.discard(key)
+                self.host_retry.failed((call.partition, call.epoch), now_ms, self.rng)
+                return
+            cmd: Command = PartitionOnline(
+                partition=call.partition, epoch=call.epoch, owner=call.worker_id, now_ms=wall_ms
+            )
+            self._pending.append(_Pending(command=cmd, key=key))
+        elif isinstance(result, ReleaseDone):
+            if result.outcome is ReleaseOutcome.FAILED:
+                self.in_flight.discard(key)
+                self.release_retry.failed(result.call.migration_id, now_ms, self.rng)
+                return
+            self.release_retry.forget(result.call.migration_id)
+            # RELEASED without a usable checkpoint, or REFUSED: keep the last accepted one.
+            cmd = HandOff(
+                migration_id=result.call.migration_id, checkpoint=result.checkpoint, now_ms=wall_ms
+            )
+            self._pending.append(_Pending(command=cmd, key=key))
+        else:
+            self.in_flight.discard(key)
+            if not result.ok:
+                self.rounds.missed.add(result.call.worker_id)
+
+    def committed(self, cmd: Command, outcome: CommitOutcome, now_ms: int) -> None:
+        """The outcome of one command of the last batch (every command is reported)."""
+        if isinstance(cmd, DeclareDead) and outcome is CommitOutcome.OK:
+            for w in cmd.worker_ids:
+                self.detector.forget(w)
+        for i, pending in enumerate(self._pending):
+            if pending.command is not cmd:
+                continue
+            del self._pending[i]
+            self.in_flight.discard(pending.key)
+            if isinstance(cmd, PartitionOnline):
+                key = (cmd.partition, cmd.epoch)
+                if outcome is CommitOutcome.OK:
+                    self.host_retry.succeeded(key)
+                elif outcome is CommitOutcome.REJECTED:
+                    # An ack for an old epoch changes nothing: the partition moved on.
+                    self.host_retry.forget(key)
+                else:
+                    self.host_retry.failed(key, now_ms, self.rng)
+            # A HandOff that did not commit: the migration is still RELEASING, so the next
+            # plan asks the source again (its release is idempotent).
+            return
+
+    # -- liveness queries ---------------------------------------------------------------------
+
+    def liveness(self, worker_id: str, now_ms: int) -> Liveness | None:
+        return self.detector.status(worker_id, now_ms)
+
+    def load(self, worker_id: str) -> float | None:
+        return self.detector.load(worker_id)
+
+    def _paused(self, worker_id: str, now_ms: int) -> bool:
+        return self.detector.status(worker_id, now_ms) is not Liveness.ALIVE
+
+    def eligible(
+        self, state: ClusterState, now_ms: int, exclude: Iterable[str] = ()
+    ) -> list[WorkerId]:
+        """ACTIVE workers the leader currently hears from: a worker that registered but went
+        quiet (SUSPECTED) receives nothing new until it heartbeats again."""
+        skip = set(exclude)
+        return [
+            w
+            for w in state.active_workers()
+            if w not in skip and self.detector.status(w, now_ms) is Liveness.ALIVE
+        ]
+
+    def _placement(self, state: ClusterState, eligible: list[WorkerId]) -> list[str | None]:
+        owners = [p.owner for p in state.partitions]
+        s = self.settings
+        return plan(s.strategy, owners, eligible, virtual_nodes=s.virtual_nodes)
+
+    # -- admin queries (pure: the API commits what they return) -------------------------------
+
+    def balance_moves(self, state: ClusterState, now_ms: int) -> tuple[Move, ...]:
+        eligible = self.eligible(state, now_ms)
+        if not eligible:
+            return ()
+        target = self._placement(state, eligible)
+        return tuple(
+            Move(partition=p.partition, source=p.owner, target=WorkerId(new))
+            for p in state.partitions
+            if p.owner is not None and (new := target[p.partition]) is not None and new != p.owner
+        )
+
+    def plan_reassign(
+        self,
+        state: ClusterState,
+        now_ms: int,
+        *,
+        balance: bool,
+        moves: Iterable[tuple[int, str]] = (),
+    ) -> tuple[Move, ...] | Rejected:
+        """The moves of an admin reassign (balance, or explicit (partition, to) pairs),
+        checked against the state exactly as PlanMigrations' apply will check them."""
+        if balance:
+            if state.in_flight_migrations():
+                return rejected(
+                    "conflict", "migrations are in flight; balance when they finish", "strategy"
+                )
+            planned = self.balance_moves(state, now_ms)
+        else:
+            out = []
+            for i, (partition, to) in enumerate(moves):
+                if not 0 <= partition < state.total_partitions:
+                    return rejected(
+                        "invalid", f"moves[{i}]: partition {partition} does not exist", "partition"
+                    )
+                owner = state.partitions[partition].owner
+                if owner is None:
+                    return rejected(
+                        "conflict", f"moves[{i}]: partition {partition} has no owner", "partition"
+                    )
+                out.append(Move(partition=partition, source=owner, target=WorkerId(to)))
+            planned = tuple(out)
+        problem = check_moves(state, planned, None)
+        return planned if problem is None else problem
+
+    def plan_drain(
+        self, state: ClusterState, worker_id: WorkerId, now_ms: int
+    ) -> tuple[Move, ...] | Rejected:
+        """Moves that take `worker_id`'s partitions (not already moving) to the others."""
+        owned = [p for p in state.partitions if p.owner == worker_id and p.migration is None]
+        if not owned:
+            return ()
+        eligible = self.eligible(state, now_ms, (worker_id,))
+        if not eligible:
+            return rejected(
+                "conflict", "no other ACTIVE worker can take its partitions", "worker_id"
+            )
+        target = self._placement(state, eligible)
+        return tuple(
+            Move(
+                partition=p.partition,
+                source=worker_id,
+                target=WorkerId(target[p.partition] or eligible[0]),
+            )
+            for p in owned
+        )
+
+    # -- the batch ----------------------------------------------------------------------------
+
+    def plan(self, state: ClusterState, now_ms: int, wall_ms: int) -> Batch:
+        stages = (
+            self._results,
+            self._bootstrap,
+            self._detect_failures,
+            self._assign_unassigned,
+            self._rebalance_on_join,
+            self._migrations,
+            self._drains,
+        )
+        for stage in stages:
+            commands = stage(state, now_ms, wall_ms)
+            if commands:
+                return Batch(commands=commands, wake_at_ms=now_ms)
+        calls = [
+            *self._release_calls(state, now_ms),
+            *self._host_calls(state, now_ms),
+            *self._checkpoint_calls(state, now_ms),
+        ]
+        return Batch(calls=tuple(calls), wake_at_ms=now_ms + self.settings.tick_ms)
+
+    def _results(self, _state: ClusterState, _now: int, _wall: int) -> tuple[Command, ...]:
+        return tuple(p.command for p in self._pending)
+
+    def _bootstrap(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
+        if state.total_partitions > 0:
+            return ()
+        return (Bootstrap(total_partitions=self.settings.total_partitions, now_ms=wall),)
+
+    def _detect_failures(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
+        verdict = self.detector.evaluate(now)
+        if not verdict.dead:
+            return ()
+        dead = sorted(
+            w
+            for w in verdict.dead
+            if (rec := state.workers.get(WorkerId(w))) is not None
+            and rec.state in OWNING_WORKER_STATES
+        )
+        for w in verdict.dead:
+            if w not in dead:
+                self.detector.forget(w)
+        if not dead:
+            return ()
+        eligible = self.eligible(state, now, dead)
+        target = self._placement(state, eligible) if eligible else []
+        dead_set = set(dead)
+        assignments = []
+        for p in state.partitions:
+            if p.owner not in dead_set:
+                continue
+            new_owner: str | None = target[p.partition] if eligible else None
+            if p.migration is not None:
+                mig = state.migrations[p.migration]
+                # A dead source hands off to its migration's target (with the last accepted
+                # checkpoint) instead of a fresh placement choice.
+                if (
+                    mig.source == p.owner
+                    and mig.target in eligible
+                    and mig.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING)
+                ):
+                    new_owner = mig.target
+            assignments.append(
+                Assignment(
+                    partition=p.partition, owner=None if new_owner is None else WorkerId(new_owner)
+                )
+            )
+        return (
+            DeclareDead(
+                worker_ids=tuple(WorkerId(w) for w in dead),
+                assignments=tuple(assignments),
+                now_ms=wall,
+            ),
+        )
+
+    def _assign_unassigned(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
+        unassigned = [
+            p.partition for p in state.partitions if p.status is PartitionStatus.UNASSIGNED
+        ]
+        if not unassigned:
+            return ()
+        if len(state.active_workers()) < self.settings.min_cluster_size:
+            return ()  # no liveness scan of every worker while too few are registered
+        eligible = self.eligible(state, now)
+        if len(eligible) < self.settings.min_cluster_size:
+            return ()
+        target = self._placement(state, eligible)
+        assignments = tuple(
+            Assignment(partition=p, owner=WorkerId(o))
+            for p in unassigned
+            if (o := target[p]) is not None
+        )
+        return (AssignPartitions(assignments=assignments, now_ms=wall),) if assignments else ()
+
+    def _rebalance_on_join(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
+        if not self.settings.rebalance_on_join:
+            return ()
+        if state.in_flight_migrations() or any(
+            p.status is not PartitionStatus.ONLINE for p in state.partitions
+        ):
+            return ()
+        if any(w.state is WorkerState.DRAINING for w in state.workers.values()):
+            return ()
+        moves = self.balance_moves(state, now)
+        if not moves:
+            return ()
+        return (PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=wall),)
+
+    def _migrations(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
+        """Abort what lost its target, then start PLANNED ones up to the concurrency limit."""
+        in_flight = state.in_flight_migrations()
+        active = [x for x in in_flight if x.phase is not MigrationPhase.PLANNED]
+        room = max(0, self.settings.max_concurrent_migrations - len(active))
+        aborts: list[Command] = []
+        aborted: set[MigrationId] = set()
+        for x in in_flight:
+            if x.phase not in (MigrationPhase.PLANNED, MigrationPhase.RELEASING):
+                continue
+            target = state.workers.get(x.target)
+            if target is None or target.state is not WorkerState.ACTIVE:
+                aborts.append(
+                    AbortMigration(
+                        migration_id=x.migration_id, note="target is not active", now_ms=wall
+                    )
+                )
+                aborted.add(x.migration_id)
+        to_start = [x.migration_id for x in in_flight if x.phase is MigrationPhase.PLANNED][:room]
+        starts: list[Command] = [
+            StartRelease(migration_id=mid, now_ms=wall) for mid in to_start if mid not in aborted
+        ]
+        return (*aborts, *starts)
+
+    def _drains(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
+        """A drain migration that aborted (say its target died) leaves partitions on the
+        DRAINING worker: plan them again; a drained worker with nothing in flight leaves."""
+        out: list[Command] = []
+        for w in state.workers.values():
+            if w.state is not WorkerState.DRAINING:
+                continue
+            moves = self.plan_drain(state, w.worker_id, now)
+            if isinstance(moves, Rejected):
+                continue
+            in_flight = any(x.source == w.worker_id for x in state.in_flight_migrations())
+            if moves or not in_flight:
+                out.append(DrainWorker(worker_id=w.worker_id, moves=moves, now_ms=wall))
+        return tuple(out)
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    def _claim(self, call: WorkerCall) -> bool:
+        key = _call_key(call)
+        if key in self.in_flight or len(self.in_flight) >= self.settings.calls_max:
+            return False
+        self.in_flight.add(key)
+        return True
+
+    def _release_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
+        out: list[WorkerCall] = []
+        for x in state.in_flight_migrations():
+            if x.phase is not MigrationPhase.RELEASING:
+                continue
+            target = state.workers.get(x.target)
+            if target is None or target.state is not WorkerState.ACTIVE:
+                continue  # the migrations stage aborts it
+            if self._paused(x.source, now) or not self.release_retry.due(x.migration_id, now):
+                continue
+            source = state.workers[x.source]
+            call = ReleaseCall(
+                migration_id=x.migration_id,
+                partition=x.partition,
+                epoch=state.partitions[x.partition].epoch,
+                worker_id=source.worker_id,
+                address=source.address,
+                incarnation=source.incarnation,
+            )
+            if self._claim(call):
+                out.append(call)
+        return out
+
+    def _host_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
+        out: list[WorkerCall] = []
+        live_keys = set()
+        for p in state.partitions:
+            if p.status is not PartitionStatus.ASSIGNING:
+                continue
+            key = (p.partition, p.epoch)
+            live_keys.add(key)
+            if p.owner is None or not self.host_retry.due(key, now):
+                continue
+            worker = state.workers.get(p.owner)
+            if worker is None or worker.state not in OWNING_WORKER_STATES:
+                continue
+            if self._paused(p.owner, now):
+                continue  # SUSPECTED: wait; DEAD: the failure stage takes it over
+            call = HostCall(
+                partition=p.partition,
+                epoch=p.epoch,
+                worker_id=worker.worker_id,
+                address=worker.address,
+                incarnation=worker.incarnation,
+                checkpoint=p.checkpoint,
+            )
+            if ("host", key) in self.in_flight:
+                continue
+            if not self._claim(call):
+                break
+            out.append(call)
+        for key in self.host_retry.pending():
+            if key not in live_keys:
+                self.host_retry.forget(key)
+        return out
+
+    def _checkpoint_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
+        interval = self.settings.checkpoint_interval_ms
+        # The scan reads every worker: at most every CHECKPOINT_SCAN_MS_MAX (or a tenth of
+        # the interval), not every tick (at 10,000 workers it was a tenth of the leader's
+        # event loop). A round is then at most that much late.
+        if now < self.rounds.scan_at_ms:
+            return []
+        self.rounds.scan_at_ms = now + min(CHECKPOINT_SCAN_MS_MAX, interval // 10)
+        out: list[WorkerCall] = []
+        for w in state.workers.values():
+            if w.state not in OWNING_WORKER_STATES or self._paused(w.worker_id, now):
+                continue
+            nxt = self.rounds.next_ms.get(w.worker_id)
+            if nxt is None:
+                # Stagger first requests over one interval so workers don't all checkpoint
+                # at once (per worker, no cluster-wide barrier).
+                self.rounds.next_ms[w.worker_id] = now + int(self.rng.random() * interval)
+                continue
+            if now < nxt:
+                continue
+            self.rounds.next_ms[w.worker_id] = now + interval
+            call = CheckpointCall(
+                worker_id=w.worker_id, address=w.address, incarnation=w.incarnation
+            )
+            if self._claim(call):
+                out.append(call)
+        return out

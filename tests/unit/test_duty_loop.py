@@ -1,0 +1,118 @@
+"""The supervised duty loop: a step that raises is logged, counted, and the loop goes on.
+
+The node here is a stand-in for CoordinatorNode's small surface the executor uses (read,
+submit, metrics, config); Raft itself is exercised by tests/integration/test_duties.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from coordinator.config import ClusterConfig
+from coordinator.core.clock import FakeClock
+from coordinator.core.commands import Command, Ok
+from coordinator.core.planner import Batch, Planner
+from coordinator.core.state import ClusterState, apply
+from coordinator.service.duties import LeaderDuties
+from coordinator.service.metrics import Metrics
+
+
+class _Status:
+    term = 1
+
+
+class _Log:
+    def status(self) -> _Status:
+        return _Status()
+
+
+class StandInNode:
+    def __init__(self) -> None:
+        self.config = ClusterConfig(total_partitions=4)
+        self.node_id = "n1"
+        self.metrics = Metrics()
+        self.log = _Log()
+        self.state = ClusterState()
+        self.is_ready_leader = True
+        self.submitted: list[Command] = []
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[ClusterState]:
+        yield self.state
+
+    async def submit(self, command: Command, request_id: str | None = None) -> dict[str, Any]:
+        self.submitted.append(command)
+        result = apply(self.state, f"r{len(self.submitted)}", command)
+        assert isinstance(result, Ok), result
+        return result.value
+
+
+def errors(node: StandInNode) -> float:
+    value = node.metrics.registry.get_sample_value("ripple_duty_errors_total")
+    return 0.0 if value is None else value
+
+
+async def _until(what: str, check: Any, timeout_s: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def test_a_raising_step_is_logged_counted_and_the_loop_continues(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    node = StandInNode()
+    duties = LeaderDuties(node, random.Random(1), FakeClock())  # type: ignore[arg-type]
+    real_plan = Planner.plan
+    raised: list[int] = []
+
+    def flaky(self: Planner, state: ClusterState, now_ms: int, wall_ms: int) -> Batch:
+        if len(raised) < 2:
+            raised.append(now_ms)
+            raise KeyError("boom in a planner step")
+        return real_plan(self, state, now_ms, wall_ms)
+
+    async def main() -> None:
+        duties.on_role(None)  # type: ignore[arg-type]
+        assert duties.running
+        await _until("bootstrap after two failed steps", lambda: node.state.total_partitions == 4)
+        assert duties.running
+        await duties.close()
+        assert not duties.running
+
+    caplog.set_level(logging.INFO, logger="coordinator.service.duties")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Planner, "plan", flaky)
+        asyncio.run(main())
+    assert len(raised) == 2
+    assert errors(node) == 2
+    tracebacks = [r for r in caplog.records if r.exc_info and "boom" in str(r.exc_info[1])]
+    assert len(tracebacks) == 2
+    assert "Traceback" in caplog.text
+
+
+def test_a_dead_loop_task_is_reported_by_running_and_counted() -> None:
+    node = StandInNode()
+    duties = LeaderDuties(node, random.Random(1), FakeClock())  # type: ignore[arg-type]
+
+    async def broken() -> None:
+        raise RuntimeError("the loop itself died")
+
+    async def main() -> None:
+        duties._run = broken  # type: ignore[method-assign]
+        duties.on_role(None)  # type: ignore[arg-type]
+        await _until("the task to end", lambda: not duties.running)
+        await asyncio.sleep(0)  # let the done-callback run
+
+    asyncio.run(main())
+    assert errors(node) == 1

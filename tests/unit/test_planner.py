@@ -1,0 +1,111 @@
+"""The pure planner: one batch at a time, decisions from the applied state and its memory.
+
+The scenario files (tests/unit/testdata/planner) cover the decisions case by case; these
+tests pin the batch contract itself and the failover rule.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from coordinator.core.commands import (
+    AssignPartitions,
+    Bootstrap,
+    DeclareDead,
+    PartitionOnline,
+    RegisterWorker,
+)
+from coordinator.core.model import PartitionStatus, WorkerId
+from coordinator.core.planner import (
+    CommitOutcome,
+    HostCall,
+    HostDone,
+    Planner,
+    PlannerSettings,
+)
+from coordinator.core.state import ClusterState, apply
+
+W1, W2 = WorkerId("w1"), WorkerId("w2")
+_ids = itertools.count()
+SETTINGS = PlannerSettings(total_partitions=4, suspect_after_ms=1_000, dead_after_ms=3_000)
+
+
+def run(s: ClusterState, planner: Planner, now: int) -> list[object]:
+    """Commit every batch's commands until the next batch would have none; return them."""
+    done: list[object] = []
+    for _ in range(20):
+        if not commands_due(s, planner, now):
+            return done
+        batch = planner.plan(s, now, now)
+        assert batch.wake_at_ms == now and batch.calls == ()
+        for cmd in batch.commands:
+            result = apply(s, f"r{next(_ids)}", cmd)
+            planner.committed(cmd, CommitOutcome.OK, now)
+            done.append(cmd)
+            assert result.__class__.__name__ == "Ok", result
+    raise AssertionError("planner did not settle")
+
+
+def commands_due(s: ClusterState, planner: Planner, now: int) -> bool:
+    """Would plan() return commands now? Asked of a copy, so no call is handed out."""
+    import copy
+
+    return bool(copy.deepcopy(planner).plan(s, now, now).commands)
+
+
+def test_bootstrap_then_assign_then_host_then_online() -> None:
+    s = ClusterState()
+    planner = Planner(SETTINGS, random.Random(1), s, 0)
+    assert [type(c) for c in run(s, planner, 0)] == [Bootstrap]
+    for w in (W1, W2):
+        apply(s, w, RegisterWorker(worker_id=w, address=f"http://{w}", now_ms=0))
+        planner.registered(w, 0)
+    assert [type(c) for c in run(s, planner, 10)] == [AssignPartitions]
+    batch = planner.plan(s, 20, 20)
+    hosts = [c for c in batch.calls if isinstance(c, HostCall)]
+    assert sorted(c.partition for c in hosts) == [0, 1, 2, 3]
+    assert batch.wake_at_ms == 20 + SETTINGS.tick_ms
+    # A call in flight is not handed out twice.
+    assert not [c for c in planner.plan(s, 30, 30).calls if isinstance(c, HostCall)]
+    for c in hosts:
+        planner.on_result(HostDone(call=c, ok=True), 40, 40)
+    online = run(s, planner, 50)
+    assert all(isinstance(c, PartitionOnline) for c in online) and len(online) == 4
+    assert all(p.status is PartitionStatus.ONLINE for p in s.partitions)
+
+
+def test_a_fresh_planner_seeds_liveness_and_kills_nobody_at_takeover() -> None:
+    s = ClusterState()
+    first = Planner(SETTINGS, random.Random(1), s, 0)
+    run(s, first, 0)
+    for w in (W1, W2):
+        apply(s, w, RegisterWorker(worker_id=w, address=f"http://{w}", now_ms=0))
+        first.registered(w, 0)
+    run(s, first, 0)
+    # A new leader long after the last heartbeat anyone saw: nobody is declared dead...
+    second = Planner(SETTINGS, random.Random(2), s, 1_000_000)
+    assert run(s, second, 1_000_000 + SETTINGS.dead_after_ms) == []
+    # ...until they stay silent past the timeout counted from the takeover.
+    second.heartbeat(W1, 0.1, 1_000_000 + SETTINGS.dead_after_ms)
+    dead = run(s, second, 1_000_001 + SETTINGS.dead_after_ms)
+    assert [type(c) for c in dead] == [DeclareDead]
+    assert isinstance(dead[0], DeclareDead) and dead[0].worker_ids == (W2,)
+
+
+def test_a_rejected_command_skips_the_rest_and_keeps_the_host_retry() -> None:
+    s = ClusterState()
+    planner = Planner(SETTINGS, random.Random(1), s, 0)
+    run(s, planner, 0)
+    apply(s, "r", RegisterWorker(worker_id=W1, address="http://w1", now_ms=0))
+    planner.registered(W1, 0)
+    run(s, planner, 0)
+    calls = [c for c in planner.plan(s, 1, 1).calls if isinstance(c, HostCall)]
+    planner.on_result(HostDone(call=calls[0], ok=False, code="busy"), 2, 2)
+    planner.on_result(HostDone(call=calls[1], ok=True), 2, 2)
+    batch = planner.plan(s, 3, 3)
+    assert len(batch.commands) == 1
+    planner.committed(batch.commands[0], CommitOutcome.UNKNOWN, 3)
+    # Both keys now wait for their backoff instead of being called again at once.
+    again = {c.partition for c in planner.plan(s, 4, 4).calls if isinstance(c, HostCall)}
+    assert calls[0].partition not in again and calls[1].partition not in again
