@@ -145,7 +145,7 @@ class LeaderDuties:
         exc = task.exception()
         if exc is not None:
             log.error("leader duties ended by %r", exc, exc_info=exc)
-            self.node.metrics.duty_errors.inc()
+            self.node.metrics.duty_errors.labels(step="loop").inc()
 
     def stop(self) -> None:
         if self._loop_task is not None:
@@ -226,12 +226,12 @@ class LeaderDuties:
                 except RippleError as exc:
                     # Expected in a cluster (no quorum, a leadership change): no traceback.
                     log.warning("leader duty step failed: %s", exc.message)
-                    self.node.metrics.duty_errors.inc()
+                    self.node.metrics.duty_errors.labels(step="commit").inc()
                     failures += 1
                     delay = min(ERROR_BACKOFF_CAP_S, ERROR_BACKOFF_BASE_S * 2 ** min(failures, 16))
                 except Exception:
                     log.exception("leader duty step raised; continuing after a pause")
-                    self.node.metrics.duty_errors.inc()
+                    self.node.metrics.duty_errors.labels(step="plan").inc()
                     failures += 1
                     delay = min(ERROR_BACKOFF_CAP_S, ERROR_BACKOFF_BASE_S * 2 ** min(failures, 16))
                 if delay > 0:

@@ -104,11 +104,6 @@ class Metrics:
         self.host_calls = Counter(
             "ripple_host_calls", "Host-partition calls to workers", ["outcome"], registry=r
         )
-        self.duty_errors = Counter(
-            "ripple_duty_errors",
-            "Leader duty steps that failed (logged with a traceback; the loop continues)",
-            registry=r,
-        )
         self.checkpoints = Counter(
             "ripple_checkpoint_reports", "Checkpoint reports by status", ["status"], registry=r
         )

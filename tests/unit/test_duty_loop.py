@@ -54,8 +54,8 @@ class StandInNode:
         return result.value
 
 
-def errors(node: StandInNode) -> float:
-    value = node.metrics.registry.get_sample_value("ripple_duty_errors_total")
+def errors(node: StandInNode, step: str) -> float:
+    value = node.metrics.registry.get_sample_value("ripple_duty_errors_total", {"step": step})
     return 0.0 if value is None else value
 
 
@@ -95,7 +95,7 @@ def test_a_raising_step_is_logged_counted_and_the_loop_continues(
         mp.setattr(Planner, "plan", flaky)
         asyncio.run(main())
     assert len(raised) == 2
-    assert errors(node) == 2
+    assert errors(node, "plan") == 2
     tracebacks = [r for r in caplog.records if r.exc_info and "boom" in str(r.exc_info[1])]
     assert len(tracebacks) == 2
     assert "Traceback" in caplog.text
@@ -115,4 +115,4 @@ def test_a_dead_loop_task_is_reported_by_running_and_counted() -> None:
         await asyncio.sleep(0)  # let the done-callback run
 
     asyncio.run(main())
-    assert errors(node) == 1
+    assert errors(node, "loop") == 1
