@@ -146,11 +146,13 @@ def render_partitions(s: dict[str, Any]) -> str:
             p.get("migration"),
             None if p["checkpoint"] is None else p["checkpoint"]["offset"],
             _failing_cell(p.get("failing")),
+            None if not p.get("stuck") else p["stuck"][:80],
         ]
         for p in s["partitions"]
     ]
     return _table(
-        rows, ["PARTITION", "OWNER", "EPOCH", "STATUS", "MIGRATION", "CKPT_OFFSET", "FAILING"]
+        rows,
+        ["PARTITION", "OWNER", "EPOCH", "STATUS", "MIGRATION", "CKPT_OFFSET", "FAILING", "STUCK"],
     )
 
 

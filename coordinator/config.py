@@ -176,6 +176,12 @@ class ClusterConfig:
     propose_retries_max: int = 3
     host_retry_base_ms: int = 200
     host_retry_cap_ms: int = 5_000
+    # The fallback chain (docs/architecture.md): host failures in a row with
+    # checkpoint_unavailable before the leader falls back to an older checkpoint, and whether
+    # it may end in a full replay from offset 0 (true: ripple's source log never truncates;
+    # set false for a source with retention, then the chain ends in a `stuck` partition).
+    fallback_after_failures: int = 3
+    full_replay_fallback: bool = True
     worker_call_timeout_s: float = 5.0
     raft_min_timeout_s: float = 0.3
     raft_max_timeout_s: float = 0.6
@@ -409,6 +415,7 @@ _POSITIVE_KEYS = (
     "propose_timeout_s",
     "host_retry_base_ms",
     "host_retry_cap_ms",
+    "fallback_after_failures",
     "worker_call_timeout_s",
     "raft_min_timeout_s",
     "raft_max_timeout_s",

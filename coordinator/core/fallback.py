@@ -5,22 +5,33 @@ Owns the chain a partition walks down when its owner keeps answering the host ca
 after a restart): its earlier accepted checkpoints, newest first, then a full replay from
 offset 0 while the source log still starts there, and only then ``stuck`` (an operator
 resets it). Every step is lossless: replay is deterministic, so an older starting point
-only costs replay time. Pure: the leader's executor (or planner) counts the failures of one
-(partition, epoch) and asks ``decide``; whatever it returns is committed as one command,
-which ``apply`` validates again against the state it lands on.
+only costs replay time. Pure: the planner (coordinator/core/planner.py) counts the failures
+of one (partition, epoch) in an ``UnavailableCounts`` and asks ``fallbacks_due`` at each
+plan; whatever it returns is committed as one command, which ``apply`` validates again
+against the state it lands on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinator.core.commands import FallBack, FinalCheckpoint, MarkStuck
 from coordinator.core.model import NOTE_LEN_MAX, Partition, PartitionStatus
 
-__all__ = ["CHECKPOINT_UNAVAILABLE", "FallbackPolicy", "decide"]
+__all__ = [
+    "CHECKPOINT_UNAVAILABLE",
+    "FallbackPolicy",
+    "UnavailableCounts",
+    "decide",
+    "fallbacks_due",
+    "target_of",
+]
 
 # The error code a worker answers the host call with when it cannot load the checkpoint.
 CHECKPOINT_UNAVAILABLE = "checkpoint_unavailable"
+# (partition, epoch) pairs whose failures are counted at once; the oldest is dropped beyond.
+COUNTED_KEYS_MAX = 100_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +83,67 @@ def decide(
         note=_clip(f"{failed}; no earlier checkpoint and the source log is truncated"),
         now_ms=now_ms,
     )
+
+
+class UnavailableCounts:
+    """Host failures in a row that were CHECKPOINT_UNAVAILABLE, per (partition, epoch), with
+    the last one's message.
+
+    The leader's own in-memory state (not replicated, lost with leadership: a new leader
+    counts afresh, which only delays a fallback). Any other failure breaks the row.
+    """
+
+    def __init__(self, keys_max: int = COUNTED_KEYS_MAX) -> None:
+        self._counts: dict[tuple[int, int], tuple[int, str]] = {}
+        self._keys_max = keys_max
+
+    def observe(self, key: tuple[int, int], error: str, message: str = "") -> int:
+        """Count one failed host call of ``key`` with error code ``error``; the row so far."""
+        before, _ = self._counts.pop(key, (0, ""))
+        count = before + 1 if error == CHECKPOINT_UNAVAILABLE else 0
+        if count:
+            # Re-inserted last: eviction drops the longest-idle key.
+            self._counts[key] = (count, message)
+            while len(self._counts) > self._keys_max:
+                del self._counts[next(iter(self._counts))]
+        return count
+
+    def due(self, after_failures: int) -> list[tuple[tuple[int, int], int, str]]:
+        """(key, failures, last message) of the rows that reached ``after_failures``."""
+        return [(k, n, msg) for k, (n, msg) in self._counts.items() if n >= after_failures]
+
+    def forget(self, key: tuple[int, int]) -> None:
+        self._counts.pop(key, None)
+
+    def clear(self) -> None:
+        self._counts.clear()
+
+
+def fallbacks_due(
+    partitions: Sequence[Partition],
+    counts: UnavailableCounts,
+    policy: FallbackPolicy,
+    now_ms: int,
+) -> list[FallBack | MarkStuck]:
+    """The fallback commands due now, one per partition whose row of failures at its
+    current epoch reached the policy's threshold. Every row that was due is forgotten, so a
+    command that does not commit is planned again only after as many new failures."""
+    out: list[FallBack | MarkStuck] = []
+    for key, failures, message in counts.due(policy.after_failures):
+        counts.forget(key)
+        p, epoch = key
+        if p < len(partitions) and partitions[p].epoch == epoch:
+            cmd = decide(partitions[p], failures, message, policy, now_ms)
+            if cmd is not None:
+                out.append(cmd)
+    return out
+
+
+def target_of(cmd: FallBack | MarkStuck) -> str:
+    """What the command falls back to, as the metric label says it."""
+    if isinstance(cmd, MarkStuck):
+        return "stuck"
+    return "replay" if cmd.checkpoint is None else "checkpoint"
 
 
 def _clip(note: str) -> str:

@@ -25,7 +25,8 @@ Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
 
 1. A batch carries the commands of ONE planning stage, all computed from the same applied
    state. Stages run in a fixed order -- results of worker calls (PartitionOnline,
-   HandOff), bootstrap, failure detection, assignment, rebalance on join, migration steps,
+   HandOff), fallbacks for checkpoints that cannot be loaded (FallBack, MarkStuck),
+   bootstrap, failure detection, assignment, rebalance on join, migration steps,
    drains -- and the first stage that has commands ends the batch. Its `wake_at_ms` is then
    `now_ms`: plan again once the commands are applied, so every later stage sees the state
    its predecessors produced (as the old duty loop did by awaiting each submit).
@@ -66,6 +67,7 @@ from coordinator.core.commands import (
     StartRelease,
     rejected,
 )
+from coordinator.core.fallback import FallbackPolicy, UnavailableCounts, fallbacks_due
 from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
@@ -114,6 +116,9 @@ class PlannerSettings:
     host_retry_base_ms: int = 200
     host_retry_cap_ms: int = 10_000
     checkpoint_interval_ms: int = 10_000
+    # The fallback chain for checkpoints that cannot be loaded (coordinator/core/fallback.py).
+    fallback_after_failures: int = 3
+    full_replay_fallback: bool = True
     tick_ms: int = TICK_MS_DEFAULT
     calls_max: int = CALLS_IN_FLIGHT_MAX
 
@@ -244,6 +249,11 @@ class Planner:
         )
         self.host_retry: RetrySchedule[tuple[int, int]] = RetrySchedule(policy)
         self.release_retry: RetrySchedule[MigrationId] = RetrySchedule(policy)
+        self.unavailable = UnavailableCounts()
+        self.fallback_policy = FallbackPolicy(
+            after_failures=settings.fallback_after_failures,
+            full_replay=settings.full_replay_fallback,
+        )
         self.rounds = _Rounds()
         self.reported: dict[WorkerId, dict[int, tuple[int, int]]] = {}
         self.in_flight: set[tuple[str, object]] = set()
@@ -284,7 +294,11 @@ class Planner:
             if not result.ok:
                 self.in_flight.discard(key)
                 self.host_retry.failed((call.partition, call.epoch), now_ms, self.rng)
+                self.unavailable.observe(
+                    (call.partition, call.epoch), result.code or "", result.message
+                )
                 return
+            self.unavailable.forget((call.partition, call.epoch))
             cmd: Command = PartitionOnline(
                 partition=call.partition, epoch=call.epoch, owner=call.worker_id, now_ms=wall_ms
             )
@@ -429,6 +443,7 @@ class Planner:
     def plan(self, state: ClusterState, now_ms: int, wall_ms: int) -> Batch:
         stages = (
             self._results,
+            self._fallbacks,
             self._bootstrap,
             self._detect_failures,
             self._assign_unassigned,
@@ -449,6 +464,11 @@ class Planner:
 
     def _results(self, _state: ClusterState, _now: int, _wall: int) -> tuple[Command, ...]:
         return tuple(p.command for p in self._pending)
+
+    def _fallbacks(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
+        """Partitions whose owner keeps failing to load their checkpoint walk down the
+        fallback chain: an older checkpoint, a full replay, or stuck."""
+        return tuple(fallbacks_due(state.partitions, self.unavailable, self.fallback_policy, wall))
 
     def _bootstrap(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
         if state.total_partitions > 0:

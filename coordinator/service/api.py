@@ -32,6 +32,7 @@ from coordinator.core.commands import (
     RecordCheckpoints,
     RegisterWorker,
     Rejected,
+    ResetPartition,
 )
 from coordinator.core.commands import CheckpointReport as CheckpointReportCmd
 from coordinator.core.model import (
@@ -242,6 +243,7 @@ def partition_view(
         else m.FailingView(failures=report.failures, error=report.error),
         offset=None if seen is None else seen.offset,
         lag_records=None if seen is None else lag_of(seen),
+        stuck=p.stuck or None,
     )
 
 
@@ -397,7 +399,13 @@ async def partition_history(request: web.Request) -> web.Response:
             stale=stale,
             partition=p.partition,
             history=[
-                m.HistoryEntry(epoch=h.epoch, owner=h.owner, reason=h.reason.value, at_ms=h.at_ms)
+                m.HistoryEntry(
+                    epoch=h.epoch,
+                    owner=h.owner,
+                    reason=h.reason.value,
+                    at_ms=h.at_ms,
+                    note=h.note or None,
+                )
                 for h in p.history
             ],
         )
@@ -852,6 +860,26 @@ async def abort_migration(request: web.Request) -> web.Response:
 
 @route(
     "POST",
+    "/v1/admin/partitions/{p}/reset",
+    "Forget an ASSIGNING partition's checkpoints; its owner replays it from offset 0",
+    response=m.ResetResponse,
+    leader_only=True,
+    auth="admin",
+)
+async def reset_partition(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    require_admin(request, node)
+    with node.read() as state:
+        p = path_partition(request, state).partition
+    value = await node.submit(
+        ResetPartition(partition=p, note="reset by operator", now_ms=now_ms()),
+        idempotency_key(request, "admin", f"reset:{p}"),
+    )
+    return _json(m.ResetResponse(partition=value["partition"], epoch=value["epoch"]))
+
+
+@route(
+    "POST",
     "/v1/admin/barrier",
     "Commit a no-op command (tests, drills)",
     leader_only=True,
@@ -929,6 +957,7 @@ _LINKS: dict[tuple[str, str], dict[str, tuple[str, dict[str, str]]]] = {
     ("GET", "/v1/partitions"): {
         "Partition": ("partition", {"p": "$response.body#/partitions/0/partition"}),
         "History": ("partition_history", {"p": "$response.body#/partitions/0/partition"}),
+        "Reset": ("reset_partition", {"p": "$response.body#/partitions/0/partition"}),
     },
     ("POST", "/v1/admin/reassign"): {
         "Abort": ("abort_migration", {"migration_id": "$response.body#/migrations/0/id"}),

@@ -25,7 +25,8 @@ import aiohttp
 
 from coordinator.core.checkpoint_ref import reference_problem
 from coordinator.core.clock import Clock
-from coordinator.core.commands import DeclareDead, FinalCheckpoint
+from coordinator.core.commands import DeclareDead, FallBack, FinalCheckpoint, MarkStuck
+from coordinator.core.fallback import target_of
 from coordinator.core.model import WorkerId
 from coordinator.core.placement import PlacementStrategy
 from coordinator.core.planner import (
@@ -74,6 +75,8 @@ def planner_settings(node: CoordinatorNode) -> PlannerSettings:
         host_retry_base_ms=cfg.host_retry_base_ms,
         host_retry_cap_ms=cfg.host_retry_cap_ms,
         checkpoint_interval_ms=int(cfg.checkpoint_interval_s * 1000),
+        fallback_after_failures=cfg.fallback_after_failures,
+        full_replay_fallback=cfg.full_replay_fallback,
     )
 
 
@@ -273,6 +276,9 @@ class LeaderDuties:
                 if isinstance(cmd, DeclareDead):
                     log.warning("declared dead: %s", ", ".join(cmd.worker_ids))
                     self.node.metrics.workers_declared_dead.inc(len(cmd.worker_ids))
+                elif isinstance(cmd, FallBack | MarkStuck):
+                    log.warning("partition %d: %s", cmd.partition, cmd.note)
+                    self.node.metrics.fallbacks.labels(to=target_of(cmd)).inc()
                 continue
             now = self.clock.monotonic_ms()
             planner.committed(cmd, outcome, now)

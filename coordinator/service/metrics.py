@@ -121,6 +121,14 @@ class Metrics:
             ["step"],
             registry=r,
         )
+        # Committed by the leader when a host call keeps failing with checkpoint_unavailable:
+        # to an older checkpoint, to a full replay, or to a `stuck` partition.
+        self.fallbacks = Counter(
+            "ripple_partition_fallbacks",
+            "Fallbacks committed for partitions whose checkpoint could not be loaded, by target",
+            ["to"],
+            registry=r,
+        )
         self._led_term = -1
         self._collector: ClusterCollector | None = None
 
@@ -253,6 +261,11 @@ class ClusterCollector(Collector):
             "ripple_checkpoint_age_max_seconds",
             "Age of the oldest accepted checkpoint over partitions that have one",
             value=max(ages.values(), default=0.0),
+        )
+        yield GaugeMetricFamily(
+            "ripple_partitions_stuck",
+            "Partitions with no lossless fallback left (reset by an operator: docs/operations.md)",
+            value=sum(1 for p in state.partitions if p.stuck),
         )
         yield GaugeMetricFamily(
             "ripple_partitions_without_checkpoint",

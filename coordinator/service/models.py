@@ -217,6 +217,9 @@ class PartitionView(_Response):
     # and how many records the source log holds past it (null until the owner says).
     offset: int | None = None
     lag_records: int | None = None
+    # Why the partition cannot come online without an operator (no lossless fallback left:
+    # POST /v1/admin/partitions/{p}/reset); null when it is not stuck.
+    stuck: str | None = None
 
 
 class PartitionsResponse(_Response):
@@ -237,6 +240,9 @@ class HistoryEntry(_Response):
     owner: str | None
     reason: str
     at_ms: int
+    # What happened, in words, when the reason alone does not say (a fallback's failure and
+    # what it fell back to); absent otherwise.
+    note: str | None = None
 
 
 class HistoryResponse(_Response):
@@ -306,6 +312,11 @@ class ReassignResponse(_Response):
 class AbortResponse(_Response):
     id: str
     phase: str
+
+
+class ResetResponse(_Response):
+    partition: int
+    epoch: int  # the new epoch: the owner hosts it from offset 0
 
 
 # -- cluster -------------------------------------------------------------------------------

@@ -4,10 +4,13 @@ of earlier accepted checkpoints they walk down."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from coordinator.core.commands import (
     CheckpointReport,
+    Command,
     FallBack,
     FinalCheckpoint,
     HandOff,
@@ -17,13 +20,21 @@ from coordinator.core.commands import (
     RegisterWorker,
     ResetPartition,
 )
-from coordinator.core.fallback import FallbackPolicy, decide
+from coordinator.core.fallback import (
+    CHECKPOINT_UNAVAILABLE,
+    FallbackPolicy,
+    UnavailableCounts,
+    decide,
+    fallbacks_due,
+    target_of,
+)
 from coordinator.core.model import (
     CHECKPOINTS_KEPT_MAX,
     ChangeReason,
     MigrationPhase,
     PartitionStatus,
 )
+from coordinator.core.planner import CommitOutcome, HostCall, HostDone, Planner, PlannerSettings
 from coordinator.core.state import ClusterState
 from tests.unit.test_core_state import W1, W2, ok, plan, rejects
 from tests.unit.test_core_state import s as s  # the fixture, re-exported for pytest
@@ -145,3 +156,74 @@ def test_fallback_keeps_a_handed_off_migration_attached(s: ClusterState) -> None
 def test_policy_is_bounded() -> None:
     with pytest.raises(ValueError, match="after_failures"):
         FallbackPolicy(after_failures=0, full_replay=True)
+
+
+def test_counts_need_failures_in_a_row_and_stay_bounded() -> None:
+    counts = UnavailableCounts(keys_max=2)
+    assert [counts.observe((0, 1), CHECKPOINT_UNAVAILABLE) for _ in range(2)] == [1, 2]
+    assert counts.observe((0, 1), "timeout") == 0  # another failure breaks the row
+    assert counts.observe((0, 1), CHECKPOINT_UNAVAILABLE) == 1
+    counts.observe((1, 1), CHECKPOINT_UNAVAILABLE)
+    counts.observe((2, 1), CHECKPOINT_UNAVAILABLE)  # a third key evicts the longest idle
+    assert counts.observe((0, 1), CHECKPOINT_UNAVAILABLE) == 1
+    assert counts.observe((2, 1), CHECKPOINT_UNAVAILABLE) == 2
+
+
+def test_fallbacks_due_once_per_row_and_not_for_old_epochs(s: ClusterState) -> None:
+    report(s, 5)
+    report(s, 9)
+    restart_w1(s)
+    counts = UnavailableCounts()
+
+    def fail(epoch: int, error: str = CHECKPOINT_UNAVAILABLE) -> list[FallBack | MarkStuck]:
+        counts.observe((0, epoch), error, "NoSuchKey")
+        return fallbacks_due(s.partitions, counts, POLICY, 70)
+
+    assert fail(2) == [] and fail(2) == []
+    assert fail(1) == [] and fail(1) == [] and fail(1) == []  # an old epoch's calls
+    (cmd,) = fail(2)
+    assert isinstance(cmd, FallBack) and target_of(cmd) == "checkpoint"
+    assert "NoSuchKey" in cmd.note and cmd.epoch == 2
+    assert fail(2) == []  # the row starts again after a decision
+    assert target_of(MarkStuck(partition=0, epoch=2, note="x", now_ms=1)) == "stuck"
+    replay = FallBack(partition=0, epoch=2, checkpoint=None, note="x", now_ms=1)
+    assert target_of(replay) == "replay"
+
+
+def test_the_planner_walks_the_chain_on_checkpoint_unavailable(s: ClusterState) -> None:
+    """The production planner: its host calls fail with checkpoint_unavailable, it plans a
+    FallBack after `fallback_after_failures`, and the next host call carries the older
+    checkpoint, then none (a full replay)."""
+    report(s, 5)
+    report(s, 9)
+    restart_w1(s)
+    settings = PlannerSettings(
+        total_partitions=len(s.partitions),
+        suspect_after_ms=10**9,
+        dead_after_ms=2 * 10**9,
+        fallback_after_failures=2,
+    )
+    planner = Planner(settings, random.Random(7), s, 0)
+    now = 0
+    sent: list[int | None] = []
+    committed: list[Command] = []
+    for _ in range(12):
+        now += 60_000  # past any retry backoff
+        batch = planner.plan(s, now, now)
+        for cmd in batch.commands:
+            assert isinstance(ok(s, cmd), dict)
+            planner.committed(cmd, CommitOutcome.OK, now)
+            committed.append(cmd)
+        calls = [c for c in batch.calls if isinstance(c, HostCall) and c.partition == 0]
+        for call in calls:
+            sent.append(None if call.checkpoint is None else call.checkpoint.offset)
+            ok_ = call.checkpoint is None  # only a replay from offset 0 loads
+            code = None if ok_ else CHECKPOINT_UNAVAILABLE
+            planner.on_result(HostDone(call=call, ok=ok_, code=code, message="gone"), now, now)
+        for other in batch.calls:
+            if isinstance(other, HostCall) and other.partition != 0:
+                planner.on_result(HostDone(call=other, ok=True), now, now)
+    assert sent[:5] == [9, 9, 5, 5, None]
+    falls = [c for c in committed if isinstance(c, FallBack)]
+    assert [None if c.checkpoint is None else c.checkpoint.offset for c in falls] == [5, None]
+    assert s.partitions[0].status is PartitionStatus.ONLINE

@@ -41,6 +41,7 @@ PATHS = [
     "/v1/checkpoints",
     "/v1/admin/reassign",
     "/v1/admin/migrations/{w}/abort",
+    "/v1/admin/partitions/{p}/reset",
     "/v1/admin/barrier",
     "/v1/openapi.json",
     "/v1/{w}",
