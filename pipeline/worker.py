@@ -41,7 +41,9 @@ from aiohttp import web
 
 from coordinator.client import CoordinatorClient
 from coordinator.core.checkpoint_ref import checkpoint_key
+from coordinator.core.clock import Clock
 from coordinator.errors import ClientError
+from coordinator.system_clock import SYSTEM_CLOCK
 from coordinator.tls import server_context
 from pipeline.aggregate import Aggregator, Transform, identity
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointStore
@@ -79,10 +81,6 @@ BODY_BYTES_MAX = 64 * 1024
 KEY_CHARS_MAX = 1024
 EPOCH_MAX = 2**63 - 1  # what the coordinator's codec carries
 PARTITION_DIGITS_MAX = 7  # total_partitions is at most 1_000_000
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(slots=True)
@@ -126,9 +124,16 @@ class WorkerSettings:
 
 class Worker:
     def __init__(
-        self, settings: WorkerSettings, store: ObjectStore, transform: Transform = identity
+        self,
+        settings: WorkerSettings,
+        store: ObjectStore,
+        transform: Transform = identity,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
+        # The lease runs on clock.monotonic_ms: a wall-clock step must not stretch it (two
+        # workers could then process one partition) nor cut it short.
+        self.clock = clock
         self.store = store
         self.checkpoints = CheckpointStore(store)
         self.transform = transform
@@ -193,10 +198,10 @@ class Worker:
         log.info("registered %s incarnation %d", self.settings.worker_id, self.incarnation)
 
     def lease_valid(self) -> bool:
-        return self.lease.valid(now_ms())
+        return self.lease.valid(self.clock.monotonic_ms())
 
     async def heartbeat_once(self) -> None:
-        sent_at = now_ms()
+        sent_at = self.clock.monotonic_ms()
         reply = await self.client.post(
             f"/v1/workers/{self.settings.worker_id}/heartbeat",
             {

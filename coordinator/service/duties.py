@@ -47,7 +47,8 @@ from coordinator.core.planner import (
 from coordinator.errors import RequestError, RippleError, UnavailableError
 from coordinator.service.auth import call_token
 from coordinator.service.failing import FailingReports
-from coordinator.service.node import SYSTEM_CLOCK, CoordinatorNode
+from coordinator.service.node import CoordinatorNode
+from coordinator.system_clock import SYSTEM_CLOCK
 from coordinator.tls import client_context
 from replication.log import RaftRole
 

@@ -42,19 +42,6 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SystemClock:
-    """The process's real `Clock` (coordinator.core.clock): monotonic for decisions."""
-
-    def monotonic_ms(self) -> int:
-        return time.monotonic_ns() // 1_000_000
-
-    def wall_ms(self) -> int:
-        return now_ms()
-
-
-SYSTEM_CLOCK = SystemClock()
-
-
 def new_request_id() -> str:
     return uuid.uuid4().hex
 

@@ -54,7 +54,7 @@ from coordinator.service.auth import (
 from pipeline.lease import Lease
 from pipeline.state import KeyState
 from pipeline.store import LocalStore, open_store
-from pipeline.worker import Worker, now_ms
+from pipeline.worker import Worker
 from tests.support import python_argv
 from tests.unit.test_pipeline_worker import offline_settings
 
@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _worker(tmp_path: Path) -> Worker:
     worker = Worker(offline_settings(tmp_path, "w1"), LocalStore(str(tmp_path / "store")))
     worker.call_token, worker.total_partitions = call_token(SECRET, "w1", 1), 8
-    worker.lease = Lease(lease_ms=60_000).renewed(now_ms())
+    worker.lease = Lease(lease_ms=60_000).renewed(worker.clock.monotonic_ms())
     return worker
 
 

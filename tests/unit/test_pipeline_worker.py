@@ -16,7 +16,7 @@ from pipeline.checkpoint import CheckpointStore
 from pipeline.lease import Lease
 from pipeline.state import KeyState
 from pipeline.store import LocalStore, StoreError
-from pipeline.worker import PartitionRuntime, Worker, WorkerSettings, now_ms
+from pipeline.worker import PartitionRuntime, Worker, WorkerSettings
 
 TOKEN = "worker-token"
 
@@ -111,7 +111,7 @@ async def test_scenario_f_seed_606_inherited_checkpoint_is_reported_under_its_ow
     store = SwitchedStore(tmp_path / "store")
     worker = Worker(offline_settings(tmp_path, "w2"), store)
     worker.call_token, worker.total_partitions = TOKEN, 8
-    worker.lease = Lease(lease_ms=60_000).renewed(now_ms())
+    worker.lease = Lease(lease_ms=60_000).renewed(worker.clock.monotonic_ms())
     checkpoints = CheckpointStore(store)
     state = {"SYM0001": KeyState.of(12.5, 4)}
     inherited = checkpoints.write(4, 1, 5, state)

@@ -13,14 +13,14 @@ from pipeline.datapath import DataPath, Feed
 from pipeline.lease import Lease
 from pipeline.source import Producer, SourceLog
 from pipeline.store import LocalStore
-from pipeline.worker import PartitionRuntime, Worker, now_ms
+from pipeline.worker import PartitionRuntime, Worker
 from tests.prom import parse, value
 from tests.unit.test_pipeline_worker import offline_settings
 
 
 async def test_lag_and_checkpoint_age_come_from_the_partitions_held(tmp_path: Path) -> None:
     worker = Worker(offline_settings(tmp_path, "w1"), LocalStore(str(tmp_path / "store")))
-    worker.lease = Lease(lease_ms=60_000).renewed(now_ms())
+    worker.lease = Lease(lease_ms=60_000).renewed(worker.clock.monotonic_ms())
     behind = PartitionRuntime(epoch=3, offset=5, source_end=12)
     behind.covered_at_s = time.monotonic() - 42
     unlisted = PartitionRuntime(epoch=1, offset=7)  # hosted, not listed yet: no lag known
