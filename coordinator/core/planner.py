@@ -96,6 +96,7 @@ __all__ = [
     "ReleaseOutcome",
     "WorkerCall",
     "WorkerResult",
+    "call_key",
 ]
 
 TICK_MS_DEFAULT = 100
@@ -205,7 +206,8 @@ class Batch:
     wake_at_ms: int = 0
 
 
-def _call_key(call: WorkerCall) -> tuple[str, object]:
+def call_key(call: WorkerCall) -> tuple[str, object]:
+    """What makes two calls the same call: at most one per key is in flight."""
     if isinstance(call, HostCall):
         return ("host", (call.partition, call.epoch))
     if isinstance(call, ReleaseCall):
@@ -288,7 +290,7 @@ class Planner:
         return False
 
     def on_result(self, result: WorkerResult, now_ms: int, wall_ms: int) -> None:
-        key = _call_key(result.call)
+        key = call_key(result.call)
         if isinstance(result, HostDone):
             call = result.call
             if not result.ok:
@@ -596,7 +598,7 @@ class Planner:
     # -- calls ----------------------------------------------------------------------------------
 
     def _claim(self, call: WorkerCall) -> bool:
-        key = _call_key(call)
+        key = call_key(call)
         if key in self.in_flight or len(self.in_flight) >= self.settings.calls_max:
             return False
         self.in_flight.add(key)

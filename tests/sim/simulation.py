@@ -1,11 +1,14 @@
-"""A deterministic simulation of the coordinator: replicated cores, a Raft-like log, leader
-duties, scripted workers, a lossy network and a fake clock, all driven by ONE seed.
+"""A deterministic simulation of the coordinator: replicated cores, a Raft-like log, the
+leader's real planner, scripted workers, a lossy network and a fake clock, all driven by ONE
+seed.
 
 What it owns: a model of everything around ``coordinator.core`` that the real service does
-with I/O -- the replicated log (``replication/``), the leader duties
-(``coordinator/service/duties.py``) and the workers (``tests/scripted_worker.py``) -- reduced to
-plain data and one ``random.Random``. The real ``Machine``, ``placement``, ``Detector`` and
-codec run unchanged, so what the checker sees is what the replicated state would do.
+with I/O -- the replicated log (``replication/``), the executor of the leader's batches
+(``coordinator/service/duties.py``: commit in order, make the calls, time them out) and the
+workers (``tests/scripted_worker.py``) -- reduced to plain data and one ``random.Random``, plus
+the checkers. It holds NO decision of its own: failure detection, assignment, migrations,
+drains, host retries and checkpoint rounds are ``coordinator.core.planner.Planner``'s, the
+one production runs; the real ``Machine`` and codec apply what it commits.
 
 The invariant it keeps: ``Simulation(seed).run()`` is a pure function of ``seed``. Nothing
 reads a wall clock, iteration is over lists or insertion-ordered dicts, and every choice comes
@@ -33,24 +36,17 @@ from typing import Any
 from coordinator.core.codec import decode_command, decode_result, encode_command, encode_state
 from coordinator.core.commands import (
     AbortMigration,
-    Assignment,
-    AssignPartitions,
     Barrier,
-    Bootstrap,
     CheckpointReport,
     Command,
-    DeclareDead,
+    DrainWorker,
     FinalCheckpoint,
-    HandOff,
-    Move,
     Ok,
-    PartitionOnline,
     PlanMigrations,
     RecordCheckpoints,
     RegisterWorker,
-    StartRelease,
+    Rejected,
 )
-from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.machine import Machine
 from coordinator.core.model import (
     MigrationPhase,
@@ -59,8 +55,22 @@ from coordinator.core.model import (
     WorkerId,
     WorkerState,
 )
-from coordinator.core.placement import plan_balanced
-from coordinator.core.state import ClusterState, check_moves
+from coordinator.core.planner import (
+    CheckpointCall,
+    CheckpointDone,
+    CommitOutcome,
+    HostCall,
+    HostDone,
+    Planner,
+    PlannerSettings,
+    ReleaseCall,
+    ReleaseDone,
+    ReleaseOutcome,
+    WorkerCall,
+    WorkerResult,
+    call_key,
+)
+from coordinator.core.state import ClusterState
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
 
@@ -81,8 +91,11 @@ class SimSettings:
     suspect_after_ms: int = 1_000
     dead_after_ms: int = 2_500
     checkpoint_interval_ms: int = 1_000
-    host_retry_ms: int = 400
-    release_retry_ms: int = 400
+    host_retry_base_ms: int = 200
+    host_retry_cap_ms: int = 2_000
+    # A worker call with no answer by then fails (the executor's HTTP timeout).
+    call_timeout_ms: int = 1_000
+    max_concurrent_migrations: int = 2
     # Fault probabilities per step (fault phase only).
     p_leader_change: float = 0.02
     p_worker_crash: float = 0.005
@@ -90,6 +103,7 @@ class SimSettings:
     p_worker_restart: float = 0.03
     p_admin_moves: float = 0.03
     p_admin_abort: float = 0.01
+    p_admin_drain: float = 0.004
     p_stale_report: float = 0.05
     # Network partitions: one node (a replica or a worker) cut off from everyone for up to
     # cut_ms_max; a cut-off leader is deposed with this chance per step (election timeout).
@@ -172,7 +186,8 @@ class Replica:
         self.machine = Machine()
         self.log: list[tuple[int, bytes]] = []
         self.applied = 0
-        self.results: dict[int, bytes] = {}
+        # Result of every applied entry by request id: what the proposer's future resolves to.
+        self.results: dict[str, bytes] = {}
 
 
 # --- scripted workers ---------------------------------------------------------------------------
@@ -194,23 +209,30 @@ class SimWorker:
         return now_ms < self.paused_until_ms
 
 
-# --- the simulated leader duties -------------------------------------------------------------
+# --- the leader's executor: the real planner decides ------------------------------------------
 
 
 class Proposer:
-    """What duties.py does, one tick at a time, reading pending work from the applied state."""
+    """The simulation's counterpart of coordinator/service/duties.py: it carries the REAL
+    planner's batches over the simulated log and network and feeds every outcome back. It
+    decides nothing itself; the operator's random admin actions go through the planner's
+    admin queries, as the HTTP API's do."""
 
     def __init__(self, sim: Simulation, replica: Replica, term: int, now_ms: int) -> None:
         self.sim = sim
         self.replica = replica
         self.term = term
-        self.detector = Detector(
-            suspect_after_ms=sim.s.suspect_after_ms, dead_after_ms=sim.s.dead_after_ms
-        )
-        self.ready = False
-        self.started_ms = now_ms
-        self.retry_at: dict[Any, int] = {}
-        self.checkpoint_next_ms: dict[str, int] = {}
+        self.planner: Planner | None = None
+        # The batch being committed: one command at a time, each after the previous one's
+        # outcome is known (the batch contract), as (request id or None, command).
+        self.committing: list[Command] = []
+        self.current: tuple[str, Command] | None = None
+        # Calls sent and not answered: a reply after the deadline is a timed-out call.
+        self.outstanding: dict[tuple[str, object], tuple[WorkerCall, int]] = {}
+
+    @property
+    def ready(self) -> bool:
+        return self.planner is not None
 
     @property
     def state(self) -> ClusterState:
@@ -222,186 +244,137 @@ class Proposer:
     def send(self, dst: str, kind: str, body: dict[str, Any]) -> None:
         self.sim.net.send(self.sim.now_ms, self.sim.leader_name(), dst, kind, body)
 
-    def due(self, key: Any, now: int, every_ms: int) -> bool:
-        if self.retry_at.get(key, -1) > now:
-            return False
-        self.retry_at[key] = now + every_ms
-        return True
-
-    def paused(self, wid: str, now: int) -> bool:
-        return self.detector.status(wid, now) is not Liveness.ALIVE
-
     def tick(self, now: int) -> None:
         sim = self.sim
-        if not self.ready:
+        if self.planner is None:
             if sim.own_uncommitted():
                 return  # not until the takeover no-op has committed and everything is applied
-            self.ready = True
-            if self.state.total_partitions == 0:
-                self.submit(Bootstrap(total_partitions=sim.s.total_partitions, now_ms=now))
-            live = [w.worker_id for w in self.state.workers.values() if w.state in OWNING]
-            self.detector.seed(live, now)
+            self.planner = Planner(sim.planner_settings, sim.rng, self.state, now)
+        planner = self.planner
+        if not self._commit_step(planner, now):
+            return  # a command of the batch is still on its way
+        self._time_out_calls(planner, now)
+        self._admin(planner, now)
+        if self.current is not None:
             return
-        if sim.own_uncommitted():
-            return  # duties.py awaits each submit: one decision at a time
-        state = self.state
-        if state.total_partitions == 0:
+        batch = planner.plan(self.state, now, now)
+        if batch.commands:
+            self.committing = list(batch.commands)
+            self._commit_step(planner, now)
             return
-        self._detect_failures(now) or self._assign(now) or self._migrations(now)
-        self._admin(now)
-        self._hosts(now)
-        self._checkpoints(now)
+        for call in batch.calls:
+            self._send_call(call, now)
 
-    def _placement(self, eligible: list[str]) -> list[str | None]:
-        return plan_balanced([p.owner for p in self.state.partitions], eligible)
-
-    def _detect_failures(self, now: int) -> bool:
-        state = self.state
-        verdict = self.detector.evaluate(now)
-        dead = sorted(
-            w
-            for w in verdict.dead
-            if (rec := state.workers.get(WorkerId(w))) is not None and rec.state in OWNING
-        )
-        for w in sorted(verdict.dead):
-            self.detector.forget(w)
-        if not dead:
-            return False
-        eligible = [w for w in state.active_workers() if w not in dead]
-        target = self._placement(eligible) if eligible else [None] * state.total_partitions
-        assignments = []
-        for p in state.partitions:
-            if p.owner not in dead:
-                continue
-            new_owner = target[p.partition]
-            if p.migration is not None:
-                mig = state.migrations[p.migration]
-                if (
-                    mig.source == p.owner
-                    and mig.target in eligible
-                    and mig.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING)
-                ):
-                    new_owner = mig.target
-            assignments.append(
-                Assignment(
-                    partition=p.partition, owner=None if new_owner is None else WorkerId(new_owner)
-                )
-            )
-        self.submit(
-            DeclareDead(
-                worker_ids=tuple(WorkerId(w) for w in dead),
-                assignments=tuple(assignments),
-                now_ms=now,
-            )
-        )
-        return True
-
-    def _assign(self, now: int) -> bool:
-        state = self.state
-        unassigned = [
-            p.partition for p in state.partitions if p.status is PartitionStatus.UNASSIGNED
-        ]
-        eligible = state.active_workers()
-        if not unassigned or len(eligible) < self.sim.s.min_cluster_size:
-            return False
-        target = self._placement(list(eligible))
-        assignments = tuple(
-            Assignment(partition=p, owner=WorkerId(o)) for p in unassigned if (o := target[p])
-        )
-        if not assignments:
-            return False
-        self.submit(AssignPartitions(assignments=assignments, now_ms=now))
-        return True
-
-    def _migrations(self, now: int) -> bool:
-        state = self.state
-        for x in state.in_flight_migrations():
-            if x.phase not in (MigrationPhase.PLANNED, MigrationPhase.RELEASING):
-                continue
-            target = state.workers.get(x.target)
-            if target is None or target.state is not WorkerState.ACTIVE:
-                self.submit(AbortMigration(migration_id=x.migration_id, note="target", now_ms=now))
+    def _commit_step(self, planner: Planner, now: int) -> bool:
+        """Advance the batch being committed; True when nothing of it is left in flight."""
+        while True:
+            if self.current is not None:
+                rid, cmd = self.current
+                if self.sim.own_uncommitted():
+                    return False
+                raw = self.replica.results.get(rid)
+                if raw is None:
+                    return False  # cannot happen while leading: the entry is applied
+                result = decode_result(raw)
+                self.current = None
+                if isinstance(result, Ok):
+                    planner.committed(cmd, CommitOutcome.OK, now)
+                else:
+                    planner.committed(cmd, CommitOutcome.REJECTED, now)
+                    for rest in self.committing:
+                        planner.committed(rest, CommitOutcome.SKIPPED, now)
+                    self.committing = []
+            if not self.committing:
                 return True
-            if x.phase is MigrationPhase.PLANNED:
-                self.submit(StartRelease(migration_id=x.migration_id, now_ms=now))
-                return True
-            if self.paused(x.source, now):
-                continue
-            part = state.partitions[x.partition]
-            key = ("release", x.migration_id)
-            if self.due(key, now, self.sim.s.release_retry_ms):
-                self.send(
-                    x.source,
-                    "release",
-                    {"partition": x.partition, "epoch": part.epoch, "migration_id": x.migration_id},
-                )
-        return False
+            cmd = self.committing.pop(0)
+            self.current = (self.submit(cmd), cmd)
 
-    def _admin(self, now: int) -> None:
+    def _send_call(self, call: WorkerCall, now: int) -> None:
+        self.outstanding[call_key(call)] = (call, now + self.sim.s.call_timeout_ms)
+        if isinstance(call, HostCall):
+            ck = call.checkpoint
+            body = {
+                "partition": call.partition,
+                "epoch": call.epoch,
+                "incarnation": call.incarnation,
+                "offset": 0 if ck is None else ck.offset,
+            }
+            self.send(call.worker_id, "host", body)
+        elif isinstance(call, ReleaseCall):
+            body = {
+                "partition": call.partition,
+                "epoch": call.epoch,
+                "incarnation": call.incarnation,
+                "migration_id": call.migration_id,
+            }
+            self.send(call.worker_id, "release", body)
+        else:
+            self.send(call.worker_id, "checkpoint", {"incarnation": call.incarnation})
+
+    def _time_out_calls(self, planner: Planner, now: int) -> None:
+        """An HTTP call with no answer by its deadline fails (aiohttp's total timeout)."""
+        for key, (call, deadline) in list(self.outstanding.items()):
+            if deadline > now:
+                continue
+            del self.outstanding[key]
+            result: WorkerResult
+            if isinstance(call, HostCall):
+                result = HostDone(call=call, ok=False, message="timed out")
+            elif isinstance(call, ReleaseCall):
+                result = ReleaseDone(call=call, outcome=ReleaseOutcome.FAILED)
+            else:
+                result = CheckpointDone(call=call, ok=False)
+            planner.on_result(result, now, now)
+
+    def _answer(self, key: tuple[str, object], now: int) -> WorkerCall | None:
+        """The outstanding call a reply answers, or None (late, duplicate or unknown)."""
+        entry = self.outstanding.pop(key, None)
+        return None if entry is None else entry[0]
+
+    def _admin(self, planner: Planner, now: int) -> None:
+        """The operator: random moves and aborts through the same queries the API uses."""
         sim, state = self.sim, self.state
-        if not sim.faults_on:
+        if not sim.faults_on or self.current is not None:
             return
         if sim.rng.random() < sim.s.p_admin_moves:
             eligible = state.active_workers()
-            moves = []
+            wanted = []
             for p in state.partitions:
                 if p.owner is None or p.migration is not None or len(eligible) < 2:
                     continue
                 if sim.rng.random() < 0.3:
                     to = sim.rng.choice([w for w in eligible if w != p.owner] or eligible)
-                    moves.append(Move(partition=p.partition, source=p.owner, target=WorkerId(to)))
-            if moves and check_moves(state, tuple(moves)) is None:
-                self.submit(
-                    PlanMigrations(moves=tuple(moves), reason=MigrationReason.ADMIN, now_ms=now)
-                )
+                    wanted.append((p.partition, to))
+            moves = planner.plan_reassign(state, now, balance=False, moves=wanted)
+            if wanted and not isinstance(moves, Rejected):
+                self.submit(PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=now))
                 return
+        if sim.rng.random() < sim.s.p_admin_drain:
+            active = state.active_workers()
+            if len(active) > sim.s.min_cluster_size:
+                wid = sim.rng.choice(active)
+                drain = planner.plan_drain(state, wid, now)
+                if not isinstance(drain, Rejected):
+                    self.submit(DrainWorker(worker_id=wid, moves=drain, now_ms=now))
+                    sim.stats["drains"] += 1
+                    return
         if sim.rng.random() < sim.s.p_admin_abort:
             in_flight = state.in_flight_migrations()
             if in_flight:
                 m = sim.rng.choice(in_flight)
                 self.submit(AbortMigration(migration_id=m.migration_id, note="admin", now_ms=now))
 
-    def _hosts(self, now: int) -> None:
-        state = self.state
-        for p in state.partitions:
-            if p.status is not PartitionStatus.ASSIGNING or p.owner is None:
-                continue
-            w = state.workers.get(p.owner)
-            if w is None or w.state not in OWNING or self.paused(p.owner, now):
-                continue
-            if self.due(("host", p.partition, p.epoch), now, self.sim.s.host_retry_ms):
-                ck = p.checkpoint
-                self.send(
-                    p.owner,
-                    "host",
-                    {
-                        "partition": p.partition,
-                        "epoch": p.epoch,
-                        "incarnation": w.incarnation,
-                        "offset": 0 if ck is None else ck.offset,
-                    },
-                )
-
-    def _checkpoints(self, now: int) -> None:
-        for w in self.state.workers.values():
-            if w.state not in OWNING or self.paused(w.worker_id, now):
-                continue
-            nxt = self.checkpoint_next_ms.get(w.worker_id)
-            if nxt is None or now >= nxt:
-                self.checkpoint_next_ms[w.worker_id] = now + self.sim.s.checkpoint_interval_ms
-                if nxt is not None:
-                    self.send(w.worker_id, "checkpoint", {"incarnation": w.incarnation})
-
     # -- messages from workers ------------------------------------------------------------------
 
     def receive(self, now: int, kind: str, b: dict[str, Any]) -> str | None:
         """Handle one worker message; for a registration, the request id of its command."""
-        if not self.ready:
+        planner = self.planner
+        if planner is None:
             return None  # the real node answers 503 until its log is applied
         state = self.state
         wid = b["worker"]
         if kind == "register":
-            self.detector.observe(wid, now, 0.0)
+            planner.registered(WorkerId(wid), now)
             return self.submit(
                 RegisterWorker(worker_id=WorkerId(wid), address=f"sim://{wid}", now_ms=now)
             )
@@ -409,30 +382,35 @@ class Proposer:
         if kind == "heartbeat":
             if rec is None or rec.state not in OWNING or rec.incarnation != b["incarnation"]:
                 self.send(wid, "reregister", {"incarnation": b["incarnation"]})
-                return
-            self.detector.observe(wid, now, 0.1)
+                return None
+            due = planner.heartbeat(WorkerId(wid), 0.1, now)
             self.send(
                 wid,
                 "assignment",
                 {
                     "incarnation": rec.incarnation,
                     "assignment": dict(state.assignment_of(WorkerId(wid))),
+                    "checkpoint_due": due,
                 },
             )
         elif kind == "hosted":
-            self.submit(
-                PartitionOnline(
-                    partition=b["partition"], epoch=b["epoch"], owner=WorkerId(wid), now_ms=now
-                )
-            )
+            call = self._answer(("host", (b["partition"], b["epoch"])), now)
+            if isinstance(call, HostCall) and call.worker_id == wid:
+                planner.on_result(HostDone(call=call, ok=True), now, now)
         elif kind == "released":
-            mig = state.migrations.get(b["migration_id"])
-            if mig is None or mig.phase is not MigrationPhase.RELEASING:
-                return
-            final = None
-            if b.get("offset") is not None:
+            call = self._answer(("release", b["migration_id"]), now)
+            if not isinstance(call, ReleaseCall) or call.worker_id != wid:
+                return None
+            if b.get("offset") is None:
+                planner.on_result(ReleaseDone(call=call, outcome=ReleaseOutcome.REFUSED), now, now)
+            else:
                 final = FinalCheckpoint(offset=b["offset"], uri=b["uri"], epoch=b["epoch"])
-            self.submit(HandOff(migration_id=mig.migration_id, checkpoint=final, now_ms=now))
+                done = ReleaseDone(call=call, outcome=ReleaseOutcome.RELEASED, checkpoint=final)
+                planner.on_result(done, now, now)
+        elif kind == "checkpoint_ack":
+            call = self._answer(("checkpoint", wid), now)
+            if isinstance(call, CheckpointCall):
+                planner.on_result(CheckpointDone(call=call, ok=True), now, now)
         elif kind == "checkpoints":
             entries = tuple(
                 CheckpointReport(partition=e[0], epoch=e[1], offset=e[2], uri=e[3])
@@ -446,6 +424,7 @@ class Proposer:
                     now_ms=now,
                 )
             )
+        return None
 
 
 # --- the simulation -----------------------------------------------------------------------------
@@ -478,7 +457,22 @@ class Simulation:
         self.stats = {"leader_changes": 0, "crashes": 0, "pauses": 0, "restarts": 0, "fenced": 0}
         self.stats["cuts"] = 0
         self.cut_until: dict[str, int] = {}
-        self.stats |= {"accepted": 0, "entries": 0, "stale_reports": 0}
+        self.stats |= {"accepted": 0, "entries": 0, "stale_reports": 0, "drains": 0}
+
+    @property
+    def planner_settings(self) -> PlannerSettings:
+        s = self.s
+        return PlannerSettings(
+            total_partitions=s.total_partitions,
+            min_cluster_size=s.min_cluster_size,
+            max_concurrent_migrations=s.max_concurrent_migrations,
+            suspect_after_ms=s.suspect_after_ms,
+            dead_after_ms=s.dead_after_ms,
+            host_retry_base_ms=s.host_retry_base_ms,
+            host_retry_cap_ms=s.host_retry_cap_ms,
+            checkpoint_interval_ms=s.checkpoint_interval_ms,
+            tick_ms=s.step_ms,
+        )
 
     # -- log ---------------------------------------------------------------------------------
 
@@ -539,6 +533,7 @@ class Simulation:
                 _, entry = r.log[r.applied]
                 before = self._partition_view(r.machine.state)
                 result = r.machine.apply(entry)
+                r.results[decode_command(entry)[0]] = result
                 r.applied += 1
                 self.check_applied(i, r, entry, result, before)
 
@@ -693,6 +688,8 @@ class Simulation:
             for p, g in w.gates.items():
                 if g["open"] and assigned.get(p) != g["epoch"]:
                     g["open"] = False
+            if b.get("checkpoint_due"):
+                self.report_checkpoints(w, reply_to)
         elif kind == "host":
             p, epoch = b["partition"], b["epoch"]
             g = w.gates.get(p)
@@ -714,19 +711,24 @@ class Simulation:
                 body |= {"offset": g["offset"], "uri": f"mem://{w.wid}/{p}", "epoch": g["epoch"]}
             self.net.send(now, w.wid, reply_to, "released", body)
         elif kind == "checkpoint":
-            entries = [
-                [p, int(g["epoch"]), int(g["offset"]), f"mem://{w.wid}/{p}/{g['epoch']}"]
-                for p, g in sorted(w.gates.items())
-                if g["open"]
-            ]
-            if entries:
-                self.net.send(
-                    now,
-                    w.wid,
-                    reply_to,
-                    "checkpoints",
-                    {"worker": w.wid, "incarnation": w.incarnation, "entries": entries},
-                )
+            # 202 at once; the reports follow on their own request.
+            self.net.send(now, w.wid, reply_to, "checkpoint_ack", {"worker": w.wid})
+            self.report_checkpoints(w, reply_to)
+
+    def report_checkpoints(self, w: SimWorker, reply_to: str) -> None:
+        entries = [
+            [p, int(g["epoch"]), int(g["offset"]), f"mem://{w.wid}/{p}/{g['epoch']}"]
+            for p, g in sorted(w.gates.items())
+            if g["open"]
+        ]
+        if entries:
+            self.net.send(
+                self.now_ms,
+                w.wid,
+                reply_to,
+                "checkpoints",
+                {"worker": w.wid, "incarnation": w.incarnation, "entries": entries},
+            )
 
     def inject_cuts(self) -> None:
         """Partition one node from everyone for a while; heal expired partitions."""
