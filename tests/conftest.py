@@ -22,6 +22,11 @@ MOTO_START_TIMEOUT_S = 60.0
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", help="run the long soak/chaos tests")
+    parser.addoption(
+        "--rewrite-testdata",
+        action="store_true",
+        help="regenerate the expected output of the planner scenario files",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

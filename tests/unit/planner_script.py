@@ -1,0 +1,414 @@
+"""The planner's scenario language (etcd raft's datadriven style) and its interpreter.
+
+A scenario file is a sequence of blocks::
+
+    <directive> [arg ...]
+    ----
+    <expected output>
+    <blank line>
+
+Lines starting with `#` between blocks are comments. The interpreter drives the REAL
+planner (`coordinator.core.planner`) against a real `ClusterState` changed only by `apply`,
+on a fake monotonic clock, with a seeded `random.Random`; the output of every directive is
+what the planner did, so `--rewrite-testdata` can regenerate the expectations.
+
+Directives:
+  settings k=v ...          a fresh cluster and planner (PlannerSettings fields, plus seed)
+  register w1 w2            RegisterWorker (applied) and the planner hears of each worker
+  report <w> p=<p> offset=<n> [e=<e>]   the worker reports a checkpoint (RecordCheckpoints)
+  heartbeat w1 w2           a heartbeat from each; prints checkpoint_due when it is set
+  tick <ms>                 advance the monotonic clock
+  plan                      one batch: its commands are committed in order (the executor's
+                            rule: the first rejection skips the rest) and its calls recorded
+  run                       plan until a batch has no command (at most 20 batches)
+  host-ok p=<p> [e=<e>]     the outstanding host call of p answered 200
+  host-ok-all               every outstanding host call answered 200
+  host-fail p=<p> [code=c]  ... answered an error (the worker's code, say checkpoint_unavailable)
+  release <id> ok [offset=<n>] | refused | failed     the outstanding release call's answer
+  checkpoint <w> ok|fail    the outstanding checkpoint call's answer
+  reassign balance | <p>:<w> ...  [dry-run]   the admin query; committed unless dry-run
+  drain <w>                 the admin drain query, committed as DrainWorker
+  abort <id>                an operator's AbortMigration
+  new-leader                a fresh planner built from the state (a failover)
+  state                     partitions, workers, in-flight migrations
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from coordinator.core.commands import (
+    AbortMigration,
+    AssignPartitions,
+    CheckpointReport,
+    Command,
+    DeclareDead,
+    DrainWorker,
+    FinalCheckpoint,
+    HandOff,
+    Ok,
+    PlanMigrations,
+    RecordCheckpoints,
+    RegisterWorker,
+    Rejected,
+)
+from coordinator.core.model import MigrationId, MigrationReason, WorkerId
+from coordinator.core.planner import (
+    Batch,
+    CheckpointCall,
+    CheckpointDone,
+    CommitOutcome,
+    HostCall,
+    HostDone,
+    Planner,
+    PlannerSettings,
+    ReleaseCall,
+    ReleaseDone,
+    ReleaseOutcome,
+    WorkerCall,
+    WorkerResult,
+)
+from coordinator.core.state import ClusterState, apply
+
+WALL_OFFSET_MS = 1_700_000_000_000  # wall time is stamped only; keep it far from monotonic
+RUN_BATCHES_MAX = 20
+
+
+@dataclass
+class Block:
+    directive: str
+    expected: str
+    line: int
+
+
+def parse(text: str) -> list[Block]:
+    blocks: list[Block] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if not line or line.startswith("#"):
+            i += 1
+            continue
+        start = i
+        directive = line
+        i += 1
+        if i >= len(lines) or lines[i].strip() != "----":
+            raise ValueError(f"line {start + 1}: expected ---- after {directive!r}")
+        i += 1
+        out: list[str] = []
+        while i < len(lines) and lines[i].strip() != "":
+            out.append(lines[i].rstrip())
+            i += 1
+        blocks.append(Block(directive=directive, expected="\n".join(out), line=start + 1))
+    return blocks
+
+
+def render(blocks: list[Block], outputs: list[str], header: str) -> str:
+    parts = [header.rstrip("\n") + "\n"] if header.strip() else []
+    for b, out in zip(blocks, outputs, strict=True):
+        parts.append(f"{b.directive}\n----\n{out}\n" if out else f"{b.directive}\n----\n")
+    return "\n".join(parts)
+
+
+def header_of(text: str) -> str:
+    """The leading comment lines (kept on rewrite)."""
+    out = []
+    for line in text.split("\n"):
+        if line.startswith("#") or (out and not line.strip()):
+            out.append(line)
+        else:
+            break
+    return "\n".join(out).rstrip("\n") + "\n" if out else ""
+
+
+# --- formatting what the planner does -------------------------------------------------------
+
+
+def fmt_command(cmd: Command) -> str:
+    name = type(cmd).__name__
+    if isinstance(cmd, DeclareDead):
+        assign = ",".join(f"{a.partition}:{a.owner or '-'}" for a in cmd.assignments)
+        return f"{name} {','.join(cmd.worker_ids)} assign={assign or '-'}"
+    if isinstance(cmd, AssignPartitions):
+        return f"{name} " + ",".join(f"{a.partition}:{a.owner}" for a in cmd.assignments)
+    if isinstance(cmd, PlanMigrations | DrainWorker):
+        moves = ",".join(f"{m.partition}:{m.source}>{m.target}" for m in cmd.moves)
+        who = f" {cmd.worker_id}" if isinstance(cmd, DrainWorker) else f" {cmd.reason.value}"
+        return f"{name}{who} {moves or '-'}"
+    if isinstance(cmd, HandOff):
+        ck = cmd.checkpoint
+        return f"{name} {cmd.migration_id} ck={'last' if ck is None else ck.offset}"
+    skip = {"now_ms", "note"}
+    args = " ".join(f"{f.name}={getattr(cmd, f.name)}" for f in fields(cmd) if f.name not in skip)
+    if hasattr(cmd, "checkpoint") and getattr(cmd, "checkpoint", 0) is None:
+        args = args.replace("checkpoint=None", "checkpoint=replay")
+    return f"{name} {args}".rstrip()
+
+
+def fmt_call(call: WorkerCall) -> str:
+    if isinstance(call, HostCall):
+        ck = "none" if call.checkpoint is None else str(call.checkpoint.offset)
+        return f"call host p{call.partition} e{call.epoch} {call.worker_id} ck={ck}"
+    if isinstance(call, ReleaseCall):
+        return f"call release {call.migration_id} p{call.partition} e{call.epoch} {call.worker_id}"
+    return f"call checkpoint {call.worker_id}"
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.settings = PlannerSettings(total_partitions=4)
+        self.reset(self.settings, 0)
+
+    def reset(self, settings: PlannerSettings, seed: int) -> None:
+        self.settings = settings
+        self.seed = seed
+        self.now = 0
+        self.state = ClusterState()
+        self.planner = Planner(settings, random.Random(seed), self.state, self.now)
+        self.outstanding: dict[str, WorkerCall] = {}
+        self.seq = 0
+
+    @property
+    def wall(self) -> int:
+        return WALL_OFFSET_MS + self.now
+
+    def apply(self, cmd: Command) -> Ok | Rejected:
+        self.seq += 1
+        return apply(self.state, f"s{self.seq}", cmd)
+
+    def commit(self, batch: Batch) -> list[str]:
+        out = []
+        commands = list(batch.commands)
+        while commands:
+            cmd = commands.pop(0)
+            result = self.apply(cmd)
+            if isinstance(result, Ok):
+                self.planner.committed(cmd, CommitOutcome.OK, self.now)
+                out.append(f"commit {fmt_command(cmd)} -> ok")
+                continue
+            self.planner.committed(cmd, CommitOutcome.REJECTED, self.now)
+            out.append(f"commit {fmt_command(cmd)} -> {result.code}: {result.message}")
+            for rest in commands:
+                self.planner.committed(rest, CommitOutcome.SKIPPED, self.now)
+                out.append(f"skip {fmt_command(rest)}")
+            break
+        return out
+
+    def plan_once(self) -> tuple[list[str], Batch]:
+        batch = self.planner.plan(self.state, self.now, self.wall)
+        out = self.commit(batch)
+        for call in batch.calls:
+            self.outstanding[fmt_call(call)] = call
+            out.append(fmt_call(call))
+        wake = batch.wake_at_ms - self.now
+        out.append(f"wake +{wake}")
+        return out, batch
+
+    def feed(self, result: WorkerResult) -> None:
+        self.outstanding = {k: c for k, c in self.outstanding.items() if c is not result.call}
+        self.planner.on_result(result, self.now, self.wall)
+
+    def find(self, kind: type, match: Callable[[WorkerCall], bool]) -> WorkerCall:
+        for call in self.outstanding.values():
+            if isinstance(call, kind) and match(call):
+                return call
+        raise ValueError(f"no outstanding {kind.__name__} call matches")
+
+    # -- directives ---------------------------------------------------------------------------
+
+    def do(self, directive: str) -> str:
+        words = directive.split()
+        name, args = words[0], words[1:]
+        kv = dict(a.split("=", 1) for a in args if "=" in a)
+        handler = getattr(self, "do_" + name.replace("-", "_"), None)
+        if handler is None:
+            raise ValueError(f"unknown directive {name!r}")
+        return "\n".join(handler(args, kv))
+
+    def do_settings(self, _args: list[str], kv: dict[str, str]) -> list[str]:
+        seed = int(kv.pop("seed", "0"))
+        types = {f.name: f.type for f in fields(PlannerSettings)}
+        values: dict[str, object] = {}
+        for k, v in kv.items():
+            if k not in types:
+                raise ValueError(f"unknown setting {k}")
+            values[k] = v == "true" if types[k] == "bool" else int(v)
+        self.reset(PlannerSettings(**values), seed)  # type: ignore[arg-type]
+        return []
+
+    def do_register(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        out = []
+        for w in args:
+            result = self.apply(
+                RegisterWorker(worker_id=WorkerId(w), address=f"http://{w}", now_ms=self.wall)
+            )
+            self.planner.registered(WorkerId(w), self.now)
+            out.append(
+                f"{w} incarnation={result.value['incarnation']}"
+                if isinstance(result, Ok)
+                else f"{w} {result.code}"
+            )
+        return out
+
+    def do_report(self, args: list[str], kv: dict[str, str]) -> list[str]:
+        """The owner reports a checkpoint of p at its current epoch (or e=)."""
+        w, p = WorkerId(args[0]), int(kv["p"])
+        part = self.state.partitions[p]
+        epoch = int(kv.get("e", part.epoch))
+        off = int(kv["offset"])
+        entry = CheckpointReport(partition=p, epoch=epoch, offset=off, uri=f"mem://p{p}/{off}")
+        incarnation = self.state.workers[w].incarnation
+        result = self.apply(
+            RecordCheckpoints(
+                worker_id=w, incarnation=incarnation, entries=(entry,), now_ms=self.wall
+            )
+        )
+        if not isinstance(result, Ok):
+            return [f"{result.code}: {result.message}"]
+        return [str(r["status"]) for r in result.value["results"]]
+
+    def do_heartbeat(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        due = [w for w in args if self.planner.heartbeat(WorkerId(w), 0.1, self.now)]
+        return [f"checkpoint_due {w}" for w in due]
+
+    def do_tick(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        self.now += int(args[0])
+        return [f"now {self.now}"]
+
+    def do_plan(self, _args: list[str], _kv: dict[str, str]) -> list[str]:
+        return self.plan_once()[0]
+
+    def do_run(self, _args: list[str], _kv: dict[str, str]) -> list[str]:
+        out: list[str] = []
+        for _ in range(RUN_BATCHES_MAX):
+            lines, batch = self.plan_once()
+            out += lines
+            if not batch.commands:
+                return out
+        raise AssertionError("the planner did not settle")
+
+    def do_host_ok(self, _args: list[str], kv: dict[str, str]) -> list[str]:
+        return self._host(kv, ok=True)
+
+    def do_host_ok_all(self, _args: list[str], _kv: dict[str, str]) -> list[str]:
+        calls = [c for c in self.outstanding.values() if isinstance(c, HostCall)]
+        for call in calls:
+            self.feed(HostDone(call=call, ok=True))
+        return [f"p{c.partition} e{c.epoch} ok" for c in calls]
+
+    def do_host_fail(self, _args: list[str], kv: dict[str, str]) -> list[str]:
+        return self._host(kv, ok=False)
+
+    def _host(self, kv: dict[str, str], *, ok: bool) -> list[str]:
+        p = int(kv["p"])
+        call = self.find(
+            HostCall,
+            lambda c: (
+                isinstance(c, HostCall)
+                and c.partition == p
+                and ("e" not in kv or c.epoch == int(kv["e"]))
+            ),
+        )
+        assert isinstance(call, HostCall)
+        self.feed(HostDone(call=call, ok=ok, code=kv.get("code"), message=kv.get("msg", "")))
+        return []
+
+    def do_release(self, args: list[str], kv: dict[str, str]) -> list[str]:
+        mid, answer = args[0], args[1]
+        call = self.find(
+            ReleaseCall, lambda c: isinstance(c, ReleaseCall) and c.migration_id == mid
+        )
+        assert isinstance(call, ReleaseCall)
+        if answer == "ok":
+            ck = None
+            if "offset" in kv:
+                off = int(kv["offset"])
+                ck = FinalCheckpoint(
+                    offset=off, uri=f"mem://p{call.partition}/{off}", epoch=call.epoch
+                )
+            self.feed(ReleaseDone(call=call, outcome=ReleaseOutcome.RELEASED, checkpoint=ck))
+        else:
+            outcome = ReleaseOutcome.REFUSED if answer == "refused" else ReleaseOutcome.FAILED
+            self.feed(ReleaseDone(call=call, outcome=outcome))
+        return []
+
+    def do_checkpoint(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        w, answer = args[0], args[1]
+        call = self.find(
+            CheckpointCall, lambda c: isinstance(c, CheckpointCall) and c.worker_id == w
+        )
+        assert isinstance(call, CheckpointCall)
+        self.feed(CheckpointDone(call=call, ok=answer == "ok"))
+        return []
+
+    def do_reassign(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        dry = "dry-run" in args
+        moves = [a.split(":") for a in args if ":" in a]
+        planned = self.planner.plan_reassign(
+            self.state,
+            self.now,
+            balance="balance" in args,
+            moves=[(int(p), w) for p, w in moves],
+        )
+        if isinstance(planned, Rejected):
+            return [f"rejected {planned.code}: {planned.message}"]
+        lines = [f"move {m.partition}:{m.source}>{m.target}" for m in planned] or ["no moves"]
+        if not dry and planned:
+            cmd = PlanMigrations(moves=planned, reason=MigrationReason.ADMIN, now_ms=self.wall)
+            result = self.apply(cmd)
+            ids = [x["id"] for x in result.value["migrations"]] if isinstance(result, Ok) else []
+            lines.append(f"committed {' '.join(ids)}" if ids else f"refused {result}")
+        return lines
+
+    def do_drain(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        w = WorkerId(args[0])
+        planned = self.planner.plan_drain(self.state, w, self.now)
+        if isinstance(planned, Rejected):
+            return [f"rejected {planned.code}: {planned.message}"]
+        result = self.apply(DrainWorker(worker_id=w, moves=planned, now_ms=self.wall))
+        return [
+            f"{fmt_command(DrainWorker(worker_id=w, moves=planned, now_ms=0))} -> "
+            + ("ok" if isinstance(result, Ok) else result.code)
+        ]
+
+    def do_abort(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        cmd = AbortMigration(migration_id=MigrationId(args[0]), note="operator", now_ms=self.wall)
+        result = self.apply(cmd)
+        return ["ok" if isinstance(result, Ok) else f"{result.code}: {result.message}"]
+
+    def do_new_leader(self, _args: list[str], _kv: dict[str, str]) -> list[str]:
+        self.planner = Planner(self.settings, random.Random(self.seed + 1), self.state, self.now)
+        self.outstanding.clear()  # calls of the old leader: their replies are dropped
+        return []
+
+    def do_state(self, _args: list[str], _kv: dict[str, str]) -> list[str]:
+        out = []
+        for p in self.state.partitions:
+            ck = "-" if p.checkpoint is None else str(p.checkpoint.offset)
+            extra = f" mig={p.migration}" if p.migration else ""
+            stuck = getattr(p, "stuck", "")
+            extra += f" stuck={stuck!r}" if stuck else ""
+            owner = p.owner or "-"
+            out.append(f"p{p.partition} {owner} e{p.epoch} {p.status.value} ck={ck}{extra}")
+        for w in sorted(self.state.workers.values(), key=lambda w: w.worker_id):
+            live = self.planner.liveness(w.worker_id, self.now)
+            out.append(f"{w.worker_id} {w.state.value} {'-' if live is None else live.value}")
+        for m in self.state.in_flight_migrations():
+            out.append(f"{m.migration_id} p{m.partition} {m.source}>{m.target} {m.phase.value}")
+        return out
+
+
+def run_file(path: Path) -> tuple[list[Block], list[str]]:
+    blocks = parse(path.read_text())
+    h = Harness()
+    outputs = []
+    for b in blocks:
+        try:
+            outputs.append(h.do(b.directive))
+        except Exception as exc:
+            raise AssertionError(f"{path.name}:{b.line}: {b.directive!r} raised {exc!r}") from exc
+    return blocks, outputs

@@ -1,0 +1,31 @@
+"""Scenario files for the planner (tests/unit/testdata/planner/*.txt), etcd raft style.
+
+Each file drives the real planner through events and shows every batch it returns; the
+expected output is checked block by block. `pytest --rewrite-testdata` regenerates the
+expectations from what the planner does now (review the diff before committing it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.planner_script import header_of, render, run_file
+
+TESTDATA = Path(__file__).parent / "testdata" / "planner"
+FILES = sorted(TESTDATA.glob("*.txt"))
+
+
+def test_there_are_enough_scenarios() -> None:
+    assert len(FILES) >= 20
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_scenario(path: Path, request: pytest.FixtureRequest) -> None:
+    blocks, outputs = run_file(path)
+    if request.config.getoption("--rewrite-testdata"):
+        path.write_text(render(blocks, outputs, header_of(path.read_text())))
+        return
+    for b, out in zip(blocks, outputs, strict=True):
+        assert out == b.expected, f"{path.name}:{b.line}: {b.directive}\n--- got:\n{out}"
