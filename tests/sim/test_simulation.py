@@ -69,6 +69,7 @@ def test_checker_catches_a_stale_checkpoint(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)  # 1,000 seeds: a few minutes, more on a loaded machine
 def test_soak_many_seeds() -> None:
     failures = []
     totals: Counter[str] = Counter()

@@ -29,6 +29,7 @@ Directives:
   reassign balance | <p>:<w> ...  [dry-run]   the admin query; committed unless dry-run
   drain <w>                 the admin drain query, committed as DrainWorker
   abort <id>                an operator's AbortMigration
+  reset <p>                 an operator's ResetPartition (discards its checkpoints)
   new-leader                a fresh planner built from the state (a failover)
   state                     partitions, workers, in-flight migrations
 """
@@ -47,6 +48,7 @@ from coordinator.core.commands import (
     Command,
     DeclareDead,
     DrainWorker,
+    FallBack,
     FinalCheckpoint,
     HandOff,
     Ok,
@@ -54,6 +56,7 @@ from coordinator.core.commands import (
     RecordCheckpoints,
     RegisterWorker,
     Rejected,
+    ResetPartition,
 )
 from coordinator.core.model import MigrationId, MigrationReason, WorkerId
 from coordinator.core.planner import (
@@ -142,10 +145,12 @@ def fmt_command(cmd: Command) -> str:
     if isinstance(cmd, HandOff):
         ck = cmd.checkpoint
         return f"{name} {cmd.migration_id} ck={'last' if ck is None else ck.offset}"
-    skip = {"now_ms", "note"}
+    if isinstance(cmd, FallBack):
+        ck = cmd.checkpoint
+        to = "replay from 0" if ck is None else f"ck={ck.offset}"
+        return f"{name} p{cmd.partition} e{cmd.epoch} {to}: {cmd.note}"
+    skip = {"now_ms"}
     args = " ".join(f"{f.name}={getattr(cmd, f.name)}" for f in fields(cmd) if f.name not in skip)
-    if hasattr(cmd, "checkpoint") and getattr(cmd, "checkpoint", 0) is None:
-        args = args.replace("checkpoint=None", "checkpoint=replay")
     return f"{name} {args}".rstrip()
 
 
@@ -377,6 +382,11 @@ class Harness:
 
     def do_abort(self, args: list[str], _kv: dict[str, str]) -> list[str]:
         cmd = AbortMigration(migration_id=MigrationId(args[0]), note="operator", now_ms=self.wall)
+        result = self.apply(cmd)
+        return ["ok" if isinstance(result, Ok) else f"{result.code}: {result.message}"]
+
+    def do_reset(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        cmd = ResetPartition(partition=int(args[0]), note="operator reset", now_ms=self.wall)
         result = self.apply(cmd)
         return ["ok" if isinstance(result, Ok) else f"{result.code}: {result.message}"]
 
