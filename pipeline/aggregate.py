@@ -106,6 +106,20 @@ def stage(store: ObjectStore, segment: Segment, directory: str) -> str:
     return target
 
 
+def _files_schema() -> Any:
+    """FILES_DDL as a StructType built here: handing createDataFrame the DDL string costs a
+    round trip to the server to parse it, every batch (measured: ~0.4 s of a 0.8 s batch)."""
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    return StructType(
+        [
+            StructField("_file", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("_from_offset", LongType()),
+        ]
+    )
+
+
 def _key_state(row: dict[str, Any]) -> KeyState:
     return KeyState(
         count=int(row["count"]),
@@ -178,7 +192,7 @@ class Aggregator:
         # The join is a LEFT join and a row whose path is unknown keeps a null partition, so a
         # path-spelling mismatch surfaces as an error below instead of as lost rows.
         file_rows = [(f, i.partition, i.from_offset) for i in inputs for f in _spark_paths(i.path)]
-        files = self.spark.createDataFrame(file_rows, FILES_DDL)
+        files = self.spark.createDataFrame(file_rows, _files_schema())
         df = (
             self._read(paths)
             .withColumn("_file", F.col("_metadata.file_path"))

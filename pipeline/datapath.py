@@ -67,6 +67,10 @@ ARROW_BATCH_ROWS_MAX_DEFAULT = 1_000_000
 # its retry). Two batches' worth: the one retrying and the next one.
 SEGMENT_CACHE_BYTES_MAX_DEFAULT = 2 * ARROW_BATCH_BYTES_MAX_DEFAULT
 SEGMENTS_PER_BATCH_MAX = 2048
+# On the files path a batch of at most this many rows goes as Arrow instead: the worker can
+# read the store too, and for small batches a local relation costs less than a file scan
+# with its path join (docs/pipeline.md has the figures). Larger batches are scanned by Spark.
+FILES_ARROW_ROWS_MAX_DEFAULT = 50_000
 PROBE_KEY_PREFIX = "probes/"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -178,6 +182,7 @@ class Feed:
         arrow_bytes_max: int = ARROW_BATCH_BYTES_MAX_DEFAULT,
         cache_bytes_max: int = SEGMENT_CACHE_BYTES_MAX_DEFAULT,
         segments_max: int = SEGMENTS_PER_BATCH_MAX,
+        files_arrow_rows_max: int = FILES_ARROW_ROWS_MAX_DEFAULT,
     ) -> None:
         self.path = path
         self.store = store
@@ -186,6 +191,7 @@ class Feed:
         self.arrow_rows_max = arrow_rows_max
         self.arrow_bytes_max = arrow_bytes_max
         self.segments_max = segments_max
+        self.files_arrow_rows_max = files_arrow_rows_max
         self.cache = SegmentCache(cache_bytes_max)
         # Only the files path on a remote store makes copies (and so has files to remove).
         self.stages_copies = path is DataPath.FILES and store.local_path("source") is None
@@ -200,6 +206,9 @@ class Feed:
             heads={p: segs[-1].end_offset if segs else offsets[p] for p, segs in pending.items()}
         )
         pending = {p: segs for p, segs in pending.items() if segs}
+        as_arrow = self.path is DataPath.ARROW or (
+            self.path is DataPath.FILES and self._small(pending)
+        )
         tables: list[pa.Table] = []
         stopped: set[int] = set()  # partitions whose next segment did not fit: keep contiguity
         for seg in _round_robin(pending):
@@ -209,7 +218,7 @@ class Feed:
             if len(batch.keys) >= self.segments_max:
                 break
             from_offset = offsets[p]
-            if self.path is DataPath.ARROW:
+            if as_arrow:
                 table = self._read(seg)
                 rows, nbytes = table.num_rows, table.nbytes
                 if batch.keys and (
@@ -237,6 +246,17 @@ class Feed:
         if tables:
             batch.table = pa.concat_tables(tables)
         return batch
+
+    def _small(self, pending: dict[int, list[Segment]]) -> bool:
+        """Whether the files path's next batch is small enough to go as Arrow."""
+        rows = 0
+        for i, seg in enumerate(_round_robin(pending)):
+            if i >= self.segments_max:
+                break
+            rows += seg.count
+            if rows > self.files_arrow_rows_max:
+                return False
+        return True
 
     def _read(self, seg: Segment) -> pa.Table:
         table = self.cache.get(seg.key)

@@ -115,10 +115,12 @@ def test_every_path_gives_the_reference_aggregates(
     Producer(store, PARTITIONS).produce(generate(3000, 40, seed=1))
     Producer(store, PARTITIONS).produce(generate(2000, 40, seed=2))
     log = SourceLog(store, PARTITIONS)
-    feed = Feed(path, store, log, str(tmp_path / "stage"))
+    # files_arrow_rows_max=0: the files path scans files even for this small batch.
+    feed = Feed(path, store, log, str(tmp_path / "stage"), files_arrow_rows_max=0)
     offsets = {0: 0, 1: 17, 2: 900, 3: 10_000}  # 3: nothing left to read
     batch = feed.plan(offsets)
     assert set(batch.ends) == {0, 1, 2}
+    assert (batch.table is not None) == (path is DataPath.ARROW)
     result = feed.run(aggregator, batch)
     for p in (0, 1, 2):
         assert batch.ends[p] == log.end_offset(p)
@@ -225,7 +227,7 @@ async def test_failing_batches_are_reported_and_retried_without_refetching(
     worker = Worker(settings, store, switch)
     worker.total_partitions, worker.source = PARTITIONS, log
     worker.aggregator = Aggregator(spark_remote, switch)
-    worker.feed = Feed(path, store, log, worker.staging)
+    worker.feed = Feed(path, store, log, worker.staging, files_arrow_rows_max=0)
     worker.lease = Lease(lease_ms=600_000).renewed(now_ms())
     for p in range(PARTITIONS):
         rt = PartitionRuntime(epoch=1)
@@ -263,3 +265,24 @@ async def test_failing_batches_are_reported_and_retried_without_refetching(
                 assert worker.parts[p].state == reference(log, p, 0)
     finally:
         await worker.client.close()
+
+
+@pytest.mark.spark
+def test_files_path_sends_small_batches_as_arrow(aggregator: Aggregator, tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path / "store"))
+    Producer(store, 2).produce(generate(300, 10, seed=4))
+    log = SourceLog(store, 2)
+    offsets = {0: 0, 1: 0}
+    small = Feed(DataPath.FILES, store, log, str(tmp_path / "stage"), files_arrow_rows_max=300)
+    large = Feed(DataPath.FILES, store, log, str(tmp_path / "stage"), files_arrow_rows_max=299)
+    a, b = small.plan(offsets), large.plan(offsets)
+    assert a.table is not None and not a.inputs
+    assert b.table is None and len(b.inputs) == 2
+    assert small.run(aggregator, a) == large.run(aggregator, b)
+
+
+@pytest.mark.spark
+def test_files_schema_is_the_ddl(aggregator: Aggregator) -> None:
+    from pipeline.aggregate import FILES_DDL, _files_schema
+
+    assert aggregator.spark.createDataFrame([], FILES_DDL).schema == _files_schema()
