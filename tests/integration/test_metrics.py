@@ -211,6 +211,10 @@ def test_documented_alert_rules_are_valid_and_fire(tmp_path: Path) -> None:
     tests.write_text(ALERT_TESTS.replace("RULES", str(rules)))
     tested = promtool("test", "rules", str(tests))
     assert tested.returncode == 0, tested.stdout + tested.stderr
+    # Every documented alert has a case here that makes it fire.
+    documented = set(re.findall(r"- alert: (\w+)", documented_rules()))
+    firing = set(re.findall(r"alertname: (\w+)\n\s+exp_alerts:\n\s+- exp_labels", ALERT_TESTS))
+    assert documented == firing, f"alerts without a firing test: {documented - firing}"
 
 
 # Series that should trip each documented alert (and one healthy series that must not).
@@ -230,6 +234,8 @@ tests:
         values: '0+100x40'
       - series: 'ripple_checkpoint_age_max_seconds{instance="n1"}'
         values: '0+60x20'
+      - series: 'ripple_partitions_stuck{instance="n1"}'
+        values: '2x20'
     alert_rule_test:
       - eval_time: 5m
         alertname: RippleNoLeader
@@ -251,6 +257,11 @@ tests:
         exp_alerts:
           - exp_labels: {severity: ticket}
             exp_annotations: {summary: "A Ripple checkpoint is 900 s old"}
+      - eval_time: 5m
+        alertname: RipplePartitionStuck
+        exp_alerts:
+          - exp_labels: {severity: page}
+            exp_annotations: {summary: "2 Ripple partitions are stuck: reset them"}
   - interval: 1m
     input_series:
       - series: 'ripple_raft_role{role="leader", instance="n1"}'
@@ -261,9 +272,12 @@ tests:
         values: '50x40'
       - series: 'ripple_checkpoint_age_max_seconds{instance="n1"}'
         values: '10x20'
+      - series: 'ripple_partitions_stuck{instance="n1"}'
+        values: '0x20'
     alert_rule_test:
       - {eval_time: 15m, alertname: RippleNoLeader, exp_alerts: []}
       - {eval_time: 15m, alertname: RipplePartitionsNotOnline, exp_alerts: []}
       - {eval_time: 35m, alertname: RipplePipelineLagGrowing, exp_alerts: []}
       - {eval_time: 15m, alertname: RippleCheckpointsOld, exp_alerts: []}
+      - {eval_time: 15m, alertname: RipplePartitionStuck, exp_alerts: []}
 """
