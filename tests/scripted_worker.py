@@ -8,7 +8,9 @@ a test can make it fall silent without killing it), `POST /test/release-uri {"ur
 this object in release replies, as a compromised worker could), `POST /test/refuse-release
 {"refuse"}` (answer release calls 503, as a worker whose store is down) and `POST /test/progress
 {"lag_records", "failing": {p: error}}` (heartbeats then report a source log that far ahead
-and partitions whose batches fail). Offsets advance by one per
+and partitions whose batches fail) and `POST /test/lose-checkpoints {"lost"}` (answer every host
+call that names a checkpoint 503 `checkpoint_unavailable`, as a worker whose store lost them).
+Offsets advance by one per
 heartbeat for each open gate, standing in for processed input.
 """
 
@@ -38,6 +40,7 @@ class ScriptedWorker:
         self.store = store  # references are named as a real worker's (nothing is written)
         self.release_uri: str | None = None
         self.refuse_release = False  # answer release calls 503, as a worker whose store is down
+        self.checkpoints_lost = False  # answer host calls naming a checkpoint 503
         self.client = CoordinatorClient(urls, deadline_s=5.0, timeout_s=3.0)
         self.worker_id = worker_id
         self.address = f"http://127.0.0.1:{port}"
@@ -137,6 +140,12 @@ class ScriptedWorker:
         if gate is not None and epoch < gate["epoch"]:
             return web.json_response({"error": "stale_epoch", "message": "lower epoch"}, status=409)
         ck = body.get("checkpoint") or {}
+        if ck and self.checkpoints_lost:
+            self.calls.append({"call": "host-failed", "partition": p, "epoch": epoch})
+            return web.json_response(
+                {"error": "checkpoint_unavailable", "message": f"{ck.get('uri')}: NoSuchKey"},
+                status=503,
+            )
         if gate is None or epoch > gate["epoch"] or not gate["open"]:
             self.gates[p] = {"epoch": epoch, "offset": int(ck.get("offset", 0)), "open": True}
         self.calls.append(
@@ -221,6 +230,10 @@ class ScriptedWorker:
         self.refuse_release = bool((await request.json())["refuse"])
         return web.json_response({"refuse": self.refuse_release})
 
+    async def set_checkpoints_lost(self, request: web.Request) -> web.Response:
+        self.checkpoints_lost = bool((await request.json())["lost"])
+        return web.json_response({"lost": self.checkpoints_lost})
+
     async def set_release_uri(self, request: web.Request) -> web.Response:
         self.release_uri = (await request.json())["uri"]
         return web.json_response({"uri": self.release_uri})
@@ -248,6 +261,7 @@ async def main(args: argparse.Namespace) -> None:
     app.router.add_post("/test/report-checkpoints", w.report_now)
     app.router.add_post("/test/release-uri", w.set_release_uri)
     app.router.add_post("/test/refuse-release", w.set_refuse_release)
+    app.router.add_post("/test/lose-checkpoints", w.set_checkpoints_lost)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", args.port, ssl_context=ssl_context).start()

@@ -80,7 +80,8 @@ def decide(
     return MarkStuck(
         partition=part.partition,
         epoch=part.epoch,
-        note=_clip(f"{failed}; no earlier checkpoint and the source log is truncated"),
+        # The conclusion first: tables cut this note to fit a row.
+        note=_clip(f"no lossless fallback (source log truncated, no earlier checkpoint): {failed}"),
         now_ms=now_ms,
     )
 

@@ -98,7 +98,7 @@ def test_without_full_replay_the_chain_ends_stuck_and_reset_clears_it(s: Cluster
     gen = s.generation
     ok(s, cmd)
     part = s.partitions[0]
-    assert "source log is truncated" in part.stuck and s.generation == gen
+    assert "no lossless fallback" in part.stuck and s.generation == gen
     assert decide(part, 10, "gone", NO_REPLAY, 70) is None  # stuck: nothing more to decide
     epoch = part.epoch
     value = ok(s, ResetPartition(partition=0, note="reset by operator", now_ms=80))
