@@ -30,6 +30,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -219,6 +220,7 @@ async def test_digest_is_encoded_outside_the_lock(monkeypatch: pytest.MonkeyPatc
     # create_app needs a real node (metrics, duties); the handler alone needs only this.
     web_app = web.Application()
     web_app[api.NODE_KEY] = node  # type: ignore[misc]
+    web_app[api.DUTIES_KEY] = SimpleNamespace(running=True)  # health says if duties run
     web_app.router.add_get("/v1/health", api.health)
     async with TestClient(TestServer(web_app)) as client:
         r = await client.get("/v1/health?digest=true")
