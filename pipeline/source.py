@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.keys import partition_for_key
+from coordinator.core.routing import partition_for_key
 from pipeline.store import ObjectStore, StoreError
 
 __all__ = [

@@ -1,8 +1,8 @@
 """Key routing: the one function that maps a record key to its partition.
 
 Producers, workers and the client SDK all route with exactly this function (the pipeline
-re-exports it), so a key's records and its lookups always land on the same partition for a
-given partition count.
+imports it from here; there is no second copy), so a key's records and its lookups always
+land on the same partition for a given partition count.
 """
 
 from __future__ import annotations

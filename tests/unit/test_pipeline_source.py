@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.keys import partition_for_key
+from coordinator.core.routing import partition_for_key
 from pipeline.source import (
     SEGMENT_RECORDS_MAX,
     Producer,
