@@ -371,10 +371,10 @@ class ClusterConfig:
                 f"body_bytes_max = {4 * self.body_bytes_max}",
                 field="raft_frame_bytes_max",
             )
-        if 2 * self.group_commit_bytes_max > self.raft_frame_bytes_max:
+        if 4 * self.group_commit_bytes_max > self.raft_frame_bytes_max:
             raise ConfigError(
                 f"group_commit_bytes_max = {self.group_commit_bytes_max}: must be <= "
-                f"raft_frame_bytes_max / 2 = {self.raft_frame_bytes_max // 2} (a batch "
+                f"raft_frame_bytes_max / 4 = {self.raft_frame_bytes_max // 4} (a batch "
                 "travels in one Raft frame)",
                 field="group_commit_bytes_max",
             )

@@ -194,11 +194,6 @@ class RaftSettings:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.group_commit_bytes_max * 2 > self.frame_bytes_max:
-            raise ValueError(
-                "group_commit_bytes_max must be at most half of frame_bytes_max: a batch "
-                "travels in one frame with its framing and the Raft message around it"
-            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -633,12 +628,15 @@ class ReplicatedLog:
         """Send what is queued, one batch per free in-flight slot (event loop thread)."""
         settings = self._settings
         loop = asyncio.get_running_loop()
+        # A batch travels in one Raft frame with its framing and the message around it
+        # (coordinator config refuses a larger setting; this guards other callers).
+        bytes_max = min(settings.group_commit_bytes_max, settings.frame_bytes_max // 4)
         while self._queue and self._in_flight < settings.group_commit_in_flight_max:
             batch: list[_Proposal] = []
             size = 0
             while self._queue and len(batch) < settings.group_commit_entries_max:
                 head = self._queue[0]
-                if batch and size + len(head.entry) > settings.group_commit_bytes_max:
+                if batch and size + len(head.entry) > bytes_max:
                     break
                 self._queue.popleft()
                 self._queued_bytes -= len(head.entry)
