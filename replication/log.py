@@ -81,6 +81,7 @@ __all__ = [
     "ReplicatedLog",
     "ReplicationError",
     "StateMachine",
+    "apply_entry",
 ]
 
 log = logging.getLogger(__name__)
@@ -374,18 +375,22 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         # The one replicated entry point. It must never raise (see module docstring).
         if not entry:
             return b""  # a barrier: ordering only, the machine never sees it
-        if is_batch(entry):
-            try:
-                items = decode_batch(entry)
-            except BatchFormatError as exc:
-                log.error("malformed batch entry (%s); every caller gets an error", exc)
-                return machine_error_result(exc)
-            # One lock hold for the whole batch: readers see all of it or none of it.
-            with self._ripple_lock:
-                machine = self._machine()
-                return encode_results([_apply_one(machine, item) for item in items])
         with self._ripple_lock:
-            return _apply_one(self._machine(), entry)
+            return apply_entry(self._machine(), entry)
+
+
+def apply_entry(machine: StateMachine, entry: bytes) -> bytes:
+    """What one committed entry does to `machine` and the result bytes it leaves. A batch
+    applies its items in order, each as if it were its own entry (one call holds the lock,
+    so readers see all of a batch or none of it). Never raises."""
+    if not is_batch(entry):
+        return _apply_one(machine, entry)
+    try:
+        items = decode_batch(entry)
+    except BatchFormatError as exc:
+        log.error("malformed batch entry (%s); every caller gets an error", exc)
+        return machine_error_result(exc)
+    return encode_results([_apply_one(machine, item) for item in items])
 
 
 def _apply_one(machine: StateMachine, entry: bytes) -> bytes:
