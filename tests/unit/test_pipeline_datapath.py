@@ -31,7 +31,6 @@ from pipeline.worker import (
     PartitionRuntime,
     Worker,
     WorkerSettings,
-    now_ms,
 )
 from tests.prom import parse, value
 from tests.unit.test_pipeline_spark import aggregator, reference
@@ -228,7 +227,7 @@ async def test_failing_batches_are_reported_and_retried_without_refetching(
     worker.total_partitions, worker.source = PARTITIONS, log
     worker.aggregator = Aggregator(spark_remote, switch)
     worker.feed = Feed(path, store, log, worker.staging, files_arrow_rows_max=0)
-    worker.lease = Lease(lease_ms=600_000).renewed(now_ms())
+    worker.lease = Lease(lease_ms=600_000).renewed(worker.clock.monotonic_ms())
     for p in range(PARTITIONS):
         rt = PartitionRuntime(epoch=1)
         rt.loaded.set()
