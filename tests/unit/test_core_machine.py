@@ -28,8 +28,10 @@ from coordinator.core.commands import (
     Command,
     DeclareDead,
     DrainWorker,
+    FallBack,
     FinalCheckpoint,
     HandOff,
+    MarkStuck,
     Move,
     Ok,
     PartitionOnline,
@@ -37,16 +39,19 @@ from coordinator.core.commands import (
     RecordCheckpoints,
     RegisterWorker,
     Rejected,
+    ResetPartition,
     Result,
     StartRelease,
 )
 from coordinator.core.machine import ClusterState, Machine
 from coordinator.core.model import (
+    CHECKPOINTS_KEPT_MAX,
     OWNING_WORKER_STATES,
     TERMINAL_PHASES,
     MigrationId,
     MigrationPhase,
     MigrationReason,
+    Partition,
     PartitionStatus,
     WorkerId,
     WorkerState,
@@ -293,7 +298,7 @@ class CoordinatorRun(RuleBasedStateMachine):
             return
         wid = data.draw(st.sampled_from(owning))
         entries = tuple(
-            CheckpointReport(partition=p, epoch=e - stale, offset=offset, uri="c")
+            CheckpointReport(partition=p, epoch=e - stale, offset=offset, uri=f"c{offset}")
             for p, e in self.s.assignment_of(wid)
         )
         inc = self.s.workers[wid].incarnation
@@ -310,6 +315,52 @@ class CoordinatorRun(RuleBasedStateMachine):
         wid = data.draw(st.sampled_from(owning))
         moves = tuple(m for m in self._moves(data, [wid]) if m.target != wid)
         assert isinstance(self.run(DrainWorker(worker_id=wid, moves=moves, now_ms=10)), Ok)
+
+    def _assigning(self, data: st.DataObject) -> Partition:
+        """Preferably an ASSIGNING partition with earlier checkpoints (the deep cases)."""
+        pending = [p for p in self.s.partitions if p.status is PartitionStatus.ASSIGNING]
+        deep = [p for p in pending if p.earlier]
+        return data.draw(st.sampled_from(deep or pending or self.s.partitions))
+
+    @rule(data=st.data(), exact=st.integers(0, 3), replay=st.booleans())
+    def fall_back(self, data: st.DataObject, exact: int, replay: bool) -> None:
+        part = self._assigning(data)
+        epoch = part.epoch if exact else data.draw(st.sampled_from([part.epoch + 1, part.epoch]))
+        known = [FinalCheckpoint(offset=c.offset, uri=c.uri, epoch=c.epoch) for c in part.earlier]
+        bogus = FinalCheckpoint(offset=0, uri="nowhere", epoch=0)
+        to = None if replay else data.draw(st.sampled_from([*known, bogus]))
+        cmd = FallBack(partition=part.partition, epoch=epoch, checkpoint=to, note="f", now_ms=11)
+        result = self.run(cmd)
+        valid = (
+            epoch == part.epoch
+            and part.status is PartitionStatus.ASSIGNING
+            and part.checkpoint is not None
+            and (to is None or to in known)
+        )
+        assert isinstance(result, Ok) == valid, (result, part)
+        if valid:
+            new = self.s.partitions[part.partition]
+            assert (new.owner, new.epoch, new.migration) == (
+                part.owner,
+                part.epoch + 1,
+                part.migration,
+            )
+
+    @rule(data=st.data())
+    def mark_stuck(self, data: st.DataObject) -> None:
+        part = self._assigning(data)
+        cmd = MarkStuck(partition=part.partition, epoch=part.epoch, note="s", now_ms=12)
+        result = self.run(cmd)
+        assert isinstance(result, Ok) == (part.status is PartitionStatus.ASSIGNING)
+
+    @rule(data=st.data())
+    def reset(self, data: st.DataObject) -> None:
+        part = self._assigning(data)
+        result = self.run(ResetPartition(partition=part.partition, note="r", now_ms=13))
+        assert isinstance(result, Ok) == (part.status is PartitionStatus.ASSIGNING)
+        if isinstance(result, Ok):
+            new = self.s.partitions[part.partition]
+            assert (new.checkpoint, new.earlier, new.stuck) == (None, (), "")
 
     @rule()
     def retry_last(self) -> None:
@@ -367,6 +418,17 @@ class CoordinatorRun(RuleBasedStateMachine):
                 assert part.owner == m.source
             else:
                 assert part.owner == m.target
+
+    @invariant()
+    def fallback_chain_is_older_bounded_and_never_stuck_online(self) -> None:
+        for part in self.s.partitions:
+            assert len(part.earlier) <= CHECKPOINTS_KEPT_MAX
+            if part.checkpoint is None:
+                assert part.earlier == ()
+            offsets = [part.checkpoint.offset] if part.checkpoint else []
+            offsets += [c.offset for c in part.earlier]
+            assert all(a > b for a, b in itertools.pairwise(offsets)), offsets
+            assert not (part.stuck and part.status is PartitionStatus.ONLINE)
 
     @invariant()
     def snapshot_round_trips(self) -> None:
