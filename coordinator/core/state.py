@@ -18,6 +18,7 @@ from collections import OrderedDict, deque
 from dataclasses import replace
 from typing import Any
 
+from coordinator.core import lifecycle
 from coordinator.core.commands import (
     AbortMigration,
     Assignment,
@@ -720,10 +721,16 @@ def _start_release(state: ClusterState, cmd: StartRelease) -> _Outcome:
     value: dict[str, Any] = {"migration_id": m.migration_id, "phase": "releasing"}
     if m.phase is MigrationPhase.RELEASING:
         return Ok(value=value | {"changed": False}), False
-    if m.phase is not MigrationPhase.PLANNED:
-        return rejected(
-            "conflict", f"migration {m.migration_id} is {m.phase.value}", "migration_id"
-        ), False
+    problem = lifecycle.check(
+        lifecycle.MIGRATION_EDGES,
+        m.phase,
+        MigrationPhase.RELEASING,
+        "StartRelease",
+        f"migration {m.migration_id}",
+        "migration_id",
+    )
+    if problem is not None:
+        return problem, False
     _put_migration(state, replace(m, phase=MigrationPhase.RELEASING, updated_at_ms=cmd.now_ms))
     return Ok(value=value | {"changed": True}), False
 
@@ -737,10 +744,17 @@ def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
     if m.phase is MigrationPhase.HANDED_OFF:
         value |= {"owner": part.owner, "epoch": part.epoch, "checkpoint": None, "changed": False}
         return Ok(value=value), False
-    if m.phase in TERMINAL_PHASES:
-        return rejected(
-            "conflict", f"migration {m.migration_id} is {m.phase.value}", "migration_id"
-        ), False
+    # PLANNED is not a source of HandOff (lifecycle.py says why): StartRelease comes first.
+    problem = lifecycle.check(
+        lifecycle.MIGRATION_EDGES,
+        m.phase,
+        MigrationPhase.HANDED_OFF,
+        "HandOff",
+        f"migration {m.migration_id}",
+        "migration_id",
+    )
+    if problem is not None:
+        return problem, False
     target = state.workers[m.target]
     if target.state is not WorkerState.ACTIVE:
         return rejected("conflict", f"target {m.target} is {target.state.value}", "to"), False

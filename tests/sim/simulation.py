@@ -71,6 +71,7 @@ from coordinator.core.planner import (
     call_key,
 )
 from coordinator.core.state import ClusterState
+from tests.lifecycle_check import LifecycleView, lifecycle_problem, lifecycle_view
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
 
@@ -532,10 +533,13 @@ class Simulation:
             while r.applied < upto:
                 _, entry = r.log[r.applied]
                 before = self._partition_view(r.machine.state)
+                lives = lifecycle_view(r.machine.state) if i == 0 else None
                 result = r.machine.apply(entry)
                 r.results[decode_command(entry)[0]] = result
                 r.applied += 1
                 self.check_applied(i, r, entry, result, before)
+                if lives is not None:
+                    self.check_lifecycles(lives, r.machine.state, entry)
 
     def change_leader(self) -> None:
         # Raft's election restriction: only a replica holding every committed entry can win.
@@ -615,6 +619,12 @@ class Simulation:
                             )
                     else:
                         self.stats["fenced"] += 1
+
+    def check_lifecycles(self, before: LifecycleView, state: ClusterState, entry: bytes) -> None:
+        """Every state change the machine made is an edge of coordinator/core/lifecycle.py."""
+        problem = lifecycle_problem(before, state, type(decode_command(entry)[1]).__name__)
+        if problem is not None:
+            self.fail(problem)
 
     def check_gates(self) -> None:
         """No two live workers hold an open gate for one partition at one epoch."""

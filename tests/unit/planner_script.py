@@ -75,6 +75,7 @@ from coordinator.core.planner import (
     WorkerResult,
 )
 from coordinator.core.state import ClusterState, apply
+from tests.lifecycle_check import lifecycle_problem, lifecycle_view
 
 WALL_OFFSET_MS = 1_700_000_000_000  # wall time is stamped only; keep it far from monotonic
 RUN_BATCHES_MAX = 20
@@ -183,7 +184,12 @@ class Harness:
 
     def apply(self, cmd: Command) -> Ok | Rejected:
         self.seq += 1
-        return apply(self.state, f"s{self.seq}", cmd)
+        before = lifecycle_view(self.state)
+        result = apply(self.state, f"s{self.seq}", cmd)
+        problem = lifecycle_problem(before, self.state, type(cmd).__name__)
+        if problem is not None:
+            raise AssertionError(problem)
+        return result
 
     def commit(self, batch: Batch) -> list[str]:
         out = []

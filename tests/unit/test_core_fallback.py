@@ -19,6 +19,7 @@ from coordinator.core.commands import (
     RecordCheckpoints,
     RegisterWorker,
     ResetPartition,
+    StartRelease,
 )
 from coordinator.core.fallback import (
     CHECKPOINT_UNAVAILABLE,
@@ -142,6 +143,7 @@ def test_fallback_keeps_a_handed_off_migration_attached(s: ClusterState) -> None
     report(s, 5)
     report(s, 9)
     (m1,) = plan(s, (0, W1, W2))
+    ok(s, StartRelease(migration_id=m1, now_ms=40))
     ok(s, HandOff(migration_id=m1, checkpoint=None, now_ms=41))
     part = s.partitions[0]
     cmd = decide(part, 3, "gone", POLICY, 70)

@@ -223,6 +223,7 @@ def test_reregister_aborts_its_migrations(s: ClusterState) -> None:
 
 def test_reregister_keeps_handed_off_migration_into_it(s: ClusterState) -> None:
     (m1,) = plan(s, (0, W1, W2))
+    ok(s, StartRelease(migration_id=m1, now_ms=40))
     ok(s, HandOff(migration_id=m1, checkpoint=None, now_ms=41))
     assert s.partitions[0].epoch == 2
     ok(s, RegisterWorker(worker_id=W2, address="x", now_ms=50))
@@ -339,6 +340,7 @@ def test_dead_target_aborts_and_reopens_releasing_source(s: ClusterState) -> Non
 
 def test_dead_target_after_hand_off_is_reassigned(s: ClusterState) -> None:
     ok(s, DrainWorker(worker_id=W1, moves=(Move(partition=0, source=W1, target=W3),), now_ms=40))
+    ok(s, StartRelease(migration_id=M1, now_ms=40))
     ok(s, HandOff(migration_id=M1, checkpoint=None, now_ms=41))
     ok(
         s,
@@ -348,6 +350,7 @@ def test_dead_target_after_hand_off_is_reassigned(s: ClusterState) -> None:
             now_ms=42,
         ),
     )
+    ok(s, StartRelease(migration_id=M2, now_ms=40))
     ok(s, HandOff(migration_id=M2, checkpoint=None, now_ms=43))
     ok(s, PartitionOnline(partition=3, epoch=2, owner=W2, now_ms=44))
     assert s.workers[W1].state is WorkerState.DRAINING  # m-1 still in flight
@@ -508,6 +511,7 @@ def test_hand_off_checkpoint_choice(
     (m1,) = plan(s, (0, W1, W2))
     ok(s, StartRelease(migration_id=m1, now_ms=41))
     gen = s.generation
+    ok(s, StartRelease(migration_id=m1, now_ms=40))
     value = ok(s, HandOff(migration_id=m1, checkpoint=final, now_ms=42))
     assert value["checkpoint"] == expected and value["epoch"] == 2 and value["owner"] == W2
     p0 = s.partitions[0]
@@ -523,8 +527,16 @@ def test_hand_off_checkpoint_choice(
     assert s.partitions[0].epoch == 2 and s.generation == gen + 1
 
 
-def test_hand_off_from_planned_without_checkpoint_history(s: ClusterState) -> None:
+def test_hand_off_straight_from_planned_is_not_an_edge(s: ClusterState) -> None:
+    """lifecycle.py: the source of a PLANNED migration was never asked to release."""
     (m1,) = plan(s, (0, W1, W2))
+    r = rejects(s, HandOff(migration_id=m1, checkpoint=None, now_ms=42), "conflict")
+    assert "planned" in r.message and r.field == "migration_id"
+
+
+def test_hand_off_without_checkpoint_history(s: ClusterState) -> None:
+    (m1,) = plan(s, (0, W1, W2))
+    ok(s, StartRelease(migration_id=m1, now_ms=40))
     value = ok(s, HandOff(migration_id=m1, checkpoint=None, now_ms=42))
     assert value["checkpoint"] == "last_accepted" and s.partitions[0].checkpoint is None
 
@@ -533,6 +545,7 @@ def test_hand_off_rejections(s: ClusterState) -> None:
     m1, m2 = plan(s, (0, W1, W2), (1, W2, W3))
     rejects(s, HandOff(migration_id=MigrationId("nope"), checkpoint=None, now_ms=1), "not_found")
     ok(s, DrainWorker(worker_id=W2, moves=(), now_ms=41))
+    ok(s, StartRelease(migration_id=m1, now_ms=41))
     rejects(s, HandOff(migration_id=m1, checkpoint=None, now_ms=42), "conflict", "to")
     ok(s, AbortMigration(migration_id=m2, note="x", now_ms=43))
     rejects(s, HandOff(migration_id=m2, checkpoint=None, now_ms=44), "conflict")
@@ -540,6 +553,7 @@ def test_hand_off_rejections(s: ClusterState) -> None:
 
 def test_drain_hand_off_records_drain_reason(s: ClusterState) -> None:
     ok(s, DrainWorker(worker_id=W1, moves=(Move(partition=0, source=W1, target=W2),), now_ms=40))
+    ok(s, StartRelease(migration_id=M1, now_ms=40))
     ok(s, HandOff(migration_id=M1, checkpoint=None, now_ms=41))
     assert s.partitions[0].history[-1].reason is ChangeReason.DRAIN
 
@@ -567,6 +581,7 @@ def test_abort_after_hand_off_detaches_but_keeps_the_target(s: ClusterState) -> 
     # A target that cannot bring the partition online (its checkpoint is lost) must not pin
     # it: abort detaches the migration; the source released it, so the target keeps it.
     (m1,) = plan(s, (0, W1, W2))
+    ok(s, StartRelease(migration_id=m1, now_ms=40))
     ok(s, HandOff(migration_id=m1, checkpoint=None, now_ms=41))
     gen = s.generation
     value = ok(s, AbortMigration(migration_id=m1, note="stuck", now_ms=42))
@@ -585,6 +600,7 @@ def test_abort_after_hand_off_detaches_but_keeps_the_target(s: ClusterState) -> 
 
 def test_abort_after_done_is_refused(s: ClusterState) -> None:
     (m1,) = plan(s, (0, W1, W2))
+    ok(s, StartRelease(migration_id=m1, now_ms=40))
     ok(s, HandOff(migration_id=m1, checkpoint=None, now_ms=41))
     ok(s, PartitionOnline(partition=0, epoch=2, owner=W2, now_ms=43))
     rejects(s, AbortMigration(migration_id=m1, note="", now_ms=44), "conflict", match="finished")
@@ -592,6 +608,7 @@ def test_abort_after_done_is_refused(s: ClusterState) -> None:
 
 def test_reassign_supersedes_a_hand_off_that_never_came_online(s: ClusterState) -> None:
     (m1,) = plan(s, (0, W1, W2))
+    ok(s, StartRelease(migration_id=m1, now_ms=40))
     ok(s, HandOff(migration_id=m1, checkpoint=None, now_ms=41))
     (m2,) = plan(s, (0, W2, W3))
     assert phase(s, m1) is MigrationPhase.ABORTED

@@ -1,0 +1,145 @@
+"""Lifecycles as data: the transition tables of workers, partitions and migrations.
+
+Owns which state changes exist and which commands make them, in the manner of h11's
+`_state.py`: the tables below are the single description that `apply` consults before a
+command moves a migration, the property and simulation tests hold every change the state
+machine makes to, and `docs/architecture.md` renders (`render_markdown`, checked by a test).
+A change that is not in its table is an error value (`Rejected`, code `conflict`), never an
+exception.
+
+`None` as a source is "no record yet" (a worker's first registration, a migration's
+creation). A self-edge (ASSIGNING -> ASSIGNING) is a new epoch without a status change.
+
+HandOff straight from PLANNED is deliberately NOT an edge. A PLANNED migration's source has
+not been asked to release: its gate is still open, so a hand-off would start the target while
+the source still processes at the old epoch (fenced, but wasted and noisy), it would skip the
+source's final checkpoint (a longer replay), and it would bypass `max_concurrent_migrations`,
+which counts only migrations past PLANNED. The one way from PLANNED to HANDED_OFF is
+DeclareDead when the source itself is dead: there is no gate left to close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from enum import Enum
+from typing import TypeVar
+
+from coordinator.core.commands import Rejected, rejected
+from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
+
+__all__ = [
+    "MIGRATION_EDGES",
+    "PARTITION_EDGES",
+    "WORKER_EDGES",
+    "allowed",
+    "check",
+    "render_markdown",
+]
+
+W = WorkerState
+P = PartitionStatus
+M = MigrationPhase
+
+S = TypeVar("S", bound=Hashable)
+Edges = Mapping[tuple[S | None, S], frozenset[str]]
+
+
+def _edges(*rows: tuple[object, object, str]) -> dict[tuple[object, object], frozenset[str]]:
+    out: dict[tuple[object, object], set[str]] = {}
+    for src, dst, commands in rows:
+        out.setdefault((src, dst), set()).update(commands.split())
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+WORKER_EDGES: Edges[WorkerState] = _edges(  # type: ignore[assignment]
+    (None, W.ACTIVE, "RegisterWorker"),
+    # A re-registration is a new incarnation, whatever the worker's state was.
+    (W.ACTIVE, W.ACTIVE, "RegisterWorker"),
+    (W.DRAINING, W.ACTIVE, "RegisterWorker"),
+    (W.DEAD, W.ACTIVE, "RegisterWorker"),
+    (W.LEFT, W.ACTIVE, "RegisterWorker"),
+    (W.ACTIVE, W.DRAINING, "DrainWorker"),
+    # A drain of a worker that owns nothing and sources nothing is over at once.
+    (W.ACTIVE, W.LEFT, "DrainWorker"),
+    (W.ACTIVE, W.DEAD, "DeclareDead"),
+    (W.DRAINING, W.DEAD, "DeclareDead"),
+    # A draining worker leaves once it owns nothing and sources nothing in flight: whichever
+    # command finishes its last migration (or the drain itself, when it owns nothing).
+    (
+        W.DRAINING,
+        W.LEFT,
+        "DrainWorker PartitionOnline AbortMigration DeclareDead RegisterWorker HandOff",
+    ),
+)
+
+PARTITION_EDGES: Edges[PartitionStatus] = _edges(  # type: ignore[assignment]
+    (None, P.UNASSIGNED, "Bootstrap"),
+    (P.UNASSIGNED, P.ASSIGNING, "AssignPartitions DeclareDead"),
+    (P.ASSIGNING, P.ONLINE, "PartitionOnline"),
+    # A new epoch (new owner, or the same owner after a restart, an abort or a fallback).
+    (P.ONLINE, P.ASSIGNING, "DeclareDead HandOff RegisterWorker AbortMigration ResetPartition"),
+    (
+        P.ASSIGNING,
+        P.ASSIGNING,
+        "DeclareDead HandOff RegisterWorker AbortMigration FallBack ResetPartition",
+    ),
+    # The owner died and no ACTIVE worker is left to take it.
+    (P.ONLINE, P.UNASSIGNED, "DeclareDead"),
+    (P.ASSIGNING, P.UNASSIGNED, "DeclareDead"),
+)
+
+MIGRATION_EDGES: Edges[MigrationPhase] = _edges(  # type: ignore[assignment]
+    (None, M.PLANNED, "PlanMigrations DrainWorker"),
+    (M.PLANNED, M.RELEASING, "StartRelease"),
+    (M.RELEASING, M.HANDED_OFF, "HandOff DeclareDead"),
+    # Only when the source is dead (see the module doc: not HandOff).
+    (M.PLANNED, M.HANDED_OFF, "DeclareDead"),
+    (M.HANDED_OFF, M.DONE, "PartitionOnline"),
+    (M.PLANNED, M.ABORTED, "AbortMigration DeclareDead RegisterWorker"),
+    (M.RELEASING, M.ABORTED, "AbortMigration DeclareDead RegisterWorker"),
+    # The target owns it since the hand-off but died or never came online.
+    (M.HANDED_OFF, M.ABORTED, "AbortMigration DeclareDead"),
+)
+
+TABLES: dict[str, Mapping[tuple[object, object], frozenset[str]]] = {
+    "worker": WORKER_EDGES,  # type: ignore[dict-item]
+    "partition": PARTITION_EDGES,  # type: ignore[dict-item]
+    "migration": MIGRATION_EDGES,  # type: ignore[dict-item]
+}
+
+
+def allowed(
+    table: Mapping[tuple[S | None, S], frozenset[str]], src: S | None, dst: S, command: str
+) -> bool:
+    return command in table.get((src, dst), frozenset())
+
+
+def check(
+    table: Mapping[tuple[S | None, S], frozenset[str]],
+    src: S | None,
+    dst: S,
+    command: str,
+    what: str,
+    field: str | None = None,
+) -> Rejected | None:
+    """None when `command` may move `what` from `src` to `dst`; otherwise the rejection."""
+    if allowed(table, src, dst, command):
+        return None
+    name = "nothing" if src is None else _value(src)
+    return rejected("conflict", f"{what} is {name}: {command} cannot make it {_value(dst)}", field)
+
+
+def _value(s: object) -> str:
+    return str(s.value) if isinstance(s, Enum) else str(s)
+
+
+def render_markdown() -> str:
+    """The tables as the markdown docs/architecture.md carries (a test keeps them equal)."""
+    lines: list[str] = []
+    for name, table in TABLES.items():
+        lines += [f"**{name}**", "", "| from | to | commands |", "|---|---|---|"]
+        for (src, dst), commands in table.items():
+            frm = "(new)" if src is None else _value(src)
+            lines.append(f"| {frm} | {_value(dst)} | {', '.join(sorted(commands))} |")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
