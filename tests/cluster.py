@@ -173,6 +173,28 @@ class Cluster:
             return None
         return r.body if r.status == 200 else None
 
+    def proposed(self, node_id: str) -> tuple[int, int] | None:
+        """(log entries, commands) this node's group commit proposed since it started, from
+        its /metrics; None when the node does not answer."""
+        try:
+            r = call("GET", self.url(node_id) + "/metrics", timeout_s=5.0, context=self.context)
+        except OSError:
+            return None
+        if r.status != 200:
+            return None
+        values: dict[str, int] = {}
+        for line in str(r.body).splitlines():
+            name, _, value = line.partition(" ")
+            if name in (
+                "ripple_raft_entries_proposed_total",
+                "ripple_raft_commands_proposed_total",
+            ):
+                values[name] = int(float(value))
+        return (
+            values["ripple_raft_entries_proposed_total"],
+            values["ripple_raft_commands_proposed_total"],
+        )
+
     def leader(self, timeout_s: float = 30.0, among: list[str] | None = None) -> str:
         """The id of the single ready leader that every live node agrees on."""
 

@@ -150,6 +150,7 @@ class Load:
         epoch_readers: int = 1,
     ) -> None:
         self.cluster = cluster
+        self.writers = writers
         self.history = History()
         self.epochs = History()  # consistent reads of every partition's (epoch, owner)
         self.rng = random.Random(seed)

@@ -46,6 +46,9 @@ WARMUP_S = 2.0
 KILL_EVERY_S = 3.0
 BURST_WRITES = 1000
 BURST_CLIENTS = 8
+# Concurrent writers in the scenarios that check group commit: enough that writes share log
+# entries, so the linearizability checker runs on batched histories.
+BATCHED_WRITERS = 6
 CATCH_UP_S = 20.0
 
 
@@ -72,9 +75,33 @@ def finish(cluster: Cluster, load: Load, figures: Figures, started: float) -> No
     check_linearizable(load, figures)
     wait_settled(cluster)
     check_replicas_equal(cluster, figures)
+    check_batched(cluster, load, figures)
     figures.duration_s = time.monotonic() - started
     print(figures.line())
     assert not figures.violations, f"seed={figures.seed}: {figures.violations}"
+
+
+def sample_batching(cluster: Cluster, figures: Figures) -> None:
+    """Add what the live nodes proposed since their last start (log entries and the commands
+    they carried) to the figures. Call it before killing nodes, whose counts die with them."""
+    for node in cluster.alive():
+        counts = cluster.proposed(node)
+        if counts is not None:
+            for key, value in zip(("entries_proposed", "commands_proposed"), counts, strict=True):
+                figures.ops[key] = figures.ops.get(key, 0) + value
+
+
+def check_batched(cluster: Cluster, load: Load, figures: Figures) -> None:
+    """With BATCHED_WRITERS writers, a run where no entry carried two commands did not test
+    group commit at all, and says so."""
+    sample_batching(cluster, figures)
+    entries = figures.ops.get("entries_proposed", 0)
+    commands = figures.ops.get("commands_proposed", 0)
+    if load.writers >= BATCHED_WRITERS and commands <= entries:
+        figures.violations.append(
+            f"no batching: {commands} commands in {entries} entries; the history checked "
+            "holds no batched writes"
+        )
 
 
 def test_a_leader_killed_every_3s(
@@ -87,7 +114,7 @@ def test_a_leader_killed_every_3s(
     duration_s = 60.0 if request.config.getoption("--soak") else 15.0
     figures = Figures(scenario="a_leader_kill", seed=seed)
     started = time.monotonic()
-    load = Load(cluster, seed)
+    load = Load(cluster, seed, writers=BATCHED_WRITERS)
     warm_up(load)
     end = time.monotonic() + duration_s
     while time.monotonic() < end:
@@ -152,7 +179,7 @@ def test_b_leader_cut_off_from_followers(
     cut_s = 20.0 if request.config.getoption("--soak") else 6.0
     figures = Figures(scenario="b_leader_cut_off", seed=seed)
     started = time.monotonic()
-    load = Load(cluster, seed)
+    load = Load(cluster, seed, writers=BATCHED_WRITERS)
     warm_up(load)
     old = cluster.leader(30.0)
     others = [s.id for s in cluster.specs if s.id != old]
@@ -367,7 +394,7 @@ def test_d_whole_cluster_killed_and_restarted(env: tuple[Cluster, Workers]) -> N
     seed = 404
     figures = Figures(scenario="d_kill_all", seed=seed)
     started = time.monotonic()
-    load = Load(cluster, seed)
+    load = Load(cluster, seed, writers=BATCHED_WRITERS)
     warm_up(load)
     table = owners(cluster)
     moves = [{"partition": p, "to": "w2" if o != "w2" else "w3"} for p, (o, _) in table.items()][:6]
@@ -375,6 +402,7 @@ def test_d_whole_cluster_killed_and_restarted(env: tuple[Cluster, Workers]) -> N
     assert r.status in (200, 202), r
     mids = [m["id"] for m in r.body["migrations"]]
     time.sleep(0.2)
+    sample_batching(cluster, figures)
     for nid in list(cluster.procs):
         cluster.kill9(nid)
     figures.fault("kill9_all")

@@ -33,7 +33,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 def test_concurrent_writers_share_entries_and_each_ack_lands_once(cluster: Cluster) -> None:
     leader = cluster.ready()
     url = cluster.url(leader) + "/v1/workers"
-    before = proposed(cluster, leader)
+    before = cluster.proposed(leader)
+    assert before is not None
     commit_before = cluster.health(leader)["commit_index"]  # type: ignore[index]
 
     def writer(i: int) -> list[tuple[str, Reply]]:
@@ -64,7 +65,8 @@ def test_concurrent_writers_share_entries_and_each_ack_lands_once(cluster: Clust
     assert all(inc == 1 for _, inc in incarnations)  # the retried key applied once
     assert len(acked) == WRITERS * PER_WRITER
 
-    after = proposed(cluster, leader)
+    after = cluster.proposed(leader)
+    assert after is not None
     entries = after[0] - before[0]
     commands = after[1] - before[1]
     # Each request went through the log (the leader's own duties may add a few)...
@@ -84,17 +86,3 @@ def test_concurrent_writers_share_entries_and_each_ack_lands_once(cluster: Clust
         wait_until(listed, f"{spec.id} catches up", timeout_s=60)
         ids = Counter(w["worker_id"] for w in cluster.get(spec.id, "/v1/workers").body["workers"])
         assert set(ids) == set(acked) and set(ids.values()) == {1}
-
-
-def proposed(cluster: Cluster, node: str) -> tuple[float, float]:
-    """(log entries, commands) the node proposed so far, from its /metrics."""
-    text = cluster.get(node, "/metrics").body
-    values = {}
-    for line in str(text).splitlines():
-        name, _, value = line.partition(" ")
-        if name in ("ripple_raft_entries_proposed_total", "ripple_raft_commands_proposed_total"):
-            values[name] = float(value)
-    return (
-        values["ripple_raft_entries_proposed_total"],
-        values["ripple_raft_commands_proposed_total"],
-    )

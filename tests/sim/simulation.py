@@ -23,7 +23,11 @@ The log model (Raft, simplified but with the parts that matter here):
 - on a leader change the new leader is a replica holding every committed entry (Raft's
   election restriction); the old leader's uncommitted tail is overwritten when it catches up;
 - a replica applies committed entries in order, and a new leader proposes nothing until it
-  has applied its whole log up to the commit index (DESIGN §3: "apply before serving").
+  has applied its whole log up to the commit index (DESIGN §3: "apply before serving");
+- group commit: what the leader appended since it last replicated goes out as ONE batch entry
+  (``replication.batch``); replicas c1, c2 apply it through ``replication.log.apply_entry``,
+  c0 command by command with the per-command checks, and the per-index state hash holds the
+  two paths to one state.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ from coordinator.core.planner import (
     call_key,
 )
 from coordinator.core.state import ClusterState
+from replication.batch import decode_batch, decode_results, encode_batch, is_batch
+from replication.log import apply_entry
 from tests.lifecycle_check import LifecycleView, lifecycle_problem, lifecycle_view
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
@@ -459,6 +465,11 @@ class Simulation:
         self.stats["cuts"] = 0
         self.cut_until: dict[str, int] = {}
         self.stats |= {"accepted": 0, "entries": 0, "stale_reports": 0, "drains": 0}
+        self.stats |= {"batches": 0, "batched_commands": 0}
+        # Group commit: where the leader's run of entries appended since it last replicated
+        # starts (None: nothing new). Replication packs such a run into ONE batch entry, as
+        # replication/log.py does with proposals that queue while an entry is in flight.
+        self.unsent_from: int | None = None
 
     @property
     def planner_settings(self) -> PlannerSettings:
@@ -485,6 +496,8 @@ class Simulation:
         rid = f"r{self.request_seq}"
         entry = encode_command(cmd, rid)
         lead = self.replicas[self.leader]
+        if self.unsent_from is None:
+            self.unsent_from = len(lead.log)
         lead.log.append((self.term, entry))
         self.match[self.leader] = len(lead.log)
         self.stats["entries"] += 1
@@ -494,7 +507,22 @@ class Simulation:
         lead = self.replicas[self.leader]
         return len(lead.log) > self.commit_index or lead.applied < self.commit_index
 
+    def pack_unsent(self) -> None:
+        """Pack the entries this leader appended since it last replicated (its own term's, on
+        no other replica yet, none committed) into one batch entry, in order."""
+        start, self.unsent_from = self.unsent_from, None
+        lead = self.replicas[self.leader]
+        if start is None or len(lead.log) - start < 2 or start < self.commit_index:
+            return
+        run = lead.log[start:]
+        assert all(term == self.term for term, _ in run)
+        lead.log[start:] = [(self.term, encode_batch([entry for _, entry in run]))]
+        self.match[self.leader] = len(lead.log)
+        self.stats["batches"] += 1
+        self.stats["batched_commands"] += len(run)
+
     def replicate(self) -> None:
+        self.pack_unsent()
         lead = self.replicas[self.leader]
         reached = [self.leader]
         for i, r in enumerate(self.replicas):
@@ -532,14 +560,26 @@ class Simulation:
             upto = min(self.known_commit[i], len(r.log))
             while r.applied < upto:
                 _, entry = r.log[r.applied]
-                before = self._partition_view(r.machine.state)
-                lives = lifecycle_view(r.machine.state) if i == 0 else None
-                result = r.machine.apply(entry)
-                r.results[decode_command(entry)[0]] = result
+                items = decode_batch(entry) if is_batch(entry) else [entry]
+                if i == 0 or len(items) == 1:
+                    # Replica c0 applies a batch command by command, checking each against
+                    # the state just before it; the others apply it through the log's own
+                    # batch path. check_applied's per-index state hash holds both paths to
+                    # the same state.
+                    results = []
+                    for item in items:
+                        before = self._partition_view(r.machine.state)
+                        lives = lifecycle_view(r.machine.state) if i == 0 else None
+                        results.append(apply_entry(r.machine, item))
+                        if lives is not None:
+                            self.check_command(item, results[-1], before)
+                            self.check_lifecycles(lives, r.machine.state, item)
+                else:
+                    results = decode_results(apply_entry(r.machine, entry))
+                for item, result in zip(items, results, strict=True):
+                    r.results[decode_command(item)[0]] = result
                 r.applied += 1
-                self.check_applied(i, r, entry, result, before)
-                if lives is not None:
-                    self.check_lifecycles(lives, r.machine.state, entry)
+                self.check_applied(i, r, results)
 
     def change_leader(self) -> None:
         # Raft's election restriction: only a replica holding every committed entry can win.
@@ -554,6 +594,7 @@ class Simulation:
             return
         self.leader = self.rng.choice(candidates)
         self.term += 1
+        self.unsent_from = None  # the old leader's unsent run went out (or not) as it was
         lead = self.replicas[self.leader]
         self.match = [0] * len(self.replicas)
         self.match[self.leader] = len(lead.log)
@@ -574,18 +615,13 @@ class Simulation:
     def _partition_view(state: ClusterState) -> list[tuple[int, str | None]]:
         return [(p.epoch, p.owner) for p in state.partitions]
 
-    def check_applied(
-        self,
-        i: int,
-        r: Replica,
-        entry: bytes,
-        result_bytes: bytes,
-        before: list[tuple[int, str | None]],
-    ) -> None:
+    def check_applied(self, i: int, r: Replica, results: list[bytes]) -> None:
+        """After each applied log entry (one command or a batch of them)."""
         state = r.machine.state
-        result = decode_result(result_bytes)
-        if not isinstance(result, Ok) and result.code == "internal":
-            self.fail(f"{r.name} apply returned internal: {result.message}")
+        for result_bytes in results:
+            result = decode_result(result_bytes)
+            if not isinstance(result, Ok) and result.code == "internal":
+                self.fail(f"{r.name} apply returned internal: {result.message}")
         h = state_hash(state)
         seen = self.hash_at.setdefault(r.applied, h)
         if seen != h:
@@ -605,20 +641,27 @@ class Simulation:
                 mig = state.migrations.get(p.migration)
                 if mig is None or mig.phase in (MigrationPhase.DONE, MigrationPhase.ABORTED):
                     self.fail(f"p{p.partition} points at finished migration {p.migration}")
-        if i == 0 and isinstance(result, Ok):
-            _, cmd = decode_command(entry)
-            if isinstance(cmd, RecordCheckpoints):
-                for e, res in zip(cmd.entries, result.value["results"], strict=True):
-                    if res["status"] == "accepted":
-                        self.stats["accepted"] += 1
-                        cur_epoch, cur_owner = before[e.partition]
-                        if e.epoch != cur_epoch or cur_owner != cmd.worker_id:
-                            self.fail(
-                                f"checkpoint p{e.partition} accepted at stale epoch {e.epoch} "
-                                f"(current {cur_epoch}, owner {cur_owner})"
-                            )
-                    else:
-                        self.stats["fenced"] += 1
+
+    def check_command(
+        self, entry: bytes, result_bytes: bytes, before: list[tuple[int, str | None]]
+    ) -> None:
+        """One command applied on c0: a checkpoint is accepted only at the current epoch."""
+        result = decode_result(result_bytes)
+        if not isinstance(result, Ok):
+            return
+        _, cmd = decode_command(entry)
+        if isinstance(cmd, RecordCheckpoints):
+            for e, res in zip(cmd.entries, result.value["results"], strict=True):
+                if res["status"] == "accepted":
+                    self.stats["accepted"] += 1
+                    cur_epoch, cur_owner = before[e.partition]
+                    if e.epoch != cur_epoch or cur_owner != cmd.worker_id:
+                        self.fail(
+                            f"checkpoint p{e.partition} accepted at stale epoch {e.epoch} "
+                            f"(current {cur_epoch}, owner {cur_owner})"
+                        )
+                else:
+                    self.stats["fenced"] += 1
 
     def check_lifecycles(self, before: LifecycleView, state: ClusterState, entry: bytes) -> None:
         """Every state change the machine made is an edge of coordinator/core/lifecycle.py."""
