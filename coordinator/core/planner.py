@@ -590,8 +590,13 @@ class Planner:
             moves = self.plan_drain(state, w.worker_id, now)
             if isinstance(moves, Rejected):
                 continue
-            in_flight = any(x.source == w.worker_id for x in state.in_flight_migrations())
-            if moves or not in_flight:
+            # Without moves, DrainWorker only lets a worker that owns nothing and sources
+            # nothing in flight leave. One that still owns a partition moving INTO it (a
+            # HANDED_OFF migration, done once it hosts) must wait: committing a no-op
+            # DrainWorker every batch would starve the host call that finishes it.
+            sourcing = any(x.source == w.worker_id for x in state.in_flight_migrations())
+            owns = bool(state.owned_by(w.worker_id))
+            if moves or not (sourcing or owns):
                 out.append(DrainWorker(worker_id=w.worker_id, moves=moves, now_ms=wall))
         return tuple(out)
 
