@@ -44,6 +44,7 @@ from coordinator.core.commands import (
     CheckpointReport,
     Command,
     DrainWorker,
+    FallBack,
     FinalCheckpoint,
     Ok,
     PlanMigrations,
@@ -112,6 +113,9 @@ class SimSettings:
     p_admin_abort: float = 0.01
     p_admin_drain: float = 0.004
     p_stale_report: float = 0.05
+    # The store loses one accepted checkpoint object (an emptied or damaged store): hosts
+    # from it answer checkpoint_unavailable and the planner must walk the fallback chain.
+    p_lose_checkpoint: float = 0.01
     # Network partitions: one node (a replica or a worker) cut off from everyone for up to
     # cut_ms_max; a cut-off leader is deposed with this chance per step (election timeout).
     p_cut: float = 0.02
@@ -305,6 +309,7 @@ class Proposer:
                 "epoch": call.epoch,
                 "incarnation": call.incarnation,
                 "offset": 0 if ck is None else ck.offset,
+                "uri": None if ck is None else ck.uri,
             }
             self.send(call.worker_id, "host", body)
         elif isinstance(call, ReleaseCall):
@@ -400,10 +405,12 @@ class Proposer:
                     "checkpoint_due": due,
                 },
             )
-        elif kind == "hosted":
+        elif kind in ("hosted", "host_failed"):
             call = self._answer(("host", (b["partition"], b["epoch"])), now)
             if isinstance(call, HostCall) and call.worker_id == wid:
-                planner.on_result(HostDone(call=call, ok=True), now, now)
+                ok = kind == "hosted"
+                done = HostDone(call=call, ok=ok, code=b.get("code"), message="lost")
+                planner.on_result(done, now, now)
         elif kind == "released":
             call = self._answer(("release", b["migration_id"]), now)
             if not isinstance(call, ReleaseCall) or call.worker_id != wid:
@@ -466,6 +473,9 @@ class Simulation:
         self.cut_until: dict[str, int] = {}
         self.stats |= {"accepted": 0, "entries": 0, "stale_reports": 0, "drains": 0}
         self.stats |= {"batches": 0, "batched_commands": 0}
+        # Objects the store lost: never found again (the heal does not bring them back).
+        self.lost_checkpoints: set[str] = set()
+        self.stats |= {"lost_checkpoints": 0, "fallbacks": 0}
         # Group commit: where the leader's run of entries appended since it last replicated
         # starts (None: nothing new). Replication packs such a run into ONE batch entry, as
         # replication/log.py does with proposals that queue while an entry is in flight.
@@ -650,6 +660,8 @@ class Simulation:
         if not isinstance(result, Ok):
             return
         _, cmd = decode_command(entry)
+        if isinstance(cmd, FallBack):
+            self.stats["fallbacks"] += 1
         if isinstance(cmd, RecordCheckpoints):
             for e, res in zip(cmd.entries, result.value["results"], strict=True):
                 if res["status"] == "accepted":
@@ -748,6 +760,12 @@ class Simulation:
             g = w.gates.get(p)
             if g is not None and epoch < int(g["epoch"]):
                 return
+            if b.get("uri") in self.lost_checkpoints:
+                # The real worker answers 409 {"error": "checkpoint_unavailable"}.
+                body = {"worker": w.wid, "partition": p, "epoch": epoch}
+                body["code"] = "checkpoint_unavailable"
+                self.net.send(now, w.wid, reply_to, "host_failed", body)
+                return
             if g is None or epoch > int(g["epoch"]) or not g["open"]:
                 w.gates[p] = {"epoch": epoch, "offset": b["offset"], "open": True}
             self.net.send(
@@ -813,6 +831,19 @@ class Simulation:
             elif not w.alive and r < self.s.p_worker_restart:
                 self.restart_worker(w)
 
+    def inject_store_faults(self) -> None:
+        """Lose one accepted checkpoint object (the current one or an earlier one)."""
+        if self.rng.random() >= self.s.p_lose_checkpoint:
+            return
+        state = self.replicas[self.leader].machine.state
+        uris = sorted(
+            {ck.uri for p in state.partitions for ck in (p.checkpoint, *p.earlier) if ck}
+            - self.lost_checkpoints
+        )
+        if uris:
+            self.lost_checkpoints.add(self.rng.choice(uris))
+            self.stats["lost_checkpoints"] += 1
+
     def restart_worker(self, w: SimWorker) -> None:
         w.alive = True
         w.registered = False
@@ -864,6 +895,7 @@ class Simulation:
                 self.change_leader()
             self.inject_cuts()
             self.inject_worker_faults()
+            self.inject_store_faults()
         for w in self.workers:
             self.worker_step(w)
         self.deliver()
