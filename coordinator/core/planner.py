@@ -36,7 +36,10 @@ Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
 3. Worker calls appear only in a batch without commands, so a call never runs ahead of a
    command that would change what it says (an epoch, an owner). Calls are independent of
    each other and may run concurrently; each reply is fed back through `on_result`.
-4. `wake_at_ms` is the latest time at which `plan` must be called again; calling it earlier
+4. A stage whose commands equal (timestamps aside) the batch just returned made no progress
+   with them (a no-op): it is passed over once, so it cannot starve the later stages and the
+   calls with an endless run of batches.
+5. `wake_at_ms` is the latest time at which `plan` must be called again; calling it earlier
    (say when a result arrives) is always allowed.
 
 Time: `now_ms` is monotonic (liveness, retries, rounds); `wall_ms` is only stamped into
@@ -46,7 +49,7 @@ commands as their timestamp and never compared with anything.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 
 from coordinator.core.backoff import BackoffPolicy, RetrySchedule, Rng
@@ -206,6 +209,11 @@ class Batch:
     wake_at_ms: int = 0
 
 
+def _timeless(cmd: Command) -> tuple[object, ...]:
+    """The command without its timestamp: what two plans' commands compare on."""
+    return (type(cmd), *(getattr(cmd, f.name) for f in fields(cmd) if f.name != "now_ms"))
+
+
 def call_key(call: WorkerCall) -> tuple[str, object]:
     """What makes two calls the same call: at most one per key is in flight."""
     if isinstance(call, HostCall):
@@ -260,6 +268,9 @@ class Planner:
         self.reported: dict[WorkerId, dict[int, tuple[int, int]]] = {}
         self.in_flight: set[tuple[str, object]] = set()
         self._pending: list[_Pending] = []
+        # The last batch's commands without timestamps, and how often a stage repeated them.
+        self._last_shape: tuple[tuple[object, ...], ...] = ()
+        self.repeats_skipped = 0
         # A fresh leader counts every owning worker as seen now: a failover kills nobody.
         self.detector.seed(
             (w.worker_id for w in state.workers.values() if w.state in OWNING_WORKER_STATES),
@@ -455,8 +466,19 @@ class Planner:
         )
         for stage in stages:
             commands = stage(state, now_ms, wall_ms)
-            if commands:
-                return Batch(commands=commands, wake_at_ms=now_ms)
+            if not commands:
+                continue
+            shape = tuple(_timeless(c) for c in commands)
+            if shape == self._last_shape:
+                # The same commands as the batch before: they changed nothing that stage
+                # reads (a no-op), so let the later stages and the calls have this batch
+                # rather than spin on them; they come back at the next plan.
+                self._last_shape = ()
+                self.repeats_skipped += 1
+                continue
+            self._last_shape = shape
+            return Batch(commands=commands, wake_at_ms=now_ms)
+        self._last_shape = ()
         calls = [
             *self._release_calls(state, now_ms),
             *self._host_calls(state, now_ms),

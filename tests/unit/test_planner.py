@@ -109,3 +109,24 @@ def test_a_rejected_command_skips_the_rest_and_keeps_the_host_retry() -> None:
     # Both keys now wait for their backoff instead of being called again at once.
     again = {c.partition for c in planner.plan(s, 4, 4).calls if isinstance(c, HostCall)}
     assert calls[0].partition not in again and calls[1].partition not in again
+
+
+def test_a_stage_repeating_a_no_op_does_not_starve_the_calls() -> None:
+    """Rule 4 of the batch: the soak once found a stage that committed a no-op DrainWorker
+    every batch, so the host call that would have finished its work never went out."""
+    s = ClusterState()
+    planner = Planner(SETTINGS, random.Random(1), s, 0)
+    run(s, planner, 0)
+    apply(s, "r", RegisterWorker(worker_id=W1, address="http://w1", now_ms=0))
+    planner.registered(W1, 0)
+    run(s, planner, 0)
+    noop = (RegisterWorker(worker_id=W1, address="http://w1", now_ms=5),)
+    planner._drains = lambda *_: noop  # type: ignore[method-assign]
+    hosts: list[HostCall] = []
+    for now in range(10, 16):
+        batch = planner.plan(s, now, now)
+        for cmd in batch.commands:
+            planner.committed(cmd, CommitOutcome.OK, now)
+        hosts += [c for c in batch.calls if isinstance(c, HostCall)]
+    assert sorted(c.partition for c in hosts) == [0, 1, 2, 3]
+    assert planner.repeats_skipped >= 2
