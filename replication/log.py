@@ -75,6 +75,7 @@ __all__ = [
     "DEFAULT_PROPOSE_TIMEOUT_S",
     "NoLeaderError",
     "OutcomeUnknownError",
+    "QueueFullError",
     "RaftRole",
     "RaftSettings",
     "RaftStatus",
@@ -114,13 +115,19 @@ class ReplicationError(Exception):
 
     ReplicationError
     +-- NoLeaderError          the entry was NOT appended anywhere (no leader, queue full,
-    |                          refused): safe to retry or to report unavailable
+    |   |                      refused): safe to retry or to report unavailable
+    |   +-- QueueFullError     this node's group-commit queue is at its bound: overloaded,
+    |                          not leaderless; retry after a moment
     +-- OutcomeUnknownError    the entry may or may not commit later (timeout, leader
                                changed, discarded): retry with the same request id
     """
 
 
 class NoLeaderError(ReplicationError):
+    pass
+
+
+class QueueFullError(NoLeaderError):
     pass
 
 
@@ -607,7 +614,7 @@ class ReplicatedLog:
             or self._queued_bytes + len(entry) > settings.proposals_queued_bytes_max
         ):
             self._group_stats.queue_full += 1
-            raise NoLeaderError("proposal queue full")
+            raise QueueFullError("proposal queue full")
         fut: asyncio.Future[tuple[Any, int]] = loop.create_future()
         self._queue.append(_Proposal(entry, fut))
         self._queued_bytes += len(entry)

@@ -28,6 +28,7 @@ from coordinator.service.metrics import Metrics
 from replication.log import (
     NoLeaderError,
     OutcomeUnknownError,
+    QueueFullError,
     RaftRole,
     RaftSettings,
     RaftStatus,
@@ -137,6 +138,12 @@ class CoordinatorNode:
             for attempt in range(self.config.propose_retries_max + 1):
                 try:
                     raw = await self.log.propose(entry, self.config.propose_timeout_s)
+                except QueueFullError as exc:
+                    outcome = "overloaded"
+                    raise UnavailableError(
+                        f"too many writes waiting to commit; {name} was not queued",
+                        code="overloaded",
+                    ) from exc
                 except NoLeaderError as exc:
                     outcome = "no_leader"
                     raise UnavailableError(f"no leader to commit {name}: {exc}") from exc

@@ -86,3 +86,28 @@ def test_concurrent_writers_share_entries_and_each_ack_lands_once(cluster: Clust
         wait_until(listed, f"{spec.id} catches up", timeout_s=60)
         ids = Counter(w["worker_id"] for w in cluster.get(spec.id, "/v1/workers").body["workers"])
         assert set(ids) == set(acked) and set(ids.values()) == {1}
+
+
+def test_a_full_queue_answers_503_overloaded_and_loses_nothing(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, min_cluster_size=1_000_000, proposals_queued_max=1)
+    c.start_all()
+    try:
+        leader = c.ready()
+        url = c.url(leader) + "/v1/workers"
+
+        def write(i: int) -> tuple[str, Reply]:
+            body = {"worker_id": f"q{i}", "address": "http://127.0.0.1:9"}
+            return f"q{i}", call("POST", url, body, timeout_s=60)
+
+        with ThreadPoolExecutor(WRITERS) as pool:
+            replies = list(pool.map(write, range(WRITERS * 4)))
+        refused = [r for _, r in replies if r.status == 503]
+        acked = {wid for wid, r in replies if r.status == 200}
+        assert {r.status for _, r in replies} <= {200, 503}
+        assert refused and acked, "one queued command at most: some must be refused"
+        for r in refused:
+            assert r.body["error"] == "overloaded" and r.headers["Retry-After"] == "1", r
+        listed = Counter(w["worker_id"] for w in c.get(leader, "/v1/workers").body["workers"])
+        assert set(listed) == acked and set(listed.values()) == {1}  # refused: never applied
+    finally:
+        c.stop_all()
