@@ -405,6 +405,7 @@ def busy_state() -> ClusterState:
             now_ms=6,
         ),
         AbortMigration(migration_id=MigrationId("m-2"), note="changed my mind", now_ms=7),
+        StartRelease(migration_id=MigrationId("m-1"), now_ms=8),
         HandOff(migration_id=MigrationId("m-1"), checkpoint=None, now_ms=8),
     ]
     for i, cmd in enumerate(steps):
