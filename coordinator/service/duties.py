@@ -230,7 +230,10 @@ class LeaderDuties:
                 except RippleError as exc:
                     # Expected in a cluster (no quorum, a leadership change): no traceback.
                     log.warning("leader duty step failed: %s", exc.message)
-                    self.node.metrics.duty_errors.labels(step="commit").inc()
+                    if self.node.is_ready_leader:
+                        # A leader stepping down loses its commits by design: not an error
+                        # to alert on (the loop is stopped by the role change anyway).
+                        self.node.metrics.duty_errors.labels(step="commit").inc()
                     failures += 1
                     delay = min(ERROR_BACKOFF_CAP_S, ERROR_BACKOFF_BASE_S * 2 ** min(failures, 16))
                 except Exception:

@@ -20,6 +20,7 @@ from coordinator.core.clock import FakeClock
 from coordinator.core.commands import Command, Ok
 from coordinator.core.planner import Batch, Planner
 from coordinator.core.state import ClusterState, apply
+from coordinator.errors import UnavailableError
 from coordinator.service.duties import LeaderDuties
 from coordinator.service.metrics import Metrics
 
@@ -116,3 +117,27 @@ def test_a_dead_loop_task_is_reported_by_running_and_counted() -> None:
 
     asyncio.run(main())
     assert errors(node, "loop") == 1
+
+
+def test_commits_lost_while_stepping_down_are_not_counted_as_errors() -> None:
+    """A failover makes commits fail by design; the alert on duty errors must not fire."""
+    node = StandInNode()
+    duties = LeaderDuties(node, random.Random(1), FakeClock())  # type: ignore[arg-type]
+    attempts: list[bool] = []
+
+    async def unavailable(command: Command, request_id: str | None = None) -> dict[str, Any]:
+        attempts.append(node.is_ready_leader)
+        raise UnavailableError("leadership lost while committing")
+
+    async def main() -> None:
+        node.submit = unavailable  # type: ignore[method-assign]
+        duties.on_role(None)  # type: ignore[arg-type]
+        node.is_ready_leader = False  # stepping down: the role callback has not run yet
+        await _until("a failed commit while stepping down", lambda: len(attempts) >= 1)
+        assert errors(node, "commit") == 0
+        node.is_ready_leader = True
+        await _until("a failed commit as the ready leader", lambda: errors(node, "commit") >= 1)
+        await duties.close()
+
+    asyncio.run(main())
+    assert attempts[0] is False and True in attempts
