@@ -713,4 +713,9 @@ class Planner:
             )
             if self._claim(call):
                 out.append(call)
+            elif call_key(call) not in self.in_flight:
+                # Refused by the in-flight cap (say a failover's host calls fill it): the
+                # round was spent, so without this the worker would wait a whole interval.
+                # Its next heartbeat reply asks instead, which costs no call at all.
+                self.rounds.missed.add(w.worker_id)
         return out

@@ -18,6 +18,7 @@ from coordinator.core.commands import (
 )
 from coordinator.core.model import PartitionStatus, WorkerId
 from coordinator.core.planner import (
+    CheckpointCall,
     CommitOutcome,
     HostCall,
     HostDone,
@@ -52,6 +53,28 @@ def commands_due(s: ClusterState, planner: Planner, now: int) -> bool:
     import copy
 
     return bool(copy.deepcopy(planner).plan(s, now, now).commands)
+
+
+def with_w1_assigned(settings: PlannerSettings) -> tuple[ClusterState, Planner]:
+    """A bootstrapped cluster whose one worker W1 was just given every partition."""
+    s = ClusterState()
+    planner = Planner(settings, random.Random(1), s, 0)
+    run(s, planner, 0)
+    apply(s, "r", RegisterWorker(worker_id=W1, address="http://w1", now_ms=0))
+    planner.registered(W1, 0)
+    run(s, planner, 0)
+    return s, planner
+
+
+def quiet(total: int, calls_max: int = 64) -> PlannerSettings:
+    """Liveness far out of the way; one checkpoint round a second."""
+    return PlannerSettings(
+        total_partitions=total,
+        suspect_after_ms=1_000_000,
+        dead_after_ms=3_000_000,
+        checkpoint_interval_ms=1_000,
+        calls_max=calls_max,
+    )
 
 
 def test_bootstrap_then_assign_then_host_then_online() -> None:
@@ -94,12 +117,7 @@ def test_a_fresh_planner_seeds_liveness_and_kills_nobody_at_takeover() -> None:
 
 
 def test_a_rejected_command_skips_the_rest_and_keeps_the_host_retry() -> None:
-    s = ClusterState()
-    planner = Planner(SETTINGS, random.Random(1), s, 0)
-    run(s, planner, 0)
-    apply(s, "r", RegisterWorker(worker_id=W1, address="http://w1", now_ms=0))
-    planner.registered(W1, 0)
-    run(s, planner, 0)
+    s, planner = with_w1_assigned(SETTINGS)
     calls = [c for c in planner.plan(s, 1, 1).calls if isinstance(c, HostCall)]
     planner.on_result(HostDone(call=calls[0], ok=False, code="busy"), 2, 2)
     planner.on_result(HostDone(call=calls[1], ok=True), 2, 2)
@@ -114,12 +132,7 @@ def test_a_rejected_command_skips_the_rest_and_keeps_the_host_retry() -> None:
 def test_a_stage_repeating_a_no_op_does_not_starve_the_calls() -> None:
     """Rule 4 of the batch: the soak once found a stage that committed a no-op DrainWorker
     every batch, so the host call that would have finished its work never went out."""
-    s = ClusterState()
-    planner = Planner(SETTINGS, random.Random(1), s, 0)
-    run(s, planner, 0)
-    apply(s, "r", RegisterWorker(worker_id=W1, address="http://w1", now_ms=0))
-    planner.registered(W1, 0)
-    run(s, planner, 0)
+    s, planner = with_w1_assigned(SETTINGS)
     noop = (RegisterWorker(worker_id=W1, address="http://w1", now_ms=5),)
     planner._drains = lambda *_: noop  # type: ignore[method-assign]
     hosts: list[HostCall] = []
@@ -130,3 +143,31 @@ def test_a_stage_repeating_a_no_op_does_not_starve_the_calls() -> None:
         hosts += [c for c in batch.calls if isinstance(c, HostCall)]
     assert sorted(c.partition for c in hosts) == [0, 1, 2, 3]
     assert planner.repeats_skipped >= 2
+
+
+def test_a_checkpoint_round_refused_by_the_call_cap_is_asked_for_in_the_heartbeat() -> None:
+    """With the in-flight cap full (host calls after a failover, say) a due checkpoint
+    request cannot go out; the round is not lost for an interval: the worker's next
+    heartbeat reply carries checkpoint_due instead."""
+    s, planner = with_w1_assigned(quiet(4, calls_max=4))
+    # The first plan hands out the four host calls (the cap) and staggers W1's first round.
+    first = planner.plan(s, 1, 1)
+    assert len([c for c in first.calls if isinstance(c, HostCall)]) == 4
+    assert not planner.heartbeat(W1, 0.1, 2)
+    # Once a round is due, the cap (still full: no host reply yet) refuses the call...
+    batch = planner.plan(s, 10_000, 10_000)
+    assert not [c for c in batch.calls if isinstance(c, CheckpointCall)]
+    # ...and the heartbeat reply asks for the checkpoint, once.
+    assert planner.heartbeat(W1, 0.1, 10_001)
+    assert not planner.heartbeat(W1, 0.1, 10_002)
+
+
+def test_a_checkpoint_call_still_in_flight_is_not_asked_for_twice() -> None:
+    s, planner = with_w1_assigned(quiet(1))
+    planner.plan(s, 1, 1)  # staggers the first round
+    sent = [c for c in planner.plan(s, 5_000, 5_000).calls if isinstance(c, CheckpointCall)]
+    assert len(sent) == 1
+    # The next round comes due while that call is still out: no second call, no heartbeat ask.
+    later = planner.plan(s, 20_000, 20_000)
+    assert not [c for c in later.calls if isinstance(c, CheckpointCall)]
+    assert not planner.heartbeat(W1, 0.1, 20_001)
