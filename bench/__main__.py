@@ -22,6 +22,8 @@ REGISTRY: dict[str, str] = {
     "placement": "bench.placement",
     "recovery": "bench.recovery",
     "pipeline": "bench.pipeline",
+    "freshness": "bench.freshness",
+    "driver_heap": "bench.driver_heap",
     "memory": "bench.memory",
 }
 

@@ -61,7 +61,7 @@ class Rig:
         self.cluster.stop_all()
         self.spark.stop()
 
-    def start_worker(self, wid: str) -> Proc:
+    def start_worker(self, wid: str, batch_interval_s: float = BATCH_INTERVAL_S) -> Proc:
         port = free_ports(1)[0]
         argv = python_argv(
             "-m",
@@ -76,7 +76,7 @@ class Rig:
             "--spark-remote",
             self.spark_url,
             "--batch-interval-s",
-            str(BATCH_INTERVAL_S),
+            str(batch_interval_s),
         )
         for s in self.cluster.specs:
             argv += ["--coordinator", s.url]
