@@ -5,8 +5,10 @@ Aggregator session sends `batches` Arrow batches of `ROWS` rows (about 2.4 MB ea
 1 MiB local-relation threshold, so they travel as chunked artifacts as real batches do) and
 collects the aggregates, as the worker's `arrow` path does. The heap is read with OpenJDK's
 `jcmd <pid> GC.run` (a full collection) then `jcmd <pid> GC.heap_info` ("used"), after a
-warm-up of `WARMUP` batches and again at the end. `growth` = end / after warm-up. Baseline
-row: the same with `spark.connect.session.planCache.enabled=true` (Spark's default).
+warm-up of `WARMUP` batches and again at the end. `growth` = end / after warm-up. The
+worker's way renews its session every 50 arrow batches (``ARROW_BATCHES_PER_SESSION_MAX``):
+Connect keeps every local relation over 1 MiB per session, plan cache or not. Baselines:
+one session for every batch (cache off), and Spark's default cache on.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def _batch(n: int) -> pa.Table:
     )
 
 
-def _case(root: str, batches: int, plan_cache: bool) -> dict[str, float]:
+def _case(root: str, batches: int, plan_cache: bool, renew: bool) -> dict[str, float]:
     server = SparkConnectServer(
         root, extra_conf={"spark.connect.session.planCache.enabled": str(plan_cache).lower()}
     )
@@ -60,6 +62,8 @@ def _case(root: str, batches: int, plan_cache: bool) -> dict[str, float]:
     agg = Aggregator(url, own_session=True)
     # The Aggregator turns the cache off for its session; the baseline turns it back on.
     agg.spark.conf.set(PLAN_CACHE_CONF, str(plan_cache).lower())
+    if not renew:
+        agg.arrow_batches_per_session_max = batches + 1
     try:
         assert server.pid is not None
         tables = [_batch(n) for n in range(4)]  # distinct contents, built once
@@ -85,12 +89,20 @@ def _case(root: str, batches: int, plan_cache: bool) -> dict[str, float]:
         "heap_end_mb": end,
         "growth": end / warm if warm else 0.0,
         "batches_per_s": (batches - WARMUP) / elapsed if elapsed else 0.0,
+        "sessions_renewed": agg.sessions_renewed,
     }
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    batches = 100 if quick else 500
+    """Quick: only what the worker does (cache off, a new session every 50 arrow batches),
+    over 120 batches (ending between two renewals). Full: 500 batches of that, and the two
+    baselines: one session for all 500 with the cache off, 150 with Spark's default (on)."""
+    if quick:
+        with scratch("driver-heap") as root:
+            return {"worker_default": _case(str(root / "w"), 120, plan_cache=False, renew=True)}
     with scratch("driver-heap") as root:
-        off = _case(str(root / "off"), batches, plan_cache=False)
-        on = _case(str(root / "on"), batches if quick else 150, plan_cache=True)
-    return {"plan_cache_off": off, "plan_cache_on": on}
+        return {
+            "worker_default": _case(str(root / "w"), 500, plan_cache=False, renew=True),
+            "one_session": _case(str(root / "off"), 500, plan_cache=False, renew=False),
+            "plan_cache_on": _case(str(root / "on"), 150, plan_cache=True, renew=False),
+        }

@@ -285,3 +285,24 @@ def test_files_schema_is_the_ddl(aggregator: Aggregator) -> None:
     from pipeline.aggregate import FILES_DDL, _files_schema
 
     assert aggregator.spark.createDataFrame([], FILES_DDL).schema == _files_schema()
+
+
+@pytest.mark.spark
+def test_arrow_path_renews_its_session_and_keeps_the_results(
+    spark_remote: str, tmp_path: Path
+) -> None:
+    store = LocalStore(str(tmp_path / "store"))
+    Producer(store, 2).produce(generate(200, 10, seed=5))
+    log = SourceLog(store, 2)
+    agg = Aggregator(spark_remote, own_session=True)
+    agg.arrow_batches_per_session_max = 2
+    feed = Feed(DataPath.ARROW, store, log, str(tmp_path / "stage"))
+    batch = feed.plan({0: 0, 1: 0})
+    try:
+        results = [feed.run(agg, batch) for _ in range(5)]
+        # Released sessions free what the server kept for them (local relations over 1 MiB).
+        assert agg.sessions_renewed == 2
+        assert all(r == results[0] for r in results)
+        assert results[0][0] == reference(log, 0, 0)
+    finally:
+        agg.close()
