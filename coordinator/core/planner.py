@@ -265,7 +265,6 @@ class Planner:
             full_replay=settings.full_replay_fallback,
         )
         self.rounds = _Rounds()
-        self.reported: dict[WorkerId, dict[int, tuple[int, int]]] = {}
         self.in_flight: set[tuple[str, object]] = set()
         self._pending: list[_Pending] = []
         # The last batch's commands without timestamps, and how often a stage repeated them.
@@ -283,18 +282,10 @@ class Planner:
         """A (re)registration counts as being heard from, with no load reported yet."""
         self.detector.observe(worker_id, now_ms, 0.0)
 
-    def heartbeat(
-        self,
-        worker_id: WorkerId,
-        load: float,
-        now_ms: int,
-        partitions: dict[int, tuple[int, int]] | None = None,
-    ) -> bool:
+    def heartbeat(self, worker_id: WorkerId, load: float, now_ms: int) -> bool:
         """Record a heartbeat; True when the reply must ask for a checkpoint (the leader's
         last request to this worker did not get through)."""
         self.detector.observe(worker_id, now_ms, load)
-        if partitions is not None:
-            self.reported[worker_id] = partitions
         if worker_id in self.rounds.missed:
             self.rounds.missed.discard(worker_id)
             return True

@@ -676,9 +676,9 @@ async def heartbeat(request: web.Request) -> web.Response:
             )
         generation = state.generation
         entries = [m.AssignmentEntry(partition=p, epoch=e) for p, e in state.assignment_of(wid)]
-    due = duties.heartbeat(
-        wid, body.load, {int(k): (v.epoch, v.offset) for k, v in body.partitions.items()}
-    )
+    # The partitions' positions go to the progress and failing reports below; the planner
+    # decides on liveness and load only.
+    due = duties.heartbeat(wid, body.load)
     token, expires_at_ms = heartbeat_token(request, node, claims, incarnation)
     node.metrics.progress.record(
         wid,

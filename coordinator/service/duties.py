@@ -186,13 +186,11 @@ class LeaderDuties:
         if self.planner is not None:
             self.planner.registered(worker_id, self.clock.monotonic_ms())
 
-    def heartbeat(
-        self, worker_id: WorkerId, load: float, partitions: dict[int, tuple[int, int]]
-    ) -> bool:
+    def heartbeat(self, worker_id: WorkerId, load: float) -> bool:
         """Feed a heartbeat to the planner; True when its reply must ask for a checkpoint."""
         if self.planner is None:
             return False  # a planner built later seeds every owning worker as seen
-        return self.planner.heartbeat(worker_id, load, self.clock.monotonic_ms(), partitions)
+        return self.planner.heartbeat(worker_id, load, self.clock.monotonic_ms())
 
     def liveness_of(self, worker_id: str, _wall_ms: int | None = None) -> str | None:
         """The planner's verdict now, on the monotonic clock (a caller's time is ignored:

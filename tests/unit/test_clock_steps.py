@@ -44,7 +44,7 @@ def test_wall_clock_steps_move_no_liveness_verdict() -> None:
     duties.planner = Planner(settings, duties.rng, node.state, clock.monotonic_ms())
 
     async def main() -> None:
-        duties.heartbeat(W1, 0.0, {})
+        duties.heartbeat(W1, 0.0)
         for step in (-HOUR_MS, 2 * HOUR_MS, -2 * HOUR_MS, 10 * HOUR_MS):
             clock.step_wall(step)
             clock.advance(1_000)
