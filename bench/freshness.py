@@ -19,7 +19,7 @@ import time
 
 from bench.harness import call, scratch
 from bench.rig import PARTITIONS, Rig
-from pipeline.keys import partition_for_key
+from coordinator.core.routing import partition_for_key
 from pipeline.source import generate
 from pipeline.worker import BATCH_INTERVAL_S_DEFAULT
 

@@ -49,8 +49,9 @@ PLAN_CACHE_CONF = "spark.connect.session.planCache.enabled"
 # Even with the plan cache off, a Connect session keeps every local relation over 1 MiB it
 # was sent (they travel as cached artifacts): measured 128 -> 480 MiB of driver heap after a
 # full GC over 500 batches of 3 MB. Releasing the session frees them, so the arrow path
-# starts a new session after this many batches (about 1 s each time).
+# starts a new session after this many batches or bytes (about 1 s each time).
 ARROW_BATCHES_PER_SESSION_MAX = 50
+ARROW_BYTES_PER_SESSION_MAX = 128 * 1024 * 1024
 # Bounds the files (and so the size of the broadcast path -> partition table) of one job.
 FILES_PER_JOB_MAX = 4096
 
@@ -156,6 +157,7 @@ class Aggregator:
         self.transform = transform
         self.arrow_batches_per_session_max = ARROW_BATCHES_PER_SESSION_MAX
         self._arrow_batches = 0
+        self._arrow_bytes = 0
         self.sessions_renewed = 0
         self._configure()
 
@@ -173,7 +175,7 @@ class Aggregator:
         old = self.spark
         self.spark = SparkSession.builder.remote(self._remote).create()
         self._configure()
-        self._arrow_batches = 0
+        self._arrow_batches = self._arrow_bytes = 0
         self.sessions_renewed += 1
         with contextlib.suppress(Exception):
             old.stop()
@@ -231,9 +233,13 @@ class Aggregator:
         to aggregate, read by the worker; Spark gets them as a local relation, reads no file."""
         if table.num_rows == 0:
             return {}
-        if self._arrow_batches >= self.arrow_batches_per_session_max:
+        if (
+            self._arrow_batches >= self.arrow_batches_per_session_max
+            or self._arrow_bytes >= ARROW_BYTES_PER_SESSION_MAX
+        ):
             self._renew_session()
         self._arrow_batches += 1
+        self._arrow_bytes += table.nbytes
         return self._per_partition(self.spark.createDataFrame(table), ["(an Arrow batch)"])
 
     def _per_partition(self, df: DataFrame, inputs: Sequence[str]) -> dict[int, PartitionState]:
