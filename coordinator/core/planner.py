@@ -624,9 +624,11 @@ class Planner:
 
     def _release_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
         out: list[WorkerCall] = []
+        releasing = set()
         for x in state.in_flight_migrations():
             if x.phase is not MigrationPhase.RELEASING:
                 continue
+            releasing.add(x.migration_id)
             target = state.workers.get(x.target)
             if target is None or target.state is not WorkerState.ACTIVE:
                 continue  # the migrations stage aborts it
@@ -643,6 +645,11 @@ class Planner:
             )
             if self._claim(call):
                 out.append(call)
+        # A migration that ended some other way (its source died, an abort) after a failed
+        # release: its schedule would otherwise stay for the whole leadership.
+        for mid in self.release_retry.pending():
+            if mid not in releasing:
+                self.release_retry.forget(mid)
         return out
 
     def _host_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
@@ -688,7 +695,12 @@ class Planner:
         self.rounds.scan_at_ms = now + min(CHECKPOINT_SCAN_MS_MAX, interval // 10)
         out: list[WorkerCall] = []
         for w in state.workers.values():
-            if w.state not in OWNING_WORKER_STATES or self._paused(w.worker_id, now):
+            if w.state not in OWNING_WORKER_STATES:
+                # DEAD or LEFT: its round ends with it (a re-registration staggers anew).
+                self.rounds.next_ms.pop(w.worker_id, None)
+                self.rounds.missed.discard(w.worker_id)
+                continue
+            if self._paused(w.worker_id, now):
                 continue
             nxt = self.rounds.next_ms.get(w.worker_id)
             if nxt is None:

@@ -10,13 +10,18 @@ import itertools
 import random
 
 from coordinator.core.commands import (
+    AbortMigration,
     AssignPartitions,
     Bootstrap,
+    Command,
     DeclareDead,
+    DrainWorker,
+    Ok,
     PartitionOnline,
+    PlanMigrations,
     RegisterWorker,
 )
-from coordinator.core.model import PartitionStatus, WorkerId
+from coordinator.core.model import MigrationReason, PartitionStatus, WorkerId, WorkerState
 from coordinator.core.planner import (
     CheckpointCall,
     CommitOutcome,
@@ -24,6 +29,9 @@ from coordinator.core.planner import (
     HostDone,
     Planner,
     PlannerSettings,
+    ReleaseCall,
+    ReleaseDone,
+    ReleaseOutcome,
 )
 from coordinator.core.state import ClusterState, apply
 
@@ -171,3 +179,34 @@ def test_a_checkpoint_call_still_in_flight_is_not_asked_for_twice() -> None:
     later = planner.plan(s, 20_000, 20_000)
     assert not [c for c in later.calls if isinstance(c, CheckpointCall)]
     assert not planner.heartbeat(W1, 0.1, 20_001)
+
+
+def test_the_planner_forgets_rounds_and_retries_of_what_ended() -> None:
+    """Its memory is bounded by what is live: a worker that LEFT loses its checkpoint round,
+    and a migration aborted after a failed release loses its retry schedule."""
+    s, planner = with_w1_assigned(quiet(1))
+
+    def commit(cmd: Command) -> None:
+        assert isinstance(apply(s, f"r{next(_ids)}", cmd), Ok)
+
+    commit(RegisterWorker(worker_id=W2, address="http://w2", now_ms=0))
+    planner.registered(W2, 0)
+    planner.plan(s, 1, 1)  # staggers both workers' first rounds
+    assert set(planner.rounds.next_ms) == {W1, W2}
+    # A migration W1 -> W2 whose release fails, then is aborted.
+    moves = planner.plan_reassign(s, 2, balance=False, moves=[(0, W2)])
+    assert isinstance(moves, tuple)
+    commit(PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=2))
+    (start,) = planner.plan(s, 3, 3).commands
+    commit(start)
+    planner.committed(start, CommitOutcome.OK, 3)
+    (release,) = [c for c in planner.plan(s, 4, 4).calls if isinstance(c, ReleaseCall)]
+    planner.on_result(ReleaseDone(call=release, outcome=ReleaseOutcome.FAILED), 5, 5)
+    assert planner.release_retry.pending() == [release.migration_id]
+    commit(AbortMigration(migration_id=release.migration_id, note="operator", now_ms=6))
+    # W2 (owning nothing) drains and leaves.
+    commit(DrainWorker(worker_id=W2, moves=(), now_ms=7))
+    assert s.workers[W2].state is WorkerState.LEFT
+    planner.plan(s, 5_000, 5_000)
+    assert set(planner.rounds.next_ms) == {W1}
+    assert planner.release_retry.pending() == []
