@@ -17,7 +17,6 @@ Per-partition series exist only while `total_partitions <= metrics_partition_ser
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
 from coordinator.core.state import ClusterState
+from coordinator.system_clock import SYSTEM_CLOCK
 
 if TYPE_CHECKING:
     from coordinator.service.node import CoordinatorNode
@@ -218,7 +218,8 @@ class ClusterCollector(Collector):
             value=group.queue_full,
         )
         leader = node.is_ready_leader
-        wall_ms = int(time.time() * 1000)  # checkpoint times are wall-clock stamps
+        # An age shown to operators, not a decision: checkpoint times are wall-clock stamps.
+        wall_ms = SYSTEM_CLOCK.wall_ms()
         with node.read() as state:
             yield from self._state(state, wall_ms)
             if leader:

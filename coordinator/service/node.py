@@ -25,6 +25,7 @@ from coordinator.core.state import ClusterState
 from coordinator.errors import RequestError, UnavailableError
 from coordinator.service.auth import raft_password
 from coordinator.service.metrics import Metrics
+from coordinator.system_clock import SYSTEM_CLOCK
 from replication.log import (
     NoLeaderError,
     OutcomeUnknownError,
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 def now_ms() -> int:
     """Wall time, for timestamps stamped into commands only (never for a decision)."""
-    return int(time.time() * 1000)
+    return SYSTEM_CLOCK.wall_ms()
 
 
 def new_request_id() -> str:
