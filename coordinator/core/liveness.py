@@ -120,6 +120,16 @@ class Detector:
                 break  # everyone after it was seen later: alive too
         return Verdict(suspected=frozenset(suspected), dead=frozenset(dead))
 
+    def dead(self, now_ms: int) -> frozenset[str]:
+        """`evaluate(now_ms).dead` reading only the dead and one more: the planner asks every
+        tick, and the suspected (who may be many) need no answer there."""
+        dead: list[str] = []
+        for worker_id, seen in self._seen.items():  # oldest first
+            if self._judge(seen, now_ms) is not Liveness.DEAD:
+                break
+            dead.append(worker_id)
+        return frozenset(dead)
+
     def load(self, worker_id: str) -> float | None:
         seen = self._seen.get(worker_id)
         return None if seen is None else seen.load

@@ -491,16 +491,18 @@ class Planner:
         return (Bootstrap(total_partitions=self.settings.total_partitions, now_ms=wall),)
 
     def _detect_failures(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
-        verdict = self.detector.evaluate(now)
-        if not verdict.dead:
+        # Only the dead: the suspected (say thousands of registered workers that never
+        # heartbeat) are not read every tick.
+        verdict_dead = self.detector.dead(now)
+        if not verdict_dead:
             return ()
         dead = sorted(
             w
-            for w in verdict.dead
+            for w in verdict_dead
             if (rec := state.workers.get(WorkerId(w))) is not None
             and rec.state in OWNING_WORKER_STATES
         )
-        for w in verdict.dead:
+        for w in verdict_dead:
             if w not in dead:
                 self.detector.forget(w)
         if not dead:
@@ -542,7 +544,7 @@ class Planner:
         ]
         if not unassigned:
             return ()
-        if len(state.active_workers()) < self.settings.min_cluster_size:
+        if state.count_in(WorkerState.ACTIVE) < self.settings.min_cluster_size:
             return ()  # no liveness scan of every worker while too few are registered
         eligible = self.eligible(state, now)
         if len(eligible) < self.settings.min_cluster_size:
@@ -562,7 +564,7 @@ class Planner:
             p.status is not PartitionStatus.ONLINE for p in state.partitions
         ):
             return ()
-        if any(w.state is WorkerState.DRAINING for w in state.workers.values()):
+        if state.count_in(WorkerState.DRAINING):
             return ()
         moves = self.balance_moves(state, now)
         if not moves:
@@ -597,9 +599,8 @@ class Planner:
         """A drain migration that aborted (say its target died) leaves partitions on the
         DRAINING worker: plan them again; a drained worker with nothing in flight leaves."""
         out: list[Command] = []
-        for w in state.workers.values():
-            if w.state is not WorkerState.DRAINING:
-                continue
+        for wid in state.workers_in(WorkerState.DRAINING):
+            w = state.workers[wid]
             moves = self.plan_drain(state, w.worker_id, now)
             if isinstance(moves, Rejected):
                 continue
@@ -694,12 +695,17 @@ class Planner:
             return []
         self.rounds.scan_at_ms = now + min(CHECKPOINT_SCAN_MS_MAX, interval // 10)
         out: list[WorkerCall] = []
-        for w in state.workers.values():
-            if w.state not in OWNING_WORKER_STATES:
+        for wid in [*self.rounds.next_ms, *self.rounds.missed]:
+            gone = state.workers.get(wid)
+            if gone is None or gone.state not in OWNING_WORKER_STATES:
                 # DEAD or LEFT: its round ends with it (a re-registration staggers anew).
-                self.rounds.next_ms.pop(w.worker_id, None)
-                self.rounds.missed.discard(w.worker_id)
-                continue
+                self.rounds.next_ms.pop(wid, None)
+                self.rounds.missed.discard(wid)
+        # Only the workers that can own (not every DEAD or LEFT record ever kept).
+        for wid in sorted(
+            {*state.workers_in(WorkerState.ACTIVE), *state.workers_in(WorkerState.DRAINING)}
+        ):
+            w = state.workers[wid]
             if self._paused(w.worker_id, now):
                 continue
             nxt = self.rounds.next_ms.get(w.worker_id)

@@ -87,6 +87,7 @@ class ClusterState:
     __slots__ = (
         "_assignments",
         "_assignments_generation",
+        "_by_state",
         "_owned",
         "_sourcing",
         "_terminal",
@@ -112,6 +113,9 @@ class ClusterState:
         self._owned: dict[WorkerId, set[int]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
         self._terminal: deque[MigrationId] = deque()
+        # Worker ids by state, so the leader's every-tick questions (how many are ACTIVE,
+        # who is DRAINING) do not scan every worker ever registered (DEAD and LEFT stay).
+        self._by_state: dict[WorkerState, set[WorkerId]] = {s: set() for s in WorkerState}
         # Heartbeat replies: each worker's assignment, valid for one generation (every change
         # of an (owner, epoch) pair bumps it), so a heartbeat reads it without a sort.
         self._assignments: dict[WorkerId, tuple[tuple[int, int], ...]] = {}
@@ -126,6 +130,9 @@ class ClusterState:
                 self._owned.setdefault(part.owner, set()).add(part.partition)
         self._sourcing = {}
         self._terminal = deque()
+        self._by_state = {s: set() for s in WorkerState}
+        for w in self.workers.values():
+            self._by_state[w.state].add(w.worker_id)
         for m in self.migrations.values():
             if m.phase in TERMINAL_PHASES:
                 self._terminal.append(m.migration_id)
@@ -165,7 +172,22 @@ class ClusterState:
         return sorted(self._owned.get(worker_id, ()))
 
     def active_workers(self) -> list[WorkerId]:
-        return sorted(w.worker_id for w in self.workers.values() if w.state is WorkerState.ACTIVE)
+        return sorted(self._by_state[WorkerState.ACTIVE])
+
+    def count_in(self, worker_state: WorkerState) -> int:
+        return len(self._by_state[worker_state])
+
+    def workers_in(self, worker_state: WorkerState) -> list[WorkerId]:
+        """The ids of the workers in `worker_state`, sorted."""
+        return sorted(self._by_state[worker_state])
+
+    def put_worker(self, worker: Worker) -> None:
+        """The one way a worker record is written: keeps the by-state index true."""
+        prev = self.workers.get(worker.worker_id)
+        if prev is not None:
+            self._by_state[prev.state].discard(worker.worker_id)
+        self.workers[worker.worker_id] = worker
+        self._by_state[worker.state].add(worker.worker_id)
 
     def in_flight_migrations(self) -> list[Migration]:
         """Non-terminal migrations in creation order (they are never moved while in flight)."""
@@ -173,7 +195,7 @@ class ClusterState:
 
     def summary(self) -> dict[str, int]:
         return {
-            "active_workers": len(self.active_workers()),
+            "active_workers": self.count_in(WorkerState.ACTIVE),
             "total_workers": len(self.workers),
             "total_partitions": self.total_partitions,
             "generation": self.generation,
@@ -332,7 +354,7 @@ def _maybe_leave(state: ClusterState, worker_id: WorkerId, now_ms: int) -> bool:
         return False
     if state._owned.get(worker_id) or state._sourcing.get(worker_id):
         return False
-    state.workers[worker_id] = replace(w, state=WorkerState.LEFT, updated_at_ms=now_ms)
+    state.put_worker(replace(w, state=WorkerState.LEFT, updated_at_ms=now_ms))
     return True
 
 
@@ -526,7 +548,7 @@ def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
             state=WorkerState.ACTIVE,
             updated_at_ms=now,
         )
-    state.workers[wid] = worker
+    state.put_worker(worker)
     for m in to_abort:
         _maybe_leave(state, m.source, now)
     value = {"worker_id": wid, "incarnation": worker.incarnation, "rehosted": rehosted}
@@ -616,7 +638,7 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
     for m, note in aborted:
         _finish_migration(state, m, MigrationPhase.ABORTED, note, now)
     for wid in cmd.worker_ids:
-        state.workers[wid] = replace(state.workers[wid], state=WorkerState.DEAD, updated_at_ms=now)
+        state.put_worker(replace(state.workers[wid], state=WorkerState.DEAD, updated_at_ms=now))
     for a in cmd.assignments:
         _reassign(
             state,
@@ -870,7 +892,7 @@ def _drain_worker(state: ClusterState, cmd: DrainWorker) -> _Outcome:
     if bad is not None:
         return bad, False
     if w.state is WorkerState.ACTIVE:
-        state.workers[wid] = replace(w, state=WorkerState.DRAINING, updated_at_ms=cmd.now_ms)
+        state.put_worker(replace(w, state=WorkerState.DRAINING, updated_at_ms=cmd.now_ms))
     created = _create_migrations(state, cmd.moves, MigrationReason.DRAIN, cmd.now_ms)
     _maybe_leave(state, wid, cmd.now_ms)
     value = {"worker_id": wid, "state": state.workers[wid].state.value, "migrations": created}

@@ -636,6 +636,13 @@ class Simulation:
         seen = self.hash_at.setdefault(r.applied, h)
         if seen != h:
             self.fail(f"{r.name} state hash {h} != {seen} at applied index {r.applied}")
+        for ws in WorkerState:
+            # The by-state index the planner reads every tick agrees with the records.
+            scanned = sorted(w.worker_id for w in state.workers.values() if w.state is ws)
+            if state.workers_in(ws) != scanned:
+                self.fail(
+                    f"{r.name} index of {ws.value} workers {state.workers_in(ws)} != {scanned}"
+                )
         epochs = self.max_epoch[i]
         for p in state.partitions:
             if p.epoch < epochs.get(p.partition, 0):

@@ -120,3 +120,4 @@ def test_evaluate_reads_only_the_oldest_but_judges_like_a_full_scan(
     verdict = d.evaluate(now)
     assert verdict.dead == {w for w, s in full.items() if s is Liveness.DEAD}
     assert verdict.suspected == {w for w, s in full.items() if s is Liveness.SUSPECTED}
+    assert d.dead(now) == verdict.dead
