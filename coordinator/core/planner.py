@@ -507,6 +507,14 @@ class Planner:
                 self.detector.forget(w)
         if not dead:
             return ()
+        if not any(state.owned_by(WorkerId(w)) for w in dead):
+            # A death storm of workers that own nothing (say thousands registered and never
+            # heard from) needs no placement: no liveness read of every ACTIVE worker.
+            return (
+                DeclareDead(
+                    worker_ids=tuple(WorkerId(w) for w in dead), assignments=(), now_ms=wall
+                ),
+            )
         eligible = self.eligible(state, now, dead)
         target = self._placement(state, eligible) if eligible else []
         dead_set = set(dead)

@@ -60,6 +60,8 @@ ERROR_BACKOFF_BASE_S = 0.1
 ERROR_BACKOFF_CAP_S = 5.0
 # The longest the loop sleeps between plans, whatever wake-up the batch asked for.
 SLEEP_MAX_S = 1.0
+# One DeclareDead may name thousands of workers; the log line names this many and counts the rest.
+DEAD_IDS_LOGGED_MAX = 20
 
 
 def planner_settings(node: CoordinatorNode) -> PlannerSettings:
@@ -276,7 +278,14 @@ class LeaderDuties:
             else:
                 planner.committed(cmd, CommitOutcome.OK, self.clock.monotonic_ms())
                 if isinstance(cmd, DeclareDead):
-                    log.warning("declared dead: %s", ", ".join(cmd.worker_ids))
+                    ids = cmd.worker_ids
+                    more = len(ids) - DEAD_IDS_LOGGED_MAX
+                    log.warning(
+                        "declared dead (%d): %s%s",
+                        len(ids),
+                        ", ".join(ids[:DEAD_IDS_LOGGED_MAX]),
+                        f" and {more} more" if more > 0 else "",
+                    )
                     self.node.metrics.workers_declared_dead.inc(len(cmd.worker_ids))
                 elif isinstance(cmd, FallBack | MarkStuck):
                     log.warning("partition %d: %s", cmd.partition, cmd.note)
