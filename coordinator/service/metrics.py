@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 __all__ = ["ClusterCollector", "Metrics", "PartitionProgress", "ProgressReports"]
 
 ROLES = ("leader", "follower", "candidate")
+# The request counter's method label: these, or "other".
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+# Routes x methods x statuses is small; the cap only makes the bound explicit.
+REQUEST_CHILDREN_CACHED_MAX = 4096
 LIVENESS = ("alive", "suspected", "dead", "unknown")
 IN_FLIGHT_PHASES = tuple(
     p for p in MigrationPhase if p not in (MigrationPhase.DONE, MigrationPhase.ABORTED)
@@ -96,6 +100,7 @@ class Metrics:
             ["route", "method", "status"],
             registry=r,
         )
+        self._request_children: dict[tuple[str, str, int], Any] = {}
         self.workers_declared_dead = Counter(
             "ripple_workers_declared_dead",
             "Workers declared dead by this node as leader",
@@ -131,6 +136,21 @@ class Metrics:
         )
         self._led_term = -1
         self._collector: ClusterCollector | None = None
+
+    def request_counter(self, route: str, method: str, status: int) -> Any:
+        """The `ripple_http_requests` child for one answer, cached: `labels()` takes a lock
+        and builds a key on every request, and this runs on every request. Any method
+        outside HTTP's own is counted as "other", so a stranger's made-up methods cannot
+        grow the series (or this cache) without bound."""
+        if method not in HTTP_METHODS:
+            method = "other"
+        key = (route, method, status)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self.requests.labels(route=route, method=method, status=str(status))
+            if len(self._request_children) < REQUEST_CHILDREN_CACHED_MAX:
+                self._request_children[key] = child
+        return child
 
     def attach(self, node: CoordinatorNode, liveness_of: Callable[[str, int], str | None]) -> None:
         """Export the node's state at scrape time (called when the app is built; a second

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.service.auth import issue_token
+from coordinator.service.models import HeartbeatResponse
 from tests.cluster import SECRET, Cluster
 
 LIFETIME_S = 3600.0
@@ -38,6 +39,9 @@ def test_heartbeat_keeps_a_fresh_token_and_renews_an_old_one(cluster: Cluster) -
     assert first.status == second.status == 200
     assert first.body["token"] == second.body["token"] == reg.body["token"]
     assert first.body == second.body  # same generation: the same reply
+    # The handler builds this reply as a dict: it is exactly the documented model.
+    assert set(first.body) == set(HeartbeatResponse.model_fields)
+    assert HeartbeatResponse.model_validate(first.body).model_dump() == first.body
 
     # A genuine token with less than half its lifetime left is renewed.
     old_expiry = int(time.time() * 1000) + int(LIFETIME_S * 1000 * 0.4)
