@@ -1,10 +1,14 @@
 """Heartbeats: how many worker heartbeats per second the leader answers, and at what p99.
 
-`bench.load heartbeats` (its own process) registers `workers` workers through the real API
-(each gets its incarnation and signed token), then sends their heartbeats round-robin
-with 64 in flight for a fixed time. A heartbeat is leader-only and not replicated: token
-check (HMAC), incarnation check, a read of the worker's assignment under the state lock,
-an in-memory liveness update.
+`bench.load` (its own process) registers `workers` workers through the real API (each gets
+its incarnation and signed token). Then their heartbeats go round-robin, each with the
+worker's own token, 64 in flight for a fixed time, from `wrk` (Debian's package; the
+script is bench/wrk/heartbeats.lua) when it is installed, else from `bench.load`'s aiohttp
+client (the `client` column says which). The Python client costs about as much CPU per
+request as the server on this 2-core machine, so with it the figure is the client's as much
+as the leader's; wrk costs a fraction. A heartbeat is leader-only and not replicated: token
+check (HMAC), incarnation check, the worker's assignment (cached per generation) under the
+state lock, an in-memory liveness update.
 
 Baseline `raw_echo`: the same client against `bench.raw_node`'s `POST /echo`, which
 parses the JSON body and answers JSON with nothing else: what aiohttp itself costs here.
@@ -16,7 +20,13 @@ long so no worker is declared dead mid-run. Figures are the heartbeat path alone
 
 from __future__ import annotations
 
-from bench.harness import Cluster, RawCluster, run_json, scratch
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from bench.harness import CHILD_TIMEOUT_S, Cluster, RawCluster, run_json, scratch
 
 CONCURRENCY = 64
 SETTINGS = {
@@ -29,11 +39,83 @@ SETTINGS = {
     "checkpoint_interval_s": 3600.0,
 }
 SETTLE_TIMEOUT_S = 60.0
+WRK_SCRIPTS = Path(__file__).parent / "wrk"
+WRK_TIMEOUT_S = 10.0  # per request; a slower answer counts as an error
+
+
+def _wrk(url: str, script: str, duration_s: float, tokens: Path | None = None) -> dict[str, Any]:
+    """One wrk run (one thread, CONCURRENCY connections); its script prints a JSON line."""
+    argv = [
+        "wrk",
+        "-t1",
+        f"-c{CONCURRENCY}",
+        f"-d{int(duration_s)}s",
+        "--timeout",
+        f"{int(WRK_TIMEOUT_S)}s",
+        "-s",
+        str(WRK_SCRIPTS / script),
+        url,
+    ]
+    if tokens is not None:
+        argv += ["--", str(tokens)]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=duration_s + CHILD_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].startswith("{"):
+        raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    out = json.loads(lines[-1])
+    seconds = out["duration_us"] / 1e6
+    ok = out["requests"] - out["status_errors"]
+    return {
+        "ops_per_s": ok / seconds if seconds else 0.0,
+        "p50_ms": out["p50_us"] / 1000,
+        "p99_ms": out["p99_us"] / 1000,
+        "errors": out["status_errors"] + out["socket_errors"],
+    }
+
+
+def _python_client(ripple_url: str, echo_url: str, workers: int, duration_s: float) -> Any:
+    hb = run_json(
+        [
+            "-m",
+            "bench.load",
+            "heartbeats",
+            "--url",
+            ripple_url,
+            "--workers",
+            str(workers),
+            "--duration-s",
+            str(duration_s),
+            "--concurrency",
+            str(CONCURRENCY),
+        ]
+    )
+    echo = run_json(
+        [
+            "-m",
+            "bench.load",
+            "ops",
+            "--url",
+            echo_url,
+            "--count",
+            str(int(max(hb["ops_per_s"], 500) * duration_s)),
+            "--concurrency",
+            str(CONCURRENCY),
+        ]
+    )
+    return hb, echo
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
     workers = 2000 if quick else 10_000
     duration_s = 5.0 if quick else 20.0
+    wrk = shutil.which("wrk") is not None
     with scratch("heartbeats") as root:
         (root / "ripple").mkdir()
         ripple = Cluster(root / "ripple", **SETTINGS)
@@ -43,38 +125,32 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             raw.start_all()
             leader = ripple.ready(SETTLE_TIMEOUT_S)
             raw_leader = raw.leader(SETTLE_TIMEOUT_S)
-            hb = run_json(
-                [
-                    "-m",
-                    "bench.load",
-                    "heartbeats",
-                    "--url",
-                    ripple.url(leader),
-                    "--workers",
-                    str(workers),
-                    "--duration-s",
-                    str(duration_s),
-                    "--concurrency",
-                    str(CONCURRENCY),
-                ]
-            )
-            echo = run_json(
-                [
-                    "-m",
-                    "bench.load",
-                    "ops",
-                    "--url",
-                    raw.url(raw_leader) + "/echo",
-                    "--count",
-                    str(int(max(hb["ops_per_s"], 500) * duration_s)),
-                    "--concurrency",
-                    str(CONCURRENCY),
-                ]
-            )
+            echo_url = raw.url(raw_leader) + "/echo"
+            if wrk:
+                tokens = root / "tokens.txt"
+                reg = run_json(
+                    [
+                        "-m",
+                        "bench.load",
+                        "register",
+                        "--url",
+                        ripple.url(leader),
+                        "--workers",
+                        str(workers),
+                        "--out",
+                        str(tokens),
+                    ]
+                )
+                hb = _wrk(ripple.url(leader), "heartbeats.lua", duration_s, tokens)
+                hb.update(reg)
+                echo = _wrk(echo_url, "echo.lua", duration_s)
+            else:
+                hb, echo = _python_client(ripple.url(leader), echo_url, workers, duration_s)
         finally:
             ripple.stop_all()
             raw.stop_all()
     base = echo["ops_per_s"]
+    client = 1.0 if wrk else 0.0
     return {
         "ripple": {
             "workers": hb["workers"],
@@ -87,6 +163,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             "ratio": hb["ops_per_s"] / base if base else 0.0,
             # At 5 s between heartbeats with the leader saturated; plan for half of it.
             "workers_at_5s_max": hb["ops_per_s"] * 5.0,
+            "client_wrk": client,
         },
         "raw_echo": {
             "per_s": base,
@@ -95,5 +172,6 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             "errors": echo["errors"],
             "baseline_per_s": base,
             "ratio": 1.0,
+            "client_wrk": client,
         },
     }

@@ -3,11 +3,13 @@ measures. Prints one JSON object on its last stdout line.
 
     python -m bench.load ops --url URL --count N --concurrency C [--register]
     python -m bench.load heartbeats --url LEADER --workers N --duration-s D --concurrency C
+    python -m bench.load register --url LEADER --workers N --out FILE
 
 `ops` POSTs N bodies to URL with C in flight (no redirects followed: aim it at the leader).
 With `--register` each body is a worker registration with a fresh id; otherwise raw bytes.
 `heartbeats` registers N workers (concurrency 64), then sends their heartbeats round-robin,
-each with the worker's own token, for D seconds with C in flight.
+each with the worker's own token, for D seconds with C in flight. `register` only registers
+and writes each worker's id, incarnation and token to FILE, for `wrk` (bench/wrk/).
 """
 
 from __future__ import annotations
@@ -169,6 +171,18 @@ async def heartbeats(
         return out
 
 
+async def register_only(url: str, n_workers: int, out: str) -> dict[str, float]:
+    """Register `n_workers` and write "worker_id incarnation token" lines to `out` (for
+    bench/wrk/heartbeats.lua)."""
+    async with _session(REGISTER_CONCURRENCY) as session:
+        workers, reg = await register_workers(session, url, n_workers, "hb-")
+    if not workers:
+        raise SystemExit(f"no worker registered: {reg}")
+    with open(out, "w", encoding="utf-8") as f:
+        f.writelines(f"{wid} {inc} {token}\n" for wid, inc, token in workers)
+    return {"workers": len(workers), "register_per_s": reg["ops_per_s"]}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.load")
     sub = p.add_subparsers(dest="mode", required=True)
@@ -182,8 +196,14 @@ def main() -> None:
     h.add_argument("--workers", type=int, required=True)
     h.add_argument("--duration-s", type=float, required=True)
     h.add_argument("--concurrency", type=int, required=True)
+    g = sub.add_parser("register")
+    g.add_argument("--url", required=True)
+    g.add_argument("--workers", type=int, required=True)
+    g.add_argument("--out", required=True)
     a = p.parse_args()
-    if a.mode == "ops":
+    if a.mode == "register":
+        result = asyncio.run(register_only(a.url, a.workers, a.out))
+    elif a.mode == "ops":
         result = asyncio.run(ops(a.url, a.count, a.concurrency, a.register))
     else:
         result = asyncio.run(heartbeats(a.url, a.workers, a.duration_s, a.concurrency))

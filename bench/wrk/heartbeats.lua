@@ -1,0 +1,38 @@
+-- wrk script: worker heartbeats, round-robin over registered workers, each with its own
+-- token. Its argument is a file of "worker_id incarnation token" lines (bench.load writes
+-- it); `done` prints one JSON line that bench.wrk reads.
+local workers = {}
+local n = 0
+local i = 0
+
+function init(args)
+  for line in io.lines(args[1]) do
+    local wid, inc, tok = line:match("^(%S+) (%S+) (%S+)$")
+    if wid then
+      n = n + 1
+      workers[n] = {
+        "/v1/workers/" .. wid .. "/heartbeat",
+        { ["Authorization"] = "Bearer " .. tok, ["Content-Type"] = "application/json" },
+        '{"incarnation":' .. inc .. ',"load":1.0,"partitions":{}}',
+      }
+    end
+  end
+  if n == 0 then
+    error("no workers in " .. args[1])
+  end
+end
+
+function request()
+  i = i % n + 1
+  local w = workers[i]
+  return wrk.format("POST", w[1], w[2], w[3])
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests":%d,"duration_us":%d,"status_errors":%d,"socket_errors":%d,' ..
+    '"p50_us":%d,"p99_us":%d,"max_us":%d}\n',
+    summary.requests, summary.duration, e.status, e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(99), latency.max))
+end
