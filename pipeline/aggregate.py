@@ -54,6 +54,10 @@ ARROW_BATCHES_PER_SESSION_MAX = 50
 ARROW_BYTES_PER_SESSION_MAX = 128 * 1024 * 1024
 # Bounds the files (and so the size of the broadcast path -> partition table) of one job.
 FILES_PER_JOB_MAX = 4096
+# A files batch over at most this many (partition, from_offset) groups is one read per group,
+# unioned (no per-row file path, no join); over more, one read joined with a (file ->
+# partition, from_offset) table, so that the plan does not grow with the partitions.
+UNION_READS_MAX = 32
 
 
 class AggregateError(Exception):
@@ -217,6 +221,11 @@ class Aggregator:
         # path->partition maps scan their keys linearly per row (slow with many files).
         # The join is a LEFT join and a row whose path is unknown keeps a null partition, so a
         # path-spelling mismatch surfaces as an error below instead of as lost rows.
+        groups: dict[tuple[int, int], list[str]] = {}
+        for i in inputs:
+            groups.setdefault((i.partition, i.from_offset), []).append(i.path)
+        if len(groups) <= UNION_READS_MAX:
+            return self._per_partition(self._union(groups), paths)
         file_rows = [(f, i.partition, i.from_offset) for i in inputs for f in _spark_paths(i.path)]
         files = self.spark.createDataFrame(file_rows, _files_schema())
         df = (
@@ -227,6 +236,25 @@ class Aggregator:
             .drop("_file", "_from_offset")
         )
         return self._per_partition(df, paths)
+
+    def _union(self, groups: dict[tuple[int, int], list[str]]) -> DataFrame:
+        """One read per (partition, from_offset), its partition a literal and its offset
+        bound one filter, the reads unioned: no per-row file path and no join (a worker's
+        batch has one group per partition: its segments from its offset). Measured on a
+        1M-row backlog, the path join was most of a micro-batch's Spark time
+        (docs/benchmarks.md)."""
+        from pyspark.sql import functions as F
+
+        frames = []
+        for (p, frm), part_paths in sorted(groups.items()):
+            df = self._read(part_paths)
+            if frm > 0:
+                df = df.where(F.col("offset") >= F.lit(frm))
+            frames.append(df.withColumn("partition", F.lit(p).cast("int")))
+        out = frames[0]
+        for df in frames[1:]:
+            out = out.unionByName(df)
+        return out
 
     def aggregate_table(self, table: pa.Table) -> dict[int, PartitionState]:
         """The arrow data path: ``table`` (key, value, offset, partition) holds exactly the rows

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pipeline import aggregate as aggregate_module
 from pipeline.aggregate import Aggregator, BatchInput, load_transform, stage
 from pipeline.source import Producer, SourceLog, generate
 from pipeline.state import PartitionState, aggregate_records, merge_batch
@@ -40,9 +41,17 @@ def aggregator(spark_remote: str) -> Iterator[Aggregator]:
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("plan", ["union", "join"])
 def test_aggregate_matches_reference_per_partition_and_from_offset(
-    aggregator: Aggregator, tmp_path: Path, s3_bucket: tuple[Any, str]
+    aggregator: Aggregator,
+    tmp_path: Path,
+    s3_bucket: tuple[Any, str],
+    plan: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Both plans of a files batch: a read per (partition, from_offset) unioned, and (past
+    # UNION_READS_MAX groups) one read joined with its file -> partition table.
+    monkeypatch.setattr(aggregate_module, "UNION_READS_MAX", 32 if plan == "union" else 0)
     # A space in the store path: file names must still map back to their partition.
     local = LocalStore(str(tmp_path / "store with space"))
     Producer(local, PARTITIONS).produce(generate(3000, 40, seed=1))
