@@ -22,6 +22,7 @@ REGISTRY: dict[str, str] = {
     "placement": "bench.placement",
     "recovery": "bench.recovery",
     "pipeline": "bench.pipeline",
+    "pipeline_cluster": "bench.pipeline_cluster",
     "freshness": "bench.freshness",
     "driver_heap": "bench.driver_heap",
     "memory": "bench.memory",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bench.harness import Cluster, Proc, call, free_ports, python_argv, wait_until
 from pipeline.aggregate import Aggregator, stage
@@ -34,14 +34,29 @@ BATCH_INTERVAL_S = 0.2
 CATCH_UP_TIMEOUT_S = 180.0
 
 
+class SparkLike(Protocol):
+    def start(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
 class Rig:
-    def __init__(self, root: Path, settings: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        settings: dict[str, Any] | None = None,
+        *,
+        spark: SparkLike | None = None,
+        worker_args: tuple[str, ...] = (),
+    ) -> None:
         self.root = root
         (root / "cluster").mkdir(parents=True, exist_ok=True)
         self.cluster = Cluster(
             root / "cluster", store=f"file://{root / 'store'}", **(settings or SETTINGS)
         )
-        self.spark = SparkConnectServer(str(root / "spark"))
+        # A local Spark Connect server unless given another (say tests/spark_cluster.py's).
+        self.spark: SparkLike = spark or SparkConnectServer(str(root / "spark"))
+        self.worker_args = worker_args
         self.spark_url = ""
         self.store_uri = f"file://{root / 'store'}"
         self.store = open_store(self.store_uri)
@@ -77,6 +92,7 @@ class Rig:
             self.spark_url,
             "--batch-interval-s",
             str(batch_interval_s),
+            *self.worker_args,
         )
         for s in self.cluster.specs:
             argv += ["--coordinator", s.url]
@@ -127,6 +143,26 @@ class Rig:
             for p in range(PARTITIONS)
             for seg in self.source.segments(p)
         ]
+
+    def batch_job_arrow_s(self) -> tuple[float, int]:
+        """Seconds for reading every segment here (pyarrow, through the store) and one
+        Aggregator.batch_job_table over the rows: the batch job on a Spark whose executors
+        cannot see the store; and the row count."""
+        import pyarrow as pa
+
+        agg = Aggregator(self.spark_url)
+        try:
+            warm = self.source.read(0, 0).slice(0, 1000).select(["key", "value", "offset"])
+            agg.batch_job_table(warm)  # warm the session so both sides start with one
+            t0 = time.perf_counter()
+            table = pa.concat_tables(
+                self.source.read(p, 0).select(["key", "value", "offset"]) for p in range(PARTITIONS)
+            )
+            out = agg.batch_job_table(table)
+            elapsed = time.perf_counter() - t0
+        finally:
+            agg.close()
+        return elapsed, sum(v.count for v in out.values())
 
     def batch_job_s(self) -> tuple[float, int]:
         """Seconds for one Aggregator.batch_job over every input file, and the row count."""

@@ -1,0 +1,89 @@
+"""Pipeline throughput on a Spark standalone cluster whose executors share no disk with the
+workers (issue 12: "on the cluster fixture too").
+
+The cluster is tests/spark_cluster.py's: a Master, one Worker (1 core, 512 MiB executor) in
+its own mount namespace with tmpfs over the temp directories (so over this run's store), and
+a Spark Connect server submitted to the Master (1 GiB driver). Three `ripple worker`s on the
+`arrow` data path (they read their segments and send the rows through Spark Connect; nothing
+passes through a disk), a local-directory store, the rig of bench/rig.py otherwise.
+
+`backlog`: workers paused (SIGSTOP), `rows` records appended, workers resumed, timed until
+every owner has processed the whole log, as in bench/pipeline.py. Baseline: one batch job on
+the same Connect server over the same rows; its executors cannot read the store either, so
+it is timed from reading every segment here (pyarrow) through `batch_job_table` (one Arrow
+local relation, one job). Needs `unshare --mount` (root, or user namespaces); where it is not
+permitted the benchmark fails saying so.
+"""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from bench.harness import scratch, summary
+from bench.pipeline import SETTINGS, _produce
+from bench.rig import Rig
+from tests.spark_cluster import SparkCluster, unshare_available
+
+REPEATS = 2
+
+
+def run(quick: bool) -> dict[str, dict[str, float]]:
+    why = unshare_available()
+    if why is not None:
+        raise RuntimeError(f"no cluster fixture here: {why}")
+    rows_per_round, chunk = (100_000, 10_000) if quick else (500_000, 50_000)
+    backlog: list[float] = []
+    batch: list[float] = []
+    with scratch("pipeline-cluster") as root:
+        spark = SparkCluster(root / "spark-cluster", [Path(tempfile.gettempdir()), root])
+        rig = Rig(
+            root,
+            SETTINGS,
+            spark=spark,
+            worker_args=("--data-path", "arrow", "--staging-dir", str(root / "stage")),
+        )
+        try:
+            rig.start()
+            for wid in ("w1", "w2", "w3"):
+                rig.start_worker(wid)
+            rig.wait_caught_up()
+            total = 0
+            for r in range(REPEATS):
+                for proc in rig.workers.values():
+                    proc.signal(signal.SIGSTOP)
+                try:
+                    _produce(rig, rows_per_round, chunk, seed=300 + r)
+                finally:
+                    for proc in rig.workers.values():
+                        proc.signal(signal.SIGCONT)
+                t0 = time.monotonic()
+                rig.wait_caught_up()
+                backlog.append(rows_per_round / (time.monotonic() - t0))
+                total += rows_per_round
+                elapsed, counted = rig.batch_job_arrow_s()
+                if counted != total:
+                    raise RuntimeError(f"batch job counted {counted} rows, produced {total}")
+                batch.append(counted / elapsed)
+        finally:
+            rig.close()
+    s, b = summary(backlog), summary(batch)
+    return {
+        "backlog_3_workers_arrow": {
+            "rows": rows_per_round,
+            "rows_per_s": s["median"],
+            "min_rows_per_s": s["min"],
+            "max_rows_per_s": s["max"],
+            "baseline_rows_per_s": b["median"],
+            "ratio": s["median"] / b["median"] if b["median"] else 0.0,
+        },
+        "batch_job_arrow": {
+            "rows_per_s": b["median"],
+            "min_rows_per_s": b["min"],
+            "max_rows_per_s": b["max"],
+            "baseline_rows_per_s": b["median"],
+            "ratio": 1.0,
+        },
+    }
