@@ -33,8 +33,8 @@ SETTINGS = {
     "checkpoint_interval_s": 3600,
     "heartbeat_interval_s": 5.0,
     "lease_s": 20.0,
-    "suspect_after_s": 3000.0,
-    "heartbeat_timeout_s": 6000.0,
+    "suspect_after_s": 1500.0,
+    "heartbeat_timeout_s": 3000.0,  # < worker_token_lifetime_s (3600)
 }
 SETTLE_TIMEOUT_S = 60.0
 
