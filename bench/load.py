@@ -40,15 +40,13 @@ def _pct(values: list[float], q: float) -> float:
 
 async def _drive(
     concurrency: int, next_call: Callable[[], Awaitable[int] | None], deadline: float
-) -> tuple[list[float], int, float]:
+) -> tuple[list[float], dict[int, int], float]:
     """Run calls from `next_call` (None = no more) with `concurrency` in flight.
-    Returns (latencies_s of 2xx calls, errors, elapsed_s)."""
+    Returns (latencies_s of 2xx calls, non-2xx answers by status (0 = none), elapsed_s)."""
     latencies: list[float] = []
-    errors = 0
     statuses: dict[int, int] = {}
 
     async def lane() -> None:
-        nonlocal errors
         while time.monotonic() < deadline:
             call = next_call()
             if call is None:
@@ -61,20 +59,24 @@ async def _drive(
             if 200 <= status < 300:
                 latencies.append(time.perf_counter() - t0)
             else:
-                errors += 1
                 statuses[status] = statuses.get(status, 0) + 1
 
     t0 = time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(concurrency)))
     if statuses:
         print(f"non-2xx answers by status (0 = no answer): {statuses}", file=sys.stderr)
-    return latencies, errors, time.perf_counter() - t0
+    return latencies, statuses, time.perf_counter() - t0
 
 
-def _report(latencies: list[float], errors: int, elapsed_s: float) -> dict[str, float]:
+def _report(latencies: list[float], statuses: dict[int, int], elapsed_s: float) -> dict[str, float]:
     return {
         "ops": len(latencies),
-        "errors": errors,
+        "errors": sum(statuses.values()),
+        # The usual non-2xx answers, named: a leader change mid-run (the client does not
+        # follow redirects), no leader or a full proposal queue, no answer in time.
+        "redirects": statuses.get(307, 0),
+        "unavailable": statuses.get(503, 0),
+        "no_answer": statuses.get(0, 0),
         "elapsed_s": elapsed_s,
         "ops_per_s": len(latencies) / elapsed_s if elapsed_s else 0.0,
         "p50_ms": _pct(latencies, 50) * 1000,

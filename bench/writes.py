@@ -113,6 +113,9 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                 "p50_ms": med["p50_ms"],
                 "p99_ms": med["p99_ms"],
                 "errors": sum(r["errors"] for r in runs[key]),
+                "redirects": sum(r.get("redirects", 0) for r in runs[key]),
+                "unavailable": sum(r.get("unavailable", 0) for r in runs[key]),
+                "no_answer": sum(r.get("no_answer", 0) for r in runs[key]),
                 "baseline_ops_per_s": base,
                 "ratio": statistics.median(per_s) / base if base else 0.0,
             }
