@@ -49,6 +49,27 @@ def _produce(rig: Rig, rows: int, chunk: int, seed: int) -> float:
     return time.monotonic() - t0
 
 
+def start_three_workers(rig: Rig) -> None:
+    """Coordinators, Spark and workers w1-w3, caught up on the (empty) log."""
+    rig.start()
+    for wid in ("w1", "w2", "w3"):
+        rig.start_worker(wid)
+    rig.wait_caught_up()
+
+
+def backlog_rows_per_s(rig: Rig, rows: int, chunk: int, seed: int) -> float:
+    """Pause the workers (SIGSTOP), append `rows`, resume them (SIGCONT): rows per second
+    from the resume until every owner has processed the whole log."""
+    for proc in rig.workers.values():
+        proc.signal(signal.SIGSTOP)
+    try:
+        _produce(rig, rows, chunk, seed)
+    finally:
+        for proc in rig.workers.values():
+            proc.signal(signal.SIGCONT)
+    return rows / rig.wait_caught_up()
+
+
 def run(quick: bool) -> dict[str, dict[str, float]]:
     rows_per_round, chunk = (100_000, 10_000) if quick else (1_000_000, 50_000)
     streaming: list[float] = []
@@ -58,10 +79,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     with scratch("pipeline") as root:
         rig = Rig(root, SETTINGS)
         try:
-            rig.start()
-            for wid in ("w1", "w2", "w3"):
-                rig.start_worker(wid)
-            rig.wait_caught_up()
+            start_three_workers(rig)
             total = 0
             for r in range(REPEATS):
                 t0 = time.monotonic()
@@ -69,47 +87,55 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                 rig.wait_caught_up()
                 streaming.append(rows_per_round / (time.monotonic() - t0))
 
-                for proc in rig.workers.values():
-                    proc.signal(signal.SIGSTOP)
-                try:
-                    _produce(rig, rows_per_round, chunk, seed=200 + r)
-                finally:
-                    for proc in rig.workers.values():
-                        proc.signal(signal.SIGCONT)
-                backlog.append(rows_per_round / rig.wait_caught_up())
+                backlog.append(backlog_rows_per_s(rig, rows_per_round, chunk, seed=200 + r))
                 total += 2 * rows_per_round
                 # The baseline reads everything appended so far: the same files the
                 # workers have read, so compare its rate, not its time.
-                elapsed, counted = rig.batch_job_s()
-                if counted != total:
-                    raise RuntimeError(f"batch job counted {counted} rows, produced {total}")
-                batch.append(counted / elapsed)
+                batch.append(batch_rate(rig.batch_job_s(), total))
         finally:
             rig.close()
-    b = summary(batch)
-
-    def row(values: list[float], **extra: float) -> dict[str, float]:
-        s = summary(values)
-        return {
-            "rows": rows_per_round,
-            "rows_per_s": s["median"],
-            "min_rows_per_s": s["min"],
-            "max_rows_per_s": s["max"],
-            **extra,
-            "baseline_rows_per_s": b["median"],
-            "ratio": s["median"] / b["median"] if b["median"] else 0.0,
-        }
-
+    base = summary(batch)["median"]
     return {
-        "backlog_3_workers": row(backlog),
-        "streaming_3_workers": row(
-            streaming, produce_rows_per_s=rows_per_round / summary(produce_s)["median"]
+        "backlog_3_workers": rate_row(rows_per_round, backlog, base),
+        "streaming_3_workers": rate_row(
+            rows_per_round,
+            streaming,
+            base,
+            produce_rows_per_s=rows_per_round / summary(produce_s)["median"],
         ),
-        "batch_job": {
-            "rows_per_s": b["median"],
-            "min_rows_per_s": b["min"],
-            "max_rows_per_s": b["max"],
-            "baseline_rows_per_s": b["median"],
-            "ratio": 1.0,
-        },
+        "batch_job": baseline_row(batch),
+    }
+
+
+def batch_rate(measured: tuple[float, int], total: int) -> float:
+    """Rows/s of a batch job that took `measured` = (seconds, rows counted); it must have
+    counted every row produced."""
+    elapsed, counted = measured
+    if counted != total:
+        raise RuntimeError(f"batch job counted {counted} rows, produced {total}")
+    return counted / elapsed
+
+
+def rate_row(rows: int, values: list[float], base: float, **extra: float) -> dict[str, float]:
+    """One measured case: median, min and max rows/s over the rounds, against `base`."""
+    s = summary(values)
+    return {
+        "rows": rows,
+        "rows_per_s": s["median"],
+        "min_rows_per_s": s["min"],
+        "max_rows_per_s": s["max"],
+        **extra,
+        "baseline_rows_per_s": base,
+        "ratio": s["median"] / base if base else 0.0,
+    }
+
+
+def baseline_row(batch: list[float]) -> dict[str, float]:
+    b = summary(batch)
+    return {
+        "rows_per_s": b["median"],
+        "min_rows_per_s": b["min"],
+        "max_rows_per_s": b["max"],
+        "baseline_rows_per_s": b["median"],
+        "ratio": 1.0,
     }

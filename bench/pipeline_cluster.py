@@ -17,13 +17,18 @@ permitted the benchmark fails saying so.
 
 from __future__ import annotations
 
-import signal
 import tempfile
-import time
 from pathlib import Path
 
 from bench.harness import scratch, summary
-from bench.pipeline import SETTINGS, _produce
+from bench.pipeline import (
+    SETTINGS,
+    backlog_rows_per_s,
+    baseline_row,
+    batch_rate,
+    rate_row,
+    start_three_workers,
+)
 from bench.rig import Rig
 from tests.spark_cluster import SparkCluster, unshare_available
 
@@ -46,44 +51,16 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             worker_args=("--data-path", "arrow", "--staging-dir", str(root / "stage")),
         )
         try:
-            rig.start()
-            for wid in ("w1", "w2", "w3"):
-                rig.start_worker(wid)
-            rig.wait_caught_up()
+            start_three_workers(rig)
             total = 0
             for r in range(REPEATS):
-                for proc in rig.workers.values():
-                    proc.signal(signal.SIGSTOP)
-                try:
-                    _produce(rig, rows_per_round, chunk, seed=300 + r)
-                finally:
-                    for proc in rig.workers.values():
-                        proc.signal(signal.SIGCONT)
-                t0 = time.monotonic()
-                rig.wait_caught_up()
-                backlog.append(rows_per_round / (time.monotonic() - t0))
+                backlog.append(backlog_rows_per_s(rig, rows_per_round, chunk, seed=300 + r))
                 total += rows_per_round
-                elapsed, counted = rig.batch_job_arrow_s()
-                if counted != total:
-                    raise RuntimeError(f"batch job counted {counted} rows, produced {total}")
-                batch.append(counted / elapsed)
+                batch.append(batch_rate(rig.batch_job_arrow_s(), total))
         finally:
             rig.close()
-    s, b = summary(backlog), summary(batch)
+    base = summary(batch)["median"]
     return {
-        "backlog_3_workers_arrow": {
-            "rows": rows_per_round,
-            "rows_per_s": s["median"],
-            "min_rows_per_s": s["min"],
-            "max_rows_per_s": s["max"],
-            "baseline_rows_per_s": b["median"],
-            "ratio": s["median"] / b["median"] if b["median"] else 0.0,
-        },
-        "batch_job_arrow": {
-            "rows_per_s": b["median"],
-            "min_rows_per_s": b["min"],
-            "max_rows_per_s": b["max"],
-            "baseline_rows_per_s": b["median"],
-            "ratio": 1.0,
-        },
+        "backlog_3_workers_arrow": rate_row(rows_per_round, backlog, base),
+        "batch_job_arrow": baseline_row(batch),
     }
