@@ -608,18 +608,17 @@ class Planner:
         DRAINING worker: plan them again; a drained worker with nothing in flight leaves."""
         out: list[Command] = []
         for wid in state.workers_in(WorkerState.DRAINING):
-            w = state.workers[wid]
-            moves = self.plan_drain(state, w.worker_id, now)
+            moves = self.plan_drain(state, wid, now)
             if isinstance(moves, Rejected):
                 continue
             # Without moves, DrainWorker only lets a worker that owns nothing and sources
             # nothing in flight leave. One that still owns a partition moving INTO it (a
             # HANDED_OFF migration, done once it hosts) must wait: committing a no-op
             # DrainWorker every batch would starve the host call that finishes it.
-            sourcing = any(x.source == w.worker_id for x in state.in_flight_migrations())
-            owns = bool(state.owned_by(w.worker_id))
+            sourcing = any(x.source == wid for x in state.in_flight_migrations())
+            owns = bool(state.owned_by(wid))
             if moves or not (sourcing or owns):
-                out.append(DrainWorker(worker_id=w.worker_id, moves=moves, now_ms=wall))
+                out.append(DrainWorker(worker_id=wid, moves=moves, now_ms=wall))
         return tuple(out)
 
     # -- calls ----------------------------------------------------------------------------------
@@ -710,9 +709,7 @@ class Planner:
                 self.rounds.next_ms.pop(wid, None)
                 self.rounds.missed.discard(wid)
         # Only the workers that can own (not every DEAD or LEFT record ever kept).
-        for wid in sorted(
-            {*state.workers_in(WorkerState.ACTIVE), *state.workers_in(WorkerState.DRAINING)}
-        ):
+        for wid in state.workers_in(*OWNING_WORKER_STATES):
             w = state.workers[wid]
             if self._paused(w.worker_id, now):
                 continue

@@ -172,14 +172,14 @@ class ClusterState:
         return sorted(self._owned.get(worker_id, ()))
 
     def active_workers(self) -> list[WorkerId]:
-        return sorted(self._by_state[WorkerState.ACTIVE])
+        return self.workers_in(WorkerState.ACTIVE)
 
     def count_in(self, worker_state: WorkerState) -> int:
         return len(self._by_state[worker_state])
 
-    def workers_in(self, worker_state: WorkerState) -> list[WorkerId]:
-        """The ids of the workers in `worker_state`, sorted."""
-        return sorted(self._by_state[worker_state])
+    def workers_in(self, *worker_states: WorkerState) -> list[WorkerId]:
+        """The ids of the workers in any of `worker_states`, sorted."""
+        return sorted(set().union(*(self._by_state[s] for s in worker_states)))
 
     def put_worker(self, worker: Worker) -> None:
         """The one way a worker record is written: keeps the by-state index true."""

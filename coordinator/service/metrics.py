@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -100,7 +100,7 @@ class Metrics:
             ["route", "method", "status"],
             registry=r,
         )
-        self._request_children: dict[tuple[str, str, int], Any] = {}
+        self._request_children: dict[tuple[str, str, int], Counter] = {}
         self.workers_declared_dead = Counter(
             "ripple_workers_declared_dead",
             "Workers declared dead by this node as leader",
@@ -137,7 +137,7 @@ class Metrics:
         self._led_term = -1
         self._collector: ClusterCollector | None = None
 
-    def request_counter(self, route: str, method: str, status: int) -> Any:
+    def request_counter(self, route: str, method: str, status: int) -> Counter:
         """The `ripple_http_requests` child for one answer, cached: `labels()` takes a lock
         and builds a key on every request, and this runs on every request. Any method
         outside HTTP's own is counted as "other", so a stranger's made-up methods cannot
