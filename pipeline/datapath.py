@@ -237,8 +237,15 @@ class Feed:
                 batch.rows += rows
                 batch.nbytes += nbytes
             else:
+                # Only a segment that straddles the offset needs the row filter (a checkpoint
+                # can end mid-segment); a whole segment is read unfiltered, so a batch is
+                # one read per partition, with no per-row predicate.
                 batch.inputs.append(
-                    BatchInput(partition=p, path=self._location(seg), from_offset=from_offset)
+                    BatchInput(
+                        partition=p,
+                        path=self._location(seg),
+                        from_offset=from_offset if seg.first_offset < from_offset else 0,
+                    )
                 )
                 batch.rows += seg.count
             batch.keys.append(seg.key)
