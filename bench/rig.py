@@ -136,18 +136,23 @@ class Rig:
         wait_until(self.caught_up, "pipeline caught up", timeout_s, 0.05)
         return time.monotonic() - t0
 
-    def input_paths(self) -> list[str]:
+    def ends(self) -> dict[int, int]:
+        """Each partition's end offset now: where the next round's input will begin."""
+        return {p: self.source.end_offset(p) for p in range(PARTITIONS)}
+
+    def input_paths(self, since: dict[int, int] | None = None) -> list[str]:
+        """Every segment's file, or (given `since`, from `ends`) those appended since."""
         staging = str(self.root / "staging")
         return [
             stage(self.store, seg, staging)
             for p in range(PARTITIONS)
-            for seg in self.source.segments(p)
+            for seg in self.source.segments(p, (since or {}).get(p, 0))
         ]
 
-    def batch_job_arrow_s(self) -> tuple[float, int]:
-        """Seconds for reading every segment here (pyarrow, through the store) and one
-        Aggregator.batch_job_table over the rows: the batch job on a Spark whose executors
-        cannot see the store; and the row count."""
+    def batch_job_arrow_s(self, since: dict[int, int] | None = None) -> tuple[float, int]:
+        """Seconds for reading every segment (or those appended `since`) here (pyarrow,
+        through the store) and one Aggregator.batch_job_table over the rows: the batch job
+        on a Spark whose executors cannot see the store; and the row count."""
         import pyarrow as pa
 
         agg = Aggregator(self.spark_url)
@@ -156,7 +161,8 @@ class Rig:
             agg.batch_job_table(warm)  # warm the session so both sides start with one
             t0 = time.perf_counter()
             table = pa.concat_tables(
-                self.source.read(p, 0).select(["key", "value", "offset"]) for p in range(PARTITIONS)
+                self.source.read(p, (since or {}).get(p, 0)).select(["key", "value", "offset"])
+                for p in range(PARTITIONS)
             )
             out = agg.batch_job_table(table)
             elapsed = time.perf_counter() - t0
@@ -164,9 +170,10 @@ class Rig:
             agg.close()
         return elapsed, sum(v.count for v in out.values())
 
-    def batch_job_s(self) -> tuple[float, int]:
-        """Seconds for one Aggregator.batch_job over every input file, and the row count."""
-        paths = self.input_paths()
+    def batch_job_s(self, since: dict[int, int] | None = None) -> tuple[float, int]:
+        """Seconds for one Aggregator.batch_job over every input file (or those appended
+        `since`), and the row count."""
+        paths = self.input_paths(since)
         agg = Aggregator(self.spark_url)
         try:
             agg.batch_job(paths[:1])  # warm the session so both sides start with one
