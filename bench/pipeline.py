@@ -124,7 +124,7 @@ def batch_rate(measured: tuple[float, int], total: int) -> float:
 
 
 def rate_row(
-    rows: int, values: list[float], base: float, base_all: float, **extra: float
+    rows: int, values: list[float], base: float, base_all: float = 0.0, **extra: float
 ) -> dict[str, float]:
     """One measured case: median, min and max rows/s over the rounds, against `base` (the
     batch job over the same input) and `base_all` (over everything so far)."""
@@ -137,11 +137,11 @@ def rate_row(
         **extra,
         "baseline_rows_per_s": base,
         "ratio": s["median"] / base if base else 0.0,
-        "ratio_vs_all_input": s["median"] / base_all if base_all else 0.0,
+        **({"ratio_vs_all_input": s["median"] / base_all} if base_all else {}),
     }
 
 
-def baseline_row(batch: list[float], base_all: float, base: float = 0.0) -> dict[str, float]:
+def baseline_row(batch: list[float], base_all: float = 0.0, base: float = 0.0) -> dict[str, float]:
     """A batch job's row: its rates, against the same-input baseline (itself unless
     `base` is given) and the all-input one."""
     row = rate_row(0, batch, base or summary(batch)["median"], base_all)
