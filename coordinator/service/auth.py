@@ -9,7 +9,9 @@ about the others.
   presents to the coordinator. Bound to one worker id and one incarnation, so a worker
   cannot speak for another and an old process cannot speak for its re-registered
   successor; it expires (wall-clock ms: tokens are checked by whichever node leads, and
-  monotonic clocks do not cross machines) and the leader renews it on every heartbeat.
+  monotonic clocks do not cross machines) and the leader renews it on a heartbeat once
+  half its lifetime has passed. A verified token's claims are kept (bounded), so its MAC
+  is computed once, not on every heartbeat.
 - Call token, `<incarnation>.<hex HMAC>`: what the leader presents to a worker on host /
   release / checkpoint calls. Given to the worker at registration; bound to its id and
   incarnation; it does not expire (the worker accepts it only for its current incarnation).
@@ -33,6 +35,7 @@ from coordinator.errors import RequestError
 
 __all__ = [
     "TOKEN_LEN_MAX",
+    "VERIFIED_TOKENS_CACHED_MAX",
     "WorkerClaims",
     "bearer",
     "call_token",
@@ -106,12 +109,18 @@ class WorkerClaims:
     expires_at_ms: int
 
 
-def read_worker_token(secret: str, header: str | None, now_ms: int) -> WorkerClaims:
-    """The claims of a genuine, unexpired worker token; 401 otherwise. Whether the claimed
-    worker and incarnation are current is the caller's question (it holds the state)."""
-    token = bearer(header)
-    if token is None:
-        raise RequestError("missing bearer token", code="unauthorized", status=401)
+# Worker tokens verified so far: (cluster secret, the exact token text) -> its claims. A
+# worker presents the same token on every heartbeat until the leader renews it at half its
+# lifetime, so the HMAC is computed about once per token instead of once per request
+# (profiled: the token check was 8% of the leader's event loop at 10,000 workers). Only a
+# token whose MAC verified enters; expiry is checked on every use, hit or not. Cleared
+# whole when full: 10,000 workers hold at most two live tokens each.
+VERIFIED_TOKENS_CACHED_MAX = 32_768
+_verified: dict[tuple[str, str], WorkerClaims] = {}
+
+
+def _verify_worker_token(secret: str, token: str) -> WorkerClaims:
+    """The claims of a token whose MAC is genuine (expired or not); 401 otherwise."""
     # Worker ids may contain dots: the three numeric fields are split off the right.
     fields = token.rsplit(".", 3)
     if (
@@ -126,6 +135,21 @@ def read_worker_token(secret: str, header: str | None, now_ms: int) -> WorkerCla
     expected = _mac(secret, WORKER_TOKEN_INFO, worker_id, claims.incarnation, claims.expires_at_ms)
     if not hmac.compare_digest(mac.encode(), expected.encode()):
         raise RequestError("invalid worker token", code="unauthorized", status=401)
+    return claims
+
+
+def read_worker_token(secret: str, header: str | None, now_ms: int) -> WorkerClaims:
+    """The claims of a genuine, unexpired worker token; 401 otherwise. Whether the claimed
+    worker and incarnation are current is the caller's question (it holds the state)."""
+    token = bearer(header)
+    if token is None:
+        raise RequestError("missing bearer token", code="unauthorized", status=401)
+    claims = _verified.get((secret, token))
+    if claims is None:
+        claims = _verify_worker_token(secret, token)
+        if len(_verified) >= VERIFIED_TOKENS_CACHED_MAX:
+            _verified.clear()
+        _verified[(secret, token)] = claims
     if claims.expires_at_ms <= now_ms:
         raise RequestError("worker token expired; register again", code="unauthorized", status=401)
     return claims

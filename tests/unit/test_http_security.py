@@ -157,6 +157,43 @@ def test_worker_token_claims_and_expiry() -> None:
     assert not token_matches("", "Bearer ")
 
 
+def test_verified_tokens_are_kept_bounded_and_forgeries_never(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from coordinator.service import auth
+
+    monkeypatch.setattr(auth, "VERIFIED_TOKENS_CACHED_MAX", 4)
+    monkeypatch.setattr(auth, "_verified", {})
+    macs = 0
+    real_mac = auth._mac
+
+    def counting_mac(*args: object) -> str:
+        nonlocal macs
+        macs += 1
+        return real_mac(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(auth, "_mac", counting_mac)
+    now = 1_700_000_000_000
+    token = issue_token(SECRET, "w1", 1, now + 1000)
+    macs = 0
+    for _ in range(3):
+        assert read_worker_token(SECRET, f"Bearer {token}", now).worker_id == "w1"
+    assert macs == 1  # verified once, then read from the kept claims
+    with pytest.raises(RequestError, match="expired"):
+        read_worker_token(SECRET, f"Bearer {token}", now + 1000)  # a kept token still expires
+    # The same text under another cluster's secret is checked afresh, and refused.
+    with pytest.raises(RequestError, match="invalid"):
+        read_worker_token(SECRET + "x", f"Bearer {token}", now)
+    forged = token[:-1] + ("0" if token[-1] != "0" else "1")
+    for _ in range(2):
+        with pytest.raises(RequestError, match="invalid"):
+            read_worker_token(SECRET, f"Bearer {forged}", now)
+    assert all(t != forged for _, t in auth._verified)
+    for i in range(10):
+        read_worker_token(SECRET, f"Bearer {issue_token(SECRET, f'w{i}', 1, now + 1000)}", now)
+        assert len(auth._verified) <= 4
+
+
 def test_no_bearer_token_compared_with_eq() -> None:
     """Every token comparison goes through hmac.compare_digest (auth.token_matches): no
     `==`/`!=` with a `Bearer ...` string anywhere in the HTTP handlers."""
