@@ -507,21 +507,15 @@ class Planner:
                 self.detector.forget(w)
         if not dead:
             return ()
-        if not any(state.owned_by(WorkerId(w)) for w in dead):
-            # A death storm of workers that own nothing (say thousands registered and never
-            # heard from) needs no placement: no liveness read of every ACTIVE worker.
-            return (
-                DeclareDead(
-                    worker_ids=tuple(WorkerId(w) for w in dead), assignments=(), now_ms=wall
-                ),
-            )
-        eligible = self.eligible(state, now, dead)
-        target = self._placement(state, eligible) if eligible else []
         dead_set = set(dead)
+        orphaned = [p for p in state.partitions if p.owner in dead_set]
         assignments = []
-        for p in state.partitions:
-            if p.owner not in dead_set:
-                continue
+        # Placement only for partitions the dead owned: a death storm of workers that own
+        # nothing (say thousands registered and never heard from) reads no liveness of
+        # every ACTIVE worker.
+        eligible = self.eligible(state, now, dead) if orphaned else []
+        target = self._placement(state, eligible) if eligible else []
+        for p in orphaned:
             new_owner: str | None = target[p.partition] if eligible else None
             if p.migration is not None:
                 mig = state.migrations[p.migration]

@@ -210,3 +210,38 @@ def test_the_planner_forgets_rounds_and_retries_of_what_ended() -> None:
     planner.plan(s, 5_000, 5_000)
     assert set(planner.rounds.next_ms) == {W1}
     assert planner.release_retry.pending() == []
+
+
+def test_the_dead_who_own_nothing_get_no_placement_pass() -> None:
+    """A storm of dead workers that own nothing is declared without reading every ACTIVE
+    worker's liveness; a dead owner's partitions are placed on the living."""
+    s, planner = with_w1_assigned(SETTINGS)  # W1 owns every partition
+    idle = [WorkerId(f"idle{i}") for i in range(3)]
+    for w in idle:
+        apply(s, w, RegisterWorker(worker_id=w, address=f"http://{w}", now_ms=0))
+        planner.registered(w, 0)
+    passes = 0
+    eligible = planner.eligible
+
+    def counting(*args: object, **kw: object) -> list[WorkerId]:
+        nonlocal passes
+        passes += 1
+        return eligible(*args, **kw)  # type: ignore[arg-type]
+
+    planner.eligible = counting  # type: ignore[method-assign]
+    late = SETTINGS.dead_after_ms + 1
+    planner.heartbeat(W1, 0.1, late)
+    declared = planner._detect_failures(s, late, late)
+    assert declared == (DeclareDead(worker_ids=tuple(idle), assignments=(), now_ms=late),)
+    assert passes == 0
+    apply(s, "dead-idle", declared[0])
+    planner.committed(declared[0], CommitOutcome.OK, late)
+
+    apply(s, W2, RegisterWorker(worker_id=W2, address="http://w2", now_ms=late))
+    planner.registered(W2, late)
+    later = late + SETTINGS.dead_after_ms + 1
+    planner.heartbeat(W2, 0.1, later)
+    (dead_w1,) = planner._detect_failures(s, later, later)
+    assert isinstance(dead_w1, DeclareDead) and dead_w1.worker_ids == (W1,)
+    assert {(a.partition, a.owner) for a in dead_w1.assignments} == {(p, W2) for p in range(4)}
+    assert passes == 1
