@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -62,6 +63,12 @@ ERROR_BACKOFF_CAP_S = 5.0
 SLEEP_MAX_S = 1.0
 # One DeclareDead may name thousands of workers; the log line names this many and counts the rest.
 DEAD_IDS_LOGGED_MAX = 20
+
+
+def ids_text(ids: Sequence[str]) -> str:
+    """At most DEAD_IDS_LOGGED_MAX ids, then how many more."""
+    more = len(ids) - DEAD_IDS_LOGGED_MAX
+    return ", ".join(ids[:DEAD_IDS_LOGGED_MAX]) + (f" and {more} more" if more > 0 else "")
 
 
 def planner_settings(node: CoordinatorNode) -> PlannerSettings:
@@ -278,13 +285,8 @@ class LeaderDuties:
             else:
                 planner.committed(cmd, CommitOutcome.OK, self.clock.monotonic_ms())
                 if isinstance(cmd, DeclareDead):
-                    ids = cmd.worker_ids
-                    more = len(ids) - DEAD_IDS_LOGGED_MAX
                     log.warning(
-                        "declared dead (%d): %s%s",
-                        len(ids),
-                        ", ".join(ids[:DEAD_IDS_LOGGED_MAX]),
-                        f" and {more} more" if more > 0 else "",
+                        "declared dead (%d): %s", len(cmd.worker_ids), ids_text(cmd.worker_ids)
                     )
                     self.node.metrics.workers_declared_dead.inc(len(cmd.worker_ids))
                 elif isinstance(cmd, FallBack | MarkStuck):
