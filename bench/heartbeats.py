@@ -39,7 +39,8 @@ SETTINGS = {
     "checkpoint_interval_s": 3600.0,
 }
 SETTLE_TIMEOUT_S = 60.0
-WRK_SCRIPTS = Path(__file__).parent / "wrk"
+# Absolute: the scripts find report.lua beside them by their own path.
+WRK_SCRIPTS = Path(__file__).resolve().parent / "wrk"
 WRK_TIMEOUT_S = 10.0  # per request; a slower answer counts as an error
 
 

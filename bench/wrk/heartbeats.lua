@@ -1,6 +1,6 @@
 -- wrk script: worker heartbeats, round-robin over registered workers, each with its own
 -- token. Its argument is a file of "worker_id incarnation token" lines (bench.load writes
--- it); `done` prints one JSON line that bench.wrk reads.
+-- it).
 local workers = {}
 local n = 0
 local i = 0
@@ -28,11 +28,5 @@ function request()
   return wrk.format("POST", w[1], w[2], w[3])
 end
 
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    '{"requests":%d,"duration_us":%d,"status_errors":%d,"socket_errors":%d,' ..
-    '"p50_us":%d,"p99_us":%d,"max_us":%d}\n',
-    summary.requests, summary.duration, e.status, e.connect + e.read + e.write + e.timeout,
-    latency:percentile(50), latency:percentile(99), latency.max))
-end
+-- report.lua beside this script (wrk is given its absolute path) defines `done`.
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "report.lua")
