@@ -364,12 +364,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
-    from coordinator.service.server import serve
+    from coordinator.service.server import run
 
     overrides = {k: getattr(args, k) for k in SCALAR_KEYS if getattr(args, k, None) is not None}
     config = load_config(args.config, overrides=overrides)
     config.node(args.node_id)
-    asyncio.run(serve(config, args.node_id))
+    run(config, args.node_id)
     return 0
 
 

@@ -42,7 +42,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
@@ -479,6 +479,29 @@ class GroupCommitStats:
     queue_full: int = 0  # proposals refused because the queue was at its bound
 
 
+class MachineRead:
+    """`with log.read() as machine:` holds the apply lock for the block. A class rather than a
+    generator context manager: it is on every heartbeat (profiled: the generator's
+    enter/exit was 2-3% of the leader's event loop at 10,000 workers)."""
+
+    __slots__ = ("_lock", "_machine")
+
+    def __init__(self, lock: threading.Lock, machine: Callable[[], StateMachine]) -> None:
+        self._lock = lock
+        self._machine = machine
+
+    def __enter__(self) -> StateMachine:
+        self._lock.acquire()
+        try:
+            return self._machine()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def __exit__(self, *_exc: object) -> None:
+        self._lock.release()
+
+
 class ReplicatedLog:
     """One node's replicated log. Start it inside a running asyncio loop."""
 
@@ -590,11 +613,10 @@ class ReplicatedLog:
     def settings(self) -> RaftSettings:
         return self._settings
 
-    @contextlib.contextmanager
-    def read(self) -> Iterator[StateMachine]:
-        """Local (possibly stale on a follower) read of the machine, never torn."""
-        with self._lock:
-            yield self._node._machine()
+    def read(self) -> MachineRead:
+        """Local (possibly stale on a follower) read of the machine, never torn: a context
+        manager holding the apply lock."""
+        return MachineRead(self._lock, self._node._machine)
 
     # -- writes ------------------------------------------------------------------------
 

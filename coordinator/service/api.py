@@ -52,7 +52,6 @@ from coordinator.service import models as m
 from coordinator.service.address import check_address
 from coordinator.service.auth import (
     WorkerClaims,
-    bearer,
     call_token,
     issue_token,
     read_worker_token,
@@ -62,12 +61,14 @@ from coordinator.service.auth import (
 from coordinator.service.failing import FailingPartition, FailingReports
 from coordinator.service.metrics import PartitionProgress, ProgressReports
 from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
+from coordinator.service.replies import AssignmentTexts, heartbeat_body
 from replication.log import RaftRole
 
 log = logging.getLogger(__name__)
 
 NODE_KEY = web.AppKey("node", CoordinatorNode)
 DUTIES_KEY: web.AppKey[Any] = web.AppKey("duties", object)
+ASSIGNMENT_TEXTS_KEY = web.AppKey("assignment_texts", AssignmentTexts)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
@@ -604,17 +605,16 @@ def fresh_token(node: CoordinatorNode, worker_id: str, incarnation: int) -> tupl
 
 
 def heartbeat_token(
-    request: web.Request, node: CoordinatorNode, claims: WorkerClaims, incarnation: int
+    node: CoordinatorNode, claims: WorkerClaims, incarnation: int
 ) -> tuple[str, int]:
     """The token a heartbeat hands back: the one it presented (just verified, for this
     worker's current incarnation) while more than half its lifetime is left, else a renewed
     one. Renewing on every heartbeat cost an HMAC each (an eighth of the handler, profiled)
     and made every reply differ; now a worker's reply changes with the generation and about
     once per half lifetime, and a heartbeating worker's token still never lapses."""
-    presented = bearer(request.headers.get("Authorization"))
     half_life_ms = int(node.config.worker_token_lifetime_s * 500)
-    if presented is not None and claims.expires_at_ms - now_ms() > half_life_ms:
-        return presented, claims.expires_at_ms
+    if claims.expires_at_ms - now_ms() > half_life_ms:
+        return claims.token, claims.expires_at_ms
     return fresh_token(node, claims.worker_id, incarnation)
 
 
@@ -677,11 +677,11 @@ async def heartbeat(request: web.Request) -> web.Response:
                 status=409,
             )
         generation = state.generation
-        entries = [{"partition": p, "epoch": e} for p, e in state.assignment_of(wid)]
+        assignment = request.app[ASSIGNMENT_TEXTS_KEY].text(state, wid)
     # The partitions' positions go to the progress and failing reports below; the planner
     # decides on liveness and load only.
     due = duties.heartbeat(wid, body.load)
-    token, expires_at_ms = heartbeat_token(request, node, claims, incarnation)
+    token, expires_at_ms = heartbeat_token(node, claims, incarnation)
     node.metrics.progress.record(
         wid,
         {
@@ -697,17 +697,12 @@ async def heartbeat(request: web.Request) -> web.Response:
             if v.failures > 0
         },
     )
-    # The hottest reply on the leader: built as the dict m.HeartbeatResponse describes
-    # (the OpenAPI contract test and test_heartbeat_token hold the two together), not
-    # through the model.
-    return web.json_response(
-        {
-            "generation": generation,
-            "assignment": entries,
-            "checkpoint_due": due,
-            "token": token,
-            "token_expires_at_ms": expires_at_ms,
-        }
+    # The hottest reply on the leader: m.HeartbeatResponse's JSON from a format string and
+    # the worker's assignment text kept for this generation (replies.py), not the model.
+    return web.Response(
+        body=heartbeat_body(generation, assignment, due, token, expires_at_ms),
+        content_type="application/json",
+        charset="utf-8",
     )
 
 
@@ -1087,6 +1082,7 @@ def create_app(node: CoordinatorNode, duties: Any) -> web.Application:
     )
     app[NODE_KEY] = node
     app[DUTIES_KEY] = duties
+    app[ASSIGNMENT_TEXTS_KEY] = AssignmentTexts()
     node.metrics.attach(node, duties.liveness_of)
     # Grouped by path: aiohttp makes one resource of consecutive routes on one path, and the
     # OPTIONS answer (its Allow header) is per resource; interleaved, GET and POST

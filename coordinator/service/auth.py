@@ -107,6 +107,9 @@ class WorkerClaims:
     worker_id: str
     incarnation: int
     expires_at_ms: int
+    # The exact token text these claims were read from (a heartbeat hands it back while it
+    # has more than half its lifetime left).
+    token: str
 
 
 # Worker tokens verified so far: (cluster secret, the exact token text) -> its claims. A
@@ -131,7 +134,7 @@ def _verify_worker_token(secret: str, token: str) -> WorkerClaims:
     ):
         raise RequestError("malformed worker token", code="unauthorized", status=401)
     worker_id, inc_text, exp_text, mac = fields
-    claims = WorkerClaims(worker_id, int(inc_text), int(exp_text))
+    claims = WorkerClaims(worker_id, int(inc_text), int(exp_text), token)
     expected = _mac(secret, WORKER_TOKEN_INFO, worker_id, claims.incarnation, claims.expires_at_ms)
     if not hmac.compare_digest(mac.encode(), expected.encode()):
         raise RequestError("invalid worker token", code="unauthorized", status=401)

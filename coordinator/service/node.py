@@ -9,11 +9,9 @@ command by the proposer, so `apply` stays deterministic on every replica.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -27,6 +25,7 @@ from coordinator.service.auth import raft_password
 from coordinator.service.metrics import Metrics
 from coordinator.system_clock import SYSTEM_CLOCK
 from replication.log import (
+    MachineRead,
     NoLeaderError,
     OutcomeUnknownError,
     QueueFullError,
@@ -54,6 +53,21 @@ class LeaderInfo:
     ready: bool
     leader: NodeSpec | None
     status: RaftStatus
+
+
+class StateRead:
+    """`with node.read() as state:` (see `MachineRead`; a class for the same reason)."""
+
+    __slots__ = ("_read",)
+
+    def __init__(self, read: MachineRead) -> None:
+        self._read = read
+
+    def __enter__(self) -> ClusterState:
+        return cast(Machine, self._read.__enter__()).state
+
+    def __exit__(self, *exc: object) -> None:
+        self._read.__exit__(*exc)
 
 
 class CoordinatorNode:
@@ -113,11 +127,9 @@ class CoordinatorNode:
 
     # -- reads -----------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def read(self) -> Iterator[ClusterState]:
+    def read(self) -> StateRead:
         """Local state, never torn; stale on followers (the caller says so)."""
-        with self.log.read() as machine:
-            yield cast(Machine, machine).state
+        return StateRead(self.log.read())
 
     async def barrier(self) -> None:
         try:
