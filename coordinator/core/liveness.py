@@ -46,7 +46,7 @@ class _Seen:
 class Detector:
     """Mutable but pure: time comes in as `now_ms`, nothing here reads a clock."""
 
-    __slots__ = ("_seen", "dead_after_ms", "suspect_after_ms")
+    __slots__ = ("_newest_ms", "_seen", "dead_after_ms", "suspect_after_ms")
 
     def __init__(self, *, suspect_after_ms: int, dead_after_ms: int) -> None:
         if not 0 < suspect_after_ms < dead_after_ms:
@@ -57,12 +57,18 @@ class Detector:
         self.suspect_after_ms = suspect_after_ms
         self.dead_after_ms = dead_after_ms
         self._seen: OrderedDict[str, _Seen] = OrderedDict()
+        # The latest last-seen time ever put (an upper bound of the newest in `_seen`).
+        self._newest_ms = -(2**63)
 
     def _put(self, worker_id: str, seen: _Seen) -> None:
         """Insert or update, keeping `_seen` ordered by last-seen time, oldest first."""
         self._seen[worker_id] = seen
         self._seen.move_to_end(worker_id)
-        if len(self._seen) > 1:
+        if seen.last_seen_ms >= self._newest_ms:
+            # Not older than anything ever put: last is its place (the common case, one
+            # comparison per heartbeat).
+            self._newest_ms = seen.last_seen_ms
+        elif len(self._seen) > 1:
             # The clock is monotonic, so the newest is almost always last; if a caller's
             # time went backwards, restore the order (rare, O(n log n)).
             it = reversed(self._seen.values())

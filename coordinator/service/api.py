@@ -69,6 +69,7 @@ log = logging.getLogger(__name__)
 NODE_KEY = web.AppKey("node", CoordinatorNode)
 DUTIES_KEY: web.AppKey[Any] = web.AppKey("duties", object)
 ASSIGNMENT_TEXTS_KEY = web.AppKey("assignment_texts", AssignmentTexts)
+ORIGINS_KEY: web.AppKey[frozenset[str]] = web.AppKey("origins", frozenset)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
@@ -1072,6 +1073,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         response = web.json_response({"error": "internal", "message": "internal error"}, status=500)
+    dashboard.cors_headers(request, response, request.app[ORIGINS_KEY])
     node.metrics.request_counter(route_name, request.method, response.status).inc()
     return response
 
@@ -1083,6 +1085,7 @@ def create_app(node: CoordinatorNode, duties: Any) -> web.Application:
     app[NODE_KEY] = node
     app[DUTIES_KEY] = duties
     app[ASSIGNMENT_TEXTS_KEY] = AssignmentTexts()
+    app[ORIGINS_KEY] = dashboard.node_origins(node.config)
     node.metrics.attach(node, duties.liveness_of)
     # Grouped by path: aiohttp makes one resource of consecutive routes on one path, and the
     # OPTIONS answer (its Allow header) is per resource; interleaved, GET and POST

@@ -66,8 +66,25 @@ def content_security_policy(origins: frozenset[str]) -> str:
     )
 
 
+def cors_headers(
+    request: web.Request, response: web.StreamResponse, origins: frozenset[str]
+) -> None:
+    """The CORS headers of a `/v1` answer: `Vary: Origin` always, the allow and expose
+    headers for the cluster's own origins only. Called by the API's middleware on every
+    answer it returns (a plain call: as an `on_response_prepare` signal it cost 2% of the
+    leader's event loop under heartbeats)."""
+    if not request.path.startswith("/v1/"):
+        return
+    response.headers.add("Vary", "Origin")
+    origin = request.headers.get("Origin")
+    if origin is not None and origin.lower() in origins:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSED_HEADERS
+
+
 def install(app: web.Application, config: ClusterConfig) -> None:
-    """Add the dashboard's routes and response headers to the coordinator's app."""
+    """Add the dashboard's routes to the coordinator's app (its CORS headers are added by
+    the API's middleware, `cors_headers`)."""
     assets = load_assets()
     origins = node_origins(config)
     page_headers = {
@@ -137,15 +154,6 @@ def install(app: web.Application, config: ClusterConfig) -> None:
 
         return options
 
-    async def cors_headers(request: web.Request, response: web.StreamResponse) -> None:
-        if not request.path.startswith("/v1/"):
-            return
-        response.headers.add("Vary", "Origin")
-        origin = request.headers.get("Origin", "").lower()
-        if origin in origins:
-            response.headers["Access-Control-Allow-Origin"] = request.headers["Origin"]
-            response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSED_HEADERS
-
     app.router.add_get("/", root)
     app.router.add_get(UI_PATH, index)
     app.router.add_get(UI_PATH + "/", index)
@@ -156,4 +164,3 @@ def install(app: web.Application, config: ClusterConfig) -> None:
         if isinstance(resource, web.Resource) and resource.canonical.startswith("/v1/"):
             methods = frozenset(r.method for r in resource)
             resource.add_route("OPTIONS", options_handler(methods))
-    app.on_response_prepare.append(cors_headers)
