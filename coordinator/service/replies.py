@@ -53,7 +53,7 @@ def heartbeat_body(
     generation: int, assignment_text: str, checkpoint_due: bool, token: str, expires_at_ms: int
 ) -> bytes:
     """The JSON of `m.HeartbeatResponse` (the OpenAPI contract test and
-    test_heartbeat_reply hold the two together). `token` is a worker token this node issued or
+    test_heartbeat_path hold the two together). `token` is a worker token this node issued or
     verified: its worker id matched `[A-Za-z0-9._-]{1,64}` and the rest is digits, dots and
     hex, so it needs no escaping; anything else is refused rather than written unescaped."""
     if not token.isascii() or '"' in token or "\\" in token:

@@ -1,11 +1,18 @@
-"""The heartbeat reply built without an encoder (coordinator/service/replies.py): the same JSON
-as the model describes, a worker's assignment text renewed with the generation, bounded."""
+"""The heartbeat path's shortcuts: the reply built without an encoder
+(coordinator/service/replies.py) is the model's JSON, a worker's assignment text is renewed
+with the generation and bounded; a body read from the buffer in one call keeps the limit."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
+from aiohttp import web
+from aiohttp.streams import StreamReader
+from aiohttp.test_utils import make_mocked_request
 
 from coordinator.core.commands import (
     Assignment,
@@ -16,8 +23,8 @@ from coordinator.core.commands import (
 )
 from coordinator.core.model import WorkerId
 from coordinator.core.state import ClusterState, apply
+from coordinator.service import api, replies
 from coordinator.service import models as m
-from coordinator.service import replies
 from coordinator.service.auth import issue_token
 from coordinator.service.replies import AssignmentTexts, heartbeat_body
 
@@ -87,3 +94,44 @@ def test_kept_texts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(texts) == 1
     # Past the bound the text is still right, only made per request.
     assert [e["partition"] for e in json.loads(texts.text(s, W2))] == [1, 3]
+
+
+def _request(chunks: list[bytes], eof: bool, limit: int) -> web.Request:
+    app = web.Application(client_max_size=limit)
+    app[api.NODE_KEY] = SimpleNamespace(config=SimpleNamespace(body_bytes_max=limit))  # type: ignore[assignment]
+    protocol = mock.Mock(_reading_paused=False, connected=True)
+    payload = StreamReader(protocol, 2**16, loop=asyncio.get_running_loop())  # type: ignore[arg-type]
+    for chunk in chunks:
+        payload.feed_data(chunk)
+    if eof:
+        payload.feed_eof()
+    return make_mocked_request("POST", "/v1/x", app=app, payload=payload, client_max_size=limit)
+
+
+async def test_a_whole_body_is_taken_at_once_and_held_to_the_limit() -> None:
+    body = b'{"incarnation":1,"load":0.5,"partitions":{}}'
+    request = _request([body[:10], body[10:]], eof=True, limit=len(body))
+    assert await api.read_body(request) == body
+    too_big = _request([body + b" "], eof=True, limit=len(body))
+    with pytest.raises(web.HTTPRequestEntityTooLarge):
+        await api.read_body(too_big)
+    empty = _request([], eof=True, limit=len(body))
+    assert await api.read_body(empty) == b""
+
+
+async def test_a_body_still_arriving_goes_through_the_read_loop() -> None:
+    body = b'{"incarnation":1}'
+    request = _request([body[:5]], eof=False, limit=100)
+    reading = asyncio.ensure_future(api.read_body(request))
+    await asyncio.sleep(0)
+    assert not reading.done()  # waits for the rest, as aiohttp's read does
+    request.content.feed_data(body[5:])
+    request.content.feed_eof()
+    assert await asyncio.wait_for(reading, 5) == body
+    # The loop keeps aiohttp's own limit.
+    big = _request([b"x" * 80], eof=False, limit=100)
+    reading = asyncio.ensure_future(api.read_body(big))
+    await asyncio.sleep(0)
+    big.content.feed_data(b"x" * 80)
+    with pytest.raises(web.HTTPRequestEntityTooLarge):
+        await asyncio.wait_for(reading, 5)
