@@ -1094,7 +1094,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         log.exception("unhandled error on %s %s", request.method, request.path)
         response = web.json_response({"error": "internal", "message": "internal error"}, status=500)
     dashboard.cors_headers(request, response, request.app[ORIGINS_KEY])
-    node.metrics.request_counter(route_name, request.method, response.status).inc()
+    node.metrics.requests.inc(route_name, request.method, response.status)
     return response
 
 

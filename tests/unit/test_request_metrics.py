@@ -1,34 +1,43 @@
-"""The request counter: cached children, and a stranger's made-up methods cannot add series."""
+"""The request counter: a stranger's made-up methods cannot add series, and the series are
+bounded."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import generate_latest
 
-from coordinator.service.metrics import REQUEST_CHILDREN_CACHED_MAX, Metrics
+from coordinator.service import metrics as metrics_module
+from coordinator.service.metrics import Metrics
 
 
-def test_made_up_methods_count_as_other_and_children_are_reused() -> None:
+def _rows(metrics: Metrics) -> list[str]:
+    text = generate_latest(metrics.registry).decode()
+    return sorted(r for r in text.splitlines() if r.startswith("ripple_http_requests_total"))
+
+
+def test_made_up_methods_count_as_other() -> None:
     metrics = Metrics()
     for i in range(50):
-        metrics.request_counter("/v1/status", f"X{i}", 405).inc()
-    metrics.request_counter("/v1/status", "GET", 200).inc()
-    assert metrics.request_counter("/v1/status", "GET", 200) is metrics.request_counter(
-        "/v1/status", "GET", 200
-    )
-    text = generate_latest(metrics.registry).decode()
-    rows = [r for r in text.splitlines() if r.startswith("ripple_http_requests_total{")]
-    assert sorted(rows) == [
-        'ripple_http_requests_total{method="GET",route="/v1/status",status="200"} 1.0',
+        metrics.requests.inc("/v1/status", f"X{i}", 405)
+    metrics.requests.inc("/v1/status", "GET", 200)
+    metrics.requests.inc("/v1/status", "GET", 200)
+    assert _rows(metrics) == [
+        'ripple_http_requests_total{method="GET",route="/v1/status",status="200"} 2.0',
         'ripple_http_requests_total{method="other",route="/v1/status",status="405"} 50.0',
     ]
-
-
-def test_the_cache_is_bounded() -> None:
-    metrics = Metrics()
-    for status in range(REQUEST_CHILDREN_CACHED_MAX + 10):
-        metrics.request_counter("/r", "GET", status).inc()
-    assert len(metrics._request_children) == REQUEST_CHILDREN_CACHED_MAX
-    # Past the cap a child is still counted, just looked up each time.
-    metrics.request_counter("/r", "GET", REQUEST_CHILDREN_CACHED_MAX + 5).inc()
     text = generate_latest(metrics.registry).decode()
-    assert f'status="{REQUEST_CHILDREN_CACHED_MAX + 5}"}} 2.0' in text
+    assert "# TYPE ripple_http_requests_total counter" in text
+
+
+def test_the_series_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics_module, "REQUEST_SERIES_MAX", 3)
+    metrics = Metrics()
+    for status in range(10):
+        metrics.requests.inc("/r", "GET", status)
+    metrics.requests.inc("/r", "GET", 1)  # an existing series still counts as itself
+    assert _rows(metrics) == [
+        'ripple_http_requests_total{method="GET",route="/r",status="0"} 1.0',
+        'ripple_http_requests_total{method="GET",route="/r",status="1"} 2.0',
+        'ripple_http_requests_total{method="GET",route="/r",status="2"} 1.0',
+        'ripple_http_requests_total{method="other",route="other",status="other"} 7.0',
+    ]
