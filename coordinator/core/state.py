@@ -179,7 +179,11 @@ class ClusterState:
 
     def workers_in(self, *worker_states: WorkerState) -> list[WorkerId]:
         """The ids of the workers in any of `worker_states`, sorted."""
-        return sorted(set().union(*(self._by_state[s] for s in worker_states)))
+        return sorted(self.worker_set(*worker_states))
+
+    def worker_set(self, *worker_states: WorkerState) -> set[WorkerId]:
+        """The ids of the workers in any of `worker_states`, as a new set (unsorted)."""
+        return set().union(*(self._by_state[s] for s in worker_states))
 
     def put_worker(self, worker: Worker) -> None:
         """The one way a worker record is written: keeps the by-state index true."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 from coordinator.core.commands import (
     AbortMigration,
@@ -24,6 +25,7 @@ from coordinator.core.commands import (
 from coordinator.core.model import MigrationReason, PartitionStatus, WorkerId, WorkerState
 from coordinator.core.planner import (
     CheckpointCall,
+    CheckpointDone,
     CommitOutcome,
     HostCall,
     HostDone,
@@ -179,6 +181,48 @@ def test_a_checkpoint_call_still_in_flight_is_not_asked_for_twice() -> None:
     later = planner.plan(s, 20_000, 20_000)
     assert not [c for c in later.calls if isinstance(c, CheckpointCall)]
     assert not planner.heartbeat(W1, 0.1, 20_001)
+
+
+def test_every_worker_gets_one_checkpoint_round_per_interval() -> None:
+    """The rounds come from a heap of due times, not a scan of every worker: each worker is
+    still asked once per interval (its first round staggered), one that goes quiet is asked
+    again as soon as it is heard from, and the heap holds one live entry per worker."""
+    settings = replace(quiet(1), suspect_after_ms=1_500, dead_after_ms=1_000_000)
+    s, planner = with_w1_assigned(settings)
+    workers = [W1, *(WorkerId(f"w{i:02d}") for i in range(30))]
+    for w in workers[1:]:
+        assert isinstance(
+            apply(s, f"r-{w}", RegisterWorker(worker_id=w, address="x", now_ms=0)), Ok
+        )
+        planner.registered(w, 0)
+    quiet_one, leaver = workers[7], workers[9]
+    calls: dict[WorkerId, list[int]] = {w: [] for w in workers}
+    for now in range(1, 10_001, 100):
+        if now == 4_001:  # it owns nothing: it drains and leaves at once
+            left = apply(s, "leave", DrainWorker(worker_id=leaver, moves=(), now_ms=now))
+            assert isinstance(left, Ok) and s.workers[leaver].state is WorkerState.LEFT
+            workers.remove(leaver)
+        for w in workers:
+            if w != quiet_one or not 3_000 <= now < 6_000:
+                planner.heartbeat(w, 0.1, now)
+        for c in planner.plan(s, now, now).calls:
+            if isinstance(c, CheckpointCall):
+                calls[c.worker_id].append(now)
+                planner.on_result(CheckpointDone(call=c, ok=True), now, now)
+        assert set(planner.rounds.next_ms) == set(workers)
+        assert len(planner.rounds.due) <= 2 * len(workers)
+    # Its round ended with it: nothing after it left (its heap entry is stale).
+    assert calls[leaver] and max(calls[leaver]) < 4_001, calls[leaver]
+    for w in workers:
+        gaps = [b - a for a, b in itertools.pairwise(calls[w])]
+        assert calls[w] and calls[w][0] <= 1_101, (w, calls[w])
+        if w != quiet_one:
+            assert len(calls[w]) in (9, 10) and all(g == 1_000 for g in gaps), (w, calls[w])
+    # Quiet from 3,000 (suspected after 1,500 more): its due round waits, and is asked for
+    # on the first scan after it is heard from again.
+    asked = calls[quiet_one]
+    assert not [t for t in asked if 4_600 <= t < 6_000], asked
+    assert any(6_000 <= t <= 6_101 for t in asked), asked
 
 
 def test_the_planner_forgets_rounds_and_retries_of_what_ended() -> None:
