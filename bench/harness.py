@@ -37,7 +37,12 @@ __all__ = [
     "scratch",
     "summary",
     "wait_until",
+    "wrk",
 ]
+
+# Absolute: the scripts find report.lua beside them by their own path.
+WRK_SCRIPTS = Path(__file__).resolve().parent / "wrk"
+WRK_TIMEOUT_S = 10.0  # per request; a slower answer counts as an error
 
 CHILD_TIMEOUT_S = 600.0
 
@@ -166,3 +171,42 @@ class RawCluster:
                     return
             time.sleep(0.02)
         raise TimeoutError(f"no raw write landed within {timeout_s} s")
+
+
+def wrk(url: str, script: str, duration_s: float, connections: int, *args: str) -> dict[str, Any]:
+    """One run of `wrk` (Debian's package; one thread, `connections` connections) with a
+    script of bench/wrk, which prints a JSON line (report.lua); `args` go to its `init`.
+    Non-2xx answers and socket errors are `errors`; ops_per_s counts the 2xx only."""
+    argv = [
+        "wrk",
+        "-t1",
+        f"-c{connections}",
+        f"-d{max(1, int(duration_s))}s",
+        "--timeout",
+        f"{int(WRK_TIMEOUT_S)}s",
+        "-s",
+        str(WRK_SCRIPTS / script),
+        url,
+    ]
+    if args:
+        argv += ["--", *args]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=duration_s + CHILD_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].startswith("{"):
+        raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    out = json.loads(lines[-1])
+    seconds = out["duration_us"] / 1e6
+    ok = out["requests"] - out["status_errors"]
+    return {
+        "ops_per_s": ok / seconds if seconds else 0.0,
+        "p50_ms": out["p50_us"] / 1000,
+        "p99_ms": out["p99_us"] / 1000,
+        "errors": out["status_errors"] + out["socket_errors"],
+    }

@@ -20,13 +20,10 @@ long so no worker is declared dead mid-run. Figures are the heartbeat path alone
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
-from bench.harness import CHILD_TIMEOUT_S, Cluster, RawCluster, run_json, scratch
+from bench.harness import Cluster, RawCluster, run_json, scratch
 
 CONCURRENCY = 64
 SETTINGS = {
@@ -39,46 +36,6 @@ SETTINGS = {
     "checkpoint_interval_s": 3600.0,
 }
 SETTLE_TIMEOUT_S = 60.0
-# Absolute: the scripts find report.lua beside them by their own path.
-WRK_SCRIPTS = Path(__file__).resolve().parent / "wrk"
-WRK_TIMEOUT_S = 10.0  # per request; a slower answer counts as an error
-
-
-def _wrk(url: str, script: str, duration_s: float, tokens: Path | None = None) -> dict[str, Any]:
-    """One wrk run (one thread, CONCURRENCY connections); its script prints a JSON line."""
-    argv = [
-        "wrk",
-        "-t1",
-        f"-c{CONCURRENCY}",
-        f"-d{int(duration_s)}s",
-        "--timeout",
-        f"{int(WRK_TIMEOUT_S)}s",
-        "-s",
-        str(WRK_SCRIPTS / script),
-        url,
-    ]
-    if tokens is not None:
-        argv += ["--", str(tokens)]
-    done = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=duration_s + CHILD_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines or not lines[-1].startswith("{"):
-        raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr.strip()[-500:]}")
-    out = json.loads(lines[-1])
-    seconds = out["duration_us"] / 1e6
-    ok = out["requests"] - out["status_errors"]
-    return {
-        "ops_per_s": ok / seconds if seconds else 0.0,
-        "p50_ms": out["p50_us"] / 1000,
-        "p99_ms": out["p99_us"] / 1000,
-        "errors": out["status_errors"] + out["socket_errors"],
-    }
 
 
 def _python_client(ripple_url: str, echo_url: str, workers: int, duration_s: float) -> Any:
@@ -142,9 +99,9 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                         str(tokens),
                     ]
                 )
-                hb = _wrk(ripple.url(leader), "heartbeats.lua", duration_s, tokens)
+                hb = wrk(ripple.url(leader), "heartbeats.lua", duration_s, CONCURRENCY, str(tokens))
                 hb.update(reg)
-                echo = _wrk(echo_url, "echo.lua", duration_s)
+                echo = wrk(echo_url, "echo.lua", duration_s, CONCURRENCY)
             else:
                 hb, echo = _python_client(ripple.url(leader), echo_url, workers, duration_s)
         finally:

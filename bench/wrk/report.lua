@@ -1,5 +1,5 @@
--- Loaded by the other wrk scripts here: `done` prints one JSON line that bench/heartbeats.py
--- (`_wrk`) reads.
+-- Loaded by the other wrk scripts here: `done` prints one JSON line that bench/harness.py
+-- (`wrk`) reads.
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
