@@ -7,8 +7,9 @@ script is bench/wrk/heartbeats.lua) when it is installed, else from `bench.load`
 client (the `client` column says which). The Python client costs about as much CPU per
 request as the server on this 2-core machine, so with it the figure is the client's as much
 as the leader's; wrk costs a fraction. A heartbeat is leader-only and not replicated: token
-check (HMAC), incarnation check, the worker's assignment (cached per generation) under the
-state lock, an in-memory liveness update.
+check (an HMAC the first time a token is seen, then its kept claims), incarnation check, the
+worker's assignment (its JSON kept per generation) under the state lock, an in-memory
+liveness update.
 
 Baseline `raw_echo`: the same client against `bench.raw_node`'s `POST /echo`, which
 parses the JSON body and answers JSON with nothing else: what aiohttp itself costs here.
@@ -23,7 +24,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from bench.harness import Cluster, RawCluster, run_json, scratch
+from bench.harness import Cluster, RawCluster, run_json, scratch, wrk
 
 CONCURRENCY = 64
 SETTINGS = {
@@ -73,7 +74,7 @@ def _python_client(ripple_url: str, echo_url: str, workers: int, duration_s: flo
 def run(quick: bool) -> dict[str, dict[str, float]]:
     workers = 2000 if quick else 10_000
     duration_s = 5.0 if quick else 20.0
-    wrk = shutil.which("wrk") is not None
+    with_wrk = shutil.which("wrk") is not None
     with scratch("heartbeats") as root:
         (root / "ripple").mkdir()
         ripple = Cluster(root / "ripple", **SETTINGS)
@@ -84,7 +85,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             leader = ripple.ready(SETTLE_TIMEOUT_S)
             raw_leader = raw.leader(SETTLE_TIMEOUT_S)
             echo_url = raw.url(raw_leader) + "/echo"
-            if wrk:
+            if with_wrk:
                 tokens = root / "tokens.txt"
                 reg = run_json(
                     [
@@ -108,7 +109,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             ripple.stop_all()
             raw.stop_all()
     base = echo["ops_per_s"]
-    client = 1.0 if wrk else 0.0
+    client = 1.0 if with_wrk else 0.0
     return {
         "ripple": {
             "workers": hb["workers"],
