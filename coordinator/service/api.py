@@ -127,8 +127,17 @@ class LeaderRedirect(RippleError):
 def _json(
     body: BaseModel | dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
-    payload = body.model_dump(by_alias=True) if isinstance(body, BaseModel) else body
-    return web.json_response(payload, status=status, headers=headers)
+    if isinstance(body, BaseModel):
+        # pydantic writes the JSON itself (dumping to dicts and then json.dumps was 2-3% of
+        # the leader's event loop under registrations).
+        return web.Response(
+            body=body.model_dump_json(by_alias=True),
+            status=status,
+            headers=headers,
+            content_type="application/json",
+            charset="utf-8",
+        )
+    return web.json_response(body, status=status, headers=headers)
 
 
 def _error(exc: RippleError) -> web.Response:
@@ -558,7 +567,7 @@ async def register(request: web.Request) -> web.Response:
     else:
         principal = "open"
     body = await parse(request, m.RegisterRequest)
-    check_address(body.address, node.config.worker_network_list())
+    check_address(body.address, node.worker_networks)
     if principal != "admin":
         with node.read() as state:
             check_takeover(request, node, state, WorkerId(body.worker_id))

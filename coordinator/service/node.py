@@ -73,6 +73,8 @@ class StateRead:
 class CoordinatorNode:
     def __init__(self, config: ClusterConfig, node_id: str) -> None:
         self.config = config
+        # Parsed once (the config is immutable): registration checks every address with it.
+        self.worker_networks = config.worker_network_list()
         self.spec = config.node(node_id)
         self.node_id = node_id
         self.machine = Machine()
@@ -184,5 +186,4 @@ class CoordinatorNode:
                 f"{name} not confirmed after retries; retry with the same Idempotency-Key"
             )
         finally:
-            self.metrics.proposals.labels(command=name, outcome=outcome).inc()
-            self.metrics.proposal_seconds.labels(command=name).observe(time.monotonic() - started)
+            self.metrics.proposed(name, outcome, time.monotonic() - started)

@@ -41,3 +41,17 @@ def test_the_series_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         'ripple_http_requests_total{method="GET",route="/r",status="2"} 1.0',
         'ripple_http_requests_total{method="other",route="other",status="other"} 7.0',
     ]
+
+
+def test_proposals_are_counted_and_timed_per_command_and_outcome() -> None:
+    metrics = Metrics()
+    for seconds in (0.002, 0.004):
+        metrics.proposed("RegisterWorker", "ok", seconds)
+    metrics.proposed("RegisterWorker", "rejected", 0.001)
+    text = generate_latest(metrics.registry).decode()
+    assert 'ripple_proposals_total{command="RegisterWorker",outcome="ok"} 2.0' in text
+    assert 'ripple_proposals_total{command="RegisterWorker",outcome="rejected"} 1.0' in text
+    assert 'ripple_proposal_latency_seconds_count{command="RegisterWorker"} 3.0' in text
+    assert (
+        'ripple_proposal_latency_seconds_bucket{command="RegisterWorker",le="0.0025"} 2.0' in text
+    )
