@@ -157,6 +157,20 @@ def test_worker_token_claims_and_expiry() -> None:
     assert not token_matches("", "Bearer ")
 
 
+def test_tokens_are_the_same_bytes_release_to_release() -> None:
+    """Golden values: a token issued before an upgrade must verify after it (a rolling
+    restart keeps workers' tokens), so the MAC's derivation and encoding never drift. These
+    were computed with HKDF + `hmac.new(...).hexdigest()`, before `_mac` moved to
+    `hmac.digest`."""
+    secret = "golden-secret-0123456789abcdef0123"
+    assert issue_token(secret, "w.1-a", 3, 1_700_000_001_000) == (
+        "w.1-a.3.1700000001000.eacca192d69f3f933899194b80107b5e696400c2b7d393c91883cb0eef7df0bc"
+    )
+    assert call_token(secret, "w.1-a", 3) == (
+        "3.6e9dcef0de9fc1c254492166e13b456b2b69355cdb873a2b117a8a07e28eb77c"
+    )
+
+
 def test_verified_tokens_are_kept_bounded_and_forgeries_never(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
