@@ -26,8 +26,9 @@ SHUTDOWN_GRACE_S = 5.0
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """uvloop's event loop (a dependency wherever it builds), else asyncio's. Measured on the
-    heartbeat path at 10,000 workers, uvloop lets the leader answer 10-15% more heartbeats
-    with the same core (docs/benchmarks.md); nothing in Ripple depends on which loop runs."""
+    heartbeat path at 10,000 workers, uvloop lets the leader answer about a third more
+    heartbeats with the same core (docs/benchmarks.md); nothing in Ripple depends on which
+    loop runs."""
     try:
         import uvloop
     except ImportError:  # a platform uvloop does not build on
