@@ -59,8 +59,10 @@ def _duration_s(quick: bool) -> float:
 CASES = ("ripple", "ripple_1", "raw")
 
 
-def _one(url: str, conc: int, count: int, register: bool, tag: str, quick: bool) -> Any:
-    if shutil.which("wrk") is not None:
+def _one(
+    url: str, conc: int, count: int, register: bool, tag: str, quick: bool, with_wrk: bool
+) -> Any:
+    if with_wrk:
         return wrk(url, "writes.lua", _duration_s(quick), conc, tag)
     extra = ["--register"] if register else []
     argv = ["-m", "bench.load", "ops", "--url", url, "--count", str(count)]
@@ -75,6 +77,7 @@ def _by_kind(results: list[dict[str, float]]) -> dict[str, float]:
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
+    with_wrk = shutil.which("wrk") is not None
     runs: dict[str, list[dict[str, float]]] = {}
     with scratch("writes") as root:
         (root / "ripple").mkdir()
@@ -99,7 +102,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                     }
                     for name, (url, register) in targets.items():
                         tag = f"wr{round_no}c{conc}-"  # worker ids unique per cluster
-                        result = _one(url, conc, count, register, tag, quick)
+                        result = _one(url, conc, count, register, tag, quick, with_wrk)
                         runs.setdefault(f"{name}_c{conc}", []).append(result)
         finally:
             for c in (ripple, per_entry, raw):
@@ -129,6 +132,6 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                 **_by_kind(runs[key]),
                 "baseline_ops_per_s": base,
                 "ratio": statistics.median(per_s) / base if base else 0.0,
-                "client_wrk": int(shutil.which("wrk") is not None),
+                "client_wrk": int(with_wrk),
             }
     return rows

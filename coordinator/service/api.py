@@ -645,15 +645,13 @@ def heartbeat_token(
 
 
 def worker_claims(
-    request: web.Request, node: CoordinatorNode, wid: WorkerId | None = None, now: int = -1
+    request: web.Request, node: CoordinatorNode, now: int, wid: WorkerId | None = None
 ) -> WorkerClaims:
-    """A genuine, unexpired worker token (for `wid` when given), checked before the body is
-    read, at wall time `now` (ms; read here when not given). Needs no state: whether the
-    incarnation is current is `current_incarnation`."""
+    """A genuine worker token unexpired at wall time `now` (ms) (for `wid` when given),
+    checked before the body is read. Needs no state: whether the incarnation is current is
+    `current_incarnation`."""
     claims = read_worker_token(
-        node.config.cluster_secret,
-        request.headers.get("Authorization"),
-        now if now >= 0 else now_ms(),
+        node.config.cluster_secret, request.headers.get("Authorization"), now
     )
     if wid is not None and claims.worker_id != wid:
         raise RequestError("the token is another worker's", code="forbidden", status=403)
@@ -692,7 +690,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     wid = path_worker(request)
     node = require_leader(request)
     now = now_ms()
-    claims = worker_claims(request, node, wid, now)
+    claims = worker_claims(request, node, now, wid)
     body = await parse(request, m.HeartbeatRequest)
     if len(body.partitions) > node.config.heartbeat_partitions_max:
         raise RequestError("too many partitions in one heartbeat", field="partitions")
@@ -747,7 +745,7 @@ async def heartbeat(request: web.Request) -> web.Response:
 )
 async def checkpoints(request: web.Request) -> web.Response:
     node = require_leader(request)
-    claims = worker_claims(request, node)
+    claims = worker_claims(request, node, now_ms())
     body = await parse(request, m.CheckpointsRequest)
     wid = WorkerId(body.worker_id)
     if wid != claims.worker_id:
@@ -816,7 +814,7 @@ async def drain(request: web.Request) -> web.Response:
     is_admin = token_matches(node.config.admin_token, request.headers.get("Authorization"))
     # Checked before anything about the worker is looked up: an unauthenticated caller
     # learns nothing about which ids exist.
-    claims = None if is_admin else worker_claims(request, node, wid)
+    claims = None if is_admin else worker_claims(request, node, now_ms(), wid)
     with node.read() as state:
         if wid not in state.workers:
             raise RequestError(

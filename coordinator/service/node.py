@@ -55,19 +55,8 @@ class LeaderInfo:
     status: RaftStatus
 
 
-class StateRead:
-    """`with node.read() as state:` (see `MachineRead`; a class for the same reason)."""
-
-    __slots__ = ("_read",)
-
-    def __init__(self, read: MachineRead) -> None:
-        self._read = read
-
-    def __enter__(self) -> ClusterState:
-        return cast(Machine, self._read.__enter__()).state
-
-    def __exit__(self, *exc: object) -> None:
-        self._read.__exit__(*exc)
+def _state_of(machine: object) -> ClusterState:
+    return cast(Machine, machine).state
 
 
 class CoordinatorNode:
@@ -129,9 +118,9 @@ class CoordinatorNode:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def read(self) -> StateRead:
+    def read(self) -> MachineRead[ClusterState]:
         """Local state, never torn; stale on followers (the caller says so)."""
-        return StateRead(self.log.read())
+        return self.log.read(_state_of)
 
     async def barrier(self) -> None:
         try:

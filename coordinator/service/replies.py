@@ -23,10 +23,12 @@ class AssignmentTexts:
     generation of one state object (a new state object, as after a snapshot install, or a
     new generation starts afresh)."""
 
-    __slots__ = ("_generation", "_state_id", "_texts")
+    __slots__ = ("_generation", "_state", "_texts")
 
     def __init__(self) -> None:
-        self._state_id = 0
+        # The state object itself, not its id(): an id can be reused once the old object is
+        # gone. Holding it keeps one superseded state alive until the next heartbeat.
+        self._state: ClusterState | None = None
         self._generation = -1
         self._texts: dict[WorkerId, str] = {}
 
@@ -34,10 +36,10 @@ class AssignmentTexts:
         return len(self._texts)
 
     def text(self, state: ClusterState, worker_id: WorkerId) -> str:
-        if self._generation != state.generation or self._state_id != id(state):
+        if self._generation != state.generation or self._state is not state:
             self._texts = {}
             self._generation = state.generation
-            self._state_id = id(state)
+            self._state = state
         text = self._texts.get(worker_id)
         if text is None:
             text = json.dumps(
