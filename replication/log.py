@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
@@ -481,6 +481,10 @@ class GroupCommitStats:
     queue_full: int = 0  # proposals refused because the queue was at its bound
 
 
+def _itself(machine: StateMachine) -> StateMachine:
+    return machine
+
+
 class MachineRead(Generic[V]):
     """`with log.read(view) as value:` holds the apply lock for the block; `value` is
     `view(machine)`. A class rather than a generator context manager: it is on every
@@ -622,10 +626,16 @@ class ReplicatedLog:
     def settings(self) -> RaftSettings:
         return self._settings
 
-    def read(self, view: Callable[[StateMachine], V]) -> MachineRead[V]:
-        """Local (possibly stale on a follower) read of `view(machine)`, never torn: a
-        context manager holding the apply lock."""
-        return MachineRead(self._lock, self._node._machine, view)
+    @overload
+    def read(self) -> MachineRead[StateMachine]: ...
+
+    @overload
+    def read(self, view: Callable[[StateMachine], V]) -> MachineRead[V]: ...
+
+    def read(self, view: Callable[[StateMachine], Any] | None = None) -> MachineRead[Any]:
+        """Local (possibly stale on a follower) read of the machine, or of `view(machine)`,
+        never torn: a context manager holding the apply lock."""
+        return MachineRead(self._lock, self._node._machine, view or _itself)
 
     # -- writes ------------------------------------------------------------------------
 
