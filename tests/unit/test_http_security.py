@@ -42,8 +42,9 @@ from coordinator.core.checkpoint_ref import canonical_uri, checkpoint_key, store
 from coordinator.core.codec import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.errors import ConfigError, RequestError
+from coordinator.service import address as address_module
 from coordinator.service import api
-from coordinator.service.address import check_address
+from coordinator.service.address import HOST_VERDICTS_CACHED_MAX, check_address
 from coordinator.service.auth import (
     call_token,
     derive_key,
@@ -429,5 +430,15 @@ def test_worker_networks_restrict_addresses() -> None:
             check_address(outside, nets)
         assert exc.value.field == "address"
     assert check_address("http://w1.internal:9101")  # no networks set: names are fine
+    # A host's kept verdict is per network list: allowed under none, refused under one that
+    # does not hold it, allowed again under none (the order a shared cache would get wrong).
+    only_other = ClusterConfig(**base, worker_networks="172.16.0.0/12").worker_network_list()
+    assert check_address("http://10.1.2.3:9102")
+    with pytest.raises(RequestError, match="not in worker_networks"):
+        check_address("http://10.1.2.3:9102", only_other)
+    assert check_address("http://10.1.2.3:9103", nets)
+    for i in range(HOST_VERDICTS_CACHED_MAX + 50):  # distinct hosts: the kept ones stay bounded
+        check_address(f"http://h{i}.internal:1")
+    assert address_module._host_refusal.cache_info().currsize <= HOST_VERDICTS_CACHED_MAX
     with pytest.raises(ConfigError):
         ClusterConfig(**base, worker_networks="10.0.0.0/8, nonsense").validate()
