@@ -162,7 +162,7 @@ def test_tokens_are_the_same_bytes_release_to_release() -> None:
     """Golden values: a token issued before an upgrade must verify after it (a rolling
     restart keeps workers' tokens), so the MAC's derivation and encoding never drift. These
     were computed with HKDF + `hmac.new(...).hexdigest()`, before `_mac` moved to
-    `hmac.digest`."""
+    `hmac.digest` and then to precomputed pad states."""
     secret = "golden-secret-0123456789abcdef0123"
     assert issue_token(secret, "w.1-a", 3, 1_700_000_001_000) == (
         "w.1-a.3.1700000001000.eacca192d69f3f933899194b80107b5e696400c2b7d393c91883cb0eef7df0bc"
@@ -170,6 +170,20 @@ def test_tokens_are_the_same_bytes_release_to_release() -> None:
     assert call_token(secret, "w.1-a", 3) == (
         "3.6e9dcef0de9fc1c254492166e13b456b2b69355cdb873a2b117a8a07e28eb77c"
     )
+
+
+def test_mac_is_hmac_sha256_of_the_derived_key() -> None:
+    """`_mac` builds HMAC from pad states by hand: it must equal the library's HMAC for any
+    message, shorter or longer than a block, and for each purpose's key."""
+    import hmac
+
+    from coordinator.service import auth
+
+    for info in (auth.WORKER_TOKEN_INFO, auth.CALL_TOKEN_INFO):
+        for parts in (("w", 1), ("x" * 200, 7, 1_700_000_000_000), ("", "")):
+            msg = "\x00".join(str(p) for p in parts).encode()
+            expected = hmac.new(derive_key(SECRET, info), msg, hashlib.sha256).hexdigest()
+            assert auth._mac(SECRET, info, *parts) == expected
 
 
 def test_verified_tokens_are_kept_bounded_and_forgeries_never(
