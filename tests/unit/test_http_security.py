@@ -456,3 +456,25 @@ def test_worker_networks_restrict_addresses() -> None:
     assert address_module._host_refusal.cache_info().currsize <= HOST_VERDICTS_CACHED_MAX
     with pytest.raises(ConfigError):
         ClusterConfig(**base, worker_networks="10.0.0.0/8, nonsense").validate()
+
+
+def test_generated_request_ids_never_repeat() -> None:
+    """A request id without an Idempotency-Key is the dedup table's key: a repeat would answer
+    a new command with an old one's result. Distinct within a process (the counter) and
+    between processes (the random prefix), valid ids, and never the length of a hashed
+    client key."""
+    from coordinator.core.model import REQUEST_ID_LEN_MAX, valid_id
+    from coordinator.service.node import new_request_id
+
+    ids = [new_request_id() for _ in range(20_000)]
+    assert len(set(ids)) == len(ids)
+    assert all(valid_id(i) and len(i) <= 32 < REQUEST_ID_LEN_MAX for i in ids)
+    code = "from coordinator.service.node import new_request_id; print(new_request_id())"
+    others = {
+        subprocess.run(
+            python_argv("-c", code), capture_output=True, text=True, check=True, timeout=60
+        ).stdout.strip()
+        for _ in range(2)
+    }
+    assert len(others) == 2 and not others & set(ids)
+    assert len({o[:16] for o in others} | {ids[0][:16]}) == 3
