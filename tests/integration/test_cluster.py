@@ -56,6 +56,7 @@ def test_one_leader_and_follower_redirects_writes(cluster: Cluster) -> None:
     for spec in cluster.specs:
         text = (cluster.root / "logs" / f"{spec.id}.log").read_text(errors="replace")
         assert f"node {spec.id}: raft" in text and "event loop uvloop" in text, text[-2000:]
+        assert "GIL switch interval 1 ms" in text, text[-2000:]
     # Reads are served locally by followers (stale), never redirected...
     wait_until(
         lambda: any(
