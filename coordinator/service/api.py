@@ -133,7 +133,7 @@ def json_bytes(
     """A JSON response whose body is already encoded. aiohttp keeps a bytes body as it is; a
     str body goes through its payload registry (with the header arguments, 5% of the
     leader's event loop under registrations, py-spy)."""
-    all_headers = {hdrs.CONTENT_TYPE: JSON_CONTENT_TYPE}
+    all_headers: dict[str, str] = {hdrs.CONTENT_TYPE: JSON_CONTENT_TYPE}
     if headers:
         all_headers.update(headers)
     return web.Response(body=payload, status=status, headers=all_headers)

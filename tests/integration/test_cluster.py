@@ -52,11 +52,12 @@ def test_one_leader_and_follower_redirects_writes(cluster: Cluster) -> None:
     # Following the redirect lands the write.
     r2 = call("POST", r.headers["Location"], {"worker_id": "w1", "address": "http://127.0.0.1:9"})
     assert r2.status == 200 and r2.body["incarnation"] == 1
-    # Every node serves on uvloop (a dependency; server.new_event_loop), and says so.
+    # Every node serves on uvloop (a dependency; server.new_event_loop) with the GIL switch
+    # interval and gc thresholds of server.run, and says so.
     for spec in cluster.specs:
         text = (cluster.root / "logs" / f"{spec.id}.log").read_text(errors="replace")
         assert f"node {spec.id}: raft" in text and "event loop uvloop" in text, text[-2000:]
-        assert "GIL switch interval 1 ms" in text, text[-2000:]
+        assert "GIL switch interval 1 ms, gc thresholds 10000,50,10" in text, text[-2000:]
     # Reads are served locally by followers (stale), never redirected...
     wait_until(
         lambda: any(
