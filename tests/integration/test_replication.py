@@ -165,6 +165,35 @@ async def test_no_quorum_means_no_commit(cluster: Cluster) -> None:
     await wait_for(lambda: not leader.is_ready_leader, "leader fallback", timeout_s=6)
 
 
+async def test_a_proposal_that_timed_out_in_the_queue_is_never_appended(
+    cluster: Cluster,
+) -> None:
+    """A caller whose proposal waited past its timeout behind a batch in flight is told the
+    outcome is unknown, and the proposal is dropped from the queue: it never reaches the
+    log, even once the cluster can commit again (the dedup table would not save a command
+    that has no request id of its own)."""
+    leader = await cluster.leader()
+    leader_index = cluster.nodes.index(leader)
+    for i in range(3):
+        if i != leader_index:
+            cluster.stop(i)
+    in_flight = asyncio.ensure_future(leader.propose(b"first", timeout_s=1.0))
+    await asyncio.sleep(0.05)  # "first" holds the one in-flight slot; nothing can commit
+    with pytest.raises(OutcomeUnknownError, match="no commit within"):
+        await leader.propose(b"second", timeout_s=0.3)
+    with contextlib.suppress(OutcomeUnknownError, NoLeaderError):
+        await in_flight
+    for i in range(3):
+        if i != leader_index:
+            cluster.start(i)
+    new_leader = await cluster.leader()
+    await new_leader.propose(b"third")
+    await wait_for(
+        lambda: all(b"third" in m.entries for i, m in enumerate(cluster.machines)), "third"
+    )
+    assert all(b"second" not in m.entries for m in cluster.machines)
+
+
 async def test_restart_recovers_from_journal_and_dump(tmp_path: Path) -> None:
     c = Cluster(tmp_path, log_compaction_min_entries=5, log_compaction_min_time_s=0.5)
     for i in range(3):
