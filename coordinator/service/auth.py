@@ -85,9 +85,9 @@ def _mac(secret: str, info: bytes, *parts: object) -> str:
 
     From the pad states, not `hmac.digest`: that one call releases the GIL, so with the Raft
     tick thread runnable every token waited for the GIL to come back (253 us a call against
-    1.3 us from the pads, with a busy thread beside it, measured; two per registration). hashlib keeps the GIL
-    for short messages, and the pads save hashing the key blocks each time. The golden-token
-    tests hold the bytes to `hmac`'s."""
+    1.3 us from the pads, with a busy thread beside it, measured; two per registration).
+    hashlib keeps the GIL for short messages, and the pads save hashing the key blocks each
+    time. The golden-token tests hold the bytes to `hmac`'s."""
     msg = "\x00".join(str(p) for p in parts).encode()
     inner, outer = _pads(secret, info)
     h = inner.copy()
