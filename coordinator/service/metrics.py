@@ -17,13 +17,20 @@ Per-partition series exist only while `total_partitions <= metrics_partition_ser
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
 from coordinator.core.state import ClusterState
@@ -41,8 +48,11 @@ HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTI
 # combination is counted in the one series OVERFLOW_LABELS.
 REQUEST_SERIES_MAX = 4096
 OVERFLOW_LABELS = ("other", "other", "other")
-# Command kinds x outcomes is small; the cap only makes the bound explicit.
-PROPOSAL_CHILDREN_CACHED_MAX = 1024
+# Command kinds x outcomes is small; the cap only makes the bound explicit. Past it, a new
+# combination is counted in the one series PROPOSAL_OVERFLOW_LABELS.
+PROPOSAL_SERIES_MAX = 1024
+PROPOSAL_OVERFLOW_LABELS = ("other", "other")
+PROPOSAL_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 LIVENESS = ("alive", "suspected", "dead", "unknown")
 IN_FLIGHT_PHASES = tuple(
     p for p in MigrationPhase if p not in (MigrationPhase.DONE, MigrationPhase.ABORTED)
@@ -87,23 +97,11 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.progress = ProgressReports()
-        self.proposals = Counter(
-            "ripple_proposals", "Commands proposed, by outcome", ["command", "outcome"], registry=r
-        )
-        self.proposal_seconds = Histogram(
-            "ripple_proposal_latency_seconds",
-            "Time from propose to applied result",
-            ["command"],
-            registry=r,
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-        )
+        self.proposals = ProposalStats()
+        r.register(self.proposals)
         self.redirects = Counter("ripple_redirects", "Writes redirected to the leader", registry=r)
         self.requests = RequestCounts()
         r.register(self.requests)
-        # Children of `proposals` and `proposal_seconds` by (command, outcome): `labels()`
-        # takes a lock and builds a key, twice per write (3% of the leader's event loop
-        # under registrations). Command names and outcomes are a small fixed set.
-        self._proposal_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self.workers_declared_dead = Counter(
             "ripple_workers_declared_dead",
             "Workers declared dead by this node as leader",
@@ -142,17 +140,7 @@ class Metrics:
 
     def proposed(self, command: str, outcome: str, seconds: float) -> None:
         """Count one proposal of `command` (a command class name) with its outcome and time."""
-        key = (command, outcome)
-        children = self._proposal_children.get(key)
-        if children is None:
-            children = (
-                self.proposals.labels(command=command, outcome=outcome),
-                self.proposal_seconds.labels(command=command),
-            )
-            if len(self._proposal_children) < PROPOSAL_CHILDREN_CACHED_MAX:
-                self._proposal_children[key] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        self.proposals.add(command, outcome, seconds)
 
     def attach(self, node: CoordinatorNode, liveness_of: Callable[[str, int], str | None]) -> None:
         """Export the node's state at scrape time (called when the app is built; a second
@@ -210,6 +198,65 @@ class RequestCounts(Collector):
         for labels, n in list(self._counts.items()):
             family.add_metric(labels, n)
         yield family
+
+
+class _Latencies:
+    """One command's proposal times: a count per bucket (the last is +Inf) and their sum."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(PROPOSAL_SECONDS_BUCKETS) + 1)
+        self.total = 0.0
+
+
+class ProposalStats(Collector):
+    """`ripple_proposals_total` by command and outcome and `ripple_proposal_latency_seconds`
+    by command, kept in plain dicts and exported at scrape time. prometheus_client's Counter
+    and Histogram take a lock on every increment (with their label lookups, 3% of the
+    leader's event loop under registrations, py-spy). Only the event loop's thread proposes
+    (`CoordinatorNode.submit`), so the dicts need no lock. `PROPOSAL_SERIES_MAX` bounds the
+    series: past it a new combination counts as `PROPOSAL_OVERFLOW_LABELS`."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+        self._latencies: dict[str, _Latencies] = {}
+
+    def add(self, command: str, outcome: str, seconds: float) -> None:
+        counts = self._counts
+        key = (command, outcome)
+        if key not in counts and len(counts) >= PROPOSAL_SERIES_MAX:
+            key = PROPOSAL_OVERFLOW_LABELS
+        counts[key] = counts.get(key, 0) + 1
+        latencies = self._latencies.get(key[0])
+        if latencies is None:
+            full = len(self._latencies) >= PROPOSAL_SERIES_MAX
+            name = PROPOSAL_OVERFLOW_LABELS[0] if full else key[0]
+            latencies = self._latencies.setdefault(name, _Latencies())
+        # A bucket counts the times at or under its bound, as prometheus_client's Histogram.
+        latencies.counts[bisect.bisect_left(PROPOSAL_SECONDS_BUCKETS, seconds)] += 1
+        latencies.total += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        counts = CounterMetricFamily(
+            "ripple_proposals", "Commands proposed, by outcome", labels=["command", "outcome"]
+        )
+        for labels, n in list(self._counts.items()):
+            counts.add_metric(labels, n)
+        yield counts
+        latency = HistogramMetricFamily(
+            "ripple_proposal_latency_seconds",
+            "Time from propose to applied result",
+            labels=["command"],
+        )
+        bounds = [*map(floatToGoString, PROPOSAL_SECONDS_BUCKETS), "+Inf"]
+        for command, latencies in list(self._latencies.items()):
+            cumulative, buckets = 0, []
+            for bound, n in zip(bounds, latencies.counts, strict=True):
+                cumulative += n
+                buckets.append((bound, cumulative))
+            latency.add_metric([command], buckets, latencies.total)
+        yield latency
 
 
 class ClusterCollector(Collector):
