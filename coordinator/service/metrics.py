@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import (
@@ -168,6 +168,18 @@ def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricF
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
+Labels = TypeVar("Labels", bound=tuple[str, ...])
+
+
+def _count(counts: dict[Labels, int], key: Labels, series_max: int, overflow: Labels) -> Labels:
+    """Count one event under `key` in a plain-dict counter of at most `series_max` series
+    (then one more, `overflow`, for every new key past the bound); return the key counted."""
+    if key not in counts and len(counts) >= series_max:
+        key = overflow
+    counts[key] = counts.get(key, 0) + 1
+    return key
+
+
 class RequestCounts(Collector):
     """`ripple_http_requests_total` by route, method and status, counted in a plain dict
     and exported at scrape time. A prometheus_client Counter takes a lock per increment;
@@ -181,13 +193,7 @@ class RequestCounts(Collector):
 
     def inc(self, route: str, method: str, status: int) -> None:
         key = (route, method if method in HTTP_METHODS else "other", str(status))
-        counts = self._counts
-        if key in counts:
-            counts[key] += 1
-        elif len(counts) < REQUEST_SERIES_MAX:
-            counts[key] = 1
-        else:
-            counts[OVERFLOW_LABELS] = counts.get(OVERFLOW_LABELS, 0) + 1
+        _count(self._counts, key, REQUEST_SERIES_MAX, OVERFLOW_LABELS)
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
@@ -223,11 +229,9 @@ class ProposalStats(Collector):
         self._latencies: dict[str, _Latencies] = {}
 
     def add(self, command: str, outcome: str, seconds: float) -> None:
-        counts = self._counts
-        key = (command, outcome)
-        if key not in counts and len(counts) >= PROPOSAL_SERIES_MAX:
-            key = PROPOSAL_OVERFLOW_LABELS
-        counts[key] = counts.get(key, 0) + 1
+        key = _count(
+            self._counts, (command, outcome), PROPOSAL_SERIES_MAX, PROPOSAL_OVERFLOW_LABELS
+        )
         latencies = self._latencies.get(key[0])
         if latencies is None:
             full = len(self._latencies) >= PROPOSAL_SERIES_MAX
