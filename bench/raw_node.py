@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from coordinator.service.server import new_event_loop, tune_process
+from coordinator.service.server import run_node_process
 from replication.log import RaftRole, RaftSettings, ReplicatedLog, ReplicationError
 
 SECRET = "bench-raw-node-secret-0123456789"
@@ -119,9 +119,7 @@ def main() -> None:
     a = p.parse_args()
     # The coordinator's event loop (uvloop), GIL switch interval and gc thresholds, so the
     # baselines differ only above the log.
-    tune_process()
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        runner.run(serve(a.index, a.raft.split(","), a.http.split(","), Path(a.dir)))
+    run_node_process(serve(a.index, a.raft.split(","), a.http.split(","), Path(a.dir)))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import gc
 import logging
 import signal
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -52,17 +54,18 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def tune_process() -> None:
-    """The interpreter settings a node runs with (`GIL_SWITCH_INTERVAL_S`, `GC_THRESHOLDS`)."""
+def run_node_process(main: Coroutine[Any, Any, None]) -> None:
+    """Run `main` as a node's process does: with `GIL_SWITCH_INTERVAL_S` and `GC_THRESHOLDS`
+    set, on `new_event_loop()` (the benchmarks' raw node runs the same way)."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     gc.set_threshold(*GC_THRESHOLDS)
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(main)
 
 
 def run(config: ClusterConfig, node_id: str) -> None:
-    """Serve one node on `new_event_loop()` until SIGTERM or SIGINT."""
-    tune_process()
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        runner.run(serve(config, node_id))
+    """Serve one node until SIGTERM or SIGINT."""
+    run_node_process(serve(config, node_id))
 
 
 async def serve(config: ClusterConfig, node_id: str) -> None:
