@@ -79,15 +79,17 @@ class ClusterState:
     """Mutable container of frozen records, so one change to 100k partitions costs O(1).
 
     Mutate it only through ``apply``: besides the public fields it keeps derived indices
-    (owner -> partitions, source -> in-flight migrations, terminal migrations in eviction
-    order) that ``apply`` updates and ``reindex`` rebuilds from the public fields alone, so a
-    replica restored from a snapshot evicts and answers exactly like one that never restarted.
+    (owner -> partitions, source -> in-flight migrations, the in-flight migrations in creation
+    order, terminal migrations in eviction order) that ``apply`` updates and ``reindex``
+    rebuilds from the public fields alone, so a replica restored from a snapshot evicts and
+    answers exactly like one that never restarted.
     """
 
     __slots__ = (
         "_assignments",
         "_assignments_generation",
         "_by_state",
+        "_in_flight",
         "_owned",
         "_sourcing",
         "_terminal",
@@ -112,6 +114,10 @@ class ClusterState:
         self.requests: OrderedDict[str, Result] = OrderedDict()
         self._owned: dict[WorkerId, set[int]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
+        # The non-terminal migrations in creation order (a dict as an ordered set): the
+        # registration apply and the planner's every tick ask for them, and a scan of
+        # `migrations` also walked up to TERMINAL_MIGRATIONS_RETAINED_MAX finished ones.
+        self._in_flight: dict[MigrationId, None] = {}
         self._terminal: deque[MigrationId] = deque()
         # Worker ids by state, so the leader's every-tick questions (how many are ACTIVE,
         # who is DRAINING) do not scan every worker ever registered (DEAD and LEFT stay).
@@ -129,6 +135,7 @@ class ClusterState:
             if part.owner is not None:
                 self._owned.setdefault(part.owner, set()).add(part.partition)
         self._sourcing = {}
+        self._in_flight = {}
         self._terminal = deque()
         self._by_state = {s: set() for s in WorkerState}
         for w in self.workers.values():
@@ -138,12 +145,14 @@ class ClusterState:
                 self._terminal.append(m.migration_id)
             else:
                 self._sourcing.setdefault(m.source, set()).add(m.migration_id)
+                self._in_flight[m.migration_id] = None
 
     def detached(self) -> ClusterState:
         """A copy of the public fields that shares the frozen records: a few pointer copies
         per partition, cheap under the apply lock, so that encoding it (256 ms at 100k
-        partitions) can run outside the lock the Raft thread needs. No derived indices:
-        only for reading and encoding."""
+        partitions) can run outside the lock the Raft thread needs. Of the derived indices
+        only the in-flight one, which in_flight_migrations reads: only for reading and
+        encoding."""
         copy = ClusterState()
         copy.total_partitions = self.total_partitions
         copy.workers = dict(self.workers)
@@ -151,6 +160,7 @@ class ClusterState:
         copy.generation = self.generation
         copy.migrations = dict(self.migrations)
         copy.migration_seq = self.migration_seq
+        copy._in_flight = dict(self._in_flight)
         copy.requests = OrderedDict(self.requests)
         return copy
 
@@ -194,8 +204,9 @@ class ClusterState:
         self._by_state[worker.state].add(worker.worker_id)
 
     def in_flight_migrations(self) -> list[Migration]:
-        """Non-terminal migrations in creation order (they are never moved while in flight)."""
-        return [m for m in self.migrations.values() if m.phase not in TERMINAL_PHASES]
+        """Non-terminal migrations in creation order, from the index: O(in flight), not
+        O(retained)."""
+        return [self.migrations[mid] for mid in self._in_flight]
 
     def summary(self) -> dict[str, int]:
         return {
@@ -327,12 +338,14 @@ def _put_migration(state: ClusterState, new: Migration) -> None:
     if old is None:
         state.migrations[mid] = new
         state._sourcing.setdefault(new.source, set()).add(mid)
+        state._in_flight[mid] = None
         return
     if new.phase in TERMINAL_PHASES and old.phase not in TERMINAL_PHASES:
         # Move to the end: terminal migrations stay ordered by when they finished.
         del state.migrations[mid]
         state.migrations[mid] = new
         state._terminal.append(mid)
+        del state._in_flight[mid]
         sourcing = state._sourcing[old.source]
         sourcing.discard(mid)
         if not sourcing:

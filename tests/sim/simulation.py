@@ -54,6 +54,7 @@ from coordinator.core.commands import (
 )
 from coordinator.core.machine import Machine
 from coordinator.core.model import (
+    TERMINAL_PHASES,
     MigrationPhase,
     MigrationReason,
     PartitionStatus,
@@ -643,6 +644,10 @@ class Simulation:
                 self.fail(
                     f"{r.name} index of {ws.value} workers {state.workers_in(ws)} != {scanned}"
                 )
+        # The in-flight index (registration and the planner read it) is the scan it replaced.
+        in_flight = [m for m in state.migrations.values() if m.phase not in TERMINAL_PHASES]
+        if state.in_flight_migrations() != in_flight:
+            self.fail(f"{r.name} in-flight index disagrees with the migrations it indexes")
         epochs = self.max_epoch[i]
         for p in state.partitions:
             if p.epoch < epochs.get(p.partition, 0):

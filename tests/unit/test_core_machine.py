@@ -411,6 +411,9 @@ class CoordinatorRun(RuleBasedStateMachine):
             if part.migration is not None:
                 m = self.s.migrations[part.migration]
                 assert m.phase not in TERMINAL_PHASES and m.partition == part.partition
+        # The in-flight index is the scan it replaced, order included.
+        scanned = [m for m in self.s.migrations.values() if m.phase not in TERMINAL_PHASES]
+        assert self.s.in_flight_migrations() == scanned
         for m in self.s.in_flight_migrations():
             part = self.s.partitions[m.partition]
             assert part.migration == m.migration_id
@@ -437,6 +440,7 @@ class CoordinatorRun(RuleBasedStateMachine):
         assert encode_state(restored) == data
         for wid in POOL:
             assert restored.owned_by(wid) == self.s.owned_by(wid)
+        assert restored.in_flight_migrations() == self.s.in_flight_migrations()
         for rid, result in list(self.s.requests.items())[-3:]:
             assert decode_result(encode_result(result)) == result, rid
 
