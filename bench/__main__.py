@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "failover": "bench.failover",
     "writes": "bench.writes",
     "heartbeats": "bench.heartbeats",
+    "checkpoints": "bench.checkpoints",
     "placement": "bench.placement",
     "recovery": "bench.recovery",
     "pipeline": "bench.pipeline",

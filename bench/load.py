@@ -100,7 +100,7 @@ def _session(concurrency: int) -> aiohttp.ClientSession:
 
 
 async def register_workers(
-    session: aiohttp.ClientSession, url: str, n: int, prefix: str
+    session: aiohttp.ClientSession, url: str, n: int, prefix: str, address: str = ADDRESS
 ) -> tuple[list[tuple[str, int, str]], dict[str, float]]:
     workers: list[tuple[str, int, str]] = []
     ids = iter(range(n))
@@ -108,7 +108,7 @@ async def register_workers(
     async def one(i: int) -> int:
         wid = f"{prefix}{i}"
         async with session.post(
-            f"{url}/v1/workers", json={"worker_id": wid, "address": ADDRESS}
+            f"{url}/v1/workers", json={"worker_id": wid, "address": address}
         ) as r:
             if r.status == 200:
                 body = await r.json()
@@ -173,11 +173,11 @@ async def heartbeats(
         return out
 
 
-async def register_only(url: str, n_workers: int, out: str) -> dict[str, float]:
-    """Register `n_workers` and write "worker_id incarnation token" lines to `out` (for
-    bench/wrk/heartbeats.lua)."""
+async def register_only(url: str, n_workers: int, out: str, address: str) -> dict[str, float]:
+    """Register `n_workers` at `address` and write "worker_id incarnation token" lines to
+    `out` (for bench/wrk/heartbeats.lua and bench.checkpoints)."""
     async with _session(REGISTER_CONCURRENCY) as session:
-        workers, reg = await register_workers(session, url, n_workers, "hb-")
+        workers, reg = await register_workers(session, url, n_workers, "hb-", address)
     if not workers:
         raise SystemExit(f"no worker registered: {reg}")
     with open(out, "w", encoding="utf-8") as f:
@@ -202,9 +202,10 @@ def main() -> None:
     g.add_argument("--url", required=True)
     g.add_argument("--workers", type=int, required=True)
     g.add_argument("--out", required=True)
+    g.add_argument("--address", default=ADDRESS, help="where the workers say they listen")
     a = p.parse_args()
     if a.mode == "register":
-        result = asyncio.run(register_only(a.url, a.workers, a.out))
+        result = asyncio.run(register_only(a.url, a.workers, a.out, a.address))
     elif a.mode == "ops":
         result = asyncio.run(ops(a.url, a.count, a.concurrency, a.register))
     else:
