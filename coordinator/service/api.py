@@ -799,8 +799,8 @@ async def checkpoints(request: web.Request) -> web.Response:
                 reason=answer.get("reason") or "",
             )
         )
-    for r in results:
-        node.metrics.checkpoints.labels(status=r.status).inc()
+    fenced = sum(1 for r in results if r.status == "fenced")
+    node.metrics.checkpoints_reported(len(results) - fenced, fenced)
     return _json(m.CheckpointsResponse(results=results))
 
 

@@ -297,6 +297,16 @@ def test_drain_moves_partitions_then_left(env: tuple[Cluster, Workers]) -> None:
     assert hist[0]["reason"] == "assigned"
 
 
+def fenced_reports(c: Cluster) -> float:
+    """Checkpoint entries fenced, summed over the nodes' /metrics (whichever led)."""
+    total = 0.0
+    prefix = 'ripple_checkpoint_reports_total{status="fenced"}'
+    for nid in c.alive():
+        body = str(c.get(nid, "/metrics").body)
+        total += sum(float(ln.split()[-1]) for ln in body.splitlines() if ln.startswith(prefix))
+    return total
+
+
 def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Workers]) -> None:
     c, w = env
     parts = three_online(c, w)
@@ -328,6 +338,7 @@ def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Worker
         assert r.status == 200, r
         return r.body["results"][0]["status"]  # type: ignore[no-any-return]
 
+    fenced_before = fenced_reports(c)
     assert report(p["epoch"], 10_000) == "accepted"
     assert report(p["epoch"] - 1, 10_001) == "fenced"  # stale epoch
     assert report(p["epoch"], 5) == "fenced"  # offset going backwards
@@ -346,6 +357,8 @@ def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Worker
         canonical_uri(c.config.store, p["partition"], p["epoch"], 10_003),  # another offset
     ):
         assert report(p["epoch"], 10_002, uri=uri) == "fenced", uri
+    # The leader counts what it fenced (a scripted worker's own acks may add to it).
+    assert fenced_reports(c) - fenced_before >= 10
     rec = c.get(c.leader(), f"/v1/partitions/{p['partition']}?consistent=true").body
     assert rec["checkpoint"]["offset"] == 10_000
     assert rec["checkpoint"]["uri"] == canonical_uri(

@@ -112,3 +112,13 @@ def test_proposal_series_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         'ripple_proposal_latency_seconds_count{command="Command1"} 1.0',
         'ripple_proposal_latency_seconds_count{command="other"} 4.0',
     ]
+
+
+def test_checkpoint_reports_are_counted_by_status() -> None:
+    metrics = Metrics()
+    metrics.checkpoints_reported(3, 0)
+    metrics.checkpoints_reported(0, 2)
+    metrics.checkpoints_reported(1, 1)
+    text = generate_latest(metrics.registry).decode()
+    assert 'ripple_checkpoint_reports_total{status="accepted"} 4.0' in text
+    assert 'ripple_checkpoint_reports_total{status="fenced"} 3.0' in text
