@@ -136,10 +136,15 @@ def encode_command(cmd: Command, request_id: str) -> bytes:
 # --- decoding primitives -----------------------------------------------------------------------
 
 _T = TypeVar("_T")
-_Decoder = Callable[[object, str], Any]
+# `where` names the value in error messages ("entries[2].uri"). None is the fast pass of
+# decode_command: no path is built (formatting one per field was most of a command's decode
+# on every replica's apply), and a CodecError from it is dropped and the value decoded again
+# with paths, to name the field at fault.
+_Where = str | None
+_Decoder = Callable[[object, _Where], Any]
 
 
-def _int(value: object, where: str) -> int:
+def _int(value: object, where: _Where) -> int:
     # bool is an int subclass in Python; True is not a partition number.
     if type(value) is not int:
         raise CodecError(f"{where} must be an integer", where)
@@ -149,7 +154,7 @@ def _int(value: object, where: str) -> int:
 
 
 def _str(limit: int, *, empty_ok: bool = True) -> _Decoder:
-    def decode(value: object, where: str) -> str:
+    def decode(value: object, where: _Where) -> str:
         if not isinstance(value, str):
             raise CodecError(f"{where} must be a string", where)
         if len(value) > limit or (not empty_ok and not value):
@@ -159,20 +164,20 @@ def _str(limit: int, *, empty_ok: bool = True) -> _Decoder:
     return decode
 
 
-def _worker_id(value: object, where: str) -> WorkerId:
+def _worker_id(value: object, where: _Where) -> WorkerId:
     if not valid_id(value):
         raise CodecError(f"{where} must match [A-Za-z0-9._-]{{1,64}}", where)
     return WorkerId(cast(str, value))
 
 
-def _migration_id(value: object, where: str) -> MigrationId:
+def _migration_id(value: object, where: _Where) -> MigrationId:
     if not valid_id(value):
         raise CodecError(f"{where} must match [A-Za-z0-9._-]{{1,64}}", where)
     return MigrationId(cast(str, value))
 
 
 def _optional(inner: _Decoder) -> _Decoder:
-    def decode(value: object, where: str) -> Any:
+    def decode(value: object, where: _Where) -> Any:
         return None if value is None else inner(value, where)
 
     return decode
@@ -181,7 +186,7 @@ def _optional(inner: _Decoder) -> _Decoder:
 def _enum(cls: type[Enum]) -> _Decoder:
     by_value = {member.value: member for member in cls}
 
-    def decode(value: object, where: str) -> Enum:
+    def decode(value: object, where: _Where) -> Enum:
         if not isinstance(value, str) or value not in by_value:
             raise CodecError(f"{where} must be one of {sorted(by_value)}", where)
         return by_value[value]
@@ -190,31 +195,37 @@ def _enum(cls: type[Enum]) -> _Decoder:
 
 
 def _array(inner: _Decoder, limit: int = BATCH_ITEMS_MAX) -> _Decoder:
-    def decode(value: object, where: str) -> tuple[Any, ...]:
+    def decode(value: object, where: _Where) -> tuple[Any, ...]:
         if not isinstance(value, list):
             raise CodecError(f"{where} must be an array", where)
         if len(value) > limit:
             raise CodecError(f"{where} has more than {limit} items", where)
+        if where is None:
+            return tuple([inner(v, None) for v in value])
         return tuple(inner(v, f"{where}[{i}]") for i, v in enumerate(value))
 
     return decode
 
 
-def _record(cls: type[_T], spec: dict[str, _Decoder]) -> Callable[[object, str], _T]:
+def _record(cls: type[_T], spec: dict[str, _Decoder]) -> Callable[[object, _Where], _T]:
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
     assert names == list(spec), f"decoder spec of {cls.__name__} must list its fields in order"
+    spec_keys = spec.keys()
+    items = tuple(spec.items())
 
-    def decode(value: object, where: str) -> _T:
+    def decode(value: object, where: _Where) -> _T:
         if not isinstance(value, dict):
             raise CodecError(f"{where or cls.__name__} must be a map", where or None)
-        missing = [n for n in names if n not in value]
-        if missing:
-            field = f"{where}.{missing[0]}" if where else missing[0]
-            raise CodecError(f"missing field {field}", field)
-        extra = [k for k in value if k not in spec]
-        if extra:
+        if value.keys() != spec_keys:
+            missing = [n for n in names if n not in value]
+            if missing:
+                field = f"{where}.{missing[0]}" if where else missing[0]
+                raise CodecError(f"missing field {field}", field)
+            extra = [k for k in value if k not in spec]
             field = f"{where}.{extra[0]}" if where else str(extra[0])
             raise CodecError(f"unknown field {field}", field)
+        if where is None:
+            return cls(**{name: dec(value[name], None) for name, dec in items})
         kwargs = {
             name: dec(value[name], f"{where}.{name}" if where else name)
             for name, dec in spec.items()
@@ -273,7 +284,7 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
     15: {"partition": _int, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
-_COMMAND_DECODERS: dict[int, Callable[[object, str], Command]] = {
+_COMMAND_DECODERS: dict[int, Callable[[object, _Where], Command]] = {
     tag: _record(COMMAND_BY_TAG[tag], spec) for tag, spec in _COMMAND_SPECS.items()
 }
 
@@ -295,7 +306,10 @@ def decode_command(data: bytes) -> tuple[str, Command]:
         raise CodecError(
             f"request_id must be a string of 1..{REQUEST_ID_LEN_MAX} chars", "request_id"
         )
-    return request_id, decoder(body, "")
+    try:
+        return request_id, decoder(body, None)
+    except CodecError:
+        return request_id, decoder(body, "")  # again, naming the field at fault (_Where)
 
 
 # --- results -----------------------------------------------------------------------------------
@@ -400,7 +414,7 @@ def encode_state(state: ClusterState) -> bytes:
     )
 
 
-def _tuple(value: object, n: int, where: str, *, optional: int = 0) -> list[object]:
+def _tuple(value: object, n: int, where: _Where, *, optional: int = 0) -> list[object]:
     """An array of ``n`` elements, or of ``n + optional`` (trailing fields added later)."""
     if not isinstance(value, list) or len(value) not in (n, n + optional):
         sizes = f"{n}" if not optional else f"{n} or {n + optional}"
@@ -408,7 +422,7 @@ def _tuple(value: object, n: int, where: str, *, optional: int = 0) -> list[obje
     return value
 
 
-def _decode_checkpoint(value: object, where: str) -> Checkpoint:
+def _decode_checkpoint(value: object, where: _Where) -> Checkpoint:
     offset, uri, epoch, at_ms = _tuple(value, 4, where)
     return Checkpoint(
         offset=_int(offset, where),
@@ -529,7 +543,7 @@ def decode_state(data: bytes) -> ClusterState:
     return state
 
 
-def _list(value: object, where: str) -> list[object]:
+def _list(value: object, where: _Where) -> list[object]:
     if not isinstance(value, list):
         raise CodecError(f"{where} must be an array", where)
     return value
