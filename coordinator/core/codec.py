@@ -228,7 +228,7 @@ def _record(cls: type[_T], spec: dict[str, _Decoder]) -> Callable[[object, _Wher
             return cls(**{name: dec(value[name], None) for name, dec in items})
         kwargs = {
             name: dec(value[name], f"{where}.{name}" if where else name)
-            for name, dec in spec.items()
+            for name, dec in items
         }
         return cls(**kwargs)
 
