@@ -37,7 +37,8 @@ from bench.harness import (
     call,
     free_ports,
     python_argv,
-    run_json,
+    rate_columns,
+    register_workers,
     scratch,
     wait_until,
     wrk,
@@ -119,21 +120,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             leader = ripple.ready(SETTLE_TIMEOUT_S)
             raw.leader(SETTLE_TIMEOUT_S)
             tokens, owned = root / "tokens.txt", root / "owned.txt"
-            reg = run_json(
-                [
-                    "-m",
-                    "bench.load",
-                    "register",
-                    "--url",
-                    ripple.url(leader),
-                    "--workers",
-                    str(WORKERS),
-                    "--address",
-                    f"http://127.0.0.1:{port}",
-                    "--out",
-                    str(tokens),
-                ]
-            )
+            reg = register_workers(ripple.url(leader), WORKERS, tokens, f"http://127.0.0.1:{port}")
             if reg["workers"] != WORKERS:
                 raise RuntimeError(f"registered {reg['workers']} of {WORKERS} workers")
             _owned_file(ripple, leader, tokens, owned)
@@ -180,28 +167,14 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             raw.stop_all()
             fake.stop()
 
-    def median_run(name: str) -> dict[str, Any]:
-        return sorted(runs[name], key=lambda r: r["ops_per_s"])[len(runs[name]) // 2]
-
     base_per_s = statistics.median(r["ops_per_s"] for r in runs["raw"])
-    per_worker = PARTITIONS / WORKERS
     rows: dict[str, dict[str, float]] = {}
     for name in ("ripple", "raw"):
-        per_s = [r["ops_per_s"] for r in runs[name]]
-        med = median_run(name)
-        row = {
-            "concurrency": CONCURRENCY,
-            "acks_per_s": statistics.median(per_s),
-            "min_acks_per_s": min(per_s),
-            "max_acks_per_s": max(per_s),
-            "p50_ms": med["p50_ms"],
-            "p99_ms": med["p99_ms"],
-            "errors": sum(r["errors"] for r in runs[name]),
-            "baseline_per_s": base_per_s,
-            "ratio": statistics.median(per_s) / base_per_s if base_per_s else 0.0,
-        }
+        cols = rate_columns(runs[name], "acks", base_per_s)
+        ratio = cols.pop("ratio")
+        row = {"concurrency": CONCURRENCY, **cols, "baseline_per_s": base_per_s, "ratio": ratio}
         if name == "ripple":
-            row["checkpoints_per_s"] = row["acks_per_s"] * per_worker
+            row["checkpoints_per_s"] = row["acks_per_s"] * PARTITIONS / WORKERS
             row["fenced"] = sum(r["fenced"] for r in runs[name])
             row["workers_at_10s"] = row["acks_per_s"] * 10.0
         rows[name] = row

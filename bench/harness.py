@@ -33,6 +33,8 @@ __all__ = [
     "free_ports",
     "percentile",
     "python_argv",
+    "rate_columns",
+    "register_workers",
     "run_json",
     "scratch",
     "summary",
@@ -81,6 +83,33 @@ def summary(values: Sequence[float]) -> dict[str, float]:
         "min": min(values, default=0.0),
         "max": max(values, default=0.0),
     }
+
+
+def rate_columns(runs: Sequence[dict[str, Any]], unit: str, base_per_s: float) -> dict[str, float]:
+    """The columns of repeated load runs (each with `ops_per_s`, `p50_ms`, `p99_ms`,
+    `errors`): median, min and max rate as `{unit}_per_s`, the median run's latencies,
+    errors summed, and the ratio of the median rate to `base_per_s`."""
+    per_s = [r["ops_per_s"] for r in runs]
+    med = sorted(runs, key=lambda r: float(r["ops_per_s"]))[len(runs) // 2]
+    median = statistics.median(per_s)
+    return {
+        f"{unit}_per_s": median,
+        f"min_{unit}_per_s": min(per_s),
+        f"max_{unit}_per_s": max(per_s),
+        "p50_ms": med["p50_ms"],
+        "p99_ms": med["p99_ms"],
+        "errors": sum(r["errors"] for r in runs),
+        "ratio": median / base_per_s if base_per_s else 0.0,
+    }
+
+
+def register_workers(url: str, workers: int, out: Path, address: str | None = None) -> Any:
+    """Register `workers` workers at `url` through the real API, from `bench.load` in its
+    own process, and write their "worker_id incarnation token" lines to `out`; `address` is
+    where they say they listen (default: a port nothing answers)."""
+    argv = ["-m", "bench.load", "register", "--url", url, "--workers", str(workers)]
+    argv += ["--out", str(out)] + (["--address", address] if address else [])
+    return run_json(argv)
 
 
 def run_json(args: Sequence[str], timeout_s: float = CHILD_TIMEOUT_S) -> Any:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from bench.harness import Cluster, RawCluster, run_json, scratch, wrk
+from bench.harness import Cluster, RawCluster, register_workers, run_json, scratch, wrk
 
 CONCURRENCY = 64
 SETTINGS = {
@@ -87,19 +87,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             echo_url = raw.url(raw_leader) + "/echo"
             if with_wrk:
                 tokens = root / "tokens.txt"
-                reg = run_json(
-                    [
-                        "-m",
-                        "bench.load",
-                        "register",
-                        "--url",
-                        ripple.url(leader),
-                        "--workers",
-                        str(workers),
-                        "--out",
-                        str(tokens),
-                    ]
-                )
+                reg = register_workers(ripple.url(leader), workers, tokens)
                 hb = wrk(ripple.url(leader), "heartbeats.lua", duration_s, CONCURRENCY, str(tokens))
                 hb.update(reg)
                 echo = wrk(echo_url, "echo.lua", duration_s, CONCURRENCY)

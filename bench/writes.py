@@ -26,7 +26,7 @@ import shutil
 import statistics
 from typing import Any
 
-from bench.harness import Cluster, RawCluster, run_json, scratch, wrk
+from bench.harness import Cluster, RawCluster, rate_columns, run_json, scratch, wrk
 
 REPEATS = 3
 # No assignment and no checkpoint rounds: the registered workers are fake (no address
@@ -108,30 +108,21 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             for c in (ripple, per_entry, raw):
                 c.stop_all()
 
-    def median_run(key: str) -> dict[str, float]:
-        ordered = sorted(runs[key], key=lambda r: r["ops_per_s"])
-        return ordered[len(ordered) // 2]
-
     rows: dict[str, dict[str, float]] = {}
     for conc in _counts(quick):
-        base = median_run(f"raw_c{conc}")["ops_per_s"]
+        base = statistics.median(r["ops_per_s"] for r in runs[f"raw_c{conc}"])
         for name in CASES:
             key = f"{name}_c{conc}"
-            med = median_run(key)
-            per_s = [r["ops_per_s"] for r in runs[key]]
+            cols = rate_columns(runs[key], "ops", base)
+            ratio = cols.pop("ratio")
             rows[key] = {
                 "concurrency": conc,
-                "ops_per_s": statistics.median(per_s),
-                "min_ops_per_s": min(per_s),
-                "max_ops_per_s": max(per_s),
-                "p50_ms": med["p50_ms"],
-                "p99_ms": med["p99_ms"],
-                "errors": sum(r["errors"] for r in runs[key]),
+                **cols,
                 # By kind from the Python client only (wrk counts them all as errors): the
                 # columns are left out rather than shown as a zero that was never counted.
                 **_by_kind(runs[key]),
                 "baseline_ops_per_s": base,
-                "ratio": statistics.median(per_s) / base if base else 0.0,
+                "ratio": ratio,
                 "client_wrk": int(with_wrk),
             }
     return rows
