@@ -227,8 +227,7 @@ def _record(cls: type[_T], spec: dict[str, _Decoder]) -> Callable[[object, _Wher
         if where is None:
             return cls(**{name: dec(value[name], None) for name, dec in items})
         kwargs = {
-            name: dec(value[name], f"{where}.{name}" if where else name)
-            for name, dec in items
+            name: dec(value[name], f"{where}.{name}" if where else name) for name, dec in items
         }
         return cls(**kwargs)
 
