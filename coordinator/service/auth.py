@@ -54,9 +54,12 @@ EXPIRY_DIGITS_MAX = 15
 WORKER_TOKEN_INFO = b"ripple/worker-token/v1"
 CALL_TOKEN_INFO = b"ripple/leader-call/v1"
 RAFT_PASSWORD_INFO = b"ripple/raft-password/v1"
+# Derived keys and their HMAC pad states kept: (secret, purpose) pairs, a handful per
+# process (tests and tools use a few secrets).
+DERIVED_KEYS_CACHED_MAX = 32
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=DERIVED_KEYS_CACHED_MAX)
 def derive_key(secret: str, info: bytes) -> bytes:
     """A 32-byte key for one purpose (`info`), derived from the cluster secret."""
     hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info)
@@ -71,7 +74,7 @@ def raft_password(secret: str) -> str:
 _SHA256_BLOCK_BYTES = 64
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=DERIVED_KEYS_CACHED_MAX)
 def _pads(secret: str, info: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
     """SHA-256 states after HMAC's inner and outer key blocks (RFC 2104) for one derived key."""
     key = derive_key(secret, info).ljust(_SHA256_BLOCK_BYTES, b"\x00")
