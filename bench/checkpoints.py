@@ -15,10 +15,10 @@ checkpoint and its fallback chain), the per-entry answer.
 leader's own count of refused entries over the run (`ripple_checkpoint_reports_total`):
 a run with more than `FENCED_SHARE_MAX` of its entries fenced is an error, not a figure
 (two acks of one worker in flight at once can commit out of order, and the older is then
-fenced for real). `workers_at_10s` is how many
-workers checkpointing every 10 s the acks per second would carry with the leader
-saturated. Baseline `raw`: the bare per-entry pysyncobj node of `bench.writes`, in the same
-run, rounds interleaved. Needs `wrk` (Debian's package).
+fenced for real). `workers_at_10s` is how many workers checkpointing every 10 s the acks
+per second would carry with the leader saturated. Baseline `raw`: the bare per-entry
+pysyncobj node of `bench.writes`, in the same run, rounds interleaved. Needs `wrk` (Debian's
+package).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from bench.harness import (
     scratch,
     wait_until,
     wrk,
+    wrk_duration_s,
 )
 from bench.writes import SETTINGS as WRITE_SETTINGS
 from coordinator.core.checkpoint_ref import store_base
@@ -62,10 +63,6 @@ ONLINE_TIMEOUT_S = 120.0
 # Offsets of one run start past every offset of the runs before it.
 OFFSETS_PER_RUN = 10_000_000
 FENCED_SHARE_MAX = 0.01  # of a run's entries; more and the run is an error, not a figure
-
-
-def _duration_s(quick: bool) -> float:
-    return 1.0 if quick else 3.0
 
 
 def _owned_file(cluster: Cluster, leader: str, tokens: Path, out: Path) -> None:
@@ -134,7 +131,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                 out = wrk(
                     ripple.url(leader),
                     "checkpoints.lua",
-                    _duration_s(quick),
+                    wrk_duration_s(quick),
                     CONCURRENCY,
                     str(owned),
                     base,
@@ -157,7 +154,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                     wrk(
                         raw.url(raw.leader()) + "/write",
                         "writes.lua",
-                        _duration_s(quick),
+                        wrk_duration_s(quick),
                         CONCURRENCY,
                         "raw-",
                     )

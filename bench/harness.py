@@ -40,6 +40,7 @@ __all__ = [
     "summary",
     "wait_until",
     "wrk",
+    "wrk_duration_s",
 ]
 
 # Absolute: the scripts find report.lua beside them by their own path.
@@ -200,6 +201,11 @@ class RawCluster:
                     return
             time.sleep(0.02)
         raise TimeoutError(f"no raw write landed within {timeout_s} s")
+
+
+def wrk_duration_s(quick: bool) -> float:
+    """How long one wrk run of the write-path benchmarks (writes, checkpoints) lasts."""
+    return 1.0 if quick else 3.0
 
 
 def wrk(url: str, script: str, duration_s: float, connections: int, *args: str) -> dict[str, Any]:

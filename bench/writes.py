@@ -11,8 +11,8 @@
   write (group commit off): the bare per-entry pysyncobj node every ratio is against.
 
 The client is `wrk` (Debian's package, `bench/wrk/writes.lua`: C connections, keep-alive,
-each request a new worker id, no redirects: aimed at the leader) for `_duration_s` per run
-when it is installed, else `bench.load` in its own process (aiohttp, C requests in flight)
+each request a new worker id, no redirects: aimed at the leader) for `wrk_duration_s`
+per run when it is installed, else `bench.load` in its own process (aiohttp, C requests in flight)
 for a fixed count; the `client_wrk` column says which. The Python client used about as
 much CPU per write as the leader on this 2-core machine, so with it the figure was the
 client's as much as Ripple's (wrk reports non-2xx answers as `errors`, not by kind). Rounds
@@ -26,7 +26,15 @@ import shutil
 import statistics
 from typing import Any
 
-from bench.harness import Cluster, RawCluster, rate_columns, run_json, scratch, wrk
+from bench.harness import (
+    Cluster,
+    RawCluster,
+    rate_columns,
+    run_json,
+    scratch,
+    wrk,
+    wrk_duration_s,
+)
 
 REPEATS = 3
 # No assignment and no checkpoint rounds: the registered workers are fake (no address
@@ -52,10 +60,6 @@ def _counts(quick: bool) -> dict[int, int]:
     return {1: 1000, 16: 4000, 64: 8000, 256: 16000}
 
 
-def _duration_s(quick: bool) -> float:
-    return 1.0 if quick else 3.0
-
-
 CASES = ("ripple", "ripple_1", "raw")
 
 
@@ -63,7 +67,7 @@ def _one(
     url: str, conc: int, count: int, register: bool, tag: str, quick: bool, with_wrk: bool
 ) -> Any:
     if with_wrk:
-        return wrk(url, "writes.lua", _duration_s(quick), conc, tag)
+        return wrk(url, "writes.lua", wrk_duration_s(quick), conc, tag)
     extra = ["--register"] if register else []
     argv = ["-m", "bench.load", "ops", "--url", url, "--count", str(count)]
     return run_json([*argv, "--concurrency", str(conc), *extra])
