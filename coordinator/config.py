@@ -365,7 +365,7 @@ class ClusterConfig:
                 field="leader_fallback_timeout_s",
             )
         if self.raft_frame_bytes_max < 4 * self.body_bytes_max:
-            # One entry is about one request body; Fernet and a 64 KiB batch come on top.
+            # One entry is about one request body; a 64 KiB batch comes on top.
             raise ConfigError(
                 f"raft_frame_bytes_max = {self.raft_frame_bytes_max}: must be >= 4 * "
                 f"body_bytes_max = {4 * self.body_bytes_max}",

@@ -9,8 +9,8 @@ machine returned. The invariants it keeps, each forced by a fact measured on pys
   method makes pysyncobj's tick thread retry the same entry forever, stalling the whole
   cluster, so a failing entry becomes an error *value* (`machine_error_result`).
 - A cluster secret is mandatory (pysyncobj's wire format and dumps are pickle: anyone
-  who can talk to the Raft port unauthenticated can run code) and the port binds to an
-  explicit address.
+  who can talk to the Raft port unauthenticated can run code; the transport's handshake
+  and frame keys come from it) and the port binds to an explicit address.
 - Both `journalFile` and `fullDumpFile` are set: a journal alone silently loses all
   state at the first log compaction. The dump holds the machine's own snapshot bytes.
 - `appendEntriesUseBatch=False` (about 1 ms per write instead of about 100 ms).
@@ -268,8 +268,9 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         self._ripple_machine = machine
         self._ripple_lock = lock
         self._ripple_backup_to: int | None = None
+        # No `password`: the transport seals every frame under keys of its own connection
+        # (replication.transport.Session); pysyncobj's Fernet on top would only cost CPU.
         conf = SyncObjConf(
-            password=settings.secret,
             bindAddress=settings.bind_addr,
             journalFile=settings.journal_path,
             fullDumpFile=settings.dump_path,

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 5.0
 # How long a thread may hold the GIL while another waits for it (CPython's default is 5 ms).
-# The Raft tick thread gives the GIL up at every socket call, zlib and Fernet call; under
+# The Raft tick thread gives the GIL up at every socket call (zlib and Fernet too, then); under
 # load the event loop holds it, so each one cost the tick thread up to the interval before
 # it could go on, and commits waited on it. With 1 ms, 64-client writes measured about 10%
 # more (interleaved, 12 runs, docs/benchmarks.md); the heartbeat path is the event loop's

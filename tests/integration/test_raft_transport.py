@@ -10,21 +10,20 @@ import os
 import socket
 import struct
 import time
-import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pysyncobj.pickle as syncobj_pickle
 import pytest
-from pysyncobj.encryptor import getEncryptor
 
 import replication.transport
 from replication.log import ReplicatedLog
 from replication.transport import (
     CHALLENGE_BYTES,
     Handshake,
+    Session,
     encode_frame,
+    encode_message,
     handshake_key,
 )
 from tests.integration.test_replication import SECRET, Cluster, wait_for
@@ -83,11 +82,12 @@ def closed_by_node(s: socket.socket) -> bool:
     return True
 
 
-def authenticate(s: socket.socket, secret: str = SECRET) -> None:
+def authenticate(s: socket.socket, secret: str = SECRET) -> Session:
     hs = Handshake(dialler=True, key=handshake_key(secret), nonce=os.urandom(32))
     s.sendall(hs.opening())
     s.sendall(hs.feed(recv_exactly(s, CHALLENGE_BYTES)))
     assert hs.done
+    return hs.session()
 
 
 async def counted(c: Cluster, reason: str, at_least: int = 1) -> dict[str, int]:
@@ -227,29 +227,33 @@ async def test_an_authenticated_peer_that_falls_silent_is_dropped(cluster: Clust
 
 
 class _Peer:
-    """Enough of pysyncobj's own exchange (after our handshake) to claim a node identity."""
+    """Sealed frames on an authenticated connection, as a node sends and reads them."""
 
-    def __init__(self, s: socket.socket) -> None:
+    def __init__(self, s: socket.socket, session: Session) -> None:
         self.s = s
-        self.enc = getEncryptor(SECRET)
-        self.recv_key = os.urandom(32)
-        self.send_key: bytes | None = None
+        self.session = session
 
     def send(self, message: Any) -> None:
-        if self.send_key:
-            message = (self.send_key, message)
-        data = self.enc.encrypt_at_time(zlib.compress(syncobj_pickle.dumps(message), 3), 1)
-        self.s.sendall(encode_frame(data))
+        self.s.sendall(encode_frame(self.session.seal(encode_message(message))))
 
-    def recv(self) -> Any:
-        while True:
-            (length,) = struct.unpack("<i", recv_exactly(self.s, 4))
-            if length:  # skip keep-alives
-                break
-        data = self.enc.decrypt(recv_exactly(self.s, length))
-        key, message = syncobj_pickle.loads(zlib.decompress(data))
-        assert key == self.recv_key
-        return message
+
+async def test_a_frame_sealed_for_another_connection_is_refused(cluster: Cluster) -> None:
+    # Both connections hold the secret; a frame from one spliced into the other (or replayed
+    # there) does not open under the other's keys, and pickle never sees it.
+    def splicer() -> None:
+        a, b = connect(cluster), connect(cluster)
+        try:
+            peer_a = _Peer(a, authenticate(a))
+            authenticate(b)
+            b.sendall(encode_frame(peer_a.session.seal(encode_message("127.0.0.1:1"))))
+            assert closed_by_node(b)
+        finally:
+            a.close()
+            b.close()
+
+    await asyncio.to_thread(splicer)
+    await counted(cluster, "bad_frame")
+    await still_commits(cluster)
 
 
 @pytest.mark.parametrize("claim", ["readonly", ["status"], "127.0.0.1:1"])
@@ -259,10 +263,7 @@ async def test_an_authenticated_peer_must_claim_a_configured_node(
     def claimant() -> None:
         s = connect(cluster)
         try:
-            authenticate(s)
-            peer = _Peer(s)
-            peer.send(peer.recv_key)
-            peer.send_key = peer.recv()
+            peer = _Peer(s, authenticate(s))
             peer.send(claim)  # a read-only node, a utility command, a node that is not ours
             assert closed_by_node(s)
         finally:
