@@ -18,6 +18,7 @@ import pytest
 from pysyncobj import SyncObj
 
 import replication.log
+import replication.transport
 from replication.log import (
     NoLeaderError,
     OutcomeUnknownError,
@@ -215,6 +216,44 @@ async def test_restart_recovers_from_journal_and_dump(tmp_path: Path) -> None:
         await wait_for(
             lambda: all(m.entries == expected for m in c.machines), "state after restart"
         )
+    finally:
+        for i in range(3):
+            c.stop(i)
+
+
+async def test_a_node_that_missed_a_compaction_catches_up_from_a_compressed_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The others compact while a follower is down, so it can only catch up from the snapshot,
+    # sent in chunks large enough to travel compressed (COMPRESS_MIN_BYTES).
+    inflated: list[int] = []
+    real = replication.transport.decompress_bounded
+
+    def counting(data: bytes, limit: int) -> bytes:
+        out = real(data, limit)
+        inflated.append(len(out))
+        return out
+
+    monkeypatch.setattr(replication.transport, "decompress_bounded", counting)
+    c = Cluster(tmp_path, log_compaction_min_entries=5, log_compaction_min_time_s=0.5)
+    for i in range(3):
+        c.start(i)
+    try:
+        leader = await c.leader()
+        lag = next(i for i, n in enumerate(c.nodes) if n is not leader)
+        up = [i for i in range(3) if i != lag]
+        c.stop(lag)
+        expected = [os.urandom(2048).hex().encode() for _ in range(60)]  # 240 KiB
+        for entry in expected:
+            await leader.propose(entry)
+        await wait_for(
+            lambda: all(os.path.exists(tmp_path / f"n{i}" / "dump") for i in up),
+            "a compaction dump on the running nodes",
+        )
+        assert not inflated  # single entries travel uncompressed
+        c.start(lag)
+        await wait_for(lambda: c.machines[lag].entries == expected, "the node caught up", 30.0)
+        assert inflated and max(inflated) >= replication.transport.COMPRESS_MIN_BYTES
     finally:
         for i in range(3):
             c.stop(i)
