@@ -74,6 +74,7 @@ def test_the_listener_never_wants_more_than_the_next_handshake_message() -> None
         struct.pack("<i", 2**31 - 1),  # pysyncobj's frame header for a 2 GiB frame
         b"GET / HTTP/1.1\r\n",
         b"\x00\x00\x00\x00",
+        b"RRT\x01",  # a node of transport version 1 (Fernet frames): upgrade needs a restart
     ],
 )
 def test_anything_but_our_magic_is_refused_after_four_bytes(opening: bytes) -> None:
