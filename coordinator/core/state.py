@@ -14,6 +14,7 @@ state. Invariants kept (and checked by the property tests):
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict, deque
 from dataclasses import replace
 from typing import Any
@@ -73,6 +74,11 @@ __all__ = ["ClusterState", "apply", "check_moves"]
 
 
 ASSIGNMENTS_CACHED_MAX = 100_000  # workers whose heartbeat reply is cached at once
+# Workers that started or stopped owning (ACTIVE or DRAINING), newest last, for readers that
+# follow the owning set by its changes (the planner's checkpoint rounds); one that falls
+# further behind than this reads the whole set again.
+OWNING_CHANGES_KEPT_MAX = 65_536
+_eras = itertools.count(1)  # one per ClusterState and per reindex: a cursor names its era
 
 
 class ClusterState:
@@ -91,6 +97,9 @@ class ClusterState:
         "_by_state",
         "_in_flight",
         "_owned",
+        "_owning_changes",
+        "_owning_era",
+        "_owning_seq",
         "_sourcing",
         "_terminal",
         "generation",
@@ -122,6 +131,11 @@ class ClusterState:
         # Worker ids by state, so the leader's every-tick questions (how many are ACTIVE,
         # who is DRAINING) do not scan every worker ever registered (DEAD and LEFT stay).
         self._by_state: dict[WorkerState, set[WorkerId]] = {s: set() for s in WorkerState}
+        # The owning set's changes (see owning_changes_since): `_owning_seq` counts every one
+        # ever appended in this era; the deque keeps the newest OWNING_CHANGES_KEPT_MAX.
+        self._owning_changes: deque[WorkerId] = deque(maxlen=OWNING_CHANGES_KEPT_MAX)
+        self._owning_seq = 0
+        self._owning_era = next(_eras)
         # Heartbeat replies: each worker's assignment, valid for one generation (every change
         # of an (owner, epoch) pair bumps it), so a heartbeat reads it without a sort.
         self._assignments: dict[WorkerId, tuple[tuple[int, int], ...]] = {}
@@ -140,6 +154,9 @@ class ClusterState:
         self._by_state = {s: set() for s in WorkerState}
         for w in self.workers.values():
             self._by_state[w.state].add(w.worker_id)
+        self._owning_changes.clear()
+        self._owning_seq = 0
+        self._owning_era = next(_eras)
         for m in self.migrations.values():
             if m.phase in TERMINAL_PHASES:
                 self._terminal.append(m.migration_id)
@@ -195,13 +212,38 @@ class ClusterState:
         """The ids of the workers in any of `worker_states`, as a new set (unsorted)."""
         return set().union(*(self._by_state[s] for s in worker_states))
 
+    def owning_changes_since(
+        self, cursor: tuple[int, int] | None
+    ) -> tuple[set[WorkerId] | None, tuple[int, int]]:
+        """The workers that started or stopped owning since `cursor` (which this returned
+        before), and the cursor for next time. None instead of the workers when they are not
+        known: no cursor yet, another state object or a reindex since (a new era), or more
+        than OWNING_CHANGES_KEPT_MAX changes since; the reader then reads the whole set.
+        A worker in the answer may have changed back since: read its state now."""
+        now = (self._owning_era, self._owning_seq)
+        if cursor is None or cursor[0] != self._owning_era:
+            return None, now
+        behind = self._owning_seq - cursor[1]
+        if behind > len(self._owning_changes) or behind < 0:
+            return None, now
+        if behind == 0:
+            return set(), now
+        return set(itertools.islice(reversed(self._owning_changes), behind)), now
+
     def put_worker(self, worker: Worker) -> None:
-        """The one way a worker record is written: keeps the by-state index true."""
-        prev = self.workers.get(worker.worker_id)
+        """The one way a worker record is written: keeps the by-state index (and the owning
+        set's changes) true."""
+        wid = worker.worker_id
+        prev = self.workers.get(wid)
+        was_owning = False
         if prev is not None:
-            self._by_state[prev.state].discard(worker.worker_id)
-        self.workers[worker.worker_id] = worker
-        self._by_state[worker.state].add(worker.worker_id)
+            self._by_state[prev.state].discard(wid)
+            was_owning = prev.state in OWNING_WORKER_STATES
+        self.workers[wid] = worker
+        self._by_state[worker.state].add(wid)
+        if was_owning != (worker.state in OWNING_WORKER_STATES):
+            self._owning_changes.append(wid)
+            self._owning_seq += 1
 
     def in_flight_migrations(self) -> list[Migration]:
         """Non-terminal migrations in creation order, from the index: O(in flight), not

@@ -174,6 +174,9 @@ class CoordinatorRun(RuleBasedStateMachine):
         self.epochs: list[int] = []
         self.generation = 0
         self.last: tuple[str, bytes] | None = None
+        # The owning set as a reader of ClusterState.owning_changes_since keeps it.
+        self.owning_cursor: tuple[int, int] | None = None
+        self.owning_view: set[WorkerId] = set()
 
     @property
     def s(self) -> ClusterState:
@@ -421,6 +424,28 @@ class CoordinatorRun(RuleBasedStateMachine):
                 assert part.owner == m.source
             else:
                 assert part.owner == m.target
+
+    @rule()
+    def restore_from_snapshot(self) -> None:
+        self.machine.restore(self.machine.snapshot())
+
+    @invariant()
+    def owning_changes_follow_the_owning_set(self) -> None:
+        """A reader that follows the owning set by its changes holds the set a scan reads;
+        it reads the whole set only when it must (first read, or a restore since)."""
+        before = self.owning_cursor
+        changed, self.owning_cursor = self.s.owning_changes_since(before)
+        truth = self.s.worker_set(*OWNING_WORKER_STATES)
+        if changed is None:
+            assert before is None or before[0] != self.owning_cursor[0]
+            self.owning_view = truth
+        else:
+            for wid in changed:
+                if wid in truth:
+                    self.owning_view.add(wid)
+                else:
+                    self.owning_view.discard(wid)
+        assert self.owning_view == truth
 
     @invariant()
     def fallback_chain_is_older_bounded_and_never_stuck_online(self) -> None:

@@ -249,6 +249,40 @@ def test_reregister_revives_dead_worker(s: ClusterState) -> None:
     assert s.generation == gen
 
 
+def test_owning_changes_name_who_started_or_stopped_owning(
+    s: ClusterState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner follows the owning set (ACTIVE or DRAINING) by these changes instead of
+    reading every worker each scan; it must read the whole set when they are not known."""
+    none, cursor = s.owning_changes_since(None)
+    assert none is None  # no cursor yet: read the whole set
+    assert s.owning_changes_since(cursor) == (set(), cursor)
+    register(s, W4)  # joins
+    register(s, W1)  # re-registers, ACTIVE before and after: no change
+    changed, cursor = s.owning_changes_since(cursor)
+    assert changed == {W4}
+    ok(s, DeclareDead(worker_ids=(W4,), assignments=(), now_ms=50))
+    ok(s, DrainWorker(worker_id=W3, moves=(), now_ms=50))  # ACTIVE -> DRAINING: still owning
+    changed, cursor = s.owning_changes_since(cursor)
+    assert changed == {W4}
+    # A reindex (a snapshot's decode) starts a new era: old cursors read the whole set,
+    # even once as many changes were made since as the cursor had counted.
+    s.reindex()
+    register(s, *(WorkerId(f"new{i}") for i in range(cursor[1])))
+    changed, cursor = s.owning_changes_since(cursor)
+    assert changed is None
+    # More changes than are kept: the whole set again.
+    monkeypatch.setattr(state_module, "OWNING_CHANGES_KEPT_MAX", 2)
+    small = ClusterState()
+    ok(small, Bootstrap(total_partitions=1, now_ms=1))
+    _, at = small.owning_changes_since(None)
+    register(small, W1, W2)
+    changed, _ = small.owning_changes_since(at)
+    assert changed == {W1, W2}
+    register(small, W3)
+    assert small.owning_changes_since(at)[0] is None
+
+
 # --- DeclareDead -------------------------------------------------------------------------------
 
 

@@ -10,6 +10,9 @@ import itertools
 import random
 from dataclasses import replace
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from coordinator.core.commands import (
     AbortMigration,
     AssignPartitions,
@@ -289,3 +292,72 @@ def test_the_dead_who_own_nothing_get_no_placement_pass() -> None:
     assert isinstance(dead_w1, DeclareDead) and dead_w1.worker_ids == (W1,)
     assert {(a.partition, a.owner) for a in dead_w1.assignments} == {(p, W2) for p in range(4)}
     assert passes == 1
+
+
+POOL = [WorkerId(f"p{i}") for i in range(6)]
+_steps = st.tuples(
+    st.sampled_from(["register", "dead", "leave", "quiet", "fail", "plan"]),
+    st.sampled_from(POOL),
+    st.integers(1, 400),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(steps=st.lists(_steps, max_size=60))
+def test_checkpoint_rounds_follow_the_owning_set_by_its_changes(
+    steps: list[tuple[str, WorkerId, int]],
+) -> None:
+    """A scan reads only the workers that started or stopped owning since the last one
+    (ClusterState.owning_changes_since). Against a planner made to read the whole owning set
+    at every scan, as before: the same calls, in the same order, and the same rounds, through
+    joins, deaths, departures, re-registrations, silences and failed calls."""
+    s = ClusterState()
+    assert isinstance(apply(s, "b", Bootstrap(total_partitions=1, now_ms=0)), Ok)
+    settings_ = replace(quiet(1), min_cluster_size=1_000, suspect_after_ms=150)
+    by_changes = Planner(settings_, random.Random(7), s, 0)
+    whole_set = Planner(settings_, random.Random(7), s, 0)
+    now, quiet_ones = 0, set[WorkerId]()
+    for i, (kind, wid, dt) in enumerate(steps):
+        now += dt
+        worker = s.workers.get(wid)
+        owning = worker is not None and worker.state in (WorkerState.ACTIVE, WorkerState.DRAINING)
+        if kind == "register":
+            assert isinstance(
+                apply(s, f"r{i}", RegisterWorker(worker_id=wid, address="a", now_ms=now)), Ok
+            )
+            for p in (by_changes, whole_set):
+                p.registered(wid, now)
+            quiet_ones.discard(wid)
+        elif kind == "dead" and owning:
+            assert isinstance(
+                apply(s, f"r{i}", DeclareDead(worker_ids=(wid,), assignments=(), now_ms=now)), Ok
+            )
+        elif kind == "leave" and owning:
+            assert isinstance(
+                apply(s, f"r{i}", DrainWorker(worker_id=wid, moves=(), now_ms=now)), Ok
+            )
+        elif kind == "quiet":
+            quiet_ones.symmetric_difference_update({wid})
+        elif kind == "fail":  # a checkpoint call that did not get through
+            call = CheckpointCall(worker_id=wid, address="a", incarnation=1)
+            for p in (by_changes, whole_set):
+                p.on_result(CheckpointDone(call=call, ok=False), now, now)
+        for w in s.workers:
+            if w not in quiet_ones:
+                for p in (by_changes, whole_set):
+                    p.heartbeat(w, 0.1, now)
+        if kind == "plan":
+            whole_set.rounds.cursor = None  # read the whole owning set, as every scan did
+            scanned = now >= by_changes.rounds.scan_at_ms
+            got = by_changes.plan(s, now, now).calls
+            want = whole_set.plan(s, now, now).calls
+            assert got == want
+            for p in (by_changes, whole_set):
+                for c in got:
+                    p.on_result(CheckpointDone(call=c, ok=True), now, now)
+            assert by_changes.rounds.next_ms == whole_set.rounds.next_ms
+            assert by_changes.rounds.fresh == whole_set.rounds.fresh
+            assert by_changes.rounds.missed == whole_set.rounds.missed
+            if scanned:  # every owning worker has a round or waits for its first
+                owning_now = s.worker_set(WorkerState.ACTIVE, WorkerState.DRAINING)
+                assert set(by_changes.rounds.next_ms) | by_changes.rounds.fresh == owning_now
