@@ -223,11 +223,9 @@ class ClusterState:
         now = (self._owning_era, self._owning_seq)
         if cursor is None or cursor[0] != self._owning_era:
             return None, now
-        behind = self._owning_seq - cursor[1]
-        if behind > len(self._owning_changes) or behind < 0:
+        behind = self._owning_seq - cursor[1]  # never negative: only a new era resets it
+        if behind > len(self._owning_changes):
             return None, now
-        if behind == 0:
-            return set(), now
         return set(itertools.islice(reversed(self._owning_changes), behind)), now
 
     def put_worker(self, worker: Worker) -> None:

@@ -25,7 +25,13 @@ from coordinator.core.commands import (
     PlanMigrations,
     RegisterWorker,
 )
-from coordinator.core.model import MigrationReason, PartitionStatus, WorkerId, WorkerState
+from coordinator.core.model import (
+    OWNING_WORKER_STATES,
+    MigrationReason,
+    PartitionStatus,
+    WorkerId,
+    WorkerState,
+)
 from coordinator.core.planner import (
     CheckpointCall,
     CheckpointDone,
@@ -320,7 +326,7 @@ def test_checkpoint_rounds_follow_the_owning_set_by_its_changes(
     for i, (kind, wid, dt) in enumerate(steps):
         now += dt
         worker = s.workers.get(wid)
-        owning = worker is not None and worker.state in (WorkerState.ACTIVE, WorkerState.DRAINING)
+        owning = worker is not None and worker.state in OWNING_WORKER_STATES
         if kind == "register":
             assert isinstance(
                 apply(s, f"r{i}", RegisterWorker(worker_id=wid, address="a", now_ms=now)), Ok
@@ -359,5 +365,5 @@ def test_checkpoint_rounds_follow_the_owning_set_by_its_changes(
             assert by_changes.rounds.fresh == whole_set.rounds.fresh
             assert by_changes.rounds.missed == whole_set.rounds.missed
             if scanned:  # every owning worker has a round or waits for its first
-                owning_now = s.worker_set(WorkerState.ACTIVE, WorkerState.DRAINING)
+                owning_now = s.worker_set(*OWNING_WORKER_STATES)
                 assert set(by_changes.rounds.next_ms) | by_changes.rounds.fresh == owning_now
