@@ -171,6 +171,10 @@ class ClusterConfig:
     max_concurrent_migrations: int = 8
     max_keys_per_partition: int = 2000
     body_bytes_max: int = 1_048_576
+    # The HTTP front door (coordinator/service/front.py): workers' heartbeats, registrations
+    # and checkpoint acks read and answered on a lean HTTP/1.1 path, every other request
+    # through aiohttp. false: every request through aiohttp (the same answers, more CPU each).
+    http_front_door: bool = True
     heartbeat_partitions_max: int = 100_000
     propose_timeout_s: float = 5.0
     propose_retries_max: int = 3

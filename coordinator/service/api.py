@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import hdrs, web
+from multidict import CIMultiDictProxy
 from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 
@@ -73,6 +74,59 @@ ORIGINS_KEY: web.AppKey[frozenset[str]] = web.AppKey("origins", frozenset)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R", bound=web.StreamResponse)
+H = TypeVar("H", bound=Handler)
+
+
+class WholeBody:
+    """The body of a `PlainRequest`: all of it has arrived (what `read_body` asks of a
+    stream before taking it in one call)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def is_eof(self) -> bool:
+        return True
+
+    def read_nowait(self) -> bytes:
+        return self._data
+
+
+class PlainRequest:
+    """A request the front door (`front.py`) read itself, whole: the few things the hot
+    handlers and their helpers use of an aiohttp request, and nothing else. It has no query
+    string (the front door hands a request with one to aiohttp)."""
+
+    __slots__ = ("app", "content", "headers", "match_info", "method", "path")
+
+    def __init__(
+        self,
+        app: web.Application,
+        method: str,
+        path: str,
+        match_info: dict[str, str],
+        headers: CIMultiDictProxy[str],
+        body: bytes,
+    ) -> None:
+        self.app = app
+        self.method = method
+        self.path = path
+        self.match_info = match_info
+        self.headers = headers
+        self.content = WholeBody(body)
+
+    @property
+    def path_qs(self) -> str:
+        return self.path
+
+    async def read(self) -> bytes:
+        return self.content.read_nowait()
+
+
+# What the hot routes' handlers take: aiohttp's request, or the front door's.
+ApiRequest = web.Request | PlainRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +155,8 @@ def route(
     status: int = 200,
     leader_only: bool = False,
     auth: str | None = None,
-) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
+) -> Callable[[H], H]:
+    def register(fn: H) -> H:
         ROUTES.append(
             RouteDoc(method, path, summary, fn, request, response, status, leader_only, auth)
         )
@@ -162,7 +216,7 @@ def _error(exc: RippleError) -> web.Response:
     return web.json_response(body, status=exc.status, headers=headers)
 
 
-async def read_body(request: web.Request) -> bytes:
+async def read_body(request: ApiRequest) -> bytes:
     """The whole request body. One that has arrived whole (a heartbeat's, nearly always: it
     comes in the same segment as its headers) is taken from the buffer in one call, held to
     the same limit; otherwise aiohttp's read loop, which enforces `client_max_size`. Both
@@ -178,8 +232,12 @@ async def read_body(request: web.Request) -> bytes:
     return raw
 
 
-async def parse(request: web.Request, model: type[M]) -> M:
-    raw = await read_body(request)
+async def parse(request: ApiRequest, model: type[M]) -> M:
+    return parse_body(await read_body(request), model)
+
+
+def parse_body(raw: bytes, model: type[M]) -> M:
+    """A request body as `model`, or the RequestError naming the field that is wrong."""
     if not raw:
         raise RequestError("request body is required (JSON)", field="body")
     try:
@@ -192,11 +250,11 @@ async def parse(request: web.Request, model: type[M]) -> M:
         raise RequestError(f"{field}: {err.get('msg')}", field=field) from None
 
 
-def node_of(request: web.Request) -> CoordinatorNode:
+def node_of(request: ApiRequest) -> CoordinatorNode:
     return request.app[NODE_KEY]
 
 
-def require_leader(request: web.Request) -> CoordinatorNode:
+def require_leader(request: ApiRequest) -> CoordinatorNode:
     node = node_of(request)
     if node.is_ready_leader:  # the common case, without building a status
         return node
@@ -241,14 +299,14 @@ def path_partition(request: web.Request, state: ClusterState) -> Partition:
     return state.partitions[p]
 
 
-def path_worker(request: web.Request) -> WorkerId:
+def path_worker(request: ApiRequest) -> WorkerId:
     wid = request.match_info["worker_id"]
     if not valid_id(wid):
         raise RequestError("worker id must match [A-Za-z0-9._-]{1,64}", field="worker_id")
     return WorkerId(wid)
 
 
-def idempotency_key(request: web.Request, principal: str, command: str) -> str:
+def idempotency_key(request: ApiRequest, principal: str, command: str) -> str:
     """The request id a command is deduplicated under: the client's Idempotency-Key scoped
     to who sent it and which command, so a key one principal used never answers another's
     request (a worker's key made a later admin call with that key silently not apply)."""
@@ -565,7 +623,7 @@ async def migrations(request: web.Request) -> web.Response:
     leader_only=True,
     auth="join",  # only when join_token is set
 )
-async def register(request: web.Request) -> web.Response:
+async def register(request: ApiRequest) -> web.Response:
     node = require_leader(request)
     header = request.headers.get("Authorization")
     if token_matches(node.config.admin_token, header):
@@ -606,7 +664,7 @@ WORKER_TOKEN_HEADER = "Ripple-Worker-Token"
 
 
 def check_takeover(
-    request: web.Request, node: CoordinatorNode, state: ClusterState, wid: WorkerId
+    request: ApiRequest, node: CoordinatorNode, state: ClusterState, wid: WorkerId
 ) -> None:
     """A live worker id (ACTIVE or DRAINING) is re-registered only by the holder of its
     current token (header Ripple-Worker-Token) or the admin: the join token alone, which
@@ -654,7 +712,7 @@ def heartbeat_token(
 
 
 def worker_claims(
-    request: web.Request, node: CoordinatorNode, now: int, wid: WorkerId | None = None
+    request: ApiRequest, node: CoordinatorNode, now: int, wid: WorkerId | None = None
 ) -> WorkerClaims:
     """A genuine worker token unexpired at wall time `now` (ms) (for `wid` when given),
     checked before the body is read. Needs no state: whether the incarnation is current is
@@ -695,12 +753,35 @@ def current_incarnation(state: ClusterState, claims: WorkerClaims) -> int:
     leader_only=True,
     auth="worker",
 )
-async def heartbeat(request: web.Request) -> web.Response:
+async def heartbeat(request: ApiRequest) -> web.Response:
+    caller = heartbeat_caller(request)  # before the body is read: 401/403/307 first
+    return heartbeat_reply(request, caller, await read_body(request))
+
+
+def heartbeat_now(request: PlainRequest) -> web.Response:
+    """The heartbeat of a request whose body has arrived whole, without an await (the front
+    door answers it in the call that read it, with no task)."""
+    return heartbeat_reply(request, heartbeat_caller(request), request.content.read_nowait())
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatCaller:
+    worker_id: WorkerId
+    node: CoordinatorNode
+    now_ms: int
+    claims: WorkerClaims
+
+
+def heartbeat_caller(request: ApiRequest) -> HeartbeatCaller:
     wid = path_worker(request)
     node = require_leader(request)
     now = now_ms()
-    claims = worker_claims(request, node, now, wid)
-    body = await parse(request, m.HeartbeatRequest)
+    return HeartbeatCaller(wid, node, now, worker_claims(request, node, now, wid))
+
+
+def heartbeat_reply(request: ApiRequest, caller: HeartbeatCaller, raw: bytes) -> web.Response:
+    wid, node, now, claims = caller.worker_id, caller.node, caller.now_ms, caller.claims
+    body = parse_body(raw, m.HeartbeatRequest)
     if len(body.partitions) > node.config.heartbeat_partitions_max:
         raise RequestError("too many partitions in one heartbeat", field="partitions")
     duties = request.app[DUTIES_KEY]
@@ -748,7 +829,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     leader_only=True,
     auth="worker",
 )
-async def checkpoints(request: web.Request) -> web.Response:
+async def checkpoints(request: ApiRequest) -> web.Response:
     node = require_leader(request)
     claims = worker_claims(request, node, now_ms())
     body = await parse(request, m.CheckpointsRequest)
@@ -1090,23 +1171,33 @@ def openapi_document() -> dict[str, Any]:
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     resource = request.match_info.route.resource
     route_name = resource.canonical if resource is not None else "unmatched"
-    node = request.app[NODE_KEY]
     try:
         response = await handler(request)
-    except RippleError as exc:
-        response = _error(exc)
-    except web.HTTPException as exc:
+    except Exception as exc:
+        response = error_response(request, exc)
+    return finish(request, response, route_name)
+
+
+def error_response(request: ApiRequest, exc: Exception) -> web.Response:
+    """What an exception out of a handler answers (the JSON error shape; never a trace)."""
+    if isinstance(exc, RippleError):
+        return _error(exc)
+    if isinstance(exc, web.HTTPException):
         code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
             exc.status, "http_error"
         )
         response = web.json_response({"error": code, "message": exc.reason}, status=exc.status)
         if "Allow" in exc.headers:  # a 405 names the methods the path has (RFC 9110)
             response.headers["Allow"] = exc.headers["Allow"]
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        response = web.json_response({"error": "internal", "message": "internal error"}, status=500)
+        return response
+    log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+    return web.json_response({"error": "internal", "message": "internal error"}, status=500)
+
+
+def finish(request: ApiRequest, response: R, route_name: str) -> R:
+    """Every answer's CORS headers and its count, whichever path served it."""
     dashboard.cors_headers(request, response, request.app[ORIGINS_KEY])
-    node.metrics.requests.inc(route_name, request.method, response.status)
+    request.app[NODE_KEY].metrics.requests.inc(route_name, request.method, response.status)
     return response
 
 

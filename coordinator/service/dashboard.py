@@ -12,9 +12,10 @@ Content-Security-Policy below), and it writes nothing unless an admin token is e
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
+from typing import Protocol
 
 from aiohttp import web
 
@@ -66,8 +67,18 @@ def content_security_policy(origins: frozenset[str]) -> str:
     )
 
 
+class _Requested(Protocol):
+    """What `cors_headers` reads of a request: aiohttp's, or the front door's."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
 def cors_headers(
-    request: web.Request, response: web.StreamResponse, origins: frozenset[str]
+    request: _Requested, response: web.StreamResponse, origins: frozenset[str]
 ) -> None:
     """The CORS headers of a `/v1` answer: `Vary: Origin` always, the allow and expose
     headers for the cluster's own origins only. Called by the API's middleware on every

@@ -20,6 +20,7 @@ from aiohttp import web
 from coordinator.config import ClusterConfig, is_loopback, split_host_port
 from coordinator.service.api import create_app
 from coordinator.service.duties import LeaderDuties
+from coordinator.service.front import FrontDoorSite
 from coordinator.service.node import CoordinatorNode
 from coordinator.tls import server_context
 
@@ -88,15 +89,27 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
             node_id,
             node.spec.http,
         )
-    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
+    site: web.BaseSite
+    if config.http_front_door:
+        site = FrontDoorSite(
+            runner,
+            host,
+            port,
+            body_bytes_max=config.body_bytes_max,
+            ssl_context=ssl_context,
+            grace_s=SHUTDOWN_GRACE_S,
+        )
+    else:
+        site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
     node.start()
     await site.start()
     loop = asyncio.get_running_loop()
     log.info(
-        "node %s: raft %s, http %s, event loop %s, GIL switch interval %g ms, gc thresholds %s",
+        "node %s: raft %s, http %s%s, event loop %s, GIL switch interval %g ms, gc thresholds %s",
         node_id,
         node.spec.raft,
         node.spec.url,
+        " (front door)" if config.http_front_door else "",
         type(loop).__module__.split(".")[0],
         sys.getswitchinterval() * 1000,
         ",".join(map(str, gc.get_threshold())),

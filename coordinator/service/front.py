@@ -1,0 +1,462 @@
+"""The node's HTTP front door: the hot routes on a lean HTTP/1.1 path, everything else aiohttp's.
+
+Workers' heartbeats, registrations and checkpoint acks are nearly every request a leader
+serves (docs/operations.md, "Sizing one cluster"). aiohttp's machinery around each of them
+-- its parser's message objects, the Request, the router, the middleware chain and the
+response writer -- cost about 40 us of a request, measured on an echo handler (18,300
+requests/s through `web.Application` against 84,000/s through a bare protocol, same machine
+and run; docs/benchmarks.md). This protocol reads requests itself and answers these through
+the very handler functions aiohttp's routes call (`api.register`, `api.heartbeat_now`,
+`api.checkpoints`), with the same error mapping, CORS headers and request counts
+(`api.error_response`, `api.finish`).
+
+It serves a request only when it recognises it fully and strictly: `POST`, `HTTP/1.1`, one
+of `HOT_ROUTES`' exact paths with no query, a single `Content-Length` within `body_bytes_max`
+and no `Transfer-Encoding`, `Expect` or `Upgrade`, header names that are tokens and values of
+printable ASCII, lines ended by CRLF, the head within `HEAD_BYTES_MAX`. On the first request
+that is anything else -- a GET, a dashboard file, chunked, malformed, too large -- it hands the
+connection to aiohttp's own `RequestHandler` with every byte it has read, untouched, and the
+connection is aiohttp's from then on: each answer aiohttp gives (400, 404, 405, 413, ...) is
+unchanged, and so is every route's behaviour.
+
+Invariants: one request at a time per connection, answers in order (pipelined requests
+wait in the buffer, which is bounded: reading pauses past `BUFFER_BYTES_MAX`); a connection
+idle past `IDLE_TIMEOUT_S` or part-way through a request past `REQUEST_READ_TIMEOUT_S` is
+closed (monotonic loop time); on shutdown, requests in flight are answered within the grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from typing import Any, cast
+
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from coordinator.service import api
+from coordinator.system_clock import SYSTEM_CLOCK
+
+__all__ = ["HOT_ROUTES", "FrontDoorSite", "parse_head"]
+
+log = logging.getLogger(__name__)
+
+# A request head longer than this goes to aiohttp (whose own limits answer it): the hot
+# routes' heads are a few hundred bytes.
+HEAD_BYTES_MAX = 8192
+HEADERS_MAX = 64
+# Bytes a connection may hold while one of its requests is in flight (pipelined requests
+# behind it); past it the connection stops reading until the answer is out.
+BUFFER_BYTES_MAX = 64 * 1024
+# aiohttp's keep-alive default: an idle connection is closed after this.
+IDLE_TIMEOUT_S = 75.0
+# A request whose head or body has begun to arrive but not finished within this is dropped.
+REQUEST_READ_TIMEOUT_S = 30.0
+SWEEP_PERIOD_S = 5.0
+
+_REGISTER_PATH = b"/v1/workers"
+_CHECKPOINTS_PATH = b"/v1/checkpoints"
+_HEARTBEAT_PATH = re.compile(rb"/v1/workers/([A-Za-z0-9._-]{1,64})/heartbeat")
+# The metric route labels aiohttp gives the same routes (resource.canonical).
+HOT_ROUTES = ("/v1/workers", "/v1/workers/{worker_id}/heartbeat", "/v1/checkpoints")
+_POST_PREFIX = b"POST /v1/"
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_VALUE = re.compile(rb"[\t\x20-\x7e]*")
+_REFUSED_HEADERS = frozenset((b"transfer-encoding", b"expect", b"upgrade"))
+_CONNECTION_TOKENS = frozenset((b"keep-alive", b"close"))
+
+
+class Head:
+    """A hot request's head, as `parse_head` read it."""
+
+    __slots__ = ("close", "headers", "length", "path", "route", "worker_id")
+
+    def __init__(
+        self,
+        route: str,
+        path: str,
+        worker_id: str | None,
+        headers: CIMultiDictProxy[str],
+        length: int,
+        close: bool,
+    ) -> None:
+        self.route = route
+        self.path = path
+        self.worker_id = worker_id
+        self.headers = headers
+        self.length = length
+        self.close = close
+
+
+def parse_head(head: bytes, body_bytes_max: int) -> Head | None:
+    """`head` (the bytes before the blank line) as a hot request, or None when it is anything
+    else: aiohttp then reads the same bytes and answers them as it always has."""
+    lines = head.split(b"\r\n")
+    if len(lines) > HEADERS_MAX + 1:
+        return None
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[0] != b"POST" or parts[2] != b"HTTP/1.1":
+        return None
+    target = parts[1]
+    worker_id: str | None = None
+    if target == _REGISTER_PATH:
+        route = HOT_ROUTES[0]
+    elif target == _CHECKPOINTS_PATH:
+        route = HOT_ROUTES[2]
+    else:
+        matched = _HEARTBEAT_PATH.fullmatch(target)
+        if matched is None:
+            return None
+        route, worker_id = HOT_ROUTES[1], matched.group(1).decode("ascii")
+    length = -1
+    close = False
+    pairs: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or _TOKEN.fullmatch(name) is None:
+            return None
+        value = value.strip(b" \t")
+        if _VALUE.fullmatch(value) is None:
+            return None
+        lowered = name.lower()
+        if lowered == b"content-length":
+            if length >= 0 or not value.isdigit() or len(value) > 10:
+                return None
+            length = int(value)
+        elif lowered in _REFUSED_HEADERS:
+            return None
+        elif lowered == b"connection":
+            tokens = {token.strip(b" \t").lower() for token in value.split(b",")}
+            if not tokens <= _CONNECTION_TOKENS:
+                return None
+            close = b"close" in tokens
+        pairs.append((name.decode("ascii"), value.decode("ascii")))
+    if not 0 <= length <= body_bytes_max:
+        return None
+    headers = CIMultiDictProxy(CIMultiDict(pairs))
+    return Head(route, target.decode("ascii"), worker_id, headers, length, close)
+
+
+def _bare_lf(buf: bytearray) -> bool:
+    return buf.count(b"\n") != buf.count(b"\r\n")
+
+
+class _DateHeader:
+    """The `Date` header's value, formatted once per second (a timestamp, no decision)."""
+
+    __slots__ = ("_second", "_text")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def now(self) -> str:
+        second = SYSTEM_CLOCK.wall_ms() // 1000
+        if second != self._second:
+            self._second, self._text = second, formatdate(second, usegmt=True)
+        return self._text
+
+
+_DATE = _DateHeader()
+
+
+def response_bytes(response: web.Response, close: bool) -> bytes:
+    """`response` on the wire as HTTP/1.1, with its length, the date and, when the connection
+    ends after it, `Connection: close`."""
+    body = response.body
+    if not isinstance(body, bytes):
+        raise TypeError("a hot route answers a bytes body")
+    lines = [f"HTTP/1.1 {response.status} {response.reason}"]
+    for name, value in response.headers.items():
+        if "\r" in value or "\n" in value:
+            raise ValueError(f"header {name} holds a line break")
+        if name.lower() not in ("content-length", "connection", "date"):
+            lines.append(f"{name}: {value}")
+    lines.append(f"Content-Length: {len(body)}")
+    lines.append(f"Date: {_DATE.now()}")
+    if close:
+        lines.append("Connection: close")
+    lines.append("\r\n")
+    return "\r\n".join(lines).encode("latin-1") + body
+
+
+_INTERNAL_BODY = b'{"error":"internal","message":"internal error"}'
+_INTERNAL = (
+    b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json; charset=utf-8\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(_INTERNAL_BODY)
+) + _INTERNAL_BODY
+
+
+class FrontDoor(asyncio.Protocol):
+    """One client connection, until it is closed or handed to aiohttp."""
+
+    def __init__(self, site: FrontDoorSite) -> None:
+        self._site = site
+        self._loop = site.loop
+        self._buf = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._busy = False  # a request is being answered
+        self._closing = False  # close once the request in flight is answered
+        self._reading_paused = False
+        self._writing_paused = False
+        self._since_s = self._loop.time()  # start of the idle spell or of the request
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self._site.connections.add(self)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._site.connections.discard(self)
+        self._transport = None
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._next()
+
+    def eof_received(self) -> bool:
+        # The client will send no more: answer what is in flight, then close.
+        self._closing = True
+        if not self._busy:
+            self._next()
+        return self._busy
+
+    def data_received(self, data: bytes) -> None:
+        if not self._buf and not self._busy:
+            self._since_s = self._loop.time()
+        self._buf += data
+        self._next()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        self._serve_buffered()
+        self._flow()
+
+    def _serve_buffered(self) -> None:
+        """Serve the requests the buffer holds, one at a time; hand the connection over at
+        the first one that is not a hot request."""
+        while not self._busy and not self._writing_paused and self._transport is not None:
+            buf = self._buf
+            if not buf:
+                if self._closing:
+                    self._shut()
+                return
+            if not _POST_PREFIX.startswith(bytes(buf[: len(_POST_PREFIX)])):
+                self._hand_over()
+                return
+            end = buf.find(b"\r\n\r\n", 0, HEAD_BYTES_MAX)
+            if end < 0:
+                # A bare LF (which aiohttp reads as a line end) would keep the CRLF CRLF
+                # that ends a head from ever arriving: aiohttp reads such a request.
+                if len(buf) >= HEAD_BYTES_MAX or self._closing or _bare_lf(buf):
+                    self._hand_over()
+                return
+            head = parse_head(bytes(buf[:end]), self._site.body_bytes_max)
+            if head is None:
+                self._hand_over()
+                return
+            stop = end + 4 + head.length
+            if len(buf) < stop:
+                if self._closing:
+                    self._hand_over()  # a body cut short: aiohttp says so
+                return
+            body = bytes(buf[end + 4 : stop])
+            del buf[:stop]
+            self._serve(head, body)
+
+    def _flow(self) -> None:
+        """Bound what waits in the buffer: while no request can be served (one is in flight,
+        or the client is not reading its answers) reading pauses past BUFFER_BYTES_MAX. When
+        a request can be served the buffer is bounded already: a head within HEAD_BYTES_MAX
+        and a body within body_bytes_max, or it is handed over."""
+        transport = self._transport
+        if transport is None:
+            return
+        stalled = self._busy or self._writing_paused
+        if stalled and not self._reading_paused and len(self._buf) > BUFFER_BYTES_MAX:
+            transport.pause_reading()
+            self._reading_paused = True
+        elif not stalled and self._reading_paused:
+            transport.resume_reading()
+            self._reading_paused = False
+
+    def _serve(self, head: Head, body: bytes) -> None:
+        site = self._site
+        request = api.PlainRequest(
+            site.app,
+            "POST",
+            head.path,
+            {} if head.worker_id is None else {"worker_id": head.worker_id},
+            head.headers,
+            body,
+        )
+        self._closing = self._closing or head.close
+        if head.worker_id is not None:  # a heartbeat: answered here, no task
+            try:
+                response = api.heartbeat_now(request)
+            except Exception as exc:
+                response = api.error_response(request, exc)
+            self._answer(request, response, head.route)
+            return
+        handler = api.register if head.route == HOT_ROUTES[0] else api.checkpoints
+        self._busy = True
+        task = self._loop.create_task(self._serve_async(request, handler, head.route))
+        site.tasks.add(task)
+        task.add_done_callback(site.tasks.discard)
+
+    async def _serve_async(
+        self,
+        request: api.PlainRequest,
+        handler: Callable[[api.ApiRequest], Awaitable[web.Response]],
+        route: str,
+    ) -> None:
+        try:
+            response = await handler(request)
+        except Exception as exc:
+            response = api.error_response(request, exc)
+        self._busy = False
+        self._answer(request, response, route)
+        self._next()
+
+    def _answer(self, request: api.PlainRequest, response: web.Response, route: str) -> None:
+        self._since_s = self._loop.time()
+        transport = self._transport
+        if transport is None:
+            return  # the client left; the command (if any) still committed or failed alone
+        try:
+            data = response_bytes(api.finish(request, response, route), self._closing)
+        except Exception:
+            log.exception("could not encode the answer to POST %s", request.path)
+            data, self._closing = _INTERNAL, True
+        transport.write(data)
+        if self._closing:
+            self._shut()
+
+    def _shut(self) -> None:
+        transport, self._transport = self._transport, None
+        self._buf.clear()
+        if transport is not None:
+            transport.close()
+
+    def _hand_over(self) -> None:
+        """From now on the connection is aiohttp's, starting with the bytes not yet served."""
+        transport = self._transport
+        if transport is None:
+            return
+        self._site.connections.discard(self)
+        self._transport = None
+        handler = self._site.aiohttp_handler()
+        data = bytes(self._buf)
+        self._buf.clear()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if self._reading_paused:
+            transport.resume_reading()
+        if data:
+            handler.data_received(data)
+
+    # -- the site's sweep --------------------------------------------------------------------
+
+    def expired(self, now_s: float) -> bool:
+        if self._busy:
+            return False
+        limit = REQUEST_READ_TIMEOUT_S if self._buf else IDLE_TIMEOUT_S
+        return now_s - self._since_s > limit
+
+    def close(self) -> None:
+        """Close now if idle, else once the request in flight is answered."""
+        self._closing = True
+        if not self._busy:
+            self._shut()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+
+class FrontDoorSite(web.BaseSite):
+    """aiohttp's TCPSite with the front door as each connection's first protocol. The
+    runner's cleanup stops it like any site: no new connections, idle ones closed, those
+    with a request in flight closed once it is answered (within the grace)."""
+
+    __slots__ = (
+        "_grace_s",
+        "_host",
+        "_port",
+        "_sweeper",
+        "app",
+        "body_bytes_max",
+        "connections",
+        "loop",
+        "tasks",
+    )
+
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        *,
+        body_bytes_max: int,
+        ssl_context: Any = None,
+        grace_s: float = 5.0,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host = host
+        self._port = port
+        self._grace_s = grace_s
+        self.body_bytes_max = body_bytes_max
+        self.app = runner.app
+        self.loop = asyncio.get_running_loop()
+        self.connections: set[FrontDoor] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{self._host}:{self._port} (front door)"
+
+    def aiohttp_handler(self) -> Any:
+        server = self._runner.server
+        assert server is not None
+        return server()
+
+    async def start(self) -> None:
+        await super().start()
+        self._server = await self.loop.create_server(
+            lambda: FrontDoor(self),
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=True,
+        )
+        self._sweeper = self.loop.create_task(self._sweep_forever())
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_PERIOD_S)
+            now_s = self.loop.time()
+            for conn in [c for c in self.connections if c.expired(now_s)]:
+                conn.close()
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        await super().stop()
+        for conn in list(self.connections):
+            conn.close()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=self._grace_s)

@@ -1,0 +1,183 @@
+"""The front door's own bounds and hand-over (coordinator/service/front.py), in this process.
+
+A `FrontDoorSite` on a loopback port serves an app whose node is a fake that knows no leader,
+so every hot request answers 503 (`no leader known`) through the real handlers and error
+mapping, and every other request is aiohttp's (one GET route). What the answers are is
+tests/integration/test_front_door.py's subject; here: what the front door itself keeps --
+the head's strict reading, the buffer bound while a client is not reading, and the time
+bounds on idle and half-sent requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+
+import pytest
+from aiohttp import web
+
+from coordinator.service import api, front
+from replication.log import RaftRole
+from tests.support import free_ports
+
+HEARTBEAT = (
+    b"POST /v1/workers/w1/heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"
+    b"Content-Length: 2\r\n\r\n{}"
+)
+WAIT_S = 10.0
+
+
+class _Counts:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, int]] = []
+
+    def inc(self, route: str, method: str, status: int) -> None:
+        self.seen.append((route, method, status))
+
+
+def _fake_node() -> SimpleNamespace:
+    info = SimpleNamespace(role=RaftRole.FOLLOWER, ready=False, leader=None)
+    return SimpleNamespace(
+        is_ready_leader=False,
+        node_id="n1",
+        leader_info=lambda: info,
+        metrics=SimpleNamespace(requests=_Counts()),
+    )
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[front.FrontDoorSite]:
+    app = web.Application()
+    app[api.NODE_KEY] = _fake_node()  # type: ignore[assignment]
+    app[api.ORIGINS_KEY] = frozenset()
+
+    async def ping(_request: web.Request) -> web.Response:
+        return web.Response(text="pong")
+
+    app.router.add_get("/ping", ping)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    (port,) = free_ports(1)
+    door = front.FrontDoorSite(runner, "127.0.0.1", port, body_bytes_max=1024, grace_s=1.0)
+    await door.start()
+    try:
+        yield door
+    finally:
+        await runner.cleanup()
+
+
+async def _connect(site: front.FrontDoorSite) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", site._port)
+
+
+async def _until(pred: object, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not pred():  # type: ignore[operator]
+        assert loop.time() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+def test_parse_head_reads_only_strict_hot_requests() -> None:
+    good = HEARTBEAT.split(b"\r\n\r\n")[0]
+    head = front.parse_head(good, 1024)
+    assert head is not None
+    assert (head.route, head.worker_id, head.length, head.close) == (
+        "/v1/workers/{worker_id}/heartbeat",
+        "w1",
+        2,
+        False,
+    )
+    assert head.headers["authorization"] == "Bearer t"
+    register = front.parse_head(b"POST /v1/workers HTTP/1.1\r\nContent-Length: 0", 1024)
+    assert register is not None and register.route == "/v1/workers"
+    closing = front.parse_head(good + b"\r\nConnection: keep-alive, close", 1024)
+    assert closing is not None and closing.close
+    refused = [
+        good.replace(b"POST", b"GET"),
+        good.replace(b"HTTP/1.1", b"HTTP/1.0"),
+        good.replace(b"/heartbeat", b"/heartbeat?x=1"),
+        good.replace(b"/w1/", b"/w%31/"),
+        good.replace(b"POST ", b"POST  "),
+        good + b"\r\nTransfer-Encoding: chunked",
+        good + b"\r\nExpect: 100-continue",
+        good + b"\r\nUpgrade: websocket",
+        good + b"\r\nConnection: upgrade",
+        good + b"\r\nContent-Length: 2",  # a second one
+        good.replace(b"Content-Length: 2", b"Content-Length: +2"),
+        good.replace(b"Content-Length: 2", b"Content-Length: 2000"),  # over the body bound
+        good.replace(b"Content-Length: 2", b"Transfer-Encoding: x"),
+        good.replace(b"Content-Length: 2", b"X-No-Length: 1"),
+        good + b"\r\nX-A : 1",
+        good + b"\r\n folded",
+        good + b"\r\nX-A: \x01",
+        f"{good.decode()}\r\nX-A: caf\u00e9".encode(),
+        good + b"\r\nX-A: 1\nX-B: 2",
+        good + b"".join(b"\r\nX-%d: 1" % i for i in range(front.HEADERS_MAX)),
+    ]
+    for text in refused:
+        assert front.parse_head(text, 1024) is None, text
+
+
+async def test_hot_requests_then_a_cold_one_on_one_connection(site: front.FrontDoorSite) -> None:
+    reader, writer = await _connect(site)
+    writer.write(HEARTBEAT + HEARTBEAT + b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while data.count(b"HTTP/1.1 ") < 3 or not data.endswith(b"pong"):
+        chunk = await asyncio.wait_for(reader.read(65536), WAIT_S)
+        assert chunk, data
+        data += chunk
+    assert data.count(b"HTTP/1.1 503 ") == 2 and b"no leader known" in data
+    assert data.count(b"Retry-After: 1") == 2
+    assert b"HTTP/1.1 200 OK" in data.split(b"HTTP/1.1 503")[-1]
+    counts = site.app[api.NODE_KEY].metrics.requests.seen  # type: ignore[attr-defined]
+    assert counts == [("/v1/workers/{worker_id}/heartbeat", "POST", 503)] * 2
+    assert not site.connections  # the connection is aiohttp's now
+    writer.close()
+
+
+async def test_buffer_is_bounded_while_the_client_reads_no_answer(
+    site: front.FrontDoorSite,
+) -> None:
+    """A client that pipelines requests and never reads the answers: once the socket's send
+    buffer is full the front door stops serving, and past BUFFER_BYTES_MAX stops reading."""
+    reader, writer = await _connect(site)
+    await _until(lambda: site.connections, "the connection is accepted")
+    (conn,) = site.connections
+    conn.pause_writing()  # what the transport says when the client reads nothing
+    writer.write(HEARTBEAT * (4 * front.BUFFER_BYTES_MAX // len(HEARTBEAT)))
+    await _until(lambda: conn._reading_paused, "reading pauses")
+    held = len(conn._buf)
+    assert front.BUFFER_BYTES_MAX < held <= front.BUFFER_BYTES_MAX + 256 * 1024
+    await asyncio.sleep(0.2)
+    assert len(conn._buf) == held  # nothing more is read
+    conn.resume_writing()  # the client reads again: everything is answered
+    want = 4 * front.BUFFER_BYTES_MAX // len(HEARTBEAT)
+    data = bytearray()
+    while data.count(b"HTTP/1.1 503 ") < want:
+        chunk = await asyncio.wait_for(reader.read(1 << 20), WAIT_S)
+        assert chunk
+        data += chunk
+    assert data.count(b"HTTP/1.1 503 ") == want and not conn._reading_paused
+    writer.close()
+
+
+async def test_idle_and_half_sent_requests_are_closed(
+    site: front.FrontDoorSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(front, "IDLE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(front, "REQUEST_READ_TIMEOUT_S", 0.6)
+    site._sweeper.cancel()  # type: ignore[union-attr]
+    monkeypatch.setattr(front, "SWEEP_PERIOD_S", 0.05)
+    site._sweeper = asyncio.get_running_loop().create_task(site._sweep_forever())
+    loop = asyncio.get_running_loop()
+    for start in (b"", HEARTBEAT[:40], HEARTBEAT[:-1]):
+        reader, writer = await _connect(site)
+        began = loop.time()
+        writer.write(start)
+        assert await asyncio.wait_for(reader.read(), WAIT_S) == b""  # closed, no answer
+        limit = front.REQUEST_READ_TIMEOUT_S if start else front.IDLE_TIMEOUT_S
+        assert loop.time() - began >= limit - 0.05
+        writer.close()
+    assert not site.connections
