@@ -13,6 +13,8 @@ liveness update.
 
 Baseline `raw_echo`: the same client against `bench.raw_node`'s `POST /echo`, which
 parses the JSON body and answers JSON with nothing else: what aiohttp itself costs here.
+`ripple_aiohttp`: the same cluster with `http_front_door = false`, every heartbeat through
+aiohttp's request machinery (the A/B of coordinator/service/front.py, in the same run).
 
 The cluster never reaches `min_cluster_size`, so no partition is assigned and host and
 checkpoint calls (to workers that do not exist) do not compete; heartbeat timeouts are
@@ -22,6 +24,7 @@ long so no worker is declared dead mid-run. Figures are the heartbeat path alone
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from typing import Any
 
 from bench.harness import Cluster, RawCluster, register_workers, run_json, scratch, wrk
@@ -39,8 +42,8 @@ SETTINGS = {
 SETTLE_TIMEOUT_S = 60.0
 
 
-def _python_client(ripple_url: str, echo_url: str, workers: int, duration_s: float) -> Any:
-    hb = run_json(
+def _python_heartbeats(ripple_url: str, workers: int, duration_s: float) -> Any:
+    return run_json(
         [
             "-m",
             "bench.load",
@@ -55,7 +58,10 @@ def _python_client(ripple_url: str, echo_url: str, workers: int, duration_s: flo
             str(CONCURRENCY),
         ]
     )
-    echo = run_json(
+
+
+def _python_echo(echo_url: str, rate_per_s: float, duration_s: float) -> Any:
+    return run_json(
         [
             "-m",
             "bench.load",
@@ -63,12 +69,37 @@ def _python_client(ripple_url: str, echo_url: str, workers: int, duration_s: flo
             "--url",
             echo_url,
             "--count",
-            str(int(max(hb["ops_per_s"], 500) * duration_s)),
+            str(int(max(rate_per_s, 500) * duration_s)),
             "--concurrency",
             str(CONCURRENCY),
         ]
     )
-    return hb, echo
+
+
+def _heartbeats(url: str, workers: int, duration_s: float, with_wrk: bool, root: Path) -> Any:
+    if not with_wrk:
+        return _python_heartbeats(url, workers, duration_s)
+    tokens = root / f"tokens-{url.rsplit(':', 1)[1]}.txt"
+    reg = register_workers(url, workers, tokens)
+    hb = wrk(url, "heartbeats.lua", duration_s, CONCURRENCY, str(tokens))
+    hb.update(reg)
+    return hb
+
+
+def _row(hb: Any, base: float, client: float) -> dict[str, float]:
+    return {
+        "workers": hb["workers"],
+        "per_s": hb["ops_per_s"],
+        "p50_ms": hb["p50_ms"],
+        "p99_ms": hb["p99_ms"],
+        "errors": hb["errors"],
+        "register_per_s": hb["register_per_s"],
+        "baseline_per_s": base,
+        "ratio": hb["ops_per_s"] / base if base else 0.0,
+        # At 5 s between heartbeats with the leader saturated; plan for half of it.
+        "workers_at_5s_max": hb["ops_per_s"] * 5.0,
+        "client_wrk": client,
+    }
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
@@ -77,41 +108,32 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     with_wrk = shutil.which("wrk") is not None
     with scratch("heartbeats") as root:
         (root / "ripple").mkdir()
+        (root / "ripple_aiohttp").mkdir()
         ripple = Cluster(root / "ripple", **SETTINGS)
+        # The same cluster with every request through aiohttp (no front door): the A/B of
+        # coordinator/service/front.py in the same run.
+        plain = Cluster(root / "ripple_aiohttp", **SETTINGS, http_front_door=False)
         raw = RawCluster(root / "raw")
         try:
-            ripple.start_all()
-            raw.start_all()
-            leader = ripple.ready(SETTLE_TIMEOUT_S)
-            raw_leader = raw.leader(SETTLE_TIMEOUT_S)
-            echo_url = raw.url(raw_leader) + "/echo"
+            for c in (ripple, plain, raw):
+                c.start_all()
+            leader = ripple.url(ripple.ready(SETTLE_TIMEOUT_S))
+            plain_leader = plain.url(plain.ready(SETTLE_TIMEOUT_S))
+            echo_url = raw.url(raw.leader(SETTLE_TIMEOUT_S)) + "/echo"
+            hb = _heartbeats(leader, workers, duration_s, with_wrk, root)
+            hb_plain = _heartbeats(plain_leader, workers, duration_s, with_wrk, root)
             if with_wrk:
-                tokens = root / "tokens.txt"
-                reg = register_workers(ripple.url(leader), workers, tokens)
-                hb = wrk(ripple.url(leader), "heartbeats.lua", duration_s, CONCURRENCY, str(tokens))
-                hb.update(reg)
                 echo = wrk(echo_url, "echo.lua", duration_s, CONCURRENCY)
             else:
-                hb, echo = _python_client(ripple.url(leader), echo_url, workers, duration_s)
+                echo = _python_echo(echo_url, hb["ops_per_s"], duration_s)
         finally:
-            ripple.stop_all()
-            raw.stop_all()
+            for c in (ripple, plain, raw):
+                c.stop_all()
     base = echo["ops_per_s"]
     client = 1.0 if with_wrk else 0.0
     return {
-        "ripple": {
-            "workers": hb["workers"],
-            "per_s": hb["ops_per_s"],
-            "p50_ms": hb["p50_ms"],
-            "p99_ms": hb["p99_ms"],
-            "errors": hb["errors"],
-            "register_per_s": hb["register_per_s"],
-            "baseline_per_s": base,
-            "ratio": hb["ops_per_s"] / base if base else 0.0,
-            # At 5 s between heartbeats with the leader saturated; plan for half of it.
-            "workers_at_5s_max": hb["ops_per_s"] * 5.0,
-            "client_wrk": client,
-        },
+        "ripple": _row(hb, base, client),
+        "ripple_aiohttp": _row(hb_plain, base, client),
         "raw_echo": {
             "per_s": base,
             "p50_ms": echo["p50_ms"],

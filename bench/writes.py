@@ -4,6 +4,8 @@
   fresh worker id) to the leader of three `ripple coordinator` processes: pydantic parse,
   msgpack command, Raft commit on a majority, apply to the state machine, signed token in
   the reply.
+- ripple_aiohttp: the same with `http_front_door = false`, every request through aiohttp's
+  request machinery (the A/B of coordinator/service/front.py).
 - ripple_1: the same with `group_commit_entries_max = 1`, one pysyncobj entry per write
   (Ripple before group commit).
 - raw: `POST /write` to the leader of three `bench.raw_node` processes: the same
@@ -60,7 +62,7 @@ def _counts(quick: bool) -> dict[int, int]:
     return {1: 1000, 16: 4000, 64: 8000, 256: 16000}
 
 
-CASES = ("ripple", "ripple_1", "raw")
+CASES = ("ripple", "ripple_aiohttp", "ripple_1", "raw")
 
 
 def _one(
@@ -86,13 +88,16 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     with scratch("writes") as root:
         (root / "ripple").mkdir()
         (root / "ripple_1").mkdir()
+        (root / "ripple_aiohttp").mkdir()
         ripple = Cluster(root / "ripple", **SETTINGS)
+        plain = Cluster(root / "ripple_aiohttp", **SETTINGS, http_front_door=False)
         per_entry = Cluster(root / "ripple_1", **SETTINGS, group_commit_entries_max=1)
         raw = RawCluster(root / "raw")
         try:
-            for c in (ripple, per_entry, raw):
+            for c in (ripple, plain, per_entry, raw):
                 c.start_all()
             ripple.ready(SETTLE_TIMEOUT_S)
+            plain.ready(SETTLE_TIMEOUT_S)
             per_entry.ready(SETTLE_TIMEOUT_S)
             raw.leader(SETTLE_TIMEOUT_S)
             for round_no in range(REPEATS):
@@ -101,6 +106,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                     # can happen between runs, and the client does not follow redirects.
                     targets = {
                         "ripple": (ripple.url(ripple.leader()) + "/v1/workers", True),
+                        "ripple_aiohttp": (plain.url(plain.leader()) + "/v1/workers", True),
                         "ripple_1": (per_entry.url(per_entry.leader()) + "/v1/workers", True),
                         "raw": (raw.url(raw.leader()) + "/write", False),
                     }
@@ -109,7 +115,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                         result = _one(url, conc, count, register, tag, quick, with_wrk)
                         runs.setdefault(f"{name}_c{conc}", []).append(result)
         finally:
-            for c in (ripple, per_entry, raw):
+            for c in (ripple, plain, per_entry, raw):
                 c.stop_all()
 
     rows: dict[str, dict[str, float]] = {}
