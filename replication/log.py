@@ -97,6 +97,9 @@ BIND_RETRIES_MAX = 20
 BIND_RETRY_S = 0.25
 SHUTDOWN_JOIN_S = 5.0
 SECRET_BYTES_MIN = 16
+# How long after a commit the leader may wait before telling the followers the new commit
+# index in an AppendEntries of its own (`_RaftNode._SyncObj__applyLogEntries`).
+COMMIT_NOTICE_DELAY_S = 0.005
 GROUP_COMMIT_ENTRIES_MAX_DEFAULT = 256
 GROUP_COMMIT_BYTES_MAX_DEFAULT = 1024 * 1024
 GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT = 1
@@ -372,6 +375,25 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
                 len(journal) - pos - 2,
             )
             self._SyncObj__deleteEntriesTo(before_last[1])
+
+    # Overrides pysyncobj's private SyncObj.__applyLogEntries (its name, mangled).
+    def _SyncObj__applyLogEntries(self) -> bool:
+        """Apply what is committed, and tell the followers the new commit index soon rather
+        than at once (pysyncobj 0.3.17, appendEntriesUseBatch off, sends every follower an
+        AppendEntries after each apply, only to carry the commit index).
+
+        That second round (a message out and an answer back per follower, per commit) was
+        about a third of the leader's tick thread at one client, and it ran right after the
+        commit's callback, holding the GIL while the event loop needed it to answer the
+        writer. Now the notice waits up to COMMIT_NOTICE_DELAY_S: the next write's
+        AppendEntries carries it sooner when writes keep coming, and alone it goes then.
+        Followers' local state lags the commit by that much more when the leader is idle
+        (their reads say `stale`; consistent reads go through the leader)."""
+        if SyncObj._SyncObj__applyLogEntries(self):
+            soon = time.monotonic() + COMMIT_NOTICE_DELAY_S
+            if soon < self._SyncObj__newAppendEntriesTime:
+                self._SyncObj__newAppendEntriesTime = soon
+        return False
 
     def _machine(self) -> StateMachine:
         """The machine, restoring a snapshot pysyncobj loaded since the last call.
