@@ -260,6 +260,9 @@ def machine_error_result(exc: BaseException) -> bytes:
 
 
 class _RaftNode(SyncObj):  # type: ignore[misc]
+    # pysyncobj's own (private) time of the leader's next AppendEntries round.
+    _SyncObj__newAppendEntriesTime: float
+
     def __init__(
         self,
         settings: RaftSettings,
