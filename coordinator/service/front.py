@@ -32,6 +32,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any, cast
 
@@ -70,26 +71,16 @@ _REFUSED_HEADERS = frozenset((b"transfer-encoding", b"expect", b"upgrade"))
 _CONNECTION_TOKENS = frozenset((b"keep-alive", b"close"))
 
 
+@dataclass(frozen=True, slots=True)
 class Head:
     """A hot request's head, as `parse_head` read it."""
 
-    __slots__ = ("close", "headers", "length", "path", "route", "worker_id")
-
-    def __init__(
-        self,
-        route: str,
-        path: str,
-        worker_id: str | None,
-        headers: CIMultiDictProxy[str],
-        length: int,
-        close: bool,
-    ) -> None:
-        self.route = route
-        self.path = path
-        self.worker_id = worker_id
-        self.headers = headers
-        self.length = length
-        self.close = close
+    route: str  # the metric label aiohttp gives the route (HOT_ROUTES)
+    path: str
+    worker_id: str | None  # the heartbeat's path parameter
+    headers: CIMultiDictProxy[str]
+    length: int  # Content-Length
+    close: bool  # Connection: close
 
 
 def parse_head(head: bytes, body_bytes_max: int) -> Head | None:
