@@ -11,11 +11,15 @@ bounds on idle and half-sent requests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.service import api, front
 from replication.log import RaftRole
@@ -48,6 +52,12 @@ def _fake_node() -> SimpleNamespace:
 
 @pytest.fixture
 async def site() -> AsyncIterator[front.FrontDoorSite]:
+    async with _site() as door:
+        yield door
+
+
+@contextlib.asynccontextmanager
+async def _site() -> AsyncIterator[front.FrontDoorSite]:
     app = web.Application()
     app[api.NODE_KEY] = _fake_node()  # type: ignore[assignment]
     app[api.ORIGINS_KEY] = frozenset()
@@ -181,3 +191,69 @@ async def test_idle_and_half_sent_requests_are_closed(
         assert loop.time() - began >= limit - 0.05
         writer.close()
     assert not site.connections
+
+
+PING = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+# A body about as long as the head, so that cuts land in bodies as often as in heads.
+_BODY = b'{"incarnation":1,"load":0.25,"partitions":{"3":{"epoch":2,"offset":77}}}' * 2
+LONG_HEARTBEAT = (
+    b"POST /v1/workers/w1/heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_BODY), _BODY)
+)
+
+
+@given(st.binary(max_size=600))
+def test_parse_head_never_raises(head: bytes) -> None:
+    """Any bytes at all: a Head or None (aiohttp then reads them), never an exception."""
+    parsed = front.parse_head(head, 1024)
+    assert parsed is None or parsed.length <= 1024
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hot=st.integers(min_value=1, max_value=6),
+    cold_at=st.none() | st.integers(min_value=0, max_value=6),
+    cuts=st.lists(st.integers(min_value=1, max_value=200), max_size=16),
+)
+def test_answers_do_not_depend_on_how_the_bytes_arrive(
+    hot: int, cold_at: int | None, cuts: list[int]
+) -> None:
+    """The same requests sent whole or cut into any pieces get the same answers in order:
+    `hot` heartbeats (503s through the front door) with a GET (aiohttp's 200 pong) at
+    position `cold_at`, after which the connection and everything on it is aiohttp's."""
+    requests = [LONG_HEARTBEAT] * hot
+    if cold_at is not None:
+        requests.insert(min(cold_at, hot), PING)
+    data = b"".join(requests)
+    pieces, at = [], 0
+    for cut in cuts:
+        if at >= len(data):
+            break
+        pieces.append(data[at : at + cut])
+        at += cut
+    pieces.append(data[at:])
+
+    async def run() -> list[bytes]:
+        async with _site() as door:
+            reader, writer = await _connect(door)
+            for piece in pieces:
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0)
+            got = b""
+            while got.count(b"HTTP/1.1 ") < len(requests) or (
+                cold_at is not None and b"pong" not in got
+            ):
+                chunk = await asyncio.wait_for(reader.read(65536), WAIT_S)
+                assert chunk, got
+                got += chunk
+            writer.close()
+        return re.findall(rb"HTTP/1\.1 (\d{3}) ", got)
+
+    statuses = asyncio.run(run())
+    # Before the GET: the front door's 503s; the GET: aiohttp's pong; after it: aiohttp's
+    # answers too (this app has no heartbeat route there: 404).
+    split = len(requests) if cold_at is None else requests.index(PING)
+    want = [b"503"] * split + [b"200"] * (cold_at is not None)
+    want += [b"404"] * (len(requests) - len(want))
+    assert statuses == want
