@@ -31,12 +31,14 @@ import asyncio
 import contextlib
 import logging
 import re
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.utils import formatdate
-from typing import Any, cast
+from typing import cast
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from coordinator.service import api
@@ -398,7 +400,7 @@ class FrontDoorSite(web.BaseSite):
         port: int,
         *,
         body_bytes_max: int,
-        ssl_context: Any = None,
+        ssl_context: ssl.SSLContext | None = None,
         grace_s: float = 5.0,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context)
@@ -417,7 +419,8 @@ class FrontDoorSite(web.BaseSite):
         scheme = "https" if self._ssl_context else "http"
         return f"{scheme}://{self._host}:{self._port} (front door)"
 
-    def aiohttp_handler(self) -> Any:
+    def aiohttp_handler(self) -> RequestHandler:
+        """A new aiohttp protocol for a connection handed over (what TCPSite would make)."""
         server = self._runner.server
         assert server is not None
         return server()
