@@ -12,8 +12,9 @@ the very handler functions aiohttp's routes call (`api.register`, `api.heartbeat
 
 It serves a request only when it recognises it fully and strictly: `POST`, `HTTP/1.1`, one
 of `HOT_ROUTES`' exact paths with no query, a single `Content-Length` within `body_bytes_max`
-and no `Transfer-Encoding`, `Expect` or `Upgrade`, header names that are tokens and values of
-printable ASCII, lines ended by CRLF, the head within `HEAD_BYTES_MAX`. On the first request
+and `BODY_BYTES_MAX` (64 KiB), no `Transfer-Encoding`, `Expect` or `Upgrade`, header names
+that are tokens and values of printable ASCII, lines ended by CRLF, the head within
+`HEAD_BYTES_MAX`. On the first request
 that is anything else -- a GET, a dashboard file, chunked, malformed, too large -- it hands the
 connection to aiohttp's own `RequestHandler` with every byte it has read, untouched, and the
 connection is aiohttp's from then on: each answer aiohttp gives (400, 404, 405, 413, ...) is
@@ -52,6 +53,10 @@ log = logging.getLogger(__name__)
 # routes' heads are a few hundred bytes.
 HEAD_BYTES_MAX = 8192
 HEADERS_MAX = 64
+# A hot request's body is read here only up to this (workers' heartbeats and acks are a
+# few KiB); a larger one goes to aiohttp, whose handlers check the token before reading a
+# body, so a stranger cannot make the front door hold more than this per connection.
+BODY_BYTES_MAX = 64 * 1024
 # Bytes a connection may hold while one of its requests is in flight (pipelined requests
 # behind it); past it the connection stops reading until the answer is out.
 BUFFER_BYTES_MAX = 64 * 1024
@@ -407,7 +412,7 @@ class FrontDoorSite(web.BaseSite):
         self._host = host
         self._port = port
         self._grace_s = grace_s
-        self.body_bytes_max = body_bytes_max
+        self.body_bytes_max = min(body_bytes_max, BODY_BYTES_MAX)
         self.app = runner.app
         self.loop = asyncio.get_running_loop()
         self.connections: set[FrontDoor] = set()

@@ -146,6 +146,11 @@ CASES: dict[str, bytes] = {
     "lowercase_method": _heartbeat().replace(b"POST", b"post", 1),
     "put_heartbeat": _heartbeat().replace(b"POST", b"PUT", 1),
     "too_large": _post("/v1/checkpoints", b"x" * (1_048_576 + 1)),
+    # Past the front door's own body bound (64 KiB): aiohttp reads it, token first.
+    "large_body_no_token": _heartbeat(token="", body=b" " * 100_000 + b"{}"),
+    "large_body_genuine": _heartbeat(
+        body=b'{"incarnation":1,"load":0.5,"partitions":{}}' + b" " * 100_000
+    ),
     "negative_length": _heartbeat().replace(b"Content-Length: 44", b"Content-Length: -1"),
     "register_missing_body": _post("/v1/workers", b""),
     "register_bad_id": _post("/v1/workers", b'{"worker_id":"a b","address":"http://127.0.0.1:9"}'),
@@ -195,6 +200,16 @@ def test_pipelined_requests_answered_in_order_then_handed_over(
     assert b'"generation"' in replies[0][2] and b'"assignment"' in replies[1][2]
     assert "server" not in replies[0][1] and "aiohttp" in replies[3][1]["server"]
     assert b'"role"' in replies[3][2]
+
+
+def test_a_large_body_goes_to_aiohttp(pair: tuple[Cluster, Cluster]) -> None:
+    """A body past front.BODY_BYTES_MAX is never buffered by the front door: aiohttp (its
+    Server header) answers it, checking the token before it reads the body."""
+    front, _ = pair
+    replies = answers(exchange(_port(front), CASES["large_body_no_token"]))
+    assert replies[0][0] == 401 and "aiohttp" in replies[0][1]["server"]
+    replies = answers(exchange(_port(front), CASES["large_body_genuine"]))
+    assert replies[0][0] == 200 and "aiohttp" in replies[0][1]["server"]
 
 
 def test_connection_close_and_half_close(pair: tuple[Cluster, Cluster]) -> None:
