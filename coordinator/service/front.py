@@ -43,6 +43,7 @@ from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from coordinator.service import api
+from coordinator.service.metrics import FrontDoorCounts
 from coordinator.system_clock import SYSTEM_CLOCK
 
 __all__ = ["HOT_ROUTES", "FrontDoorSite", "parse_head"]
@@ -289,6 +290,7 @@ class FrontDoor(asyncio.Protocol):
 
     def _serve(self, head: Head, body: bytes) -> None:
         site = self._site
+        site.counts.served += 1
         request = api.PlainRequest(
             site.app,
             "POST",
@@ -351,6 +353,7 @@ class FrontDoor(asyncio.Protocol):
         if transport is None:
             return
         self._site.connections.discard(self)
+        self._site.counts.handed_over += 1
         self._transport = None
         handler = self._site.aiohttp_handler()
         data = bytes(self._buf)
@@ -394,6 +397,7 @@ class FrontDoorSite(web.BaseSite):
         "app",
         "body_bytes_max",
         "connections",
+        "counts",
         "loop",
         "tasks",
     )
@@ -414,6 +418,7 @@ class FrontDoorSite(web.BaseSite):
         self._grace_s = grace_s
         self.body_bytes_max = min(body_bytes_max, BODY_BYTES_MAX)
         self.app = runner.app
+        self.counts: FrontDoorCounts = self.app[api.NODE_KEY].metrics.front_door
         self.loop = asyncio.get_running_loop()
         self.connections: set[FrontDoor] = set()
         self.tasks: set[asyncio.Task[None]] = set()

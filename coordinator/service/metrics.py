@@ -102,6 +102,8 @@ class Metrics:
         self.redirects = Counter("ripple_redirects", "Writes redirected to the leader", registry=r)
         self.requests = RequestCounts()
         r.register(self.requests)
+        self.front_door = FrontDoorCounts()
+        r.register(self.front_door)
         self.workers_declared_dead = Counter(
             "ripple_workers_declared_dead",
             "Workers declared dead by this node as leader",
@@ -215,6 +217,32 @@ class RequestCounts(Collector):
         for labels, n in list(self._counts.items()):
             family.add_metric(labels, n)
         yield family
+
+
+class FrontDoorCounts(Collector):
+    """What the HTTP front door (front.py) did: requests it read and answered itself, and
+    connections it handed to aiohttp. Plain ints bumped on the event loop's thread only,
+    exported at scrape time (no lock per request). Workers' heartbeats served here and not
+    by aiohttp is the fast path working; a handover count growing with the worker count
+    says their requests are not plain (a proxy adding chunked bodies, say)."""
+
+    def __init__(self) -> None:
+        self.served = 0
+        self.handed_over = 0
+
+    def collect(self) -> Iterator[Metric]:
+        served = CounterMetricFamily(
+            "ripple_http_front_door_requests",
+            "Requests the HTTP front door read and answered itself",
+        )
+        served.add_metric([], self.served)
+        yield served
+        handed = CounterMetricFamily(
+            "ripple_http_front_door_handovers",
+            "Connections the HTTP front door handed to aiohttp",
+        )
+        handed.add_metric([], self.handed_over)
+        yield handed
 
 
 class _Latencies:

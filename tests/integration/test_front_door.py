@@ -232,6 +232,19 @@ def test_registration_and_metrics_through_the_front_door(pair: tuple[Cluster, Cl
     assert "w3" in {w["worker_id"] for w in workers["workers"]}
     text = front.get(front.specs[0].id, "/metrics").body
     assert 'route="/v1/workers"' in text and 'route="/v1/workers/{worker_id}/heartbeat"' in text
+    served = _metric(text, "ripple_http_front_door_requests_total")
+    handed = _metric(text, "ripple_http_front_door_handovers_total")
+    assert served > 0 and handed > 0  # the module's GETs were handed over
+    # One more registration through the front door is one more served request.
+    body = b'{"worker_id":"w4","address":"http://127.0.0.1:9"}'
+    assert answers(exchange(_port(front), _post("/v1/workers", body)))[0][0] == 200
+    text = front.get(front.specs[0].id, "/metrics").body
+    assert _metric(text, "ripple_http_front_door_requests_total") == served + 1
+
+
+def _metric(text: str, name: str) -> float:
+    (line,) = [x for x in text.splitlines() if x.startswith(name + " ")]
+    return float(line.split()[1])
 
 
 def test_a_body_in_pieces(pair: tuple[Cluster, Cluster]) -> None:

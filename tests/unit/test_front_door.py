@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.service import api, front
+from coordinator.service.metrics import FrontDoorCounts
 from replication.log import RaftRole
 from tests.support import free_ports
 
@@ -46,7 +47,7 @@ def _fake_node() -> SimpleNamespace:
         is_ready_leader=False,
         node_id="n1",
         leader_info=lambda: info,
-        metrics=SimpleNamespace(requests=_Counts()),
+        metrics=SimpleNamespace(requests=_Counts(), front_door=FrontDoorCounts()),
     )
 
 
@@ -144,6 +145,7 @@ async def test_hot_requests_then_a_cold_one_on_one_connection(site: front.FrontD
     counts = site.app[api.NODE_KEY].metrics.requests.seen  # type: ignore[attr-defined]
     assert counts == [("/v1/workers/{worker_id}/heartbeat", "POST", 503)] * 2
     assert not site.connections  # the connection is aiohttp's now
+    assert (site.counts.served, site.counts.handed_over) == (2, 1)
     writer.close()
 
 
