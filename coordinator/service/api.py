@@ -5,7 +5,9 @@ from its local state (`stale` says whether that may lag); `?consistent=true` rea
 the leader and pass a replicated barrier first. Writes are leader-only: a follower answers
 307 with the leader's URL, or 503 + Retry-After when no leader is known or the leader is
 still applying its log. Every error leaves as the JSON shape of DESIGN §6; a rejected
-request never changes state (validation happens before any proposal).
+request never changes state (validation happens before any proposal). Workers' plain
+heartbeats, registrations and checkpoint acks reach the same handlers from the front door
+(`front.py`) as a `PlainRequest`, and leave through the same `error_response` and `finish`.
 """
 
 from __future__ import annotations
@@ -766,6 +768,8 @@ def heartbeat_now(request: PlainRequest) -> web.Response:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatCaller:
+    """Who sent a heartbeat, checked before its body is read."""
+
     worker_id: WorkerId
     node: CoordinatorNode
     now_ms: int
