@@ -14,11 +14,11 @@ It serves a request only when it recognises it fully and strictly: `POST`, `HTTP
 of `HOT_ROUTES`' exact paths with no query, a single `Content-Length` within `body_bytes_max`
 and `BODY_BYTES_MAX` (64 KiB), no `Transfer-Encoding`, `Expect` or `Upgrade`, header names
 that are tokens and values of printable ASCII, lines ended by CRLF, the head within
-`HEAD_BYTES_MAX`. On the first request
-that is anything else -- a GET, a dashboard file, chunked, malformed, too large -- it hands the
-connection to aiohttp's own `RequestHandler` with every byte it has read, untouched, and the
-connection is aiohttp's from then on: each answer aiohttp gives (400, 404, 405, 413, ...) is
-unchanged, and so is every route's behaviour.
+`HEAD_BYTES_MAX`. On the first request that is anything else -- a GET, a dashboard file,
+chunked, malformed, too large -- it hands the connection to aiohttp's own `RequestHandler`
+with every byte it has read, untouched, and the connection is aiohttp's from then on: each
+answer aiohttp gives (400, 404, 405, 413, ...) is unchanged, and so is every route's
+behaviour.
 
 Invariants: one request at a time per connection, answers in order (pipelined requests
 wait in the buffer, which is bounded: reading pauses past `BUFFER_BYTES_MAX`); a connection
@@ -378,10 +378,6 @@ class FrontDoor(asyncio.Protocol):
         self._closing = True
         if not self._busy:
             self._shut()
-
-    @property
-    def busy(self) -> bool:
-        return self._busy
 
 
 class FrontDoorSite(web.BaseSite):
