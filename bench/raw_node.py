@@ -54,6 +54,9 @@ async def serve(index: int, rafts: list[str], https: list[str], data_dir: Path) 
         dump_path=str(data_dir / f"raw{index}.dump"),
         # The per-entry baseline: one pysyncobj entry per write, as before group commit.
         group_commit_entries_max=1,
+        # pysyncobj's own threading: Raft on a tick thread of its own (Ripple ticks on its
+        # event loop, RaftSettings.tick_on_event_loop).
+        tick_on_event_loop=False,
     )
     log = ReplicatedLog(settings, CountingMachine())
     log.start()

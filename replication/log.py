@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import secrets
+import select
 import socket
 import struct
 import threading
@@ -50,6 +51,7 @@ from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.poller import POLL_EVENT_TYPE
 
 from replication.batch import (
     BatchFormatError,
@@ -100,6 +102,12 @@ SECRET_BYTES_MIN = 16
 # How long after a commit the leader may wait before telling the followers the new commit
 # index in an AppendEntries of its own (`_RaftNode._SyncObj__applyLogEntries`).
 COMMIT_NOTICE_DELAY_S = 0.005
+# Raft on the event loop: the guard thread ticks in the loop's place once the loop has not
+# for this many AppendEntries periods (0.1 s at the defaults, a third of the shortest
+# election timeout), checking every GUARD_PERIOD_S; it logs at most once per interval.
+LOOP_STALL_PERIODS = 2
+GUARD_PERIOD_S = 0.02
+GUARD_LOG_INTERVAL_S = 10.0
 GROUP_COMMIT_ENTRIES_MAX_DEFAULT = 256
 GROUP_COMMIT_BYTES_MAX_DEFAULT = 1024 * 1024
 GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT = 1
@@ -179,6 +187,9 @@ class RaftSettings:
     group_commit_in_flight_max: int = GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
     proposals_queued_max: int = PROPOSALS_QUEUED_MAX_DEFAULT
     proposals_queued_bytes_max: int = PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
+    # Where pysyncobj ticks: on the asyncio event loop that calls `propose` (True), or on a
+    # tick thread of its own, pysyncobj's own threading (False). See `_LoopPoller`.
+    tick_on_event_loop: bool = True
 
     def transport_limits(self) -> TransportLimits:
         return TransportLimits(
@@ -259,6 +270,197 @@ def machine_error_result(exc: BaseException) -> bytes:
     return b"\xc0" + repr(exc).encode("utf-8", "replace")[:512]
 
 
+_READ = POLL_EVENT_TYPE.READ
+_WRITE = POLL_EVENT_TYPE.WRITE
+
+
+class _LoopPoller:
+    """pysyncobj's poller interface (`subscribe`, `unsubscribe`, `poll`) on the asyncio event
+    loop, so that Raft runs on the event loop thread (`RaftSettings.tick_on_event_loop`).
+
+    With a tick thread, each write crossed threads twice on the leader: the event loop
+    handed the entry to the tick thread through a pipe, and the tick thread handed the
+    commit back with `call_soon_threadsafe`; each crossing waited for the GIL. On the loop,
+    a readable Raft socket is read in the loop's own poll, and a tick (`kick`) runs right
+    after the events of that pass: no pipe, no thread wake-up, no GIL hand-over.
+
+    Every use of pysyncobj and of this poller holds `lock` (the node's Raft lock): on the
+    loop it is never contended, and it lets the stall guard (`ReplicatedLog._guard_forever`)
+    run Raft from its own thread while the loop is stuck in other work. From that thread,
+    registrations with the loop and the closing of sockets the loop may still watch are
+    deferred to the loop (`_reconcile`): a descriptor closed while the loop watches it
+    could be reused by a new socket and confuse the loop's poller.
+
+    Subscriptions made before `attach` (the Raft port binds in SyncObj's constructor) are
+    registered there. `poll` never waits: the loop (or the guard's `dispatch_ready`) has
+    delivered the events. An error on a socket shows as readable or writable (epoll and
+    libuv both report it so), and the connection's own read or write then meets it."""
+
+    __slots__ = (
+        "_graveyard",
+        "_kick",
+        "_lock",
+        "_loop",
+        "_loop_thread",
+        "_on_turn",
+        "_registered",
+        "_subs",
+    )
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1
+        self._kick: Callable[[], None] = _nothing
+        self._on_turn: Callable[[], None] = _nothing
+        self._subs: dict[int, tuple[Callable[[int, int], None], int]] = {}
+        self._registered: dict[int, int] = {}  # what the loop watches: descriptor -> mask
+        self._graveyard: list[socket.socket] = []  # closed by the loop once unwatched
+
+    def attach(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        kick: Callable[[], None],
+        on_turn: Callable[[], None],
+    ) -> None:
+        """On the loop's thread."""
+        self._loop, self._kick, self._on_turn = loop, kick, on_turn
+        self._loop_thread = threading.get_ident()
+        with self._lock:
+            self._sync()
+
+    # -- pysyncobj's Poller ------------------------------------------------------------------
+
+    def subscribe(self, descr: int, callback: Callable[[int, int], None], eventMask: int) -> None:
+        mask = (_READ if eventMask & (_READ | POLL_EVENT_TYPE.ERROR) else 0) | (eventMask & _WRITE)
+        self._subs[descr] = (callback, mask)
+        self._changed()
+
+    def unsubscribe(self, descr: int) -> None:
+        if self._subs.pop(descr, None) is not None:
+            self._changed()
+
+    def poll(self, timeout: float) -> None:
+        """pysyncobj calls this at the end of each tick: the loop polls instead."""
+
+    # -- the transport's sockets -------------------------------------------------------------
+
+    def release(self, sock: socket.socket) -> None:
+        """Close a socket the transport is done with (after `unsubscribe`). Off the loop the
+        peer is told at once (shutdown) and the descriptor is closed by the loop."""
+        if self._on_loop():
+            sock.close()
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        self._graveyard.append(sock)
+        self._changed()
+
+    def close(self) -> None:
+        """On the loop's thread, after the transport closed: nothing stays watched."""
+        with self._lock:
+            self._subs.clear()
+            self._sync()
+
+    # -- the guard thread ---------------------------------------------------------------------
+
+    def dispatch_ready(self) -> None:
+        """Deliver what is ready now, the way pysyncobj's own poller does (guard thread,
+        under the lock)."""
+        p = select.poll()
+        for descr, (_callback, mask) in self._subs.items():
+            p.register(
+                descr,
+                (select.POLLIN if mask & _READ else 0) | (select.POLLOUT if mask & _WRITE else 0),
+            )
+        for descr, ev in p.poll(0):
+            sub = self._subs.get(descr)
+            if sub is None:
+                continue  # unsubscribed by an earlier event of this round
+            event = (_READ if ev & (select.POLLIN | select.POLLERR | select.POLLHUP) else 0) | (
+                _WRITE if ev & select.POLLOUT else 0
+            )
+            try:
+                sub[0](descr, event)
+            except Exception:
+                log.exception("raft socket event failed")
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _on_loop(self) -> bool:
+        return threading.get_ident() == self._loop_thread
+
+    def _changed(self) -> None:
+        if self._loop is None:
+            return  # before attach: registered there
+        if self._on_loop():
+            self._sync()
+        else:
+            self._loop.call_soon_threadsafe(self._reconcile)
+
+    def _reconcile(self) -> None:
+        with self._lock:
+            self._sync()
+
+    def _sync(self) -> None:
+        """Make what the loop watches match the subscriptions, then close the sockets left
+        for the loop (on the loop's thread, under the lock)."""
+        loop = self._loop
+        if loop is None:
+            return
+        registered = self._registered
+        for descr in set(registered) | set(self._subs):
+            old = registered.get(descr, 0)
+            sub = self._subs.get(descr)
+            new = 0 if sub is None else sub[1]
+            if new == old:
+                continue
+            if new & _READ and not old & _READ:
+                loop.add_reader(descr, self._fire, descr, _READ)
+            elif old & _READ and not new & _READ:
+                loop.remove_reader(descr)
+            if new & _WRITE and not old & _WRITE:
+                loop.add_writer(descr, self._fire, descr, _WRITE)
+            elif old & _WRITE and not new & _WRITE:
+                loop.remove_writer(descr)
+            if new:
+                registered[descr] = new
+            else:
+                del registered[descr]
+        graveyard, self._graveyard = self._graveyard, []
+        for sock in graveyard:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _fire(self, descr: int, event: int) -> None:
+        with self._lock:
+            sub = self._subs.get(descr)
+            if sub is not None:
+                try:
+                    sub[0](descr, event)
+                except Exception:
+                    log.exception("raft socket event failed")
+        self._on_turn()
+        self._kick()
+
+
+class _KickNotifier:
+    """Stands in for pysyncobj's PipeNotifier on the loop: a proposal made on the loop
+    schedules a tick directly instead of writing a byte to a pipe."""
+
+    __slots__ = ("_poller",)
+
+    def __init__(self, poller: _LoopPoller) -> None:
+        self._poller = poller
+
+    def notify(self) -> None:
+        self._poller._kick()
+
+
+def _nothing() -> None:
+    return None
+
+
 class _RaftNode(SyncObj):  # type: ignore[misc]
     # pysyncobj's own (private) time of the leader's next AppendEntries round.
     _SyncObj__newAppendEntriesTime: float
@@ -270,9 +472,11 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         lock: threading.Lock,
         on_role: Callable[[RaftRole], None],
         refusals: Refusals,
+        poller: _LoopPoller | None = None,
     ) -> None:
         # Attributes set before SyncObj.__init__ are pysyncobj "properties": excluded from
         # dumps. Only `_cell`, set after, is serialized.
+        self._ripple_loop_poller = poller
         self._ripple_machine = machine
         self._ripple_lock = lock
         self._ripple_backup_to: int | None = None
@@ -306,7 +510,25 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         super().__init__(
             settings.self_addr, list(settings.partners), conf, transportClass=transport
         )
+        if poller is not None:
+            # pysyncobj's pipe (subscribed in its constructor) is not needed on the loop.
+            pipe: Any = self.__dict__["_SyncObj__pipeNotifier"]
+            read_fd, write_fd = pipe._PipeNotifier__pipeR, pipe._PipeNotifier__pipeW
+            poller.unsubscribe(read_fd)
+            os.close(read_fd)
+            os.close(write_fd)
+            self._SyncObj__pipeNotifier = _KickNotifier(poller)
         self._cell = _SnapshotCell(machine)
+
+    # SyncObj's constructor assigns `self._poller = createPoller(...)`; on the event loop
+    # the poller must be ours before the transport and the pipe subscribe to it.
+    @property
+    def _poller(self) -> Any:
+        return self._ripple_poller
+
+    @_poller.setter
+    def _poller(self, value: Any) -> None:
+        self._ripple_poller = self._ripple_loop_poller or value
 
     # Overrides pysyncobj's private SyncObj.__sendNextNodeIdx (its name, mangled).
     def _SyncObj__sendNextNodeIdx(
@@ -619,8 +841,21 @@ class ReplicatedLog:
         self._role_listeners: list[Callable[[RaftRole], None]] = []
         repair_journal_tail(settings.journal_path)
         self._refusals = Refusals()
-        self._node = _RaftNode(settings, machine, self._lock, self._on_role, self._refusals)
+        # Every use of pysyncobj holds this on the loop (uncontended there) and on the guard.
+        self._raft_lock = threading.Lock()
+        self._poller = _LoopPoller(self._raft_lock) if settings.tick_on_event_loop else None
+        self._node = _RaftNode(
+            settings, machine, self._lock, self._on_role, self._refusals, self._poller
+        )
         self._thread = threading.Thread(target=self._tick_forever, name="raft-tick", daemon=True)
+        self._guard = threading.Thread(target=self._guard_forever, name="raft-guard", daemon=True)
+        self._loop_thread = -1
+        self._tick_pending = False  # a tick is due on the loop (`_kick`)
+        self._tick_timer: asyncio.Handle | None = None
+        self._last_turn = time.monotonic()  # the loop's last tick or Raft event
+        self._stall_s = LOOP_STALL_PERIODS * settings.append_entries_period_s
+        self._guard_rounds = 0
+        self._guard_logged_at = -math.inf
         # Group commit, on the event loop thread only.
         self._queue: deque[_Proposal] = deque()
         self._deadlines = _Deadlines()
@@ -631,26 +866,116 @@ class ReplicatedLog:
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._thread.start()
+        self._loop = loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        if self._poller is None:
+            self._thread.start()
+            return
+        self._last_turn = time.monotonic()
+        self._poller.attach(loop, self._kick, self._turned)
+        self._tick_timer = loop.call_soon(self._tick_periodically)
+        self._guard.start()
 
     def close(self) -> None:
+        """Stop ticking and close the Raft port and the journal. On the event loop's
+        thread when Raft ticks there."""
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(SHUTDOWN_JOIN_S)
-        with contextlib.suppress(Exception):
+        for thread in (self._thread, self._guard):
+            if thread.is_alive():
+                thread.join(SHUTDOWN_JOIN_S)
+        if self._tick_timer is not None:
+            self._tick_timer.cancel()
+        with self._raft_lock, contextlib.suppress(Exception):
             self._node.destroy()  # autoTick is off: closes sockets and the journal now
+        if self._poller is not None:
+            self._poller.close()
 
     def _tick_forever(self) -> None:
+        """The tick thread (`tick_on_event_loop = False`): pysyncobj's own threading."""
         while not self._stop.is_set():
-            try:
-                self._node.doTick(TICK_PERIOD_S)
-                with self._lock:
-                    self._node._machine()
-                self._check_readiness()
-            except Exception:
-                log.exception("raft tick failed")
+            if not self._tick(TICK_PERIOD_S):
                 time.sleep(TICK_PERIOD_S)
+
+    def _tick(self, wait_s: float) -> bool:
+        """One pysyncobj tick (and, on the tick thread, one poll of up to `wait_s`). On the
+        loop and on the guard, called with `_raft_lock` held."""
+        try:
+            self._node.doTick(wait_s)
+            with self._lock:
+                self._node._machine()
+            self._check_readiness()
+        except Exception:
+            log.exception("raft tick failed")
+            return False
+        return True
+
+    def _on_loop(self) -> bool:
+        return threading.get_ident() == self._loop_thread
+
+    def _turned(self) -> None:
+        self._last_turn = time.monotonic()
+
+    def _tick_on_loop(self) -> None:
+        self._tick_pending = False  # this tick serves every kick made before it
+        with self._raft_lock:
+            self._tick(0.0)
+        self._last_turn = time.monotonic()
+
+    def _kick(self) -> None:
+        """Tick on the loop once the events of this pass are handled (at most one due)."""
+        loop = self._loop
+        if loop is None:
+            return
+        if not self._on_loop():
+            loop.call_soon_threadsafe(self._kicked)  # from the guard
+        elif not self._tick_pending:
+            self._tick_pending = True
+            loop.call_soon(self._kicked)
+
+    def _kicked(self) -> None:
+        if self._tick_pending and not self._stop.is_set():
+            self._tick_on_loop()
+
+    def _tick_periodically(self) -> None:
+        """On the loop: Raft's timers (elections, heartbeats, reconnects, the transport's
+        deadlines) are checked in each tick; with no events, one every TICK_PERIOD_S."""
+        if self._stop.is_set() or self._loop is None:
+            return
+        self._tick_on_loop()
+        self._tick_timer = self._loop.call_later(TICK_PERIOD_S, self._tick_periodically)
+
+    def _guard_forever(self) -> None:
+        """The stall guard: when the loop has not ticked Raft for `_stall_s` (busy with a
+        long request, a big plan, a collection), this thread reads the Raft sockets and ticks
+        in its place, so the leader keeps sending heartbeats and a follower keeps hearing
+        them (on a tick thread, Raft kept going through such stalls; it must not lose that).
+        It wakes every GUARD_PERIOD_S and does nothing while the loop keeps up."""
+        poller = self._poller
+        assert poller is not None
+        while not self._stop.wait(GUARD_PERIOD_S):
+            stalled = time.monotonic() - self._last_turn
+            if stalled < self._stall_s:
+                continue
+            with self._raft_lock:
+                if self._stop.is_set() or time.monotonic() - self._last_turn < self._stall_s:
+                    continue
+                self._guard_rounds += 1
+                poller.dispatch_ready()
+                self._tick(0.0)
+            now = time.monotonic()
+            if now - self._guard_logged_at > GUARD_LOG_INTERVAL_S:
+                self._guard_logged_at = now
+                log.warning(
+                    "event loop busy for %.0f ms: Raft ticked on the guard thread "
+                    "(%d guard ticks so far)",
+                    stalled * 1000,
+                    self._guard_rounds,
+                )
+
+    @property
+    def guard_ticks(self) -> int:
+        """Ticks the stall guard ran because the event loop was busy (so far)."""
+        return self._guard_rounds
 
     # -- roles and readiness -----------------------------------------------------------
 
@@ -773,6 +1098,8 @@ class ReplicatedLog:
         # A batch travels in one Raft frame with its framing and the message around it
         # (coordinator config refuses a larger setting; this guards other callers).
         bytes_max = min(settings.group_commit_bytes_max, settings.frame_bytes_max // 4)
+        on_loop = self._poller is not None
+        sent = False
         while self._queue and self._in_flight < settings.group_commit_in_flight_max:
             batch: list[_Proposal] = []
             size = 0
@@ -796,13 +1123,33 @@ class ReplicatedLog:
 
             def callback(
                 result: Any, err: int, batch: list[_Proposal] = batch, slot: _Slot = slot
-            ) -> None:  # tick thread
-                loop.call_soon_threadsafe(self._settle, batch, slot, result, err)
+            ) -> None:  # in a tick: on the loop, the guard or the tick thread
+                if on_loop and self._on_loop():
+                    self._settle(batch, slot, result, err, release_later=True)
+                else:
+                    loop.call_soon_threadsafe(self._settle, batch, slot, result, err)
 
             # pysyncobj calls back on commit or failure; if it never did (a bug), the slot
             # is freed after the longest a caller could wait, so the queue cannot wedge.
             slot.timer = loop.call_later(DEFAULT_PROPOSE_TIMEOUT_S * 2, self._release_slot, slot)
             self._node._apply_entry(payload, callback=callback)
+            sent = True
+        if sent and on_loop:
+            self._send_now()
+
+    def _send_now(self) -> None:
+        """On the loop: tick now, so a batch just queued goes out in this pass of the loop
+        rather than the next. Not inside a tick (a commit freed the slot: the same tick sends
+        it), nor while the guard ticks (its kick does), nor under a read (`_lock`: the tick
+        applies under it)."""
+        if self._stop.is_set() or self._lock.locked():
+            return
+        if self._raft_lock.acquire(blocking=False):
+            self._tick_pending = False  # the tick the proposal kicked: this is it
+            try:
+                self._tick(0.0)
+            finally:
+                self._raft_lock.release()
 
     def _release_slot(self, slot: _Slot) -> None:
         if not slot.released:
@@ -812,8 +1159,19 @@ class ReplicatedLog:
             self._in_flight -= 1
             self._flush()
 
-    def _settle(self, batch: list[_Proposal], slot: _Slot, result: Any, err: int) -> None:
-        """Hand each proposal of a committed (or failed) entry its own outcome."""
+    def _settle(
+        self,
+        batch: list[_Proposal],
+        slot: _Slot,
+        result: Any,
+        err: int,
+        *,
+        release_later: bool = False,
+    ) -> None:
+        """Hand each proposal of a committed (or failed) entry its own outcome.
+        `release_later`: called inside a tick on the loop; the callers learn now, and the
+        slot is freed on the next pass of the loop, so the proposals that pass brings wait
+        and go out together rather than the first of them alone."""
         outcomes: list[tuple[Any, int]]
         if err != FAIL_REASON.SUCCESS or len(batch) == 1:
             outcomes = [(result, err)] * len(batch)
@@ -829,7 +1187,10 @@ class ReplicatedLog:
         for proposal, outcome in zip(batch, outcomes, strict=True):
             if not proposal.fut.done():
                 proposal.fut.set_result(outcome)
-        self._release_slot(slot)
+        if release_later:
+            asyncio.get_running_loop().call_soon(self._release_slot, slot)
+        else:
+            self._release_slot(slot)
 
     def group_commit_stats(self) -> GroupCommitStats:
         """Log entries sent by this node's proposals and proposals they carried (so far)."""

@@ -469,6 +469,15 @@ class _Hub:
         self.pending: OrderedDict[_Connection, None] = OrderedDict()  # accepted, not proven
         self.doomed: list[tuple[_Connection, socket.socket | None, str | None]] = []
 
+    def release(self, sock: socket.socket) -> None:
+        """Close a socket already unsubscribed from the poller. Raft on the event loop
+        (replication.log._LoopPoller) may defer the close to the loop's thread."""
+        release = getattr(self.poller, "release", None)
+        if release is not None:
+            release(sock)
+        else:
+            sock.close()
+
     def doom(self, conn: _Connection, reason: str | None) -> None:
         conn.doomed = True
         self.pending.pop(conn, None)
@@ -618,7 +627,7 @@ class _Connection:
             with contextlib.suppress(OSError):
                 if abort:
                     _abort(self._sock)
-                self._sock.close()
+                hub.release(self._sock)
             self._sock = None
         self._mask = 0
         self._handshake = None
@@ -853,7 +862,7 @@ class _Listener:
             self._hub.poller.unsubscribe(self._fileno)
             self._fileno = None
         if self._sock is not None:
-            self._sock.close()
+            self._hub.release(self._sock)
             self._sock = None
 
     def _on_event(self, descr: int, event: int) -> None:

@@ -2,6 +2,8 @@
 
 A toy machine (an append-only list of entries) keeps these tests independent of the
 coordinator's domain; the coordinator's own processes are tested in test_cluster.py.
+Tests on the `cluster` fixture run twice: Raft on the event loop (the default) and on a
+tick thread of its own (`tick_on_event_loop = False`, pysyncobj's threading).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import contextlib
 import inspect
 import os
 import socket
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -40,8 +44,10 @@ class ListMachine:
 
     def __init__(self) -> None:
         self.entries: list[bytes] = []
+        self.threads: set[int] = set()  # the threads apply ran on
 
     def apply(self, entry: bytes) -> bytes:
+        self.threads.add(threading.get_ident())
         if entry == b"boom":
             raise RuntimeError("machine bug")
         self.entries.append(entry)
@@ -117,9 +123,9 @@ async def running(tmp: Path, **kw: object) -> AsyncIterator[Cluster]:
             c.stop(i)
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    async with running(tmp_path) as c:
+@pytest.fixture(params=[True, False], ids=["loop", "thread"])
+async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
+    async with running(tmp_path, tick_on_event_loop=request.param) as c:
         yield c
 
 
@@ -332,7 +338,7 @@ async def test_commit_notices_ride_the_next_append_entries(cluster: Cluster) -> 
         sent[str(message.get("type"))] += 1
         return original(node, message)
 
-    transport.send = counting  # the tick thread picks it up at its next send
+    transport.send = counting  # the next send goes through it
     writes = 60
     try:
         for i in range(writes):
@@ -344,6 +350,80 @@ async def test_commit_notices_ride_the_next_append_entries(cluster: Cluster) -> 
     assert 2 * writes <= sent["append_entries"] < 3 * writes, sent
     want = [b"w%d" % i for i in range(writes)]
     await wait_for(lambda: all(m.entries == want for m in cluster.machines), "replicas")
+
+
+# -- where Raft runs -------------------------------------------------------------------------
+
+
+async def test_raft_runs_where_the_setting_says(cluster: Cluster) -> None:
+    """On the loop: no tick thread, pysyncobj's wake-up pipe replaced, every entry applied
+    on the event loop's thread. On a thread: the commit is applied off the loop."""
+    leader = await cluster.leader()
+    on_loop = cluster.kw["tick_on_event_loop"]
+    for i in range(5):
+        assert await leader.propose(b"t%d" % i) == b"ok:%d" % (i + 1)
+    await wait_for(lambda: all(len(m.entries) == 5 for m in cluster.machines), "replicas")
+    loop_thread = threading.get_ident()
+    for node, machine in zip(cluster.nodes, cluster.machines, strict=True):
+        assert node is not None
+        assert node._thread.is_alive() is (not on_loop)
+        notifier = type(node._node._SyncObj__pipeNotifier).__name__
+        assert notifier == ("_KickNotifier" if on_loop else "PipeNotifier")
+        if on_loop:
+            assert machine.threads == {loop_thread}
+        else:
+            assert loop_thread not in machine.threads and len(machine.threads) == 1
+
+
+async def test_on_the_loop_close_leaves_no_descriptor_registered(tmp_path: Path) -> None:
+    """Closing a node stops its ticks and takes every Raft socket off the loop: nothing
+    fires for a closed descriptor, and the others keep electing a leader."""
+    async with running(tmp_path) as c:
+        leader = await c.leader()
+        i = c.nodes.index(leader)
+        poller = leader._poller
+        assert poller is not None and poller._subs
+        c.stop(i)
+        assert not poller._subs
+        assert leader._tick_timer is not None and leader._tick_timer.cancelled()
+        assert await (await c.leader()).propose(b"after") == b"ok:1"
+
+
+async def test_a_busy_event_loop_keeps_its_leader_and_commits(tmp_path: Path) -> None:
+    """The event loop busy for five times the shortest election timeout (CPU-bound, so the
+    GIL still passes to other threads): each node's stall guard reads the Raft sockets and
+    ticks in its place. No election, and a write proposed just before commits during it."""
+    async with running(tmp_path) as c:
+        leader = await c.leader()
+        term = leader.status().term
+        assert await leader.propose(b"before") == b"ok:1"
+        target = leader.status().applied_index + 1
+        pending = asyncio.ensure_future(leader.propose(b"during"))
+        await asyncio.sleep(0)  # the proposal goes out
+        applied_while_busy = False
+        busy_until = time.monotonic() + 5 * 0.3
+        while time.monotonic() < busy_until:
+            applied_while_busy = applied_while_busy or leader.status().applied_index >= target
+        assert applied_while_busy
+        assert await pending == b"ok:2"
+        for node in c.nodes:
+            assert node is not None
+            assert node.status().term == term
+            assert node.guard_ticks > 0
+        assert leader.is_ready_leader
+        await wait_for(lambda: all(m.entries == [b"before", b"during"] for m in c.machines), "all")
+
+
+def test_the_loop_poller_still_replaces_pysyncobjs(tmp_path: Path) -> None:
+    """On the loop, `_RaftNode` swaps in its poller through SyncObj's `self._poller = ...`
+    and takes over pysyncobj's private pipe notifier. Fail here if an upgrade renames them."""
+    source = inspect.getsource(SyncObj.__init__)
+    assert "self._poller = createPoller(" in source
+    assert "self.__pipeNotifier = PipeNotifier(self._poller)" in source
+    assert "_poller" in vars(_RaftNode) and isinstance(vars(_RaftNode)["_poller"], property)
+    from pysyncobj.pipe_notifier import PipeNotifier
+
+    assert "self.__pipeR, self.__pipeW = os.pipe()" in inspect.getsource(PipeNotifier.__init__)
 
 
 # -- group commit -------------------------------------------------------------------------
