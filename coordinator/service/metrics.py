@@ -345,6 +345,11 @@ class ClusterCollector(Collector):
         for reason, total in node.log.refused_connections().items():
             refused.add_metric([reason], total)
         yield refused
+        yield CounterMetricFamily(
+            "ripple_raft_guard_ticks",
+            "Raft ticks the stall guard ran because the event loop was busy for 0.1 s or more",
+            value=node.log.guard_ticks,
+        )
         group = node.log.group_commit_stats()
         yield CounterMetricFamily(
             "ripple_raft_entries_proposed",

@@ -104,6 +104,7 @@ def test_coordinator_metrics_describe_the_cluster(cluster: Cluster) -> None:
     assert value(samples, "ripple_workers_by_liveness", liveness="alive") == 1
     assert value(samples, "ripple_migrations_in_flight", phase="planned") == 0
     assert (value(samples, "ripple_leader_changes_total") or 0) >= 1
+    assert value(samples, "ripple_raft_guard_ticks_total") is not None
     # Lags 0, 10, 20, 30 from the heartbeat above: sum 60, max 30, per partition exact.
     assert value(samples, "ripple_pipeline_lag_records") == 60
     assert value(samples, "ripple_pipeline_lag_max_records") == 30
