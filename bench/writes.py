@@ -19,7 +19,13 @@ for a fixed count; the `client_wrk` column says which. The Python client used ab
 much CPU per write as the leader on this 2-core machine, so with it the figure was the
 client's as much as Ripple's (wrk reports non-2xx answers as `errors`, not by kind). Rounds
 interleave ripple and raw; each case repeats `REPEATS` times and the table shows the median
-run (min and max ops/s beside it).
+run (min and max ops/s beside it). The one-client runs come first, each case alone on the
+machine: the other three clusters are stopped (`harness.paused`, SIGSTOP) while it runs.
+Idle, they still shared the two cores with it, and two idle Ripple clusters beside Ripple
+cost its one-client p50 0.04-0.05 ms where they cost raw nothing (docs/benchmarks.md, "Issue
+13, 2026-11-25 from 05:13"). Only there: a stopped cluster elects again when continued, and
+after the 16- to 256-client runs have registered a few hundred thousand workers that took
+seconds, once more than a minute.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any
 from bench.harness import (
     Cluster,
     RawCluster,
+    paused,
     rate_columns,
     run_json,
     scratch,
@@ -82,6 +89,20 @@ def _by_kind(results: list[dict[str, float]]) -> dict[str, float]:
     return {kind: float(sum(r[kind] for r in results)) for kind in kinds}
 
 
+def _target(name: str, cluster: Cluster | RawCluster) -> tuple[str, bool]:
+    """The URL a run of `name` writes to (its leader's), and whether it registers workers. A
+    cluster without an agreed ready leader fails the benchmark with what each node says."""
+    try:
+        if isinstance(cluster, RawCluster):
+            return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/write", False
+        return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/v1/workers", True
+    except AssertionError as exc:
+        nodes = list(cluster.procs)
+        said = {n: cluster.health(n) for n in nodes}  # type: ignore[arg-type]
+        alive = {n: cluster.procs[n].alive() for n in nodes}  # type: ignore[index]
+        raise RuntimeError(f"{name}: {exc}; alive {alive}; health {said}") from exc
+
+
 def run(quick: bool) -> dict[str, dict[str, float]]:
     with_wrk = shutil.which("wrk") is not None
     runs: dict[str, list[dict[str, float]]] = {}
@@ -100,20 +121,29 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             plain.ready(SETTLE_TIMEOUT_S)
             per_entry.ready(SETTLE_TIMEOUT_S)
             raw.leader(SETTLE_TIMEOUT_S)
-            for round_no in range(REPEATS):
-                for conc, count in _counts(quick).items():
-                    # Re-resolve the leader before each run: on a loaded machine an election
-                    # can happen between runs, and the client does not follow redirects.
-                    targets = {
-                        "ripple": (ripple.url(ripple.leader()) + "/v1/workers", True),
-                        "ripple_aiohttp": (plain.url(plain.leader()) + "/v1/workers", True),
-                        "ripple_1": (per_entry.url(per_entry.leader()) + "/v1/workers", True),
-                        "raw": (raw.url(raw.leader()) + "/write", False),
-                    }
-                    for name, (url, register) in targets.items():
-                        tag = f"wr{round_no}c{conc}-"  # worker ids unique per cluster
-                        result = _one(url, conc, count, register, tag, quick, with_wrk)
-                        runs.setdefault(f"{name}_c{conc}", []).append(result)
+            clusters: dict[str, Cluster | RawCluster] = {
+                "ripple": ripple,
+                "ripple_aiohttp": plain,
+                "ripple_1": per_entry,
+                "raw": raw,
+            }
+            # One client first, each case alone on the machine (the other clusters stopped),
+            # while the states are small; then the rest, every cluster running.
+            for alone in (True, False):
+                for round_no in range(REPEATS):
+                    for conc, count in _counts(quick).items():
+                        if (conc == 1) is not alone:
+                            continue
+                        for name, cluster in clusters.items():
+                            # Re-resolve the leader before each run: on a loaded machine (or
+                            # after a pause) an election can happen between runs, and the
+                            # client does not follow redirects.
+                            url, register = _target(name, cluster)
+                            tag = f"wr{round_no}c{conc}-"  # worker ids unique per cluster
+                            others = [c for n, c in clusters.items() if n != name] if alone else []
+                            with paused(others):
+                                result = _one(url, conc, count, register, tag, quick, with_wrk)
+                            runs.setdefault(f"{name}_c{conc}", []).append(result)
         finally:
             for c in (ripple, plain, per_entry, raw):
                 c.stop_all()

@@ -102,11 +102,14 @@ SECRET_BYTES_MIN = 16
 # How long after a commit the leader may wait before telling the followers the new commit
 # index in an AppendEntries of its own (`_RaftNode._SyncObj__applyLogEntries`).
 COMMIT_NOTICE_DELAY_S = 0.005
-# Raft on the event loop: the guard thread ticks in the loop's place once the loop has not
-# for this many AppendEntries periods (0.1 s at the defaults, a third of the shortest
-# election timeout), checking every GUARD_PERIOD_S; it logs at most once per interval.
-LOOP_STALL_PERIODS = 2
-GUARD_PERIOD_S = 0.02
+# Raft on the event loop: the guard thread ticks in the loop's place, every GUARD_PERIOD_S,
+# once the loop has not for LOOP_STALL_S (two and a half of the loop's own TICK_PERIOD_S, so
+# never while the loop keeps up): while the loop is busy, each Raft message then waits at
+# most about 60 ms, a fifth of the shortest election timeout. (At 0.1 s and 20 ms, a cluster
+# of 240,000 workers whose loops were busy with reads took 10-15 s to elect a leader, and
+# then did not, where Raft on a tick thread took 1.5-7 s.) It logs at most once per interval.
+LOOP_STALL_S = 0.05
+GUARD_PERIOD_S = 0.01
 GUARD_LOG_INTERVAL_S = 10.0
 GROUP_COMMIT_ENTRIES_MAX_DEFAULT = 256
 GROUP_COMMIT_BYTES_MAX_DEFAULT = 1024 * 1024
@@ -853,7 +856,7 @@ class ReplicatedLog:
         self._tick_pending = False  # a tick is due on the loop (`_kick`)
         self._tick_timer: asyncio.Handle | None = None
         self._last_turn = time.monotonic()  # the loop's last tick or Raft event
-        self._stall_s = LOOP_STALL_PERIODS * settings.append_entries_period_s
+        self._stall_s = LOOP_STALL_S
         self._guard_rounds = 0
         self._guard_logged_at = -math.inf
         # Group commit, on the event loop thread only.

@@ -347,7 +347,7 @@ class ClusterCollector(Collector):
         yield refused
         yield CounterMetricFamily(
             "ripple_raft_guard_ticks",
-            "Raft ticks the stall guard ran because the event loop was busy for 0.1 s or more",
+            "Raft ticks the stall guard ran because the event loop was busy for 50 ms or more",
             value=node.log.guard_ticks,
         )
         group = node.log.group_commit_stats()
