@@ -98,8 +98,8 @@ def _target(name: str, cluster: Cluster | RawCluster) -> tuple[str, bool]:
         return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/v1/workers", True
     except AssertionError as exc:
         nodes = list(cluster.procs)
-        said = {n: cluster.health(n) for n in nodes}  # type: ignore[arg-type]
-        alive = {n: cluster.procs[n].alive() for n in nodes}  # type: ignore[index]
+        said = {n: cluster.health(n) for n in nodes}
+        alive = {n: cluster.procs[n].alive() for n in nodes}
         raise RuntimeError(f"{name}: {exc}; alive {alive}; health {said}") from exc
 
 

@@ -332,6 +332,10 @@ class _LoopPoller:
         with self._lock:
             self._sync()
 
+    def on_loop(self) -> bool:
+        """On the thread of the loop it is attached to."""
+        return threading.get_ident() == self._loop_thread
+
     # -- pysyncobj's Poller ------------------------------------------------------------------
 
     def subscribe(self, descr: int, callback: Callable[[int, int], None], eventMask: int) -> None:
@@ -351,7 +355,7 @@ class _LoopPoller:
     def release(self, sock: socket.socket) -> None:
         """Close a socket the transport is done with (after `unsubscribe`). Off the loop the
         peer is told at once (shutdown) and the descriptor is closed by the loop."""
-        if self._on_loop():
+        if self.on_loop():
             sock.close()
             return
         with contextlib.suppress(OSError):
@@ -390,13 +394,10 @@ class _LoopPoller:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _on_loop(self) -> bool:
-        return threading.get_ident() == self._loop_thread
-
     def _changed(self) -> None:
         if self._loop is None:
             return  # before attach: registered there
-        if self._on_loop():
+        if self.on_loop():
             self._sync()
         else:
             self._loop.call_soon_threadsafe(self._reconcile)
@@ -852,11 +853,9 @@ class ReplicatedLog:
         )
         self._thread = threading.Thread(target=self._tick_forever, name="raft-tick", daemon=True)
         self._guard = threading.Thread(target=self._guard_forever, name="raft-guard", daemon=True)
-        self._loop_thread = -1
         self._tick_pending = False  # a tick is due on the loop (`_kick`)
         self._tick_timer: asyncio.Handle | None = None
         self._last_turn = time.monotonic()  # the loop's last tick or Raft event
-        self._stall_s = LOOP_STALL_S
         self._guard_rounds = 0
         self._guard_logged_at = -math.inf
         # Group commit, on the event loop thread only.
@@ -870,7 +869,6 @@ class ReplicatedLog:
 
     def start(self) -> None:
         self._loop = loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
         if self._poller is None:
             self._thread.start()
             return
@@ -912,9 +910,6 @@ class ReplicatedLog:
             return False
         return True
 
-    def _on_loop(self) -> bool:
-        return threading.get_ident() == self._loop_thread
-
     def _turned(self) -> None:
         self._last_turn = time.monotonic()
 
@@ -926,10 +921,10 @@ class ReplicatedLog:
 
     def _kick(self) -> None:
         """Tick on the loop once the events of this pass are handled (at most one due)."""
-        loop = self._loop
-        if loop is None:
+        loop, poller = self._loop, self._poller
+        if loop is None or poller is None:
             return
-        if not self._on_loop():
+        if not poller.on_loop():
             loop.call_soon_threadsafe(self._kicked)  # from the guard
         elif not self._tick_pending:
             self._tick_pending = True
@@ -948,7 +943,7 @@ class ReplicatedLog:
         self._tick_timer = self._loop.call_later(TICK_PERIOD_S, self._tick_periodically)
 
     def _guard_forever(self) -> None:
-        """The stall guard: when the loop has not ticked Raft for `_stall_s` (busy with a
+        """The stall guard: when the loop has not ticked Raft for LOOP_STALL_S (busy with a
         long request, a big plan, a collection), this thread reads the Raft sockets and ticks
         in its place, so the leader keeps sending heartbeats and a follower keeps hearing
         them (on a tick thread, Raft kept going through such stalls; it must not lose that).
@@ -957,10 +952,10 @@ class ReplicatedLog:
         assert poller is not None
         while not self._stop.wait(GUARD_PERIOD_S):
             stalled = time.monotonic() - self._last_turn
-            if stalled < self._stall_s:
+            if stalled < LOOP_STALL_S:
                 continue
             with self._raft_lock:
-                if self._stop.is_set() or time.monotonic() - self._last_turn < self._stall_s:
+                if self._stop.is_set() or time.monotonic() - self._last_turn < LOOP_STALL_S:
                     continue
                 self._guard_rounds += 1
                 poller.dispatch_ready()
@@ -1101,7 +1096,7 @@ class ReplicatedLog:
         # A batch travels in one Raft frame with its framing and the message around it
         # (coordinator config refuses a larger setting; this guards other callers).
         bytes_max = min(settings.group_commit_bytes_max, settings.frame_bytes_max // 4)
-        on_loop = self._poller is not None
+        poller = self._poller
         sent = False
         while self._queue and self._in_flight < settings.group_commit_in_flight_max:
             batch: list[_Proposal] = []
@@ -1127,7 +1122,7 @@ class ReplicatedLog:
             def callback(
                 result: Any, err: int, batch: list[_Proposal] = batch, slot: _Slot = slot
             ) -> None:  # in a tick: on the loop, the guard or the tick thread
-                if on_loop and self._on_loop():
+                if poller is not None and poller.on_loop():
                     self._settle(batch, slot, result, err, release_later=True)
                 else:
                     loop.call_soon_threadsafe(self._settle, batch, slot, result, err)
@@ -1137,7 +1132,7 @@ class ReplicatedLog:
             slot.timer = loop.call_later(DEFAULT_PROPOSE_TIMEOUT_S * 2, self._release_slot, slot)
             self._node._apply_entry(payload, callback=callback)
             sent = True
-        if sent and on_loop:
+        if sent and poller is not None:
             self._send_now()
 
     def _send_now(self) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from tests.cluster import Cluster, worker_token
 
+PIECE_WAIT_S = 0.05
 READ_TIMEOUT_S = 10.0
 ORIGIN_HEADERS = ("Vary", "Access-Control-Allow-Origin", "Retry-After", "Location", "Allow")
 
@@ -252,10 +253,16 @@ def test_a_body_in_pieces(pair: tuple[Cluster, Cluster]) -> None:
     front, _ = pair
     data = _heartbeat()
     with socket.create_connection(("127.0.0.1", _port(front)), timeout=READ_TIMEOUT_S) as s:
-        for cut in (10, len(data) - 20, len(data)):
+        for cut in (10, len(data) - 20):
             s.sendall(data[:cut])
             data = data[cut:]
-            time.sleep(0.05)  # let each piece arrive alone (the answer is waited for below)
+            # A part of a request gets no answer: waiting for one (bounded) also lets each
+            # piece arrive alone.
+            s.settimeout(PIECE_WAIT_S)
+            with pytest.raises(TimeoutError):
+                s.recv(65536)
+        s.settimeout(READ_TIMEOUT_S)
+        s.sendall(data)
         reply = s.recv(65536)
     assert answers(reply)[0][0] == 200
 

@@ -18,7 +18,7 @@ class Procs:
     """Stands in for a Cluster or RawCluster: `paused` reads only `procs`."""
 
     def __init__(self, tmp: Path, n: int) -> None:
-        argv = python_argv("-c", "import time; time.sleep(60)")
+        argv = python_argv("-c", "import signal; signal.pause()")
         self.procs = {i: Proc(argv, tmp / f"p{i}.log") for i in range(n)}
 
     def stop(self) -> None:

@@ -12,7 +12,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from pysyncobj.poller import POLL_EVENT_TYPE
@@ -55,6 +55,9 @@ def new_poller() -> _LoopPoller:
     return _LoopPoller(threading.Lock())
 
 
+Attached = tuple[_LoopPoller, "Recorder", asyncio.AbstractEventLoop]
+
+
 def attach(poller: _LoopPoller, rec: Recorder) -> asyncio.AbstractEventLoop:
     loop = asyncio.get_running_loop()
     poller.attach(loop, rec.kick, rec.turn)
@@ -77,10 +80,22 @@ async def until(pred, what: str) -> None:  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.005)
 
 
-async def settle() -> None:
-    for _ in range(5):
+async def passes(n: int = 5) -> None:
+    """Let the loop run `n` passes: each polls for I/O without waiting (a task is ready), so
+    an event already due is delivered within them."""
+    for _ in range(n):
         await asyncio.sleep(0)
-    await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def attached() -> AsyncIterator[tuple[_LoopPoller, Recorder, asyncio.AbstractEventLoop]]:
+    rec = Recorder()
+    poller = new_poller()
+    loop = attach(poller, rec)
+    try:
+        yield poller, rec, loop
+    finally:
+        poller.close()
 
 
 async def test_a_subscription_made_before_attach_fires_after_it(
@@ -91,7 +106,7 @@ async def test_a_subscription_made_before_attach_fires_after_it(
     poller = new_poller()
     poller.subscribe(a.fileno(), rec.on_event, READ | ERROR)
     b.send(b"x")
-    await settle()
+    await passes()
     assert rec.events == []  # no loop yet: nothing can fire
     attach(poller, rec)
     try:
@@ -103,52 +118,44 @@ async def test_a_subscription_made_before_attach_fires_after_it(
 
 
 async def test_write_interest_follows_the_mask_and_unsubscribe_stops_events(
-    pair: tuple[socket.socket, socket.socket],
+    pair: tuple[socket.socket, socket.socket], attached: Attached
 ) -> None:
     a, _b = pair
-    rec = Recorder()
-    poller = new_poller()
-    attach(poller, rec)
-    try:
-        poller.subscribe(a.fileno(), rec.on_event, READ | WRITE | ERROR)
-        await until(lambda: (a.fileno(), WRITE) in rec.events, "writable")
-        poller.subscribe(a.fileno(), rec.on_event, READ | ERROR)  # drop write interest
-        await settle()
-        rec.events.clear()
-        await settle()
-        assert rec.events == []  # a writable socket no longer fires once WRITE is dropped
-        poller.subscribe(a.fileno(), rec.on_event, READ | WRITE | ERROR)
-        await until(lambda: rec.events, "writable again")
-        poller.unsubscribe(a.fileno())
-        await settle()
-        rec.events.clear()
-        await settle()
-        assert rec.events == []
-    finally:
-        poller.close()
+    poller, rec, _loop = attached
+    poller.subscribe(a.fileno(), rec.on_event, READ | WRITE | ERROR)
+    await until(lambda: (a.fileno(), WRITE) in rec.events, "writable")
+    poller.subscribe(a.fileno(), rec.on_event, READ | ERROR)  # drop write interest
+    await passes()
+    rec.events.clear()
+    await passes()
+    assert rec.events == []  # a writable socket no longer fires once WRITE is dropped
+    poller.subscribe(a.fileno(), rec.on_event, READ | WRITE | ERROR)
+    await until(lambda: rec.events, "writable again")
+    poller.unsubscribe(a.fileno())
+    await passes()
+    rec.events.clear()
+    await passes()
+    assert rec.events == []
 
 
 async def test_an_error_only_subscription_still_learns_of_a_closed_peer(
-    pair: tuple[socket.socket, socket.socket],
+    pair: tuple[socket.socket, socket.socket], attached: Attached
 ) -> None:
     a, b = pair
-    rec = Recorder()
-    poller = new_poller()
-    attach(poller, rec)
-    try:
-        poller.subscribe(a.fileno(), rec.on_event, ERROR)
-        b.close()  # the peer goes away: shows as readable, and recv meets the end
-        await until(lambda: rec.events, "the peer's close")
-        assert a.recv(16) == b""
-    finally:
-        poller.close()
+    poller, rec, _loop = attached
+    poller.subscribe(a.fileno(), rec.on_event, ERROR)
+    b.close()  # the peer goes away: shows as readable, and recv meets the end
+    await until(lambda: rec.events, "the peer's close")
+    assert a.recv(16) == b""
 
 
 async def test_a_failing_callback_is_logged_and_the_tick_still_comes(
-    pair: tuple[socket.socket, socket.socket], caplog: pytest.LogCaptureFixture
+    pair: tuple[socket.socket, socket.socket],
+    attached: Attached,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     a, b = pair
-    rec = Recorder()
+    poller, rec, _loop = attached
     calls = 0
 
     def boom(descr: int, event: int) -> None:
@@ -157,27 +164,20 @@ async def test_a_failing_callback_is_logged_and_the_tick_still_comes(
         a.recv(16)
         raise RuntimeError("callback failed")
 
-    poller = new_poller()
-    attach(poller, rec)
-    try:
-        poller.subscribe(a.fileno(), boom, READ)
-        with caplog.at_level(logging.ERROR, logger="replication.log"):
-            b.send(b"x")
-            await until(lambda: calls == 1 and rec.kicks == 1, "the failing event")
-        assert "raft socket event failed" in caplog.text
-        b.send(b"y")  # the subscription survives the failure
-        await until(lambda: calls == 2, "the next event")
-    finally:
-        poller.close()
+    poller.subscribe(a.fileno(), boom, READ)
+    with caplog.at_level(logging.ERROR, logger="replication.log"):
+        b.send(b"x")
+        await until(lambda: calls == 1 and rec.kicks == 1, "the failing event")
+    assert "raft socket event failed" in caplog.text
+    b.send(b"y")  # the subscription survives the failure
+    await until(lambda: calls == 2, "the next event")
 
 
 async def test_poll_never_waits_and_close_drops_every_subscription(
-    pair: tuple[socket.socket, socket.socket],
+    pair: tuple[socket.socket, socket.socket], attached: Attached
 ) -> None:
     a, b = pair
-    rec = Recorder()
-    poller = new_poller()
-    loop = attach(poller, rec)
+    poller, rec, loop = attached
     started = time.monotonic()
     poller.poll(5.0)
     assert time.monotonic() - started < 1.0
@@ -189,12 +189,12 @@ async def test_poll_never_waits_and_close_drops_every_subscription(
     assert not loop.remove_reader(b.fileno())
 
 
-async def test_off_the_loop_registrations_and_closes_wait_for_the_loop() -> None:
+async def test_off_the_loop_registrations_and_closes_wait_for_the_loop(
+    attached: Attached,
+) -> None:
     """The guard thread subscribes and releases; the loop applies both on its next pass, and
     closes the released socket only after it stopped watching it."""
-    rec = Recorder()
-    poller = new_poller()
-    loop = attach(poller, rec)
+    poller, rec, loop = attached
     c, d = socket.socketpair()
     c.setblocking(False)
     try:
@@ -216,28 +216,21 @@ async def test_off_the_loop_registrations_and_closes_wait_for_the_loop() -> None
     finally:
         c.close()
         d.close()
-        poller.close()
 
 
 async def test_dispatch_ready_delivers_what_the_loop_has_not(
-    pair: tuple[socket.socket, socket.socket],
+    pair: tuple[socket.socket, socket.socket], attached: Attached
 ) -> None:
     """While the loop is stuck, the guard polls the subscribed sockets itself."""
     a, b = pair
-    rec = Recorder()
-    poller = new_poller()
-    attach(poller, rec)
-    try:
-        poller.subscribe(a.fileno(), rec.on_event, READ | ERROR)
-        poller.subscribe(b.fileno(), rec.on_event, WRITE)
-        b.send(b"x")
-        time.sleep(0.05)  # the loop is "stuck": it runs nothing until this returns
+    poller, rec, _loop = attached
+    poller.subscribe(a.fileno(), rec.on_event, READ | ERROR)
+    poller.subscribe(b.fileno(), rec.on_event, WRITE)
+    b.send(b"x")  # in a's buffer at once; the loop runs nothing until this test awaits
 
-        def guard() -> None:
-            with poller._lock:
-                poller.dispatch_ready()
+    def guard() -> None:
+        with poller._lock:
+            poller.dispatch_ready()
 
-        off_loop(guard)
-        assert sorted(rec.events) == sorted([(a.fileno(), READ), (b.fileno(), WRITE)])
-    finally:
-        poller.close()
+    off_loop(guard)
+    assert sorted(rec.events) == sorted([(a.fileno(), READ), (b.fileno(), WRITE)])
