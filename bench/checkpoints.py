@@ -45,7 +45,7 @@ from bench.harness import (
     wrk_duration_s,
 )
 from bench.writes import SETTINGS as WRITE_SETTINGS
-from coordinator.core.checkpoint_ref import store_base
+from shared.checkpoint_ref import store_base
 
 WORKERS = 256
 PARTITIONS = 1024

@@ -19,9 +19,9 @@ import time
 
 from bench.harness import call, scratch
 from bench.rig import PARTITIONS, Rig
-from coordinator.core.routing import partition_for_key
 from pipeline.source import generate
 from pipeline.worker import BATCH_INTERVAL_S_DEFAULT
+from shared.routing import partition_for_key
 
 LOAD_ROWS = 2000
 LOAD_EVERY_S = 0.5

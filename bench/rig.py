@@ -80,7 +80,7 @@ class Rig:
         port = free_ports(1)[0]
         argv = python_argv(
             "-m",
-            "coordinator.cli",
+            "ripple.cli",
             "worker",
             "--worker-id",
             wid,

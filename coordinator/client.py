@@ -16,9 +16,9 @@ from urllib.parse import quote
 
 import aiohttp
 
-from coordinator.core.routing import partition_for_key
-from coordinator.errors import ClientError
-from coordinator.tls import client_context
+from shared.errors import ClientError
+from shared.routing import partition_for_key
+from shared.tls import client_context
 
 __all__ = ["CoordinatorClient", "KeyRouter"]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coordinator.core.checkpoint_ref import store_base
-from coordinator.errors import ConfigError
+from shared.checkpoint_ref import store_base
+from shared.errors import ConfigError
 
 __all__ = [
     "DERIVED_TIMINGS",

@@ -1,7 +1,7 @@
 """Checkpoints (state + offset as one object) and dead-letter segments in the store.
 
 Keys: ``checkpoints/p{partition:05d}/e{epoch:010d}-o{offset:020d}.ckpt`` (msgpack; named by
-``coordinator.core.checkpoint_ref``, the same function the coordinator checks references
+``shared.checkpoint_ref``, the same function the coordinator checks references
 with) and
 ``deadletter/p{partition:05d}/e{epoch:010d}-o{from:020d}-{to:020d}.parquet``.
 
@@ -24,9 +24,9 @@ import msgpack
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coordinator.core.checkpoint_ref import checkpoint_key
 from pipeline.state import KeyState, PartitionState
 from pipeline.store import ObjectStore, StoreError
+from shared.checkpoint_ref import checkpoint_key
 
 __all__ = [
     "CHECKPOINT_FORMAT_VERSION",

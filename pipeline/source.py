@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coordinator.core.routing import partition_for_key
 from pipeline.store import ObjectStore, StoreError
+from shared.routing import partition_for_key
 
 __all__ = [
     "APPEND_RETRIES_MAX",

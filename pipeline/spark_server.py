@@ -18,7 +18,7 @@ import sys
 import time
 from types import TracebackType
 
-from coordinator.ports import free_ports
+from shared.ports import free_ports
 
 __all__ = ["SparkConnectServer", "SparkServerError", "free_port", "spark_home"]
 

@@ -40,11 +40,6 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.client import CoordinatorClient
-from coordinator.core.checkpoint_ref import checkpoint_key
-from coordinator.core.clock import Clock
-from coordinator.errors import ClientError
-from coordinator.system_clock import SYSTEM_CLOCK
-from coordinator.tls import server_context
 from pipeline.aggregate import Aggregator, Transform, identity
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointStore
 from pipeline.datapath import (
@@ -62,6 +57,11 @@ from pipeline.metrics import WorkerMetrics
 from pipeline.source import SourceLog
 from pipeline.state import MAX_KEYS_PER_PARTITION_DEFAULT, KeyState, PartitionState, merge_batch
 from pipeline.store import ObjectStore
+from shared.checkpoint_ref import checkpoint_key
+from shared.clock import Clock
+from shared.errors import ClientError
+from shared.system_clock import SYSTEM_CLOCK
+from shared.tls import server_context
 
 log = logging.getLogger(__name__)
 

@@ -125,7 +125,7 @@ class Cluster:
         proc = Proc(
             python_argv(
                 "-m",
-                "coordinator.cli",
+                "ripple.cli",
                 "coordinator",
                 "--config",
                 str(config_path or self.config_path),

@@ -77,7 +77,7 @@ class Pipeline:
         port = free_ports(1)[0]
         argv = python_argv(
             "-m",
-            "coordinator.cli",
+            "ripple.cli",
             "worker",
             "--worker-id",
             wid,

@@ -26,9 +26,9 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.client import CoordinatorClient
-from coordinator.core.checkpoint_ref import canonical_uri
-from coordinator.errors import ClientError
-from coordinator.tls import server_context
+from shared.checkpoint_ref import canonical_uri
+from shared.errors import ClientError
+from shared.tls import server_context
 
 log = logging.getLogger("scripted_worker")
 

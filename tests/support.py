@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from coordinator.ports import free_ports
+from shared.ports import free_ports
 
 __all__ = ["Proc", "free_ports", "python_argv", "wait_until"]
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from coordinator.config import Network
-from coordinator.errors import RequestError
+from shared.errors import RequestError
 
 __all__ = ["HOST_VERDICTS_CACHED_MAX", "check_address"]
 

@@ -24,7 +24,6 @@ from multidict import CIMultiDictProxy
 from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 
-from coordinator.core.checkpoint_ref import reference_problem
 from coordinator.core.codec import encode_state
 from coordinator.core.commands import (
     AbortMigration,
@@ -49,7 +48,6 @@ from coordinator.core.model import (
     valid_id,
 )
 from coordinator.core.state import ClusterState
-from coordinator.errors import RequestError, RippleError, UnavailableError
 from coordinator.service import dashboard
 from coordinator.service import models as m
 from coordinator.service.address import check_address
@@ -66,6 +64,8 @@ from coordinator.service.metrics import PartitionProgress, ProgressReports
 from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
 from coordinator.service.replies import AssignmentTexts, heartbeat_body
 from replication.log import RaftRole
+from shared.checkpoint_ref import reference_problem
+from shared.errors import RequestError, RippleError, UnavailableError
 
 log = logging.getLogger(__name__)
 

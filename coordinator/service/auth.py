@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from coordinator.errors import RequestError
+from shared.errors import RequestError
 
 __all__ = [
     "TOKEN_LEN_MAX",

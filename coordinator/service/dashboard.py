@@ -20,7 +20,7 @@ from typing import Protocol
 from aiohttp import web
 
 from coordinator.config import ClusterConfig
-from coordinator.errors import RequestError
+from shared.errors import RequestError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -24,8 +24,6 @@ from typing import Any
 
 import aiohttp
 
-from coordinator.core.checkpoint_ref import reference_problem
-from coordinator.core.clock import Clock
 from coordinator.core.commands import DeclareDead, FallBack, FinalCheckpoint, MarkStuck
 from coordinator.core.fallback import target_of
 from coordinator.core.model import WorkerId
@@ -45,13 +43,15 @@ from coordinator.core.planner import (
     WorkerCall,
     WorkerResult,
 )
-from coordinator.errors import RequestError, RippleError, UnavailableError
 from coordinator.service.auth import call_token
 from coordinator.service.failing import FailingReports
 from coordinator.service.node import CoordinatorNode
-from coordinator.system_clock import SYSTEM_CLOCK
-from coordinator.tls import client_context
 from replication.log import RaftRole
+from shared.checkpoint_ref import reference_problem
+from shared.clock import Clock
+from shared.errors import RequestError, RippleError, UnavailableError
+from shared.system_clock import SYSTEM_CLOCK
+from shared.tls import client_context
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from coordinator.service import api
 from coordinator.service.metrics import FrontDoorCounts
-from coordinator.system_clock import SYSTEM_CLOCK
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["HOT_ROUTES", "FrontDoorSite", "parse_head"]
 

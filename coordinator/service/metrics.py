@@ -34,7 +34,7 @@ from prometheus_client.utils import floatToGoString
 
 from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
 from coordinator.core.state import ClusterState
-from coordinator.system_clock import SYSTEM_CLOCK
+from shared.system_clock import SYSTEM_CLOCK
 
 if TYPE_CHECKING:
     from coordinator.service.node import CoordinatorNode

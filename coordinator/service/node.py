@@ -21,10 +21,8 @@ from coordinator.core.codec import decode_result, encode_command
 from coordinator.core.commands import Command, Ok
 from coordinator.core.machine import Machine
 from coordinator.core.state import ClusterState
-from coordinator.errors import RequestError, UnavailableError
 from coordinator.service.auth import raft_password
 from coordinator.service.metrics import Metrics
-from coordinator.system_clock import SYSTEM_CLOCK
 from replication.log import (
     MachineRead,
     NoLeaderError,
@@ -35,6 +33,8 @@ from replication.log import (
     RaftStatus,
     ReplicatedLog,
 )
+from shared.errors import RequestError, UnavailableError
+from shared.system_clock import SYSTEM_CLOCK
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from coordinator.service.api import create_app
 from coordinator.service.duties import LeaderDuties
 from coordinator.service.front import FrontDoorSite
 from coordinator.service.node import CoordinatorNode
-from coordinator.tls import server_context
+from shared.tls import server_context
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli import build_parser, main
+from ripple.cli import build_parser, main
 from tests.cluster import Cluster
 
 CLI_TIMEOUT_S = 60.0
@@ -18,7 +18,7 @@ CLI_TIMEOUT_S = 60.0
 
 def ripple(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args],
+        [sys.executable, "-m", "ripple.cli", *args],
         capture_output=True,
         text=True,
         timeout=CLI_TIMEOUT_S,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.core.checkpoint_ref import canonical_uri, store_base
+from shared.checkpoint_ref import canonical_uri, store_base
 from tests.cluster import ADMIN, Cluster, call, worker_token
 from tests.support import Proc, free_ports, python_argv, wait_until
 
@@ -460,7 +460,7 @@ def test_cli_reassign_watch_and_drain(env: tuple[Cluster, Workers]) -> None:
     three_online(c, w)
     w.start("w4")
     wait_until(lambda: len(c.get(c.leader(), "/v1/workers").body["workers"]) == 4, "w4")
-    base = [sys.executable, "-m", "coordinator.cli"]
+    base = [sys.executable, "-m", "ripple.cli"]
     urls = [a for s in c.specs for a in ("--url", s.url)]
 
     def ripple(*args: str) -> subprocess.CompletedProcess[str]:

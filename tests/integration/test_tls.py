@@ -19,9 +19,9 @@ import pytest
 from aiohttp import web
 
 from coordinator.client import CoordinatorClient
-from coordinator.errors import ClientError
 from pipeline.store import LocalStore
 from pipeline.worker import Worker
+from shared.errors import ClientError
 from tests.cluster import Cluster, call
 from tests.support import Proc, free_ports, python_argv, wait_until
 from tests.tls import TlsFiles, make_tls
@@ -81,7 +81,7 @@ async def test_sdk_verifies_against_the_ca_bundle(cluster: Cluster, tls: TlsFile
 
 def test_cli_takes_a_ca_bundle(cluster: Cluster, tls: TlsFiles) -> None:
     leader = cluster.ready()
-    base = python_argv("-m", "coordinator.cli", "status", "--coordinator", cluster.url(leader))
+    base = python_argv("-m", "ripple.cli", "status", "--coordinator", cluster.url(leader))
     ok = subprocess.run(
         [*base, "--tls-ca", str(tls.ca), "--json"], capture_output=True, text=True, timeout=60
     )

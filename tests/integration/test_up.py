@@ -18,7 +18,7 @@ def test_ripple_up_runs_a_cluster_and_stops_everything(tmp_path: Path) -> None:
     up = Proc(
         python_argv(
             "-m",
-            "coordinator.cli",
+            "ripple.cli",
             "up",
             "--data-dir",
             str(data),
@@ -39,7 +39,7 @@ def test_ripple_up_runs_a_cluster_and_stops_everything(tmp_path: Path) -> None:
         cluster_file = data / "cluster.toml"
         assert oct(cluster_file.stat().st_mode & 0o777) == "0o600"
         status = subprocess.run(
-            [sys.executable, "-m", "coordinator.cli", "status", "--data-dir", str(data)],
+            [sys.executable, "-m", "ripple.cli", "status", "--data-dir", str(data)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -47,7 +47,7 @@ def test_ripple_up_runs_a_cluster_and_stops_everything(tmp_path: Path) -> None:
         )
         assert "partitions: 8" in status.stdout
         parts = subprocess.run(
-            [sys.executable, "-m", "coordinator.cli", "partitions", "--json", "--url", urls[1]],
+            [sys.executable, "-m", "ripple.cli", "partitions", "--json", "--url", urls[1]],
             capture_output=True,
             text=True,
             timeout=60,
@@ -58,7 +58,7 @@ def test_ripple_up_runs_a_cluster_and_stops_everything(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "coordinator.cli",
+                "ripple.cli",
                 "reassign",
                 "--move",
                 "x:y",
@@ -107,7 +107,7 @@ def test_ripple_up_demo_shows_the_pipeline_and_a_failover(
     up = Proc(
         python_argv(
             "-m",
-            "coordinator.cli",
+            "ripple.cli",
             "up",
             "--data-dir",
             str(tmp_path / "d"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.cli import render_partitions, render_workers
+from ripple.cli import render_partitions, render_workers
 
 
 def test_partitions_table_shows_failing_batches() -> None:

@@ -13,7 +13,6 @@ import random
 from pathlib import Path
 
 from coordinator.config import ClusterConfig
-from coordinator.core.clock import FakeClock
 from coordinator.core.commands import Bootstrap, DeclareDead, RegisterWorker
 from coordinator.core.model import WorkerId
 from coordinator.core.planner import Planner
@@ -22,6 +21,7 @@ from coordinator.service.duties import LeaderDuties, planner_settings
 from pipeline.lease import Lease
 from pipeline.store import LocalStore
 from pipeline.worker import Worker
+from shared.clock import FakeClock
 from tests.unit.test_duty_loop import StandInNode
 from tests.unit.test_pipeline_worker import offline_settings
 

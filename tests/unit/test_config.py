@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.config import ClusterConfig, NodeSpec, load_config, render_toml
-from coordinator.errors import ConfigError
+from shared.errors import ConfigError
 
 SECRET = "unit-secret-0123456789abcdef"
 ADMIN = "unit-admin-token-0123456789"

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from coordinator.config import ClusterConfig
-from coordinator.core.clock import FakeClock
 from coordinator.core.commands import Command, Ok
 from coordinator.core.planner import Batch, Planner
 from coordinator.core.state import ClusterState, apply
-from coordinator.errors import UnavailableError
 from coordinator.service.duties import LeaderDuties
 from coordinator.service.metrics import Metrics
+from shared.clock import FakeClock
+from shared.errors import UnavailableError
 
 
 class _Status:

@@ -38,10 +38,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from coordinator.config import ClusterConfig, NodeSpec, is_wildcard, load_config, split_host_port
-from coordinator.core.checkpoint_ref import canonical_uri, checkpoint_key, store_base
 from coordinator.core.codec import encode_state
 from coordinator.core.state import ClusterState
-from coordinator.errors import ConfigError, RequestError
 from coordinator.service import address as address_module
 from coordinator.service import api
 from coordinator.service.address import HOST_VERDICTS_CACHED_MAX, check_address
@@ -57,6 +55,8 @@ from pipeline.lease import Lease
 from pipeline.state import KeyState
 from pipeline.store import LocalStore, open_store
 from pipeline.worker import Worker
+from shared.checkpoint_ref import canonical_uri, checkpoint_key, store_base
+from shared.errors import ConfigError, RequestError
 from tests.support import python_argv
 from tests.unit.test_pipeline_worker import offline_settings
 
@@ -327,7 +327,7 @@ def test_bind_addresses_that_are_not_wildcards() -> None:
 
 def test_worker_refuses_a_wildcard_listen(tmp_path: Path) -> None:
     argv = [
-        *python_argv("-m", "coordinator.cli", "worker"),
+        *python_argv("-m", "ripple.cli", "worker"),
         *("--coordinator", "http://127.0.0.1:9", "--worker-id", "w1", "--listen", "0:9101"),
         *("--store", f"file://{tmp_path}", "--spark-remote", "sc://127.0.0.1:9"),
     ]
@@ -339,7 +339,7 @@ def test_worker_refuses_a_wildcard_listen(tmp_path: Path) -> None:
 def test_cluster_file_is_private_from_creation(tmp_path: Path) -> None:
     """`ripple up` wrote the file (0644 under the usual umask) and chmodded it after: every
     file under the data dir that holds secrets must be created with its mode in open(2)."""
-    from coordinator.cli import up_config
+    from ripple.cli import up_config
 
     data_dir = str(tmp_path / "data")
     writes: list[tuple[str, object]] = []

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from coordinator.core.routing import partition_for_key
 from pipeline.source import (
     SEGMENT_RECORDS_MAX,
     Producer,
@@ -21,6 +20,7 @@ from pipeline.source import (
     segment_key,
 )
 from pipeline.store import LocalStore, ObjectStore, S3Store
+from shared.routing import partition_for_key
 
 # Imported by name so pytest finds the fixtures in this module.
 

@@ -39,8 +39,8 @@ from coordinator.config import (
     load_config,
     render_toml,
 )
-from coordinator.errors import ClientError, ConfigError, RippleError
-from coordinator.ports import free_ports
+from shared.errors import ClientError, ConfigError, RippleError
+from shared.ports import free_ports
 
 log = logging.getLogger("ripple")
 
@@ -500,7 +500,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 [
                     sys.executable,
                     "-m",
-                    "coordinator.cli",
+                    "ripple.cli",
                     "coordinator",
                     "--config",
                     str(path),
@@ -536,7 +536,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("Ctrl-C stops every process started here.")
         sys.stdout.flush()
         if args.demo and spark_url is not None:
-            from coordinator.demo import run_demo
+            from ripple.demo import run_demo
 
             procs = {name: proc for name, proc in children.procs if name.startswith("w")}
             try:
@@ -576,7 +576,7 @@ def _start_pipeline(
         argv = [
             sys.executable,
             "-m",
-            "coordinator.cli",
+            "ripple.cli",
             "worker",
             "--worker-id",
             f"w{i + 1}",

@@ -18,7 +18,7 @@ from typing import Any
 
 from coordinator.client import CoordinatorClient, KeyRouter
 from coordinator.config import ClusterConfig
-from coordinator.errors import ClientError
+from shared.errors import ClientError
 
 DEMO_RECORDS = 20_000
 DEMO_KEYS = 50

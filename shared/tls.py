@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ssl
 
-from coordinator.errors import ConfigError
+from shared.errors import ConfigError
 
 __all__ = ["client_context", "server_context"]
 

@@ -3,8 +3,8 @@
 Owns the rule "safety decisions use a monotonic clock": liveness, leases, retries and
 timeouts read `monotonic_ms`; `wall_ms` is only stamped into commands and shown to people,
 never compared with another reading to decide anything. A wall-clock step (NTP, an operator)
-therefore moves no lease and no liveness verdict. The real clock lives in the service
-(`coordinator.service.node.SYSTEM_CLOCK`); the core itself reads no clock.
+therefore moves no lease and no liveness verdict. The real clock is `shared.system_clock`;
+this module reads none, so the pure core may import it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""The process's real clock (the `coordinator.core.clock.Clock` protocol).
+"""The process's real clock (the `shared.clock.Clock` protocol).
 
 Owns the two time readings of a running process: `monotonic_ms` for every safety decision
-(leases, liveness, retries, timeouts) and `wall_ms` for timestamps only. Outside
-coordinator.service so that the worker (pipeline/worker.py), which may not import the
-service layer, reads the same clock as the coordinator.
+(leases, liveness, retries, timeouts) and `wall_ms` for timestamps only. The coordinator
+and the worker read this one clock.
 """
 
 from __future__ import annotations

@@ -1,0 +1,4 @@
+"""What the coordinator, its client and the pipeline share, and nothing else: the clock
+protocol and the real clock, the error hierarchy, key routing, checkpoint naming, TLS
+contexts and free local ports. It imports no other Ripple package, so every package may
+import it without a cycle (pyproject.toml's import contracts hold it to that)."""
