@@ -6,12 +6,14 @@ config, ports, data volumes, health checks), that one service builds the one ima
 others run, and that the pipeline services are wired to each other (workers ->
 coordinators, the store volume shared with Spark at the same path, the Spark Connect
 server). `problems()` returns every mismatch as a sentence; the mutation tests prove each
-check can fail.
+check can fail. It also holds compose/check to the repository: it names no path outside it
+and makes its base image with compose/base-image.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ from coordinator.config import ClusterConfig, load_config
 COMPOSE_DIR = Path(__file__).resolve().parents[2] / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
 CLUSTER_FILE = COMPOSE_DIR / "cluster.toml"
+CHECK_SCRIPT = COMPOSE_DIR / "check"
+BASE_IMAGE_SCRIPT = COMPOSE_DIR / "base-image"
 CONFIG_IN_CONTAINER = "/etc/ripple/cluster.toml"
 SECRET_ENV = ("RIPPLE_CLUSTER_SECRET", "RIPPLE_ADMIN_TOKEN", "RIPPLE_JOIN_TOKEN")
 WORKER_ENV = ("RIPPLE_JOIN_TOKEN",)
@@ -292,6 +296,57 @@ def test_raft_ports_are_not_published() -> None:
         published = " ".join(str(p) for p in svc.get("ports") or [])
         assert _port(config.node(name).raft) not in published
         assert all(str(p).startswith("127.0.0.1:") for p in svc.get("ports") or [])
+
+
+# -- compose/check needs nothing outside the repository ------------------------------------------
+
+# Ways a script names a place outside the repository. compose/check runs from a fresh clone
+# on any machine, so what it needs must be in compose/ (or on the system, installed by it).
+_OUTSIDE = (
+    (re.compile(r"/work/"), "a path of one machine's workspace"),
+    (re.compile(r"\bshared/"), "the shared tools directory beside the repository"),
+    (re.compile(r"\.\./|/\.\.\b"), "a relative step up"),
+    (re.compile(r"\.parent\.parent|\bREPO\.parent|\.parents\["), "a step above the repository"),
+)
+# A Python string that is an absolute host path; the nodes' HTTP routes (/v1/...) are not.
+_ABSOLUTE = re.compile(r"""["'](/(?!v1/)[^"'\s]*)["']""")
+
+
+def outside_references(text: str, *, absolute_paths: bool) -> list[str]:
+    """Every reference in a script's text to a place outside the repository, as sentences.
+    `absolute_paths`: also count absolute host paths in string literals (compose/check needs
+    none; compose/base-image reads system files such as apt's sources by design)."""
+    out = [f"{why}: {m.group(0)!r}" for pattern, why in _OUTSIDE for m in pattern.finditer(text)]
+    if absolute_paths:
+        out.extend(f"an absolute host path: {m.group(1)!r}" for m in _ABSOLUTE.finditer(text))
+    return out
+
+
+def test_check_names_no_path_outside_the_repository() -> None:
+    assert outside_references(CHECK_SCRIPT.read_text(encoding="utf-8"), absolute_paths=True) == []
+    base_image = BASE_IMAGE_SCRIPT.read_text(encoding="utf-8")
+    assert outside_references(base_image, absolute_paths=False) == []
+
+
+def test_check_makes_the_base_image_with_the_script_beside_it() -> None:
+    assert 'COMPOSE_DIR / "base-image"' in CHECK_SCRIPT.read_text(encoding="utf-8")
+    assert BASE_IMAGE_SCRIPT.stat().st_mode & 0o111, "compose/base-image is not executable"
+    assert BASE_IMAGE_SCRIPT.read_text(encoding="utf-8").startswith("#!/usr/bin/env bash\n")
+
+
+def test_detects_paths_outside_the_repository() -> None:
+    found = outside_references(
+        'tools = [REPO.parent / "shared" / "tools", Path("/work/shared/tools")]\n'
+        'run(["bash", "../tools/local-base-image"])\n'
+        'url = "/v1/health"\n',
+        absolute_paths=True,
+    )
+    assert "a step above the repository: 'REPO.parent'" in found
+    assert "a path of one machine's workspace: '/work/'" in found
+    assert "the shared tools directory beside the repository: 'shared/'" in found
+    assert "a relative step up: '../'" in found
+    assert "an absolute host path: '/work/shared/tools'" in found
+    assert not any("/v1/health" in f for f in found)
 
 
 # -- the checks can fail ------------------------------------------------------------------------
