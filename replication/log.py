@@ -61,14 +61,14 @@ from replication.batch import (
     encode_results,
     is_batch,
 )
-from replication.transport import (
+from replication.connection import (
     FRAME_BYTES_MAX_DEFAULT,
     HANDSHAKE_TIMEOUT_S_DEFAULT,
     UNAUTHENTICATED_MAX_DEFAULT,
-    HardenedTransport,
-    Refusals,
     TransportLimits,
 )
+from replication.refusals import Refusals
+from replication.transport import HardenedTransport
 
 # pysyncobj 0.3.17 (pysyncobj/win_inet_pton.py) replaces socket.inet_ntop on every platform
 # with a Windows-only function that raises off Windows; anything in this process that

@@ -18,7 +18,7 @@ import pytest
 
 import replication.transport
 from replication.log import ReplicatedLog
-from replication.transport import (
+from replication.wire import (
     CHALLENGE_BYTES,
     Handshake,
     Session,

@@ -23,7 +23,7 @@ import pytest
 from pysyncobj import SyncObj
 
 import replication.log
-import replication.transport
+import replication.wire
 from replication.log import (
     NoLeaderError,
     OutcomeUnknownError,
@@ -234,14 +234,14 @@ async def test_a_node_that_missed_a_compaction_catches_up_from_a_compressed_snap
     # The others compact while a follower is down, so it can only catch up from the snapshot,
     # sent in chunks large enough to travel compressed (COMPRESS_MIN_BYTES).
     inflated: list[int] = []
-    real = replication.transport.decompress_bounded
+    real = replication.wire.decompress_bounded
 
     def counting(data: bytes, limit: int) -> bytes:
         out = real(data, limit)
         inflated.append(len(out))
         return out
 
-    monkeypatch.setattr(replication.transport, "decompress_bounded", counting)
+    monkeypatch.setattr(replication.wire, "decompress_bounded", counting)
     c = Cluster(tmp_path, log_compaction_min_entries=5, log_compaction_min_time_s=0.5)
     for i in range(3):
         c.start(i)
@@ -260,7 +260,7 @@ async def test_a_node_that_missed_a_compaction_catches_up_from_a_compressed_snap
         assert not inflated  # single entries travel uncompressed
         c.start(lag)
         await wait_for(lambda: c.machines[lag].entries == expected, "the node caught up", 30.0)
-        assert inflated and max(inflated) >= replication.transport.COMPRESS_MIN_BYTES
+        assert inflated and max(inflated) >= replication.wire.COMPRESS_MIN_BYTES
     finally:
         for i in range(3):
             c.stop(i)
