@@ -6,7 +6,7 @@ machine returned. The invariants it keeps, each forced by a fact measured on pys
 0.3.17 (DESIGN §2):
 
 - The single replicated entry point never raises. An exception inside a replicated
-  method makes pysyncobj's tick thread retry the same entry forever, stalling the whole
+  method makes pysyncobj retry the same entry on every tick forever, stalling the whole
   cluster, so a failing entry becomes an error *value* (`machine_error_result`).
 - A cluster secret is mandatory (pysyncobj's wire format and dumps are pickle: anyone
   who can talk to the Raft port unauthenticated can run code; the transport's handshake
@@ -23,10 +23,11 @@ machine returned. The invariants it keeps, each forced by a fact measured on pys
   applied: every entry committed before it is then applied too, so nothing is served
   from a state that misses committed writes.
 
-Threads: pysyncobj runs on one tick thread we own. The machine is mutated only there,
-under `_lock`; readers on the asyncio thread take the same lock (`read()`), so they
-never observe a half-applied entry. Results cross back to asyncio with
-`loop.call_soon_threadsafe`; nothing here ever blocks the event loop.
+Threads: pysyncobj ticks on the asyncio event loop (`_LoopPoller`), and on the stall guard
+thread while the loop is busy (`_guard_forever`); every use of pysyncobj holds `_raft_lock`.
+The machine is mutated only inside a tick, under `_lock`; readers on the loop take the same
+lock (`read()`), so they never observe a half-applied entry. Results of a tick on the guard
+cross back to the loop with `loop.call_soon_threadsafe`.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ log = logging.getLogger(__name__)
 V = TypeVar("V")  # what a read returns of the machine (`ReplicatedLog.read`)
 
 DEFAULT_PROPOSE_TIMEOUT_S = 5.0
-TICK_PERIOD_S = 0.02  # how long one tick may wait on sockets; bounds shutdown latency
+TICK_PERIOD_S = 0.02  # a tick on the loop at least this often: Raft's timers are checked in it
 BIND_RETRIES_MAX = 20
 BIND_RETRY_S = 0.25
 SHUTDOWN_JOIN_S = 5.0
@@ -105,9 +106,8 @@ COMMIT_NOTICE_DELAY_S = 0.005
 # Raft on the event loop: the guard thread ticks in the loop's place, every GUARD_PERIOD_S,
 # once the loop has not for LOOP_STALL_S (two and a half of the loop's own TICK_PERIOD_S, so
 # never while the loop keeps up): while the loop is busy, each Raft message then waits at
-# most about 60 ms, a fifth of the shortest election timeout. (At 0.1 s and 20 ms, a cluster
-# of 240,000 workers whose loops were busy with reads took 10-15 s to elect a leader, and
-# then did not, where Raft on a tick thread took 1.5-7 s.) It logs at most once per interval.
+# most about 60 ms, a fifth of the shortest election timeout, so a cluster whose loops are
+# busy with reads still elects a leader within its timeouts. It logs at most once per interval.
 LOOP_STALL_S = 0.05
 GUARD_PERIOD_S = 0.01
 GUARD_LOG_INTERVAL_S = 10.0
@@ -190,9 +190,6 @@ class RaftSettings:
     group_commit_in_flight_max: int = GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
     proposals_queued_max: int = PROPOSALS_QUEUED_MAX_DEFAULT
     proposals_queued_bytes_max: int = PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
-    # Where pysyncobj ticks: on the asyncio event loop that calls `propose` (True), or on a
-    # tick thread of its own, pysyncobj's own threading (False). See `_LoopPoller`.
-    tick_on_event_loop: bool = True
 
     def transport_limits(self) -> TransportLimits:
         return TransportLimits(
@@ -279,13 +276,9 @@ _WRITE = POLL_EVENT_TYPE.WRITE
 
 class _LoopPoller:
     """pysyncobj's poller interface (`subscribe`, `unsubscribe`, `poll`) on the asyncio event
-    loop, so that Raft runs on the event loop thread (`RaftSettings.tick_on_event_loop`).
-
-    With a tick thread, each write crossed threads twice on the leader: the event loop
-    handed the entry to the tick thread through a pipe, and the tick thread handed the
-    commit back with `call_soon_threadsafe`; each crossing waited for the GIL. On the loop,
-    a readable Raft socket is read in the loop's own poll, and a tick (`kick`) runs right
-    after the events of that pass: no pipe, no thread wake-up, no GIL hand-over.
+    loop, so that Raft runs on the event loop thread: a readable Raft socket is read in the
+    loop's own poll, and a tick (`kick`) runs right after the events of that pass, with no
+    pipe, no thread wake-up and no GIL hand-over between a write and its commit.
 
     Every use of pysyncobj and of this poller holds `lock` (the node's Raft lock): on the
     loop it is never contended, and it lets the stall guard (`ReplicatedLog._guard_forever`)
@@ -465,6 +458,31 @@ def _nothing() -> None:
     return None
 
 
+def syncobj_conf(settings: RaftSettings, **extra: Any) -> SyncObjConf:
+    """pysyncobj's configuration for `settings`, with `extra` (pysyncobj's own names) on top.
+    No `password`: the transport seals every frame under keys of its own connection
+    (`replication.wire.Session`); pysyncobj's Fernet on top would only cost CPU."""
+    return SyncObjConf(
+        bindAddress=settings.bind_addr,
+        journalFile=settings.journal_path,
+        fullDumpFile=settings.dump_path,
+        appendEntriesUseBatch=False,
+        raftMinTimeout=settings.raft_min_timeout_s,
+        raftMaxTimeout=settings.raft_max_timeout_s,
+        appendEntriesPeriod=settings.append_entries_period_s,
+        leaderFallbackTimeout=settings.leader_fallback_timeout_s,
+        connectionTimeout=settings.connection_timeout_s,
+        connectionRetryTime=settings.connection_retry_s,
+        logCompactionMinEntries=settings.log_compaction_min_entries,
+        logCompactionMinTime=settings.log_compaction_min_time_s,
+        commandsQueueSize=settings.commands_queue_max,
+        maxBindRetries=BIND_RETRIES_MAX,
+        bindRetryTime=BIND_RETRY_S,
+        dynamicMembershipChange=False,
+        **extra,
+    )
+
+
 class _RaftNode(SyncObj):  # type: ignore[misc]
     # pysyncobj's own (private) time of the leader's next AppendEntries round.
     _SyncObj__newAppendEntriesTime: float
@@ -476,7 +494,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         lock: threading.Lock,
         on_role: Callable[[RaftRole], None],
         refusals: Refusals,
-        poller: _LoopPoller | None = None,
+        poller: _LoopPoller,
     ) -> None:
         # Attributes set before SyncObj.__init__ are pysyncobj "properties": excluded from
         # dumps. Only `_cell`, set after, is serialized.
@@ -484,25 +502,8 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         self._ripple_machine = machine
         self._ripple_lock = lock
         self._ripple_backup_to: int | None = None
-        # No `password`: the transport seals every frame under keys of its own connection
-        # (replication.transport.Session); pysyncobj's Fernet on top would only cost CPU.
-        conf = SyncObjConf(
-            bindAddress=settings.bind_addr,
-            journalFile=settings.journal_path,
-            fullDumpFile=settings.dump_path,
-            appendEntriesUseBatch=False,
-            raftMinTimeout=settings.raft_min_timeout_s,
-            raftMaxTimeout=settings.raft_max_timeout_s,
-            appendEntriesPeriod=settings.append_entries_period_s,
-            leaderFallbackTimeout=settings.leader_fallback_timeout_s,
-            connectionTimeout=settings.connection_timeout_s,
-            connectionRetryTime=settings.connection_retry_s,
-            logCompactionMinEntries=settings.log_compaction_min_entries,
-            logCompactionMinTime=settings.log_compaction_min_time_s,
-            commandsQueueSize=settings.commands_queue_max,
-            maxBindRetries=BIND_RETRIES_MAX,
-            bindRetryTime=BIND_RETRY_S,
-            dynamicMembershipChange=False,
+        conf = syncobj_conf(
+            settings,
             autoTick=False,
             onStateChanged=lambda _old, new: on_role(
                 _ROLE_BY_PYSYNCOBJ_STATE.get(new, RaftRole.FOLLOWER)
@@ -514,25 +515,24 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         super().__init__(
             settings.self_addr, list(settings.partners), conf, transportClass=transport
         )
-        if poller is not None:
-            # pysyncobj's pipe (subscribed in its constructor) is not needed on the loop.
-            pipe: Any = self.__dict__["_SyncObj__pipeNotifier"]
-            read_fd, write_fd = pipe._PipeNotifier__pipeR, pipe._PipeNotifier__pipeW
-            poller.unsubscribe(read_fd)
-            os.close(read_fd)
-            os.close(write_fd)
-            self._SyncObj__pipeNotifier = _KickNotifier(poller)
+        # pysyncobj's pipe (subscribed in its constructor) is not needed on the loop.
+        pipe: Any = self.__dict__["_SyncObj__pipeNotifier"]
+        read_fd, write_fd = pipe._PipeNotifier__pipeR, pipe._PipeNotifier__pipeW
+        poller.unsubscribe(read_fd)
+        os.close(read_fd)
+        os.close(write_fd)
+        self._SyncObj__pipeNotifier = _KickNotifier(poller)
         self._cell = _SnapshotCell(machine)
 
-    # SyncObj's constructor assigns `self._poller = createPoller(...)`; on the event loop
-    # the poller must be ours before the transport and the pipe subscribe to it.
+    # SyncObj's constructor assigns `self._poller = createPoller(...)`; the poller must be
+    # ours before the transport and the pipe subscribe to it.
     @property
     def _poller(self) -> Any:
-        return self._ripple_poller
+        return self._ripple_loop_poller
 
     @_poller.setter
     def _poller(self, value: Any) -> None:
-        self._ripple_poller = self._ripple_loop_poller or value
+        pass
 
     # Overrides pysyncobj's private SyncObj.__sendNextNodeIdx (its name, mangled).
     def _SyncObj__sendNextNodeIdx(
@@ -847,11 +847,10 @@ class ReplicatedLog:
         self._refusals = Refusals()
         # Every use of pysyncobj holds this on the loop (uncontended there) and on the guard.
         self._raft_lock = threading.Lock()
-        self._poller = _LoopPoller(self._raft_lock) if settings.tick_on_event_loop else None
+        self._poller = _LoopPoller(self._raft_lock)
         self._node = _RaftNode(
             settings, machine, self._lock, self._on_role, self._refusals, self._poller
         )
-        self._thread = threading.Thread(target=self._tick_forever, name="raft-tick", daemon=True)
         self._guard = threading.Thread(target=self._guard_forever, name="raft-guard", daemon=True)
         self._tick_pending = False  # a tick is due on the loop (`_kick`)
         self._tick_timer: asyncio.Handle | None = None
@@ -869,46 +868,31 @@ class ReplicatedLog:
 
     def start(self) -> None:
         self._loop = loop = asyncio.get_running_loop()
-        if self._poller is None:
-            self._thread.start()
-            return
         self._last_turn = time.monotonic()
         self._poller.attach(loop, self._kick, self._turned)
         self._tick_timer = loop.call_soon(self._tick_periodically)
         self._guard.start()
 
     def close(self) -> None:
-        """Stop ticking and close the Raft port and the journal. On the event loop's
-        thread when Raft ticks there."""
+        """Stop ticking and close the Raft port and the journal (on the event loop's thread)."""
         self._stop.set()
-        for thread in (self._thread, self._guard):
-            if thread.is_alive():
-                thread.join(SHUTDOWN_JOIN_S)
+        if self._guard.is_alive():
+            self._guard.join(SHUTDOWN_JOIN_S)
         if self._tick_timer is not None:
             self._tick_timer.cancel()
         with self._raft_lock, contextlib.suppress(Exception):
             self._node.destroy()  # autoTick is off: closes sockets and the journal now
-        if self._poller is not None:
-            self._poller.close()
+        self._poller.close()
 
-    def _tick_forever(self) -> None:
-        """The tick thread (`tick_on_event_loop = False`): pysyncobj's own threading."""
-        while not self._stop.is_set():
-            if not self._tick(TICK_PERIOD_S):
-                time.sleep(TICK_PERIOD_S)
-
-    def _tick(self, wait_s: float) -> bool:
-        """One pysyncobj tick (and, on the tick thread, one poll of up to `wait_s`). On the
-        loop and on the guard, called with `_raft_lock` held."""
+    def _tick(self) -> None:
+        """One pysyncobj tick, on the loop or on the guard, with `_raft_lock` held."""
         try:
-            self._node.doTick(wait_s)
+            self._node.doTick(0.0)
             with self._lock:
                 self._node._machine()
             self._check_readiness()
         except Exception:
             log.exception("raft tick failed")
-            return False
-        return True
 
     def _turned(self) -> None:
         self._last_turn = time.monotonic()
@@ -916,13 +900,13 @@ class ReplicatedLog:
     def _tick_on_loop(self) -> None:
         self._tick_pending = False  # this tick serves every kick made before it
         with self._raft_lock:
-            self._tick(0.0)
+            self._tick()
         self._last_turn = time.monotonic()
 
     def _kick(self) -> None:
         """Tick on the loop once the events of this pass are handled (at most one due)."""
         loop, poller = self._loop, self._poller
-        if loop is None or poller is None:
+        if loop is None:
             return
         if not poller.on_loop():
             loop.call_soon_threadsafe(self._kicked)  # from the guard
@@ -946,10 +930,9 @@ class ReplicatedLog:
         """The stall guard: when the loop has not ticked Raft for LOOP_STALL_S (busy with a
         long request, a big plan, a collection), this thread reads the Raft sockets and ticks
         in its place, so the leader keeps sending heartbeats and a follower keeps hearing
-        them (on a tick thread, Raft kept going through such stalls; it must not lose that).
+        them through the stall.
         It wakes every GUARD_PERIOD_S and does nothing while the loop keeps up."""
         poller = self._poller
-        assert poller is not None
         while not self._stop.wait(GUARD_PERIOD_S):
             stalled = time.monotonic() - self._last_turn
             if stalled < LOOP_STALL_S:
@@ -959,7 +942,7 @@ class ReplicatedLog:
                     continue
                 self._guard_rounds += 1
                 poller.dispatch_ready()
-                self._tick(0.0)
+                self._tick()
             now = time.monotonic()
             if now - self._guard_logged_at > GUARD_LOG_INTERVAL_S:
                 self._guard_logged_at = now
@@ -1121,8 +1104,8 @@ class ReplicatedLog:
 
             def callback(
                 result: Any, err: int, batch: list[_Proposal] = batch, slot: _Slot = slot
-            ) -> None:  # in a tick: on the loop, the guard or the tick thread
-                if poller is not None and poller.on_loop():
+            ) -> None:  # in a tick: on the loop or on the guard
+                if poller.on_loop():
                     self._settle(batch, slot, result, err, release_later=True)
                 else:
                     loop.call_soon_threadsafe(self._settle, batch, slot, result, err)
@@ -1132,7 +1115,7 @@ class ReplicatedLog:
             slot.timer = loop.call_later(DEFAULT_PROPOSE_TIMEOUT_S * 2, self._release_slot, slot)
             self._node._apply_entry(payload, callback=callback)
             sent = True
-        if sent and poller is not None:
+        if sent:
             self._send_now()
 
     def _send_now(self) -> None:
@@ -1145,7 +1128,7 @@ class ReplicatedLog:
         if self._raft_lock.acquire(blocking=False):
             self._tick_pending = False  # the tick the proposal kicked: this is it
             try:
-                self._tick(0.0)
+                self._tick()
             finally:
                 self._raft_lock.release()
 

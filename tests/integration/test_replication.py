@@ -2,8 +2,6 @@
 
 A toy machine (an append-only list of entries) keeps these tests independent of the
 coordinator's domain; the coordinator's own processes are tested in test_cluster.py.
-Tests on the `cluster` fixture run twice: Raft on the event loop (the default) and on a
-tick thread of its own (`tick_on_event_loop = False`, pysyncobj's threading).
 """
 
 from __future__ import annotations
@@ -123,9 +121,9 @@ async def running(tmp: Path, **kw: object) -> AsyncIterator[Cluster]:
             c.stop(i)
 
 
-@pytest.fixture(params=[True, False], ids=["loop", "thread"])
-async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
-    async with running(tmp_path, tick_on_event_loop=request.param) as c:
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with running(tmp_path) as c:
         yield c
 
 
@@ -145,7 +143,7 @@ async def test_raising_machine_becomes_error_value_and_cluster_keeps_going(
     leader = await cluster.leader()
     result = await leader.propose(b"boom")
     assert result == machine_error_result(RuntimeError("machine bug"))
-    # The next entry commits: the tick thread did not stall on the raising entry.
+    # The next entry commits: Raft did not stall on the raising entry.
     assert await leader.propose(b"after") == b"ok:1"
     await wait_for(lambda: all(m.entries == [b"after"] for m in cluster.machines), "replicas")
 
@@ -355,24 +353,18 @@ async def test_commit_notices_ride_the_next_append_entries(cluster: Cluster) -> 
 # -- where Raft runs -------------------------------------------------------------------------
 
 
-async def test_raft_runs_where_the_setting_says(cluster: Cluster) -> None:
-    """On the loop: no tick thread, pysyncobj's wake-up pipe replaced, every entry applied
-    on the event loop's thread. On a thread: the commit is applied off the loop."""
+async def test_raft_runs_on_the_event_loop(cluster: Cluster) -> None:
+    """pysyncobj's wake-up pipe replaced, every entry applied on the event loop's thread."""
     leader = await cluster.leader()
-    on_loop = cluster.kw["tick_on_event_loop"]
     for i in range(5):
         assert await leader.propose(b"t%d" % i) == b"ok:%d" % (i + 1)
     await wait_for(lambda: all(len(m.entries) == 5 for m in cluster.machines), "replicas")
     loop_thread = threading.get_ident()
     for node, machine in zip(cluster.nodes, cluster.machines, strict=True):
         assert node is not None
-        assert node._thread.is_alive() is (not on_loop)
         notifier = type(node._node._SyncObj__pipeNotifier).__name__
-        assert notifier == ("_KickNotifier" if on_loop else "PipeNotifier")
-        if on_loop:
-            assert machine.threads == {loop_thread}
-        else:
-            assert loop_thread not in machine.threads and len(machine.threads) == 1
+        assert notifier == "_KickNotifier"
+        assert machine.threads == {loop_thread}
 
 
 async def test_on_the_loop_close_leaves_no_descriptor_registered(tmp_path: Path) -> None:
@@ -418,7 +410,7 @@ async def test_a_busy_event_loop_keeps_its_leader_and_commits(tmp_path: Path) ->
 
 
 def test_the_loop_poller_still_replaces_pysyncobjs(tmp_path: Path) -> None:
-    """On the loop, `_RaftNode` swaps in its poller through SyncObj's `self._poller = ...`
+    """`_RaftNode` swaps in its poller through SyncObj's `self._poller = ...`
     and takes over pysyncobj's private pipe notifier. Fail here if an upgrade renames them."""
     source = inspect.getsource(SyncObj.__init__)
     assert "self._poller = createPoller(" in source
