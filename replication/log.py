@@ -39,7 +39,6 @@ import heapq
 import logging
 import math
 import os
-import secrets
 import select
 import socket
 import struct
@@ -62,13 +61,14 @@ from replication.batch import (
     encode_results,
     is_batch,
 )
-from replication.connection import (
-    FRAME_BYTES_MAX_DEFAULT,
-    HANDSHAKE_TIMEOUT_S_DEFAULT,
-    UNAUTHENTICATED_MAX_DEFAULT,
-    TransportLimits,
+from replication.errors import (
+    NoLeaderError,
+    OutcomeUnknownError,
+    QueueFullError,
+    ReplicationError,
 )
 from replication.refusals import Refusals
+from replication.settings import RaftSettings
 from replication.transport import HardenedTransport
 
 # pysyncobj 0.3.17 (pysyncobj/win_inet_pton.py) replaces socket.inet_ntop on every platform
@@ -99,7 +99,6 @@ TICK_PERIOD_S = 0.02  # a tick on the loop at least this often: Raft's timers ar
 BIND_RETRIES_MAX = 20
 BIND_RETRY_S = 0.25
 SHUTDOWN_JOIN_S = 5.0
-SECRET_BYTES_MIN = 16
 # How long after a commit the leader may wait before telling the followers the new commit
 # index in an AppendEntries of its own (`_RaftNode._SyncObj__applyLogEntries`).
 COMMIT_NOTICE_DELAY_S = 0.005
@@ -111,11 +110,6 @@ COMMIT_NOTICE_DELAY_S = 0.005
 LOOP_STALL_S = 0.05
 GUARD_PERIOD_S = 0.01
 GUARD_LOG_INTERVAL_S = 10.0
-GROUP_COMMIT_ENTRIES_MAX_DEFAULT = 256
-GROUP_COMMIT_BYTES_MAX_DEFAULT = 1024 * 1024
-GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT = 1
-PROPOSALS_QUEUED_MAX_DEFAULT = 10_000
-PROPOSALS_QUEUED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 
 
 class StateMachine(Protocol):
@@ -128,31 +122,6 @@ class StateMachine(Protocol):
     def restore(self, data: bytes) -> None: ...
 
 
-class ReplicationError(Exception):
-    """Root of the errors this module raises.
-
-    ReplicationError
-    +-- NoLeaderError          the entry was NOT appended anywhere (no leader, queue full,
-    |   |                      refused): safe to retry or to report unavailable
-    |   +-- QueueFullError     this node's group-commit queue is at its bound: overloaded,
-    |                          not leaderless; retry after a moment
-    +-- OutcomeUnknownError    the entry may or may not commit later (timeout, leader
-                               changed, discarded): retry with the same request id
-    """
-
-
-class NoLeaderError(ReplicationError):
-    pass
-
-
-class QueueFullError(NoLeaderError):
-    pass
-
-
-class OutcomeUnknownError(ReplicationError):
-    pass
-
-
 class RaftRole(Enum):
     FOLLOWER = "follower"
     CANDIDATE = "candidate"
@@ -163,66 +132,6 @@ _ROLE_BY_PYSYNCOBJ_STATE = {0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: Raft
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RaftSettings:
-    """Everything one Raft node needs. Timeouts are the tuned values of DESIGN §2."""
-
-    self_addr: str  # "host:port" this node is known by in `partners` of the others
-    partners: tuple[str, ...]
-    bind_addr: str  # explicit "host:port" to bind; never a wildcard by default
-    secret: str
-    journal_path: str
-    dump_path: str
-    raft_min_timeout_s: float = 0.3
-    raft_max_timeout_s: float = 0.6
-    append_entries_period_s: float = 0.05
-    leader_fallback_timeout_s: float = 2.0
-    connection_timeout_s: float = 1.5  # also the transport's idle timeout
-    connection_retry_s: float = 0.5
-    log_compaction_min_entries: int = 5000
-    log_compaction_min_time_s: float = 300.0
-    commands_queue_max: int = 10_000
-    frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
-    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S_DEFAULT
-    unauthenticated_connections_max: int = UNAUTHENTICATED_MAX_DEFAULT
-    # Group commit. entries_max = 1 turns it off (one log entry per proposal).
-    group_commit_entries_max: int = GROUP_COMMIT_ENTRIES_MAX_DEFAULT
-    group_commit_bytes_max: int = GROUP_COMMIT_BYTES_MAX_DEFAULT
-    group_commit_in_flight_max: int = GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
-    proposals_queued_max: int = PROPOSALS_QUEUED_MAX_DEFAULT
-    proposals_queued_bytes_max: int = PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
-
-    def transport_limits(self) -> TransportLimits:
-        return TransportLimits(
-            frame_bytes_max=self.frame_bytes_max,
-            handshake_timeout_s=self.handshake_timeout_s,
-            idle_timeout_s=self.connection_timeout_s,
-            unauthenticated_max=self.unauthenticated_connections_max,
-        )
-
-    def validate(self) -> None:
-        if len(self.secret.encode()) < SECRET_BYTES_MIN:
-            raise ValueError(
-                f"cluster secret must be at least {SECRET_BYTES_MIN} bytes: Raft traffic is "
-                "pickle, and the secret is what keeps strangers from running code in the node"
-            )
-        host = self.bind_addr.rsplit(":", 1)[0]
-        if host in ("", "0.0.0.0", "::"):
-            raise ValueError("bind_addr must name an explicit address, not a wildcard")
-        if not self.journal_path or not self.dump_path:
-            raise ValueError("both journal_path and dump_path are required")
-        self.transport_limits().validate()
-        for name in (
-            "group_commit_entries_max",
-            "group_commit_bytes_max",
-            "group_commit_in_flight_max",
-            "proposals_queued_max",
-            "proposals_queued_bytes_max",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RaftStatus:
     role: RaftRole
     leader_addr: str | None
@@ -230,10 +139,6 @@ class RaftStatus:
     commit_index: int
     applied_index: int
     ready: bool  # leader whose own entry of this term has been applied
-
-
-def generate_secret() -> str:
-    return secrets.token_urlsafe(32)
 
 
 class _PendingSnapshot:
