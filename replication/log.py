@@ -41,7 +41,6 @@ import math
 import os
 import select
 import socket
-import struct
 import threading
 import time
 from collections import deque
@@ -67,6 +66,7 @@ from replication.errors import (
     QueueFullError,
     ReplicationError,
 )
+from replication.journal import repair_journal_tail
 from replication.refusals import Refusals
 from replication.settings import RaftSettings
 from replication.transport import HardenedTransport
@@ -572,48 +572,6 @@ def _apply_one(machine: StateMachine, entry: bytes) -> bytes:
     except Exception as exc:
         log.exception("state machine raised on a committed entry; returning an error")
         return machine_error_result(exc)
-
-
-# pysyncobj's FileJournal layout (journal.py, format version 1): a 40-byte header whose last
-# 4 bytes are the end offset of the last record, then records `size | idx term command | size`.
-_JOURNAL_FIRST_RECORD_OFFSET = 40
-_JOURNAL_LAST_OFFSET_AT = 36
-
-
-def repair_journal_tail(path: str) -> int:
-    """Cut a torn tail off a pysyncobj journal file; return the records kept, -1 if untouched.
-
-    Nothing is fsynced (DESIGN §2), so a crash can leave the header's end offset pointing past
-    the bytes that reached the disk; pysyncobj then dies at start-up reading a short record
-    (chaos scenario e). Keeping the longest run of whole records is Raft-safe for this node
-    alone -- it catches up from the leader -- and is what etcd's WAL repair does.
-    """
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return -1
-    if len(data) < _JOURNAL_FIRST_RECORD_OFFSET:
-        return -1
-    (end,) = struct.unpack_from("<I", data, _JOURNAL_LAST_OFFSET_AT)
-    offset, kept = _JOURNAL_FIRST_RECORD_OFFSET, 0
-    while offset < end:
-        if offset + 4 > len(data):
-            break
-        (size,) = struct.unpack_from("<I", data, offset)
-        stop = offset + 4 + size + 4
-        if size < 16 or stop > min(end, len(data)):
-            break
-        if struct.unpack_from("<I", data, offset + 4 + size)[0] != size:
-            break
-        offset, kept = stop, kept + 1
-    if offset == end:
-        return -1
-    log.warning("journal %s: torn tail cut at byte %d (header said %d)", path, offset, end)
-    with open(path, "r+b") as f:
-        f.seek(_JOURNAL_LAST_OFFSET_AT)
-        f.write(struct.pack("<I", offset))
-    return kept
 
 
 class _Proposal:
