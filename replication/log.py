@@ -47,18 +47,19 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.poller import POLL_EVENT_TYPE
 
-from replication.batch import (
-    BatchFormatError,
-    decode_batch,
-    decode_results,
-    encode_batch,
-    encode_results,
-    is_batch,
+from replication.batch import BatchFormatError, decode_results, encode_batch
+from replication.entry import (
+    PendingSnapshot,
+    SnapshotCell,
+    StateMachine,
+    apply_entry,
+    machine_error_result,
+    unpickle_snapshot,
 )
 from replication.errors import (
     NoLeaderError,
@@ -88,9 +89,13 @@ __all__ = [
     "ReplicationError",
     "StateMachine",
     "apply_entry",
+    "machine_error_result",
 ]
 
 log = logging.getLogger(__name__)
+
+# The name dumps on disk give the snapshot's unpickler (replication.entry): kept importable.
+_unpickle_snapshot = unpickle_snapshot
 
 V = TypeVar("V")  # what a read returns of the machine (`ReplicatedLog.read`)
 
@@ -112,16 +117,6 @@ GUARD_PERIOD_S = 0.01
 GUARD_LOG_INTERVAL_S = 10.0
 
 
-class StateMachine(Protocol):
-    """What the log drives. `apply` must be deterministic and should not raise."""
-
-    def apply(self, entry: bytes) -> bytes: ...
-
-    def snapshot(self) -> bytes: ...
-
-    def restore(self, data: bytes) -> None: ...
-
-
 class RaftRole(Enum):
     FOLLOWER = "follower"
     CANDIDATE = "candidate"
@@ -139,40 +134,6 @@ class RaftStatus:
     commit_index: int
     applied_index: int
     ready: bool  # leader whose own entry of this term has been applied
-
-
-class _PendingSnapshot:
-    """A machine snapshot read back from a dump, waiting to be restored into the machine."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-
-def _unpickle_snapshot(data: bytes) -> _PendingSnapshot:
-    return _PendingSnapshot(data)
-
-
-class _SnapshotCell:
-    """The only attribute pysyncobj dumps. Pickling it writes the machine's snapshot bytes
-    (in our codec), never the machine object itself; unpickling yields a _PendingSnapshot.
-    The dump is written in a forked child, so `snapshot()` must not take locks (a lock held
-    by another thread at fork time would never be released in the child)."""
-
-    __slots__ = ("machine",)
-
-    def __init__(self, machine: StateMachine) -> None:
-        self.machine = machine
-
-    def __reduce__(self) -> tuple[Callable[[bytes], _PendingSnapshot], tuple[bytes]]:
-        return (_unpickle_snapshot, (self.machine.snapshot(),))
-
-
-def machine_error_result(exc: BaseException) -> bytes:
-    """What the entry point returns when the machine raised anyway. Opaque to us; the
-    machine's codec is expected to never need it, it is the last line of defence."""
-    return b"\xc0" + repr(exc).encode("utf-8", "replace")[:512]
 
 
 _READ = POLL_EVENT_TYPE.READ
@@ -427,7 +388,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         os.close(read_fd)
         os.close(write_fd)
         self._SyncObj__pipeNotifier = _KickNotifier(poller)
-        self._cell = _SnapshotCell(machine)
+        self._cell = SnapshotCell(machine)
 
     # SyncObj's constructor assigns `self._poller = createPoller(...)`; the poller must be
     # ours before the transport and the pipe subscribe to it.
@@ -534,9 +495,9 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         """The machine, restoring a snapshot pysyncobj loaded since the last call.
         Call with `_ripple_lock` held."""
         cell = self._cell
-        if isinstance(cell, _PendingSnapshot):
+        if isinstance(cell, PendingSnapshot):
             self._ripple_machine.restore(cell.data)
-            self._cell = _SnapshotCell(self._ripple_machine)
+            self._cell = SnapshotCell(self._ripple_machine)
         return self._ripple_machine
 
     @replicated  # type: ignore[untyped-decorator]
@@ -546,32 +507,6 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             return b""  # a barrier: ordering only, the machine never sees it
         with self._ripple_lock:
             return apply_entry(self._machine(), entry)
-
-
-def apply_entry(machine: StateMachine, entry: bytes) -> bytes:
-    """What one committed entry does to `machine` and the result bytes it leaves. A batch
-    applies its items in order, each as if it were its own entry (one call holds the lock,
-    so readers see all of a batch or none of it). Never raises."""
-    if not is_batch(entry):
-        return _apply_one(machine, entry)
-    try:
-        items = decode_batch(entry)
-    except BatchFormatError as exc:
-        log.error("malformed batch entry (%s); every caller gets an error", exc)
-        return machine_error_result(exc)
-    return encode_results([_apply_one(machine, item) for item in items])
-
-
-def _apply_one(machine: StateMachine, entry: bytes) -> bytes:
-    """One entry (alone or inside a batch): an exception in it is its own error value and
-    touches no other entry of the batch."""
-    if not entry:
-        return b""
-    try:
-        return machine.apply(entry)
-    except Exception as exc:
-        log.exception("state machine raised on a committed entry; returning an error")
-        return machine_error_result(exc)
 
 
 class _Proposal:
