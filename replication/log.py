@@ -23,7 +23,7 @@ machine returned. The invariants it keeps, each forced by a fact measured on pys
   applied: every entry committed before it is then applied too, so nothing is served
   from a state that misses committed writes.
 
-Threads: pysyncobj ticks on the asyncio event loop (`_LoopPoller`), and on the stall guard
+Threads: pysyncobj ticks on the asyncio event loop (`LoopPoller`), and on the stall guard
 thread while the loop is busy (`_guard_forever`); every use of pysyncobj holds `_raft_lock`.
 The machine is mutated only inside a tick, under `_lock`; readers on the loop take the same
 lock (`read()`), so they never observe a half-applied entry. Results of a tick on the guard
@@ -39,7 +39,6 @@ import heapq
 import logging
 import math
 import os
-import select
 import socket
 import threading
 import time
@@ -50,7 +49,6 @@ from enum import Enum
 from typing import Any, Generic, TypeVar, overload
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
-from pysyncobj.poller import POLL_EVENT_TYPE
 
 from replication.batch import BatchFormatError, decode_results, encode_batch
 from replication.entry import (
@@ -68,6 +66,7 @@ from replication.errors import (
     ReplicationError,
 )
 from replication.journal import repair_journal_tail
+from replication.poller import KickNotifier, LoopPoller
 from replication.refusals import Refusals
 from replication.settings import RaftSettings
 from replication.transport import HardenedTransport
@@ -136,194 +135,6 @@ class RaftStatus:
     ready: bool  # leader whose own entry of this term has been applied
 
 
-_READ = POLL_EVENT_TYPE.READ
-_WRITE = POLL_EVENT_TYPE.WRITE
-
-
-class _LoopPoller:
-    """pysyncobj's poller interface (`subscribe`, `unsubscribe`, `poll`) on the asyncio event
-    loop, so that Raft runs on the event loop thread: a readable Raft socket is read in the
-    loop's own poll, and a tick (`kick`) runs right after the events of that pass, with no
-    pipe, no thread wake-up and no GIL hand-over between a write and its commit.
-
-    Every use of pysyncobj and of this poller holds `lock` (the node's Raft lock): on the
-    loop it is never contended, and it lets the stall guard (`ReplicatedLog._guard_forever`)
-    run Raft from its own thread while the loop is stuck in other work. From that thread,
-    registrations with the loop and the closing of sockets the loop may still watch are
-    deferred to the loop (`_reconcile`): a descriptor closed while the loop watches it
-    could be reused by a new socket and confuse the loop's poller.
-
-    Subscriptions made before `attach` (the Raft port binds in SyncObj's constructor) are
-    registered there. `poll` never waits: the loop (or the guard's `dispatch_ready`) has
-    delivered the events. An error on a socket shows as readable or writable (epoll and
-    libuv both report it so), and the connection's own read or write then meets it."""
-
-    __slots__ = (
-        "_graveyard",
-        "_kick",
-        "_lock",
-        "_loop",
-        "_loop_thread",
-        "_on_turn",
-        "_registered",
-        "_subs",
-    )
-
-    def __init__(self, lock: threading.Lock) -> None:
-        self._lock = lock
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = -1
-        self._kick: Callable[[], None] = _nothing
-        self._on_turn: Callable[[], None] = _nothing
-        self._subs: dict[int, tuple[Callable[[int, int], None], int]] = {}
-        self._registered: dict[int, int] = {}  # what the loop watches: descriptor -> mask
-        self._graveyard: list[socket.socket] = []  # closed by the loop once unwatched
-
-    def attach(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        kick: Callable[[], None],
-        on_turn: Callable[[], None],
-    ) -> None:
-        """On the loop's thread."""
-        self._loop, self._kick, self._on_turn = loop, kick, on_turn
-        self._loop_thread = threading.get_ident()
-        with self._lock:
-            self._sync()
-
-    def on_loop(self) -> bool:
-        """On the thread of the loop it is attached to."""
-        return threading.get_ident() == self._loop_thread
-
-    # -- pysyncobj's Poller ------------------------------------------------------------------
-
-    def subscribe(self, descr: int, callback: Callable[[int, int], None], eventMask: int) -> None:
-        mask = (_READ if eventMask & (_READ | POLL_EVENT_TYPE.ERROR) else 0) | (eventMask & _WRITE)
-        self._subs[descr] = (callback, mask)
-        self._changed()
-
-    def unsubscribe(self, descr: int) -> None:
-        if self._subs.pop(descr, None) is not None:
-            self._changed()
-
-    def poll(self, timeout: float) -> None:
-        """pysyncobj calls this at the end of each tick: the loop polls instead."""
-
-    # -- the transport's sockets -------------------------------------------------------------
-
-    def release(self, sock: socket.socket) -> None:
-        """Close a socket the transport is done with (after `unsubscribe`). Off the loop the
-        peer is told at once (shutdown) and the descriptor is closed by the loop."""
-        if self.on_loop():
-            sock.close()
-            return
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        self._graveyard.append(sock)
-        self._changed()
-
-    def close(self) -> None:
-        """On the loop's thread, after the transport closed: nothing stays watched."""
-        with self._lock:
-            self._subs.clear()
-            self._sync()
-
-    # -- the guard thread ---------------------------------------------------------------------
-
-    def dispatch_ready(self) -> None:
-        """Deliver what is ready now, the way pysyncobj's own poller does (guard thread,
-        under the lock)."""
-        p = select.poll()
-        for descr, (_callback, mask) in self._subs.items():
-            p.register(
-                descr,
-                (select.POLLIN if mask & _READ else 0) | (select.POLLOUT if mask & _WRITE else 0),
-            )
-        for descr, ev in p.poll(0):
-            sub = self._subs.get(descr)
-            if sub is None:
-                continue  # unsubscribed by an earlier event of this round
-            event = (_READ if ev & (select.POLLIN | select.POLLERR | select.POLLHUP) else 0) | (
-                _WRITE if ev & select.POLLOUT else 0
-            )
-            try:
-                sub[0](descr, event)
-            except Exception:
-                log.exception("raft socket event failed")
-
-    # -- internals ---------------------------------------------------------------------------
-
-    def _changed(self) -> None:
-        if self._loop is None:
-            return  # before attach: registered there
-        if self.on_loop():
-            self._sync()
-        else:
-            self._loop.call_soon_threadsafe(self._reconcile)
-
-    def _reconcile(self) -> None:
-        with self._lock:
-            self._sync()
-
-    def _sync(self) -> None:
-        """Make what the loop watches match the subscriptions, then close the sockets left
-        for the loop (on the loop's thread, under the lock)."""
-        loop = self._loop
-        if loop is None:
-            return
-        registered = self._registered
-        for descr in set(registered) | set(self._subs):
-            old = registered.get(descr, 0)
-            sub = self._subs.get(descr)
-            new = 0 if sub is None else sub[1]
-            if new == old:
-                continue
-            if new & _READ and not old & _READ:
-                loop.add_reader(descr, self._fire, descr, _READ)
-            elif old & _READ and not new & _READ:
-                loop.remove_reader(descr)
-            if new & _WRITE and not old & _WRITE:
-                loop.add_writer(descr, self._fire, descr, _WRITE)
-            elif old & _WRITE and not new & _WRITE:
-                loop.remove_writer(descr)
-            if new:
-                registered[descr] = new
-            else:
-                del registered[descr]
-        graveyard, self._graveyard = self._graveyard, []
-        for sock in graveyard:
-            with contextlib.suppress(OSError):
-                sock.close()
-
-    def _fire(self, descr: int, event: int) -> None:
-        with self._lock:
-            sub = self._subs.get(descr)
-            if sub is not None:
-                try:
-                    sub[0](descr, event)
-                except Exception:
-                    log.exception("raft socket event failed")
-        self._on_turn()
-        self._kick()
-
-
-class _KickNotifier:
-    """Stands in for pysyncobj's PipeNotifier on the loop: a proposal made on the loop
-    schedules a tick directly instead of writing a byte to a pipe."""
-
-    __slots__ = ("_poller",)
-
-    def __init__(self, poller: _LoopPoller) -> None:
-        self._poller = poller
-
-    def notify(self) -> None:
-        self._poller._kick()
-
-
-def _nothing() -> None:
-    return None
-
-
 def syncobj_conf(settings: RaftSettings, **extra: Any) -> SyncObjConf:
     """pysyncobj's configuration for `settings`, with `extra` (pysyncobj's own names) on top.
     No `password`: the transport seals every frame under keys of its own connection
@@ -360,7 +171,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         lock: threading.Lock,
         on_role: Callable[[RaftRole], None],
         refusals: Refusals,
-        poller: _LoopPoller,
+        poller: LoopPoller,
     ) -> None:
         # Attributes set before SyncObj.__init__ are pysyncobj "properties": excluded from
         # dumps. Only `_cell`, set after, is serialized.
@@ -387,7 +198,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         poller.unsubscribe(read_fd)
         os.close(read_fd)
         os.close(write_fd)
-        self._SyncObj__pipeNotifier = _KickNotifier(poller)
+        self._SyncObj__pipeNotifier = KickNotifier(poller)
         self._cell = SnapshotCell(machine)
 
     # SyncObj's constructor assigns `self._poller = createPoller(...)`; the poller must be
@@ -645,7 +456,7 @@ class ReplicatedLog:
         self._refusals = Refusals()
         # Every use of pysyncobj holds this on the loop (uncontended there) and on the guard.
         self._raft_lock = threading.Lock()
-        self._poller = _LoopPoller(self._raft_lock)
+        self._poller = LoopPoller(self._raft_lock)
         self._node = _RaftNode(
             settings, machine, self._lock, self._on_role, self._refusals, self._poller
         )

@@ -31,6 +31,7 @@ from replication.log import (
     _RaftNode,
     machine_error_result,
 )
+from replication.poller import KickNotifier
 from tests.support import free_ports
 
 SECRET = "test-secret-0123456789abcdef"
@@ -362,8 +363,7 @@ async def test_raft_runs_on_the_event_loop(cluster: Cluster) -> None:
     loop_thread = threading.get_ident()
     for node, machine in zip(cluster.nodes, cluster.machines, strict=True):
         assert node is not None
-        notifier = type(node._node._SyncObj__pipeNotifier).__name__
-        assert notifier == "_KickNotifier"
+        assert isinstance(node._node._SyncObj__pipeNotifier, KickNotifier)
         assert machine.threads == {loop_thread}
 
 
