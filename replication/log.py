@@ -35,14 +35,12 @@ from __future__ import annotations
 import _socket
 import asyncio
 import contextlib
-import heapq
 import logging
 import math
 import os
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -50,7 +48,6 @@ from typing import Any, Generic, TypeVar, overload
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
-from replication.batch import BatchFormatError, decode_results, encode_batch
 from replication.entry import (
     PendingSnapshot,
     SnapshotCell,
@@ -65,6 +62,7 @@ from replication.errors import (
     QueueFullError,
     ReplicationError,
 )
+from replication.group_commit import DEFAULT_PROPOSE_TIMEOUT_S, GroupCommit, GroupCommitStats
 from replication.journal import repair_journal_tail
 from replication.poller import KickNotifier, LoopPoller
 from replication.refusals import Refusals
@@ -98,7 +96,6 @@ _unpickle_snapshot = unpickle_snapshot
 
 V = TypeVar("V")  # what a read returns of the machine (`ReplicatedLog.read`)
 
-DEFAULT_PROPOSE_TIMEOUT_S = 5.0
 TICK_PERIOD_S = 0.02  # a tick on the loop at least this often: Raft's timers are checked in it
 BIND_RETRIES_MAX = 20
 BIND_RETRY_S = 0.25
@@ -320,89 +317,6 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             return apply_entry(self._machine(), entry)
 
 
-class _Proposal:
-    __slots__ = ("entry", "fut")
-
-    def __init__(self, entry: bytes, fut: asyncio.Future[tuple[Any, int]]) -> None:
-        self.entry = entry
-        self.fut = fut
-
-
-# The deadlines' heap is rebuilt without the settled proposals once it holds twice as many
-# entries as after the last rebuild (and at least this many): it never holds more than twice
-# the proposals waiting (queued plus in flight, themselves bounded) or this floor.
-DEADLINES_PRUNE_MIN = 1024
-# A timer may fire up to a clock tick early (uvloop's clock counts milliseconds): a proposal
-# that is due within this is given up on then rather than rearming for the remainder.
-DEADLINE_SLACK_S = 0.001
-
-
-class _Deadlines:
-    """When each waiting proposal gives up (`TimeoutError` set on its future): one timer, for
-    the earliest deadline, instead of `asyncio.wait_for` per proposal. wait_for cost a timer,
-    a second future and one more event-loop pass per write: about 6 us of the leader's
-    event loop against 0.19-0.23 ms per write at 64 clients (microbenchmark and A/B in
-    docs/benchmarks.md). Event loop thread only."""
-
-    __slots__ = ("_heap", "_prune_at", "_seq", "_timer", "_timer_at")
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, asyncio.Future[Any]]] = []
-        self._seq = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
-        self._prune_at = DEADLINES_PRUNE_MIN
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def add(
-        self, loop: asyncio.AbstractEventLoop, timeout_s: float, fut: asyncio.Future[Any]
-    ) -> None:
-        deadline = loop.time() + timeout_s
-        self._seq += 1
-        heapq.heappush(self._heap, (deadline, self._seq, fut))
-        if len(self._heap) > self._prune_at:
-            self._heap = [item for item in self._heap if not item[2].done()]
-            heapq.heapify(self._heap)
-            self._prune_at = max(DEADLINES_PRUNE_MIN, 2 * len(self._heap))
-        if deadline < self._timer_at:
-            self._arm(loop, deadline)
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(at, self._expire, loop)
-        self._timer_at = at
-
-    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer, self._timer_at = None, math.inf
-        heap, due = self._heap, loop.time() + DEADLINE_SLACK_S
-        while heap and (heap[0][0] <= due or heap[0][2].done()):
-            fut = heapq.heappop(heap)[2]
-            if not fut.done():
-                fut.set_exception(TimeoutError())
-        if heap:
-            self._arm(loop, heap[0][0])
-
-
-class _Slot:
-    """One batch in flight; released once, by its callback or by its safety timer."""
-
-    __slots__ = ("released", "timer")
-
-    def __init__(self) -> None:
-        self.released = False
-        self.timer: asyncio.TimerHandle | None = None
-
-
-@dataclass(slots=True)
-class GroupCommitStats:
-    entries: int = 0  # log entries proposed (a batch or a lone proposal)
-    proposals: int = 0  # proposals they carried
-    queue_full: int = 0  # proposals refused because the queue was at its bound
-
-
 def _itself(machine: StateMachine) -> StateMachine:
     return machine
 
@@ -466,12 +380,12 @@ class ReplicatedLog:
         self._last_turn = time.monotonic()  # the loop's last tick or Raft event
         self._guard_rounds = 0
         self._guard_logged_at = -math.inf
-        # Group commit, on the event loop thread only.
-        self._queue: deque[_Proposal] = deque()
-        self._deadlines = _Deadlines()
-        self._queued_bytes = 0
-        self._in_flight = 0
-        self._group_stats = GroupCommitStats()
+        self._group = GroupCommit(
+            settings.group_commit_limits(),
+            append=self._append,
+            on_loop=self._poller.on_loop,
+            sent=self._send_now,
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -651,81 +565,10 @@ class ReplicatedLog:
         `group_commit_in_flight_max` batches are in flight, everything queued (up to the
         batch bounds) goes out as one log entry. One client alone sees no extra wait: its
         proposal finds nothing in flight and goes out at once, as itself."""
-        loop = asyncio.get_running_loop()
-        settings = self._settings
-        if (
-            len(self._queue) >= settings.proposals_queued_max
-            or self._queued_bytes + len(entry) > settings.proposals_queued_bytes_max
-        ):
-            self._group_stats.queue_full += 1
-            raise QueueFullError("proposal queue full")
-        fut: asyncio.Future[tuple[Any, int]] = loop.create_future()
-        self._queue.append(_Proposal(entry, fut))
-        self._queued_bytes += len(entry)
-        self._deadlines.add(loop, timeout_s, fut)
-        self._flush()
-        try:
-            result, err = await fut
-        except TimeoutError as exc:
-            raise OutcomeUnknownError(f"no commit within {timeout_s} s") from exc
-        if err == FAIL_REASON.SUCCESS:
-            if not isinstance(result, bytes):
-                raise OutcomeUnknownError("machine returned no result")  # pragma: no cover
-            return result
-        if err in (
-            FAIL_REASON.QUEUE_FULL,
-            FAIL_REASON.MISSING_LEADER,
-            FAIL_REASON.NOT_LEADER,
-            FAIL_REASON.REQUEST_DENIED,
-        ):
-            raise NoLeaderError(_FAIL_NAMES.get(err, str(err)))
-        raise OutcomeUnknownError(_FAIL_NAMES.get(err, str(err)))
+        return await self._group.propose(entry, timeout_s)
 
-    def _flush(self) -> None:
-        """Send what is queued, one batch per free in-flight slot (event loop thread)."""
-        settings = self._settings
-        loop = asyncio.get_running_loop()
-        # A batch travels in one Raft frame with its framing and the message around it
-        # (coordinator config refuses a larger setting; this guards other callers).
-        bytes_max = min(settings.group_commit_bytes_max, settings.frame_bytes_max // 4)
-        poller = self._poller
-        sent = False
-        while self._queue and self._in_flight < settings.group_commit_in_flight_max:
-            batch: list[_Proposal] = []
-            size = 0
-            while self._queue and len(batch) < settings.group_commit_entries_max:
-                head = self._queue[0]
-                if batch and size + len(head.entry) > bytes_max:
-                    break
-                self._queue.popleft()
-                self._queued_bytes -= len(head.entry)
-                if head.fut.done():
-                    continue  # its caller timed out: never appended, nothing to wait for
-                batch.append(head)
-                size += len(head.entry)
-            if not batch:
-                continue
-            payload = batch[0].entry if len(batch) == 1 else encode_batch([p.entry for p in batch])
-            self._in_flight += 1
-            self._group_stats.entries += 1
-            self._group_stats.proposals += len(batch)
-            slot = _Slot()
-
-            def callback(
-                result: Any, err: int, batch: list[_Proposal] = batch, slot: _Slot = slot
-            ) -> None:  # in a tick: on the loop or on the guard
-                if poller.on_loop():
-                    self._settle(batch, slot, result, err, release_later=True)
-                else:
-                    loop.call_soon_threadsafe(self._settle, batch, slot, result, err)
-
-            # pysyncobj calls back on commit or failure; if it never did (a bug), the slot
-            # is freed after the longest a caller could wait, so the queue cannot wedge.
-            slot.timer = loop.call_later(DEFAULT_PROPOSE_TIMEOUT_S * 2, self._release_slot, slot)
-            self._node._apply_entry(payload, callback=callback)
-            sent = True
-        if sent:
-            self._send_now()
+    def _append(self, payload: bytes, callback: Callable[[Any, int], None]) -> None:
+        self._node._apply_entry(payload, callback=callback)
 
     def _send_now(self) -> None:
         """On the loop: tick now, so a batch just queued goes out in this pass of the loop
@@ -741,62 +584,11 @@ class ReplicatedLog:
             finally:
                 self._raft_lock.release()
 
-    def _release_slot(self, slot: _Slot) -> None:
-        if not slot.released:
-            slot.released = True
-            if slot.timer is not None:
-                slot.timer.cancel()
-            self._in_flight -= 1
-            self._flush()
-
-    def _settle(
-        self,
-        batch: list[_Proposal],
-        slot: _Slot,
-        result: Any,
-        err: int,
-        *,
-        release_later: bool = False,
-    ) -> None:
-        """Hand each proposal of a committed (or failed) entry its own outcome.
-        `release_later`: called inside a tick on the loop; the callers learn now, and the
-        slot is freed on the next pass of the loop, so the proposals that pass brings wait
-        and go out together rather than the first of them alone."""
-        outcomes: list[tuple[Any, int]]
-        if err != FAIL_REASON.SUCCESS or len(batch) == 1:
-            outcomes = [(result, err)] * len(batch)
-        else:
-            try:
-                results = decode_results(result) if isinstance(result, bytes) else []
-            except BatchFormatError:
-                results = []
-            if len(results) == len(batch):
-                outcomes = [(r, err) for r in results]
-            else:  # the machine's error value for a malformed batch: everyone learns of it
-                outcomes = [(result, err)] * len(batch)
-        for proposal, outcome in zip(batch, outcomes, strict=True):
-            if not proposal.fut.done():
-                proposal.fut.set_result(outcome)
-        if release_later:
-            asyncio.get_running_loop().call_soon(self._release_slot, slot)
-        else:
-            self._release_slot(slot)
-
     def group_commit_stats(self) -> GroupCommitStats:
         """Log entries sent by this node's proposals and proposals they carried (so far)."""
-        return self._group_stats
+        return self._group.stats()
 
     async def barrier(self, timeout_s: float = DEFAULT_PROPOSE_TIMEOUT_S) -> None:
         """Linearizable-read fence: once an empty entry proposed now has been applied here,
         local state reflects every write acknowledged before the call."""
         await self.propose(b"", timeout_s)
-
-
-_FAIL_NAMES = {
-    FAIL_REASON.QUEUE_FULL: "queue full",
-    FAIL_REASON.MISSING_LEADER: "no leader",
-    FAIL_REASON.DISCARDED: "discarded by a new leader",
-    FAIL_REASON.NOT_LEADER: "not leader",
-    FAIL_REASON.LEADER_CHANGED: "leader changed",
-    FAIL_REASON.REQUEST_DENIED: "request denied",
-}

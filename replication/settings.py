@@ -18,23 +18,18 @@ from replication.connection import (
     UNAUTHENTICATED_MAX_DEFAULT,
     TransportLimits,
 )
+from replication.group_commit import (
+    GROUP_COMMIT_BYTES_MAX_DEFAULT,
+    GROUP_COMMIT_ENTRIES_MAX_DEFAULT,
+    GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT,
+    PROPOSALS_QUEUED_BYTES_MAX_DEFAULT,
+    PROPOSALS_QUEUED_MAX_DEFAULT,
+    GroupCommitLimits,
+)
 
-__all__ = [
-    "GROUP_COMMIT_BYTES_MAX_DEFAULT",
-    "GROUP_COMMIT_ENTRIES_MAX_DEFAULT",
-    "GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT",
-    "PROPOSALS_QUEUED_BYTES_MAX_DEFAULT",
-    "PROPOSALS_QUEUED_MAX_DEFAULT",
-    "SECRET_BYTES_MIN",
-    "RaftSettings",
-]
+__all__ = ["SECRET_BYTES_MIN", "RaftSettings"]
 
 SECRET_BYTES_MIN = 16
-GROUP_COMMIT_ENTRIES_MAX_DEFAULT = 256
-GROUP_COMMIT_BYTES_MAX_DEFAULT = 1024 * 1024
-GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT = 1
-PROPOSALS_QUEUED_MAX_DEFAULT = 10_000
-PROPOSALS_QUEUED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +67,17 @@ class RaftSettings:
             handshake_timeout_s=self.handshake_timeout_s,
             idle_timeout_s=self.connection_timeout_s,
             unauthenticated_max=self.unauthenticated_connections_max,
+        )
+
+    def group_commit_limits(self) -> GroupCommitLimits:
+        return GroupCommitLimits(
+            entries_max=self.group_commit_entries_max,
+            # A batch travels in one Raft frame with its framing and the message around it
+            # (coordinator config refuses a larger setting; this guards other callers).
+            bytes_max=min(self.group_commit_bytes_max, self.frame_bytes_max // 4),
+            in_flight_max=self.group_commit_in_flight_max,
+            queued_max=self.proposals_queued_max,
+            queued_bytes_max=self.proposals_queued_bytes_max,
         )
 
     def validate(self) -> None:

@@ -394,7 +394,7 @@ async def test_a_busy_event_loop_keeps_its_leader_and_commits(tmp_path: Path) ->
         # One pass of the loop, not a wait: the task proposes and sends the entry, and the
         # busy stretch starts before the followers' answers can be read by the loop.
         await asyncio.sleep(0)
-        assert leader._in_flight == 1
+        assert leader._group.in_flight == 1
         applied_while_busy = False
         busy_until = time.monotonic() + 5 * 0.3
         while time.monotonic() < busy_until:
