@@ -4,7 +4,7 @@
 
 A plain `SyncObj` subclass on pysyncobj's own threading (its `autoTick` thread ticks Raft; a
 write crosses to that thread and its commit back to the event loop), with none of Ripple's
-corrections to pysyncobj (`_RaftNode`, replication/log.py): what the coordinator's write path is
+corrections to pysyncobj (`replication.raft_node`): what the coordinator's write path is
 measured against. It keeps what makes the comparison fair: the same Raft port
 (`replication.transport.HardenedTransport`), the same timeouts and journal plus dump
 (`RaftSettings` defaults through `syncobj_conf`), one log entry per write (the body bytes),
@@ -31,8 +31,10 @@ from aiohttp import web
 from pysyncobj import FAIL_REASON, SyncObj, replicated
 
 from coordinator.service.server import run_node_process
-from replication.log import DEFAULT_PROPOSE_TIMEOUT_S, RaftSettings, syncobj_conf
+from replication.group_commit import DEFAULT_PROPOSE_TIMEOUT_S
+from replication.raft_node import syncobj_conf
 from replication.refusals import Refusals
+from replication.settings import RaftSettings
 from replication.transport import HardenedTransport
 
 SECRET = "bench-raw-node-secret-0123456789"

@@ -1,6 +1,6 @@
 """Group commit's envelope: many opaque entries in ONE replicated log entry, results likewise.
 
-Owns only the byte layout; `replication.log` decides what goes into a batch. Invariants:
+Owns only the byte layout; `replication.group_commit` decides what goes into a batch. Invariants:
 
 - A batch starts with ``BATCH_MAGIC``, whose first byte 0xC1 is the one byte msgpack never
   produces, so no machine entry in msgpack (and no empty barrier) can be taken for a batch:

@@ -35,6 +35,7 @@ from typing import Any
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, set_keepalive
 
+from replication.pysyncobj_pin import check_pysyncobj_version
 from replication.refusals import Refusals
 from replication.wire import (
     KEEPALIVE_FRAME,
@@ -58,6 +59,8 @@ __all__ = [
     "TransportLimits",
     "abort_on_close",
 ]
+
+check_pysyncobj_version()  # `Connection` is what pysyncobj's TCPTransport takes it for
 
 log = logging.getLogger(__name__)
 

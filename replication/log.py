@@ -32,25 +32,20 @@ cross back to the loop with `loop.call_soon_threadsafe`.
 
 from __future__ import annotations
 
-import _socket
 import asyncio
 import contextlib
 import logging
 import math
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Generic, TypeVar, overload
 
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import FAIL_REASON
 
 from replication.entry import (
-    PendingSnapshot,
-    SnapshotCell,
     StateMachine,
     apply_entry,
     machine_error_result,
@@ -64,15 +59,10 @@ from replication.errors import (
 )
 from replication.group_commit import DEFAULT_PROPOSE_TIMEOUT_S, GroupCommit, GroupCommitStats
 from replication.journal import repair_journal_tail
-from replication.poller import KickNotifier, LoopPoller
+from replication.poller import LoopPoller
+from replication.raft_node import RaftNode, RaftRole
 from replication.refusals import Refusals
 from replication.settings import RaftSettings
-from replication.transport import HardenedTransport
-
-# pysyncobj 0.3.17 (pysyncobj/win_inet_pton.py) replaces socket.inet_ntop on every platform
-# with a Windows-only function that raises off Windows; anything in this process that
-# formats an address (psutil, resolvers) would break. Put the real one back.
-socket.inet_ntop = _socket.inet_ntop
 
 __all__ = [
     "DEFAULT_PROPOSE_TIMEOUT_S",
@@ -97,12 +87,7 @@ _unpickle_snapshot = unpickle_snapshot
 V = TypeVar("V")  # what a read returns of the machine (`ReplicatedLog.read`)
 
 TICK_PERIOD_S = 0.02  # a tick on the loop at least this often: Raft's timers are checked in it
-BIND_RETRIES_MAX = 20
-BIND_RETRY_S = 0.25
 SHUTDOWN_JOIN_S = 5.0
-# How long after a commit the leader may wait before telling the followers the new commit
-# index in an AppendEntries of its own (`_RaftNode._SyncObj__applyLogEntries`).
-COMMIT_NOTICE_DELAY_S = 0.005
 # Raft on the event loop: the guard thread ticks in the loop's place, every GUARD_PERIOD_S,
 # once the loop has not for LOOP_STALL_S (two and a half of the loop's own TICK_PERIOD_S, so
 # never while the loop keeps up): while the loop is busy, each Raft message then waits at
@@ -113,15 +98,6 @@ GUARD_PERIOD_S = 0.01
 GUARD_LOG_INTERVAL_S = 10.0
 
 
-class RaftRole(Enum):
-    FOLLOWER = "follower"
-    CANDIDATE = "candidate"
-    LEADER = "leader"
-
-
-_ROLE_BY_PYSYNCOBJ_STATE = {0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: RaftRole.LEADER}
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RaftStatus:
     role: RaftRole
@@ -130,191 +106,6 @@ class RaftStatus:
     commit_index: int
     applied_index: int
     ready: bool  # leader whose own entry of this term has been applied
-
-
-def syncobj_conf(settings: RaftSettings, **extra: Any) -> SyncObjConf:
-    """pysyncobj's configuration for `settings`, with `extra` (pysyncobj's own names) on top.
-    No `password`: the transport seals every frame under keys of its own connection
-    (`replication.wire.Session`); pysyncobj's Fernet on top would only cost CPU."""
-    return SyncObjConf(
-        bindAddress=settings.bind_addr,
-        journalFile=settings.journal_path,
-        fullDumpFile=settings.dump_path,
-        appendEntriesUseBatch=False,
-        raftMinTimeout=settings.raft_min_timeout_s,
-        raftMaxTimeout=settings.raft_max_timeout_s,
-        appendEntriesPeriod=settings.append_entries_period_s,
-        leaderFallbackTimeout=settings.leader_fallback_timeout_s,
-        connectionTimeout=settings.connection_timeout_s,
-        connectionRetryTime=settings.connection_retry_s,
-        logCompactionMinEntries=settings.log_compaction_min_entries,
-        logCompactionMinTime=settings.log_compaction_min_time_s,
-        commandsQueueSize=settings.commands_queue_max,
-        maxBindRetries=BIND_RETRIES_MAX,
-        bindRetryTime=BIND_RETRY_S,
-        dynamicMembershipChange=False,
-        **extra,
-    )
-
-
-class _RaftNode(SyncObj):  # type: ignore[misc]
-    # pysyncobj's own (private) time of the leader's next AppendEntries round.
-    _SyncObj__newAppendEntriesTime: float
-
-    def __init__(
-        self,
-        settings: RaftSettings,
-        machine: StateMachine,
-        lock: threading.Lock,
-        on_role: Callable[[RaftRole], None],
-        refusals: Refusals,
-        poller: LoopPoller,
-    ) -> None:
-        # Attributes set before SyncObj.__init__ are pysyncobj "properties": excluded from
-        # dumps. Only `_cell`, set after, is serialized.
-        self._ripple_loop_poller = poller
-        self._ripple_machine = machine
-        self._ripple_lock = lock
-        self._ripple_backup_to: int | None = None
-        conf = syncobj_conf(
-            settings,
-            autoTick=False,
-            onStateChanged=lambda _old, new: on_role(
-                _ROLE_BY_PYSYNCOBJ_STATE.get(new, RaftRole.FOLLOWER)
-            ),
-        )
-        transport = HardenedTransport.factory(
-            limits=settings.transport_limits(), secret=settings.secret, refusals=refusals
-        )
-        super().__init__(
-            settings.self_addr, list(settings.partners), conf, transportClass=transport
-        )
-        # pysyncobj's pipe (subscribed in its constructor) is not needed on the loop.
-        pipe: Any = self.__dict__["_SyncObj__pipeNotifier"]
-        read_fd, write_fd = pipe._PipeNotifier__pipeR, pipe._PipeNotifier__pipeW
-        poller.unsubscribe(read_fd)
-        os.close(read_fd)
-        os.close(write_fd)
-        self._SyncObj__pipeNotifier = KickNotifier(poller)
-        self._cell = SnapshotCell(machine)
-
-    # SyncObj's constructor assigns `self._poller = createPoller(...)`; the poller must be
-    # ours before the transport and the pipe subscribe to it.
-    @property
-    def _poller(self) -> Any:
-        return self._ripple_loop_poller
-
-    @_poller.setter
-    def _poller(self, value: Any) -> None:
-        pass
-
-    # Overrides pysyncobj's private SyncObj.__sendNextNodeIdx (its name, mangled).
-    def _SyncObj__sendNextNodeIdx(
-        self,
-        node: Any,
-        reset: bool = False,
-        nextNodeIdx: int | None = None,
-        success: bool = False,
-    ) -> None:
-        """A follower's answer to append_entries, made to converge (pysyncobj 0.3.17).
-
-        The leader sends everything from its guess of our next index in one burst of
-        messages, each chained on the one before. When our tail conflicts (term mismatch
-        at prevLogIdx) we ask it to back up one entry; every later message of the burst
-        then names a prevLogIdx we do not have, and pysyncobj answers those with "reset to
-        the end of your log", which the leader applies after the back-up. Once the
-        leader holds more than one batch (64 KiB) past the conflict, the two answers cancel
-        out forever and this node never catches up (chaos scenario b, --soak). So until an
-        append succeeds, a "do not have it" answer repeats the lowest back-up point asked for.
-        """
-        if success:
-            self._ripple_backup_to = None
-        elif reset and nextNodeIdx is not None:  # conflict at prevLogIdx: back up
-            prev = self._ripple_backup_to
-            self._ripple_backup_to = nextNodeIdx if prev is None else min(prev, nextNodeIdx)
-        elif reset and self._ripple_backup_to is not None:  # a later message of the burst
-            end = int(self._SyncObj__getCurrentLogIndex()) + 1
-            nextNodeIdx = min(self._ripple_backup_to, end)
-        SyncObj._SyncObj__sendNextNodeIdx(
-            self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
-        )
-
-    # Overrides pysyncobj's private SyncObj.__loadDumpFile (its name, mangled).
-    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
-        """Load the dump without throwing away the journal entries written after it.
-
-        pysyncobj 0.3.17 keeps the journal only if it starts exactly with the dump's last two
-        entries; otherwise it clears it. But it trims the journal to the dump only on the tick
-        after the forked child has written the dump, so a node stopped in between (any stop
-        soon after a compaction) restarts with a journal that still starts earlier: every
-        entry after the dump was dropped, acknowledged ones included, on all nodes that
-        stopped alike (tests/integration/test_replication.py's restart test, about half the
-        runs). Trimming the journal to the dump first keeps what came after it.
-        """
-        serializer = self._SyncObj__serializer
-        data = serializer.deserialize()
-        if not clearJournal:
-            self._ripple_trim_journal_to(data[2], data[1])
-        original = serializer.deserialize
-        serializer.deserialize = lambda: data  # read the file once, not twice
-        try:
-            SyncObj._SyncObj__loadDumpFile(self, clearJournal)
-        finally:
-            serializer.deserialize = original
-
-    def _ripple_trim_journal_to(self, before_last: Any, last: Any) -> None:
-        journal = self._SyncObj__raftLog
-        if len(journal) < 2:
-            return
-        pos = int(before_last[1]) - int(journal[0][1])
-        if not 0 < pos < len(journal) - 1:
-            return  # already aligned, or the journal does not reach the dump
-        if journal[pos] == before_last and journal[pos + 1] == last:
-            log.info(
-                "journal starts at index %d, before the dump's index %d (stopped before "
-                "trimming it): trimming it, keeping the %d entries after the dump",
-                journal[0][1],
-                last[1],
-                len(journal) - pos - 2,
-            )
-            self._SyncObj__deleteEntriesTo(before_last[1])
-
-    # Overrides pysyncobj's private SyncObj.__applyLogEntries (its name, mangled).
-    def _SyncObj__applyLogEntries(self) -> bool:
-        """Apply what is committed, and tell the followers the new commit index soon rather
-        than at once (pysyncobj 0.3.17, appendEntriesUseBatch off, sends every follower an
-        AppendEntries after each apply, only to carry the commit index).
-
-        That second round (a message out and an answer back per follower, per commit) ran
-        right after the commit's callback, holding the GIL while the event loop needed it to
-        answer the writer; without it, at one client, each follower spent 28% and the
-        leader 13% less CPU per write (interleaved A/B, docs/benchmarks.md). Now the notice
-        waits up to COMMIT_NOTICE_DELAY_S: the next write's AppendEntries carries it sooner
-        when writes keep coming, and alone it goes then.
-        Followers' local state lags the commit by that much more when the leader is idle
-        (their reads say `stale`; consistent reads go through the leader)."""
-        if SyncObj._SyncObj__applyLogEntries(self):
-            soon = time.monotonic() + COMMIT_NOTICE_DELAY_S
-            if soon < self._SyncObj__newAppendEntriesTime:
-                self._SyncObj__newAppendEntriesTime = soon
-        return False
-
-    def _machine(self) -> StateMachine:
-        """The machine, restoring a snapshot pysyncobj loaded since the last call.
-        Call with `_ripple_lock` held."""
-        cell = self._cell
-        if isinstance(cell, PendingSnapshot):
-            self._ripple_machine.restore(cell.data)
-            self._cell = SnapshotCell(self._ripple_machine)
-        return self._ripple_machine
-
-    @replicated  # type: ignore[untyped-decorator]
-    def _apply_entry(self, entry: bytes) -> bytes:
-        # The one replicated entry point. It must never raise (see module docstring).
-        if not entry:
-            return b""  # a barrier: ordering only, the machine never sees it
-        with self._ripple_lock:
-            return apply_entry(self._machine(), entry)
 
 
 def _itself(machine: StateMachine) -> StateMachine:
@@ -371,7 +162,7 @@ class ReplicatedLog:
         # Every use of pysyncobj holds this on the loop (uncontended there) and on the guard.
         self._raft_lock = threading.Lock()
         self._poller = LoopPoller(self._raft_lock)
-        self._node = _RaftNode(
+        self._node = RaftNode(
             settings, machine, self._lock, self._on_role, self._refusals, self._poller
         )
         self._guard = threading.Thread(target=self._guard_forever, name="raft-guard", daemon=True)
@@ -411,8 +202,7 @@ class ReplicatedLog:
         """One pysyncobj tick, on the loop or on the guard, with `_raft_lock` held."""
         try:
             self._node.doTick(0.0)
-            with self._lock:
-                self._node._machine()
+            self._node.restore_loaded_snapshot()
             self._check_readiness()
         except Exception:
             log.exception("raft tick failed")
@@ -552,7 +342,7 @@ class ReplicatedLog:
     def read(self, view: Callable[[StateMachine], Any] | None = None) -> MachineRead[Any]:
         """Local (possibly stale on a follower) read of the machine, or of `view(machine)`,
         never torn: a context manager holding the apply lock."""
-        return MachineRead(self._lock, self._node._machine, view or _itself)
+        return MachineRead(self._lock, self._node.machine, view or _itself)
 
     # -- writes ------------------------------------------------------------------------
 

@@ -25,6 +25,10 @@ from collections.abc import Callable
 
 from pysyncobj.poller import POLL_EVENT_TYPE
 
+from replication.pysyncobj_pin import check_pysyncobj_version
+
+check_pysyncobj_version()  # pysyncobj's poller interface, as SyncObj and its transport use it
+
 __all__ = ["KickNotifier", "LoopPoller"]
 
 log = logging.getLogger(__name__)

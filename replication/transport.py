@@ -33,8 +33,11 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import TCPTransport
 
 from replication.connection import Connection, Hub, TransportLimits, abort_on_close
+from replication.pysyncobj_pin import check_pysyncobj_version
 from replication.refusals import Refusals
 from replication.wire import handshake_key
+
+check_pysyncobj_version()  # HardenedTransport overrides TCPTransport's internals
 
 __all__ = ["ALLOWED_HOSTS_RETRY_S", "HardenedTransport", "host_ips"]
 

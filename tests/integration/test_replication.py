@@ -12,6 +12,8 @@ import contextlib
 import inspect
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -28,10 +30,10 @@ from replication.log import (
     RaftRole,
     RaftSettings,
     ReplicatedLog,
-    _RaftNode,
     machine_error_result,
 )
 from replication.poller import KickNotifier
+from replication.raft_node import RaftNode
 from tests.support import free_ports
 
 SECRET = "test-secret-0123456789abcdef"
@@ -292,31 +294,46 @@ def test_importing_the_log_leaves_socket_inet_ntop_working() -> None:
     assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"
 
 
+PYSYNCOBJ_PATCHES = ("raft_node", "transport", "connection", "poller")
+
+
+@pytest.mark.parametrize("module", [f"replication.{m}" for m in PYSYNCOBJ_PATCHES])
+def test_the_pysyncobj_patches_refuse_another_release_at_import(module: str) -> None:
+    """Importing a module that patches pysyncobj's private names against a release other
+    than the pinned one fails at once, naming the pin."""
+    code = f"import pysyncobj.version as v; v.VERSION = '0.3.18'; import {module}"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode != 0
+    assert "ImportError" in done.stderr and "pysyncobj==0.3.17" in done.stderr, done.stderr
+
+
 def test_the_catch_up_correction_still_overrides_pysyncobj() -> None:
-    """`_RaftNode` overrides pysyncobj's private follower answer (chaos scenario b, bug 6 in
+    """`RaftNode` overrides pysyncobj's private follower answer (chaos scenario b, bug 6 in
     docs/reliability.md). If an upgrade renames what it overrides, fail here, not in prod."""
     for name in ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex"):
         assert callable(getattr(SyncObj, name, None)), name
-    assert "_SyncObj__sendNextNodeIdx" in vars(_RaftNode)
+    assert "_SyncObj__sendNextNodeIdx" in vars(RaftNode)
 
 
 def test_the_dump_load_correction_still_overrides_pysyncobj() -> None:
-    """`_RaftNode` overrides pysyncobj's private dump loading so a node stopped between a
+    """`RaftNode` overrides pysyncobj's private dump loading so a node stopped between a
     compaction and the journal trim keeps the entries after the dump (the restart test above
     lost them in about half its runs before). Fail here if an upgrade renames what it uses."""
     for name in ("_SyncObj__loadDumpFile", "_SyncObj__deleteEntriesTo"):
         assert callable(getattr(SyncObj, name, None)), name
-    assert "_SyncObj__loadDumpFile" in vars(_RaftNode)
+    assert "_SyncObj__loadDumpFile" in vars(RaftNode)
     source = inspect.getsource(SyncObj._SyncObj__loadDumpFile)
     for attr in ("self.__serializer.deserialize()", "self.__raftLog"):
         assert attr in source, attr
 
 
 def test_the_commit_notice_correction_still_overrides_pysyncobj() -> None:
-    """`_RaftNode` overrides pysyncobj's private apply step so the commit notice rides the
+    """`RaftNode` overrides pysyncobj's private apply step so the commit notice rides the
     next AppendEntries (test below). Fail here if an upgrade renames what it uses."""
     assert callable(getattr(SyncObj, "_SyncObj__applyLogEntries", None))
-    assert "_SyncObj__applyLogEntries" in vars(_RaftNode)
+    assert "_SyncObj__applyLogEntries" in vars(RaftNode)
     source = inspect.getsource(SyncObj._onTick)
     assert "needSendAppendEntries = self.__applyLogEntries()" in source
     assert "self.__newAppendEntriesTime" in source
@@ -410,12 +427,12 @@ async def test_a_busy_event_loop_keeps_its_leader_and_commits(tmp_path: Path) ->
 
 
 def test_the_loop_poller_still_replaces_pysyncobjs(tmp_path: Path) -> None:
-    """`_RaftNode` swaps in its poller through SyncObj's `self._poller = ...`
+    """`RaftNode` swaps in its poller through SyncObj's `self._poller = ...`
     and takes over pysyncobj's private pipe notifier. Fail here if an upgrade renames them."""
     source = inspect.getsource(SyncObj.__init__)
     assert "self._poller = createPoller(" in source
     assert "self.__pipeNotifier = PipeNotifier(self._poller)" in source
-    assert "_poller" in vars(_RaftNode) and isinstance(vars(_RaftNode)["_poller"], property)
+    assert "_poller" in vars(RaftNode) and isinstance(vars(RaftNode)["_poller"], property)
     from pysyncobj.pipe_notifier import PipeNotifier
 
     assert "self.__pipeR, self.__pipeW = os.pipe()" in inspect.getsource(PipeNotifier.__init__)
