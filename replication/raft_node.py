@@ -15,8 +15,8 @@ why it is needed:
 - `__pipeNotifier` (and the pipe's `__pipeR`, `__pipeW`): replaced by a
   `KickNotifier` and the pipe closed, because on the loop a proposal kicks a tick directly.
 - `__sendNextNodeIdx` (reads `__getCurrentLogIndex`): a follower's answers to a chained
-  append burst no longer cancel each other out, or a node with a divergent tail never
-  catches up (chaos scenario b).
+  append burst are kept from cancelling each other out, or a node with a divergent tail
+  never catches up (chaos scenario b).
 - `__loadDumpFile` (reads `__serializer`, `__raftLog`; calls `__deleteEntriesTo`): the
   journal is trimmed to the dump before loading it, or a node stopped between a compaction
   and pysyncobj's own trim drops every entry after the dump, acknowledged ones included.

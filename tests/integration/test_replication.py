@@ -320,7 +320,7 @@ def test_the_catch_up_correction_still_overrides_pysyncobj() -> None:
 def test_the_dump_load_correction_still_overrides_pysyncobj() -> None:
     """`RaftNode` overrides pysyncobj's private dump loading so a node stopped between a
     compaction and the journal trim keeps the entries after the dump (the restart test above
-    lost them in about half its runs before). Fail here if an upgrade renames what it uses."""
+    loses them without it). Fail here if an upgrade renames what it uses."""
     for name in ("_SyncObj__loadDumpFile", "_SyncObj__deleteEntriesTo"):
         assert callable(getattr(SyncObj, name, None)), name
     assert "_SyncObj__loadDumpFile" in vars(RaftNode)
@@ -394,7 +394,8 @@ async def test_on_the_loop_close_leaves_no_descriptor_registered(tmp_path: Path)
         assert poller is not None and poller._subs
         c.stop(i)
         assert not poller._subs
-        assert leader._tick_timer is not None and leader._tick_timer.cancelled()
+        timer = leader._ticker._tick_timer
+        assert timer is not None and timer.cancelled()
         assert await (await c.leader()).propose(b"after") == b"ok:1"
 
 

@@ -1,7 +1,7 @@
 """A batch entry applied to the coordinator's machine (replication.entry.apply_entry, the code
 the Raft apply path runs): each command in order with its own request id, dedup and
 result; a rejected or malformed command affects no other; a batch leaves exactly the state
-the same commands leave as single entries; single entries from older journals still apply."""
+the same commands leave as single entries; single entries (a lone proposal) still apply."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def apply_batch(machine: Machine, items: list[bytes]) -> list[Ok | Rejected]:
 
 def test_each_command_of_a_batch_in_order_with_its_own_result() -> None:
     machine = Machine()
-    apply_entry(machine, BOOT)  # a single entry, as journals before group commit hold
+    apply_entry(machine, BOOT)  # a single entry, as a lone proposal leaves it
     results = apply_batch(
         machine, [register("a", "ra"), UNKNOWN_TAG, register("b", "rb"), b"\x00junk"]
     )
