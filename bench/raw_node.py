@@ -1,15 +1,21 @@
-"""Baseline node: `replication.log.ReplicatedLog` with a trivial machine behind one aiohttp
-handler. It is what the coordinator would be without its domain: no codec, no state, no
-auth, no pydantic, no idempotency table, no leader duties.
+"""Baseline node: pysyncobj as it comes, a counting machine behind one aiohttp handler.
 
     python -m bench.raw_node --index I --raft A:P,B:P,C:P --http A:P,B:P,C:P --dir DIR
 
-`POST /write` proposes the body bytes and answers 200 once committed and applied here; a
+A plain `SyncObj` subclass on pysyncobj's own threading (its `autoTick` thread ticks Raft; a
+write crosses to that thread and its commit back to the event loop), with none of Ripple's
+corrections to pysyncobj (`replication.raft_node`): what the coordinator's write path is
+measured against. It keeps what makes the comparison fair: the same Raft port
+(`replication.transport.HardenedTransport`), the same timeouts and journal plus dump
+(`RaftSettings` defaults through `syncobj_conf`), one log entry per write (the body bytes),
+the coordinator's event loop, GIL switch interval and gc thresholds (`run_node_process`).
+No codec, no state beyond a count, no auth, no pydantic, no idempotency table, no duties.
+
+`POST /write` appends the body and answers 200 once it is committed and applied here; a
 follower answers 307 to the leader's `/write` (like the coordinator), 503 when no leader is
-known. `GET /health` reports role and readiness; `POST /echo` parses a JSON body and answers
-without touching Raft (the heartbeat baseline). Same Raft timeouts as the coordinator's
-defaults (RaftSettings), so the failover and write baselines differ only in what is above
-the log. Run as a subprocess so a benchmark can kill -9 it.
+known or the commit fails or times out. `GET /health` reports whether this node leads and
+is ready; `POST /echo` parses a JSON body and answers without touching Raft (the heartbeat
+baseline). Run as a subprocess so a benchmark can kill -9 it.
 """
 
 from __future__ import annotations
@@ -17,31 +23,48 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import time
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
+from pysyncobj import FAIL_REASON, SyncObj, replicated
 
 from coordinator.service.server import run_node_process
-from replication.log import RaftRole, RaftSettings, ReplicatedLog, ReplicationError
+from replication.group_commit import DEFAULT_PROPOSE_TIMEOUT_S
+from replication.raft_node import syncobj_conf
+from replication.refusals import Refusals
+from replication.settings import RaftSettings
+from replication.transport import HardenedTransport
 
 SECRET = "bench-raw-node-secret-0123456789"
+# pysyncobj's tick thread waits this long on its sockets when nothing happens, as long as
+# the coordinator's own tick period (replication's TICK_PERIOD_S): Raft's timers are checked
+# as often on both.
+AUTO_TICK_PERIOD_S = 0.02
+SHUTDOWN_WAIT_S = 5.0
 
 
-class CountingMachine:
-    """The trivial machine: counts entries, snapshot is the count."""
+class RawNode(SyncObj):  # type: ignore[misc]
+    """pysyncobj with its own tick thread and one replicated method that counts writes.
+    `count` is set after SyncObj's constructor, so pysyncobj writes it into its dump."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: RaftSettings) -> None:
+        transport = HardenedTransport.factory(
+            limits=settings.transport_limits(), secret=settings.secret, refusals=Refusals()
+        )
+        super().__init__(
+            settings.self_addr,
+            list(settings.partners),
+            syncobj_conf(settings, autoTick=True, autoTickPeriod=AUTO_TICK_PERIOD_S),
+            transportClass=transport,
+        )
         self.count = 0
 
-    def apply(self, entry: bytes) -> bytes:
+    @replicated  # type: ignore[untyped-decorator]
+    def apply_write(self, entry: bytes) -> bytes:
         self.count += 1
         return b"ok"
-
-    def snapshot(self) -> bytes:
-        return str(self.count).encode()
-
-    def restore(self, data: bytes) -> None:
-        self.count = int(data or b"0")
 
 
 async def serve(index: int, rafts: list[str], https: list[str], data_dir: Path) -> None:
@@ -52,30 +75,45 @@ async def serve(index: int, rafts: list[str], https: list[str], data_dir: Path) 
         secret=SECRET,
         journal_path=str(data_dir / f"raw{index}.journal"),
         dump_path=str(data_dir / f"raw{index}.dump"),
-        # The per-entry baseline: one pysyncobj entry per write, as before group commit.
-        group_commit_entries_max=1,
-        # pysyncobj's own threading: Raft on a tick thread of its own (Ripple ticks on its
-        # event loop, RaftSettings.tick_on_event_loop).
-        tick_on_event_loop=False,
     )
-    log = ReplicatedLog(settings, CountingMachine())
-    log.start()
+    settings.validate()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    node = RawNode(settings)
+    node.waitBinded()  # the tick thread binds the port: fail here, not silently
+    loop = asyncio.get_running_loop()
+
+    def ready() -> bool:
+        return bool(node._isLeader() and node.isReady())
 
     def leader_http() -> str | None:
-        addr = log.status().leader_addr
+        leader = node._getLeader()
+        addr = None if leader is None else str(leader.address)
         return https[rafts.index(addr)] if addr in rafts else None
 
+    def settle(fut: asyncio.Future[tuple[Any, int]], result: Any, err: int) -> None:
+        if not fut.done():
+            fut.set_result((result, err))
+
     async def write(request: web.Request) -> web.Response:
-        if not log.is_ready_leader:
+        if not ready():
             target = leader_http()
             if target is not None and target != https[index]:
                 raise web.HTTPTemporaryRedirect(f"http://{target}/write")
             return web.json_response({"error": "unavailable"}, status=503)
         body = await request.read()
+        fut: asyncio.Future[tuple[Any, int]] = loop.create_future()
+        node.apply_write(
+            body or b"x",
+            # On pysyncobj's tick thread: the outcome crosses back to the loop.
+            callback=lambda result, err: loop.call_soon_threadsafe(settle, fut, result, err),
+        )
         try:
-            await log.propose(body or b"x")
-        except ReplicationError as exc:
-            return web.json_response({"error": str(exc)}, status=503)
+            async with asyncio.timeout(DEFAULT_PROPOSE_TIMEOUT_S):
+                _result, err = await fut
+        except TimeoutError:
+            return web.json_response({"error": "no commit in time"}, status=503)
+        if err != FAIL_REASON.SUCCESS:
+            return web.json_response({"error": f"pysyncobj failure {err}"}, status=503)
         return web.json_response({"ok": True})
 
     async def echo(request: web.Request) -> web.Response:
@@ -84,13 +122,12 @@ async def serve(index: int, rafts: list[str], https: list[str], data_dir: Path) 
         return web.json_response({"generation": 0, "assignment": [], "seen": len(body)})
 
     async def health(request: web.Request) -> web.Response:
-        st = log.status()
         return web.json_response(
             {
-                "role": st.role.value,
-                "ready": st.ready,
-                "leader": st.role is RaftRole.LEADER,
-                "applied_index": st.applied_index,
+                "leader": bool(node._isLeader()),
+                "ready": ready(),
+                "term": int(node.raftCurrentTerm),
+                "applied_index": int(node.raftLastApplied),
             }
         )
 
@@ -103,14 +140,16 @@ async def serve(index: int, rafts: list[str], https: list[str], data_dir: Path) 
     host, port = https[index].rsplit(":", 1)
     await web.TCPSite(runner, host, int(port)).start()
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
         await runner.cleanup()
-        log.close()
+        node.destroy()  # the tick thread closes the port and the journal, then ends
+        deadline = time.monotonic() + SHUTDOWN_WAIT_S
+        while node.tick_thread_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
 
 def main() -> None:
@@ -120,8 +159,6 @@ def main() -> None:
     p.add_argument("--http", required=True)
     p.add_argument("--dir", required=True)
     a = p.parse_args()
-    # The coordinator's event loop (uvloop), GIL switch interval and gc thresholds, so the
-    # baselines differ only above the log.
     run_node_process(serve(a.index, a.raft.split(","), a.http.split(","), Path(a.dir)))
 
 

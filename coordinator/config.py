@@ -203,10 +203,6 @@ class ClusterConfig:
     raft_handshake_timeout_s: float = 2.0
     raft_idle_timeout_s: float = 1.5
     raft_unauthenticated_connections_max: int = 16
-    # Where Raft runs (replication/log.py, docs/architecture.md): on the node's event loop
-    # (true), or on a thread of its own, pysyncobj's threading (false: each write then
-    # crosses threads twice on the leader).
-    raft_tick_on_event_loop: bool = True
     # Group commit (replication/log.py, docs/operations.md): how many commands and bytes one
     # log entry may carry (entries_max = 1 turns group commit off), how many such entries may
     # be in flight at once, and how many proposals and bytes may wait for a slot (past

@@ -1,10 +1,10 @@
 """Group commit's envelope: many opaque entries in ONE replicated log entry, results likewise.
 
-Owns only the byte layout; `replication.log` decides what goes into a batch. Invariants:
+Owns only the byte layout; `replication.group_commit` decides what goes into a batch. Invariants:
 
 - A batch starts with ``BATCH_MAGIC``, whose first byte 0xC1 is the one byte msgpack never
   produces, so no machine entry in msgpack (and no empty barrier) can be taken for a batch:
-  journals written before group commit existed replay unchanged.
+  a journal of single entries replays unchanged.
 - Items keep their order and their own bytes; an empty item is a barrier (ordering only).
 - Decoding is total over well-formed input and raises `BatchFormatError` on anything else,
   never reading past the buffer.

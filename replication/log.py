@@ -1,82 +1,64 @@
 """A replicated log over pysyncobj: opaque bytes in, opaque result bytes out.
 
-This module owns the Raft node of one coordinator process and nothing else. It knows
-no domain type: it hands each committed entry to a `StateMachine` and returns what the
-machine returned. The invariants it keeps, each forced by a fact measured on pysyncobj
-0.3.17 (DESIGN §2):
+`ReplicatedLog` is one node's log and what the rest of the process uses of Raft. It knows no
+domain type: it hands each committed entry to a `StateMachine` and returns what the machine
+returned. It wires the parts, each in a module of its own:
 
-- The single replicated entry point never raises. An exception inside a replicated
-  method makes pysyncobj's tick thread retry the same entry forever, stalling the whole
-  cluster, so a failing entry becomes an error *value* (`machine_error_result`).
-- A cluster secret is mandatory (pysyncobj's wire format and dumps are pickle: anyone
-  who can talk to the Raft port unauthenticated can run code; the transport's handshake
-  and frame keys come from it) and the port binds to an explicit address.
-- Both `journalFile` and `fullDumpFile` are set: a journal alone silently loses all
-  state at the first log compaction. The dump holds the machine's own snapshot bytes.
-- `appendEntriesUseBatch=False` (about 1 ms per write instead of about 100 ms).
-- The Raft port is `replication.transport.HardenedTransport`: frames capped, peers proven
-  by an HMAC handshake before anything is buffered, deadlines on every connection.
-- Group commit: while a batch is in flight, proposals queue (bounded in entries and bytes);
-  the next batch goes out as ONE log entry (`replication.batch`), applied item by item,
-  each with its own result and its own failure; a lone proposal goes out as itself.
+- `replication.settings`: what the node is configured with, refused when unsafe;
+- `replication.journal`: the journal file, its torn tail repaired before pysyncobj opens it;
+- `replication.raft_node`: the pysyncobj node and every correction made to it;
+- `replication.poller` and `replication.ticker`: Raft on the event loop, and on the stall
+  guard thread while the loop is stuck;
+- `replication.entry`: the never-raising apply path and what the dump holds;
+- `replication.group_commit`: proposals, their batches and their deadlines;
+- `replication.transport`: the Raft port.
+
+The invariants this module keeps itself:
+
 - A leader is *ready* only once an entry it proposed in its current term has been
   applied: every entry committed before it is then applied too, so nothing is served
   from a state that misses committed writes.
-
-Threads: pysyncobj runs on one tick thread we own. The machine is mutated only there,
-under `_lock`; readers on the asyncio thread take the same lock (`read()`), so they
-never observe a half-applied entry. Results cross back to asyncio with
-`loop.call_soon_threadsafe`; nothing here ever blocks the event loop.
+- The machine is mutated only inside a tick, under the apply lock; `read()` takes the same
+  lock, so a reader never observes a half-applied entry (or half of a batch).
+- Role listeners run on the event loop thread, whichever thread ticked.
 """
 
 from __future__ import annotations
 
-import _socket
 import asyncio
-import contextlib
-import heapq
 import logging
-import math
 import os
-import secrets
-import select
-import socket
-import struct
 import threading
-import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
-from pysyncobj.poller import POLL_EVENT_TYPE
+from pysyncobj import FAIL_REASON
 
-from replication.batch import (
-    BatchFormatError,
-    decode_batch,
-    decode_results,
-    encode_batch,
-    encode_results,
-    is_batch,
+from replication.entry import (
+    StateMachine,
+    apply_entry,
+    machine_error_result,
+    unpickle_snapshot,
 )
-from replication.transport import (
-    FRAME_BYTES_MAX_DEFAULT,
-    HANDSHAKE_TIMEOUT_S_DEFAULT,
-    UNAUTHENTICATED_MAX_DEFAULT,
-    HardenedTransport,
-    Refusals,
-    TransportLimits,
+from replication.errors import (
+    NoLeaderError,
+    OutcomeUnknownError,
+    QueueFullError,
+    ReplicationError,
 )
-
-# pysyncobj 0.3.17 (pysyncobj/win_inet_pton.py) replaces socket.inet_ntop on every platform
-# with a Windows-only function that raises off Windows; anything in this process that
-# formats an address (psutil, resolvers) would break. Put the real one back.
-socket.inet_ntop = _socket.inet_ntop
+from replication.group_commit import DEFAULT_PROPOSE_TIMEOUT_S, GroupCommit, GroupCommitStats
+from replication.journal import repair_journal_tail
+from replication.poller import LoopPoller
+from replication.raft_node import RaftNode, RaftRole
+from replication.refusals import Refusals
+from replication.settings import RaftSettings
+from replication.ticker import Ticker
 
 __all__ = [
     "DEFAULT_PROPOSE_TIMEOUT_S",
+    "GroupCommitStats",
+    "MachineRead",
     "NoLeaderError",
     "OutcomeUnknownError",
     "QueueFullError",
@@ -87,142 +69,15 @@ __all__ = [
     "ReplicationError",
     "StateMachine",
     "apply_entry",
+    "machine_error_result",
 ]
 
 log = logging.getLogger(__name__)
 
+# The name dumps on disk give the snapshot's unpickler (replication.entry): kept importable.
+_unpickle_snapshot = unpickle_snapshot
+
 V = TypeVar("V")  # what a read returns of the machine (`ReplicatedLog.read`)
-
-DEFAULT_PROPOSE_TIMEOUT_S = 5.0
-TICK_PERIOD_S = 0.02  # how long one tick may wait on sockets; bounds shutdown latency
-BIND_RETRIES_MAX = 20
-BIND_RETRY_S = 0.25
-SHUTDOWN_JOIN_S = 5.0
-SECRET_BYTES_MIN = 16
-# How long after a commit the leader may wait before telling the followers the new commit
-# index in an AppendEntries of its own (`_RaftNode._SyncObj__applyLogEntries`).
-COMMIT_NOTICE_DELAY_S = 0.005
-# Raft on the event loop: the guard thread ticks in the loop's place, every GUARD_PERIOD_S,
-# once the loop has not for LOOP_STALL_S (two and a half of the loop's own TICK_PERIOD_S, so
-# never while the loop keeps up): while the loop is busy, each Raft message then waits at
-# most about 60 ms, a fifth of the shortest election timeout. (At 0.1 s and 20 ms, a cluster
-# of 240,000 workers whose loops were busy with reads took 10-15 s to elect a leader, and
-# then did not, where Raft on a tick thread took 1.5-7 s.) It logs at most once per interval.
-LOOP_STALL_S = 0.05
-GUARD_PERIOD_S = 0.01
-GUARD_LOG_INTERVAL_S = 10.0
-GROUP_COMMIT_ENTRIES_MAX_DEFAULT = 256
-GROUP_COMMIT_BYTES_MAX_DEFAULT = 1024 * 1024
-GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT = 1
-PROPOSALS_QUEUED_MAX_DEFAULT = 10_000
-PROPOSALS_QUEUED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
-
-
-class StateMachine(Protocol):
-    """What the log drives. `apply` must be deterministic and should not raise."""
-
-    def apply(self, entry: bytes) -> bytes: ...
-
-    def snapshot(self) -> bytes: ...
-
-    def restore(self, data: bytes) -> None: ...
-
-
-class ReplicationError(Exception):
-    """Root of the errors this module raises.
-
-    ReplicationError
-    +-- NoLeaderError          the entry was NOT appended anywhere (no leader, queue full,
-    |   |                      refused): safe to retry or to report unavailable
-    |   +-- QueueFullError     this node's group-commit queue is at its bound: overloaded,
-    |                          not leaderless; retry after a moment
-    +-- OutcomeUnknownError    the entry may or may not commit later (timeout, leader
-                               changed, discarded): retry with the same request id
-    """
-
-
-class NoLeaderError(ReplicationError):
-    pass
-
-
-class QueueFullError(NoLeaderError):
-    pass
-
-
-class OutcomeUnknownError(ReplicationError):
-    pass
-
-
-class RaftRole(Enum):
-    FOLLOWER = "follower"
-    CANDIDATE = "candidate"
-    LEADER = "leader"
-
-
-_ROLE_BY_PYSYNCOBJ_STATE = {0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: RaftRole.LEADER}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RaftSettings:
-    """Everything one Raft node needs. Timeouts are the tuned values of DESIGN §2."""
-
-    self_addr: str  # "host:port" this node is known by in `partners` of the others
-    partners: tuple[str, ...]
-    bind_addr: str  # explicit "host:port" to bind; never a wildcard by default
-    secret: str
-    journal_path: str
-    dump_path: str
-    raft_min_timeout_s: float = 0.3
-    raft_max_timeout_s: float = 0.6
-    append_entries_period_s: float = 0.05
-    leader_fallback_timeout_s: float = 2.0
-    connection_timeout_s: float = 1.5  # also the transport's idle timeout
-    connection_retry_s: float = 0.5
-    log_compaction_min_entries: int = 5000
-    log_compaction_min_time_s: float = 300.0
-    commands_queue_max: int = 10_000
-    frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
-    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S_DEFAULT
-    unauthenticated_connections_max: int = UNAUTHENTICATED_MAX_DEFAULT
-    # Group commit. entries_max = 1 turns it off (one log entry per proposal).
-    group_commit_entries_max: int = GROUP_COMMIT_ENTRIES_MAX_DEFAULT
-    group_commit_bytes_max: int = GROUP_COMMIT_BYTES_MAX_DEFAULT
-    group_commit_in_flight_max: int = GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
-    proposals_queued_max: int = PROPOSALS_QUEUED_MAX_DEFAULT
-    proposals_queued_bytes_max: int = PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
-    # Where pysyncobj ticks: on the asyncio event loop that calls `propose` (True), or on a
-    # tick thread of its own, pysyncobj's own threading (False). See `_LoopPoller`.
-    tick_on_event_loop: bool = True
-
-    def transport_limits(self) -> TransportLimits:
-        return TransportLimits(
-            frame_bytes_max=self.frame_bytes_max,
-            handshake_timeout_s=self.handshake_timeout_s,
-            idle_timeout_s=self.connection_timeout_s,
-            unauthenticated_max=self.unauthenticated_connections_max,
-        )
-
-    def validate(self) -> None:
-        if len(self.secret.encode()) < SECRET_BYTES_MIN:
-            raise ValueError(
-                f"cluster secret must be at least {SECRET_BYTES_MIN} bytes: Raft traffic is "
-                "pickle, and the secret is what keeps strangers from running code in the node"
-            )
-        host = self.bind_addr.rsplit(":", 1)[0]
-        if host in ("", "0.0.0.0", "::"):
-            raise ValueError("bind_addr must name an explicit address, not a wildcard")
-        if not self.journal_path or not self.dump_path:
-            raise ValueError("both journal_path and dump_path are required")
-        self.transport_limits().validate()
-        for name in (
-            "group_commit_entries_max",
-            "group_commit_bytes_max",
-            "group_commit_in_flight_max",
-            "proposals_queued_max",
-            "proposals_queued_bytes_max",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,565 +90,6 @@ class RaftStatus:
     ready: bool  # leader whose own entry of this term has been applied
 
 
-def generate_secret() -> str:
-    return secrets.token_urlsafe(32)
-
-
-class _PendingSnapshot:
-    """A machine snapshot read back from a dump, waiting to be restored into the machine."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-
-def _unpickle_snapshot(data: bytes) -> _PendingSnapshot:
-    return _PendingSnapshot(data)
-
-
-class _SnapshotCell:
-    """The only attribute pysyncobj dumps. Pickling it writes the machine's snapshot bytes
-    (in our codec), never the machine object itself; unpickling yields a _PendingSnapshot.
-    The dump is written in a forked child, so `snapshot()` must not take locks (a lock held
-    by another thread at fork time would never be released in the child)."""
-
-    __slots__ = ("machine",)
-
-    def __init__(self, machine: StateMachine) -> None:
-        self.machine = machine
-
-    def __reduce__(self) -> tuple[Callable[[bytes], _PendingSnapshot], tuple[bytes]]:
-        return (_unpickle_snapshot, (self.machine.snapshot(),))
-
-
-def machine_error_result(exc: BaseException) -> bytes:
-    """What the entry point returns when the machine raised anyway. Opaque to us; the
-    machine's codec is expected to never need it, it is the last line of defence."""
-    return b"\xc0" + repr(exc).encode("utf-8", "replace")[:512]
-
-
-_READ = POLL_EVENT_TYPE.READ
-_WRITE = POLL_EVENT_TYPE.WRITE
-
-
-class _LoopPoller:
-    """pysyncobj's poller interface (`subscribe`, `unsubscribe`, `poll`) on the asyncio event
-    loop, so that Raft runs on the event loop thread (`RaftSettings.tick_on_event_loop`).
-
-    With a tick thread, each write crossed threads twice on the leader: the event loop
-    handed the entry to the tick thread through a pipe, and the tick thread handed the
-    commit back with `call_soon_threadsafe`; each crossing waited for the GIL. On the loop,
-    a readable Raft socket is read in the loop's own poll, and a tick (`kick`) runs right
-    after the events of that pass: no pipe, no thread wake-up, no GIL hand-over.
-
-    Every use of pysyncobj and of this poller holds `lock` (the node's Raft lock): on the
-    loop it is never contended, and it lets the stall guard (`ReplicatedLog._guard_forever`)
-    run Raft from its own thread while the loop is stuck in other work. From that thread,
-    registrations with the loop and the closing of sockets the loop may still watch are
-    deferred to the loop (`_reconcile`): a descriptor closed while the loop watches it
-    could be reused by a new socket and confuse the loop's poller.
-
-    Subscriptions made before `attach` (the Raft port binds in SyncObj's constructor) are
-    registered there. `poll` never waits: the loop (or the guard's `dispatch_ready`) has
-    delivered the events. An error on a socket shows as readable or writable (epoll and
-    libuv both report it so), and the connection's own read or write then meets it."""
-
-    __slots__ = (
-        "_graveyard",
-        "_kick",
-        "_lock",
-        "_loop",
-        "_loop_thread",
-        "_on_turn",
-        "_registered",
-        "_subs",
-    )
-
-    def __init__(self, lock: threading.Lock) -> None:
-        self._lock = lock
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = -1
-        self._kick: Callable[[], None] = _nothing
-        self._on_turn: Callable[[], None] = _nothing
-        self._subs: dict[int, tuple[Callable[[int, int], None], int]] = {}
-        self._registered: dict[int, int] = {}  # what the loop watches: descriptor -> mask
-        self._graveyard: list[socket.socket] = []  # closed by the loop once unwatched
-
-    def attach(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        kick: Callable[[], None],
-        on_turn: Callable[[], None],
-    ) -> None:
-        """On the loop's thread."""
-        self._loop, self._kick, self._on_turn = loop, kick, on_turn
-        self._loop_thread = threading.get_ident()
-        with self._lock:
-            self._sync()
-
-    def on_loop(self) -> bool:
-        """On the thread of the loop it is attached to."""
-        return threading.get_ident() == self._loop_thread
-
-    # -- pysyncobj's Poller ------------------------------------------------------------------
-
-    def subscribe(self, descr: int, callback: Callable[[int, int], None], eventMask: int) -> None:
-        mask = (_READ if eventMask & (_READ | POLL_EVENT_TYPE.ERROR) else 0) | (eventMask & _WRITE)
-        self._subs[descr] = (callback, mask)
-        self._changed()
-
-    def unsubscribe(self, descr: int) -> None:
-        if self._subs.pop(descr, None) is not None:
-            self._changed()
-
-    def poll(self, timeout: float) -> None:
-        """pysyncobj calls this at the end of each tick: the loop polls instead."""
-
-    # -- the transport's sockets -------------------------------------------------------------
-
-    def release(self, sock: socket.socket) -> None:
-        """Close a socket the transport is done with (after `unsubscribe`). Off the loop the
-        peer is told at once (shutdown) and the descriptor is closed by the loop."""
-        if self.on_loop():
-            sock.close()
-            return
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        self._graveyard.append(sock)
-        self._changed()
-
-    def close(self) -> None:
-        """On the loop's thread, after the transport closed: nothing stays watched."""
-        with self._lock:
-            self._subs.clear()
-            self._sync()
-
-    # -- the guard thread ---------------------------------------------------------------------
-
-    def dispatch_ready(self) -> None:
-        """Deliver what is ready now, the way pysyncobj's own poller does (guard thread,
-        under the lock)."""
-        p = select.poll()
-        for descr, (_callback, mask) in self._subs.items():
-            p.register(
-                descr,
-                (select.POLLIN if mask & _READ else 0) | (select.POLLOUT if mask & _WRITE else 0),
-            )
-        for descr, ev in p.poll(0):
-            sub = self._subs.get(descr)
-            if sub is None:
-                continue  # unsubscribed by an earlier event of this round
-            event = (_READ if ev & (select.POLLIN | select.POLLERR | select.POLLHUP) else 0) | (
-                _WRITE if ev & select.POLLOUT else 0
-            )
-            try:
-                sub[0](descr, event)
-            except Exception:
-                log.exception("raft socket event failed")
-
-    # -- internals ---------------------------------------------------------------------------
-
-    def _changed(self) -> None:
-        if self._loop is None:
-            return  # before attach: registered there
-        if self.on_loop():
-            self._sync()
-        else:
-            self._loop.call_soon_threadsafe(self._reconcile)
-
-    def _reconcile(self) -> None:
-        with self._lock:
-            self._sync()
-
-    def _sync(self) -> None:
-        """Make what the loop watches match the subscriptions, then close the sockets left
-        for the loop (on the loop's thread, under the lock)."""
-        loop = self._loop
-        if loop is None:
-            return
-        registered = self._registered
-        for descr in set(registered) | set(self._subs):
-            old = registered.get(descr, 0)
-            sub = self._subs.get(descr)
-            new = 0 if sub is None else sub[1]
-            if new == old:
-                continue
-            if new & _READ and not old & _READ:
-                loop.add_reader(descr, self._fire, descr, _READ)
-            elif old & _READ and not new & _READ:
-                loop.remove_reader(descr)
-            if new & _WRITE and not old & _WRITE:
-                loop.add_writer(descr, self._fire, descr, _WRITE)
-            elif old & _WRITE and not new & _WRITE:
-                loop.remove_writer(descr)
-            if new:
-                registered[descr] = new
-            else:
-                del registered[descr]
-        graveyard, self._graveyard = self._graveyard, []
-        for sock in graveyard:
-            with contextlib.suppress(OSError):
-                sock.close()
-
-    def _fire(self, descr: int, event: int) -> None:
-        with self._lock:
-            sub = self._subs.get(descr)
-            if sub is not None:
-                try:
-                    sub[0](descr, event)
-                except Exception:
-                    log.exception("raft socket event failed")
-        self._on_turn()
-        self._kick()
-
-
-class _KickNotifier:
-    """Stands in for pysyncobj's PipeNotifier on the loop: a proposal made on the loop
-    schedules a tick directly instead of writing a byte to a pipe."""
-
-    __slots__ = ("_poller",)
-
-    def __init__(self, poller: _LoopPoller) -> None:
-        self._poller = poller
-
-    def notify(self) -> None:
-        self._poller._kick()
-
-
-def _nothing() -> None:
-    return None
-
-
-class _RaftNode(SyncObj):  # type: ignore[misc]
-    # pysyncobj's own (private) time of the leader's next AppendEntries round.
-    _SyncObj__newAppendEntriesTime: float
-
-    def __init__(
-        self,
-        settings: RaftSettings,
-        machine: StateMachine,
-        lock: threading.Lock,
-        on_role: Callable[[RaftRole], None],
-        refusals: Refusals,
-        poller: _LoopPoller | None = None,
-    ) -> None:
-        # Attributes set before SyncObj.__init__ are pysyncobj "properties": excluded from
-        # dumps. Only `_cell`, set after, is serialized.
-        self._ripple_loop_poller = poller
-        self._ripple_machine = machine
-        self._ripple_lock = lock
-        self._ripple_backup_to: int | None = None
-        # No `password`: the transport seals every frame under keys of its own connection
-        # (replication.transport.Session); pysyncobj's Fernet on top would only cost CPU.
-        conf = SyncObjConf(
-            bindAddress=settings.bind_addr,
-            journalFile=settings.journal_path,
-            fullDumpFile=settings.dump_path,
-            appendEntriesUseBatch=False,
-            raftMinTimeout=settings.raft_min_timeout_s,
-            raftMaxTimeout=settings.raft_max_timeout_s,
-            appendEntriesPeriod=settings.append_entries_period_s,
-            leaderFallbackTimeout=settings.leader_fallback_timeout_s,
-            connectionTimeout=settings.connection_timeout_s,
-            connectionRetryTime=settings.connection_retry_s,
-            logCompactionMinEntries=settings.log_compaction_min_entries,
-            logCompactionMinTime=settings.log_compaction_min_time_s,
-            commandsQueueSize=settings.commands_queue_max,
-            maxBindRetries=BIND_RETRIES_MAX,
-            bindRetryTime=BIND_RETRY_S,
-            dynamicMembershipChange=False,
-            autoTick=False,
-            onStateChanged=lambda _old, new: on_role(
-                _ROLE_BY_PYSYNCOBJ_STATE.get(new, RaftRole.FOLLOWER)
-            ),
-        )
-        transport = HardenedTransport.factory(
-            limits=settings.transport_limits(), secret=settings.secret, refusals=refusals
-        )
-        super().__init__(
-            settings.self_addr, list(settings.partners), conf, transportClass=transport
-        )
-        if poller is not None:
-            # pysyncobj's pipe (subscribed in its constructor) is not needed on the loop.
-            pipe: Any = self.__dict__["_SyncObj__pipeNotifier"]
-            read_fd, write_fd = pipe._PipeNotifier__pipeR, pipe._PipeNotifier__pipeW
-            poller.unsubscribe(read_fd)
-            os.close(read_fd)
-            os.close(write_fd)
-            self._SyncObj__pipeNotifier = _KickNotifier(poller)
-        self._cell = _SnapshotCell(machine)
-
-    # SyncObj's constructor assigns `self._poller = createPoller(...)`; on the event loop
-    # the poller must be ours before the transport and the pipe subscribe to it.
-    @property
-    def _poller(self) -> Any:
-        return self._ripple_poller
-
-    @_poller.setter
-    def _poller(self, value: Any) -> None:
-        self._ripple_poller = self._ripple_loop_poller or value
-
-    # Overrides pysyncobj's private SyncObj.__sendNextNodeIdx (its name, mangled).
-    def _SyncObj__sendNextNodeIdx(
-        self,
-        node: Any,
-        reset: bool = False,
-        nextNodeIdx: int | None = None,
-        success: bool = False,
-    ) -> None:
-        """A follower's answer to append_entries, made to converge (pysyncobj 0.3.17).
-
-        The leader sends everything from its guess of our next index in one burst of
-        messages, each chained on the one before. When our tail conflicts (term mismatch
-        at prevLogIdx) we ask it to back up one entry; every later message of the burst
-        then names a prevLogIdx we do not have, and pysyncobj answers those with "reset to
-        the end of your log", which the leader applies after the back-up. Once the
-        leader holds more than one batch (64 KiB) past the conflict, the two answers cancel
-        out forever and this node never catches up (chaos scenario b, --soak). So until an
-        append succeeds, a "do not have it" answer repeats the lowest back-up point asked for.
-        """
-        if success:
-            self._ripple_backup_to = None
-        elif reset and nextNodeIdx is not None:  # conflict at prevLogIdx: back up
-            prev = self._ripple_backup_to
-            self._ripple_backup_to = nextNodeIdx if prev is None else min(prev, nextNodeIdx)
-        elif reset and self._ripple_backup_to is not None:  # a later message of the burst
-            end = int(self._SyncObj__getCurrentLogIndex()) + 1
-            nextNodeIdx = min(self._ripple_backup_to, end)
-        SyncObj._SyncObj__sendNextNodeIdx(
-            self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
-        )
-
-    # Overrides pysyncobj's private SyncObj.__loadDumpFile (its name, mangled).
-    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
-        """Load the dump without throwing away the journal entries written after it.
-
-        pysyncobj 0.3.17 keeps the journal only if it starts exactly with the dump's last two
-        entries; otherwise it clears it. But it trims the journal to the dump only on the tick
-        after the forked child has written the dump, so a node stopped in between (any stop
-        soon after a compaction) restarts with a journal that still starts earlier: every
-        entry after the dump was dropped, acknowledged ones included, on all nodes that
-        stopped alike (tests/integration/test_replication.py's restart test, about half the
-        runs). Trimming the journal to the dump first keeps what came after it.
-        """
-        serializer = self._SyncObj__serializer
-        data = serializer.deserialize()
-        if not clearJournal:
-            self._ripple_trim_journal_to(data[2], data[1])
-        original = serializer.deserialize
-        serializer.deserialize = lambda: data  # read the file once, not twice
-        try:
-            SyncObj._SyncObj__loadDumpFile(self, clearJournal)
-        finally:
-            serializer.deserialize = original
-
-    def _ripple_trim_journal_to(self, before_last: Any, last: Any) -> None:
-        journal = self._SyncObj__raftLog
-        if len(journal) < 2:
-            return
-        pos = int(before_last[1]) - int(journal[0][1])
-        if not 0 < pos < len(journal) - 1:
-            return  # already aligned, or the journal does not reach the dump
-        if journal[pos] == before_last and journal[pos + 1] == last:
-            log.info(
-                "journal starts at index %d, before the dump's index %d (stopped before "
-                "trimming it): trimming it, keeping the %d entries after the dump",
-                journal[0][1],
-                last[1],
-                len(journal) - pos - 2,
-            )
-            self._SyncObj__deleteEntriesTo(before_last[1])
-
-    # Overrides pysyncobj's private SyncObj.__applyLogEntries (its name, mangled).
-    def _SyncObj__applyLogEntries(self) -> bool:
-        """Apply what is committed, and tell the followers the new commit index soon rather
-        than at once (pysyncobj 0.3.17, appendEntriesUseBatch off, sends every follower an
-        AppendEntries after each apply, only to carry the commit index).
-
-        That second round (a message out and an answer back per follower, per commit) ran
-        right after the commit's callback, holding the GIL while the event loop needed it to
-        answer the writer; without it, at one client, each follower spent 28% and the
-        leader 13% less CPU per write (interleaved A/B, docs/benchmarks.md). Now the notice
-        waits up to COMMIT_NOTICE_DELAY_S: the next write's AppendEntries carries it sooner
-        when writes keep coming, and alone it goes then.
-        Followers' local state lags the commit by that much more when the leader is idle
-        (their reads say `stale`; consistent reads go through the leader)."""
-        if SyncObj._SyncObj__applyLogEntries(self):
-            soon = time.monotonic() + COMMIT_NOTICE_DELAY_S
-            if soon < self._SyncObj__newAppendEntriesTime:
-                self._SyncObj__newAppendEntriesTime = soon
-        return False
-
-    def _machine(self) -> StateMachine:
-        """The machine, restoring a snapshot pysyncobj loaded since the last call.
-        Call with `_ripple_lock` held."""
-        cell = self._cell
-        if isinstance(cell, _PendingSnapshot):
-            self._ripple_machine.restore(cell.data)
-            self._cell = _SnapshotCell(self._ripple_machine)
-        return self._ripple_machine
-
-    @replicated  # type: ignore[untyped-decorator]
-    def _apply_entry(self, entry: bytes) -> bytes:
-        # The one replicated entry point. It must never raise (see module docstring).
-        if not entry:
-            return b""  # a barrier: ordering only, the machine never sees it
-        with self._ripple_lock:
-            return apply_entry(self._machine(), entry)
-
-
-def apply_entry(machine: StateMachine, entry: bytes) -> bytes:
-    """What one committed entry does to `machine` and the result bytes it leaves. A batch
-    applies its items in order, each as if it were its own entry (one call holds the lock,
-    so readers see all of a batch or none of it). Never raises."""
-    if not is_batch(entry):
-        return _apply_one(machine, entry)
-    try:
-        items = decode_batch(entry)
-    except BatchFormatError as exc:
-        log.error("malformed batch entry (%s); every caller gets an error", exc)
-        return machine_error_result(exc)
-    return encode_results([_apply_one(machine, item) for item in items])
-
-
-def _apply_one(machine: StateMachine, entry: bytes) -> bytes:
-    """One entry (alone or inside a batch): an exception in it is its own error value and
-    touches no other entry of the batch."""
-    if not entry:
-        return b""
-    try:
-        return machine.apply(entry)
-    except Exception as exc:
-        log.exception("state machine raised on a committed entry; returning an error")
-        return machine_error_result(exc)
-
-
-# pysyncobj's FileJournal layout (journal.py, format version 1): a 40-byte header whose last
-# 4 bytes are the end offset of the last record, then records `size | idx term command | size`.
-_JOURNAL_FIRST_RECORD_OFFSET = 40
-_JOURNAL_LAST_OFFSET_AT = 36
-
-
-def repair_journal_tail(path: str) -> int:
-    """Cut a torn tail off a pysyncobj journal file; return the records kept, -1 if untouched.
-
-    Nothing is fsynced (DESIGN §2), so a crash can leave the header's end offset pointing past
-    the bytes that reached the disk; pysyncobj then dies at start-up reading a short record
-    (chaos scenario e). Keeping the longest run of whole records is Raft-safe for this node
-    alone -- it catches up from the leader -- and is what etcd's WAL repair does.
-    """
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return -1
-    if len(data) < _JOURNAL_FIRST_RECORD_OFFSET:
-        return -1
-    (end,) = struct.unpack_from("<I", data, _JOURNAL_LAST_OFFSET_AT)
-    offset, kept = _JOURNAL_FIRST_RECORD_OFFSET, 0
-    while offset < end:
-        if offset + 4 > len(data):
-            break
-        (size,) = struct.unpack_from("<I", data, offset)
-        stop = offset + 4 + size + 4
-        if size < 16 or stop > min(end, len(data)):
-            break
-        if struct.unpack_from("<I", data, offset + 4 + size)[0] != size:
-            break
-        offset, kept = stop, kept + 1
-    if offset == end:
-        return -1
-    log.warning("journal %s: torn tail cut at byte %d (header said %d)", path, offset, end)
-    with open(path, "r+b") as f:
-        f.seek(_JOURNAL_LAST_OFFSET_AT)
-        f.write(struct.pack("<I", offset))
-    return kept
-
-
-class _Proposal:
-    __slots__ = ("entry", "fut")
-
-    def __init__(self, entry: bytes, fut: asyncio.Future[tuple[Any, int]]) -> None:
-        self.entry = entry
-        self.fut = fut
-
-
-# The deadlines' heap is rebuilt without the settled proposals once it holds twice as many
-# entries as after the last rebuild (and at least this many): it never holds more than twice
-# the proposals waiting (queued plus in flight, themselves bounded) or this floor.
-DEADLINES_PRUNE_MIN = 1024
-# A timer may fire up to a clock tick early (uvloop's clock counts milliseconds): a proposal
-# that is due within this is given up on then rather than rearming for the remainder.
-DEADLINE_SLACK_S = 0.001
-
-
-class _Deadlines:
-    """When each waiting proposal gives up (`TimeoutError` set on its future): one timer, for
-    the earliest deadline, instead of `asyncio.wait_for` per proposal. wait_for cost a timer,
-    a second future and one more event-loop pass per write: about 6 us of the leader's
-    event loop against 0.19-0.23 ms per write at 64 clients (microbenchmark and A/B in
-    docs/benchmarks.md). Event loop thread only."""
-
-    __slots__ = ("_heap", "_prune_at", "_seq", "_timer", "_timer_at")
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, asyncio.Future[Any]]] = []
-        self._seq = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
-        self._prune_at = DEADLINES_PRUNE_MIN
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def add(
-        self, loop: asyncio.AbstractEventLoop, timeout_s: float, fut: asyncio.Future[Any]
-    ) -> None:
-        deadline = loop.time() + timeout_s
-        self._seq += 1
-        heapq.heappush(self._heap, (deadline, self._seq, fut))
-        if len(self._heap) > self._prune_at:
-            self._heap = [item for item in self._heap if not item[2].done()]
-            heapq.heapify(self._heap)
-            self._prune_at = max(DEADLINES_PRUNE_MIN, 2 * len(self._heap))
-        if deadline < self._timer_at:
-            self._arm(loop, deadline)
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(at, self._expire, loop)
-        self._timer_at = at
-
-    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer, self._timer_at = None, math.inf
-        heap, due = self._heap, loop.time() + DEADLINE_SLACK_S
-        while heap and (heap[0][0] <= due or heap[0][2].done()):
-            fut = heapq.heappop(heap)[2]
-            if not fut.done():
-                fut.set_exception(TimeoutError())
-        if heap:
-            self._arm(loop, heap[0][0])
-
-
-class _Slot:
-    """One batch in flight; released once, by its callback or by its safety timer."""
-
-    __slots__ = ("released", "timer")
-
-    def __init__(self) -> None:
-        self.released = False
-        self.timer: asyncio.TimerHandle | None = None
-
-
-@dataclass(slots=True)
-class GroupCommitStats:
-    entries: int = 0  # log entries proposed (a batch or a lone proposal)
-    proposals: int = 0  # proposals they carried
-    queue_full: int = 0  # proposals refused because the queue was at its bound
-
-
 def _itself(machine: StateMachine) -> StateMachine:
     return machine
 
@@ -801,8 +97,7 @@ def _itself(machine: StateMachine) -> StateMachine:
 class MachineRead(Generic[V]):
     """`with log.read(view) as value:` holds the apply lock for the block; `value` is
     `view(machine)`. A class rather than a generator context manager: it is on every
-    heartbeat (profiled: the generator's enter/exit was 2-3% of the leader's event loop at
-    10,000 workers)."""
+    heartbeat, where a generator's enter and exit cost the leader's event loop more."""
 
     __slots__ = ("_lock", "_machine", "_view")
 
@@ -829,151 +124,51 @@ class MachineRead(Generic[V]):
 
 
 class ReplicatedLog:
-    """One node's replicated log. Start it inside a running asyncio loop."""
+    """One node's replicated log. Start it inside a running asyncio loop, which Raft then
+    runs on; close it on that loop."""
 
     def __init__(self, settings: RaftSettings, machine: StateMachine) -> None:
         settings.validate()
         for path in (settings.journal_path, settings.dump_path):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._settings = settings
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the apply lock: the machine's, for ticks and reads
         self._role = RaftRole.FOLLOWER
         self._ready_term = -1
         self._readiness_pending_term = -1
-        self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._role_listeners: list[Callable[[RaftRole], None]] = []
         repair_journal_tail(settings.journal_path)
         self._refusals = Refusals()
-        # Every use of pysyncobj holds this on the loop (uncontended there) and on the guard.
-        self._raft_lock = threading.Lock()
-        self._poller = _LoopPoller(self._raft_lock) if settings.tick_on_event_loop else None
-        self._node = _RaftNode(
+        raft_lock = threading.Lock()
+        self._poller = LoopPoller(raft_lock)
+        self._node = RaftNode(
             settings, machine, self._lock, self._on_role, self._refusals, self._poller
         )
-        self._thread = threading.Thread(target=self._tick_forever, name="raft-tick", daemon=True)
-        self._guard = threading.Thread(target=self._guard_forever, name="raft-guard", daemon=True)
-        self._tick_pending = False  # a tick is due on the loop (`_kick`)
-        self._tick_timer: asyncio.Handle | None = None
-        self._last_turn = time.monotonic()  # the loop's last tick or Raft event
-        self._guard_rounds = 0
-        self._guard_logged_at = -math.inf
-        # Group commit, on the event loop thread only.
-        self._queue: deque[_Proposal] = deque()
-        self._deadlines = _Deadlines()
-        self._queued_bytes = 0
-        self._in_flight = 0
-        self._group_stats = GroupCommitStats()
+        self._ticker = Ticker(
+            self._node, self._poller, raft_lock, self._lock, after_tick=self._check_readiness
+        )
+        self._group = GroupCommit(
+            settings.group_commit_limits(),
+            append=self._append,
+            on_loop=self._poller.on_loop,
+            sent=self._ticker.tick_now,
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
-        self._loop = loop = asyncio.get_running_loop()
-        if self._poller is None:
-            self._thread.start()
-            return
-        self._last_turn = time.monotonic()
-        self._poller.attach(loop, self._kick, self._turned)
-        self._tick_timer = loop.call_soon(self._tick_periodically)
-        self._guard.start()
+        self._loop = asyncio.get_running_loop()
+        self._ticker.start()
 
     def close(self) -> None:
-        """Stop ticking and close the Raft port and the journal. On the event loop's
-        thread when Raft ticks there."""
-        self._stop.set()
-        for thread in (self._thread, self._guard):
-            if thread.is_alive():
-                thread.join(SHUTDOWN_JOIN_S)
-        if self._tick_timer is not None:
-            self._tick_timer.cancel()
-        with self._raft_lock, contextlib.suppress(Exception):
-            self._node.destroy()  # autoTick is off: closes sockets and the journal now
-        if self._poller is not None:
-            self._poller.close()
-
-    def _tick_forever(self) -> None:
-        """The tick thread (`tick_on_event_loop = False`): pysyncobj's own threading."""
-        while not self._stop.is_set():
-            if not self._tick(TICK_PERIOD_S):
-                time.sleep(TICK_PERIOD_S)
-
-    def _tick(self, wait_s: float) -> bool:
-        """One pysyncobj tick (and, on the tick thread, one poll of up to `wait_s`). On the
-        loop and on the guard, called with `_raft_lock` held."""
-        try:
-            self._node.doTick(wait_s)
-            with self._lock:
-                self._node._machine()
-            self._check_readiness()
-        except Exception:
-            log.exception("raft tick failed")
-            return False
-        return True
-
-    def _turned(self) -> None:
-        self._last_turn = time.monotonic()
-
-    def _tick_on_loop(self) -> None:
-        self._tick_pending = False  # this tick serves every kick made before it
-        with self._raft_lock:
-            self._tick(0.0)
-        self._last_turn = time.monotonic()
-
-    def _kick(self) -> None:
-        """Tick on the loop once the events of this pass are handled (at most one due)."""
-        loop, poller = self._loop, self._poller
-        if loop is None or poller is None:
-            return
-        if not poller.on_loop():
-            loop.call_soon_threadsafe(self._kicked)  # from the guard
-        elif not self._tick_pending:
-            self._tick_pending = True
-            loop.call_soon(self._kicked)
-
-    def _kicked(self) -> None:
-        if self._tick_pending and not self._stop.is_set():
-            self._tick_on_loop()
-
-    def _tick_periodically(self) -> None:
-        """On the loop: Raft's timers (elections, heartbeats, reconnects, the transport's
-        deadlines) are checked in each tick; with no events, one every TICK_PERIOD_S."""
-        if self._stop.is_set() or self._loop is None:
-            return
-        self._tick_on_loop()
-        self._tick_timer = self._loop.call_later(TICK_PERIOD_S, self._tick_periodically)
-
-    def _guard_forever(self) -> None:
-        """The stall guard: when the loop has not ticked Raft for LOOP_STALL_S (busy with a
-        long request, a big plan, a collection), this thread reads the Raft sockets and ticks
-        in its place, so the leader keeps sending heartbeats and a follower keeps hearing
-        them (on a tick thread, Raft kept going through such stalls; it must not lose that).
-        It wakes every GUARD_PERIOD_S and does nothing while the loop keeps up."""
-        poller = self._poller
-        assert poller is not None
-        while not self._stop.wait(GUARD_PERIOD_S):
-            stalled = time.monotonic() - self._last_turn
-            if stalled < LOOP_STALL_S:
-                continue
-            with self._raft_lock:
-                if self._stop.is_set() or time.monotonic() - self._last_turn < LOOP_STALL_S:
-                    continue
-                self._guard_rounds += 1
-                poller.dispatch_ready()
-                self._tick(0.0)
-            now = time.monotonic()
-            if now - self._guard_logged_at > GUARD_LOG_INTERVAL_S:
-                self._guard_logged_at = now
-                log.warning(
-                    "event loop busy for %.0f ms: Raft ticked on the guard thread "
-                    "(%d guard ticks so far)",
-                    stalled * 1000,
-                    self._guard_rounds,
-                )
+        """Stop ticking and close the Raft port and the journal (on the event loop's thread)."""
+        self._ticker.close()
 
     @property
     def guard_ticks(self) -> int:
         """Ticks the stall guard ran because the event loop was busy (so far)."""
-        return self._guard_rounds
+        return self._ticker.guard_ticks
 
     # -- roles and readiness -----------------------------------------------------------
 
@@ -991,7 +186,7 @@ class ReplicatedLog:
                 loop.call_soon_threadsafe(listener, role)
 
     def _check_readiness(self) -> None:
-        """On the tick thread: a new leader proposes one empty entry of its own; once that
+        """After every tick: a new leader proposes one empty entry of its own; once that
         entry is applied, so is everything committed before it (Raft's no-op rule)."""
         if self._role is not RaftRole.LEADER:
             return
@@ -1046,7 +241,7 @@ class ReplicatedLog:
     def read(self, view: Callable[[StateMachine], Any] | None = None) -> MachineRead[Any]:
         """Local (possibly stale on a follower) read of the machine, or of `view(machine)`,
         never torn: a context manager holding the apply lock."""
-        return MachineRead(self._lock, self._node._machine, view or _itself)
+        return MachineRead(self._lock, self._node.machine, view or _itself)
 
     # -- writes ------------------------------------------------------------------------
 
@@ -1059,152 +254,16 @@ class ReplicatedLog:
         `group_commit_in_flight_max` batches are in flight, everything queued (up to the
         batch bounds) goes out as one log entry. One client alone sees no extra wait: its
         proposal finds nothing in flight and goes out at once, as itself."""
-        loop = asyncio.get_running_loop()
-        settings = self._settings
-        if (
-            len(self._queue) >= settings.proposals_queued_max
-            or self._queued_bytes + len(entry) > settings.proposals_queued_bytes_max
-        ):
-            self._group_stats.queue_full += 1
-            raise QueueFullError("proposal queue full")
-        fut: asyncio.Future[tuple[Any, int]] = loop.create_future()
-        self._queue.append(_Proposal(entry, fut))
-        self._queued_bytes += len(entry)
-        self._deadlines.add(loop, timeout_s, fut)
-        self._flush()
-        try:
-            result, err = await fut
-        except TimeoutError as exc:
-            raise OutcomeUnknownError(f"no commit within {timeout_s} s") from exc
-        if err == FAIL_REASON.SUCCESS:
-            if not isinstance(result, bytes):
-                raise OutcomeUnknownError("machine returned no result")  # pragma: no cover
-            return result
-        if err in (
-            FAIL_REASON.QUEUE_FULL,
-            FAIL_REASON.MISSING_LEADER,
-            FAIL_REASON.NOT_LEADER,
-            FAIL_REASON.REQUEST_DENIED,
-        ):
-            raise NoLeaderError(_FAIL_NAMES.get(err, str(err)))
-        raise OutcomeUnknownError(_FAIL_NAMES.get(err, str(err)))
+        return await self._group.propose(entry, timeout_s)
 
-    def _flush(self) -> None:
-        """Send what is queued, one batch per free in-flight slot (event loop thread)."""
-        settings = self._settings
-        loop = asyncio.get_running_loop()
-        # A batch travels in one Raft frame with its framing and the message around it
-        # (coordinator config refuses a larger setting; this guards other callers).
-        bytes_max = min(settings.group_commit_bytes_max, settings.frame_bytes_max // 4)
-        poller = self._poller
-        sent = False
-        while self._queue and self._in_flight < settings.group_commit_in_flight_max:
-            batch: list[_Proposal] = []
-            size = 0
-            while self._queue and len(batch) < settings.group_commit_entries_max:
-                head = self._queue[0]
-                if batch and size + len(head.entry) > bytes_max:
-                    break
-                self._queue.popleft()
-                self._queued_bytes -= len(head.entry)
-                if head.fut.done():
-                    continue  # its caller timed out: never appended, nothing to wait for
-                batch.append(head)
-                size += len(head.entry)
-            if not batch:
-                continue
-            payload = batch[0].entry if len(batch) == 1 else encode_batch([p.entry for p in batch])
-            self._in_flight += 1
-            self._group_stats.entries += 1
-            self._group_stats.proposals += len(batch)
-            slot = _Slot()
-
-            def callback(
-                result: Any, err: int, batch: list[_Proposal] = batch, slot: _Slot = slot
-            ) -> None:  # in a tick: on the loop, the guard or the tick thread
-                if poller is not None and poller.on_loop():
-                    self._settle(batch, slot, result, err, release_later=True)
-                else:
-                    loop.call_soon_threadsafe(self._settle, batch, slot, result, err)
-
-            # pysyncobj calls back on commit or failure; if it never did (a bug), the slot
-            # is freed after the longest a caller could wait, so the queue cannot wedge.
-            slot.timer = loop.call_later(DEFAULT_PROPOSE_TIMEOUT_S * 2, self._release_slot, slot)
-            self._node._apply_entry(payload, callback=callback)
-            sent = True
-        if sent and poller is not None:
-            self._send_now()
-
-    def _send_now(self) -> None:
-        """On the loop: tick now, so a batch just queued goes out in this pass of the loop
-        rather than the next. Not inside a tick (a commit freed the slot: the same tick sends
-        it), nor while the guard ticks (its kick does), nor under a read (`_lock`: the tick
-        applies under it)."""
-        if self._stop.is_set() or self._lock.locked():
-            return
-        if self._raft_lock.acquire(blocking=False):
-            self._tick_pending = False  # the tick the proposal kicked: this is it
-            try:
-                self._tick(0.0)
-            finally:
-                self._raft_lock.release()
-
-    def _release_slot(self, slot: _Slot) -> None:
-        if not slot.released:
-            slot.released = True
-            if slot.timer is not None:
-                slot.timer.cancel()
-            self._in_flight -= 1
-            self._flush()
-
-    def _settle(
-        self,
-        batch: list[_Proposal],
-        slot: _Slot,
-        result: Any,
-        err: int,
-        *,
-        release_later: bool = False,
-    ) -> None:
-        """Hand each proposal of a committed (or failed) entry its own outcome.
-        `release_later`: called inside a tick on the loop; the callers learn now, and the
-        slot is freed on the next pass of the loop, so the proposals that pass brings wait
-        and go out together rather than the first of them alone."""
-        outcomes: list[tuple[Any, int]]
-        if err != FAIL_REASON.SUCCESS or len(batch) == 1:
-            outcomes = [(result, err)] * len(batch)
-        else:
-            try:
-                results = decode_results(result) if isinstance(result, bytes) else []
-            except BatchFormatError:
-                results = []
-            if len(results) == len(batch):
-                outcomes = [(r, err) for r in results]
-            else:  # the machine's error value for a malformed batch: everyone learns of it
-                outcomes = [(result, err)] * len(batch)
-        for proposal, outcome in zip(batch, outcomes, strict=True):
-            if not proposal.fut.done():
-                proposal.fut.set_result(outcome)
-        if release_later:
-            asyncio.get_running_loop().call_soon(self._release_slot, slot)
-        else:
-            self._release_slot(slot)
+    def _append(self, payload: bytes, callback: Callable[[Any, int], None]) -> None:
+        self._node._apply_entry(payload, callback=callback)
 
     def group_commit_stats(self) -> GroupCommitStats:
         """Log entries sent by this node's proposals and proposals they carried (so far)."""
-        return self._group_stats
+        return self._group.stats()
 
     async def barrier(self, timeout_s: float = DEFAULT_PROPOSE_TIMEOUT_S) -> None:
         """Linearizable-read fence: once an empty entry proposed now has been applied here,
         local state reflects every write acknowledged before the call."""
         await self.propose(b"", timeout_s)
-
-
-_FAIL_NAMES = {
-    FAIL_REASON.QUEUE_FULL: "queue full",
-    FAIL_REASON.MISSING_LEADER: "no leader",
-    FAIL_REASON.DISCARDED: "discarded by a new leader",
-    FAIL_REASON.NOT_LEADER: "not leader",
-    FAIL_REASON.LEADER_CHANGED: "leader changed",
-    FAIL_REASON.REQUEST_DENIED: "request denied",
-}

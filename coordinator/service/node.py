@@ -104,7 +104,6 @@ class CoordinatorNode:
             group_commit_in_flight_max=config.group_commit_in_flight_max,
             proposals_queued_max=config.proposals_queued_max,
             proposals_queued_bytes_max=config.proposals_queued_bytes_max,
-            tick_on_event_loop=config.raft_tick_on_event_loop,
         )
         self.log = ReplicatedLog(settings, self.machine)
 

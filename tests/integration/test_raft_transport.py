@@ -18,7 +18,7 @@ import pytest
 
 import replication.transport
 from replication.log import ReplicatedLog
-from replication.transport import (
+from replication.wire import (
     CHALLENGE_BYTES,
     Handshake,
     Session,
@@ -103,7 +103,7 @@ async def still_commits(c: Cluster) -> None:
 
 
 async def test_a_giant_frame_is_refused_after_a_few_bytes(cluster: Cluster) -> None:
-    # Issue 11: pysyncobj buffered this by copying until the leader stopped answering.
+    # pysyncobj's own transport buffers this by copying until the leader stops answering.
     # Here the node closes at the first 4 bytes; what we manage to send is the kernel's.
     def attack() -> int:
         s = connect(cluster)

@@ -2,8 +2,6 @@
 
 A toy machine (an append-only list of entries) keeps these tests independent of the
 coordinator's domain; the coordinator's own processes are tested in test_cluster.py.
-Tests on the `cluster` fixture run twice: Raft on the event loop (the default) and on a
-tick thread of its own (`tick_on_event_loop = False`, pysyncobj's threading).
 """
 
 from __future__ import annotations
@@ -14,6 +12,8 @@ import contextlib
 import inspect
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -23,16 +23,17 @@ import pytest
 from pysyncobj import SyncObj
 
 import replication.log
-import replication.transport
+import replication.wire
 from replication.log import (
     NoLeaderError,
     OutcomeUnknownError,
     RaftRole,
     RaftSettings,
     ReplicatedLog,
-    _RaftNode,
     machine_error_result,
 )
+from replication.poller import KickNotifier
+from replication.raft_node import RaftNode
 from tests.support import free_ports
 
 SECRET = "test-secret-0123456789abcdef"
@@ -123,9 +124,9 @@ async def running(tmp: Path, **kw: object) -> AsyncIterator[Cluster]:
             c.stop(i)
 
 
-@pytest.fixture(params=[True, False], ids=["loop", "thread"])
-async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
-    async with running(tmp_path, tick_on_event_loop=request.param) as c:
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with running(tmp_path) as c:
         yield c
 
 
@@ -145,7 +146,7 @@ async def test_raising_machine_becomes_error_value_and_cluster_keeps_going(
     leader = await cluster.leader()
     result = await leader.propose(b"boom")
     assert result == machine_error_result(RuntimeError("machine bug"))
-    # The next entry commits: the tick thread did not stall on the raising entry.
+    # The next entry commits: Raft did not stall on the raising entry.
     assert await leader.propose(b"after") == b"ok:1"
     await wait_for(lambda: all(m.entries == [b"after"] for m in cluster.machines), "replicas")
 
@@ -234,14 +235,14 @@ async def test_a_node_that_missed_a_compaction_catches_up_from_a_compressed_snap
     # The others compact while a follower is down, so it can only catch up from the snapshot,
     # sent in chunks large enough to travel compressed (COMPRESS_MIN_BYTES).
     inflated: list[int] = []
-    real = replication.transport.decompress_bounded
+    real = replication.wire.decompress_bounded
 
     def counting(data: bytes, limit: int) -> bytes:
         out = real(data, limit)
         inflated.append(len(out))
         return out
 
-    monkeypatch.setattr(replication.transport, "decompress_bounded", counting)
+    monkeypatch.setattr(replication.wire, "decompress_bounded", counting)
     c = Cluster(tmp_path, log_compaction_min_entries=5, log_compaction_min_time_s=0.5)
     for i in range(3):
         c.start(i)
@@ -260,7 +261,7 @@ async def test_a_node_that_missed_a_compaction_catches_up_from_a_compressed_snap
         assert not inflated  # single entries travel uncompressed
         c.start(lag)
         await wait_for(lambda: c.machines[lag].entries == expected, "the node caught up", 30.0)
-        assert inflated and max(inflated) >= replication.transport.COMPRESS_MIN_BYTES
+        assert inflated and max(inflated) >= replication.wire.COMPRESS_MIN_BYTES
     finally:
         for i in range(3):
             c.stop(i)
@@ -293,31 +294,46 @@ def test_importing_the_log_leaves_socket_inet_ntop_working() -> None:
     assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"
 
 
+PYSYNCOBJ_PATCHES = ("raft_node", "transport", "connection", "poller")
+
+
+@pytest.mark.parametrize("module", [f"replication.{m}" for m in PYSYNCOBJ_PATCHES])
+def test_the_pysyncobj_patches_refuse_another_release_at_import(module: str) -> None:
+    """Importing a module that patches pysyncobj's private names against a release other
+    than the pinned one fails at once, naming the pin."""
+    code = f"import pysyncobj.version as v; v.VERSION = '0.3.18'; import {module}"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode != 0
+    assert "ImportError" in done.stderr and "pysyncobj==0.3.17" in done.stderr, done.stderr
+
+
 def test_the_catch_up_correction_still_overrides_pysyncobj() -> None:
-    """`_RaftNode` overrides pysyncobj's private follower answer (chaos scenario b, bug 6 in
+    """`RaftNode` overrides pysyncobj's private follower answer (chaos scenario b, bug 6 in
     docs/reliability.md). If an upgrade renames what it overrides, fail here, not in prod."""
     for name in ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex"):
         assert callable(getattr(SyncObj, name, None)), name
-    assert "_SyncObj__sendNextNodeIdx" in vars(_RaftNode)
+    assert "_SyncObj__sendNextNodeIdx" in vars(RaftNode)
 
 
 def test_the_dump_load_correction_still_overrides_pysyncobj() -> None:
-    """`_RaftNode` overrides pysyncobj's private dump loading so a node stopped between a
+    """`RaftNode` overrides pysyncobj's private dump loading so a node stopped between a
     compaction and the journal trim keeps the entries after the dump (the restart test above
-    lost them in about half its runs before). Fail here if an upgrade renames what it uses."""
+    loses them without it). Fail here if an upgrade renames what it uses."""
     for name in ("_SyncObj__loadDumpFile", "_SyncObj__deleteEntriesTo"):
         assert callable(getattr(SyncObj, name, None)), name
-    assert "_SyncObj__loadDumpFile" in vars(_RaftNode)
+    assert "_SyncObj__loadDumpFile" in vars(RaftNode)
     source = inspect.getsource(SyncObj._SyncObj__loadDumpFile)
     for attr in ("self.__serializer.deserialize()", "self.__raftLog"):
         assert attr in source, attr
 
 
 def test_the_commit_notice_correction_still_overrides_pysyncobj() -> None:
-    """`_RaftNode` overrides pysyncobj's private apply step so the commit notice rides the
+    """`RaftNode` overrides pysyncobj's private apply step so the commit notice rides the
     next AppendEntries (test below). Fail here if an upgrade renames what it uses."""
     assert callable(getattr(SyncObj, "_SyncObj__applyLogEntries", None))
-    assert "_SyncObj__applyLogEntries" in vars(_RaftNode)
+    assert "_SyncObj__applyLogEntries" in vars(RaftNode)
     source = inspect.getsource(SyncObj._onTick)
     assert "needSendAppendEntries = self.__applyLogEntries()" in source
     assert "self.__newAppendEntriesTime" in source
@@ -355,24 +371,17 @@ async def test_commit_notices_ride_the_next_append_entries(cluster: Cluster) -> 
 # -- where Raft runs -------------------------------------------------------------------------
 
 
-async def test_raft_runs_where_the_setting_says(cluster: Cluster) -> None:
-    """On the loop: no tick thread, pysyncobj's wake-up pipe replaced, every entry applied
-    on the event loop's thread. On a thread: the commit is applied off the loop."""
+async def test_raft_runs_on_the_event_loop(cluster: Cluster) -> None:
+    """pysyncobj's wake-up pipe replaced, every entry applied on the event loop's thread."""
     leader = await cluster.leader()
-    on_loop = cluster.kw["tick_on_event_loop"]
     for i in range(5):
         assert await leader.propose(b"t%d" % i) == b"ok:%d" % (i + 1)
     await wait_for(lambda: all(len(m.entries) == 5 for m in cluster.machines), "replicas")
     loop_thread = threading.get_ident()
     for node, machine in zip(cluster.nodes, cluster.machines, strict=True):
         assert node is not None
-        assert node._thread.is_alive() is (not on_loop)
-        notifier = type(node._node._SyncObj__pipeNotifier).__name__
-        assert notifier == ("_KickNotifier" if on_loop else "PipeNotifier")
-        if on_loop:
-            assert machine.threads == {loop_thread}
-        else:
-            assert loop_thread not in machine.threads and len(machine.threads) == 1
+        assert isinstance(node._node._SyncObj__pipeNotifier, KickNotifier)
+        assert machine.threads == {loop_thread}
 
 
 async def test_on_the_loop_close_leaves_no_descriptor_registered(tmp_path: Path) -> None:
@@ -385,7 +394,8 @@ async def test_on_the_loop_close_leaves_no_descriptor_registered(tmp_path: Path)
         assert poller is not None and poller._subs
         c.stop(i)
         assert not poller._subs
-        assert leader._tick_timer is not None and leader._tick_timer.cancelled()
+        timer = leader._ticker._tick_timer
+        assert timer is not None and timer.cancelled()
         assert await (await c.leader()).propose(b"after") == b"ok:1"
 
 
@@ -402,7 +412,7 @@ async def test_a_busy_event_loop_keeps_its_leader_and_commits(tmp_path: Path) ->
         # One pass of the loop, not a wait: the task proposes and sends the entry, and the
         # busy stretch starts before the followers' answers can be read by the loop.
         await asyncio.sleep(0)
-        assert leader._in_flight == 1
+        assert leader._group.in_flight == 1
         applied_while_busy = False
         busy_until = time.monotonic() + 5 * 0.3
         while time.monotonic() < busy_until:
@@ -418,12 +428,12 @@ async def test_a_busy_event_loop_keeps_its_leader_and_commits(tmp_path: Path) ->
 
 
 def test_the_loop_poller_still_replaces_pysyncobjs(tmp_path: Path) -> None:
-    """On the loop, `_RaftNode` swaps in its poller through SyncObj's `self._poller = ...`
+    """`RaftNode` swaps in its poller through SyncObj's `self._poller = ...`
     and takes over pysyncobj's private pipe notifier. Fail here if an upgrade renames them."""
     source = inspect.getsource(SyncObj.__init__)
     assert "self._poller = createPoller(" in source
     assert "self.__pipeNotifier = PipeNotifier(self._poller)" in source
-    assert "_poller" in vars(_RaftNode) and isinstance(vars(_RaftNode)["_poller"], property)
+    assert "_poller" in vars(RaftNode) and isinstance(vars(RaftNode)["_poller"], property)
     from pysyncobj.pipe_notifier import PipeNotifier
 
     assert "self.__pipeR, self.__pipeW = os.pipe()" in inspect.getsource(PipeNotifier.__init__)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pysyncobj.journal import FileJournal
 
-from replication.log import repair_journal_tail
+from replication.journal import repair_journal_tail
 
 RECORDS = [(f"cmd-{i}".encode() * (i + 1), i + 1, 1 + i // 3) for i in range(12)]
 

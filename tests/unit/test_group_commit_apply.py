@@ -1,7 +1,7 @@
-"""A batch entry applied to the coordinator's machine (replication.log.apply_entry, the code
+"""A batch entry applied to the coordinator's machine (replication.entry.apply_entry, the code
 the Raft apply path runs): each command in order with its own request id, dedup and
 result; a rejected or malformed command affects no other; a batch leaves exactly the state
-the same commands leave as single entries; single entries from older journals still apply."""
+the same commands leave as single entries; single entries (a lone proposal) still apply."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from coordinator.core.commands import Bootstrap, Ok, RegisterWorker, Rejected
 from coordinator.core.machine import Machine
 from coordinator.core.model import WorkerId
 from replication.batch import decode_results, encode_batch
-from replication.log import apply_entry
+from replication.entry import apply_entry
 
 BOOT = encode_command(Bootstrap(total_partitions=4, now_ms=1000), "boot")
 UNKNOWN_TAG = b"\x94\x01\x63\xa1x\x80"  # [1, 99, "x", {}]: no command has tag 99
@@ -29,7 +29,7 @@ def apply_batch(machine: Machine, items: list[bytes]) -> list[Ok | Rejected]:
 
 def test_each_command_of_a_batch_in_order_with_its_own_result() -> None:
     machine = Machine()
-    apply_entry(machine, BOOT)  # a single entry, as journals before group commit hold
+    apply_entry(machine, BOOT)  # a single entry, as a lone proposal leaves it
     results = apply_batch(
         machine, [register("a", "ra"), UNKNOWN_TAG, register("b", "rb"), b"\x00junk"]
     )

@@ -1,4 +1,4 @@
-"""`replication.log._LoopPoller`: pysyncobj's poller interface on a real asyncio loop, with a
+"""`replication.poller.LoopPoller`: pysyncobj's poller interface on a real asyncio loop, with a
 real socket pair. What pysyncobj and the Raft transport rely on: subscriptions made before
 the loop is known take effect at `attach`; a changed mask adds or drops only the write
 interest; `unsubscribe` stops the events; a failing callback is logged and the tick still
@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from pysyncobj.poller import POLL_EVENT_TYPE
 
-from replication.log import _LoopPoller
+from replication.poller import LoopPoller
 
 READ, WRITE, ERROR = POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR
 WAIT_S = 5.0
@@ -51,14 +51,14 @@ class Recorder:
         self.turns += 1
 
 
-def new_poller() -> _LoopPoller:
-    return _LoopPoller(threading.Lock())
+def new_poller() -> LoopPoller:
+    return LoopPoller(threading.Lock())
 
 
-Attached = tuple[_LoopPoller, "Recorder", asyncio.AbstractEventLoop]
+Attached = tuple[LoopPoller, "Recorder", asyncio.AbstractEventLoop]
 
 
-def attach(poller: _LoopPoller, rec: Recorder) -> asyncio.AbstractEventLoop:
+def attach(poller: LoopPoller, rec: Recorder) -> asyncio.AbstractEventLoop:
     loop = asyncio.get_running_loop()
     poller.attach(loop, rec.kick, rec.turn)
     return loop
@@ -88,7 +88,7 @@ async def passes(n: int = 5) -> None:
 
 
 @pytest.fixture
-async def attached() -> AsyncIterator[tuple[_LoopPoller, Recorder, asyncio.AbstractEventLoop]]:
+async def attached() -> AsyncIterator[tuple[LoopPoller, Recorder, asyncio.AbstractEventLoop]]:
     rec = Recorder()
     poller = new_poller()
     loop = attach(poller, rec)
@@ -165,7 +165,7 @@ async def test_a_failing_callback_is_logged_and_the_tick_still_comes(
         raise RuntimeError("callback failed")
 
     poller.subscribe(a.fileno(), boom, READ)
-    with caplog.at_level(logging.ERROR, logger="replication.log"):
+    with caplog.at_level(logging.ERROR, logger="replication.poller"):
         b.send(b"x")
         await until(lambda: calls == 1 and rec.kicks == 1, "the failing event")
     assert "raft socket event failed" in caplog.text

@@ -1,6 +1,6 @@
-"""The proposals' deadlines (`replication.log._Deadlines`): one timer for the earliest, each
-waiting proposal given up on at its own deadline, settled ones never touched, the heap
-bounded however many proposals settle in time."""
+"""The proposals' deadlines (`replication.group_commit.Deadlines`): one timer for the
+earliest, each waiting proposal given up on at its own deadline, settled ones never touched,
+the heap bounded however many proposals settle in time."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import asyncio
 
 import pytest
 
-from replication.log import DEADLINES_PRUNE_MIN, _Deadlines
+from replication.group_commit import DEADLINES_PRUNE_MIN, Deadlines
 
 
 async def test_each_waiting_proposal_gives_up_at_its_own_deadline() -> None:
     loop = asyncio.get_running_loop()
-    deadlines = _Deadlines()
+    deadlines = Deadlines()
     late, early, settled = loop.create_future(), loop.create_future(), loop.create_future()
     deadlines.add(loop, 0.4, late)
     deadlines.add(loop, 0.1, early)  # added after a later one: the timer moves up
@@ -31,7 +31,7 @@ async def test_each_waiting_proposal_gives_up_at_its_own_deadline() -> None:
 
 async def test_a_cancelled_caller_is_left_alone() -> None:
     loop = asyncio.get_running_loop()
-    deadlines = _Deadlines()
+    deadlines = Deadlines()
     fut = loop.create_future()
     deadlines.add(loop, 0.01, fut)
     fut.cancel()
@@ -41,7 +41,7 @@ async def test_a_cancelled_caller_is_left_alone() -> None:
 
 async def test_the_heap_stays_bounded_when_proposals_settle_in_time() -> None:
     loop = asyncio.get_running_loop()
-    deadlines = _Deadlines()
+    deadlines = Deadlines()
     waiting = []
     for i in range(20 * DEADLINES_PRUNE_MIN):
         fut = loop.create_future()

@@ -12,21 +12,20 @@ from types import SimpleNamespace
 
 import pytest
 
-from replication.transport import (
+from replication.connection import TransportLimits
+from replication.refusals import REFUSAL_REASONS, Refusals
+from replication.transport import HardenedTransport
+from replication.wire import (
     CHALLENGE_BYTES,
     COMPRESS_MIN_BYTES,
     HELLO_BYTES,
     KEEPALIVE_FRAME,
     PROOF_BYTES,
-    REFUSAL_REASONS,
     FrameError,
     FrameReader,
     Handshake,
     HandshakeError,
-    HardenedTransport,
-    Refusals,
     Session,
-    TransportLimits,
     decode_message,
     decompress_bounded,
     encode_frame,
@@ -264,7 +263,7 @@ def test_refusals_are_counted_always_and_logged_at_a_rate_limit(
     now = [100.0]
     refusals = Refusals(log_interval_s=10.0, clock=lambda: now[0])
     assert refusals.counts() == dict.fromkeys(REFUSAL_REASONS, 0)
-    with caplog.at_level(logging.WARNING, logger="replication.transport"):
+    with caplog.at_level(logging.WARNING, logger="replication.refusals"):
         for _ in range(1000):
             refusals.refuse("bad_handshake", "127.0.0.1:5")
         refusals.refuse("bad_proof", "127.0.0.1:6")

@@ -1,0 +1,35 @@
+"""The errors the replicated log raises, drawn as one hierarchy.
+
+Owns what a caller may catch and what each error promises about the entry: whether it was
+appended anywhere, and so whether a retry needs the same request id. pysyncobj's failure
+codes are translated into these where they enter (`replication.group_commit`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["NoLeaderError", "OutcomeUnknownError", "QueueFullError", "ReplicationError"]
+
+
+class ReplicationError(Exception):
+    """Root of the errors the replicated log raises.
+
+    ReplicationError
+    +-- NoLeaderError          the entry was NOT appended anywhere (no leader, queue full,
+    |   |                      refused): safe to retry or to report unavailable
+    |   +-- QueueFullError     this node's group-commit queue is at its bound: overloaded,
+    |                          not leaderless; retry after a moment
+    +-- OutcomeUnknownError    the entry may or may not commit later (timeout, leader
+                               changed, discarded): retry with the same request id
+    """
+
+
+class NoLeaderError(ReplicationError):
+    pass
+
+
+class QueueFullError(NoLeaderError):
+    pass
+
+
+class OutcomeUnknownError(ReplicationError):
+    pass

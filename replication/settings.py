@@ -1,0 +1,103 @@
+"""Everything one Raft node is configured with, and the checks that refuse an unsafe setting.
+
+Owns `RaftSettings` and its defaults (the tuned timeouts of docs/design.md §2, the group
+commit bounds, the Raft port's limits). Invariant: a node is never built from settings that
+fail `validate()`: no cluster secret shorter than SECRET_BYTES_MIN (Raft traffic and dumps
+are pickle, and the secret is what keeps strangers from running code in the node), no
+wildcard bind address, no missing journal or dump path (a journal alone loses all state at
+the first log compaction), no bound below one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from replication.connection import (
+    FRAME_BYTES_MAX_DEFAULT,
+    HANDSHAKE_TIMEOUT_S_DEFAULT,
+    UNAUTHENTICATED_MAX_DEFAULT,
+    TransportLimits,
+)
+from replication.group_commit import (
+    GROUP_COMMIT_BYTES_MAX_DEFAULT,
+    GROUP_COMMIT_ENTRIES_MAX_DEFAULT,
+    GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT,
+    PROPOSALS_QUEUED_BYTES_MAX_DEFAULT,
+    PROPOSALS_QUEUED_MAX_DEFAULT,
+    GroupCommitLimits,
+)
+
+__all__ = ["SECRET_BYTES_MIN", "RaftSettings"]
+
+SECRET_BYTES_MIN = 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaftSettings:
+    """Everything one Raft node needs. Timeouts are the tuned values of docs/design.md §2."""
+
+    self_addr: str  # "host:port" this node is known by in `partners` of the others
+    partners: tuple[str, ...]
+    bind_addr: str  # explicit "host:port" to bind; never a wildcard by default
+    secret: str
+    journal_path: str
+    dump_path: str
+    raft_min_timeout_s: float = 0.3
+    raft_max_timeout_s: float = 0.6
+    append_entries_period_s: float = 0.05
+    leader_fallback_timeout_s: float = 2.0
+    connection_timeout_s: float = 1.5  # also the transport's idle timeout
+    connection_retry_s: float = 0.5
+    log_compaction_min_entries: int = 5000
+    log_compaction_min_time_s: float = 300.0
+    commands_queue_max: int = 10_000
+    frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S_DEFAULT
+    unauthenticated_connections_max: int = UNAUTHENTICATED_MAX_DEFAULT
+    # Group commit. entries_max = 1 turns it off (one log entry per proposal).
+    group_commit_entries_max: int = GROUP_COMMIT_ENTRIES_MAX_DEFAULT
+    group_commit_bytes_max: int = GROUP_COMMIT_BYTES_MAX_DEFAULT
+    group_commit_in_flight_max: int = GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
+    proposals_queued_max: int = PROPOSALS_QUEUED_MAX_DEFAULT
+    proposals_queued_bytes_max: int = PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
+
+    def transport_limits(self) -> TransportLimits:
+        return TransportLimits(
+            frame_bytes_max=self.frame_bytes_max,
+            handshake_timeout_s=self.handshake_timeout_s,
+            idle_timeout_s=self.connection_timeout_s,
+            unauthenticated_max=self.unauthenticated_connections_max,
+        )
+
+    def group_commit_limits(self) -> GroupCommitLimits:
+        return GroupCommitLimits(
+            entries_max=self.group_commit_entries_max,
+            # A batch travels in one Raft frame with its framing and the message around it
+            # (coordinator config refuses a larger setting; this guards other callers).
+            bytes_max=min(self.group_commit_bytes_max, self.frame_bytes_max // 4),
+            in_flight_max=self.group_commit_in_flight_max,
+            queued_max=self.proposals_queued_max,
+            queued_bytes_max=self.proposals_queued_bytes_max,
+        )
+
+    def validate(self) -> None:
+        if len(self.secret.encode()) < SECRET_BYTES_MIN:
+            raise ValueError(
+                f"cluster secret must be at least {SECRET_BYTES_MIN} bytes: Raft traffic is "
+                "pickle, and the secret is what keeps strangers from running code in the node"
+            )
+        host = self.bind_addr.rsplit(":", 1)[0]
+        if host in ("", "0.0.0.0", "::"):
+            raise ValueError("bind_addr must name an explicit address, not a wildcard")
+        if not self.journal_path or not self.dump_path:
+            raise ValueError("both journal_path and dump_path are required")
+        self.transport_limits().validate()
+        for name in (
+            "group_commit_entries_max",
+            "group_commit_bytes_max",
+            "group_commit_in_flight_max",
+            "proposals_queued_max",
+            "proposals_queued_bytes_max",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
