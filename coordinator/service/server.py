@@ -18,9 +18,9 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.config import ClusterConfig, is_loopback, split_host_port
-from coordinator.service.api import create_app
 from coordinator.service.duties import LeaderDuties
 from coordinator.service.front import FrontDoorSite
+from coordinator.service.http.app import create_app
 from coordinator.service.node import CoordinatorNode
 from shared.tls import server_context
 

@@ -41,7 +41,6 @@ from coordinator.config import ClusterConfig, NodeSpec, is_wildcard, load_config
 from coordinator.core.codec import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.service import address as address_module
-from coordinator.service import api
 from coordinator.service.address import HOST_VERDICTS_CACHED_MAX, check_address
 from coordinator.service.auth import (
     call_token,
@@ -51,6 +50,8 @@ from coordinator.service.auth import (
     read_worker_token,
     token_matches,
 )
+from coordinator.service.http import views
+from coordinator.service.http.context import DUTIES_KEY, NODE_KEY
 from pipeline.lease import Lease
 from pipeline.state import KeyState
 from pipeline.store import LocalStore, open_store
@@ -232,7 +233,9 @@ def test_verified_tokens_are_kept_bounded_and_forgeries_never(
 def test_no_bearer_token_compared_with_eq() -> None:
     """Every token comparison goes through hmac.compare_digest (auth.token_matches): no
     `==`/`!=` with a `Bearer ...` string anywhere in the HTTP handlers."""
-    for rel in ("coordinator/service/api.py", "pipeline/worker.py"):
+    handlers = sorted(p.relative_to(ROOT) for p in (ROOT / "coordinator/service/http").glob("*.py"))
+    assert Path("coordinator/service/http/worker_routes.py") in handlers
+    for rel in (*handlers, Path("pipeline/worker.py")):
         tree = ast.parse((ROOT / rel).read_text())
         for node in ast.walk(tree):
             if not isinstance(node, ast.Compare):
@@ -288,12 +291,12 @@ async def test_digest_is_encoded_outside_the_lock(monkeypatch: pytest.MonkeyPatc
         seen.append(node.locked)
         return encode_state(s)
 
-    monkeypatch.setattr(api, "encode_state", encode_watched)
+    monkeypatch.setattr(views, "encode_state", encode_watched)
     # create_app needs a real node (metrics, duties); the handler alone needs only this.
     web_app = web.Application()
-    web_app[api.NODE_KEY] = node  # type: ignore[misc]
-    web_app[api.DUTIES_KEY] = SimpleNamespace(running=True)  # health says if duties run
-    web_app.router.add_get("/v1/health", api.health)
+    web_app[NODE_KEY] = node  # type: ignore[misc]
+    web_app[DUTIES_KEY] = SimpleNamespace(running=True)  # health says if duties run
+    web_app.router.add_get("/v1/health", views.health)
     async with TestClient(TestServer(web_app)) as client:
         r = await client.get("/v1/health?digest=true")
         assert r.status == 200, await r.text()
