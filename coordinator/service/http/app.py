@@ -20,6 +20,7 @@ from coordinator.service.http.context import (
     DUTIES_KEY,
     NODE_KEY,
     ORIGINS_KEY,
+    Duties,
 )
 from coordinator.service.http.openapi import Handler, Route
 from coordinator.service.http.openapi import openapi_document as document_of
@@ -78,7 +79,7 @@ def finish(request: ApiRequest, response: R, route_name: str) -> R:
     return response
 
 
-def create_app(node: CoordinatorNode, duties: Any) -> web.Application:
+def create_app(node: CoordinatorNode, duties: Duties) -> web.Application:
     app = web.Application(
         middlewares=[error_middleware], client_max_size=node.config.body_bytes_max
     )

@@ -77,7 +77,7 @@ async def register(request: ApiRequest) -> web.Response:
         rid,
     )
     incarnation = int(value["incarnation"])
-    request.app[DUTIES_KEY].registered(body.worker_id)
+    request.app[DUTIES_KEY].registered(WorkerId(body.worker_id))
     cfg = node.config
     token, expires_at_ms = fresh_token(node, body.worker_id, incarnation)
     return json_reply(
