@@ -12,25 +12,20 @@ from aiohttp import web
 from coordinator.core.commands import AbortMigration, Barrier, PlanMigrations, ResetPartition
 from coordinator.core.model import MigrationId, MigrationReason, valid_id
 from coordinator.service import models as m
-from coordinator.service.auth import verify_token
 from coordinator.service.http.answers import json_reply, migration_refs, raise_rejected
-from coordinator.service.http.context import DUTIES_KEY
+from coordinator.service.http.context import ADMISSION_KEY, DUTIES_KEY
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import idempotency_key, parse, path_partition
-from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
+from coordinator.service.node import new_request_id, now_ms
 from shared.errors import RequestError
 
 __all__ = ["ROUTES"]
 
 
-def require_admin(request: web.Request, node: CoordinatorNode) -> None:
-    verify_token(node.config.admin_token, request.headers.get("Authorization"), "admin")
-
-
 async def reassign(request: web.Request) -> web.Response:
     node = require_leader(request)
-    require_admin(request, node)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
     body = await parse(request, m.ReassignRequest)
     if (body.strategy is None) == (body.moves is None):
         raise RequestError("give exactly one of strategy or moves", field="strategy")
@@ -52,7 +47,7 @@ async def reassign(request: web.Request) -> web.Response:
         return json_reply(m.ReassignResponse(dry_run=body.dry_run, migrations=refs), status=202)
     value = await node.submit(
         PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=now_ms()),
-        idempotency_key(request, "admin", "reassign"),
+        idempotency_key(request, admin.scope, "reassign"),
     )
     return json_reply(
         m.ReassignResponse(dry_run=False, migrations=migration_refs(value)), status=202
@@ -61,13 +56,13 @@ async def reassign(request: web.Request) -> web.Response:
 
 async def abort_migration(request: web.Request) -> web.Response:
     node = require_leader(request)
-    require_admin(request, node)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
     mid = request.match_info["migration_id"]
     if not valid_id(mid):
         raise RequestError("migration id must match [A-Za-z0-9._-]{1,64}", field="migration_id")
     await node.submit(
         AbortMigration(migration_id=MigrationId(mid), note="aborted by operator", now_ms=now_ms()),
-        idempotency_key(request, "admin", f"abort:{mid}"),
+        idempotency_key(request, admin.scope, f"abort:{mid}"),
     )
     with node.read() as state:
         mig = state.migrations.get(MigrationId(mid))
@@ -77,19 +72,19 @@ async def abort_migration(request: web.Request) -> web.Response:
 
 async def reset_partition(request: web.Request) -> web.Response:
     node = require_leader(request)
-    require_admin(request, node)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
     with node.read() as state:
         p = path_partition(request, state).partition
     value = await node.submit(
         ResetPartition(partition=p, note="reset by operator", now_ms=now_ms()),
-        idempotency_key(request, "admin", f"reset:{p}"),
+        idempotency_key(request, admin.scope, f"reset:{p}"),
     )
     return json_reply(m.ResetResponse(partition=value["partition"], epoch=value["epoch"]))
 
 
 async def admin_barrier(request: web.Request) -> web.Response:
     node = require_leader(request)
-    require_admin(request, node)
+    request.app[ADMISSION_KEY].admit_admin(request.headers)
     value = await node.submit(Barrier(nonce=new_request_id()))
     return json_reply({"ok": True, **value})
 

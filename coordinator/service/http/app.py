@@ -13,9 +13,11 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from coordinator.service import dashboard
+from coordinator.service.auth import Admission
 from coordinator.service.http import admin_routes, views, worker_routes
 from coordinator.service.http.answers import error_response
 from coordinator.service.http.context import (
+    ADMISSION_KEY,
     ASSIGNMENT_TEXTS_KEY,
     DUTIES_KEY,
     NODE_KEY,
@@ -85,6 +87,7 @@ def create_app(node: CoordinatorNode, duties: Duties) -> web.Application:
     )
     app[NODE_KEY] = node
     app[DUTIES_KEY] = duties
+    app[ADMISSION_KEY] = Admission.of(node.config)
     app[ASSIGNMENT_TEXTS_KEY] = AssignmentTexts()
     app[ORIGINS_KEY] = dashboard.node_origins(node.config)
     node.metrics.attach(node, duties.liveness_of)

@@ -1,5 +1,5 @@
 """What the HTTP app carries for its handlers: typed keys for the node it serves, the
-leader duties, worker admission, the heartbeat's assignment texts and the cluster's
+leader duties, the admission policy, the heartbeat's assignment texts and the cluster's
 browser origins.
 
 Each is set once by `app.create_app` and never replaced, so a handler reads the same
@@ -14,11 +14,19 @@ from aiohttp import web
 
 from coordinator.core.model import WorkerId
 from coordinator.core.planner import Planner
+from coordinator.service.auth import Admission
 from coordinator.service.failing import FailingReports
 from coordinator.service.node import CoordinatorNode
 from coordinator.service.replies import AssignmentTexts
 
-__all__ = ["ASSIGNMENT_TEXTS_KEY", "DUTIES_KEY", "NODE_KEY", "ORIGINS_KEY", "Duties"]
+__all__ = [
+    "ADMISSION_KEY",
+    "ASSIGNMENT_TEXTS_KEY",
+    "DUTIES_KEY",
+    "NODE_KEY",
+    "ORIGINS_KEY",
+    "Duties",
+]
 
 
 class Duties(Protocol):
@@ -49,5 +57,6 @@ class Duties(Protocol):
 
 NODE_KEY = web.AppKey("node", CoordinatorNode)
 DUTIES_KEY: web.AppKey[Duties] = web.AppKey("duties")
+ADMISSION_KEY = web.AppKey("admission", Admission)
 ASSIGNMENT_TEXTS_KEY = web.AppKey("assignment_texts", AssignmentTexts)
 ORIGINS_KEY: web.AppKey[frozenset[str]] = web.AppKey("origins", frozenset)

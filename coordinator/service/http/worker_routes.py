@@ -21,21 +21,13 @@ from coordinator.core.commands import (
     RecordCheckpoints,
     RegisterWorker,
 )
-from coordinator.core.model import WorkerId, WorkerState
-from coordinator.core.state import ClusterState
+from coordinator.core.model import WorkerId
 from coordinator.service import models as m
 from coordinator.service.address import check_address
-from coordinator.service.auth import (
-    WorkerClaims,
-    call_token,
-    issue_token,
-    read_worker_token,
-    token_matches,
-    verify_token,
-)
+from coordinator.service.auth import Admission, WorkerClaims
 from coordinator.service.failing import FailingPartition
 from coordinator.service.http.answers import json_bytes, json_reply, migration_refs, raise_rejected
-from coordinator.service.http.context import ASSIGNMENT_TEXTS_KEY, DUTIES_KEY
+from coordinator.service.http.context import ADMISSION_KEY, ASSIGNMENT_TEXTS_KEY, DUTIES_KEY
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import (
@@ -58,122 +50,32 @@ __all__ = ["ROUTES", "checkpoints", "heartbeat_now", "register"]
 
 async def register(request: ApiRequest) -> web.Response:
     node = require_leader(request)
-    header = request.headers.get("Authorization")
-    if token_matches(node.config.admin_token, header):
-        principal = "admin"
-    elif node.config.join_token or not node.config.open_registration:
-        verify_token(node.config.join_token, header, "join")
-        principal = "join"
-    else:
-        principal = "open"
+    admission = request.app[ADMISSION_KEY]
+    registrant = admission.admit_registration(request.headers)  # before the body is read
     body = await parse(request, m.RegisterRequest)
     check_address(body.address, node.worker_networks)
-    if principal != "admin":
-        with node.read() as state:
-            check_takeover(request, node, state, WorkerId(body.worker_id))
-    rid = idempotency_key(request, principal, "register")
+    wid = WorkerId(body.worker_id)
+    with node.read() as state:
+        admission.admit_id(registrant, state, wid, now_ms())
     value = await node.submit(
-        RegisterWorker(worker_id=WorkerId(body.worker_id), address=body.address, now_ms=now_ms()),
-        rid,
+        RegisterWorker(worker_id=wid, address=body.address, now_ms=now_ms()),
+        idempotency_key(request, registrant.scope, "register"),
     )
     incarnation = int(value["incarnation"])
-    request.app[DUTIES_KEY].registered(WorkerId(body.worker_id))
+    request.app[DUTIES_KEY].registered(wid)
     cfg = node.config
-    token, expires_at_ms = fresh_token(node, body.worker_id, incarnation)
+    token, expires_at_ms = admission.worker_token(wid, incarnation, now_ms())
     return json_reply(
         m.RegisterResponse(
-            worker_id=body.worker_id,
+            worker_id=wid,
             incarnation=incarnation,
             token=token,
             token_expires_at_ms=expires_at_ms,
-            call_token=call_token(cfg.cluster_secret, body.worker_id, incarnation),
+            call_token=admission.leader_call_token(wid, incarnation),
             heartbeat_interval_s=cfg.heartbeat_interval_s,
             lease_s=cfg.lease_s,
         )
     )
-
-
-WORKER_TOKEN_HEADER = "Ripple-Worker-Token"
-
-
-def check_takeover(
-    request: ApiRequest, node: CoordinatorNode, state: ClusterState, wid: WorkerId
-) -> None:
-    """A live worker id (ACTIVE or DRAINING) is re-registered only by the holder of its
-    current token (header Ripple-Worker-Token) or the admin: the join token alone, which
-    every worker holds, must not let one worker take another's id, host calls and
-    checkpoint references."""
-    worker = state.workers.get(wid)
-    if worker is None or worker.state in (WorkerState.DEAD, WorkerState.LEFT):
-        return
-    presented = request.headers.get(WORKER_TOKEN_HEADER)
-    try:
-        claims = read_worker_token(
-            node.config.cluster_secret, f"Bearer {presented}" if presented else None, now_ms()
-        )
-    except RequestError:
-        claims = None
-    if claims is None or claims.worker_id != wid or claims.incarnation != worker.incarnation:
-        raise RequestError(
-            f"worker {wid} is {worker.state.value}: re-registering it needs its current token "
-            f"({WORKER_TOKEN_HEADER}) or the admin token",
-            code="worker_active",
-            status=409,
-            field="worker_id",
-        )
-
-
-def fresh_token(node: CoordinatorNode, worker_id: str, incarnation: int) -> tuple[str, int]:
-    expires_at_ms = now_ms() + int(node.config.worker_token_lifetime_s * 1000)
-    return issue_token(node.config.cluster_secret, worker_id, incarnation, expires_at_ms), (
-        expires_at_ms
-    )
-
-
-def heartbeat_token(
-    node: CoordinatorNode, claims: WorkerClaims, incarnation: int, now: int
-) -> tuple[str, int]:
-    """The token a heartbeat hands back: the one it presented (just verified, for this
-    worker's current incarnation) while more than half its lifetime is left, else a renewed
-    one. So a heartbeat costs no HMAC and a worker's reply changes only with the generation
-    and about once per half lifetime, and a heartbeating worker's token never lapses."""
-    half_life_ms = int(node.config.worker_token_lifetime_s * 500)
-    if claims.expires_at_ms - now > half_life_ms:
-        return claims.token, claims.expires_at_ms
-    return fresh_token(node, claims.worker_id, incarnation)
-
-
-def worker_claims(
-    request: ApiRequest, node: CoordinatorNode, now: int, wid: WorkerId | None = None
-) -> WorkerClaims:
-    """A genuine worker token unexpired at wall time `now` (ms) (for `wid` when given),
-    checked before the body is read. Needs no state: whether the incarnation is current is
-    `current_incarnation`."""
-    claims = read_worker_token(
-        node.config.cluster_secret, request.headers.get("Authorization"), now
-    )
-    if wid is not None and claims.worker_id != wid:
-        raise RequestError("the token is another worker's", code="forbidden", status=403)
-    return claims
-
-
-def current_incarnation(state: ClusterState, claims: WorkerClaims) -> int:
-    """404 when the token's worker is unknown, DEAD or LEFT; 409 when its incarnation is
-    not the current one (the worker must re-register)."""
-    worker = state.workers.get(WorkerId(claims.worker_id))
-    if worker is None or worker.state in (WorkerState.DEAD, WorkerState.LEFT):
-        what = "unknown worker" if worker is None else f"worker is {worker.state.value}"
-        raise RequestError(
-            f"{what}; register again", code="unknown_worker", status=404, field="worker_id"
-        )
-    if claims.incarnation != worker.incarnation:
-        raise RequestError(
-            f"token is for incarnation {claims.incarnation}, current is "
-            f"{worker.incarnation}; re-register",
-            code="stale_incarnation",
-            status=409,
-        )
-    return claims.incarnation
 
 
 async def heartbeat(request: ApiRequest) -> web.Response:
@@ -189,10 +91,11 @@ def heartbeat_now(request: PlainRequest) -> web.Response:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatCaller:
-    """Who sent a heartbeat, checked before its body is read."""
+    """Who sent a heartbeat, admitted before its body is read."""
 
     worker_id: WorkerId
     node: CoordinatorNode
+    admission: Admission
     now_ms: int
     claims: WorkerClaims
 
@@ -200,18 +103,20 @@ class HeartbeatCaller:
 def heartbeat_caller(request: ApiRequest) -> HeartbeatCaller:
     wid = path_worker(request)
     node = require_leader(request)
+    admission = request.app[ADMISSION_KEY]
     now = now_ms()
-    return HeartbeatCaller(wid, node, now, worker_claims(request, node, now, wid))
+    claims = admission.admit_worker(request.headers, now, wid)
+    return HeartbeatCaller(wid, node, admission, now, claims)
 
 
 def heartbeat_reply(request: ApiRequest, caller: HeartbeatCaller, raw: bytes) -> web.Response:
-    wid, node, now, claims = caller.worker_id, caller.node, caller.now_ms, caller.claims
+    wid, node, claims = caller.worker_id, caller.node, caller.claims
     body = parse_body(raw, m.HeartbeatRequest)
     if len(body.partitions) > node.config.heartbeat_partitions_max:
         raise RequestError("too many partitions in one heartbeat", field="partitions")
     duties = request.app[DUTIES_KEY]
     with node.read() as state:
-        incarnation = current_incarnation(state, claims)
+        incarnation = caller.admission.current_incarnation(state, claims)
         if body.incarnation != incarnation:
             raise RequestError(
                 "body incarnation does not match the token",
@@ -224,7 +129,7 @@ def heartbeat_reply(request: ApiRequest, caller: HeartbeatCaller, raw: bytes) ->
     # The partitions' positions go to the progress and failing reports below; the planner
     # decides on liveness and load only.
     due = duties.heartbeat(wid, body.load)
-    token, expires_at_ms = heartbeat_token(node, claims, incarnation, now)
+    token, expires_at_ms = caller.admission.heartbeat_token(claims, incarnation, caller.now_ms)
     node.metrics.progress.record(
         wid,
         {
@@ -247,13 +152,14 @@ def heartbeat_reply(request: ApiRequest, caller: HeartbeatCaller, raw: bytes) ->
 
 async def checkpoints(request: ApiRequest) -> web.Response:
     node = require_leader(request)
-    claims = worker_claims(request, node, now_ms())
+    admission = request.app[ADMISSION_KEY]
+    claims = admission.admit_worker(request.headers, now_ms())  # before the body is read
     body = await parse(request, m.CheckpointsRequest)
     wid = WorkerId(body.worker_id)
     if wid != claims.worker_id:
         raise RequestError("the token is another worker's", code="forbidden", status=403)
     with node.read() as state:
-        current_incarnation(state, claims)
+        admission.current_incarnation(state, claims)
     # A reference that is not the canonical object of its (partition, epoch, offset) in the
     # cluster's store is fenced here and never proposed (another file, bucket or partition's
     # checkpoint would otherwise be loaded by the next owner as this partition's state).
@@ -277,7 +183,7 @@ async def checkpoints(request: ApiRequest) -> web.Response:
                 ),
                 now_ms=now_ms(),
             ),
-            idempotency_key(request, f"worker:{wid}", "checkpoints"),
+            idempotency_key(request, claims.scope, "checkpoints"),
         )
         recorded = list(value["results"])
     answers = iter(recorded)
@@ -304,20 +210,20 @@ async def checkpoints(request: ApiRequest) -> web.Response:
 async def drain(request: web.Request) -> web.Response:
     wid = path_worker(request)
     node = require_leader(request)
-    is_admin = token_matches(node.config.admin_token, request.headers.get("Authorization"))
-    # Checked before anything about the worker is looked up: an unauthenticated caller
+    admission = request.app[ADMISSION_KEY]
+    # Admitted before anything about the worker is looked up: an unauthenticated caller
     # learns nothing about which ids exist.
-    claims = None if is_admin else worker_claims(request, node, now_ms(), wid)
+    caller = admission.admit_worker_or_admin(request.headers, now_ms(), wid)
     with node.read() as state:
         if wid not in state.workers:
             raise RequestError(
                 f"unknown worker {wid}", code="not_found", status=404, field="worker_id"
             )
-        if claims is not None:
-            current_incarnation(state, claims)
+        if isinstance(caller, WorkerClaims):
+            admission.current_incarnation(state, caller)
         planner, now = request.app[DUTIES_KEY].query()
         moves = raise_rejected(planner.plan_drain(state, wid, now))
-    rid = idempotency_key(request, "admin" if is_admin else f"worker:{wid}", f"drain:{wid}")
+    rid = idempotency_key(request, caller.scope, f"drain:{wid}")
     value = await node.submit(DrainWorker(worker_id=wid, moves=moves, now_ms=now_ms()), rid)
     return json_reply(
         m.DrainResponse(worker_id=wid, state=value["state"], migrations=migration_refs(value)),
