@@ -45,12 +45,13 @@ async def reassign(request: web.Request) -> web.Response:
             for x in moves
         ]
         return json_reply(m.ReassignResponse(dry_run=body.dry_run, migrations=refs), status=202)
-    value = await node.submit(
+    planned = await node.submit(
         PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=now_ms()),
         idempotency_key(request, admin.scope, "reassign"),
     )
     return json_reply(
-        m.ReassignResponse(dry_run=False, migrations=migration_refs(value)), status=202
+        m.ReassignResponse(dry_run=False, migrations=migration_refs(planned.migrations)),
+        status=202,
     )
 
 
@@ -75,18 +76,18 @@ async def reset_partition(request: web.Request) -> web.Response:
     admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
     with node.read() as state:
         p = path_partition(request, state).partition
-    value = await node.submit(
+    reset = await node.submit(
         ResetPartition(partition=p, note="reset by operator", now_ms=now_ms()),
         idempotency_key(request, admin.scope, f"reset:{p}"),
     )
-    return json_reply(m.ResetResponse(partition=value["partition"], epoch=value["epoch"]))
+    return json_reply(m.ResetResponse(partition=reset.partition, epoch=reset.epoch))
 
 
 async def admin_barrier(request: web.Request) -> web.Response:
     node = require_leader(request)
     request.app[ADMISSION_KEY].admit_admin(request.headers)
-    value = await node.submit(Barrier(nonce=new_request_id()))
-    return json_reply({"ok": True, **value})
+    fenced = await node.submit(Barrier(nonce=new_request_id()))
+    return json_reply({"ok": True, "nonce": fenced.nonce})
 
 
 ROUTES: tuple[Route, ...] = (

@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import hdrs, web
 from pydantic import BaseModel
 
-from coordinator.core.commands import Move, Rejected
+from coordinator.core.commands import Move, NewMigration, Rejected
 from coordinator.service import models as m
 from coordinator.service.http.leader import LeaderRedirect
 from coordinator.service.http.request import ApiRequest
@@ -91,9 +91,8 @@ def raise_rejected(planned: tuple[Move, ...] | Rejected) -> tuple[Move, ...]:
     return planned
 
 
-def migration_refs(value: dict[str, Any]) -> list[m.MigrationRef]:
+def migration_refs(created: tuple[NewMigration, ...]) -> list[m.MigrationRef]:
     """The migrations a command created, as a reply lists them."""
     return [
-        m.MigrationRef(id=x.get("id"), partition=x["partition"], from_=x["from"], to=x["to"])
-        for x in value.get("migrations", [])
+        m.MigrationRef(id=x.id, partition=x.partition, from_=x.source, to=x.target) for x in created
     ]

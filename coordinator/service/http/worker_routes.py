@@ -11,12 +11,12 @@ its own `PlainRequest`, so these handlers use only what that shim has.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 
 from coordinator.core.commands import (
     CheckpointReport,
+    CheckpointVerdict,
     DrainWorker,
     RecordCheckpoints,
     RegisterWorker,
@@ -57,11 +57,11 @@ async def register(request: ApiRequest) -> web.Response:
     wid = WorkerId(body.worker_id)
     with node.read() as state:
         admission.admit_id(registrant, state, wid, now_ms())
-    value = await node.submit(
+    registered = await node.submit(
         RegisterWorker(worker_id=wid, address=body.address, now_ms=now_ms()),
         idempotency_key(request, registrant.scope, "register"),
     )
-    incarnation = int(value["incarnation"])
+    incarnation = registered.incarnation
     request.app[DUTIES_KEY].registered(wid)
     cfg = node.config
     token, expires_at_ms = admission.worker_token(wid, incarnation, now_ms())
@@ -169,9 +169,9 @@ async def checkpoints(request: ApiRequest) -> web.Response:
         if (reason := reference_problem(node.config.store, c.partition, c.epoch, c.offset, c.uri))
     }
     kept = [c for i, c in enumerate(body.checkpoints) if i not in refused]
-    recorded: list[dict[str, Any]] = []
+    recorded: tuple[CheckpointVerdict, ...] = ()
     if kept:
-        value = await node.submit(
+        verdicts = await node.submit(
             RecordCheckpoints(
                 worker_id=wid,
                 incarnation=body.incarnation,
@@ -185,7 +185,7 @@ async def checkpoints(request: ApiRequest) -> web.Response:
             ),
             idempotency_key(request, claims.scope, "checkpoints"),
         )
-        recorded = list(value["results"])
+        recorded = verdicts.results
     answers = iter(recorded)
     results = []
     for i, c in enumerate(body.checkpoints):
@@ -197,9 +197,7 @@ async def checkpoints(request: ApiRequest) -> web.Response:
         answer = next(answers)
         results.append(
             m.CheckpointResult(
-                partition=answer["partition"],
-                status=answer["status"],
-                reason=answer.get("reason") or "",
+                partition=answer.partition, status=answer.status, reason=answer.reason or ""
             )
         )
     fenced = sum(1 for r in results if r.status == "fenced")
@@ -224,9 +222,13 @@ async def drain(request: web.Request) -> web.Response:
         planner, now = request.app[DUTIES_KEY].query()
         moves = raise_rejected(planner.plan_drain(state, wid, now))
     rid = idempotency_key(request, caller.scope, f"drain:{wid}")
-    value = await node.submit(DrainWorker(worker_id=wid, moves=moves, now_ms=now_ms()), rid)
+    drained = await node.submit(DrainWorker(worker_id=wid, moves=moves, now_ms=now_ms()), rid)
     return json_reply(
-        m.DrainResponse(worker_id=wid, state=value["state"], migrations=migration_refs(value)),
+        m.DrainResponse(
+            worker_id=wid,
+            state=drained.state.value,
+            migrations=migration_refs(drained.migrations),
+        ),
         status=202,
     )
 
