@@ -49,9 +49,9 @@ def now_ms() -> int:
 
 # A request id is the dedup table's key for a command sent without an Idempotency-Key: it
 # must never repeat. A random 64-bit prefix per process and a counter within it, not uuid4:
-# os.urandom releases the GIL, a handoff to the Raft tick thread on every write (5% of the
-# leader's wall clock under registrations, py-spy --idle). At most 32 characters, like a
-# uuid4's hex; a client's key is hashed to 64 (`idempotency_key`), so the two never meet.
+# os.urandom releases the GIL, a handoff to any runnable thread on every write. At most 32
+# characters, like a uuid4's hex; a client's key is hashed to 64 (`idempotency_key`), so
+# the two never meet.
 _REQUEST_ID_PREFIX = secrets.token_hex(8)
 _REQUEST_IDS = itertools.count()
 

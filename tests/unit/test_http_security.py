@@ -1,20 +1,20 @@
-"""Issue 11's probes that need no cluster: the worker's HTTP API, the credentials, the
+"""Security probes that need no cluster: the worker's HTTP API, the credentials, the
 health digest and the token comparisons.
 
 Probe -> test:
-- 6, worker: non-ASCII digits in a partition path   test_worker_non_ascii_partition_digits
-- 6, worker: non-ASCII / undecodable bearer         test_worker_non_ascii_and_undecodable_tokens
-- 5, tokens keyed like the Raft password; expiry     test_keys_are_derived_per_purpose,
-                                                     test_worker_token_claims_and_expiry
-- 8, drain compared the admin token with ==          test_no_bearer_token_compared_with_eq
-- 8, ?digest=true encoded under the apply lock       test_digest_is_encoded_outside_the_lock
-- 8, wildcard binds by string compare; HTTP unchecked test_wildcard_binds_are_parsed,
-                                                     test_worker_refuses_a_wildcard_listen
-- 8, cluster file briefly world-readable             test_cluster_file_is_private_from_creation
-- 2, new owner loaded another partition's checkpoint  test_new_owner_loads_only_what_it_was_sent
-- 2, coordinator and pipeline name objects alike     test_store_base_is_how_the_stores_name_objects
-- 3, addresses restricted to configured networks     test_worker_networks_restrict_addresses
-  (the coordinator side of probe 2 is tests/integration/test_duties.py:
+- worker: non-ASCII digits in a partition path     test_worker_non_ascii_partition_digits
+- worker: non-ASCII / undecodable bearer           test_worker_non_ascii_and_undecodable_tokens
+- tokens keyed like the Raft password; expiry      test_keys_are_derived_per_purpose,
+                                                   test_worker_token_claims_and_expiry
+- drain compared the admin token with ==           test_no_bearer_token_compared_with_eq
+- ?digest=true encoded under the apply lock        test_digest_is_encoded_outside_the_lock
+- wildcard binds by string compare; HTTP unchecked test_wildcard_binds_are_parsed,
+                                                   test_worker_refuses_a_wildcard_listen
+- cluster file briefly world-readable              test_cluster_file_is_private_from_creation
+- new owner loaded another partition's checkpoint  test_new_owner_loads_only_what_it_was_sent
+- coordinator and pipeline name objects alike      test_store_base_is_how_the_stores_name_objects
+- addresses restricted to configured networks      test_worker_networks_restrict_addresses
+  (the coordinator side of the checkpoint references is tests/integration/test_duties.py:
   test_checkpoints_fenced_by_epoch_owner_and_offset, test_release_reply_with_a_foreign_...)
 """
 

@@ -1,9 +1,10 @@
 """The workers' routes: register, heartbeat, checkpoint acks and drain.
 
-All are leader-only writes but the heartbeat, which proposes nothing: it feeds the
-planner's liveness and load and answers the worker's assignment. Each handler reads
-top-down: the caller is checked before the body is read (401/403/307 first), the body is
-parsed, the command proposed and its committed result answered. The front door
+All are served by the leader only, and all but the heartbeat propose a command (a heartbeat
+feeds the planner's liveness and load and answers the worker's assignment). Each handler
+reads top-down: the caller is admitted from its headers before the body is read (so
+307/401/403 come first), the body is parsed, the principal checked against the state, the
+command proposed and its committed result answered. The front door
 (`coordinator/service/front.py`) calls `register`, `checkpoints` and `heartbeat_now` with
 its own `PlainRequest`, so these handlers use only what that shim has.
 """
