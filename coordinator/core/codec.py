@@ -7,7 +7,8 @@ raises ``CodecError`` (a ``ValueError``) naming the offending field, never anyth
 
 Command envelope: ``[FORMAT_VERSION, TAG, request_id, {field: value, ...}]``.
 Result: ``[FORMAT_VERSION, "ok", value]`` or
-``[FORMAT_VERSION, "rejected", code, message, status, field]``.
+``[FORMAT_VERSION, "rejected", code, message, status, field]``; an Ok's typed value is a map
+whose ordered keys name its type (see ``_RESULT_SHAPES``).
 State: a map, see ``encode_state``.
 """
 
@@ -15,22 +16,41 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, cast, get_args
 
 import msgpack
 
 from coordinator.core.commands import (
     COMMAND_BY_TAG,
+    AbortResult,
     Assignment,
+    AssignResult,
+    BarrierResult,
+    BootstrapResult,
     CheckpointReport,
+    CheckpointsResult,
+    CheckpointVerdict,
     Command,
+    CommandResult,
+    DeclareDeadResult,
+    DrainResult,
+    FallBackResult,
     FinalCheckpoint,
+    HandOffResult,
     Move,
+    NewMigration,
     Ok,
+    OnlineResult,
+    PlanResult,
+    RegisterResult,
     Rejected,
+    ReleaseResult,
+    ResetResult,
     Result,
+    Returns,
+    StuckResult,
 )
 from coordinator.core.model import (
     ADDRESS_LEN_MAX,
@@ -41,6 +61,7 @@ from coordinator.core.model import (
     NONCE_LEN_MAX,
     NOTE_LEN_MAX,
     REQUEST_ID_LEN_MAX,
+    TOTAL_PARTITIONS_MAX,
     URI_LEN_MAX,
     ChangeReason,
     Checkpoint,
@@ -129,7 +150,7 @@ def _unpack(data: bytes, limit: int) -> object:
         raise CodecError(f"bad msgpack: {type(exc).__name__}") from exc
 
 
-def encode_command(cmd: Command, request_id: str) -> bytes:
+def encode_command(cmd: Returns[Any], request_id: str) -> bytes:
     return _pack([FORMAT_VERSION, cmd.TAG, request_id, _plain(cmd)])
 
 
@@ -312,11 +333,155 @@ def decode_command(data: bytes) -> tuple[str, Command]:
 
 
 # --- results -----------------------------------------------------------------------------------
+# An Ok's value is written as a map of its fields, under the keys below and in this order (a
+# migration's source and target as "from" and "to"). The ordered keys name the type, so a
+# result recorded in a snapshot's request table, which names no command, decodes to its type;
+# no two types have the same keys (checked below).
+
+
+def _bool(value: object, where: _Where) -> bool:
+    if type(value) is not bool:
+        raise CodecError(f"{where} must be a boolean", where)
+    return value
+
+
+def _choice(*allowed: str) -> _Decoder:
+    def decode(value: object, where: _Where) -> str:
+        if value not in allowed:
+            raise CodecError(f"{where} must be one of {list(allowed)}", where)
+        return value
+
+    return decode
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A result type and its wire form: field ``names[i]`` is written under ``keys[i]``."""
+
+    cls: type
+    keys: tuple[str, ...]
+    names: tuple[str, ...]
+    decoders: tuple[_Decoder, ...]
+
+    def decode(self, value: object, where: _Where) -> Any:
+        if not isinstance(value, dict) or tuple(value) != self.keys:
+            raise CodecError(f"{where} must be a map of {', '.join(self.keys)}", where)
+        return self.cls(
+            **{
+                name: decoder(value[key], f"{where}.{key}")
+                for key, name, decoder in zip(self.keys, self.names, self.decoders, strict=True)
+            }
+        )
+
+
+def _shape(cls: type, spec: dict[str, _Decoder]) -> _Shape:
+    names = tuple(f.name for f in fields(cls))
+    assert len(names) == len(spec), f"wire keys of {cls.__name__} must match its fields"
+    return _Shape(cls, tuple(spec), names, tuple(spec.values()))
+
+
+_new_migration = _shape(
+    NewMigration,
+    {"id": _migration_id, "partition": _int, "from": _worker_id, "to": _worker_id},
+)
+_verdict = _shape(
+    CheckpointVerdict,
+    {
+        "partition": _int,
+        "status": _choice("accepted", "fenced"),
+        "reason": _optional(_str(NOTE_LEN_MAX)),
+    },
+)
+_partition_ids = _array(_int, TOTAL_PARTITIONS_MAX)
+_migration_ids = _array(_migration_id, TOTAL_PARTITIONS_MAX)
+_RESULT_SHAPES: tuple[_Shape, ...] = (
+    _shape(BootstrapResult, {"total_partitions": _int, "created": _bool}),
+    _shape(
+        RegisterResult, {"worker_id": _worker_id, "incarnation": _int, "rehosted": _partition_ids}
+    ),
+    _shape(
+        DeclareDeadResult,
+        {
+            "dead": _array(_worker_id),
+            "reassigned": _int,
+            "handed_off": _migration_ids,
+            "aborted": _migration_ids,
+        },
+    ),
+    _shape(AssignResult, {"assigned": _int}),
+    _shape(
+        OnlineResult,
+        {
+            "partition": _int,
+            "epoch": _int,
+            "changed": _bool,
+            "migration_done": _optional(_migration_id),
+            "left": _optional(_worker_id),
+        },
+    ),
+    _shape(PlanResult, {"migrations": _array(_new_migration.decode)}),
+    _shape(
+        ReleaseResult,
+        {"migration_id": _migration_id, "phase": _enum(MigrationPhase), "changed": _bool},
+    ),
+    _shape(
+        HandOffResult,
+        {
+            "migration_id": _migration_id,
+            "partition": _int,
+            "owner": _optional(_worker_id),
+            "epoch": _int,
+            "checkpoint": _optional(_choice("final", "last_accepted")),
+            "changed": _bool,
+        },
+    ),
+    _shape(
+        AbortResult,
+        {"migration_id": _migration_id, "phase": _enum(MigrationPhase), "rehosted": _bool},
+    ),
+    _shape(CheckpointsResult, {"results": _array(_verdict.decode)}),
+    _shape(
+        DrainResult,
+        {
+            "worker_id": _worker_id,
+            "state": _enum(WorkerState),
+            "migrations": _array(_new_migration.decode),
+        },
+    ),
+    _shape(BarrierResult, {"nonce": _str(NONCE_LEN_MAX)}),
+    _shape(
+        FallBackResult,
+        {"partition": _int, "epoch": _int, "offset": _optional(_int), "earlier_left": _int},
+    ),
+    _shape(StuckResult, {"partition": _int, "stuck": _str(NOTE_LEN_MAX)}),
+    _shape(ResetResult, {"partition": _int, "epoch": _int}),
+)
+_SHAPE_OF: dict[type, _Shape] = {
+    shape.cls: shape for shape in (_new_migration, _verdict, *_RESULT_SHAPES)
+}
+_RESULT_SHAPE_BY_KEYS: dict[tuple[str, ...], _Shape] = {s.keys: s for s in _RESULT_SHAPES}
+assert len(_RESULT_SHAPE_BY_KEYS) == len(_RESULT_SHAPES), "result keys must name one type"
+assert set(get_args(CommandResult)) == {s.cls for s in _RESULT_SHAPES}
+
+
+def _wire(value: object) -> object:
+    """A result's value (or a field of one) as msgpack-ready plain data."""
+    shape = _SHAPE_OF.get(type(value))
+    if shape is not None:
+        return {
+            key: _wire(getattr(value, name))
+            for key, name in zip(shape.keys, shape.names, strict=True)
+        }
+    if isinstance(value, tuple):
+        return [_wire(v) for v in value]
+    if isinstance(value, Enum):
+        return value.value
+    return value
 
 
 def _result_plain(result: Result) -> list[object]:
     if isinstance(result, Ok):
-        return [FORMAT_VERSION, "ok", result.value]
+        return [FORMAT_VERSION, "ok", _wire(result.value)]
     return [FORMAT_VERSION, "rejected", result.code, result.message, result.status, result.field]
 
 
@@ -324,7 +489,11 @@ def _result_from_plain(obj: object) -> Result:
     if not isinstance(obj, list) or len(obj) < 2 or obj[0] != FORMAT_VERSION:
         raise CodecError("result must be [version, kind, ...]")
     if obj[1] == "ok" and len(obj) == 3 and isinstance(obj[2], dict):
-        return Ok(value=obj[2])
+        shape = _RESULT_SHAPE_BY_KEYS.get(tuple(obj[2]))
+        if shape is None:
+            raise CodecError(f"no result has the keys {list(obj[2])}", "value")
+        value: CommandResult = shape.decode(obj[2], "value")
+        return Ok(value=value)
     if obj[1] == "rejected" and len(obj) == 6:
         _, _, code, message, status, field = obj
         if (

@@ -4,15 +4,24 @@ Owns the command vocabulary. Each command class has a fixed numeric ``TAG`` that
 the wire format: a tag is never reused or renumbered, a retired command keeps its number.
 Everything ``apply`` needs (timestamps, ids) is stamped into the command by the proposer, so
 applying a command reads no clock and no randomness and every replica reaches the same state.
-Results are values, never exceptions: the replicated apply must not raise.
+Results are values, never exceptions: the replicated apply must not raise. Each command
+class names the type its Ok result carries (``RegisterWorker(Returns[RegisterResult])``), so
+a proposer gets back the result of the command it proposed; the codec writes every result
+type as the plain map it stands for.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar, Generic, Literal, TypeVar, cast, get_args, get_origin
 
-from coordinator.core.model import MigrationId, MigrationReason, WorkerId
+from coordinator.core.model import (
+    MigrationId,
+    MigrationPhase,
+    MigrationReason,
+    WorkerId,
+    WorkerState,
+)
 
 # --- helper records carried inside commands ---------------------------------------------------
 
@@ -46,18 +55,172 @@ class FinalCheckpoint:
     epoch: int
 
 
+# --- results -----------------------------------------------------------------------------------
+# What an Ok carries, one type per command, fields in the order of their wire form (codec.py).
+# Sequences are tuples, so a result decoded from a snapshot equals the one recorded.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewMigration:
+    """A migration a command created (PlanMigrations, DrainWorker)."""
+
+    id: MigrationId
+    partition: int
+    source: WorkerId
+    target: WorkerId
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointVerdict:
+    partition: int
+    status: Literal["accepted", "fenced"]
+    reason: str | None  # why it was fenced; None when accepted
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BootstrapResult:
+    total_partitions: int
+    created: bool  # False: bootstrapped already, with this many partitions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterResult:
+    worker_id: WorkerId
+    incarnation: int
+    rehosted: tuple[int, ...]  # the partitions it owned, each under a new epoch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeclareDeadResult:
+    dead: tuple[WorkerId, ...]
+    reassigned: int
+    handed_off: tuple[MigrationId, ...]
+    aborted: tuple[MigrationId, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssignResult:
+    assigned: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OnlineResult:
+    partition: int
+    epoch: int
+    changed: bool
+    migration_done: MigrationId | None
+    left: WorkerId | None  # the migration's source, when it left with its last partition
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanResult:
+    migrations: tuple[NewMigration, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseResult:
+    migration_id: MigrationId
+    phase: MigrationPhase
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandOffResult:
+    migration_id: MigrationId
+    partition: int
+    owner: WorkerId | None
+    epoch: int
+    # The checkpoint the new owner resumes from; None when it was handed off already.
+    checkpoint: Literal["final", "last_accepted"] | None
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AbortResult:
+    migration_id: MigrationId
+    phase: MigrationPhase
+    rehosted: bool  # the source reopened the partition under a new epoch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointsResult:
+    results: tuple[CheckpointVerdict, ...]  # one per entry, in order
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrainResult:
+    worker_id: WorkerId
+    state: WorkerState
+    migrations: tuple[NewMigration, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BarrierResult:
+    nonce: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FallBackResult:
+    partition: int
+    epoch: int
+    offset: int | None  # the checkpoint it resumes from; None for a full replay
+    earlier_left: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StuckResult:
+    partition: int
+    stuck: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResetResult:
+    partition: int
+    epoch: int
+
+
+CommandResult = (
+    BootstrapResult
+    | RegisterResult
+    | DeclareDeadResult
+    | AssignResult
+    | OnlineResult
+    | PlanResult
+    | ReleaseResult
+    | HandOffResult
+    | AbortResult
+    | CheckpointsResult
+    | DrainResult
+    | BarrierResult
+    | FallBackResult
+    | StuckResult
+    | ResetResult
+)
+
+R = TypeVar("R", bound=CommandResult)
+# Covariant, so a union of commands is a Returns of the union of their results.
+R_co = TypeVar("R_co", bound=CommandResult, covariant=True)
+
+
+class Returns(Generic[R_co]):
+    """The base of every command: ``R_co`` is the type its Ok result carries."""
+
+    __slots__ = ()
+    TAG: ClassVar[int]
+
+
 # --- commands ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Bootstrap:
+class Bootstrap(Returns[BootstrapResult]):
     TAG: ClassVar[int] = 1
     total_partitions: int
     now_ms: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RegisterWorker:
+class RegisterWorker(Returns[RegisterResult]):
     TAG: ClassVar[int] = 2
     worker_id: WorkerId
     address: str
@@ -65,7 +228,7 @@ class RegisterWorker:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeclareDead:
+class DeclareDead(Returns[DeclareDeadResult]):
     TAG: ClassVar[int] = 3
     worker_ids: tuple[WorkerId, ...]
     assignments: tuple[Assignment, ...]
@@ -73,14 +236,14 @@ class DeclareDead:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AssignPartitions:
+class AssignPartitions(Returns[AssignResult]):
     TAG: ClassVar[int] = 4
     assignments: tuple[Assignment, ...]
     now_ms: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionOnline:
+class PartitionOnline(Returns[OnlineResult]):
     TAG: ClassVar[int] = 5
     partition: int
     epoch: int
@@ -89,7 +252,7 @@ class PartitionOnline:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PlanMigrations:
+class PlanMigrations(Returns[PlanResult]):
     TAG: ClassVar[int] = 6
     moves: tuple[Move, ...]
     reason: MigrationReason
@@ -97,14 +260,14 @@ class PlanMigrations:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StartRelease:
+class StartRelease(Returns[ReleaseResult]):
     TAG: ClassVar[int] = 7
     migration_id: MigrationId
     now_ms: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HandOff:
+class HandOff(Returns[HandOffResult]):
     TAG: ClassVar[int] = 8
     migration_id: MigrationId
     # None when the source could not produce one (dead, timed out): keep the last accepted.
@@ -113,7 +276,7 @@ class HandOff:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AbortMigration:
+class AbortMigration(Returns[AbortResult]):
     TAG: ClassVar[int] = 9
     migration_id: MigrationId
     note: str
@@ -121,7 +284,7 @@ class AbortMigration:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RecordCheckpoints:
+class RecordCheckpoints(Returns[CheckpointsResult]):
     TAG: ClassVar[int] = 10
     worker_id: WorkerId
     incarnation: int
@@ -130,7 +293,7 @@ class RecordCheckpoints:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DrainWorker:
+class DrainWorker(Returns[DrainResult]):
     TAG: ClassVar[int] = 11
     worker_id: WorkerId
     moves: tuple[Move, ...]
@@ -138,13 +301,13 @@ class DrainWorker:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Barrier:
+class Barrier(Returns[BarrierResult]):
     TAG: ClassVar[int] = 12
     nonce: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FallBack:
+class FallBack(Returns[FallBackResult]):
     """Host the ASSIGNING partition again, under a new epoch, from one of its earlier accepted
     checkpoints (``checkpoint``) or, with None, from offset 0 (a full replay)."""
 
@@ -158,7 +321,7 @@ class FallBack:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MarkStuck:
+class MarkStuck(Returns[StuckResult]):
     """No lossless fallback is left: say so on the partition until an operator resets it."""
 
     TAG: ClassVar[int] = 14
@@ -169,7 +332,7 @@ class MarkStuck:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ResetPartition:
+class ResetPartition(Returns[ResetResult]):
     """Operator: forget the partition's checkpoints and host it from offset 0 (new epoch)."""
 
     TAG: ClassVar[int] = 15
@@ -216,7 +379,25 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"
 
-# --- results -----------------------------------------------------------------------------------
+
+def _returned(cls: type[Command]) -> type[CommandResult]:
+    """The argument of the class's ``Returns[...]`` base: where a command names its result."""
+    (base,) = [b for b in cls.__dict__["__orig_bases__"] if get_origin(b) is Returns]
+    (returned,) = get_args(base)
+    return cast(type[CommandResult], returned)
+
+
+_RESULT_TYPE_OF: dict[type[Command], type[CommandResult]] = {
+    cls: _returned(cls) for cls in COMMAND_TYPES
+}
+
+
+def result_type(command: Returns[R]) -> type[R]:
+    """The type an Ok result of ``command`` carries (its class's ``Returns[...]``)."""
+    return cast(type[R], _RESULT_TYPE_OF[cast(type[Command], type(command))])
+
+
+# --- outcomes ----------------------------------------------------------------------------------
 
 # Rejection codes and the HTTP status the service should answer with.
 STATUS_BY_CODE: dict[str, int] = {
@@ -232,8 +413,9 @@ STATUS_BY_CODE: dict[str, int] = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ok:
-    # msgpack-able plain data only (str keys, lists not tuples) so it round-trips exactly.
-    value: dict[str, Any] = field(default_factory=dict)
+    """The command applied; ``value`` is its result (of the command's ``Returns`` type)."""
+
+    value: CommandResult
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,31 +17,48 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict, deque
 from dataclasses import replace
-from typing import Any
+from typing import Literal
 
 from coordinator.core import lifecycle
 from coordinator.core.commands import (
     AbortMigration,
+    AbortResult,
     Assignment,
     AssignPartitions,
+    AssignResult,
     Barrier,
+    BarrierResult,
     Bootstrap,
+    BootstrapResult,
+    CheckpointsResult,
+    CheckpointVerdict,
     Command,
     DeclareDead,
+    DeclareDeadResult,
+    DrainResult,
     DrainWorker,
     FallBack,
+    FallBackResult,
     HandOff,
+    HandOffResult,
     MarkStuck,
     Move,
+    NewMigration,
     Ok,
+    OnlineResult,
     PartitionOnline,
     PlanMigrations,
+    PlanResult,
     RecordCheckpoints,
+    RegisterResult,
     RegisterWorker,
     Rejected,
+    ReleaseResult,
     ResetPartition,
+    ResetResult,
     Result,
     StartRelease,
+    StuckResult,
     rejected,
 )
 from coordinator.core.model import (
@@ -269,7 +286,7 @@ def apply(state: ClusterState, request_id: str, cmd: Command) -> Result:
     Barrier bypasses the table: it is a read fence, retrying it must really go through the log.
     """
     if isinstance(cmd, Barrier):
-        return Ok(value={"nonce": cmd.nonce})
+        return Ok(value=BarrierResult(nonce=cmd.nonce))
     recorded = state.requests.get(request_id)
     if recorded is not None:
         return recorded
@@ -321,7 +338,7 @@ def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
         case ResetPartition():
             return _reset_partition(state, cmd)
         case Barrier():  # handled before dispatch; kept so the match is exhaustive
-            return Ok(value={"nonce": cmd.nonce}), False
+            return Ok(value=BarrierResult(nonce=cmd.nonce)), False
 
 
 # --- mutation primitives (the only writers of partitions and migrations) ------------------------
@@ -476,8 +493,8 @@ def _supersedable(state: ClusterState, part: Partition) -> bool:
 
 def _create_migrations(
     state: ClusterState, moves: tuple[Move, ...], reason: MigrationReason, now_ms: int
-) -> list[dict[str, Any]]:
-    created: list[dict[str, Any]] = []
+) -> tuple[NewMigration, ...]:
+    created: list[NewMigration] = []
     for mv in moves:
         state.migration_seq += 1
         mid = MigrationId(f"m-{state.migration_seq}")
@@ -502,8 +519,10 @@ def _create_migrations(
         )
         part = state.partitions[mv.partition]
         _put_partition(state, replace(part, migration=mid))
-        created.append({"id": mid, "partition": mv.partition, "from": mv.source, "to": mv.target})
-    return created
+        created.append(
+            NewMigration(id=mid, partition=mv.partition, source=mv.source, target=mv.target)
+        )
+    return tuple(created)
 
 
 def _migration_or_reject(state: ClusterState, mid: MigrationId) -> Migration | Rejected:
@@ -523,7 +542,7 @@ def _bootstrap(state: ClusterState, cmd: Bootstrap) -> _Outcome:
             "invalid", f"total_partitions must be 1..{TOTAL_PARTITIONS_MAX}", "total_partitions"
         ), False
     if state.total_partitions == total:
-        return Ok(value={"total_partitions": total, "created": False}), False
+        return Ok(value=BootstrapResult(total_partitions=total, created=False)), False
     if state.total_partitions != 0:
         return rejected(
             "conflict",
@@ -544,7 +563,7 @@ def _bootstrap(state: ClusterState, cmd: Bootstrap) -> _Outcome:
         for p in range(total)
     ]
     # Creating unowned partitions at epoch 0 changes no (owner, epoch): generation stays.
-    return Ok(value={"total_partitions": total, "created": True}), False
+    return Ok(value=BootstrapResult(total_partitions=total, created=True)), False
 
 
 def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
@@ -608,7 +627,7 @@ def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
     state.put_worker(worker)
     for m in to_abort:
         _maybe_leave(state, m.source, now)
-    value = {"worker_id": wid, "incarnation": worker.incarnation, "rehosted": rehosted}
+    value = RegisterResult(worker_id=wid, incarnation=worker.incarnation, rehosted=tuple(rehosted))
     return Ok(value=value), bool(bumped)
 
 
@@ -716,12 +735,12 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
         )
     for m, _ in aborted:
         _maybe_leave(state, m.source, now)
-    value = {
-        "dead": list(cmd.worker_ids),
-        "reassigned": len(cmd.assignments),
-        "handed_off": [m.migration_id for m in handed_off],
-        "aborted": [m.migration_id for m, _ in aborted],
-    }
+    value = DeclareDeadResult(
+        dead=cmd.worker_ids,
+        reassigned=len(cmd.assignments),
+        handed_off=tuple(m.migration_id for m in handed_off),
+        aborted=tuple(m.migration_id for m, _ in aborted),
+    )
     return Ok(value=value), bool(cmd.assignments or reopen)
 
 
@@ -748,7 +767,7 @@ def _assign_partitions(state: ClusterState, cmd: AssignPartitions) -> _Outcome:
             now_ms=cmd.now_ms,
             migration=None,
         )
-    return Ok(value={"assigned": len(cmd.assignments)}), bool(cmd.assignments)
+    return Ok(value=AssignResult(assigned=len(cmd.assignments))), bool(cmd.assignments)
 
 
 def _partition_online(state: ClusterState, cmd: PartitionOnline) -> _Outcome:
@@ -764,8 +783,9 @@ def _partition_online(state: ClusterState, cmd: PartitionOnline) -> _Outcome:
         return rejected("conflict", f"epoch {cmd.epoch} is not issued yet", "epoch"), False
     if cmd.owner != part.owner:
         return rejected("conflict", f"partition {p} is owned by {part.owner}", "owner"), False
-    value: dict[str, Any] = {"partition": p, "epoch": part.epoch, "changed": False}
-    value |= {"migration_done": None, "left": None}
+    value = OnlineResult(
+        partition=p, epoch=part.epoch, changed=False, migration_done=None, left=None
+    )
     if part.status is PartitionStatus.ONLINE:
         return Ok(value=value), False
     mid = part.migration
@@ -776,12 +796,12 @@ def _partition_online(state: ClusterState, cmd: PartitionOnline) -> _Outcome:
         done = state.migrations[mid]
         mid = None
     _put_partition(state, replace(part, status=PartitionStatus.ONLINE, migration=mid, stuck=""))
-    value["changed"] = True
+    value = replace(value, changed=True)
     if done is not None:
         _put_migration(state, replace(done, phase=MigrationPhase.DONE, updated_at_ms=cmd.now_ms))
-        value["migration_done"] = done.migration_id
+        value = replace(value, migration_done=done.migration_id)
         if _maybe_leave(state, done.source, cmd.now_ms):
-            value["left"] = done.source
+            value = replace(value, left=done.source)
     return Ok(value=value), False
 
 
@@ -790,16 +810,18 @@ def _plan_migrations(state: ClusterState, cmd: PlanMigrations) -> _Outcome:
     if bad is not None:
         return bad, False
     created = _create_migrations(state, cmd.moves, cmd.reason, cmd.now_ms)
-    return Ok(value={"migrations": created}), False
+    return Ok(value=PlanResult(migrations=created)), False
 
 
 def _start_release(state: ClusterState, cmd: StartRelease) -> _Outcome:
     m = _migration_or_reject(state, cmd.migration_id)
     if isinstance(m, Rejected):
         return m, False
-    value: dict[str, Any] = {"migration_id": m.migration_id, "phase": "releasing"}
+    value = ReleaseResult(
+        migration_id=m.migration_id, phase=MigrationPhase.RELEASING, changed=False
+    )
     if m.phase is MigrationPhase.RELEASING:
-        return Ok(value=value | {"changed": False}), False
+        return Ok(value=value), False
     problem = lifecycle.check(
         lifecycle.MIGRATION_EDGES,
         m.phase,
@@ -811,7 +833,7 @@ def _start_release(state: ClusterState, cmd: StartRelease) -> _Outcome:
     if problem is not None:
         return problem, False
     _put_migration(state, replace(m, phase=MigrationPhase.RELEASING, updated_at_ms=cmd.now_ms))
-    return Ok(value=value | {"changed": True}), False
+    return Ok(value=replace(value, changed=True)), False
 
 
 def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
@@ -819,9 +841,15 @@ def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
     if isinstance(m, Rejected):
         return m, False
     part = state.partitions[m.partition]
-    value: dict[str, Any] = {"migration_id": m.migration_id, "partition": m.partition}
     if m.phase is MigrationPhase.HANDED_OFF:
-        value |= {"owner": part.owner, "epoch": part.epoch, "checkpoint": None, "changed": False}
+        value = HandOffResult(
+            migration_id=m.migration_id,
+            partition=m.partition,
+            owner=part.owner,
+            epoch=part.epoch,
+            checkpoint=None,
+            changed=False,
+        )
         return Ok(value=value), False
     # PLANNED is not a source of HandOff (lifecycle.py says why): StartRelease comes first.
     problem = lifecycle.check(
@@ -861,12 +889,14 @@ def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
         migration=m.migration_id,
     )
     _put_migration(state, replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=cmd.now_ms))
-    value |= {
-        "owner": m.target,
-        "epoch": state.partitions[m.partition].epoch,
-        "checkpoint": "final" if use_final else "last_accepted",
-        "changed": True,
-    }
+    value = HandOffResult(
+        migration_id=m.migration_id,
+        partition=m.partition,
+        owner=m.target,
+        epoch=state.partitions[m.partition].epoch,
+        checkpoint="final" if use_final else "last_accepted",
+        changed=True,
+    )
     return Ok(value=value), True
 
 
@@ -886,7 +916,9 @@ def _abort_migration(state: ClusterState, cmd: AbortMigration) -> _Outcome:
         # PartitionOnline would have made the migration DONE): the source released it, so
         # it stays with the target, and the migration no longer pins it (reassign, drain).
         _maybe_leave(state, m.source, cmd.now_ms)
-        value = {"migration_id": m.migration_id, "phase": "aborted", "rehosted": False}
+        value = AbortResult(
+            migration_id=m.migration_id, phase=MigrationPhase.ABORTED, rehosted=False
+        )
         return Ok(value=value), False
     rehost = m.phase is MigrationPhase.RELEASING
     if rehost:
@@ -899,7 +931,7 @@ def _abort_migration(state: ClusterState, cmd: AbortMigration) -> _Outcome:
             now_ms=cmd.now_ms,
             migration=None,
         )
-    value = {"migration_id": m.migration_id, "phase": "aborted", "rehosted": rehost}
+    value = AbortResult(migration_id=m.migration_id, phase=MigrationPhase.ABORTED, rehosted=rehost)
     return Ok(value=value), rehost
 
 
@@ -917,7 +949,7 @@ def _record_checkpoints(state: ClusterState, cmd: RecordCheckpoints) -> _Outcome
         return rejected("conflict", f"worker {w.worker_id} is {w.state.value}", "worker_id"), False
     if len(cmd.entries) > BATCH_ITEMS_MAX:
         return rejected("invalid", f"at most {BATCH_ITEMS_MAX} entries", "entries"), False
-    results: list[dict[str, Any]] = []
+    results: list[CheckpointVerdict] = []
     for e in cmd.entries:
         reason: str | None = None
         if not _in_range(state, e.partition):
@@ -933,9 +965,9 @@ def _record_checkpoints(state: ClusterState, cmd: RecordCheckpoints) -> _Outcome
             else:
                 checkpoint = Checkpoint(offset=e.offset, uri=e.uri, epoch=e.epoch, at_ms=cmd.now_ms)
                 _put_partition(state, _accept_checkpoint(part, checkpoint))
-        status = "fenced" if reason is not None else "accepted"
-        results.append({"partition": e.partition, "status": status, "reason": reason})
-    return Ok(value={"results": results}), False
+        status: Literal["accepted", "fenced"] = "fenced" if reason is not None else "accepted"
+        results.append(CheckpointVerdict(partition=e.partition, status=status, reason=reason))
+    return Ok(value=CheckpointsResult(results=tuple(results))), False
 
 
 def _drain_worker(state: ClusterState, cmd: DrainWorker) -> _Outcome:
@@ -952,7 +984,7 @@ def _drain_worker(state: ClusterState, cmd: DrainWorker) -> _Outcome:
         state.put_worker(replace(w, state=WorkerState.DRAINING, updated_at_ms=cmd.now_ms))
     created = _create_migrations(state, cmd.moves, MigrationReason.DRAIN, cmd.now_ms)
     _maybe_leave(state, wid, cmd.now_ms)
-    value = {"worker_id": wid, "state": state.workers[wid].state.value, "migrations": created}
+    value = DrainResult(worker_id=wid, state=state.workers[wid].state, migrations=created)
     return Ok(value=value), False
 
 
@@ -1014,12 +1046,12 @@ def _fall_back(state: ClusterState, cmd: FallBack) -> _Outcome:
         note=cmd.note,
     )
     new = state.partitions[part.partition]
-    value = {
-        "partition": part.partition,
-        "epoch": new.epoch,
-        "offset": None if checkpoint is None else checkpoint.offset,
-        "earlier_left": len(earlier),
-    }
+    value = FallBackResult(
+        partition=part.partition,
+        epoch=new.epoch,
+        offset=None if checkpoint is None else checkpoint.offset,
+        earlier_left=len(earlier),
+    )
     return Ok(value=value), True
 
 
@@ -1028,7 +1060,7 @@ def _mark_stuck(state: ClusterState, cmd: MarkStuck) -> _Outcome:
     if isinstance(part, Rejected):
         return part, False
     _put_partition(state, replace(part, stuck=cmd.note))
-    return Ok(value={"partition": part.partition, "stuck": cmd.note}), False
+    return Ok(value=StuckResult(partition=part.partition, stuck=cmd.note)), False
 
 
 def _reset_partition(state: ClusterState, cmd: ResetPartition) -> _Outcome:
@@ -1054,4 +1086,4 @@ def _reset_partition(state: ClusterState, cmd: ResetPartition) -> _Outcome:
         migration=part.migration,
         note=cmd.note,
     )
-    return Ok(value={"partition": p, "epoch": state.partitions[p].epoch}), True
+    return Ok(value=ResetResult(partition=p, epoch=state.partitions[p].epoch)), True

@@ -57,9 +57,9 @@ def check_address(address: str, networks: Sequence[Network] = ()) -> str:
 
 @functools.lru_cache(maxsize=HOST_VERDICTS_CACHED_MAX)
 def _host_refusal(host: str, networks: tuple[Network, ...]) -> str | None:
-    """Why `host` is refused under `networks`, or None. A pure function of its arguments, kept:
-    `ipaddress` parses in Python, and parsing the same host on every registration was 6% of the
-    leader's event loop under registrations (py-spy)."""
+    """Why `host` is refused under `networks`, or None. A pure function of its arguments,
+    cached: `ipaddress` parses in Python, and a worker registers with the same host each
+    time."""
     try:
         ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
     except ValueError:

@@ -1,4 +1,5 @@
-"""Credentials: worker identity tokens, leader-to-worker call tokens, shared bearer tokens.
+"""Who a caller is and what they may do: the credentials, and the admission policy built
+on them (`Admission`), which turns a request's headers into a typed principal.
 
 Every key is derived from the cluster secret with HKDF-SHA256 under its own `info` label
 (`derive_key`), so knowing one derived value (a worker token's MAC key cannot be recovered
@@ -19,6 +20,13 @@ about the others.
 
 Everything parsed from a header is checked to be printable ASCII before it is used: a
 non-ASCII or undecodable header is a 401, never an exception.
+
+Admission answers in two steps, in this order on every route: from the headers alone, who
+the caller is (401 without a credential, 403 with one that may not do this), before the
+body is read; then, against the state, whether that principal may act now (a worker's
+incarnation is current; a live worker id is taken over only with its own token or the
+admin's). A principal's `scope` keys its Idempotency-Keys, so one caller's key never
+answers another's request.
 """
 
 from __future__ import annotations
@@ -26,16 +34,25 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from coordinator.config import ClusterConfig
+from coordinator.core.model import WorkerId, WorkerState
+from coordinator.core.state import ClusterState
 from shared.errors import RequestError
 
 __all__ = [
     "TOKEN_LEN_MAX",
     "VERIFIED_TOKENS_CACHED_MAX",
+    "WORKER_TOKEN_HEADER",
+    "Admin",
+    "Admission",
+    "Registrant",
     "WorkerClaims",
     "bearer",
     "call_token",
@@ -86,11 +103,10 @@ def _pads(secret: str, info: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
 def _mac(secret: str, info: bytes, *parts: object) -> str:
     """Hex HMAC-SHA256 of the parts, under the key derived for `info`.
 
-    From the pad states, not `hmac.digest`: that one call releases the GIL, so with the Raft
-    tick thread runnable every token waited for the GIL to come back (253 us a call against
-    1.3 us from the pads, with a busy thread beside it, measured; two per registration).
-    hashlib keeps the GIL for short messages, and the pads save hashing the key blocks each
-    time. The golden-token tests hold the bytes to `hmac`'s."""
+    From the pad states, not `hmac.digest`: that one call releases the GIL, so with another
+    thread runnable every token would wait for the GIL to come back. hashlib keeps the GIL
+    for short messages, and the pads save hashing the key blocks each time. The
+    golden-token tests hold the bytes to `hmac`'s."""
     msg = "\x00".join(str(p) for p in parts).encode()
     inner, outer = _pads(secret, info)
     h = inner.copy()
@@ -138,14 +154,17 @@ class WorkerClaims:
     # has more than half its lifetime left).
     token: str
 
+    @property
+    def scope(self) -> str:
+        return f"worker:{self.worker_id}"
+
 
 # Worker tokens verified so far: (cluster secret, the exact Authorization header) -> its
 # claims. A worker presents the same token on every heartbeat until the leader renews it at
 # half its lifetime, so the header is parsed and the HMAC computed about once per token
-# instead of once per request (profiled: the token check was 8% of the leader's event loop
-# at 10,000 workers). Only a token whose MAC verified enters; expiry is checked on every
-# use, hit or not. Cleared whole when full: 10,000 workers hold at most two live tokens
-# each.
+# instead of once per heartbeat, the leader's most frequent request. Only a token whose MAC
+# verified enters; expiry is checked on every use, hit or not. Cleared whole when full:
+# 10,000 workers hold at most two live tokens each.
 VERIFIED_TOKENS_CACHED_MAX = 32_768
 _verified: dict[tuple[str, str], WorkerClaims] = {}
 
@@ -205,3 +224,169 @@ def verify_token(expected: str, header: str | None, what: str) -> None:
         )
     if not token_matches(expected, header):
         raise RequestError(f"wrong {what} token", code="forbidden", status=403)
+
+
+# -- admission ---------------------------------------------------------------------------------
+
+# The header a registration presents a live worker id's current token in, to take it over.
+WORKER_TOKEN_HEADER = "Ripple-Worker-Token"
+
+
+@dataclass(frozen=True, slots=True)
+class Admin:
+    """The operator, by the admin token."""
+
+    scope: ClassVar[str] = "admin"
+
+
+ADMIN = Admin()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Registrant:
+    """A caller who may register a worker: by the admin token, the join token, or anyone
+    when registration is open (no join token and `open_registration`)."""
+
+    via: Literal["admin", "join", "open"]
+    # What a registration presents in WORKER_TOKEN_HEADER: a live id's current token.
+    worker_token: str | None
+
+    @property
+    def scope(self) -> str:
+        return self.via
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    """The cluster's admission policy: its secrets and the lifetime of the tokens it issues.
+
+    The `admit_*` methods read headers only and are called before a body is read; the
+    state checks (`admit_id`, `current_incarnation`) are called under the node's read lock.
+    Every method raises a `RequestError` (401, 403, 404 or 409) or returns the principal."""
+
+    secret: str
+    admin_token: str
+    join_token: str
+    open_registration: bool
+    worker_token_lifetime_s: float
+
+    @classmethod
+    def of(cls, config: ClusterConfig) -> Admission:
+        return cls(
+            secret=config.cluster_secret,
+            admin_token=config.admin_token,
+            join_token=config.join_token,
+            open_registration=config.open_registration,
+            worker_token_lifetime_s=config.worker_token_lifetime_s,
+        )
+
+    # -- who the caller is (headers only) -------------------------------------------------
+
+    def admit_admin(self, headers: Mapping[str, str]) -> Admin:
+        verify_token(self.admin_token, headers.get("Authorization"), "admin")
+        return ADMIN
+
+    def admit_worker(
+        self, headers: Mapping[str, str], now_ms: int, worker_id: WorkerId | None = None
+    ) -> WorkerClaims:
+        """A genuine worker token unexpired at wall time `now_ms` (for `worker_id` when
+        given). Whether its incarnation is current is `current_incarnation`."""
+        claims = read_worker_token(self.secret, headers.get("Authorization"), now_ms)
+        if worker_id is not None and claims.worker_id != worker_id:
+            raise RequestError("the token is another worker's", code="forbidden", status=403)
+        return claims
+
+    def admit_worker_or_admin(
+        self, headers: Mapping[str, str], now_ms: int, worker_id: WorkerId
+    ) -> WorkerClaims | Admin:
+        """The admin, or the worker `worker_id` itself."""
+        if token_matches(self.admin_token, headers.get("Authorization")):
+            return ADMIN
+        return self.admit_worker(headers, now_ms, worker_id)
+
+    def admit_registration(self, headers: Mapping[str, str]) -> Registrant:
+        header = headers.get("Authorization")
+        if token_matches(self.admin_token, header):
+            via: Literal["admin", "join", "open"] = "admin"
+        elif self.join_token or not self.open_registration:
+            verify_token(self.join_token, header, "join")
+            via = "join"
+        else:
+            via = "open"
+        return Registrant(via=via, worker_token=headers.get(WORKER_TOKEN_HEADER))
+
+    # -- whether they may act now (against the state) --------------------------------------
+
+    def admit_id(
+        self, registrant: Registrant, state: ClusterState, worker_id: WorkerId, now_ms: int
+    ) -> None:
+        """A live worker id (ACTIVE or DRAINING) is re-registered only by the holder of its
+        current token or the admin: the join token alone, which every worker holds, must
+        not let one worker take another's id, host calls and checkpoint references."""
+        if registrant.via == "admin":
+            return
+        worker = state.workers.get(worker_id)
+        if worker is None or worker.state in (WorkerState.DEAD, WorkerState.LEFT):
+            return
+        presented = registrant.worker_token
+        try:
+            claims = read_worker_token(
+                self.secret, f"Bearer {presented}" if presented else None, now_ms
+            )
+        except RequestError:
+            claims = None
+        if (
+            claims is None
+            or claims.worker_id != worker_id
+            or claims.incarnation != worker.incarnation
+        ):
+            raise RequestError(
+                f"worker {worker_id} is {worker.state.value}: re-registering it needs its "
+                f"current token ({WORKER_TOKEN_HEADER}) or the admin token",
+                code="worker_active",
+                status=409,
+                field="worker_id",
+            )
+
+    @staticmethod
+    def current_incarnation(state: ClusterState, claims: WorkerClaims) -> int:
+        """The claims' incarnation: 404 when their worker is unknown, DEAD or LEFT; 409 when
+        it is not the current one (the worker must re-register)."""
+        worker = state.workers.get(WorkerId(claims.worker_id))
+        if worker is None or worker.state in (WorkerState.DEAD, WorkerState.LEFT):
+            what = "unknown worker" if worker is None else f"worker is {worker.state.value}"
+            raise RequestError(
+                f"{what}; register again", code="unknown_worker", status=404, field="worker_id"
+            )
+        if claims.incarnation != worker.incarnation:
+            raise RequestError(
+                f"token is for incarnation {claims.incarnation}, current is "
+                f"{worker.incarnation}; re-register",
+                code="stale_incarnation",
+                status=409,
+            )
+        return claims.incarnation
+
+    # -- what an admitted worker is given ---------------------------------------------------
+
+    def worker_token(self, worker_id: str, incarnation: int, now_ms: int) -> tuple[str, int]:
+        """A new worker token and its expiry (wall ms)."""
+        expires_at_ms = now_ms + int(self.worker_token_lifetime_s * 1000)
+        return issue_token(self.secret, worker_id, incarnation, expires_at_ms), expires_at_ms
+
+    def heartbeat_token(
+        self, claims: WorkerClaims, incarnation: int, now_ms: int
+    ) -> tuple[str, int]:
+        """The token a heartbeat hands back: the one it presented (just verified, for this
+        worker's current incarnation) while more than half its lifetime is left, else a
+        renewed one. So a heartbeat costs no HMAC, a worker's reply changes only with the
+        generation and about once per half lifetime, and a heartbeating worker's token
+        never lapses."""
+        half_life_ms = int(self.worker_token_lifetime_s * 500)
+        if claims.expires_at_ms - now_ms > half_life_ms:
+            return claims.token, claims.expires_at_ms
+        return self.worker_token(claims.worker_id, incarnation, now_ms)
+
+    def leader_call_token(self, worker_id: str, incarnation: int) -> str:
+        """What the leader presents on its calls to this incarnation of the worker."""
+        return call_token(self.secret, worker_id, incarnation)

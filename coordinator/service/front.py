@@ -6,9 +6,10 @@ serves (docs/operations.md, "Sizing one cluster"). aiohttp's machinery around ea
 response writer -- cost about 40 us of a request, measured on an echo handler (18,300
 requests/s through `web.Application` against 84,000/s through a bare protocol, same machine
 and run; docs/benchmarks.md). This protocol reads requests itself and answers these through
-the very handler functions aiohttp's routes call (`api.register`, `api.heartbeat_now`,
-`api.checkpoints`), with the same error mapping, CORS headers and request counts
-(`api.error_response`, `api.finish`).
+the very handler functions aiohttp's routes call (`worker_routes.register`,
+`worker_routes.heartbeat_now`, `worker_routes.checkpoints`), with the same error mapping,
+CORS headers and request counts (`answers.error_response`, `app.finish`), all in
+`coordinator/service/http/`.
 
 It serves a request only when it recognises it fully and strictly: `POST`, `HTTP/1.1`, one
 of `HOT_ROUTES`' exact paths with no query, a single `Content-Length` within `body_bytes_max`
@@ -42,7 +43,11 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from coordinator.service import api
+from coordinator.service.http.answers import error_response
+from coordinator.service.http.app import finish
+from coordinator.service.http.context import NODE_KEY
+from coordinator.service.http.request import ApiRequest, PlainRequest
+from coordinator.service.http.worker_routes import checkpoints, heartbeat_now, register
 from coordinator.service.metrics import FrontDoorCounts
 from shared.system_clock import SYSTEM_CLOCK
 
@@ -291,7 +296,7 @@ class FrontDoor(asyncio.Protocol):
     def _serve(self, head: Head, body: bytes) -> None:
         site = self._site
         site.counts.served += 1
-        request = api.PlainRequest(
+        request = PlainRequest(
             site.app,
             "POST",
             head.path,
@@ -302,12 +307,12 @@ class FrontDoor(asyncio.Protocol):
         self._closing = self._closing or head.close
         if head.worker_id is not None:  # a heartbeat: answered here, no task
             try:
-                response = api.heartbeat_now(request)
+                response = heartbeat_now(request)
             except Exception as exc:
-                response = api.error_response(request, exc)
+                response = error_response(request, exc)
             self._answer(request, response, head.route)
             return
-        handler = api.register if head.route == HOT_ROUTES[0] else api.checkpoints
+        handler = register if head.route == HOT_ROUTES[0] else checkpoints
         self._busy = True
         task = self._loop.create_task(self._serve_async(request, handler, head.route))
         site.tasks.add(task)
@@ -315,25 +320,25 @@ class FrontDoor(asyncio.Protocol):
 
     async def _serve_async(
         self,
-        request: api.PlainRequest,
-        handler: Callable[[api.ApiRequest], Awaitable[web.Response]],
+        request: PlainRequest,
+        handler: Callable[[ApiRequest], Awaitable[web.Response]],
         route: str,
     ) -> None:
         try:
             response = await handler(request)
         except Exception as exc:
-            response = api.error_response(request, exc)
+            response = error_response(request, exc)
         self._busy = False
         self._answer(request, response, route)
         self._next()
 
-    def _answer(self, request: api.PlainRequest, response: web.Response, route: str) -> None:
+    def _answer(self, request: PlainRequest, response: web.Response, route: str) -> None:
         self._since_s = self._loop.time()
         transport = self._transport
         if transport is None:
             return  # the client left; the command (if any) still committed or failed alone
         try:
-            data = response_bytes(api.finish(request, response, route), self._closing)
+            data = response_bytes(finish(request, response, route), self._closing)
         except Exception:
             log.exception("could not encode the answer to POST %s", request.path)
             data, self._closing = _INTERNAL, True
@@ -414,7 +419,7 @@ class FrontDoorSite(web.BaseSite):
         self._grace_s = grace_s
         self.body_bytes_max = min(body_bytes_max, BODY_BYTES_MAX)
         self.app = runner.app
-        self.counts: FrontDoorCounts = self.app[api.NODE_KEY].metrics.front_door
+        self.counts: FrontDoorCounts = self.app[NODE_KEY].metrics.front_door
         self.loop = asyncio.get_running_loop()
         self.connections: set[FrontDoor] = set()
         self.tasks: set[asyncio.Task[None]] = set()

@@ -115,8 +115,8 @@ class Metrics:
         self.checkpoints = Counter(
             "ripple_checkpoint_reports", "Checkpoint reports by status", ["status"], registry=r
         )
-        # Bound once: labels() per entry (a lock and a key each) was 4% of the leader's loop
-        # under checkpoint acks.
+        # Bound once: labels() takes a lock and builds a key, on every checkpoint ack
+        # otherwise.
         self._checkpoints_accepted = self.checkpoints.labels(status="accepted")
         self._checkpoints_fenced = self.checkpoints.labels(status="fenced")
         # Each leader change is exactly one node becoming the ready leader: summed over the
@@ -195,11 +195,11 @@ def _count(counts: dict[Labels, int], key: Labels, series_max: int, overflow: La
 
 class RequestCounts(Collector):
     """`ripple_http_requests_total` by route, method and status, counted in a plain dict
-    and exported at scrape time. A prometheus_client Counter takes a lock per increment;
-    this is bumped once per request (profiled: 2% of the leader's event loop under
-    heartbeats). Only the event loop's thread counts (the API's middleware), so the dict
-    needs no lock. Any method outside HTTP's own counts as "other", so a stranger's made-up
-    methods cannot grow the series; `REQUEST_SERIES_MAX` bounds them anyway."""
+    and exported at scrape time. A prometheus_client Counter takes a lock per increment,
+    and this is bumped once per request, heartbeats included. Only the event loop's thread
+    counts (the API's `finish`), so the dict needs no lock. Any method outside HTTP's own
+    counts as "other", so a stranger's made-up methods cannot grow the series;
+    `REQUEST_SERIES_MAX` bounds them anyway."""
 
     def __init__(self) -> None:
         self._counts: dict[tuple[str, str, str], int] = {}
@@ -258,8 +258,8 @@ class _Latencies:
 class ProposalStats(Collector):
     """`ripple_proposals_total` by command and outcome and `ripple_proposal_latency_seconds`
     by command, kept in plain dicts and exported at scrape time. prometheus_client's Counter
-    and Histogram take a lock on every increment (with their label lookups, 3% of the
-    leader's event loop under registrations, py-spy). Only the event loop's thread proposes
+    and Histogram take a lock and look up labels on every increment, twice per write here.
+    Only the event loop's thread proposes
     (`CoordinatorNode.submit`), so the dicts need no lock. `PROPOSAL_SERIES_MAX` bounds the
     series: past it a new combination counts as `PROPOSAL_OVERFLOW_LABELS`."""
 

@@ -2,7 +2,8 @@
 
 The node turns a domain command into a replicated entry (stamping a request id so a
 retry after an unknown outcome is deduplicated by the state machine), waits for the
-commit, and turns the machine's result back into a value or a `RequestError`. It is the
+commit, and turns the machine's result back into the command's own result type or a
+`RequestError`. It is the
 only place that touches the wall clock for commands: `now_ms()` is stamped into each
 command by the proposer, so `apply` stays deterministic on every replica.
 """
@@ -14,11 +15,11 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TypeVar, cast
 
 from coordinator.config import ClusterConfig, NodeSpec
 from coordinator.core.codec import decode_result, encode_command
-from coordinator.core.commands import Command, Ok
+from coordinator.core.commands import CommandResult, Ok, Returns, result_type
 from coordinator.core.machine import Machine
 from coordinator.core.state import ClusterState
 from coordinator.service.auth import raft_password
@@ -38,6 +39,8 @@ from shared.system_clock import SYSTEM_CLOCK
 
 log = logging.getLogger(__name__)
 
+R = TypeVar("R", bound=CommandResult)
+
 
 def now_ms() -> int:
     """Wall time, for timestamps stamped into commands only (never for a decision)."""
@@ -46,9 +49,9 @@ def now_ms() -> int:
 
 # A request id is the dedup table's key for a command sent without an Idempotency-Key: it
 # must never repeat. A random 64-bit prefix per process and a counter within it, not uuid4:
-# os.urandom releases the GIL, a handoff to the Raft tick thread on every write (5% of the
-# leader's wall clock under registrations, py-spy --idle). At most 32 characters, like a
-# uuid4's hex; a client's key is hashed to 64 (`idempotency_key`), so the two never meet.
+# os.urandom releases the GIL, a handoff to any runnable thread on every write. At most 32
+# characters, like a uuid4's hex; a client's key is hashed to 64 (`idempotency_key`), so
+# the two never meet.
 _REQUEST_ID_PREFIX = secrets.token_hex(8)
 _REQUEST_IDS = itertools.count()
 
@@ -140,9 +143,10 @@ class CoordinatorNode:
 
     # -- writes ----------------------------------------------------------------------------
 
-    async def submit(self, command: Command, request_id: str | None = None) -> dict[str, Any]:
-        """Propose `command` and return the machine's Ok value, or raise RequestError for
-        a rejection / UnavailableError when the outcome cannot be learned in time."""
+    async def submit(self, command: Returns[R], request_id: str | None = None) -> R:
+        """Propose `command` and return its result (the machine's Ok value), or raise
+        RequestError for a rejection / UnavailableError when the outcome cannot be learned
+        in time."""
         rid = request_id or new_request_id()
         name = type(command).__name__
         entry = encode_command(command, rid)
@@ -173,8 +177,18 @@ class CoordinatorNode:
                     continue
                 result = decode_result(raw)
                 if isinstance(result, Ok):
+                    value = result.value
+                    if not isinstance(value, result_type(command)):
+                        # The request id was recorded for another command: its result
+                        # answers that one, not this.
+                        outcome = "rejected"
+                        raise RequestError(
+                            f"request id already answered a {type(value).__name__}",
+                            code="conflict",
+                            status=409,
+                        )
                     outcome = "ok"
-                    return result.value
+                    return value
                 outcome = "rejected"
                 if result.status == 503:  # not bootstrapped yet: transient, say when to retry
                     raise UnavailableError(result.message, code=result.code)

@@ -18,9 +18,9 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.config import ClusterConfig, is_loopback, split_host_port
-from coordinator.service.api import create_app
 from coordinator.service.duties import LeaderDuties
 from coordinator.service.front import FrontDoorSite
+from coordinator.service.http.app import create_app
 from coordinator.service.node import CoordinatorNode
 from shared.tls import server_context
 
@@ -28,26 +28,23 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 5.0
 # How long a thread may hold the GIL while another waits for it (CPython's default is 5 ms).
-# The Raft tick thread gives the GIL up at every socket call (zlib and Fernet too, then); under
-# load the event loop holds it, so each one cost the tick thread up to the interval before
-# it could go on, and commits waited on it. With 1 ms, 64-client writes measured about 10%
-# more (interleaved, 12 runs, docs/benchmarks.md); the heartbeat path is the event loop's
-# alone and is unchanged.
+# A thread beside the event loop (Raft's, when it ticks on a thread of its own) gives the
+# GIL up at every socket call and waits up to this long to get it back from a busy loop, and
+# commits wait with it; the heartbeat path is the event loop's alone. docs/benchmarks.md
+# has the comparison.
 GIL_SWITCH_INTERVAL_S = 0.001
 # The cyclic collector's thresholds (CPython's default is 700, 10, 10). A leader allocates
-# per request objects that die young; at 700 the young generation was collected about 50
-# times a second under registrations and its survivors carried into the older ones, and as
-# the worker table grew full collections paused the leader for up to 117 ms. Measured with
-# gc.callbacks on the leader during 64-client registrations: 1.08 s of collection in 13.7 s
-# with the defaults, 0.15 s and no full collection with these; peak RSS the same (113 MB).
+# objects per request that die young: at 700 the young generation is collected dozens of
+# times a second and its survivors promoted, and full collections of a large worker table
+# pause the leader. These keep collections rare and short at the same peak memory
+# (docs/benchmarks.md, "gc thresholds").
 GC_THRESHOLDS = (10_000, 50, 10)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's event loop (a dependency wherever it builds), else asyncio's. Measured on the
-    heartbeat path at 10,000 workers, uvloop lets the leader answer about a third more
-    heartbeats with the same core (docs/benchmarks.md); nothing in Ripple depends on which
-    loop runs."""
+    """uvloop's event loop (a dependency wherever it builds), else asyncio's: the leader
+    answers more heartbeats with the same core on it (docs/benchmarks.md); nothing in Ripple
+    depends on which loop runs."""
     try:
         import uvloop
     except ImportError:  # a platform uvloop does not build on

@@ -1,15 +1,15 @@
-"""The probes of issue 11 against a real three-node cluster, each a regression test.
+"""Security probes against a real three-node cluster, each a regression test.
 
-Probe -> test (the issue's numbering):
-- 6, non-ASCII digits in a partition path          test_non_ascii_partition_digits
-- 6, non-ASCII / undecodable bearer tokens          test_non_ascii_and_undecodable_tokens
-- 6, integers past 64 bits in checkpoint bodies     test_integers_past_64_bits_are_400
-- 7, one idempotency-key space                      test_idempotency_keys_are_scoped
-- 8, bodies parsed before the token is checked      test_token_checked_before_the_body
-- 3, the registered address steers the leader (SSRF) test_addresses_are_scheme_host_port_only
-- 4, worker ids can be taken over with the join token test_live_worker_ids_cannot_be_taken_over
-- 4, join_token optional and empty by default       test_no_join_token_refuses_to_start
-- 5, worker tokens keyed like the Raft password     tests/unit/test_http_security.py
+Probe -> test:
+- non-ASCII digits in a partition path             test_non_ascii_partition_digits
+- non-ASCII / undecodable bearer tokens            test_non_ascii_and_undecodable_tokens
+- integers past 64 bits in checkpoint bodies       test_integers_past_64_bits_are_400
+- one idempotency-key space                        test_idempotency_keys_are_scoped
+- bodies parsed before the token is checked        test_token_checked_before_the_body
+- the registered address steers the leader (SSRF)  test_addresses_are_scheme_host_port_only
+- worker ids can be taken over with the join token test_live_worker_ids_cannot_be_taken_over
+- join_token optional and empty by default         test_no_join_token_refuses_to_start
+- worker tokens keyed like the Raft password       tests/unit/test_http_security.py
 """
 
 from __future__ import annotations

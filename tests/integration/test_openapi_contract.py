@@ -34,7 +34,7 @@ from schemathesis import Case, GenerationMode
 from schemathesis.checks import positive_data_acceptance
 from schemathesis.core.parameters import ParameterLocation
 
-from coordinator.service.api import openapi_document
+from coordinator.service.http.app import openapi_document
 from tests.cluster import ADMIN, Cluster, call
 
 EXAMPLES_MAX = 30

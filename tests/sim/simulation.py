@@ -42,6 +42,7 @@ from coordinator.core.commands import (
     AbortMigration,
     Barrier,
     CheckpointReport,
+    CheckpointsResult,
     Command,
     DrainWorker,
     FallBack,
@@ -675,8 +676,9 @@ class Simulation:
         if isinstance(cmd, FallBack):
             self.stats["fallbacks"] += 1
         if isinstance(cmd, RecordCheckpoints):
-            for e, res in zip(cmd.entries, result.value["results"], strict=True):
-                if res["status"] == "accepted":
+            assert isinstance(result.value, CheckpointsResult)
+            for e, res in zip(cmd.entries, result.value.results, strict=True):
+                if res.status == "accepted":
                     self.stats["accepted"] += 1
                     cur_epoch, cur_owner = before[e.partition]
                     if e.epoch != cur_epoch or cur_owner != cmd.worker_id:
@@ -895,7 +897,7 @@ class Simulation:
                     self.leader_name(),
                     wid,
                     "registered",
-                    {"incarnation": res.value["incarnation"]},
+                    {"incarnation": res.value.incarnation},
                 )
         self.pending_registrations = keep
 

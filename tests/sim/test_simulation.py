@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from coordinator.core import state as core_state
-from coordinator.core.commands import Ok, RecordCheckpoints
+from coordinator.core.commands import CheckpointsResult, CheckpointVerdict, Ok, RecordCheckpoints
 from coordinator.core.state import ClusterState
 from tests.sim.simulation import SafetyViolation, SimSettings, Simulation, run_seed
 
@@ -61,8 +61,14 @@ def test_checker_catches_a_stale_checkpoint(monkeypatch: pytest.MonkeyPatch) -> 
             if ok:
                 ck = core_state.Checkpoint(offset=e.offset, uri=e.uri, epoch=e.epoch, at_ms=0)
                 core_state._put_partition(state, core_state.replace(part, checkpoint=ck))
-            results.append({"partition": e.partition, "status": "accepted" if ok else "fenced"})
-        return Ok(value={"results": results}), False
+            results.append(
+                CheckpointVerdict(
+                    partition=e.partition,
+                    status="accepted" if ok else "fenced",
+                    reason=None if ok else "not the owner",
+                )
+            )
+        return Ok(value=CheckpointsResult(results=tuple(results))), False
 
     monkeypatch.setattr(core_state, "_record_checkpoints", unfenced)
     with pytest.raises(SafetyViolation, match="stale epoch"):

@@ -45,6 +45,7 @@ from coordinator.core.commands import (
     AbortMigration,
     AssignPartitions,
     CheckpointReport,
+    CheckpointsResult,
     Command,
     DeclareDead,
     DrainWorker,
@@ -259,7 +260,7 @@ class Harness:
             )
             self.planner.registered(WorkerId(w), self.now)
             out.append(
-                f"{w} incarnation={result.value['incarnation']}"
+                f"{w} incarnation={result.value.incarnation}"
                 if isinstance(result, Ok)
                 else f"{w} {result.code}"
             )
@@ -280,7 +281,8 @@ class Harness:
         )
         if not isinstance(result, Ok):
             return [f"{result.code}: {result.message}"]
-        return [str(r["status"]) for r in result.value["results"]]
+        assert isinstance(result.value, CheckpointsResult)
+        return [r.status for r in result.value.results]
 
     def do_heartbeat(self, args: list[str], _kv: dict[str, str]) -> list[str]:
         due = [w for w in args if self.planner.heartbeat(WorkerId(w), 0.1, self.now)]
@@ -371,7 +373,7 @@ class Harness:
         if not dry and planned:
             cmd = PlanMigrations(moves=planned, reason=MigrationReason.ADMIN, now_ms=self.wall)
             result = self.apply(cmd)
-            ids = [x["id"] for x in result.value["migrations"]] if isinstance(result, Ok) else []
+            ids = [x.id for x in result.value.migrations] if isinstance(result, Ok) else []
             lines.append(f"committed {' '.join(ids)}" if ids else f"refused {result}")
         return lines
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -20,39 +22,59 @@ from coordinator.core.codec import (
 from coordinator.core.commands import (
     COMMAND_TYPES,
     AbortMigration,
+    AbortResult,
     Assignment,
     AssignPartitions,
+    AssignResult,
     Barrier,
+    BarrierResult,
     Bootstrap,
+    BootstrapResult,
     CheckpointReport,
+    CheckpointsResult,
+    CheckpointVerdict,
     Command,
+    CommandResult,
     DeclareDead,
+    DeclareDeadResult,
+    DrainResult,
     DrainWorker,
     FallBack,
+    FallBackResult,
     FinalCheckpoint,
     HandOff,
+    HandOffResult,
     MarkStuck,
     Move,
+    NewMigration,
     Ok,
+    OnlineResult,
     PartitionOnline,
     PlanMigrations,
+    PlanResult,
     RecordCheckpoints,
+    RegisterResult,
     RegisterWorker,
     Rejected,
+    ReleaseResult,
     ResetPartition,
+    ResetResult,
     StartRelease,
+    StuckResult,
 )
 from coordinator.core.model import (
     BATCH_ITEMS_MAX,
     REQUEST_ID_LEN_MAX,
     URI_LEN_MAX,
     MigrationId,
+    MigrationPhase,
     MigrationReason,
     WorkerId,
+    WorkerState,
 )
 from coordinator.core.state import ClusterState, apply
 
-W1, W2, W3 = WorkerId("w1"), WorkerId("w2"), WorkerId("w3")
+W1, W2, W3, W4 = WorkerId("w1"), WorkerId("w2"), WorkerId("w3"), WorkerId("w4")
 
 # (request_id, command, expected bytes as hex). Computed once and pasted: a change here is a
 # wire-format change, which needs a new FORMAT_VERSION or a new tag, never an edit.
@@ -271,9 +293,77 @@ json_like = st.recursive(
     ),
     max_leaves=20,
 )
-results = st.builds(
-    Ok, value=st.dictionaries(st.text(max_size=8), json_like, max_size=4)
-) | st.builds(
+
+
+def tuples(items: st.SearchStrategy[object]) -> st.SearchStrategy[tuple[object, ...]]:
+    return st.lists(items, max_size=4).map(tuple)
+
+
+new_migrations = st.builds(
+    NewMigration, id=migration_ids, partition=small, source=worker_ids, target=worker_ids
+)
+verdicts = st.builds(
+    CheckpointVerdict,
+    partition=small,
+    status=st.sampled_from(["accepted", "fenced"]),
+    reason=st.none() | short_text,
+)
+result_values: st.SearchStrategy[CommandResult] = st.one_of(
+    st.builds(BootstrapResult, total_partitions=nats, created=st.booleans()),
+    st.builds(RegisterResult, worker_id=worker_ids, incarnation=nats, rehosted=tuples(small)),
+    st.builds(
+        DeclareDeadResult,
+        dead=tuples(worker_ids),
+        reassigned=nats,
+        handed_off=tuples(migration_ids),
+        aborted=tuples(migration_ids),
+    ),
+    st.builds(AssignResult, assigned=nats),
+    st.builds(
+        OnlineResult,
+        partition=small,
+        epoch=nats,
+        changed=st.booleans(),
+        migration_done=st.none() | migration_ids,
+        left=st.none() | worker_ids,
+    ),
+    st.builds(PlanResult, migrations=tuples(new_migrations)),
+    st.builds(
+        ReleaseResult,
+        migration_id=migration_ids,
+        phase=st.sampled_from(MigrationPhase),
+        changed=st.booleans(),
+    ),
+    st.builds(
+        HandOffResult,
+        migration_id=migration_ids,
+        partition=small,
+        owner=st.none() | worker_ids,
+        epoch=nats,
+        checkpoint=st.sampled_from([None, "final", "last_accepted"]),
+        changed=st.booleans(),
+    ),
+    st.builds(
+        AbortResult,
+        migration_id=migration_ids,
+        phase=st.sampled_from(MigrationPhase),
+        rehosted=st.booleans(),
+    ),
+    st.builds(CheckpointsResult, results=tuples(verdicts)),
+    st.builds(
+        DrainResult,
+        worker_id=worker_ids,
+        state=st.sampled_from(WorkerState),
+        migrations=tuples(new_migrations),
+    ),
+    st.builds(BarrierResult, nonce=short_text),
+    st.builds(
+        FallBackResult, partition=small, epoch=nats, offset=st.none() | nats, earlier_left=small
+    ),
+    st.builds(StuckResult, partition=small, stuck=short_text),
+    st.builds(ResetResult, partition=small, epoch=nats),
+)
+results = st.builds(Ok, value=result_values) | st.builds(
     Rejected,
     code=st.sampled_from(["invalid", "conflict", "not_found"]),
     message=short_text,
@@ -372,6 +462,264 @@ def test_malformed_results() -> None:
                 [FORMAT_VERSION, "rejected", "c", "m", "409", None], "x"]:  # fmt: skip
         with pytest.raises(CodecError):
             decode_result(msgpack.packb(obj))
+
+
+def test_malformed_result_values() -> None:
+    """An Ok's value decodes only as a result type: its keys in their order, each valid."""
+    ok = {"partition": 3, "epoch": 4}  # ResetResult's
+    assert decode_result(msgpack.packb([FORMAT_VERSION, "ok", ok])) == Ok(
+        value=ResetResult(partition=3, epoch=4)
+    )
+    for value in [
+        {},
+        {"epoch": 4, "partition": 3},  # the keys out of order
+        {"partition": 3, "epoch": 4, "extra": 1},
+        {"partition": "3", "epoch": 4},
+        {"partition": 3, "epoch": -1},
+        {"total_partitions": 1, "created": 1},  # an int is not a bool
+        {"migrations": [{"id": "m-1", "partition": 0, "to": "w2", "from": "w1"}]},
+        {"results": [{"partition": 0, "status": "maybe", "reason": None}]},
+        {"migration_id": "m-1", "phase": "sideways", "changed": True},
+        {"nonce": "n" * 65},
+    ]:
+        with pytest.raises(CodecError):
+            decode_result(msgpack.packb([FORMAT_VERSION, "ok", value]))
+
+
+# Commands applied in order, each with its result as hex: every result type and branch. Computed
+# once and pasted: results sit in the replicated request table, so snapshots carry these
+# bytes; a change here is a wire-format change.
+GOLDEN_RESULTS: list[tuple[Command, str]] = [
+    (
+        Bootstrap(total_partitions=6, now_ms=1),
+        "9301a26f6b82b0746f74616c5f706172746974696f6e7306a763726561746564c3",
+    ),
+    (
+        Bootstrap(total_partitions=6, now_ms=2),
+        "9301a26f6b82b0746f74616c5f706172746974696f6e7306a763726561746564c2",
+    ),
+    (
+        RegisterWorker(worker_id=W1, address="http://a:1", now_ms=3),
+        "9301a26f6b83a9776f726b65725f6964a27731ab696e6361726e6174696f6e01a87265686f7374656490",
+    ),
+    (
+        RegisterWorker(worker_id=W2, address="http://b:1", now_ms=3),
+        "9301a26f6b83a9776f726b65725f6964a27732ab696e6361726e6174696f6e01a87265686f7374656490",
+    ),
+    (
+        RegisterWorker(worker_id=W3, address="http://c:1", now_ms=3),
+        "9301a26f6b83a9776f726b65725f6964a27733ab696e6361726e6174696f6e01a87265686f7374656490",
+    ),
+    (
+        AssignPartitions(
+            assignments=tuple(Assignment(partition=p, owner=[W1, W2, W3][p % 3]) for p in range(6)),
+            now_ms=4,
+        ),
+        "9301a26f6b81a861737369676e656406",
+    ),
+    (
+        PartitionOnline(partition=0, epoch=1, owner=W1, now_ms=5),
+        (
+            "9301a26f6b85a9706172746974696f6e00a565706f636801a76368616e676564c3ae6d69"
+            "67726174696f6e5f646f6e65c0a46c656674c0"
+        ),
+    ),
+    (
+        PartitionOnline(partition=0, epoch=1, owner=W1, now_ms=6),
+        (
+            "9301a26f6b85a9706172746974696f6e00a565706f636801a76368616e676564c2ae6d69"
+            "67726174696f6e5f646f6e65c0a46c656674c0"
+        ),
+    ),
+    (
+        RecordCheckpoints(
+            worker_id=W1,
+            incarnation=1,
+            entries=(
+                CheckpointReport(partition=0, epoch=1, offset=5, uri="s3://x/0"),
+                CheckpointReport(partition=1, epoch=1, offset=5, uri="s3://x/1"),
+            ),
+            now_ms=7,
+        ),
+        (
+            "9301a26f6b81a7726573756c74739283a9706172746974696f6e00a6737461747573a861"
+            "63636570746564a6726561736f6ec083a9706172746974696f6e01a6737461747573a666"
+            "656e636564a6726561736f6ead6e6f7420746865206f776e6572"
+        ),
+    ),
+    (
+        PlanMigrations(
+            moves=(
+                Move(partition=0, source=W1, target=W2),
+                Move(partition=1, source=W2, target=W3),
+            ),
+            reason=MigrationReason.ADMIN,
+            now_ms=8,
+        ),
+        (
+            "9301a26f6b81aa6d6967726174696f6e739284a26964a36d2d31a9706172746974696f6e"
+            "00a466726f6da27731a2746fa2773284a26964a36d2d32a9706172746974696f6e01a466"
+            "726f6da27732a2746fa27733"
+        ),
+    ),
+    (
+        AbortMigration(migration_id=MigrationId("m-2"), note="changed my mind", now_ms=9),
+        (
+            "9301a26f6b83ac6d6967726174696f6e5f6964a36d2d32a57068617365a761626f727465"
+            "64a87265686f73746564c2"
+        ),
+    ),
+    (
+        StartRelease(migration_id=MigrationId("m-1"), now_ms=10),
+        (
+            "9301a26f6b83ac6d6967726174696f6e5f6964a36d2d31a57068617365a972656c656173"
+            "696e67a76368616e676564c3"
+        ),
+    ),
+    (
+        StartRelease(migration_id=MigrationId("m-1"), now_ms=11),
+        (
+            "9301a26f6b83ac6d6967726174696f6e5f6964a36d2d31a57068617365a972656c656173"
+            "696e67a76368616e676564c2"
+        ),
+    ),
+    (
+        HandOff(migration_id=MigrationId("m-1"), checkpoint=None, now_ms=12),
+        (
+            "9301a26f6b86ac6d6967726174696f6e5f6964a36d2d31a9706172746974696f6e00a56f"
+            "776e6572a27732a565706f636802aa636865636b706f696e74ad6c6173745f6163636570"
+            "746564a76368616e676564c3"
+        ),
+    ),
+    (
+        HandOff(migration_id=MigrationId("m-1"), checkpoint=None, now_ms=13),
+        (
+            "9301a26f6b86ac6d6967726174696f6e5f6964a36d2d31a9706172746974696f6e00a56f"
+            "776e6572a27732a565706f636802aa636865636b706f696e74c0a76368616e676564c2"
+        ),
+    ),
+    (
+        PartitionOnline(partition=0, epoch=2, owner=W2, now_ms=14),
+        (
+            "9301a26f6b85a9706172746974696f6e00a565706f636802a76368616e676564c3ae6d69"
+            "67726174696f6e5f646f6e65a36d2d31a46c656674c0"
+        ),
+    ),
+    (
+        RegisterWorker(worker_id=W4, address="http://d:1", now_ms=15),
+        "9301a26f6b83a9776f726b65725f6964a27734ab696e6361726e6174696f6e01a87265686f7374656490",
+    ),
+    (
+        DrainWorker(worker_id=W3, moves=(Move(partition=2, source=W3, target=W4),), now_ms=16),
+        (
+            "9301a26f6b83a9776f726b65725f6964a27733a57374617465a8647261696e696e67aa6d"
+            "6967726174696f6e739184a26964a36d2d33a9706172746974696f6e02a466726f6da277"
+            "33a2746fa27734"
+        ),
+    ),
+    (
+        DeclareDead(
+            worker_ids=(W3,),
+            assignments=(Assignment(partition=2, owner=W4), Assignment(partition=5, owner=W1)),
+            now_ms=17,
+        ),
+        (
+            "9301a26f6b84a46465616491a27733aa726561737369676e656402aa68616e6465645f6f"
+            "666691a36d2d33a761626f7274656490"
+        ),
+    ),
+    (
+        RecordCheckpoints(
+            worker_id=W1,
+            incarnation=1,
+            entries=(
+                CheckpointReport(partition=3, epoch=1, offset=9, uri="s3://x/3"),
+                CheckpointReport(partition=3, epoch=1, offset=12, uri="s3://x/3b"),
+            ),
+            now_ms=18,
+        ),
+        (
+            "9301a26f6b81a7726573756c74739283a9706172746974696f6e03a6737461747573a861"
+            "63636570746564a6726561736f6ec083a9706172746974696f6e03a6737461747573a861"
+            "63636570746564a6726561736f6ec0"
+        ),
+    ),
+    (
+        RegisterWorker(worker_id=W1, address="http://a:2", now_ms=19),
+        (
+            "9301a26f6b83a9776f726b65725f6964a27731ab696e6361726e6174696f6e02a8726568"
+            "6f73746564920305"
+        ),
+    ),
+    (
+        FallBack(
+            partition=3,
+            epoch=2,
+            checkpoint=FinalCheckpoint(offset=9, uri="s3://x/3", epoch=1),
+            note="lost s3://x/3b",
+            now_ms=20,
+        ),
+        (
+            "9301a26f6b84a9706172746974696f6e03a565706f636803a66f666673657409ac656172"
+            "6c6965725f6c65667400"
+        ),
+    ),
+    (
+        MarkStuck(partition=3, epoch=3, note="no way back", now_ms=21),
+        "9301a26f6b82a9706172746974696f6e03a5737475636bab6e6f20776179206261636b",
+    ),
+    (
+        ResetPartition(partition=3, note="reset by operator", now_ms=22),
+        "9301a26f6b82a9706172746974696f6e03a565706f636804",
+    ),
+    (
+        DrainWorker(worker_id=W4, moves=(Move(partition=2, source=W4, target=W2),), now_ms=23),
+        (
+            "9301a26f6b83a9776f726b65725f6964a27734a57374617465a8647261696e696e67aa6d"
+            "6967726174696f6e739184a26964a36d2d34a9706172746974696f6e02a466726f6da277"
+            "34a2746fa27732"
+        ),
+    ),
+    (
+        StartRelease(migration_id=MigrationId("m-4"), now_ms=24),
+        (
+            "9301a26f6b83ac6d6967726174696f6e5f6964a36d2d34a57068617365a972656c656173"
+            "696e67a76368616e676564c3"
+        ),
+    ),
+    (
+        HandOff(
+            migration_id=MigrationId("m-4"),
+            checkpoint=FinalCheckpoint(offset=3, uri="s3://x/2", epoch=2),
+            now_ms=25,
+        ),
+        (
+            "9301a26f6b86ac6d6967726174696f6e5f6964a36d2d34a9706172746974696f6e02a56f"
+            "776e6572a27732a565706f636803aa636865636b706f696e74a566696e616ca76368616e"
+            "676564c3"
+        ),
+    ),
+    (
+        PartitionOnline(partition=2, epoch=3, owner=W2, now_ms=26),
+        (
+            "9301a26f6b85a9706172746974696f6e02a565706f636803a76368616e676564c3ae6d69"
+            "67726174696f6e5f646f6e65a36d2d34a46c656674a27734"
+        ),
+    ),
+    (Barrier(nonce="n-1"), "9301a26f6b81a56e6f6e6365a36e2d31"),
+]
+
+
+def test_result_golden_bytes() -> None:
+    s = ClusterState()
+    seen: set[type] = set()
+    for i, (cmd, hex_bytes) in enumerate(GOLDEN_RESULTS):
+        result = apply(s, f"r{i}", cmd)
+        assert isinstance(result, Ok), (i, cmd, result)
+        assert encode_result(result).hex() == hex_bytes, (i, cmd)
+        assert decode_result(bytes.fromhex(hex_bytes)) == result, (i, cmd)
+        seen.add(type(result.value))
+    assert seen == set(get_args(CommandResult))
 
 
 # --- state -------------------------------------------------------------------------------------

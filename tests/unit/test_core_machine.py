@@ -23,7 +23,9 @@ from coordinator.core.commands import (
     Assignment,
     AssignPartitions,
     Barrier,
+    BarrierResult,
     Bootstrap,
+    BootstrapResult,
     CheckpointReport,
     Command,
     DeclareDead,
@@ -66,7 +68,7 @@ def _apply(machine: Machine, data: bytes) -> Result:
 def test_apply_decodes_applies_and_encodes() -> None:
     m = Machine()
     assert _apply(m, encode_command(Bootstrap(total_partitions=3, now_ms=1), "r1")) == Ok(
-        value={"total_partitions": 3, "created": True}
+        value=BootstrapResult(total_partitions=3, created=True)
     )
     r = _apply(m, b"\x93\x01\x02")
     assert isinstance(r, Rejected) and (r.code, r.status) == ("invalid", 400)
@@ -378,7 +380,7 @@ class CoordinatorRun(RuleBasedStateMachine):
     @rule(nonce=st.text(max_size=5))
     def barrier(self, nonce: str) -> None:
         before = self.machine.snapshot()
-        assert self.run(Barrier(nonce=nonce)) == Ok(value={"nonce": nonce})
+        assert self.run(Barrier(nonce=nonce)) == Ok(value=BarrierResult(nonce=nonce))
         assert self.machine.snapshot() == before
 
     # --- invariants ----------------------------------------------------------------------------

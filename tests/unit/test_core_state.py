@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, cast
 
+import msgpack
 import pytest
 
 from coordinator.core import state as state_module
-from coordinator.core.codec import encode_state
+from coordinator.core.codec import encode_result, encode_state
 from coordinator.core.commands import (
     AbortMigration,
     Assignment,
@@ -51,9 +52,11 @@ _ids = itertools.count()
 
 
 def ok(s: ClusterState, cmd: Command, request_id: str | None = None) -> dict[str, Any]:
+    """The command's result value as it goes over the wire (a map, see codec.py)."""
     result = apply(s, request_id or f"auto-{next(_ids)}", cmd)
     assert isinstance(result, Ok), result
-    return result.value
+    _, _, value = msgpack.unpackb(encode_result(result))
+    return cast(dict[str, Any], value)
 
 
 def rejects(

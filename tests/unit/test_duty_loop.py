@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from coordinator.config import ClusterConfig
-from coordinator.core.commands import Command, Ok
+from coordinator.core.commands import Command, CommandResult, Ok
 from coordinator.core.planner import Batch, Planner
 from coordinator.core.state import ClusterState, apply
 from coordinator.service.duties import LeaderDuties
@@ -48,7 +48,7 @@ class StandInNode:
     def read(self) -> Iterator[ClusterState]:
         yield self.state
 
-    async def submit(self, command: Command, request_id: str | None = None) -> dict[str, Any]:
+    async def submit(self, command: Command, request_id: str | None = None) -> CommandResult:
         self.submitted.append(command)
         result = apply(self.state, f"r{len(self.submitted)}", command)
         assert isinstance(result, Ok), result

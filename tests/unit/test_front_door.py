@@ -21,7 +21,8 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.service import api, front
+from coordinator.service import front
+from coordinator.service.http.context import NODE_KEY, ORIGINS_KEY
 from coordinator.service.metrics import FrontDoorCounts
 from replication.log import RaftRole
 from tests.support import free_ports
@@ -60,8 +61,8 @@ async def site() -> AsyncIterator[front.FrontDoorSite]:
 @contextlib.asynccontextmanager
 async def _site() -> AsyncIterator[front.FrontDoorSite]:
     app = web.Application()
-    app[api.NODE_KEY] = _fake_node()  # type: ignore[assignment]
-    app[api.ORIGINS_KEY] = frozenset()
+    app[NODE_KEY] = _fake_node()  # type: ignore[assignment]
+    app[ORIGINS_KEY] = frozenset()
 
     async def ping(_request: web.Request) -> web.Response:
         return web.Response(text="pong")
@@ -142,7 +143,7 @@ async def test_hot_requests_then_a_cold_one_on_one_connection(site: front.FrontD
     assert data.count(b"HTTP/1.1 503 ") == 2 and b"no leader known" in data
     assert data.count(b"Retry-After: 1") == 2
     assert b"HTTP/1.1 200 OK" in data.split(b"HTTP/1.1 503")[-1]
-    counts = site.app[api.NODE_KEY].metrics.requests.seen  # type: ignore[attr-defined]
+    counts = site.app[NODE_KEY].metrics.requests.seen  # type: ignore[attr-defined]
     assert counts == [("/v1/workers/{worker_id}/heartbeat", "POST", 503)] * 2
     assert not site.connections  # the connection is aiohttp's now
     assert (site.counts.served, site.counts.handed_over) == (2, 1)

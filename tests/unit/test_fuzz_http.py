@@ -5,11 +5,12 @@ changes neither the worker list nor the partition table. One worker is registere
 genuine worker token reaches past authentication), but min_cluster_size keeps anything
 from being assigned: no duty writes behind the fuzzer's back.
 
-Issue 11's input probes are among the samples: Unicode digits in paths (`%C2%B2`,
-`%D9%A1`), non-ASCII and undecodable bearer tokens (http.client sends a header's
-characters as latin-1 bytes, so "\xc3\xa9" arrives as UTF-8 "é" and "\xff" as an invalid
-byte), one Idempotency-Key shared by every principal, integers past 64 bits. The same
-probes go to a real worker's HTTP API too (test_worker_http_bad_input), as raw bytes.
+The input probes of tests/integration/test_http_security.py are among the samples:
+Unicode digits in paths (`%C2%B2`, `%D9%A1`), non-ASCII and undecodable bearer tokens
+(http.client sends a header's characters as latin-1 bytes, so "\xc3\xa9" arrives as UTF-8
+"é" and "\xff" as an invalid byte), one Idempotency-Key shared by every principal, integers
+past 64 bits. The same probes go to a real worker's HTTP API too
+(test_worker_http_bad_input), as raw bytes.
 """
 
 from __future__ import annotations

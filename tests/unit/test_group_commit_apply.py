@@ -33,9 +33,9 @@ def test_each_command_of_a_batch_in_order_with_its_own_result() -> None:
     results = apply_batch(
         machine, [register("a", "ra"), UNKNOWN_TAG, register("b", "rb"), b"\x00junk"]
     )
-    assert isinstance(results[0], Ok) and results[0].value["worker_id"] == "a"
+    assert isinstance(results[0], Ok) and results[0].value.worker_id == "a"
     assert isinstance(results[1], Rejected) and results[1].code == "invalid"
-    assert isinstance(results[2], Ok) and results[2].value["worker_id"] == "b"
+    assert isinstance(results[2], Ok) and results[2].value.worker_id == "b"
     assert isinstance(results[3], Rejected) and results[3].code == "invalid"
     assert list(machine.state.workers) == ["a", "b"]  # in batch order
 
@@ -51,7 +51,7 @@ def test_a_retried_request_id_applies_once_inside_and_across_batches() -> None:
     assert decode_result(apply_entry(machine, register("a", "ra"))) == first
     # A new request id for the same worker really re-registers: the dedup is by id.
     (fresh,) = apply_batch(machine, [register("a", "ra2")])
-    assert isinstance(fresh, Ok) and fresh.value["incarnation"] == 2
+    assert isinstance(fresh, Ok) and fresh.value.incarnation == 2
 
 
 def test_a_batch_leaves_the_state_single_entries_leave() -> None:

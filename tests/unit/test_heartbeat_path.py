@@ -23,9 +23,11 @@ from coordinator.core.commands import (
 )
 from coordinator.core.model import WorkerId
 from coordinator.core.state import ClusterState, apply
-from coordinator.service import api, replies
 from coordinator.service import models as m
+from coordinator.service import replies
 from coordinator.service.auth import issue_token
+from coordinator.service.http.context import NODE_KEY
+from coordinator.service.http.request import read_body
 from coordinator.service.replies import AssignmentTexts, heartbeat_body
 
 W1, W2 = WorkerId("w-1.a_b"), WorkerId("w2")
@@ -98,7 +100,7 @@ def test_kept_texts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _request(chunks: list[bytes], eof: bool, limit: int) -> web.Request:
     app = web.Application(client_max_size=limit)
-    app[api.NODE_KEY] = SimpleNamespace(config=SimpleNamespace(body_bytes_max=limit))  # type: ignore[assignment]
+    app[NODE_KEY] = SimpleNamespace(config=SimpleNamespace(body_bytes_max=limit))  # type: ignore[assignment]
     protocol = mock.Mock(_reading_paused=False, connected=True)
     payload = StreamReader(protocol, 2**16, loop=asyncio.get_running_loop())  # type: ignore[arg-type]
     for chunk in chunks:
@@ -111,18 +113,18 @@ def _request(chunks: list[bytes], eof: bool, limit: int) -> web.Request:
 async def test_a_whole_body_is_taken_at_once_and_held_to_the_limit() -> None:
     body = b'{"incarnation":1,"load":0.5,"partitions":{}}'
     request = _request([body[:10], body[10:]], eof=True, limit=len(body))
-    assert await api.read_body(request) == body
+    assert await read_body(request) == body
     too_big = _request([body + b" "], eof=True, limit=len(body))
     with pytest.raises(web.HTTPRequestEntityTooLarge):
-        await api.read_body(too_big)
+        await read_body(too_big)
     empty = _request([], eof=True, limit=len(body))
-    assert await api.read_body(empty) == b""
+    assert await read_body(empty) == b""
 
 
 async def test_a_body_still_arriving_goes_through_the_read_loop() -> None:
     body = b'{"incarnation":1}'
     request = _request([body[:5]], eof=False, limit=100)
-    reading = asyncio.ensure_future(api.read_body(request))
+    reading = asyncio.ensure_future(read_body(request))
     await asyncio.sleep(0)
     assert not reading.done()  # waits for the rest, as aiohttp's read does
     request.content.feed_data(body[5:])
@@ -130,7 +132,7 @@ async def test_a_body_still_arriving_goes_through_the_read_loop() -> None:
     assert await asyncio.wait_for(reading, 5) == body
     # The loop keeps aiohttp's own limit.
     big = _request([b"x" * 80], eof=False, limit=100)
-    reading = asyncio.ensure_future(api.read_body(big))
+    reading = asyncio.ensure_future(read_body(big))
     await asyncio.sleep(0)
     big.content.feed_data(b"x" * 80)
     with pytest.raises(web.HTTPRequestEntityTooLarge):

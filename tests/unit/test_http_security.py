@@ -1,20 +1,20 @@
-"""Issue 11's probes that need no cluster: the worker's HTTP API, the credentials, the
+"""Security probes that need no cluster: the worker's HTTP API, the credentials, the
 health digest and the token comparisons.
 
 Probe -> test:
-- 6, worker: non-ASCII digits in a partition path   test_worker_non_ascii_partition_digits
-- 6, worker: non-ASCII / undecodable bearer         test_worker_non_ascii_and_undecodable_tokens
-- 5, tokens keyed like the Raft password; expiry     test_keys_are_derived_per_purpose,
-                                                     test_worker_token_claims_and_expiry
-- 8, drain compared the admin token with ==          test_no_bearer_token_compared_with_eq
-- 8, ?digest=true encoded under the apply lock       test_digest_is_encoded_outside_the_lock
-- 8, wildcard binds by string compare; HTTP unchecked test_wildcard_binds_are_parsed,
-                                                     test_worker_refuses_a_wildcard_listen
-- 8, cluster file briefly world-readable             test_cluster_file_is_private_from_creation
-- 2, new owner loaded another partition's checkpoint  test_new_owner_loads_only_what_it_was_sent
-- 2, coordinator and pipeline name objects alike     test_store_base_is_how_the_stores_name_objects
-- 3, addresses restricted to configured networks     test_worker_networks_restrict_addresses
-  (the coordinator side of probe 2 is tests/integration/test_duties.py:
+- worker: non-ASCII digits in a partition path     test_worker_non_ascii_partition_digits
+- worker: non-ASCII / undecodable bearer           test_worker_non_ascii_and_undecodable_tokens
+- tokens keyed like the Raft password; expiry      test_keys_are_derived_per_purpose,
+                                                   test_worker_token_claims_and_expiry
+- drain compared the admin token with ==           test_no_bearer_token_compared_with_eq
+- ?digest=true encoded under the apply lock        test_digest_is_encoded_outside_the_lock
+- wildcard binds by string compare; HTTP unchecked test_wildcard_binds_are_parsed,
+                                                   test_worker_refuses_a_wildcard_listen
+- cluster file briefly world-readable              test_cluster_file_is_private_from_creation
+- new owner loaded another partition's checkpoint  test_new_owner_loads_only_what_it_was_sent
+- coordinator and pipeline name objects alike      test_store_base_is_how_the_stores_name_objects
+- addresses restricted to configured networks      test_worker_networks_restrict_addresses
+  (the coordinator side of the checkpoint references is tests/integration/test_duties.py:
   test_checkpoints_fenced_by_epoch_owner_and_offset, test_release_reply_with_a_foreign_...)
 """
 
@@ -41,7 +41,6 @@ from coordinator.config import ClusterConfig, NodeSpec, is_wildcard, load_config
 from coordinator.core.codec import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.service import address as address_module
-from coordinator.service import api
 from coordinator.service.address import HOST_VERDICTS_CACHED_MAX, check_address
 from coordinator.service.auth import (
     call_token,
@@ -51,6 +50,8 @@ from coordinator.service.auth import (
     read_worker_token,
     token_matches,
 )
+from coordinator.service.http import views
+from coordinator.service.http.context import DUTIES_KEY, NODE_KEY
 from pipeline.lease import Lease
 from pipeline.state import KeyState
 from pipeline.store import LocalStore, open_store
@@ -231,8 +232,11 @@ def test_verified_tokens_are_kept_bounded_and_forgeries_never(
 
 def test_no_bearer_token_compared_with_eq() -> None:
     """Every token comparison goes through hmac.compare_digest (auth.token_matches): no
-    `==`/`!=` with a `Bearer ...` string anywhere in the HTTP handlers."""
-    for rel in ("coordinator/service/api.py", "pipeline/worker.py"):
+    `==`/`!=` with a `Bearer ...` string anywhere in the HTTP handlers or the admission
+    policy."""
+    handlers = sorted(p.relative_to(ROOT) for p in (ROOT / "coordinator/service/http").glob("*.py"))
+    assert Path("coordinator/service/http/worker_routes.py") in handlers
+    for rel in (*handlers, Path("coordinator/service/auth.py"), Path("pipeline/worker.py")):
         tree = ast.parse((ROOT / rel).read_text())
         for node in ast.walk(tree):
             if not isinstance(node, ast.Compare):
@@ -288,12 +292,12 @@ async def test_digest_is_encoded_outside_the_lock(monkeypatch: pytest.MonkeyPatc
         seen.append(node.locked)
         return encode_state(s)
 
-    monkeypatch.setattr(api, "encode_state", encode_watched)
+    monkeypatch.setattr(views, "encode_state", encode_watched)
     # create_app needs a real node (metrics, duties); the handler alone needs only this.
     web_app = web.Application()
-    web_app[api.NODE_KEY] = node  # type: ignore[misc]
-    web_app[api.DUTIES_KEY] = SimpleNamespace(running=True)  # health says if duties run
-    web_app.router.add_get("/v1/health", api.health)
+    web_app[NODE_KEY] = node  # type: ignore[misc]
+    web_app[DUTIES_KEY] = SimpleNamespace(running=True)  # health says if duties run
+    web_app.router.add_get("/v1/health", views.health)
     async with TestClient(TestServer(web_app)) as client:
         r = await client.get("/v1/health?digest=true")
         assert r.status == 200, await r.text()

@@ -1,0 +1,131 @@
+"""The operator's routes: reassign, abort a migration, reset a partition, a barrier.
+
+Each is a leader-only write that needs the admin token, checked before the body is read.
+A plan is made by the leader's planner (a pure query) and proposed whole; a dry run or an
+empty plan proposes nothing.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from coordinator.core.commands import AbortMigration, Barrier, PlanMigrations, ResetPartition
+from coordinator.core.model import MigrationId, MigrationReason, valid_id
+from coordinator.service import models as m
+from coordinator.service.http.answers import json_reply, migration_refs, raise_rejected
+from coordinator.service.http.context import ADMISSION_KEY, DUTIES_KEY
+from coordinator.service.http.leader import require_leader
+from coordinator.service.http.openapi import Route
+from coordinator.service.http.request import idempotency_key, parse, path_partition
+from coordinator.service.node import new_request_id, now_ms
+from shared.errors import RequestError
+
+__all__ = ["ROUTES"]
+
+
+async def reassign(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
+    body = await parse(request, m.ReassignRequest)
+    if (body.strategy is None) == (body.moves is None):
+        raise RequestError("give exactly one of strategy or moves", field="strategy")
+    planner, now = request.app[DUTIES_KEY].query()
+    with node.read() as state:
+        moves = raise_rejected(
+            planner.plan_reassign(
+                state,
+                now,
+                balance=body.strategy == "balance",
+                moves=[(mv.partition, mv.to) for mv in body.moves or []],
+            )
+        )
+    if body.dry_run or not moves:
+        refs = [
+            m.MigrationRef(id=None, partition=x.partition, from_=x.source, to=x.target)
+            for x in moves
+        ]
+        return json_reply(m.ReassignResponse(dry_run=body.dry_run, migrations=refs), status=202)
+    planned = await node.submit(
+        PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=now_ms()),
+        idempotency_key(request, admin.scope, "reassign"),
+    )
+    return json_reply(
+        m.ReassignResponse(dry_run=False, migrations=migration_refs(planned.migrations)),
+        status=202,
+    )
+
+
+async def abort_migration(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
+    mid = request.match_info["migration_id"]
+    if not valid_id(mid):
+        raise RequestError("migration id must match [A-Za-z0-9._-]{1,64}", field="migration_id")
+    await node.submit(
+        AbortMigration(migration_id=MigrationId(mid), note="aborted by operator", now_ms=now_ms()),
+        idempotency_key(request, admin.scope, f"abort:{mid}"),
+    )
+    with node.read() as state:
+        mig = state.migrations.get(MigrationId(mid))
+        phase = "aborted" if mig is None else mig.phase.value
+    return json_reply(m.AbortResponse(id=mid, phase=phase))
+
+
+async def reset_partition(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
+    with node.read() as state:
+        p = path_partition(request, state).partition
+    reset = await node.submit(
+        ResetPartition(partition=p, note="reset by operator", now_ms=now_ms()),
+        idempotency_key(request, admin.scope, f"reset:{p}"),
+    )
+    return json_reply(m.ResetResponse(partition=reset.partition, epoch=reset.epoch))
+
+
+async def admin_barrier(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    request.app[ADMISSION_KEY].admit_admin(request.headers)
+    fenced = await node.submit(Barrier(nonce=new_request_id()))
+    return json_reply({"ok": True, "nonce": fenced.nonce})
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        method="POST",
+        path="/v1/admin/reassign",
+        handler=reassign,
+        summary="Plan and start migrations (balance or explicit moves)",
+        request=m.ReassignRequest,
+        response=m.ReassignResponse,
+        status=202,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="POST",
+        path="/v1/admin/migrations/{migration_id}/abort",
+        handler=abort_migration,
+        summary="Abort a migration that has not handed off",
+        response=m.AbortResponse,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="POST",
+        path="/v1/admin/partitions/{p}/reset",
+        handler=reset_partition,
+        summary="Forget an ASSIGNING partition's checkpoints; its owner replays it from offset 0",
+        response=m.ResetResponse,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="POST",
+        path="/v1/admin/barrier",
+        handler=admin_barrier,
+        summary="Commit a no-op command (tests, drills)",
+        leader_only=True,
+        auth="admin",
+    ),
+)

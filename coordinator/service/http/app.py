@@ -1,0 +1,100 @@
+"""The app factory: one aiohttp application serving every route of the coordinator's API.
+
+Owns the joined route table (`ROUTES`), the error middleware and `finish`, which every
+answer passes through whichever path served it (aiohttp's or the front door's): each gets
+the cluster's CORS headers and is counted once by route, method and status. A request that
+fails leaves as the JSON error shape (`answers.error_response`), never as a trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from coordinator.service import dashboard
+from coordinator.service.auth import Admission
+from coordinator.service.http import admin_routes, views, worker_routes
+from coordinator.service.http.answers import error_response
+from coordinator.service.http.context import (
+    ADMISSION_KEY,
+    ASSIGNMENT_TEXTS_KEY,
+    DUTIES_KEY,
+    NODE_KEY,
+    ORIGINS_KEY,
+    Duties,
+)
+from coordinator.service.http.openapi import Handler, Route
+from coordinator.service.http.openapi import openapi_document as document_of
+from coordinator.service.http.request import ApiRequest
+from coordinator.service.node import CoordinatorNode
+from coordinator.service.replies import AssignmentTexts
+
+__all__ = ["ROUTES", "create_app", "error_middleware", "finish", "openapi_document"]
+
+R = TypeVar("R", bound=web.StreamResponse)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    return web.Response(
+        body=node.metrics.render(),
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+_META_ROUTES: tuple[Route, ...] = (
+    Route(method="GET", path="/metrics", handler=metrics, summary="Prometheus metrics"),
+    Route(method="GET", path="/v1/openapi.json", handler=openapi, summary="This document"),
+)
+
+# Every route, in the order the OpenAPI document lists them.
+ROUTES: tuple[Route, ...] = views.ROUTES + worker_routes.ROUTES + admin_routes.ROUTES + _META_ROUTES
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document of every route this app serves."""
+    return document_of(ROUTES)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    resource = request.match_info.route.resource
+    route_name = resource.canonical if resource is not None else "unmatched"
+    try:
+        response = await handler(request)
+    except Exception as exc:
+        response = error_response(request, exc)
+    return finish(request, response, route_name)
+
+
+def finish(request: ApiRequest, response: R, route_name: str) -> R:
+    """Every answer's CORS headers and its count, whichever path served it."""
+    dashboard.cors_headers(request, response, request.app[ORIGINS_KEY])
+    request.app[NODE_KEY].metrics.requests.inc(route_name, request.method, response.status)
+    return response
+
+
+def create_app(node: CoordinatorNode, duties: Duties) -> web.Application:
+    app = web.Application(
+        middlewares=[error_middleware], client_max_size=node.config.body_bytes_max
+    )
+    app[NODE_KEY] = node
+    app[DUTIES_KEY] = duties
+    app[ADMISSION_KEY] = Admission.of(node.config)
+    app[ASSIGNMENT_TEXTS_KEY] = AssignmentTexts()
+    app[ORIGINS_KEY] = dashboard.node_origins(node.config)
+    node.metrics.attach(node, duties.liveness_of)
+    # Grouped by path: aiohttp makes one resource of consecutive routes on one path, and the
+    # OPTIONS answer (its Allow header) is per resource, so interleaved routes on one path
+    # would name only some of its methods.
+    for r in sorted(ROUTES, key=lambda route: route.path):
+        app.router.add_route(r.method, r.path, r.handler)
+    dashboard.install(app, node.config)
+    return app

@@ -1,0 +1,361 @@
+"""The read routes: health, status, partitions, workers, assignments and migrations.
+
+Any node answers from its own applied state. Every view but health carries one envelope
+(`ReadView.envelope`): the state's `generation`, the node's `applied_index` and `stale`,
+true when the answer may lag the leader. `?consistent=true` is served by the leader only,
+after a replicated barrier, and is never stale. Liveness, load, progress and failing
+batches are the leader's memory (no follower hears heartbeats): a follower leaves them out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+from typing import TypedDict
+
+from aiohttp import web
+
+from coordinator.core.codec import encode_state
+from coordinator.core.model import MigrationPhase, Partition, PartitionStatus, WorkerState
+from coordinator.core.state import ClusterState
+from coordinator.service import models as m
+from coordinator.service.failing import FailingReports
+from coordinator.service.http.answers import json_reply
+from coordinator.service.http.context import DUTIES_KEY, NODE_KEY
+from coordinator.service.http.leader import require_leader
+from coordinator.service.http.openapi import Route
+from coordinator.service.http.request import path_partition, path_worker, query_bool
+from coordinator.service.metrics import PartitionProgress, ProgressReports
+from coordinator.service.node import CoordinatorNode
+from replication.log import RaftRole
+from shared.errors import RequestError
+
+__all__ = ["ROUTES", "lag_of", "partition_view"]
+
+
+class Envelope(TypedDict):
+    generation: int
+    applied_index: int
+    stale: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadView:
+    """The node a read is served by, and what every answer says of how fresh it is."""
+
+    node: CoordinatorNode
+    stale: bool
+    # Taken before the state is read: the state is at least this far along.
+    applied_index: int
+
+    def envelope(self, state: ClusterState) -> Envelope:
+        return {
+            "generation": state.generation,
+            "applied_index": self.applied_index,
+            "stale": self.stale,
+        }
+
+
+async def read_view(request: web.Request) -> ReadView:
+    """This node's view, or with `consistent=true` the leader's, fenced by a barrier."""
+    if query_bool(request, "consistent"):
+        node = require_leader(request)
+        await node.barrier()
+        stale = False
+    else:
+        node = request.app[NODE_KEY]
+        stale = not node.is_ready_leader
+    return ReadView(node=node, stale=stale, applied_index=node.log.status().applied_index)
+
+
+def partition_view(
+    p: Partition, failing: FailingReports | None = None, progress: ProgressReports | None = None
+) -> m.PartitionView:
+    ck = p.checkpoint
+    report = None if failing is None else failing.of(p.partition, p.owner, p.epoch)
+    seen = None if progress is None else progress.of(p.partition, p.owner, p.epoch)
+    return m.PartitionView(
+        partition=p.partition,
+        owner=p.owner,
+        epoch=p.epoch,
+        status=p.status.value,
+        checkpoint=None
+        if ck is None
+        else m.CheckpointView(offset=ck.offset, uri=ck.uri, epoch=ck.epoch, at_ms=ck.at_ms),
+        migration=p.migration,
+        failing=None
+        if report is None
+        else m.FailingView(failures=report.failures, error=report.error),
+        offset=None if seen is None else seen.offset,
+        lag_records=None if seen is None else lag_of(seen),
+        stuck=p.stuck or None,
+    )
+
+
+def lag_of(seen: PartitionProgress) -> int | None:
+    return None if seen.source_end is None else max(0, seen.source_end - seen.offset)
+
+
+def _progress(node: CoordinatorNode) -> ProgressReports | None:
+    """The leader's heartbeat progress reports; None on a follower (it hears none)."""
+    return node.metrics.progress if node.is_ready_leader else None
+
+
+def _failing(request: web.Request, node: CoordinatorNode) -> FailingReports | None:
+    """The leader's failing-batch reports; None on a follower (it hears no heartbeats)."""
+    return request.app[DUTIES_KEY].failing if node.is_ready_leader else None
+
+
+def summary(state: ClusterState) -> m.ClusterSummary:
+    return m.ClusterSummary(**state.summary())
+
+
+async def health(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    want_digest = query_bool(request, "digest")
+    with node.read() as state:
+        cluster = summary(state)
+        # The copy and this applied_index belong together (both taken under the apply lock,
+        # except in the instant between an entry's apply and pysyncobj's counter bump); the
+        # encoding happens after the lock is released.
+        copy = state.detached() if want_digest else None
+        info = node.leader_info()
+    digest = None
+    if copy is not None:
+        digest = await asyncio.to_thread(lambda: hashlib.sha256(encode_state(copy)).hexdigest())
+    st = info.status
+    return json_reply(
+        m.HealthResponse(
+            node_id=node.node_id,
+            role=info.role.value,
+            ready=info.ready,
+            leader_id=None if info.leader is None else info.leader.id,
+            leader_url=None if info.leader is None else info.leader.url,
+            term=st.term,
+            commit_index=st.commit_index,
+            applied_index=st.applied_index,
+            cluster=cluster,
+            duties_running=request.app[DUTIES_KEY].running
+            if info.role is RaftRole.LEADER
+            else None,
+            state_digest=digest,
+            nodes=[m.NodeRef(id=n.id, url=n.url) for n in node.config.nodes],
+        )
+    )
+
+
+async def status(request: web.Request) -> web.Response:
+    view = await read_view(request)
+    info = view.node.leader_info()
+    with view.node.read() as state:
+        by_status = {s.value: 0 for s in PartitionStatus}
+        for p in state.partitions:
+            by_status[p.status.value] += 1
+        by_state = {s.value: 0 for s in WorkerState}
+        for w in state.workers.values():
+            by_state[w.state.value] += 1
+        body = m.StatusResponse(
+            **view.envelope(state),
+            node_id=view.node.node_id,
+            role=info.role.value,
+            leader_id=None if info.leader is None else info.leader.id,
+            term=info.status.term,
+            cluster=summary(state),
+            partitions_by_status=by_status,
+            workers_by_state=by_state,
+            migrations_in_flight=len(state.in_flight_migrations()),
+        )
+    return json_reply(body)
+
+
+async def partitions(request: web.Request) -> web.Response:
+    view = await read_view(request)
+    node = view.node
+    with node.read() as state:
+        body = m.PartitionsResponse(
+            **view.envelope(state),
+            partitions=[
+                partition_view(p, _failing(request, node), _progress(node))
+                for p in state.partitions
+            ],
+        )
+    return json_reply(body)
+
+
+async def partition(request: web.Request) -> web.Response:
+    view = await read_view(request)
+    node = view.node
+    with node.read() as state:
+        one = partition_view(
+            path_partition(request, state), _failing(request, node), _progress(node)
+        )
+        body = m.PartitionResponse(**view.envelope(state), **one.model_dump())
+    return json_reply(body)
+
+
+async def partition_history(request: web.Request) -> web.Response:
+    view = await read_view(request)
+    with view.node.read() as state:
+        p = path_partition(request, state)
+        body = m.HistoryResponse(
+            **view.envelope(state),
+            partition=p.partition,
+            history=[
+                m.HistoryEntry(
+                    epoch=h.epoch,
+                    owner=h.owner,
+                    reason=h.reason.value,
+                    at_ms=h.at_ms,
+                    note=h.note or None,
+                )
+                for h in p.history
+            ],
+        )
+    return json_reply(body)
+
+
+async def workers(request: web.Request) -> web.Response:
+    view = await read_view(request)
+    node = view.node
+    duties = request.app[DUTIES_KEY]
+    with node.read() as state:
+        counts: dict[str, int] = {}
+        owned: dict[str, dict[int, int]] = {}
+        for p in state.partitions:
+            if p.owner is not None:
+                counts[p.owner] = counts.get(p.owner, 0) + 1
+                owned.setdefault(p.owner, {})[p.partition] = p.epoch
+        failing = _failing(request, node)
+        progress = _progress(node)
+        lags: dict[str, int] = {}
+        if progress is not None:
+            for p in state.partitions:
+                seen = progress.of(p.partition, p.owner, p.epoch)
+                lag = None if seen is None else lag_of(seen)
+                if p.owner is not None and lag is not None:
+                    lags[p.owner] = lags.get(p.owner, 0) + lag
+        views = [
+            m.WorkerView(
+                worker_id=w.worker_id,
+                address=w.address,
+                incarnation=w.incarnation,
+                state=w.state.value,
+                registered_at_ms=w.registered_at_ms,
+                partitions=counts.get(w.worker_id, 0),
+                liveness=duties.liveness_of(w.worker_id),
+                load=duties.load_of(w.worker_id),
+                failing_partitions=None
+                if failing is None
+                else failing.count(w.worker_id, owned.get(w.worker_id, {})),
+                lag_records=lags.get(w.worker_id),
+            )
+            for w in sorted(state.workers.values(), key=lambda w: w.worker_id)
+        ]
+        body = m.WorkersResponse(**view.envelope(state), workers=views)
+    return json_reply(body)
+
+
+async def assignment(request: web.Request) -> web.Response:
+    wid = path_worker(request)
+    view = await read_view(request)
+    with view.node.read() as state:
+        if wid not in state.workers:
+            raise RequestError(
+                f"unknown worker {wid}", code="not_found", status=404, field="worker_id"
+            )
+        body = m.AssignmentResponse(
+            **view.envelope(state),
+            worker_id=wid,
+            assignment=[
+                m.AssignmentEntry(partition=p, epoch=e) for p, e in state.assignment_of(wid)
+            ],
+        )
+    return json_reply(body)
+
+
+async def migrations(request: web.Request) -> web.Response:
+    view = await read_view(request)
+    with view.node.read() as state:
+        ms = list(state.migrations.values())
+        in_flight = [x for x in ms if x.phase not in (MigrationPhase.DONE, MigrationPhase.ABORTED)]
+        done = [x for x in ms if x.phase in (MigrationPhase.DONE, MigrationPhase.ABORTED)]
+        body = m.MigrationsResponse(
+            **view.envelope(state),
+            in_flight=len(in_flight),
+            migrations=[
+                m.MigrationView(
+                    id=x.migration_id,
+                    partition=x.partition,
+                    source=x.source,
+                    target=x.target,
+                    phase=x.phase.value,
+                    reason=x.reason.value,
+                    created_at_ms=x.created_at_ms,
+                    updated_at_ms=x.updated_at_ms,
+                    note=x.note,
+                )
+                for x in in_flight + done[::-1]
+            ],
+        )
+    return json_reply(body)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        method="GET",
+        path="/v1/health",
+        handler=health,
+        summary="Node role, Raft indexes and the cluster summary",
+        response=m.HealthResponse,
+    ),
+    Route(
+        method="GET",
+        path="/v1/status",
+        handler=status,
+        summary="Cluster status from this node's state",
+        response=m.StatusResponse,
+    ),
+    Route(
+        method="GET",
+        path="/v1/partitions",
+        handler=partitions,
+        summary="The partition table",
+        response=m.PartitionsResponse,
+    ),
+    Route(
+        method="GET",
+        path="/v1/partitions/{p}",
+        handler=partition,
+        summary="One partition",
+        response=m.PartitionResponse,
+    ),
+    Route(
+        method="GET",
+        path="/v1/partitions/{p}/history",
+        handler=partition_history,
+        summary="The partition's last ownership changes",
+        response=m.HistoryResponse,
+    ),
+    Route(
+        method="GET",
+        path="/v1/workers",
+        handler=workers,
+        summary="Registered workers",
+        response=m.WorkersResponse,
+    ),
+    Route(
+        method="GET",
+        path="/v1/workers/{worker_id}/assignment",
+        handler=assignment,
+        summary="Partitions a worker owns",
+        response=m.AssignmentResponse,
+    ),
+    Route(
+        method="GET",
+        path="/v1/migrations",
+        handler=migrations,
+        summary="Migrations, in flight first",
+        response=m.MigrationsResponse,
+    ),
+)
