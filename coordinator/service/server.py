@@ -28,10 +28,10 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 5.0
 # How long a thread may hold the GIL while another waits for it (CPython's default is 5 ms).
-# A thread beside the event loop (Raft's, when it ticks on a thread of its own) gives the
-# GIL up at every socket call and waits up to this long to get it back from a busy loop, and
-# commits wait with it; the heartbeat path is the event loop's alone. docs/benchmarks.md
-# has the comparison.
+# A thread beside the event loop (the Raft stall guard here, pysyncobj's own tick thread in
+# the raw benchmark node) gives the GIL up at every socket call and waits up to this long to
+# get it back from a busy loop, and commits wait with it. docs/benchmarks.md has the
+# comparison.
 GIL_SWITCH_INTERVAL_S = 0.001
 # The cyclic collector's thresholds (CPython's default is 700, 10, 10). A leader allocates
 # objects per request that die young: at 700 the young generation is collected dozens of
