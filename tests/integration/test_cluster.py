@@ -369,7 +369,10 @@ def test_strangers_cannot_join_or_run_code(cluster: Cluster, tmp_path: Path) -> 
     )
     impostor = cluster.start(victim, config_path=wrong)
     register(cluster, leader, "w2")  # the real majority keeps committing
-    time.sleep(2.0)  # give the impostor time to (fail to) join; nothing to poll for
+    # Up first (its start-up is seconds on a loaded machine), then time in which it could
+    # have joined: a few election timeouts; there is nothing to poll for.
+    wait_until(lambda: cluster.health(victim) is not None, "the impostor answers HTTP")
+    time.sleep(2.0)
     h = cluster.health(victim)
     assert h is not None and h["role"] != "leader" and h["leader_id"] is None
     seen = [w["worker_id"] for w in cluster.get(victim, "/v1/workers").body["workers"]]
