@@ -13,10 +13,11 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 
 from pipeline.checkpoint import CheckpointStore
+from pipeline.holdings import PartitionRuntime
 from pipeline.lease import Lease
 from pipeline.state import KeyState
 from pipeline.store import LocalStore, StoreError
-from pipeline.worker import PartitionRuntime, Worker, WorkerSettings
+from pipeline.worker import Worker, WorkerSettings
 
 TOKEN = "worker-token"
 
@@ -76,7 +77,7 @@ async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
     rt = PartitionRuntime(epoch=3, state=dict(state), offset=5)
     rt.loaded.set()
     worker.parts[2] = rt
-    worker.gates.host(2, 3)
+    worker.holdings.gates.host(2, 3)
     release = {"epoch": 3, "migration_id": "m-1"}
     auth = {"Authorization": f"Bearer {TOKEN}"}
     try:
@@ -85,14 +86,14 @@ async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
             r = await client.post("/v1/partitions/2/release", json=release, headers=auth)
             assert r.status == 503, await r.text()
             assert (await r.json())["error"] == "checkpoint_unavailable"
-            assert worker.gates.admits(2, 3) and worker.parts.get(2) is rt
+            assert worker.holdings.gates.admits(2, 3) and worker.parts.get(2) is rt
 
             store.down = False
             r = await client.post("/v1/partitions/2/release", json=release, headers=auth)
             assert r.status == 200, await r.text()
             checkpoint = (await r.json())["checkpoint"]
             assert checkpoint["offset"] == 5
-            assert not worker.gates.admits(2, 3) and 2 not in worker.parts
+            assert not worker.holdings.gates.admits(2, 3) and 2 not in worker.parts
             assert CheckpointStore(store).read(checkpoint["uri"]).state == state
 
             # The released epoch never reopens: a repeated release is refused.
@@ -121,7 +122,7 @@ async def test_scenario_f_seed_606_inherited_checkpoint_is_reported_under_its_ow
         async with TestClient(TestServer(worker.app())) as client:
             r = await client.post("/v1/partitions/4/host", json=host, headers=auth)
             assert r.status == 200, await r.text()
-        (entry,) = await worker.write_checkpoints()
+        (entry,) = await worker.checkpointer.write_checkpoints()
         assert (entry["partition"], entry["epoch"], entry["offset"]) == (4, 2, 5)
         loaded = checkpoints.read(entry["uri"])
         assert (loaded.epoch, loaded.offset, loaded.state) == (2, 5, state)
