@@ -19,6 +19,7 @@ from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointSto
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.session import Session
 from shared.checkpoint_ref import checkpoint_key
+from shared.worker_calls import SentCheckpoint
 
 __all__ = ["Checkpointer"]
 
@@ -80,18 +81,18 @@ class Checkpointer:
             self.checkpoints.write, partition, epoch, rt.offset, dict(rt.state)
         )
 
-    def load_sent(self, partition: int, ck: dict[str, Any]) -> CheckpointData:
+    def load_sent(self, partition: int, ck: SentCheckpoint) -> CheckpointData:
         """Blocking: load the checkpoint the leader sent, and only if it is what it says it
         is: the canonical object of this partition at the sent epoch and offset in our own
         store, holding exactly that partition, epoch and offset."""
-        expected = self.checkpoints.store.uri(checkpoint_key(partition, ck["epoch"], ck["offset"]))
-        if ck["uri"] != expected:
+        expected = self.checkpoints.store.uri(checkpoint_key(partition, ck.epoch, ck.offset))
+        if ck.uri != expected:
             raise CheckpointCorrupt(
-                f"sent checkpoint {ck['uri']!r} is not partition {partition}'s at epoch "
-                f"{ck['epoch']} offset {ck['offset']} ({expected!r})"
+                f"sent checkpoint {ck.uri!r} is not partition {partition}'s at epoch "
+                f"{ck.epoch} offset {ck.offset} ({expected!r})"
             )
-        data = self.checkpoints.read(ck["uri"])
+        data = self.checkpoints.read(ck.uri)
         held = (data.partition, data.epoch, data.offset)
-        if held != (partition, ck["epoch"], ck["offset"]):
-            raise CheckpointCorrupt(f"{ck['uri']!r} holds partition/epoch/offset {held}")
+        if held != (partition, ck.epoch, ck.offset):
+            raise CheckpointCorrupt(f"{ck.uri!r} holds partition/epoch/offset {held}")
         return data

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from pipeline.checkpointing import Checkpointer
 from pipeline.gate import Refused
 from pipeline.holdings import Holdings, PartitionRuntime
 from shared.errors import RequestError, UnavailableError
+from shared.worker_calls import (
+    STATUS_STALE,
+    HostReply,
+    HostRequest,
+    ReleasedCheckpoint,
+    ReleaseReply,
+    ReleaseRequest,
+)
 
 __all__ = ["HOST_LOAD_WAIT_S", "Hosting"]
 
@@ -24,11 +31,10 @@ log = logging.getLogger(__name__)
 
 # A repeated host or a release waits this long for the first host's checkpoint load.
 HOST_LOAD_WAIT_S = 60.0
-CONFLICT = 409
 
 
 def _stale(message: str) -> RequestError:
-    return RequestError(message, field="epoch", code="stale_epoch", status=CONFLICT)
+    return RequestError(message, field="epoch", code="stale_epoch", status=STATUS_STALE)
 
 
 def _unavailable(message: str) -> UnavailableError:
@@ -40,8 +46,9 @@ class Hosting:
         self.holdings = holdings
         self.checkpointer = checkpointer
 
-    async def host(self, p: int, epoch: int, ck: dict[str, Any] | None) -> PartitionRuntime:
-        """Open `p` at `epoch`, from the sent checkpoint or from offset 0; the runtime."""
+    async def host(self, call: HostRequest) -> HostReply:
+        """Open the partition at the call's epoch, from the sent checkpoint or offset 0."""
+        p, epoch = call.partition, call.epoch
         gates, parts = self.holdings.gates, self.holdings.parts
         # Check the gate without changing it: it opens only once the checkpoint is loaded,
         # so a failed load leaves the epoch open to the leader's retry.
@@ -51,12 +58,12 @@ class Hosting:
         rt = parts.get(p)
         if rt is not None and rt.epoch == epoch:
             await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)  # same call, repeated
-            return rt
+            return HostReply(partition=p, epoch=epoch, offset=rt.offset)
         rt = PartitionRuntime(epoch=epoch)
         parts[p] = rt
         try:
-            if ck is not None:
-                data = await asyncio.to_thread(self.checkpointer.load_sent, p, ck)
+            if call.checkpoint is not None:
+                data = await asyncio.to_thread(self.checkpointer.load_sent, p, call.checkpoint)
                 # The loaded object is named after the epoch that wrote it: this epoch's
                 # first report writes its own, so every checkpoint the coordinator records
                 # at an epoch was written at that epoch.
@@ -73,15 +80,13 @@ class Hosting:
             raise _stale(f"partition {p} moved on while loading")
         rt.loaded.set()
         log.info("hosting partition %d at epoch %d from offset %d", p, epoch, rt.offset)
-        return rt
+        return HostReply(partition=p, epoch=epoch, offset=rt.offset)
 
-    async def release(
-        self, p: int, epoch: object, migration_id: object
-    ) -> tuple[PartitionRuntime, str]:
-        """Close `p` at `epoch` after writing its final checkpoint; the runtime and its URI."""
-        holdings = self.holdings
+    async def release(self, call: ReleaseRequest) -> ReleaseReply:
+        """Close the partition at the call's epoch after writing its final checkpoint."""
+        p, epoch, holdings = call.partition, call.epoch, self.holdings
         rt = holdings.parts.get(p)
-        if rt is None or not isinstance(epoch, int) or not holdings.gates.admits(p, epoch):
+        if rt is None or not holdings.gates.admits(p, epoch):
             raise _stale(f"partition {p} is not open here at {epoch}")
         async with holdings.batch_lock:  # waits for the batch in flight to finish
             await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)
@@ -96,6 +101,12 @@ class Hosting:
             holdings.gates.close(p, epoch)
             holdings.drop(p, rt)
         log.info(
-            "released partition %d epoch %d at offset %d (%s)", p, epoch, rt.offset, migration_id
+            "released partition %d epoch %d at offset %d (%s)",
+            p,
+            epoch,
+            rt.offset,
+            call.migration_id,
         )
-        return rt, uri
+        return ReleaseReply(
+            partition=p, epoch=epoch, checkpoint=ReleasedCheckpoint(offset=rt.offset, uri=uri)
+        )

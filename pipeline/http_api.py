@@ -10,7 +10,6 @@ time, or get a 401.
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,17 +24,28 @@ from pipeline.source import KEY_CHARS_MAX
 from pipeline.state import KeyState
 from shared.errors import RequestError, RippleError
 from shared.tls import server_context
+from shared.worker_calls import (
+    CHECKPOINT_ROUTE,
+    HOST_ROUTE,
+    RELEASE_ROUTE,
+    STATUS_SCHEDULED,
+    STATUS_UNAUTHORIZED,
+    CheckpointReply,
+    ErrorReply,
+    HostRequest,
+    ReleaseRequest,
+    authorized,
+)
 
 __all__ = ["BODY_BYTES_MAX", "WorkerApi", "key_json"]
 
 log = logging.getLogger(__name__)
 
 BODY_BYTES_MAX = 64 * 1024
-EPOCH_MAX = 2**63 - 1  # what the coordinator's codec carries
 PARTITION_DIGITS_MAX = 7  # total_partitions is at most 1_000_000
 NOT_FOUND = 404
-UNAUTHORIZED = 401
 CONFLICT = 409
+INTERNAL = 500
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -69,9 +79,9 @@ class WorkerApi:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[_error_middleware])
-        app.router.add_post("/v1/partitions/{p}/host", self.handle_host)
-        app.router.add_post("/v1/partitions/{p}/release", self.handle_release)
-        app.router.add_post("/v1/checkpoint", self.handle_checkpoint)
+        app.router.add_post(HOST_ROUTE, self.handle_host)
+        app.router.add_post(RELEASE_ROUTE, self.handle_release)
+        app.router.add_post(CHECKPOINT_ROUTE, self.handle_checkpoint)
         app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
         app.router.add_get("/v1/partitions/{p}/state", self.handle_state)
         app.router.add_get("/v1/health", self.handle_health)
@@ -89,17 +99,9 @@ class WorkerApi:
     # -- parsing -------------------------------------------------------------------------------
 
     def _authorize(self, request: web.Request) -> None:
-        call_token = self.session.call_token
-        header = request.headers.get("Authorization", "")
-        # compare_digest raises on non-ASCII str (a 500): compare bytes, after checking
-        # the header is ASCII at all (undecodable bytes arrive as surrogate escapes).
-        if not (
-            bool(call_token)
-            and header.isascii()
-            and hmac.compare_digest(header.encode(), f"Bearer {call_token}".encode())
-        ):
+        if not authorized(request.headers.get("Authorization", ""), self.session.call_token):
             raise RequestError(
-                "not this worker's cluster token", code="unauthorized", status=UNAUTHORIZED
+                "not this worker's cluster token", code="unauthorized", status=STATUS_UNAUTHORIZED
             )
 
     def _partition(self, request: web.Request) -> int:
@@ -113,51 +115,31 @@ class WorkerApi:
             raise _invalid("partition out of range", "partition")
         return int(text)
 
-    async def _json(self, request: web.Request) -> dict[str, Any]:
+    async def _json(self, request: web.Request) -> object:
         try:
-            body = await request.json()
+            body: object = await request.json()
         except ValueError:
             raise _invalid("body is not valid JSON", "body") from None
-        if not isinstance(body, dict):
-            raise _invalid("body must be a JSON object", "body")
         return body
 
     # -- the leader's calls --------------------------------------------------------------------
 
     async def handle_host(self, request: web.Request) -> web.Response:
         self._authorize(request)
-        p = self._partition(request)
-        body = await self._json(request)
-        epoch = body.get("epoch")
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 1 <= epoch <= EPOCH_MAX:
-            raise _invalid("epoch must be a positive integer", "epoch")
-        ck = body.get("checkpoint")
-        if ck is not None and not (
-            isinstance(ck, dict)
-            and isinstance(ck.get("uri"), str)
-            and all(
-                isinstance(ck.get(k), int) and not isinstance(ck.get(k), bool)
-                for k in ("offset", "epoch")
-            )
-        ):
-            raise _invalid("checkpoint must be {offset, uri, epoch} or null", "checkpoint")
-        rt = await self.hosting.host(p, epoch, ck)
-        return web.json_response({"partition": p, "epoch": epoch, "offset": rt.offset})
+        call = HostRequest.from_json(self._partition(request), await self._json(request))
+        reply = await self.hosting.host(call)
+        return web.json_response(reply.to_json())
 
     async def handle_release(self, request: web.Request) -> web.Response:
         self._authorize(request)
-        p = self._partition(request)
-        body = await self._json(request)
-        epoch = body.get("epoch")
-        rt, uri = await self.hosting.release(p, epoch, body.get("migration_id"))
-        return web.json_response(
-            {"partition": p, "epoch": epoch, "checkpoint": {"offset": rt.offset, "uri": uri}}
-        )
+        call = ReleaseRequest.from_json(self._partition(request), await self._json(request))
+        reply = await self.hosting.release(call)
+        return web.json_response(reply.to_json())
 
     async def handle_checkpoint(self, request: web.Request) -> web.Response:
         self._authorize(request)
         self.schedule_checkpoint()
-        return web.json_response({"scheduled": True}, status=202)
+        return web.json_response(CheckpointReply().to_json(), status=STATUS_SCHEDULED)
 
     # -- lookups and health --------------------------------------------------------------------
 
@@ -217,12 +199,12 @@ async def _error_middleware(request: web.Request, handler: Handler) -> web.Strea
     try:
         return await handler(request)
     except RippleError as exc:
-        body: dict[str, Any] = {"error": exc.code, "message": exc.message}
-        if exc.field:
-            body["field"] = exc.field
-        return web.json_response(body, status=exc.status)
+        error = ErrorReply(error=exc.code, message=exc.message, field=exc.field or None)
+        return web.json_response(error.to_json(), status=exc.status)
     except web.HTTPException as exc:
-        return web.json_response({"error": "http_error", "message": exc.reason}, status=exc.status)
+        error = ErrorReply(error="http_error", message=exc.reason)
+        return web.json_response(error.to_json(), status=exc.status)
     except Exception:  # the boundary: log, never leak a trace
         log.exception("worker handler failed on %s", request.path)
-        return web.json_response({"error": "internal", "message": "internal error"}, status=500)
+        error = ErrorReply(error="internal", message="internal error")
+        return web.json_response(error.to_json(), status=INTERNAL)

@@ -128,3 +128,31 @@ async def test_scenario_f_seed_606_inherited_checkpoint_is_reported_under_its_ow
         assert (loaded.epoch, loaded.offset, loaded.state) == (2, 5, state)
     finally:
         await worker.client.close()
+
+
+async def test_a_malformed_release_body_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """A release body the leader never sends is bad input (400, the field named), decided
+    before the gate is consulted: `true` is no epoch 1, and the partition stays open."""
+    worker = Worker(offline_settings(tmp_path, "w3"), SwitchedStore(tmp_path / "store"))
+    worker.call_token, worker.total_partitions = TOKEN, 8
+    rt = PartitionRuntime(epoch=1, offset=3)
+    rt.loaded.set()
+    worker.parts[2] = rt
+    worker.holdings.gates.host(2, 1)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    cases: list[tuple[object, str]] = [
+        ({"epoch": True}, "epoch"),
+        ({"epoch": "1"}, "epoch"),
+        ({"migration_id": "m-1"}, "epoch"),
+        ({"epoch": 1, "migration_id": 5}, "migration_id"),
+        ([1], "body"),
+    ]
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            for body, field in cases:
+                r = await client.post("/v1/partitions/2/release", json=body, headers=auth)
+                assert r.status == 400, (body, r.status, await r.text())
+                assert (await r.json())["field"] == field, body
+            assert worker.holdings.gates.admits(2, 1) and worker.parts.get(2) is rt
+    finally:
+        await worker.client.close()
