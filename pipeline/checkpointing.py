@@ -13,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointStore
 from pipeline.holdings import Holdings, PartitionRuntime
-from pipeline.session import Session
+from pipeline.session import CheckpointEntry, Session
 from shared.checkpoint_ref import checkpoint_key
 from shared.worker_calls import SentCheckpoint
 
@@ -39,10 +38,10 @@ class Checkpointer:
         self.session = session
         self.stats = stats
 
-    async def write_checkpoints(self) -> list[dict[str, Any]]:
+    async def write_checkpoints(self) -> list[CheckpointEntry]:
         """Checkpoint every open partition whose offset moved since its last checkpoint;
         the entries to report, one per open partition."""
-        entries = []
+        entries: list[CheckpointEntry] = []
         holdings = self.holdings
         async with holdings.batch_lock:
             if not self.session.lease_valid():
@@ -69,11 +68,11 @@ class Checkpointer:
         entries = await self.write_checkpoints()
         if not entries:
             return
-        results = await self.session.report_checkpoints(entries)
-        fenced = [r for r in results if r["status"] == "fenced"]
+        verdicts = await self.session.report_checkpoints(entries)
+        fenced = [v for v in verdicts if v.fenced]
         self.stats["fenced"] += len(fenced)
-        for r in fenced:
-            log.warning("checkpoint of partition %s fenced: %s", r["partition"], r.get("reason"))
+        for v in fenced:
+            log.warning("checkpoint of partition %d fenced: %s", v.partition, v.reason)
 
     async def write_final(self, partition: int, epoch: int, rt: PartitionRuntime) -> str:
         """The checkpoint a release at `epoch` hands over (the caller holds the batch lock)."""

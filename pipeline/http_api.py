@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 
@@ -50,7 +49,7 @@ INTERNAL = 500
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def key_json(ks: KeyState) -> dict[str, Any]:
+def key_json(ks: KeyState) -> dict[str, int | float]:
     return {"count": ks.count, "sum": ks.sum, "min": ks.min, "max": ks.max, "last": ks.last}
 
 
@@ -66,7 +65,7 @@ class WorkerApi:
         holdings: Holdings,
         hosting: Hosting,
         schedule_checkpoint: Callable[[], None],
-        health: Callable[[], dict[str, Any]],
+        health: Callable[[], dict[str, object]],
         metrics: Callable[[], bytes],
     ) -> None:
         self.settings = settings

@@ -15,16 +15,24 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from coordinator.client import CoordinatorClient
+from pipeline.coordinator_replies import (
+    CheckpointVerdict,
+    HeartbeatReply,
+    Registration,
+    checkpoint_verdicts,
+    partition_owner,
+    total_partitions,
+)
 from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN, Holdings, PartitionRuntime
 from pipeline.lease import Lease
 from pipeline.settings import WorkerSettings
 from shared.clock import Clock
 from shared.errors import ClientError
 
-__all__ = ["Session", "partition_report"]
+__all__ = ["CheckpointEntry", "PartitionReport", "Session", "partition_report"]
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +40,27 @@ log = logging.getLogger(__name__)
 SESSION_LOST_CODES = ("unknown_worker", "stale_incarnation", "unauthorized")
 
 
-def partition_report(rt: PartitionRuntime) -> dict[str, Any]:
+class PartitionReport(TypedDict):
     """What a heartbeat says about one held partition."""
-    report: dict[str, Any] = {"epoch": rt.epoch, "offset": rt.offset}
+
+    epoch: int
+    offset: int
+    source_end: NotRequired[int]  # the source log's end as last listed
+    failures: NotRequired[int]  # only once failing batches are worth reporting
+    error: NotRequired[str]
+
+
+class CheckpointEntry(TypedDict):
+    """One written checkpoint, as reported to `POST /v1/checkpoints`."""
+
+    partition: int
+    epoch: int
+    offset: int
+    uri: str
+
+
+def partition_report(rt: PartitionRuntime) -> PartitionReport:
+    report: PartitionReport = {"epoch": rt.epoch, "offset": rt.offset}
     if rt.source_end is not None:
         report["source_end"] = rt.source_end
     if rt.failures >= BATCH_FAILURES_REPORTED_MIN:
@@ -74,8 +100,7 @@ class Session:
 
     async def cluster_partitions(self) -> int:
         """The cluster's partition count, from any coordinator's health."""
-        health = await self.client.get("/v1/health")
-        return int(health["cluster"]["total_partitions"])
+        return total_partitions(await self.client.get("/v1/health"))
 
     async def register(self) -> None:
         body = await self.client.post(
@@ -83,18 +108,19 @@ class Session:
             {"worker_id": self.settings.worker_id, "address": self.settings.address},
             token=self.settings.join_token,
         )
+        registration = Registration.from_json(body)
         self.holdings.reset()
-        self.token = body["token"]
-        self.call_token = body["call_token"]
-        self.incarnation = int(body["incarnation"])
-        self.heartbeat_interval_s = float(body["heartbeat_interval_s"])
-        self.lease = Lease(lease_ms=int(float(body["lease_s"]) * 1000))
+        self.token = registration.token
+        self.call_token = registration.call_token
+        self.incarnation = registration.incarnation
+        self.heartbeat_interval_s = registration.heartbeat_interval_s
+        self.lease = Lease(lease_ms=int(registration.lease_s * 1000))
         log.info("registered %s incarnation %d", self.settings.worker_id, self.incarnation)
 
     async def heartbeat_once(self) -> None:
         sent_at = self.clock.monotonic_ms()
         parts = self.holdings.parts
-        reply = await self.client.post(
+        body = await self.client.post(
             f"/v1/workers/{self.settings.worker_id}/heartbeat",
             {
                 "incarnation": self.incarnation,
@@ -104,12 +130,12 @@ class Session:
             token=self.token,
         )
         self.lease = self.lease.renewed(sent_at)
-        if isinstance(reply.get("token"), str):
-            self.token = reply["token"]
-        assignment = {int(a["partition"]): int(a["epoch"]) for a in reply["assignment"]}
-        for p, epoch in self.holdings.close_unassigned(assignment).items():
+        reply = HeartbeatReply.from_json(body)
+        if reply.token is not None:
+            self.token = reply.token
+        for p, epoch in self.holdings.close_unassigned(reply.assignment).items():
             log.info("partition %d epoch %d no longer assigned here; closed", p, epoch)
-        if reply.get("checkpoint_due"):
+        if reply.checkpoint_due:
             self.checkpoint_due()
 
     async def heartbeat_loop(self) -> None:
@@ -146,7 +172,7 @@ class Session:
             return False
         return True
 
-    async def report_checkpoints(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def report_checkpoints(self, entries: list[CheckpointEntry]) -> list[CheckpointVerdict]:
         """Report written checkpoints to the leader; its verdict on each, or none when the
         report did not get through (logged: the next round reports again)."""
         try:
@@ -159,15 +185,13 @@ class Session:
                 },
                 token=self.token,
             )
+            return checkpoint_verdicts(body)
         except ClientError as exc:
             log.warning("checkpoint report failed: %s", exc.message)
             return []
-        results: list[dict[str, Any]] = body["results"]
-        return results
 
     async def owner_of(self, partition: int) -> str | None:
         """Who the coordinator says owns `partition`, or None if it cannot say."""
         with contextlib.suppress(ClientError):
-            owner = (await self.client.get(f"/v1/partitions/{partition}")).get("owner")
-            return owner if isinstance(owner, str) else None
+            return partition_owner(await self.client.get(f"/v1/partitions/{partition}"))
         return None

@@ -149,7 +149,7 @@ class Worker:
         """Checkpoint and report in the background (the leader asked, or a heartbeat did)."""
         self._spawn(self.checkpointer.checkpoint_and_report())
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> dict[str, object]:
         session, holdings = self.session, self.holdings
         return {
             "worker_id": self.settings.worker_id,

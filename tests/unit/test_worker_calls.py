@@ -123,14 +123,15 @@ def test_a_bad_release_body_names_its_field(body: object, field: str) -> None:
 def test_a_release_reply_names_a_checkpoint_only_when_well_formed() -> None:
     good = {"partition": 1, "epoch": 2, "checkpoint": {"offset": 5, "uri": "u"}}
     assert ReleaseReply.checkpoint_of(good) == ReleasedCheckpoint(offset=5, uri="u")
-    for bad in (
+    bad_bodies: list[object] = [
         {},
         [],
         {"checkpoint": None},
         {"checkpoint": {"offset": "5", "uri": "u"}},
         {"checkpoint": {"offset": True, "uri": "u"}},
         {"checkpoint": {"offset": 5}},
-    ):
+    ]
+    for bad in bad_bodies:
         assert ReleaseReply.checkpoint_of(bad) is None, bad
 
 
