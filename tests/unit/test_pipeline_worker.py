@@ -2,8 +2,8 @@
 no coordinator, no Spark.
 
 The worker's aiohttp app runs on a test server on 127.0.0.1; its store is a LocalStore
-behind a switch that makes every call raise StoreError, as the S3 outage of chaos
-scenario (f) does to real workers.
+behind a switch that makes every call raise StoreError, as a store outage does to real
+workers.
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ class SwitchedStore:
 async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
     tmp_path: Path,
 ) -> None:
-    """Chaos (f), seed 606: a release whose final checkpoint write failed closed the gate
-    and answered 500, and the runtime stayed in the worker forever (reported in every
-    heartbeat, counted as load, blocking a drain). Now the gate stays open, the answer is
-    503, and the leader's retry releases with a final checkpoint once the store is back."""
+    """A release whose final checkpoint cannot be written answers 503 and leaves the gate
+    open and the runtime held (a closed gate whose runtime stayed would be reported in every
+    heartbeat, counted as load and block a drain); the leader's retry releases with a final
+    checkpoint once the store is back, and the released epoch never reopens."""
     store = SwitchedStore(tmp_path / "store")
     worker = Worker(offline_settings(tmp_path, "w1"), store)
     worker.call_token, worker.total_partitions = TOKEN, 8
@@ -106,9 +106,9 @@ async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
 async def test_scenario_f_seed_606_inherited_checkpoint_is_reported_under_its_own_epoch(
     tmp_path: Path,
 ) -> None:
-    """Chaos (f), seed 606: a new owner that checkpointed before processing anything reported
-    the object it had loaded (named epoch 1) as its epoch-2 checkpoint, so the coordinator
-    recorded an epoch the object does not carry. Now its first report writes its own."""
+    """A new owner that checkpoints before processing anything writes its own checkpoint
+    under its own epoch, instead of reporting the inherited object (named epoch 1) as its
+    epoch-2 checkpoint, which would record an epoch the object does not carry."""
     store = SwitchedStore(tmp_path / "store")
     worker = Worker(offline_settings(tmp_path, "w2"), store)
     worker.call_token, worker.total_partitions = TOKEN, 8
