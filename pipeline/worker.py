@@ -1,9 +1,10 @@
 """One worker process: its parts wired together, and its lifecycle (start, signals, drain).
 
-The parts, one job each: `session` (registration, heartbeats, the lease, every request to
-the coordinator), `holdings` (the partitions held and their gates), `processing` (Spark
-micro-batches through the data path), `checkpointing` (write, report, load a sent one),
-`hosting` (the leader's host and release calls applied) and `http_api` (the routes).
+The parts, one job each: `settings` (what the command line says), `session` (registration,
+heartbeats, the lease, every request to the coordinator), `holdings` (the partitions held
+and their gates), `processing` (Spark micro-batches through the data path),
+`checkpointing` (write, report, load a sent one), `hosting` (the leader's host and release
+calls applied) and `http_api` (the routes).
 docs/design.md §5 is the contract they keep together: nothing is processed, checkpointed or
 served as the owner unless the gate is open and the lease holds, and the coordinator waits
 `heartbeat_timeout_s` > `lease_s` before it moves partitions, so a paused worker stops before
