@@ -30,6 +30,7 @@ from pipeline.store import ObjectStore
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "AggregateError",
@@ -47,9 +48,9 @@ INPUT_DDL = "key STRING, value DOUBLE, offset BIGINT"
 FILES_DDL = "_file STRING, partition INT, _from_offset BIGINT"
 PLAN_CACHE_CONF = "spark.connect.session.planCache.enabled"
 # Even with the plan cache off, a Connect session keeps every local relation over 1 MiB it
-# was sent (they travel as cached artifacts): measured 128 -> 480 MiB of driver heap after a
-# full GC over 500 batches of 3 MB. Releasing the session frees them, so the arrow path
-# starts a new session after this many batches or bytes (about 1 s each time).
+# was sent (they travel as cached artifacts), so the driver heap grows with every arrow
+# batch. Releasing the session frees them: the arrow path starts a new session after this
+# many batches or bytes (about a second each time).
 ARROW_BATCHES_PER_SESSION_MAX = 50
 ARROW_BYTES_PER_SESSION_MAX = 128 * 1024 * 1024
 # Bounds the files (and so the size of the broadcast path -> partition table) of one job.
@@ -116,9 +117,9 @@ def stage(store: ObjectStore, segment: Segment, directory: str) -> str:
     return target
 
 
-def _files_schema() -> Any:
+def _files_schema() -> StructType:
     """FILES_DDL as a StructType built here: handing createDataFrame the DDL string costs a
-    round trip to the server to parse it, every batch (measured: ~0.4 s of a 0.8 s batch)."""
+    round trip to the server to parse it, every batch."""
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
     return StructType(
@@ -131,6 +132,7 @@ def _files_schema() -> Any:
 
 
 def _key_state(row: dict[str, Any]) -> KeyState:
+    # A row as pyarrow's (untyped) to_pylist gives it: converted field by field, here only.
     return KeyState(
         count=int(row["count"]),
         sum=float(row["sum"]),
@@ -167,8 +169,8 @@ class Aggregator:
 
     def _configure(self) -> None:
         # Every arrow batch is a new plan holding its rows: the Connect plan cache would keep
-        # them all for the session's life (a 1g driver died on the 4th 30 MB batch). Servers
-        # we start turn it off; ask for it per session too, for servers we did not start.
+        # them all for the session's life, until the driver runs out of memory. Servers we
+        # start turn it off; ask for it per session too, for servers we did not start.
         with contextlib.suppress(Exception):
             self.spark.conf.set(PLAN_CACHE_CONF, "false")
 
@@ -215,10 +217,8 @@ class Aggregator:
         if len(inputs) > FILES_PER_JOB_MAX:
             raise ValueError(f"{len(inputs)} files exceed FILES_PER_JOB_MAX={FILES_PER_JOB_MAX}")
         # Up to UNION_READS_MAX (partition, from_offset) groups: one read per group, unioned
-        # (`_union`). Measured here on the local server, 1M rows in 160 files (pyspark 4.3,
-        # 2026-11-23, median of three after a warm-up, each plan in turn): 3 partitions
-        # 1.24 s union / 2.14 s join, 8 partitions 1.75 / 2.57 s. (An earlier measurement,
-        # recorded here before, had the union ~5x slower; it did not repeat.)
+        # (`_union`), which runs faster than the path join for few groups (docs/pipeline.md,
+        # "Processing on Spark Connect", has the figures).
         groups: dict[tuple[int, int], list[str]] = {}
         for i in inputs:
             groups.setdefault((i.partition, i.from_offset), []).append(i.path)

@@ -98,6 +98,8 @@ def encode(partition: int, epoch: int, offset: int, state: Mapping[str, KeyState
 
 def decode(data: bytes) -> CheckpointData:
     try:
+        # msgpack's result is untyped: every field is checked and converted below, and
+        # anything else is CheckpointCorrupt.
         doc: Any = msgpack.unpackb(data, raw=False)
         if doc.get("v") != CHECKPOINT_FORMAT_VERSION:
             raise CheckpointCorrupt(f"unknown checkpoint format {doc.get('v')!r}")

@@ -1,4 +1,5 @@
-"""Per-partition gates (seed 004): the local correctness backstop for who may process what.
+"""Per-partition gates: the local correctness backstop for who may process what
+(docs/design.md §5).
 
 States and transitions (anything not in the table is a ``Refused`` value, never an exception)::
 

@@ -1,6 +1,6 @@
 """Prometheus metrics of one worker, computed from its state when /metrics is scraped.
 
-Counters are the worker's own event counts (`Worker.stats`, batch seconds); gauges read the
+Counters are the worker's own event counts (`new_stats`, batch seconds); gauges read the
 partitions it holds right now: processing lag behind the source log and the age of the
 state's last checkpoint, per partition and as worker-wide aggregates. Nothing is kept in
 step with the work by hand, so the figures cannot drift from what the worker holds.
@@ -9,84 +9,95 @@ step with the work by hand, so the figures cannot drift from what the worker hol
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from pipeline.worker import Worker
+from pipeline.holdings import Holdings
 
-__all__ = ["PARTITION_SERIES_MAX", "WorkerMetrics"]
+__all__ = ["PARTITION_SERIES_MAX", "STAT_HELP", "WorkerMetrics", "new_stats"]
 
 # Past this many held partitions only the aggregates are exported (bounded scrape size).
 PARTITION_SERIES_MAX = 1024
 
-# What each `Worker.stats` counter counts; exported as ripple_worker_<name>_total.
+# What each worker counter counts, in the order `GET /v1/health` shows them; exported as
+# ripple_worker_<name>_total.
 STAT_HELP = {
     "batches": "Micro-batches that succeeded",
-    "batch_failures": "Micro-batches that failed (retried with their input kept)",
     "records": "Source records merged into partition state",
     "dead_letter_keys": "New keys refused by max_keys_per_partition, sent to dead-letter",
     "checkpoints": "Checkpoints written",
     "fenced": "Checkpoints the coordinator refused as fenced",
     "lease_pauses": "Micro-batches skipped or discarded because the lease had run out",
+    "batch_failures": "Micro-batches that failed (retried with their input kept)",
     "segments_fetched": "Source segments read from the store",
 }
 
 
-class WorkerMetrics:
-    def __init__(self, worker: Worker) -> None:
+def new_stats() -> dict[str, int]:
+    """A worker's event counters, all at zero."""
+    return dict.fromkeys(STAT_HELP, 0)
+
+
+class WorkerMetrics(Collector):
+    """A registry of its own holding just this collector, read at every scrape."""
+
+    def __init__(
+        self,
+        stats: Mapping[str, int],
+        batch_seconds: Mapping[str, float],
+        holdings: Holdings,
+        lease_valid: Callable[[], bool],
+    ) -> None:
+        self.stats = stats
+        self.batch_seconds = batch_seconds
+        self.holdings = holdings
+        self.lease_valid = lease_valid
         self.registry = CollectorRegistry()
-        self.registry.register(_WorkerCollector(worker))
+        self.registry.register(self)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
-
-
-class _WorkerCollector(Collector):
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
 
     def describe(self) -> list[Metric]:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        w = self.worker
-        for name, count in sorted(w.stats.items()):
+        holdings = self.holdings
+        for name, count in sorted(self.stats.items()):
             yield CounterMetricFamily(
                 f"ripple_worker_{name}", STAT_HELP.get(name, name.replace("_", " ")), value=count
             )
         seconds = CounterMetricFamily(
             "ripple_worker_batch_seconds", "Micro-batch time by stage", labels=["stage"]
         )
-        for stage, value in sorted(w.batch_seconds.items()):
+        for stage, value in sorted(self.batch_seconds.items()):
             seconds.add_metric([stage], value)
         yield seconds
         yield GaugeMetricFamily(
             "ripple_worker_partitions_open",
             "Partitions whose gate is open here",
-            value=len(w.gates.open_partitions()),
+            value=len(holdings.gates.open_partitions()),
         )
         yield GaugeMetricFamily(
             "ripple_worker_lease_valid",
             "1 while the lease holds (a heartbeat was acknowledged within lease_s)",
-            value=int(w.lease_valid()),
+            value=int(self.lease_valid()),
         )
         yield GaugeMetricFamily(
             "ripple_worker_partitions_failing",
             "Partitions whose recent micro-batches failed in a row (reported to the leader)",
-            value=len(w._failing()),
+            value=len(holdings.failing()),
         )
         now = time.monotonic()
         lags = {
             p: max(0, rt.source_end - rt.offset)
-            for p, rt in w.parts.items()
+            for p, rt in holdings.parts.items()
             if rt.source_end is not None
         }
-        ages = {p: max(0.0, now - rt.covered_at_s) for p, rt in w.parts.items()}
+        ages = {p: max(0.0, now - rt.covered_at_s) for p, rt in holdings.parts.items()}
         yield GaugeMetricFamily(
             "ripple_worker_lag_records",
             "Records in the source log not yet processed, over the partitions held here",
@@ -97,7 +108,7 @@ class _WorkerCollector(Collector):
             "Longest time a held partition's state has gone without a checkpoint",
             value=max(ages.values(), default=0.0),
         )
-        if len(w.parts) > PARTITION_SERIES_MAX:
+        if len(holdings.parts) > PARTITION_SERIES_MAX:
             return
         lag = GaugeMetricFamily(
             "ripple_worker_partition_lag_records",

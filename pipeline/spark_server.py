@@ -109,7 +109,7 @@ class SparkConnectServer:
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
             # Arrow batches are plans that hold their rows; a plan cache would keep every one
-            # of them per session (measured: a 1g driver OOM on the 4th 30 MB batch).
+            # of them per session, until the driver runs out of memory.
             "spark.connect.session.planCache.enabled": "false",
             **self.extra_conf,
         }

@@ -173,7 +173,7 @@ class S3Store:
         bucket: str,
         prefix: str = "",
         endpoint_url: str | None = None,
-        client: Any = None,
+        client: Any = None,  # a boto3 S3 client (boto3 is untyped); only this class calls it
     ) -> None:
         if not bucket:
             raise StoreKeyInvalid("S3 bucket name is empty")
@@ -247,6 +247,7 @@ class S3Store:
 
 
 def _client_error(exc: Any) -> tuple[str, int]:
+    """The code and HTTP status of a botocore ClientError (untyped), read defensively."""
     error = exc.response.get("Error", {})
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
     return str(error.get("Code", "")), int(status or 0)

@@ -1,4 +1,5 @@
-"""A scripted worker for coordinator tests: speaks the worker HTTP contract, computes nothing.
+"""A scripted worker for coordinator tests: speaks the worker HTTP contract (the leader's
+calls through `shared/worker_calls.py`, as a real worker does), computes nothing.
 
 Run as `python -m tests.scripted_worker --coordinator URL ... --worker-id W --port P`.
 It registers (following redirects), heartbeats with its gates' epochs and offsets, obeys
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import logging
 import signal
 from typing import Any
@@ -29,8 +29,36 @@ from coordinator.client import CoordinatorClient
 from shared.checkpoint_ref import canonical_uri
 from shared.errors import ClientError
 from shared.tls import server_context
+from shared.worker_calls import (
+    CHECKPOINT_ROUTE,
+    HOST_ROUTE,
+    RELEASE_ROUTE,
+    STATUS_SCHEDULED,
+    STATUS_STALE,
+    STATUS_UNAUTHORIZED,
+    STATUS_UNAVAILABLE,
+    CheckpointReply,
+    ErrorReply,
+    HostReply,
+    HostRequest,
+    InvalidCallBody,
+    ReleasedCheckpoint,
+    ReleaseReply,
+    ReleaseRequest,
+    authorized,
+)
 
 log = logging.getLogger("scripted_worker")
+
+
+def error_response(status: int, error: str, message: str, field: str | None = None) -> web.Response:
+    return web.json_response(
+        ErrorReply(error=error, message=message, field=field).to_json(), status=status
+    )
+
+
+def invalid_response(exc: InvalidCallBody) -> web.Response:
+    return error_response(exc.status, exc.code, exc.message, exc.field)
 
 
 class ScriptedWorker:
@@ -123,73 +151,75 @@ class ScriptedWorker:
         return list(body["results"])
 
     def authorized(self, request: web.Request) -> bool:
-        header = request.headers.get("Authorization", "")
-        return (
-            header.isascii()
-            and hmac.compare_digest(header.encode(), f"Bearer {self.call_token}".encode())
-            and bool(self.call_token)
-        )
+        return authorized(request.headers.get("Authorization", ""), self.call_token)
 
     async def host(self, request: web.Request) -> web.Response:
         if not self.authorized(request):
-            return web.json_response({"error": "unauthorized", "message": "bad token"}, status=401)
-        p = int(request.match_info["p"])
-        body = await request.json()
-        epoch = int(body["epoch"])
+            return error_response(STATUS_UNAUTHORIZED, "unauthorized", "bad token")
+        try:
+            call = HostRequest.from_json(int(request.match_info["p"]), await request.json())
+        except InvalidCallBody as exc:
+            return invalid_response(exc)
+        p, epoch, ck = call.partition, call.epoch, call.checkpoint
         gate = self.gates.get(p)
         if gate is not None and epoch < gate["epoch"]:
-            return web.json_response({"error": "stale_epoch", "message": "lower epoch"}, status=409)
-        ck = body.get("checkpoint") or {}
-        if ck and self.checkpoints_lost:
+            return error_response(STATUS_STALE, "stale_epoch", "lower epoch")
+        if ck is not None and self.checkpoints_lost:
             self.calls.append({"call": "host-failed", "partition": p, "epoch": epoch})
-            return web.json_response(
-                {"error": "checkpoint_unavailable", "message": f"{ck.get('uri')}: NoSuchKey"},
-                status=503,
+            return error_response(
+                STATUS_UNAVAILABLE, "checkpoint_unavailable", f"{ck.uri}: NoSuchKey"
             )
         if gate is None or epoch > gate["epoch"] or not gate["open"]:
-            self.gates[p] = {"epoch": epoch, "offset": int(ck.get("offset", 0)), "open": True}
+            offset = 0 if ck is None else ck.offset
+            gate = self.gates[p] = {"epoch": epoch, "offset": offset, "open": True}
         self.calls.append(
-            {"call": "host", "partition": p, "epoch": epoch, "checkpoint": body.get("checkpoint")}
+            {
+                "call": "host",
+                "partition": p,
+                "epoch": epoch,
+                "checkpoint": None if ck is None else ck.to_json(),
+            }
         )
-        return web.json_response({"partition": p, "epoch": epoch})
+        return web.json_response(
+            HostReply(partition=p, epoch=epoch, offset=gate["offset"]).to_json()
+        )
 
     async def release(self, request: web.Request) -> web.Response:
         if not self.authorized(request):
-            return web.json_response({"error": "unauthorized", "message": "bad token"}, status=401)
-        p = int(request.match_info["p"])
-        body = await request.json()
+            return error_response(STATUS_UNAUTHORIZED, "unauthorized", "bad token")
+        try:
+            call = ReleaseRequest.from_json(int(request.match_info["p"]), await request.json())
+        except InvalidCallBody as exc:
+            return invalid_response(exc)
         if self.refuse_release:
-            return web.json_response(
-                {"error": "unavailable", "message": "final checkpoint cannot be written"},
-                status=503,
+            return error_response(
+                STATUS_UNAVAILABLE, "unavailable", "final checkpoint cannot be written"
             )
+        p = call.partition
         gate = self.gates.get(p)
-        if gate is None or gate["epoch"] != body["epoch"]:
-            return web.json_response({"error": "stale_epoch", "message": "not hosted"}, status=409)
+        if gate is None or gate["epoch"] != call.epoch:
+            return error_response(STATUS_STALE, "stale_epoch", "not hosted")
         gate["open"] = False
         self.calls.append(
             {
                 "call": "release",
                 "partition": p,
                 "epoch": gate["epoch"],
-                "migration_id": body.get("migration_id"),
+                "migration_id": call.migration_id,
             }
         )
         # A test may make this worker name any object (a compromised worker would).
         uri = self.release_uri or canonical_uri(self.store, p, gate["epoch"], gate["offset"])
+        final = ReleasedCheckpoint(offset=gate["offset"], uri=uri)
         return web.json_response(
-            {
-                "partition": p,
-                "epoch": gate["epoch"],
-                "checkpoint": {"offset": gate["offset"], "uri": uri},
-            }
+            ReleaseReply(partition=p, epoch=gate["epoch"], checkpoint=final).to_json()
         )
 
     async def checkpoint(self, request: web.Request) -> web.Response:
         if not self.authorized(request):
-            return web.json_response({"error": "unauthorized", "message": "bad token"}, status=401)
+            return error_response(STATUS_UNAUTHORIZED, "unauthorized", "bad token")
         asyncio.get_running_loop().create_task(self._report_quietly())
-        return web.json_response({"accepted": True}, status=202)
+        return web.json_response(CheckpointReply().to_json(), status=STATUS_SCHEDULED)
 
     async def _report_quietly(self) -> None:
         try:
@@ -252,9 +282,9 @@ async def main(args: argparse.Namespace) -> None:
         w.address = f"https://127.0.0.1:{args.port}"
         w.client = CoordinatorClient(args.coordinator, deadline_s=5.0, ca_file=args.tls_ca)
     app = web.Application()
-    app.router.add_post("/v1/partitions/{p}/host", w.host)
-    app.router.add_post("/v1/partitions/{p}/release", w.release)
-    app.router.add_post("/v1/checkpoint", w.checkpoint)
+    app.router.add_post(HOST_ROUTE, w.host)
+    app.router.add_post(RELEASE_ROUTE, w.release)
+    app.router.add_post(CHECKPOINT_ROUTE, w.checkpoint)
     app.router.add_get("/test/state", w.state)
     app.router.add_post("/test/heartbeats", w.set_heartbeats)
     app.router.add_post("/test/progress", w.set_progress)

@@ -20,7 +20,6 @@ import contextlib
 import logging
 import random
 from collections.abc import Sequence
-from typing import Any
 
 import aiohttp
 
@@ -52,6 +51,21 @@ from shared.clock import Clock
 from shared.errors import RequestError, RippleError, UnavailableError
 from shared.system_clock import SYSTEM_CLOCK
 from shared.tls import client_context
+from shared.worker_calls import (
+    STATUS_OK,
+    STATUS_SCHEDULED,
+    STATUS_STALE,
+    CheckpointRequest,
+    ErrorReply,
+    HostRequest,
+    JsonObject,
+    ReleasedCheckpoint,
+    ReleaseReply,
+    ReleaseRequest,
+    SentCheckpoint,
+    WorkerRequest,
+    authorization,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +77,8 @@ ERROR_BACKOFF_CAP_S = 5.0
 SLEEP_MAX_S = 1.0
 # One DeclareDead may name thousands of workers; the log line names this many and counts the rest.
 DEAD_IDS_LOGGED_MAX = 20
+# The status a worker call is recorded with when no HTTP answer came (refused, timed out).
+NO_ANSWER = 0
 
 
 def ids_text(ids: Sequence[str]) -> str:
@@ -91,31 +107,27 @@ def planner_settings(node: CoordinatorNode) -> PlannerSettings:
 
 
 def final_checkpoint_from_release_reply(
-    store: str, call: ReleaseCall, body: dict[str, Any]
+    store: str, call: ReleaseCall, ck: ReleasedCheckpoint | None
 ) -> FinalCheckpoint | None:
-    """THE place a release reply's checkpoint becomes a FinalCheckpoint (validated here).
+    """THE place a release reply's checkpoint becomes a FinalCheckpoint (its reference is
+    checked here, its shape by `ReleaseReply.checkpoint_of`).
 
     A reply without a well-formed, canonical checkpoint yields None: fenced like a report,
     the hand-off then keeps the last accepted checkpoint and the new owner replays the
     source from there, which loses nothing (replay is deterministic)."""
-    ck = body.get("checkpoint")
-    if not (
-        isinstance(ck, dict)
-        and isinstance(ck.get("offset"), int)
-        and isinstance(ck.get("uri"), str)
-    ):
+    if ck is None:
         return None
-    problem = reference_problem(store, call.partition, call.epoch, ck["offset"], ck["uri"])
+    problem = reference_problem(store, call.partition, call.epoch, ck.offset, ck.uri)
     if problem is not None:
         log.warning(
             "release of p%d by %s named checkpoint %r: fenced (%s)",
             call.partition,
             call.worker_id,
-            ck["uri"],
+            ck.uri,
             problem,
         )
         return None
-    return FinalCheckpoint(offset=ck["offset"], uri=ck["uri"], epoch=call.epoch)
+    return FinalCheckpoint(offset=ck.offset, uri=ck.uri, epoch=call.epoch)
 
 
 class LeaderDuties:
@@ -305,45 +317,37 @@ class LeaderDuties:
 
     # -- calls to workers ------------------------------------------------------------------------
 
-    async def _post(
-        self, call: WorkerCall, path: str, payload: dict[str, Any]
-    ) -> tuple[int, dict[str, Any]]:
+    async def _post(self, call: WorkerCall, request: WorkerRequest) -> tuple[int, JsonObject]:
+        """POST `request` to the called worker; its status and JSON object (`{}` when it
+        sent none), or NO_ANSWER and the transport's complaint as the message."""
         token = call_token(self.node.config.cluster_secret, call.worker_id, call.incarnation)
         try:
             async with self._session().post(
-                f"{call.address}{path}", json=payload, headers={"Authorization": f"Bearer {token}"}
+                f"{call.address}{request.path}",
+                json=request.to_json(),
+                headers={"Authorization": authorization(token)},
             ) as resp:
                 try:
-                    body = await resp.json(content_type=None)
+                    body: object = await resp.json(content_type=None)
                 except (ValueError, aiohttp.ContentTypeError):
                     body = {}
                 return resp.status, body if isinstance(body, dict) else {}
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return 0, {"message": str(exc)}
+            return NO_ANSWER, {"message": str(exc)}
 
     async def _call(self, planner: Planner, call: WorkerCall) -> None:
         result: WorkerResult
         if isinstance(call, HostCall):
             ck = call.checkpoint
-            status, body = await self._post(
-                call,
-                f"/v1/partitions/{call.partition}/host",
-                {
-                    "epoch": call.epoch,
-                    "checkpoint": None
-                    if ck is None
-                    else {"offset": ck.offset, "uri": ck.uri, "epoch": ck.epoch},
-                },
+            sent = (
+                None if ck is None else SentCheckpoint(offset=ck.offset, uri=ck.uri, epoch=ck.epoch)
             )
-            ok = status == 200
+            request = HostRequest(partition=call.partition, epoch=call.epoch, checkpoint=sent)
+            status, body = await self._post(call, request)
+            ok = status == STATUS_OK
             self.node.metrics.host_calls.labels(outcome="ok" if ok else "failed").inc()
-            code = body.get("error")
-            result = HostDone(
-                call=call,
-                ok=ok,
-                code=code if isinstance(code, str) else None,
-                message=str(body.get("message", "")),
-            )
+            error = ErrorReply.from_json(body)
+            result = HostDone(call=call, ok=ok, code=error.error or None, message=error.message)
             if not ok:
                 log.info(
                     "host p%d e%d on %s failed (%s %s)",
@@ -354,15 +358,16 @@ class LeaderDuties:
                     result.message,
                 )
         elif isinstance(call, ReleaseCall):
-            status, body = await self._post(
-                call,
-                f"/v1/partitions/{call.partition}/release",
-                {"epoch": call.epoch, "migration_id": call.migration_id},
+            release = ReleaseRequest(
+                partition=call.partition, epoch=call.epoch, migration_id=call.migration_id
             )
-            if status == 200:
-                final = final_checkpoint_from_release_reply(self.node.config.store, call, body)
+            status, body = await self._post(call, release)
+            if status == STATUS_OK:
+                final = final_checkpoint_from_release_reply(
+                    self.node.config.store, call, ReleaseReply.checkpoint_of(body)
+                )
                 result = ReleaseDone(call=call, outcome=ReleaseOutcome.RELEASED, checkpoint=final)
-            elif status == 409:
+            elif status == STATUS_STALE:
                 # The source does not hold this epoch (restarted, or never hosted it).
                 result = ReleaseDone(call=call, outcome=ReleaseOutcome.REFUSED)
             else:
@@ -370,8 +375,8 @@ class LeaderDuties:
                 result = ReleaseDone(call=call, outcome=ReleaseOutcome.FAILED)
         else:
             assert isinstance(call, CheckpointCall)
-            status, _ = await self._post(call, "/v1/checkpoint", {})
-            result = CheckpointDone(call=call, ok=status in (200, 202))
+            status, _ = await self._post(call, CheckpointRequest())
+            result = CheckpointDone(call=call, ok=status in (STATUS_OK, STATUS_SCHEDULED))
         if planner is self.planner:  # a reply to a previous leadership changes nothing
             planner.on_result(result, self.clock.monotonic_ms(), self.clock.wall_ms())
             self._wake.set()

@@ -3,9 +3,10 @@
 Master + Worker + a Spark Connect server submitted to the Master (tests/spark_cluster.py); the
 Spark Worker and its executors live in their own mount namespace with tmpfs over this run's
 temporary directories (the ripple workers' staging, the test's files). The store is S3
-(moto's server). A worker on the `files` path is refused at start-up (its probe fails exactly
-as issue 12's micro-batches did); on the `arrow` path three workers go through a worker kill,
-a leader kill, a rebalance and a drain, and every key equals one batch job.
+(moto's server). A worker on the `files` path is refused at start-up (its probe fails as its
+micro-batches would: the executors cannot see its files); on the `arrow` path three workers
+go through a worker kill, a leader kill, a rebalance and a drain, and every key equals one
+batch job.
 
 Bounded: the cluster takes ~30 s to start and the scenario ~1-2 minutes on 2 cores. Skipped,
 with the reason, where `unshare --mount` is not permitted.

@@ -232,11 +232,12 @@ def test_verified_tokens_are_kept_bounded_and_forgeries_never(
 
 def test_no_bearer_token_compared_with_eq() -> None:
     """Every token comparison goes through hmac.compare_digest (auth.token_matches): no
-    `==`/`!=` with a `Bearer ...` string anywhere in the HTTP handlers or the admission
-    policy."""
+    `==`/`!=` with a `Bearer ...` string anywhere in the HTTP handlers, the admission
+    policy or the worker's API."""
     handlers = sorted(p.relative_to(ROOT) for p in (ROOT / "coordinator/service/http").glob("*.py"))
     assert Path("coordinator/service/http/worker_routes.py") in handlers
-    for rel in (*handlers, Path("coordinator/service/auth.py"), Path("pipeline/worker.py")):
+    others = ("coordinator/service/auth.py", "pipeline/http_api.py", "shared/worker_calls.py")
+    for rel in (*handlers, *map(Path, others)):
         tree = ast.parse((ROOT / rel).read_text())
         for node in ast.walk(tree):
             if not isinstance(node, ast.Compare):

@@ -22,16 +22,13 @@ from pipeline.datapath import (
     default_data_path,
     direct_uri,
 )
+from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN, PartitionRuntime
 from pipeline.lease import Lease
+from pipeline.session import partition_report
 from pipeline.source import Producer, SourceLog, generate
 from pipeline.state import PartitionState
 from pipeline.store import LocalStore, S3Store
-from pipeline.worker import (
-    BATCH_FAILURES_REPORTED_MIN,
-    PartitionRuntime,
-    Worker,
-    WorkerSettings,
-)
+from pipeline.worker import Worker, WorkerSettings
 from tests.prom import parse, value
 from tests.unit.test_pipeline_spark import aggregator, reference
 
@@ -227,24 +224,25 @@ async def test_failing_batches_are_reported_and_retried_without_refetching(
         data_path=path.value,
     )
     worker = Worker(settings, store, switch)
-    worker.total_partitions, worker.source = PARTITIONS, log
-    worker.aggregator = Aggregator(spark_remote, switch)
-    worker.feed = Feed(path, store, log, worker.staging, files_arrow_rows_max=0)
+    processor = worker.processor
+    worker.total_partitions, processor.source = PARTITIONS, log
+    processor.aggregator = Aggregator(spark_remote, switch)
+    processor.feed = Feed(path, store, log, processor.staging, files_arrow_rows_max=0)
     worker.lease = Lease(lease_ms=600_000).renewed(worker.clock.monotonic_ms())
     for p in range(PARTITIONS):
         rt = PartitionRuntime(epoch=1)
         rt.loaded.set()
         worker.parts[p] = rt
-        worker.gates.host(p, 1)
+        worker.holdings.gates.host(p, 1)
     try:
         async with TestClient(TestServer(worker.app())) as client:
             for attempt in range(BATCH_FAILURES_REPORTED_MIN):
-                assert "failures" not in worker._report(worker.parts[0])
+                assert "failures" not in partition_report(worker.parts[0])
                 with pytest.raises(Exception, match="no_such_column"):
-                    await worker.process_once()
+                    await processor.process_once()
                 if attempt == 0:
                     fetched_first = dict(store.gets)
-            report = worker._report(worker.parts[0])
+            report = partition_report(worker.parts[0])
             assert report["failures"] == BATCH_FAILURES_REPORTED_MIN
             assert "no_such_column" in report["error"]
             health = await (await client.get("/v1/health")).json()
@@ -254,13 +252,13 @@ async def test_failing_batches_are_reported_and_retried_without_refetching(
             assert value(metrics, "ripple_worker_partitions_failing") == PARTITIONS
 
             switch.broken = False
-            assert await worker.process_once() == 800
+            assert await processor.process_once() == 800
             # The retries and the success fetched nothing the first try had not fetched.
             segments = [k for k in store.gets if k.startswith("source/")]
             assert len(segments) == PARTITIONS and store.gets == fetched_first
             assert worker.stats["segments_fetched"] == len(segments)
-            assert worker._report(worker.parts[0]).keys() == {"epoch", "offset", "source_end"}
-            assert worker._report(worker.parts[0])["source_end"] == worker.parts[0].offset
+            assert partition_report(worker.parts[0]).keys() == {"epoch", "offset", "source_end"}
+            assert partition_report(worker.parts[0])["source_end"] == worker.parts[0].offset
             metrics = parse(await (await client.get("/metrics")).text())
             assert value(metrics, "ripple_worker_partitions_failing") == 0
             for p in range(PARTITIONS):

@@ -1,4 +1,4 @@
-"""Gates (seed 004) and the worker lease, with a fake clock."""
+"""Per-partition gates and the worker lease, with a fake clock."""
 
 from __future__ import annotations
 

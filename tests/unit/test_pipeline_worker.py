@@ -2,8 +2,8 @@
 no coordinator, no Spark.
 
 The worker's aiohttp app runs on a test server on 127.0.0.1; its store is a LocalStore
-behind a switch that makes every call raise StoreError, as the S3 outage of chaos
-scenario (f) does to real workers.
+behind a switch that makes every call raise StoreError, as a store outage does to real
+workers.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 
 from pipeline.checkpoint import CheckpointStore
+from pipeline.holdings import PartitionRuntime
 from pipeline.lease import Lease
 from pipeline.state import KeyState
 from pipeline.store import LocalStore, StoreError
-from pipeline.worker import PartitionRuntime, Worker, WorkerSettings
+from pipeline.worker import Worker, WorkerSettings
 
 TOKEN = "worker-token"
 
@@ -65,10 +66,10 @@ class SwitchedStore:
 async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
     tmp_path: Path,
 ) -> None:
-    """Chaos (f), seed 606: a release whose final checkpoint write failed closed the gate
-    and answered 500, and the runtime stayed in the worker forever (reported in every
-    heartbeat, counted as load, blocking a drain). Now the gate stays open, the answer is
-    503, and the leader's retry releases with a final checkpoint once the store is back."""
+    """A release whose final checkpoint cannot be written answers 503 and leaves the gate
+    open and the runtime held (a closed gate whose runtime stayed would be reported in every
+    heartbeat, counted as load and block a drain); the leader's retry releases with a final
+    checkpoint once the store is back, and the released epoch never reopens."""
     store = SwitchedStore(tmp_path / "store")
     worker = Worker(offline_settings(tmp_path, "w1"), store)
     worker.call_token, worker.total_partitions = TOKEN, 8
@@ -76,7 +77,7 @@ async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
     rt = PartitionRuntime(epoch=3, state=dict(state), offset=5)
     rt.loaded.set()
     worker.parts[2] = rt
-    worker.gates.host(2, 3)
+    worker.holdings.gates.host(2, 3)
     release = {"epoch": 3, "migration_id": "m-1"}
     auth = {"Authorization": f"Bearer {TOKEN}"}
     try:
@@ -85,14 +86,14 @@ async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
             r = await client.post("/v1/partitions/2/release", json=release, headers=auth)
             assert r.status == 503, await r.text()
             assert (await r.json())["error"] == "checkpoint_unavailable"
-            assert worker.gates.admits(2, 3) and worker.parts.get(2) is rt
+            assert worker.holdings.gates.admits(2, 3) and worker.parts.get(2) is rt
 
             store.down = False
             r = await client.post("/v1/partitions/2/release", json=release, headers=auth)
             assert r.status == 200, await r.text()
             checkpoint = (await r.json())["checkpoint"]
             assert checkpoint["offset"] == 5
-            assert not worker.gates.admits(2, 3) and 2 not in worker.parts
+            assert not worker.holdings.gates.admits(2, 3) and 2 not in worker.parts
             assert CheckpointStore(store).read(checkpoint["uri"]).state == state
 
             # The released epoch never reopens: a repeated release is refused.
@@ -105,9 +106,9 @@ async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
 async def test_scenario_f_seed_606_inherited_checkpoint_is_reported_under_its_own_epoch(
     tmp_path: Path,
 ) -> None:
-    """Chaos (f), seed 606: a new owner that checkpointed before processing anything reported
-    the object it had loaded (named epoch 1) as its epoch-2 checkpoint, so the coordinator
-    recorded an epoch the object does not carry. Now its first report writes its own."""
+    """A new owner that checkpoints before processing anything writes its own checkpoint
+    under its own epoch, instead of reporting the inherited object (named epoch 1) as its
+    epoch-2 checkpoint, which would record an epoch the object does not carry."""
     store = SwitchedStore(tmp_path / "store")
     worker = Worker(offline_settings(tmp_path, "w2"), store)
     worker.call_token, worker.total_partitions = TOKEN, 8
@@ -121,9 +122,37 @@ async def test_scenario_f_seed_606_inherited_checkpoint_is_reported_under_its_ow
         async with TestClient(TestServer(worker.app())) as client:
             r = await client.post("/v1/partitions/4/host", json=host, headers=auth)
             assert r.status == 200, await r.text()
-        (entry,) = await worker.write_checkpoints()
+        (entry,) = await worker.checkpointer.write_checkpoints()
         assert (entry["partition"], entry["epoch"], entry["offset"]) == (4, 2, 5)
         loaded = checkpoints.read(entry["uri"])
         assert (loaded.epoch, loaded.offset, loaded.state) == (2, 5, state)
+    finally:
+        await worker.client.close()
+
+
+async def test_a_malformed_release_body_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """A release body the leader never sends is bad input (400, the field named), decided
+    before the gate is consulted: `true` is no epoch 1, and the partition stays open."""
+    worker = Worker(offline_settings(tmp_path, "w3"), SwitchedStore(tmp_path / "store"))
+    worker.call_token, worker.total_partitions = TOKEN, 8
+    rt = PartitionRuntime(epoch=1, offset=3)
+    rt.loaded.set()
+    worker.parts[2] = rt
+    worker.holdings.gates.host(2, 1)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    cases: list[tuple[object, str]] = [
+        ({"epoch": True}, "epoch"),
+        ({"epoch": "1"}, "epoch"),
+        ({"migration_id": "m-1"}, "epoch"),
+        ({"epoch": 1, "migration_id": 5}, "migration_id"),
+        ([1], "body"),
+    ]
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            for body, field in cases:
+                r = await client.post("/v1/partitions/2/release", json=body, headers=auth)
+                assert r.status == 400, (body, r.status, await r.text())
+                assert (await r.json())["field"] == field, body
+            assert worker.holdings.gates.admits(2, 1) and worker.parts.get(2) is rt
     finally:
         await worker.client.close()

@@ -10,10 +10,12 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 
 from pipeline.datapath import DataPath, Feed
+from pipeline.holdings import PartitionRuntime
 from pipeline.lease import Lease
+from pipeline.session import partition_report
 from pipeline.source import Producer, SourceLog
 from pipeline.store import LocalStore
-from pipeline.worker import PartitionRuntime, Worker
+from pipeline.worker import Worker
 from tests.prom import parse, value
 from tests.unit.test_pipeline_worker import offline_settings
 
@@ -27,7 +29,7 @@ async def test_lag_and_checkpoint_age_come_from_the_partitions_held(tmp_path: Pa
     for p, rt in ((2, behind), (3, unlisted)):
         rt.loaded.set()
         worker.parts[p] = rt
-        worker.gates.host(p, rt.epoch)
+        worker.holdings.gates.host(p, rt.epoch)
     worker.stats["batches"], worker.stats["batch_failures"] = 9, 2
     try:
         async with TestClient(TestServer(worker.app())) as client:
@@ -39,10 +41,10 @@ async def test_lag_and_checkpoint_age_come_from_the_partitions_held(tmp_path: Pa
             assert value(samples, "ripple_worker_batches_total") == 9
             assert value(samples, "ripple_worker_batch_failures_total") == 2
             assert value(samples, "ripple_worker_partitions_open") == 2
-            assert worker._report(behind)["source_end"] == 12
-            assert "source_end" not in worker._report(unlisted)
+            assert partition_report(behind)["source_end"] == 12
+            assert "source_end" not in partition_report(unlisted)
 
-            await worker.write_checkpoints()  # covers both partitions' state as of now
+            await worker.checkpointer.write_checkpoints()  # covers both partitions' state as of now
             samples = parse(await (await client.get("/metrics")).text())
             assert (value(samples, "ripple_worker_checkpoint_age_max_seconds") or 99) < 30
     finally:

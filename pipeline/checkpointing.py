@@ -1,0 +1,97 @@
+"""Checkpoints of the partitions this worker holds: written, reported, and loaded when sent.
+
+Invariant: a periodic checkpoint is written and reported only with a valid lease, only for
+partitions open at their runtime's epoch, and under the batch lock, so the state it holds
+is the state at its offset; each is named after the epoch that wrote it. A checkpoint the
+leader sends with a host call is loaded only if it is the canonical object of that
+partition, epoch and offset in this worker's own store and holds exactly those, so no other
+partition's checkpoint can stand in for this one's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointStore
+from pipeline.holdings import Holdings, PartitionRuntime
+from pipeline.session import CheckpointEntry, Session
+from shared.checkpoint_ref import checkpoint_key
+from shared.worker_calls import SentCheckpoint
+
+__all__ = ["Checkpointer"]
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        checkpoints: CheckpointStore,
+        holdings: Holdings,
+        session: Session,
+        stats: dict[str, int],
+    ) -> None:
+        self.checkpoints = checkpoints
+        self.holdings = holdings
+        self.session = session
+        self.stats = stats
+
+    async def write_checkpoints(self) -> list[CheckpointEntry]:
+        """Checkpoint every open partition whose offset moved since its last checkpoint;
+        the entries to report, one per open partition."""
+        entries: list[CheckpointEntry] = []
+        holdings = self.holdings
+        async with holdings.batch_lock:
+            if not self.session.lease_valid():
+                return []
+            for p, rt in sorted(holdings.open_now().items()):
+                if rt.checkpoint_offset != rt.offset or not rt.checkpoint_uri:
+                    rt.checkpoint_uri = await asyncio.to_thread(
+                        self.checkpoints.write, p, rt.epoch, rt.offset, dict(rt.state)
+                    )
+                    rt.checkpoint_offset = rt.offset
+                    self.stats["checkpoints"] += 1
+                rt.covered_at_s = time.monotonic()
+                entries.append(
+                    {
+                        "partition": p,
+                        "epoch": rt.epoch,
+                        "offset": rt.offset,
+                        "uri": rt.checkpoint_uri,
+                    }
+                )
+        return entries
+
+    async def checkpoint_and_report(self) -> None:
+        entries = await self.write_checkpoints()
+        if not entries:
+            return
+        verdicts = await self.session.report_checkpoints(entries)
+        fenced = [v for v in verdicts if v.fenced]
+        self.stats["fenced"] += len(fenced)
+        for v in fenced:
+            log.warning("checkpoint of partition %d fenced: %s", v.partition, v.reason)
+
+    async def write_final(self, partition: int, epoch: int, rt: PartitionRuntime) -> str:
+        """The checkpoint a release at `epoch` hands over (the caller holds the batch lock)."""
+        return await asyncio.to_thread(
+            self.checkpoints.write, partition, epoch, rt.offset, dict(rt.state)
+        )
+
+    def load_sent(self, partition: int, ck: SentCheckpoint) -> CheckpointData:
+        """Blocking: load the checkpoint the leader sent, and only if it is what it says it
+        is: the canonical object of this partition at the sent epoch and offset in our own
+        store, holding exactly that partition, epoch and offset."""
+        expected = self.checkpoints.store.uri(checkpoint_key(partition, ck.epoch, ck.offset))
+        if ck.uri != expected:
+            raise CheckpointCorrupt(
+                f"sent checkpoint {ck.uri!r} is not partition {partition}'s at epoch "
+                f"{ck.epoch} offset {ck.offset} ({expected!r})"
+            )
+        data = self.checkpoints.read(ck.uri)
+        held = (data.partition, data.epoch, data.offset)
+        if held != (partition, ck.epoch, ck.offset):
+            raise CheckpointCorrupt(f"{ck.uri!r} holds partition/epoch/offset {held}")
+        return data

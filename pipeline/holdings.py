@@ -1,0 +1,87 @@
+"""The partitions this worker holds: each one's runtime (state, offset, epoch) and its gate.
+
+Invariant: a partition is processed, checkpointed or served only while its runtime is
+loaded and its gate is open at the runtime's epoch (`open_now`, `held`); the lease is the
+caller's second condition. Everything here is touched on the event loop only, and the
+partition state changes under `batch_lock` whenever it must not interleave with a
+micro-batch (a checkpoint round, a release).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pipeline.gate import Gates
+from pipeline.state import PartitionState
+
+__all__ = ["BATCH_FAILURES_REPORTED_MIN", "Holdings", "PartitionRuntime"]
+
+# A partition is reported as failing (heartbeat, health, metrics) after this many micro-batches
+# in a row failed: one failure can be a blip, three in a row is something an operator fixes.
+BATCH_FAILURES_REPORTED_MIN = 3
+
+
+@dataclass(slots=True)
+class PartitionRuntime:
+    epoch: int
+    state: PartitionState = field(default_factory=dict)
+    offset: int = 0  # the next source offset to process
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)
+    checkpoint_offset: int = -1
+    checkpoint_uri: str = ""
+    failures: int = 0  # micro-batches in a row that failed with this partition in them
+    error: str = ""  # the last failure's first line
+    source_end: int | None = None  # the source log's end when last listed (lag metric)
+    # Monotonic time the state was last covered by a checkpoint: loaded from one, or one
+    # written or confirmed for the leader (checkpoint age metric).
+    covered_at_s: float = field(default_factory=time.monotonic)
+
+
+class Holdings:
+    """The gates and runtimes of one worker; a new incarnation starts from none."""
+
+    def __init__(self) -> None:
+        self.gates = Gates()
+        self.parts: dict[int, PartitionRuntime] = {}
+        # One writer of partition state at a time: a micro-batch, a checkpoint round, a release.
+        self.batch_lock = asyncio.Lock()
+
+    def reset(self) -> None:
+        """Drop everything: a new incarnation's gates were all fenced by the coordinator."""
+        self.gates = Gates()
+        self.parts.clear()
+
+    def open_now(self) -> dict[int, PartitionRuntime]:
+        """The loaded partitions whose gate is open at their epoch, in the order they came."""
+        return {
+            p: rt
+            for p, rt in self.parts.items()
+            if rt.loaded.is_set() and self.gates.admits(p, rt.epoch)
+        }
+
+    def held(self, partition: int) -> PartitionRuntime | None:
+        """The partition's runtime if it is loaded and open here, else None."""
+        rt = self.parts.get(partition)
+        if rt is None or not rt.loaded.is_set() or not self.gates.admits(partition, rt.epoch):
+            return None
+        return rt
+
+    def close_unassigned(self, assignment: Mapping[int, int]) -> dict[int, int]:
+        """Close and drop what the coordinator no longer assigns here (moved while we were
+        away); returns the closed partitions and their epochs."""
+        closed = self.gates.reconcile(assignment).to_close
+        for p, epoch in closed.items():
+            self.gates.close(p, epoch)
+            self.parts.pop(p, None)
+        return closed
+
+    def drop(self, partition: int, rt: PartitionRuntime) -> None:
+        """Forget `rt` unless a newer runtime has taken the partition's place meanwhile."""
+        if self.parts.get(partition) is rt:
+            self.parts.pop(partition)
+
+    def failing(self) -> list[int]:
+        return [p for p, rt in self.parts.items() if rt.failures >= BATCH_FAILURES_REPORTED_MIN]

@@ -1,0 +1,112 @@
+"""The leader's host and release calls, applied to this worker's holdings.
+
+Invariant: a gate opens only once its partition's checkpoint is loaded, so a failed load
+leaves the epoch open to the leader's retry; a gate closes only after the final checkpoint
+is written, so a failed write leaves the partition processing and the release retryable;
+an epoch once released never reopens (the gate's table, `pipeline/gate.py`). Failures come
+back as `shared.errors` with the status the worker answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from pipeline.checkpointing import Checkpointer
+from pipeline.gate import Refused
+from pipeline.holdings import Holdings, PartitionRuntime
+from shared.errors import RequestError, UnavailableError
+from shared.worker_calls import (
+    STATUS_STALE,
+    HostReply,
+    HostRequest,
+    ReleasedCheckpoint,
+    ReleaseReply,
+    ReleaseRequest,
+)
+
+__all__ = ["HOST_LOAD_WAIT_S", "Hosting"]
+
+log = logging.getLogger(__name__)
+
+# A repeated host or a release waits this long for the first host's checkpoint load.
+HOST_LOAD_WAIT_S = 60.0
+
+
+def _stale(message: str) -> RequestError:
+    return RequestError(message, field="epoch", code="stale_epoch", status=STATUS_STALE)
+
+
+def _unavailable(message: str) -> UnavailableError:
+    return UnavailableError(message, code="checkpoint_unavailable")
+
+
+class Hosting:
+    def __init__(self, holdings: Holdings, checkpointer: Checkpointer) -> None:
+        self.holdings = holdings
+        self.checkpointer = checkpointer
+
+    async def host(self, call: HostRequest) -> HostReply:
+        """Open the partition at the call's epoch, from the sent checkpoint or offset 0."""
+        p, epoch = call.partition, call.epoch
+        gates, parts = self.holdings.gates, self.holdings.parts
+        # Check the gate without changing it: it opens only once the checkpoint is loaded,
+        # so a failed load leaves the epoch open to the leader's retry.
+        probe = gates.get(p).host(epoch)
+        if isinstance(probe, Refused):
+            raise _stale(probe.reason)
+        rt = parts.get(p)
+        if rt is not None and rt.epoch == epoch:
+            await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)  # same call, repeated
+            return HostReply(partition=p, epoch=epoch, offset=rt.offset)
+        rt = PartitionRuntime(epoch=epoch)
+        parts[p] = rt
+        try:
+            if call.checkpoint is not None:
+                data = await asyncio.to_thread(self.checkpointer.load_sent, p, call.checkpoint)
+                # The loaded object is named after the epoch that wrote it: this epoch's
+                # first report writes its own, so every checkpoint the coordinator records
+                # at an epoch was written at that epoch.
+                rt.state, rt.offset = dict(data.state), data.offset
+        except Exception as exc:  # report to the leader, which retries with backoff
+            self.holdings.drop(p, rt)
+            log.exception("loading checkpoint for partition %d failed", p)
+            raise _unavailable(str(exc)) from None
+        # Gates read again after the load: a re-registration meanwhile replaces them.
+        result = self.holdings.gates.host(p, epoch)
+        if isinstance(result, Refused) or parts.get(p) is not rt:
+            # A newer epoch arrived while loading: this call lost the race.
+            self.holdings.drop(p, rt)
+            raise _stale(f"partition {p} moved on while loading")
+        rt.loaded.set()
+        log.info("hosting partition %d at epoch %d from offset %d", p, epoch, rt.offset)
+        return HostReply(partition=p, epoch=epoch, offset=rt.offset)
+
+    async def release(self, call: ReleaseRequest) -> ReleaseReply:
+        """Close the partition at the call's epoch after writing its final checkpoint."""
+        p, epoch, holdings = call.partition, call.epoch, self.holdings
+        rt = holdings.parts.get(p)
+        if rt is None or not holdings.gates.admits(p, epoch):
+            raise _stale(f"partition {p} is not open here at {epoch}")
+        async with holdings.batch_lock:  # waits for the batch in flight to finish
+            await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)
+            # The final checkpoint first, the gate after (the lock keeps the state still):
+            # a store failure then leaves the gate open and the release retryable, instead
+            # of a closed gate whose runtime is never dropped.
+            try:
+                uri = await self.checkpointer.write_final(p, epoch, rt)
+            except Exception as exc:  # the leader retries the release with backoff
+                log.exception("final checkpoint of partition %d epoch %d failed", p, epoch)
+                raise _unavailable(str(exc)) from None
+            holdings.gates.close(p, epoch)
+            holdings.drop(p, rt)
+        log.info(
+            "released partition %d epoch %d at offset %d (%s)",
+            p,
+            epoch,
+            rt.offset,
+            call.migration_id,
+        )
+        return ReleaseReply(
+            partition=p, epoch=epoch, checkpoint=ReleasedCheckpoint(offset=rt.offset, uri=uri)
+        )

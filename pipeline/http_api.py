@@ -1,0 +1,209 @@
+"""The worker's HTTP API: routes, request parsing, the JSON error shape, the listener.
+
+Each handler reads top-down: check who is asking, parse, act through hosting, the
+checkpoint schedule or the holdings, serialize; none of them holds partition logic.
+Invariant: every failed request answers the JSON error shape (`{"error", "message",
+"field"?}`) with its status and never a stack trace; bad input is a 400 naming the field;
+the leader's calls (host, release, checkpoint) need its call token, compared in constant
+time, or get a 401.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from pipeline.holdings import Holdings, PartitionRuntime
+from pipeline.hosting import Hosting
+from pipeline.session import Session
+from pipeline.settings import WorkerSettings
+from pipeline.source import KEY_CHARS_MAX
+from pipeline.state import KeyState
+from shared.errors import RequestError, RippleError
+from shared.tls import server_context
+from shared.worker_calls import (
+    CHECKPOINT_ROUTE,
+    HOST_ROUTE,
+    RELEASE_ROUTE,
+    STATUS_SCHEDULED,
+    STATUS_UNAUTHORIZED,
+    CheckpointReply,
+    ErrorReply,
+    HostRequest,
+    ReleaseRequest,
+    authorized,
+)
+
+__all__ = ["BODY_BYTES_MAX", "WorkerApi", "key_json"]
+
+log = logging.getLogger(__name__)
+
+BODY_BYTES_MAX = 64 * 1024
+PARTITION_DIGITS_MAX = 7  # total_partitions is at most 1_000_000
+NOT_FOUND = 404
+CONFLICT = 409
+INTERNAL = 500
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def key_json(ks: KeyState) -> dict[str, int | float]:
+    return {"count": ks.count, "sum": ks.sum, "min": ks.min, "max": ks.max, "last": ks.last}
+
+
+def _invalid(message: str, field: str) -> RequestError:
+    return RequestError(message, field=field)
+
+
+class WorkerApi:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        session: Session,
+        holdings: Holdings,
+        hosting: Hosting,
+        schedule_checkpoint: Callable[[], None],
+        health: Callable[[], dict[str, object]],
+        metrics: Callable[[], bytes],
+    ) -> None:
+        self.settings = settings
+        self.session = session
+        self.holdings = holdings
+        self.hosting = hosting
+        self.schedule_checkpoint = schedule_checkpoint
+        self.health = health
+        self.metrics = metrics
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[_error_middleware])
+        app.router.add_post(HOST_ROUTE, self.handle_host)
+        app.router.add_post(RELEASE_ROUTE, self.handle_release)
+        app.router.add_post(CHECKPOINT_ROUTE, self.handle_checkpoint)
+        app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
+        app.router.add_get("/v1/partitions/{p}/state", self.handle_state)
+        app.router.add_get("/v1/health", self.handle_health)
+        app.router.add_get("/metrics", self.handle_metrics)
+        return app
+
+    def site(self, runner: web.AppRunner) -> web.TCPSite:
+        """Where the worker API listens: `listen`, over TLS when a certificate is given."""
+        host, port = self.settings.listen.rsplit(":", 1)
+        ssl_context = None
+        if self.settings.tls_cert:
+            ssl_context = server_context(self.settings.tls_cert, self.settings.tls_key or "")
+        return web.TCPSite(runner, host, int(port), ssl_context=ssl_context)
+
+    # -- parsing -------------------------------------------------------------------------------
+
+    def _authorize(self, request: web.Request) -> None:
+        if not authorized(request.headers.get("Authorization", ""), self.session.call_token):
+            raise RequestError(
+                "not this worker's cluster token", code="unauthorized", status=STATUS_UNAUTHORIZED
+            )
+
+    def _partition(self, request: web.Request) -> int:
+        text = request.match_info["p"]
+        # isascii first: '²'.isdigit() is True (int() then raises) and int('\u0661') is 1.
+        if (
+            not (text.isascii() and text.isdigit())
+            or len(text) > PARTITION_DIGITS_MAX
+            or int(text) >= max(self.session.total_partitions, 1)
+        ):
+            raise _invalid("partition out of range", "partition")
+        return int(text)
+
+    async def _json(self, request: web.Request) -> object:
+        try:
+            body: object = await request.json()
+        except ValueError:
+            raise _invalid("body is not valid JSON", "body") from None
+        return body
+
+    # -- the leader's calls --------------------------------------------------------------------
+
+    async def handle_host(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        call = HostRequest.from_json(self._partition(request), await self._json(request))
+        reply = await self.hosting.host(call)
+        return web.json_response(reply.to_json())
+
+    async def handle_release(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        call = ReleaseRequest.from_json(self._partition(request), await self._json(request))
+        reply = await self.hosting.release(call)
+        return web.json_response(reply.to_json())
+
+    async def handle_checkpoint(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        self.schedule_checkpoint()
+        return web.json_response(CheckpointReply().to_json(), status=STATUS_SCHEDULED)
+
+    # -- lookups and health --------------------------------------------------------------------
+
+    def _served(self, p: int) -> PartitionRuntime | None:
+        """The runtime of `p` when this worker serves it as the owner: open, loaded, and
+        the lease valid (no lease: another worker may own it by now)."""
+        return self.holdings.held(p) if self.session.lease_valid() else None
+
+    async def _not_owner(self, p: int) -> web.Response:
+        owner = await self.session.owner_of(p)
+        return web.json_response(
+            {"error": "not_owner", "owner": owner, "message": f"partition {p} is not served here"},
+            status=CONFLICT,
+        )
+
+    async def handle_key(self, request: web.Request) -> web.Response:
+        p = self._partition(request)
+        key = request.match_info["key"]
+        if len(key) > KEY_CHARS_MAX:
+            raise _invalid("key too long", "key")
+        rt = self._served(p)
+        if rt is None:
+            return await self._not_owner(p)
+        ks = rt.state.get(key)
+        if ks is None:
+            raise RequestError(
+                f"no records for key {key!r} yet", field="key", code="not_found", status=NOT_FOUND
+            )
+        return web.json_response(
+            {"key": key, **key_json(ks), "partition": p, "epoch": rt.epoch, "offset": rt.offset}
+        )
+
+    async def handle_state(self, request: web.Request) -> web.Response:
+        p = self._partition(request)
+        rt = self._served(p)
+        if rt is None:
+            return await self._not_owner(p)
+        return web.json_response(
+            {
+                "partition": p,
+                "epoch": rt.epoch,
+                "offset": rt.offset,
+                "keys": {k: key_json(v) for k, v in sorted(rt.state.items())},
+            }
+        )
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.json_response(self.health())
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        """Prometheus text, computed from the worker's state at scrape time."""
+        return web.Response(body=self.metrics(), content_type="text/plain", charset="utf-8")
+
+
+@web.middleware
+async def _error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except RippleError as exc:
+        error = ErrorReply(error=exc.code, message=exc.message, field=exc.field or None)
+        return web.json_response(error.to_json(), status=exc.status)
+    except web.HTTPException as exc:
+        error = ErrorReply(error="http_error", message=exc.reason)
+        return web.json_response(error.to_json(), status=exc.status)
+    except Exception:  # the boundary: log, never leak a trace
+        log.exception("worker handler failed on %s", request.path)
+        error = ErrorReply(error="internal", message="internal error")
+        return web.json_response(error.to_json(), status=INTERNAL)

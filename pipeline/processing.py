@@ -1,0 +1,220 @@
+"""Micro-batches: every open partition's new source records as one Spark job, merged.
+
+Owns the Spark session (an `Aggregator`), the data path's `Feed`, the start-up probe and the
+processing loop. Invariant: a batch's results are merged into a partition only if, after
+the job, the lease still holds and the gate is still open at the epoch the batch started
+with; a failed batch moves no offset (its input is kept for the retry) and is retried after
+a growing, capped pause. Blocking work (store, Spark) runs in threads; partition state is
+touched only on the event loop, under the batch lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+import time
+
+from pipeline.aggregate import Aggregator, Transform
+from pipeline.checkpoint import CheckpointStore
+from pipeline.datapath import DataPath, Feed, PlannedBatch, ProbeFailed, default_data_path
+from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN, Holdings, PartitionRuntime
+from pipeline.session import Session
+from pipeline.settings import WorkerSettings
+from pipeline.source import SourceLog
+from pipeline.state import PartitionState, merge_batch
+from pipeline.store import ObjectStore
+
+__all__ = ["Processor"]
+
+log = logging.getLogger(__name__)
+
+BATCH_ERROR_CHARS_MAX = 500
+# Failing batches are retried with a growing pause, capped, so a broken path does not spin.
+BATCH_RETRY_PAUSE_S_MAX = 5.0
+# How long an interrupted start-up probe may take to hand its thread back.
+PROBE_CANCEL_WAIT_S = 10.0
+
+
+class Processor:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        store: ObjectStore,
+        transform: Transform,
+        checkpoints: CheckpointStore,
+        holdings: Holdings,
+        session: Session,
+        stats: dict[str, int],
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.transform = transform
+        self.holdings = holdings
+        self.session = session
+        self.stats = stats
+        self.checkpoints = checkpoints  # where dead-letter segments go
+        self.staging = settings.staging_dir or tempfile.mkdtemp(prefix="ripple-stage-")
+        self.data_path = (
+            DataPath(settings.data_path)
+            if settings.data_path
+            else default_data_path(store, settings.spark_remote)
+        )
+        self.source: SourceLog | None = None
+        self.aggregator: Aggregator | None = None
+        self.feed: Feed | None = None
+        # Where micro-batch seconds go (cumulative): listing + fetching segments, the Spark
+        # job (plan, scan or upload, join, aggregate, collect), merging into the state.
+        self.batch_seconds = {"plan": 0.0, "spark": 0.0, "merge": 0.0}
+        self._batch_failures_in_row = 0
+
+    async def start(self, total_partitions: int) -> None:
+        """Open the Spark session and the feed, then prove the data path (ProbeFailed)."""
+        self.source = SourceLog(self.store, total_partitions)
+        self.aggregator = await asyncio.to_thread(
+            Aggregator, self.settings.spark_remote, self.transform
+        )
+        self.feed = Feed(
+            self.data_path,
+            self.store,
+            self.source,
+            self.staging,
+            arrow_rows_max=self.settings.arrow_batch_rows_max,
+            arrow_bytes_max=self.settings.arrow_batch_bytes_max,
+        )
+        await self.probe(self.aggregator, self.feed)
+
+    async def close(self) -> None:
+        if self.aggregator is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.aggregator.close)
+
+    async def probe(self, aggregator: Aggregator, feed: Feed) -> None:
+        """Raise ProbeFailed unless Spark reads a probe object through our data path in time."""
+        task = asyncio.ensure_future(
+            asyncio.to_thread(feed.probe, aggregator, self.settings.worker_id)
+        )
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.settings.probe_timeout_s)
+        except TimeoutError:
+            # The job is stuck server-side (say, no executor ever came): cancel it so the
+            # thread returns, then refuse to start.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(aggregator.spark.interruptAll)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, PROBE_CANCEL_WAIT_S)
+            raise ProbeFailed(
+                f"Spark at {self.settings.spark_remote} did not finish the start-up probe "
+                f"through the {self.data_path.value!r} data path in "
+                f"{self.settings.probe_timeout_s:g} s (does the cluster have executors?)"
+            ) from None
+
+    async def process_once(self) -> int:
+        """One micro-batch over every open partition; returns records merged."""
+        if self.aggregator is None or self.feed is None:
+            return 0
+        feed, aggregator = self.feed, self.aggregator
+        async with self.holdings.batch_lock:
+            if not self.session.lease_valid():
+                self.stats["lease_pauses"] += 1
+                return 0
+            open_now = self.holdings.open_now()
+            if not open_now:
+                return 0
+            epochs = {p: rt.epoch for p, rt in open_now.items()}
+            began = time.monotonic()
+            fetched = feed.fetched
+            try:
+                # Per-partition offsets only advance for segments read whole: a batch never
+                # splits a segment.
+                batch = await asyncio.to_thread(
+                    feed.plan, {p: rt.offset for p, rt in open_now.items()}
+                )
+                for p, head in batch.heads.items():
+                    open_now[p].source_end = head
+                planned = time.monotonic()
+                self.batch_seconds["plan"] += planned - began
+                if not batch:
+                    return 0
+                # One Spark job for every open partition's new records.
+                results = await asyncio.to_thread(feed.run, aggregator, batch)
+            except Exception as exc:
+                self._batch_failed(open_now, exc)
+                raise
+            finally:
+                self.stats["segments_fetched"] += feed.fetched - fetched
+            merging = time.monotonic()
+            self.batch_seconds["spark"] += merging - planned
+            feed.done(batch)
+            merged = await self._merge(batch, results, epochs)
+            self.batch_seconds["merge"] += time.monotonic() - merging
+            return merged
+
+    def _batch_failed(self, parts: dict[int, PartitionRuntime], exc: BaseException) -> None:
+        text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+        self.stats["batch_failures"] += 1
+        self._batch_failures_in_row += 1
+        for p, rt in parts.items():
+            rt.failures += 1
+            rt.error = text[:BATCH_ERROR_CHARS_MAX]
+            if rt.failures == BATCH_FAILURES_REPORTED_MIN:
+                log.error(
+                    "partition %d epoch %d: %d micro-batches in a row failed; reporting it: %s",
+                    p,
+                    rt.epoch,
+                    rt.failures,
+                    rt.error,
+                )
+
+    async def _merge(
+        self, batch: PlannedBatch, results: dict[int, PartitionState], epochs: dict[int, int]
+    ) -> int:
+        self._batch_failures_in_row = 0
+        if not self.session.lease_valid():
+            # Paused mid-batch (say SIGSTOP) past the lease: someone else may own these
+            # partitions now. Discard the results.
+            self.stats["lease_pauses"] += 1
+            return 0
+        merged = 0
+        max_keys = self.settings.max_keys_per_partition
+        for p, end in batch.ends.items():
+            rt = self.holdings.parts.get(p)
+            if rt is None or rt.epoch != epochs[p] or not self.holdings.gates.admits(p, rt.epoch):
+                continue
+            rt.failures, rt.error = 0, ""
+            part = results.get(p, {})
+            new_state, dead = merge_batch(rt.state, part, max_keys)
+            if dead:
+                await asyncio.to_thread(
+                    self.checkpoints.write_dead_letter, p, rt.epoch, rt.offset, end, dead
+                )
+                self.stats["dead_letter_keys"] += len(dead)
+                log.warning(
+                    "partition %d: %d new keys over max_keys_per_partition=%d "
+                    "went to the dead-letter segment",
+                    p,
+                    len(dead),
+                    max_keys,
+                )
+            merged += sum(s.count for s in part.values())
+            rt.state, rt.offset = new_state, end
+        self.stats["batches"] += 1
+        self.stats["records"] += merged
+        return merged
+
+    async def loop(self, stopped: asyncio.Event) -> None:
+        """Micro-batches until `stopped`; a batch that merged nothing waits the interval."""
+        while not stopped.is_set():
+            pause_s = self.settings.batch_interval_s
+            try:
+                merged = await self.process_once()
+            except Exception:  # keep the worker alive; the batch is retried (input kept)
+                log.exception("micro-batch failed; retrying")
+                merged = 0
+                pause_s = min(
+                    BATCH_RETRY_PAUSE_S_MAX, pause_s * 2 ** min(self._batch_failures_in_row, 8)
+                )
+            if merged == 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopped.wait(), pause_s)

@@ -1,0 +1,197 @@
+"""The worker's session with the coordinator: registration, heartbeats, the lease, the tokens.
+
+Owns who this worker is to the cluster right now (incarnation, worker token, the call token
+the leader presents) and every request it makes to the coordinator. Invariant: the lease is
+renewed only from the send time of a heartbeat the leader acknowledged, on the monotonic
+clock, so a worker that has not heard from the leader for `lease_s` holds no lease (and
+pauses) before the coordinator's `heartbeat_timeout_s` lets anyone else take its
+partitions. A (re-)registration drops every partition held: the coordinator has already
+given them new epochs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import NotRequired, TypedDict
+
+from coordinator.client import CoordinatorClient
+from pipeline.coordinator_replies import (
+    CheckpointVerdict,
+    HeartbeatReply,
+    Registration,
+    checkpoint_verdicts,
+    partition_owner,
+    total_partitions,
+)
+from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN, Holdings, PartitionRuntime
+from pipeline.lease import Lease
+from pipeline.settings import WorkerSettings
+from shared.clock import Clock
+from shared.errors import ClientError
+
+__all__ = ["CheckpointEntry", "PartitionReport", "Session", "partition_report"]
+
+log = logging.getLogger(__name__)
+
+# Coordinator error codes that mean "this incarnation is over": register again.
+SESSION_LOST_CODES = ("unknown_worker", "stale_incarnation", "unauthorized")
+
+
+class PartitionReport(TypedDict):
+    """What a heartbeat says about one held partition."""
+
+    epoch: int
+    offset: int
+    source_end: NotRequired[int]  # the source log's end as last listed
+    failures: NotRequired[int]  # only once failing batches are worth reporting
+    error: NotRequired[str]
+
+
+class CheckpointEntry(TypedDict):
+    """One written checkpoint, as reported to `POST /v1/checkpoints`."""
+
+    partition: int
+    epoch: int
+    offset: int
+    uri: str
+
+
+def partition_report(rt: PartitionRuntime) -> PartitionReport:
+    report: PartitionReport = {"epoch": rt.epoch, "offset": rt.offset}
+    if rt.source_end is not None:
+        report["source_end"] = rt.source_end
+    if rt.failures >= BATCH_FAILURES_REPORTED_MIN:
+        report["failures"] = rt.failures
+        report["error"] = rt.error
+    return report
+
+
+class Session:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        client: CoordinatorClient,
+        holdings: Holdings,
+        clock: Clock,
+        stopped: asyncio.Event,
+        checkpoint_due: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.holdings = holdings
+        # The lease runs on clock.monotonic_ms: a wall-clock step must not stretch it (two
+        # workers could then process one partition) nor cut it short.
+        self.clock = clock
+        self.stopped = stopped
+        self.checkpoint_due = checkpoint_due
+        self.lease = Lease(lease_ms=1)
+        self.heartbeat_interval_s = 1.0
+        self.token = ""  # what we present to the coordinator (renewed by each heartbeat)
+        self.call_token = ""  # what the leader presents to us
+        self.incarnation = 0
+        self.total_partitions = 0
+        self.draining = False
+
+    def lease_valid(self) -> bool:
+        return self.lease.valid(self.clock.monotonic_ms())
+
+    async def cluster_partitions(self) -> int:
+        """The cluster's partition count, from any coordinator's health."""
+        return total_partitions(await self.client.get("/v1/health"))
+
+    async def register(self) -> None:
+        body = await self.client.post(
+            "/v1/workers",
+            {"worker_id": self.settings.worker_id, "address": self.settings.address},
+            token=self.settings.join_token,
+        )
+        registration = Registration.from_json(body)
+        self.holdings.reset()
+        self.token = registration.token
+        self.call_token = registration.call_token
+        self.incarnation = registration.incarnation
+        self.heartbeat_interval_s = registration.heartbeat_interval_s
+        self.lease = Lease(lease_ms=int(registration.lease_s * 1000))
+        log.info("registered %s incarnation %d", self.settings.worker_id, self.incarnation)
+
+    async def heartbeat_once(self) -> None:
+        sent_at = self.clock.monotonic_ms()
+        parts = self.holdings.parts
+        body = await self.client.post(
+            f"/v1/workers/{self.settings.worker_id}/heartbeat",
+            {
+                "incarnation": self.incarnation,
+                "load": float(len(parts)),
+                "partitions": {str(p): partition_report(rt) for p, rt in parts.items()},
+            },
+            token=self.token,
+        )
+        self.lease = self.lease.renewed(sent_at)
+        reply = HeartbeatReply.from_json(body)
+        if reply.token is not None:
+            self.token = reply.token
+        for p, epoch in self.holdings.close_unassigned(reply.assignment).items():
+            log.info("partition %d epoch %d no longer assigned here; closed", p, epoch)
+        if reply.checkpoint_due:
+            self.checkpoint_due()
+
+    async def heartbeat_loop(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                if not self.token:
+                    if self.draining:
+                        return
+                    await self.register()
+                await self.heartbeat_once()
+            except ClientError as exc:
+                if exc.code in SESSION_LOST_CODES:
+                    if self.draining:
+                        log.info("coordinator no longer knows us (%s): drained", exc.message)
+                        self.stopped.set()
+                        return
+                    log.warning("re-registering: %s", exc.message)
+                    self.token = ""
+                else:
+                    log.warning("heartbeat failed: %s", exc.message)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopped.wait(), self.heartbeat_interval_s)
+
+    async def request_drain(self) -> bool:
+        """Ask the leader to move this worker's partitions away; False when it could not be
+        asked (the worker then just stops)."""
+        self.draining = True
+        try:
+            await self.client.post(
+                f"/v1/workers/{self.settings.worker_id}/drain", {}, token=self.token
+            )
+        except ClientError as exc:
+            log.warning("drain request failed (%s); stopping anyway", exc.message)
+            return False
+        return True
+
+    async def report_checkpoints(self, entries: list[CheckpointEntry]) -> list[CheckpointVerdict]:
+        """Report written checkpoints to the leader; its verdict on each, or none when the
+        report did not get through (logged: the next round reports again)."""
+        try:
+            body = await self.client.post(
+                "/v1/checkpoints",
+                {
+                    "worker_id": self.settings.worker_id,
+                    "incarnation": self.incarnation,
+                    "checkpoints": entries,
+                },
+                token=self.token,
+            )
+            return checkpoint_verdicts(body)
+        except ClientError as exc:
+            log.warning("checkpoint report failed: %s", exc.message)
+            return []
+
+    async def owner_of(self, partition: int) -> str | None:
+        """Who the coordinator says owns `partition`, or None if it cannot say."""
+        with contextlib.suppress(ClientError):
+            return partition_owner(await self.client.get(f"/v1/partitions/{partition}"))
+        return None

@@ -1,0 +1,54 @@
+"""A worker's settings: what `ripple worker` is told on its command line, as one value.
+
+Every bound an operator may change lives here with its default, so the modules that act on
+them take this value instead of reading flags or the environment themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.datapath import ARROW_BATCH_BYTES_MAX_DEFAULT, ARROW_BATCH_ROWS_MAX_DEFAULT
+from pipeline.state import MAX_KEYS_PER_PARTITION_DEFAULT
+
+__all__ = [
+    "BATCH_INTERVAL_S_DEFAULT",
+    "DRAIN_TIMEOUT_S",
+    "PROBE_TIMEOUT_S_DEFAULT",
+    "WorkerSettings",
+]
+
+BATCH_INTERVAL_S_DEFAULT = 0.5
+# The start-up probe waits this long for Spark: a cluster without executors accepts the job
+# and never runs it.
+PROBE_TIMEOUT_S_DEFAULT = 120.0
+DRAIN_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSettings:
+    coordinators: tuple[str, ...]
+    worker_id: str
+    listen: str  # host:port
+    spark_remote: str
+    advertise: str | None = None
+    batch_interval_s: float = BATCH_INTERVAL_S_DEFAULT
+    max_keys_per_partition: int = MAX_KEYS_PER_PARTITION_DEFAULT
+    staging_dir: str | None = None
+    drain_timeout_s: float = DRAIN_TIMEOUT_S
+    join_token: str | None = None
+    data_path: str | None = None  # files | arrow | direct; None: default_data_path
+    arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT
+    arrow_batch_bytes_max: int = ARROW_BATCH_BYTES_MAX_DEFAULT
+    probe_timeout_s: float = PROBE_TIMEOUT_S_DEFAULT
+    # TLS: serve the worker API with this certificate and key (the advertised address is
+    # then https://); verify https:// coordinators against tls_ca (None: system roots).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+
+    @property
+    def address(self) -> str:
+        """The URL the coordinator calls: `advertise`, else `listen` over http(s)."""
+        scheme = "https" if self.tls_cert else "http"
+        return self.advertise or f"{scheme}://{self.listen}"

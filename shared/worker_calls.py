@@ -1,0 +1,303 @@
+"""The leader's calls to a worker, written once: paths, bodies, replies, status codes, the
+call token's header and the error shape (docs/design.md §5 and §6).
+
+The leader sends them (`coordinator/service/duties.py`), a worker answers them
+(`pipeline/http_api.py`) and so does the scripted test worker; all of them build and read
+this JSON only through these types, so no side can drift from the others::
+
+    host        POST /v1/partitions/{p}/host     HostRequest {epoch, checkpoint: {offset, uri,
+                                                 epoch} | null}
+                -> 200 HostReply {partition, epoch, offset}
+    release     POST /v1/partitions/{p}/release  ReleaseRequest {epoch, migration_id?}
+                -> 200 ReleaseReply {partition, epoch, checkpoint: {offset, uri}}
+    checkpoint  POST /v1/checkpoint              {} -> 202 {"scheduled": true}
+    failure     ErrorReply {error, message, field?}: 400 a bad body (the field named),
+                401 not the call token, 409 the worker does not hold that epoch,
+                503 a checkpoint could not be loaded or written (the leader retries)
+
+Every call carries `Authorization: Bearer <call token>`; a worker compares it in constant
+time. Invariant: a request's `from_json` accepts exactly what its `to_json` writes (integers
+are never booleans, epochs lie in 1..EPOCH_MAX) and raises `InvalidCallBody` naming the field
+for anything else. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import ClassVar, TypeGuard
+
+from shared.errors import RequestError
+
+__all__ = [
+    "CHECKPOINT_ROUTE",
+    "EPOCH_MAX",
+    "HOST_ROUTE",
+    "RELEASE_ROUTE",
+    "STATUS_INVALID",
+    "STATUS_OK",
+    "STATUS_SCHEDULED",
+    "STATUS_STALE",
+    "STATUS_UNAUTHORIZED",
+    "STATUS_UNAVAILABLE",
+    "CheckpointReply",
+    "CheckpointRequest",
+    "ErrorReply",
+    "HostReply",
+    "HostRequest",
+    "InvalidCallBody",
+    "JsonObject",
+    "ReleaseReply",
+    "ReleaseRequest",
+    "ReleasedCheckpoint",
+    "SentCheckpoint",
+    "WorkerRequest",
+    "authorization",
+    "authorized",
+]
+
+JsonObject = dict[str, object]
+
+EPOCH_MAX = 2**63 - 1  # what the coordinator's codec carries
+
+STATUS_OK = 200
+STATUS_SCHEDULED = 202  # checkpoint: accepted, done in the background
+STATUS_INVALID = 400
+STATUS_UNAUTHORIZED = 401
+STATUS_STALE = 409  # the worker does not hold the partition at that epoch
+STATUS_UNAVAILABLE = 503  # a checkpoint could not be loaded or written: retry
+
+# aiohttp route templates; `{p}` is the partition.
+HOST_ROUTE = "/v1/partitions/{p}/host"
+RELEASE_ROUTE = "/v1/partitions/{p}/release"
+CHECKPOINT_ROUTE = "/v1/checkpoint"
+
+
+class InvalidCallBody(RequestError):
+    """A call's body is not what this module writes (a 400 naming `field`)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message, field=field)
+
+
+def authorization(call_token: str) -> str:
+    """The Authorization header the leader sends with every call."""
+    return f"Bearer {call_token}"
+
+
+def authorized(header: str, call_token: str) -> bool:
+    """Whether `header` carries `call_token`; never for an empty token (a worker that has not
+    registered takes no call)."""
+    # compare_digest raises on non-ASCII str (a 500): compare bytes, after checking the
+    # header is ASCII at all (undecodable bytes arrive as surrogate escapes).
+    return (
+        bool(call_token)
+        and header.isascii()
+        and hmac.compare_digest(header.encode(), authorization(call_token).encode())
+    )
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_epoch(value: object) -> TypeGuard[int]:
+    return _is_int(value) and 1 <= value <= EPOCH_MAX
+
+
+def _fields(body: object) -> dict[str, object]:
+    if not isinstance(body, dict):
+        raise InvalidCallBody("body must be a JSON object", "body")
+    return body
+
+
+def _epoch(fields: dict[str, object]) -> int:
+    epoch = fields.get("epoch")
+    if not _is_epoch(epoch):
+        raise InvalidCallBody("epoch must be a positive integer", "epoch")
+    return epoch
+
+
+# -- host ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SentCheckpoint:
+    """The checkpoint a host call starts from, as the coordinator recorded it: written at
+    `epoch` (older than the host's when inherited), holding the state up to `offset`."""
+
+    offset: int
+    uri: str
+    epoch: int
+
+    def to_json(self) -> JsonObject:
+        return {"offset": self.offset, "uri": self.uri, "epoch": self.epoch}
+
+    @classmethod
+    def from_json(cls, value: object) -> SentCheckpoint:
+        if isinstance(value, dict):
+            offset, uri, epoch = value.get("offset"), value.get("uri"), value.get("epoch")
+            if _is_int(offset) and isinstance(uri, str) and _is_int(epoch):
+                return cls(offset=offset, uri=uri, epoch=epoch)
+        raise InvalidCallBody("checkpoint must be {offset, uri, epoch} or null", "checkpoint")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostRequest:
+    """Open `partition` at `epoch`, from `checkpoint` or (None) by replaying from offset 0."""
+
+    partition: int  # in the path, not the body
+    epoch: int
+    checkpoint: SentCheckpoint | None = None
+
+    @property
+    def path(self) -> str:
+        return HOST_ROUTE.format(p=self.partition)
+
+    def to_json(self) -> JsonObject:
+        ck = self.checkpoint
+        return {"epoch": self.epoch, "checkpoint": None if ck is None else ck.to_json()}
+
+    @classmethod
+    def from_json(cls, partition: int, body: object) -> HostRequest:
+        fields = _fields(body)
+        epoch = _epoch(fields)
+        ck = fields.get("checkpoint")
+        return cls(
+            partition=partition,
+            epoch=epoch,
+            checkpoint=None if ck is None else SentCheckpoint.from_json(ck),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostReply:
+    partition: int
+    epoch: int
+    offset: int  # the next source offset the partition will process
+
+    def to_json(self) -> JsonObject:
+        return {"partition": self.partition, "epoch": self.epoch, "offset": self.offset}
+
+
+# -- release ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseRequest:
+    """Stop `partition` at `epoch` and hand over a final checkpoint."""
+
+    partition: int  # in the path, not the body
+    epoch: int
+    migration_id: str | None = None  # named in the worker's log; the leader always sends it
+
+    @property
+    def path(self) -> str:
+        return RELEASE_ROUTE.format(p=self.partition)
+
+    def to_json(self) -> JsonObject:
+        body: JsonObject = {"epoch": self.epoch}
+        if self.migration_id is not None:
+            body["migration_id"] = self.migration_id
+        return body
+
+    @classmethod
+    def from_json(cls, partition: int, body: object) -> ReleaseRequest:
+        fields = _fields(body)
+        epoch = _epoch(fields)
+        migration_id = fields.get("migration_id")
+        if migration_id is not None and not isinstance(migration_id, str):
+            raise InvalidCallBody("migration_id must be a string", "migration_id")
+        return cls(partition=partition, epoch=epoch, migration_id=migration_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleasedCheckpoint:
+    """The final checkpoint a release hands over, written at the released epoch."""
+
+    offset: int
+    uri: str
+
+    def to_json(self) -> JsonObject:
+        return {"offset": self.offset, "uri": self.uri}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseReply:
+    partition: int
+    epoch: int
+    checkpoint: ReleasedCheckpoint
+
+    def to_json(self) -> JsonObject:
+        return {
+            "partition": self.partition,
+            "epoch": self.epoch,
+            "checkpoint": self.checkpoint.to_json(),
+        }
+
+    @staticmethod
+    def checkpoint_of(body: object) -> ReleasedCheckpoint | None:
+        """The final checkpoint a 200 release reply names, or None when it names none
+        well-formed: the hand-off then keeps the last accepted checkpoint and the new owner
+        replays the source from there, which loses nothing."""
+        ck = body.get("checkpoint") if isinstance(body, dict) else None
+        if isinstance(ck, dict):
+            offset, uri = ck.get("offset"), ck.get("uri")
+            if _is_int(offset) and isinstance(uri, str):
+                return ReleasedCheckpoint(offset=offset, uri=uri)
+        return None
+
+
+# -- checkpoint ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRequest:
+    """Checkpoint every open partition now and report them; the body is empty (and a
+    worker does not read it)."""
+
+    path: ClassVar[str] = CHECKPOINT_ROUTE
+
+    def to_json(self) -> JsonObject:
+        return {}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointReply:
+    scheduled: bool = True
+
+    def to_json(self) -> JsonObject:
+        return {"scheduled": self.scheduled}
+
+
+WorkerRequest = HostRequest | ReleaseRequest | CheckpointRequest
+
+
+# -- failures --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorReply:
+    """What a worker answers with any status but 200 and 202."""
+
+    error: str  # a stable code: invalid, unauthorized, stale_epoch, checkpoint_unavailable, ...
+    message: str
+    field: str | None = None
+
+    def to_json(self) -> JsonObject:
+        body: JsonObject = {"error": self.error, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return body
+
+    @classmethod
+    def from_json(cls, body: object) -> ErrorReply:
+        """Read leniently: a failed call's body need not come from a worker (a proxy's page,
+        a connection that broke), so a part that is missing or not a string reads as empty."""
+        fields = body if isinstance(body, dict) else {}
+        error, message, field = fields.get("error"), fields.get("message"), fields.get("field")
+        return cls(
+            error=error if isinstance(error, str) else "",
+            message=message if isinstance(message, str) else "",
+            field=field if isinstance(field, str) else None,
+        )
