@@ -1,25 +1,21 @@
 """The node's HTTP front door: the hot routes on a lean HTTP/1.1 path, everything else aiohttp's.
 
 Workers' heartbeats, registrations and checkpoint acks are nearly every request a leader
-serves (docs/operations.md, "Sizing one cluster"). aiohttp's machinery around each of them
--- its parser's message objects, the Request, the router, the middleware chain and the
-response writer -- cost about 40 us of a request, measured on an echo handler (18,300
-requests/s through `web.Application` against 84,000/s through a bare protocol, same machine
-and run; docs/benchmarks.md). This protocol reads requests itself and answers these through
-the very handler functions aiohttp's routes call (`worker_routes.register`,
-`worker_routes.heartbeat_now`, `worker_routes.checkpoints`), with the same error mapping,
-CORS headers and request counts (`answers.error_response`, `app.finish`), all in
-`coordinator/service/http/`.
+serves (docs/operations.md, "Sizing one cluster"), and aiohttp's request machinery around
+each costs more than the heartbeat handler itself (docs/benchmarks.md). This protocol reads
+them with llhttp, the parser aiohttp's C extension is built on, through `httptools`, and
+answers them through the handler functions aiohttp's routes call
+(`worker_routes.register`, `worker_routes.heartbeat_now`, `worker_routes.checkpoints`),
+with the same error mapping, CORS headers and request counts (`answers.error_response`,
+`app.finish`), all in `coordinator/service/http/`.
 
-It serves a request only when it recognises it fully and strictly: `POST`, `HTTP/1.1`, one
-of `HOT_ROUTES`' exact paths with no query, a single `Content-Length` within `body_bytes_max`
-and `BODY_BYTES_MAX` (64 KiB), no `Transfer-Encoding`, `Expect` or `Upgrade`, header names
-that are tokens and values of printable ASCII, lines ended by CRLF, the head within
-`HEAD_BYTES_MAX`. On the first request that is anything else -- a GET, a dashboard file,
-chunked, malformed, too large -- it hands the connection to aiohttp's own `RequestHandler`
-with every byte it has read, untouched, and the connection is aiohttp's from then on: each
-answer aiohttp gives (400, 404, 405, 413, ...) is unchanged, and so is every route's
-behaviour.
+It serves a request only when llhttp reads it without error and it is exactly a hot one:
+the request line `POST <path> HTTP/1.1` with one of `HOT_ROUTES`' paths and no query, one
+`Content-Length` within `body_bytes_max` and `BODY_BYTES_MAX`, no `Transfer-Encoding`,
+`Expect` or `Upgrade`, `Connection` only `keep-alive`/`close`, ASCII header values, at most
+`HEADERS_MAX` headers in `HEAD_BYTES_MAX`. At the first request that is anything else (a
+GET, chunked, malformed, too large) it hands the connection to aiohttp's `RequestHandler`
+with every byte it has read, untouched, so each answer aiohttp gives is unchanged.
 
 Invariants: one request at a time per connection, answers in order (pipelined requests
 wait in the buffer, which is bounded: reading pauses past `BUFFER_BYTES_MAX`); a connection
@@ -39,6 +35,7 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from typing import cast
 
+import httptools
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -51,7 +48,7 @@ from coordinator.service.http.worker_routes import checkpoints, heartbeat_now, r
 from coordinator.service.metrics import FrontDoorCounts
 from shared.system_clock import SYSTEM_CLOCK
 
-__all__ = ["HOT_ROUTES", "FrontDoorSite", "parse_head"]
+__all__ = ["HOT_ROUTES", "FrontDoorSite", "NotHot", "RequestReader", "parse_head"]
 
 log = logging.getLogger(__name__)
 
@@ -77,76 +74,170 @@ _CHECKPOINTS_PATH = b"/v1/checkpoints"
 _HEARTBEAT_PATH = re.compile(rb"/v1/workers/([A-Za-z0-9._-]{1,64})/heartbeat")
 # The metric route labels aiohttp gives the same routes (resource.canonical).
 HOT_ROUTES = ("/v1/workers", "/v1/workers/{worker_id}/heartbeat", "/v1/checkpoints")
-_POST_PREFIX = b"POST /v1/"
-_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_VALUE = re.compile(rb"[\t\x20-\x7e]*")
+_HEAD_END = b"\r\n\r\n"
 _REFUSED_HEADERS = frozenset((b"transfer-encoding", b"expect", b"upgrade"))
 _CONNECTION_TOKENS = frozenset((b"keep-alive", b"close"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Head:
-    """A hot request's head, as `parse_head` read it."""
+    """A hot request's head, as `RequestReader` read it."""
 
     route: str  # the metric label aiohttp gives the route (HOT_ROUTES)
     path: str
     worker_id: str | None  # the heartbeat's path parameter
     headers: CIMultiDictProxy[str]
     length: int  # Content-Length
-    close: bool  # Connection: close
+    close: bool  # the connection ends after the answer (llhttp's keep-alive reading)
+
+
+class NotHot(Exception):
+    """The request is not one the front door serves: the connection goes to aiohttp."""
+
+
+class RequestReader:
+    """A connection's requests, the first in its buffer at a time, read by llhttp (sans-IO).
+
+    llhttp reads copies and reports no offsets, so the reader frames each request itself and
+    has llhttp agree: it feeds a head up to its first blank line (a strict head ends nowhere
+    else), then exactly `Content-Length` bytes, and takes the request only if llhttp's message
+    ended there too. The buffer is left untouched until a request is taken, so a hand-over
+    gives aiohttp every byte as it arrived. After `NotHot` the parser is spent."""
+
+    __slots__ = (
+        "_body_bytes_max",
+        "_complete",
+        "_fed",
+        "_head",
+        "_headers_done",
+        "_length",
+        "_pairs",
+        "_parser",
+        "_url",
+    )
+
+    def __init__(self, body_bytes_max: int) -> None:
+        self._body_bytes_max = body_bytes_max
+        self._parser = httptools.HttpRequestParser(self)
+        self._fed = 0  # bytes of the buffer llhttp has read
+        self._head: Head | None = None  # the first request's, once its head is read whole
+        self._url = b""
+        self._pairs: list[tuple[str, str]] = []
+        self._length = -1
+        self._headers_done = self._complete = False
+
+    def take(self, buf: bytearray, eof: bool) -> tuple[Head, bytes] | None:
+        """The first request in `buf` with its body, removed from `buf`, once it is whole;
+        None while it is not (and `eof` is False). Raises NotHot when it is not a hot one."""
+        head = self._head
+        if head is None:
+            end = buf.find(_HEAD_END, max(self._fed - 3, 0), HEAD_BYTES_MAX)
+            upto = end + 4 if end >= 0 else min(len(buf), HEAD_BYTES_MAX)
+            self._feed(buf[self._fed : upto])  # in pieces: a malformed head fails early
+            self._fed = upto
+            if end < 0:
+                if upto >= HEAD_BYTES_MAX or eof:
+                    raise NotHot
+                return None
+            head = self._head = self._recognise(buf)
+        stop = self._fed + head.length
+        if len(buf) < stop:
+            if eof:
+                raise NotHot  # a body cut short: aiohttp says so
+            return None
+        body = bytes(buf[self._fed : stop])
+        if body:
+            self._feed(body)
+        if not self._complete:
+            raise NotHot
+        del buf[:stop]
+        self._fed, self._head, self._url, self._pairs, self._length = 0, None, b"", [], -1
+        self._headers_done = self._complete = False
+        return head, body
+
+    def _feed(self, data: bytes | bytearray) -> None:
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            raise NotHot from exc
+
+    def _recognise(self, raw: bytes | bytearray) -> Head:
+        """The request whose head llhttp has just read, if it is a hot one (`raw` starts
+        with it)."""
+        length, target = self._length, self._url
+        if not self._headers_done or not 0 <= length <= self._body_bytes_max:
+            raise NotHot
+        # llhttp allows runs of spaces and empty lines before the request line; the front
+        # door serves only the plain form, which also pins the method and the version.
+        if not raw.startswith(b"POST %s HTTP/1.1\r\n" % target):
+            raise NotHot
+        worker_id: str | None = None
+        if target == _REGISTER_PATH:
+            route = HOT_ROUTES[0]
+        elif target == _CHECKPOINTS_PATH:
+            route = HOT_ROUTES[2]
+        else:
+            matched = _HEARTBEAT_PATH.fullmatch(target)
+            if matched is None:
+                raise NotHot
+            route, worker_id = HOT_ROUTES[1], matched.group(1).decode("ascii")
+        return Head(
+            route=route,
+            path=target.decode("ascii"),
+            worker_id=worker_id,
+            headers=CIMultiDictProxy(CIMultiDict(self._pairs)),
+            length=length,
+            close=not self._parser.should_keep_alive(),
+        )
+
+    # -- llhttp's callbacks (httptools finds them by name; what they raise stops it) ----------
+
+    def on_message_begin(self) -> None:
+        if self._complete:  # a second message inside one request's bytes: the framings differ
+            raise NotHot
+
+    def on_url(self, url: bytes) -> None:
+        # Only a POST can be hot: anything else goes to aiohttp at its first line.
+        if not self._url and self._parser.get_method() != b"POST":
+            raise NotHot
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        pairs = self._pairs
+        # llhttp allows obs-text in values, which aiohttp would not decode as ASCII.
+        if len(pairs) >= HEADERS_MAX or not value.isascii():
+            raise NotHot
+        value = value.rstrip(b" \t")  # llhttp drops the leading whitespace, not the trailing
+        lowered = name.lower()
+        if lowered == b"content-length":
+            self._length = int(value)  # digits only: llhttp refuses any other value, or two
+        elif lowered in _REFUSED_HEADERS:
+            raise NotHot
+        elif lowered == b"connection":
+            tokens = {token.strip(b" \t").lower() for token in value.split(b",")}
+            if not tokens <= _CONNECTION_TOKENS:
+                raise NotHot
+        pairs.append((name.decode("ascii"), value.decode("ascii")))
+
+    def on_headers_complete(self) -> None:
+        self._headers_done = True
+
+    def on_message_complete(self) -> None:
+        self._complete = True
 
 
 def parse_head(head: bytes, body_bytes_max: int) -> Head | None:
     """`head` (the bytes before the blank line) as a hot request, or None when it is anything
-    else: aiohttp then reads the same bytes and answers them as it always has."""
-    lines = head.split(b"\r\n")
-    if len(lines) > HEADERS_MAX + 1:
+    else, read as a connection reads it: aiohttp then reads the same bytes."""
+    data = head + _HEAD_END
+    if len(data) > HEAD_BYTES_MAX or data.find(_HEAD_END) != len(head):
         return None
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or parts[0] != b"POST" or parts[2] != b"HTTP/1.1":
+    reader = RequestReader(body_bytes_max)
+    try:
+        reader._feed(data)
+        return reader._recognise(data)
+    except NotHot:
         return None
-    target = parts[1]
-    worker_id: str | None = None
-    if target == _REGISTER_PATH:
-        route = HOT_ROUTES[0]
-    elif target == _CHECKPOINTS_PATH:
-        route = HOT_ROUTES[2]
-    else:
-        matched = _HEARTBEAT_PATH.fullmatch(target)
-        if matched is None:
-            return None
-        route, worker_id = HOT_ROUTES[1], matched.group(1).decode("ascii")
-    length = -1
-    close = False
-    pairs: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or _TOKEN.fullmatch(name) is None:
-            return None
-        value = value.strip(b" \t")
-        if _VALUE.fullmatch(value) is None:
-            return None
-        lowered = name.lower()
-        if lowered == b"content-length":
-            if length >= 0 or not value.isdigit() or len(value) > 10:
-                return None
-            length = int(value)
-        elif lowered in _REFUSED_HEADERS:
-            return None
-        elif lowered == b"connection":
-            tokens = {token.strip(b" \t").lower() for token in value.split(b",")}
-            if not tokens <= _CONNECTION_TOKENS:
-                return None
-            close = b"close" in tokens
-        pairs.append((name.decode("ascii"), value.decode("ascii")))
-    if not 0 <= length <= body_bytes_max:
-        return None
-    headers = CIMultiDictProxy(CIMultiDict(pairs))
-    return Head(route, target.decode("ascii"), worker_id, headers, length, close)
-
-
-def _bare_lf(buf: bytearray) -> bool:
-    return buf.count(b"\n") != buf.count(b"\r\n")
 
 
 class _DateHeader:
@@ -201,7 +292,8 @@ class FrontDoor(asyncio.Protocol):
     def __init__(self, site: FrontDoorSite) -> None:
         self._site = site
         self._loop = site.loop
-        self._buf = bytearray()
+        self._buf = bytearray()  # the bytes of the requests not yet served, as they arrived
+        self._reader = RequestReader(site.body_bytes_max)
         self._transport: asyncio.Transport | None = None
         self._busy = False  # a request is being answered
         self._closing = False  # close once the request in flight is answered
@@ -249,33 +341,18 @@ class FrontDoor(asyncio.Protocol):
         """Serve the requests the buffer holds, one at a time; hand the connection over at
         the first one that is not a hot request."""
         while not self._busy and not self._writing_paused and self._transport is not None:
-            buf = self._buf
-            if not buf:
+            if not self._buf:
                 if self._closing:
                     self._shut()
                 return
-            if not _POST_PREFIX.startswith(bytes(buf[: len(_POST_PREFIX)])):
+            try:
+                request = self._reader.take(self._buf, self._closing)
+            except NotHot:
                 self._hand_over()
                 return
-            end = buf.find(b"\r\n\r\n", 0, HEAD_BYTES_MAX)
-            if end < 0:
-                # A bare LF (which aiohttp reads as a line end) would keep the CRLF CRLF
-                # that ends a head from ever arriving: aiohttp reads such a request.
-                if len(buf) >= HEAD_BYTES_MAX or self._closing or _bare_lf(buf):
-                    self._hand_over()
+            if request is None:
                 return
-            head = parse_head(bytes(buf[:end]), self._site.body_bytes_max)
-            if head is None:
-                self._hand_over()
-                return
-            stop = end + 4 + head.length
-            if len(buf) < stop:
-                if self._closing:
-                    self._hand_over()  # a body cut short: aiohttp says so
-                return
-            body = bytes(buf[end + 4 : stop])
-            del buf[:stop]
-            self._serve(head, body)
+            self._serve(*request)
 
     def _flow(self) -> None:
         """Bound what waits in the buffer: while no request can be served (one is in flight,

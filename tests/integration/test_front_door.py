@@ -144,6 +144,10 @@ CASES: dict[str, bytes] = {
     "non_ascii_header": _heartbeat(extra="X-A: caf\u00e9\r\n"),
     "bare_lf": _heartbeat().replace(b"\r\n", b"\n"),
     "http_1_0": _heartbeat().replace(b"HTTP/1.1", b"HTTP/1.0", 1),
+    # Forms llhttp reads but the front door does not serve: aiohttp answers them.
+    "double_space_request_line": _heartbeat().replace(b"POST ", b"POST  ", 1),
+    "empty_line_before_request": b"\r\n" + _heartbeat(),
+    "absolute_form_target": _heartbeat(path="http://127.0.0.1/v1/workers/w1/heartbeat"),
     "lowercase_method": _heartbeat().replace(b"POST", b"post", 1),
     "put_heartbeat": _heartbeat().replace(b"POST", b"PUT", 1),
     "too_large": _post("/v1/checkpoints", b"x" * (1_048_576 + 1)),
@@ -211,6 +215,15 @@ def test_a_large_body_goes_to_aiohttp(pair: tuple[Cluster, Cluster]) -> None:
     assert replies[0][0] == 401 and "aiohttp" in replies[0][1]["server"]
     replies = answers(exchange(_port(front), CASES["large_body_genuine"]))
     assert replies[0][0] == 200 and "aiohttp" in replies[0][1]["server"]
+
+
+def test_lenient_forms_go_to_aiohttp(pair: tuple[Cluster, Cluster]) -> None:
+    """Request lines llhttp reads but that are not the plain form are aiohttp's (its Server
+    header), not served by the front door."""
+    front, _ = pair
+    for case in ("double_space_request_line", "empty_line_before_request", "absolute_form_target"):
+        replies = answers(exchange(_port(front), CASES[case]))
+        assert replies and "aiohttp" in replies[0][1].get("server", ""), case
 
 
 def test_connection_close_and_half_close(pair: tuple[Cluster, Cluster]) -> None:

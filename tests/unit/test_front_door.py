@@ -112,6 +112,11 @@ def test_parse_head_reads_only_strict_hot_requests() -> None:
         good.replace(b"/heartbeat", b"/heartbeat?x=1"),
         good.replace(b"/w1/", b"/w%31/"),
         good.replace(b"POST ", b"POST  "),
+        # llhttp reads these, the front door serves only the plain request line:
+        good.replace(b" HTTP/1.1", b"  HTTP/1.1"),
+        b"\r\n" + good,
+        good.replace(b"HTTP/1.1", b"HTTP/2.0"),
+        good.replace(b"POST /v1", b"POST http://x/v1"),
         good + b"\r\nTransfer-Encoding: chunked",
         good + b"\r\nExpect: 100-continue",
         good + b"\r\nUpgrade: websocket",
@@ -130,6 +135,29 @@ def test_parse_head_reads_only_strict_hot_requests() -> None:
     ]
     for text in refused:
         assert front.parse_head(text, 1024) is None, text
+
+
+def test_reader_takes_requests_whole_however_the_bytes_arrive() -> None:
+    """Two pipelined heartbeats and a GET, fed to one reader a byte at a time: each hot
+    request is taken once it is whole, with its body, and the GET raises NotHot at its first
+    line with the buffer holding its bytes as they came (what a hand-over gives aiohttp)."""
+    data = HEARTBEAT + HEARTBEAT.replace(b"/w1/", b"/w2/") + PING
+    reader, buf, taken = front.RequestReader(1024), bytearray(), []
+    with pytest.raises(front.NotHot):
+        for byte in data:
+            buf.append(byte)
+            got = reader.take(buf, eof=False)
+            if got is not None:
+                taken.append((got[0].worker_id, got[1]))
+    assert taken == [("w1", b"{}"), ("w2", b"{}")]
+    assert buf == PING[: len(buf)] and len(buf) > 0
+    whole = front.RequestReader(1024)
+    got = whole.take(bytearray(HEARTBEAT), eof=False)
+    assert got is not None and got[0] == front.parse_head(HEARTBEAT.split(b"\r\n\r\n")[0], 1024)
+    cut = front.RequestReader(1024)  # a body cut short by the end of the stream
+    assert cut.take(bytearray(HEARTBEAT[:-1]), eof=False) is None
+    with pytest.raises(front.NotHot):
+        cut.take(bytearray(HEARTBEAT[:-1]), eof=True)
 
 
 async def test_hot_requests_then_a_cold_one_on_one_connection(site: front.FrontDoorSite) -> None:
