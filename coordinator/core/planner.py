@@ -11,15 +11,10 @@ forward whatever the applied state says is pending): heartbeat liveness and load
 with every owning worker at construction, so a failover never kills anyone), retry
 schedules, checkpoint rounds and the worker calls it has handed out and not yet heard back.
 
-Driving it (the executor's loop)::
-
-    batch = planner.plan(state, now_ms, wall_ms)
-    for cmd in batch.commands:           # in order, each awaited
-        outcome = commit(cmd)
-        planner.committed(cmd, outcome, now_ms)
-        if outcome is not OK: report the rest as SKIPPED and stop
-    for call in batch.calls: start it; its reply comes back as planner.on_result(...)
-    sleep until batch.wake_at_ms (or sooner when a result arrives)
+Driving it: `plan` returns a Batch; `coordinator/core/executor.py`'s `BatchRun` commits its
+commands, reports each outcome back through `committed` and hands out its calls, whose
+replies come back through `on_result`; plan again by the run's wake-up (or sooner when a
+result arrives). Every driver (the duty loop, the simulation, the scenario files) runs it.
 
 Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
 
@@ -31,8 +26,8 @@ Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
    `now_ms`: plan again once the commands are applied, so every later stage sees the state
    its predecessors produced (as the old duty loop did by awaiting each submit).
 2. Commands are committed in the order given, each after the previous one's outcome is
-   known; the executor reports every command back through `committed` -- the first
-   non-Ok outcome stops the batch and the remaining ones are reported SKIPPED.
+   known; every command is reported back through `committed` -- the first non-Ok outcome
+   stops the batch and the remaining ones are reported SKIPPED (`BatchRun` keeps this rule).
 3. Worker calls appear only in a batch without commands, so a call never runs ahead of a
    command that would change what it says (an epoch, an owner). Calls are independent of
    each other and may run concurrently; each reply is fed back through `on_result`.

@@ -3,9 +3,10 @@ leader's real planner, scripted workers, a lossy network and a fake clock, all d
 seed.
 
 What it owns: a model of everything around ``coordinator.core`` that the real service does
-with I/O -- the replicated log (``replication/``), the executor of the leader's batches
-(``coordinator/service/duties.py``: commit in order, make the calls, time them out) and the
-workers (``tests/scripted_worker.py``) -- reduced to plain data and one ``random.Random``, plus
+with I/O -- the replicated log (``replication/``), the leader's duty loop
+(``coordinator/service/duties.py``: carry each batch through the log, make the calls, time
+them out; the executor's rule itself is ``coordinator/core/executor.py``'s, run here too) and
+the workers (``tests/scripted_worker.py``) -- reduced to plain data and one ``random.Random``, plus
 the checkers. It holds NO decision of its own: failure detection, assignment, migrations,
 drains, host retries and checkpoint rounds are ``coordinator.core.planner.Planner``'s, the
 one production runs; the real ``Machine`` and codec apply what it commits.
@@ -52,6 +53,7 @@ from coordinator.core.commands import (
     RegisterWorker,
     Rejected,
 )
+from coordinator.core.executor import BatchRun
 from coordinator.core.machine import Machine
 from coordinator.core.model import (
     TERMINAL_PHASES,
@@ -235,9 +237,9 @@ class Proposer:
         self.replica = replica
         self.term = term
         self.planner: Planner | None = None
-        # The batch being committed: one command at a time, each after the previous one's
-        # outcome is known (the batch contract), as (request id or None, command).
-        self.committing: list[Command] = []
+        # The batch being committed (the executor's rule is BatchRun's) and the command of
+        # it on its way through the log, as (request id, command).
+        self.run: BatchRun | None = None
         self.current: tuple[str, Command] | None = None
         # Calls sent and not answered: a reply after the deadline is a timed-out call.
         self.outstanding: dict[tuple[str, object], tuple[WorkerCall, int]] = {}
@@ -263,43 +265,37 @@ class Proposer:
                 return  # not until the takeover no-op has committed and everything is applied
             self.planner = Planner(sim.planner_settings, sim.rng, self.state, now)
         planner = self.planner
-        if not self._commit_step(planner, now):
+        if not self._commit_step(now):
             return  # a command of the batch is still on its way
         self._time_out_calls(planner, now)
         self._admin(planner, now)
         if self.current is not None:
             return
-        batch = planner.plan(self.state, now, now)
-        if batch.commands:
-            self.committing = list(batch.commands)
-            self._commit_step(planner, now)
-            return
-        for call in batch.calls:
-            self._send_call(call, now)
+        self.run = BatchRun(planner, planner.plan(self.state, now, now))
+        if self._commit_step(now):
+            for call in self.run.calls():
+                self._send_call(call, now)
 
-    def _commit_step(self, planner: Planner, now: int) -> bool:
+    def _commit_step(self, now: int) -> bool:
         """Advance the batch being committed; True when nothing of it is left in flight."""
-        while True:
-            if self.current is not None:
-                rid, cmd = self.current
-                if self.sim.own_uncommitted():
-                    return False
-                raw = self.replica.results.get(rid)
-                if raw is None:
-                    return False  # cannot happen while leading: the entry is applied
-                result = decode_result(raw)
-                self.current = None
-                if isinstance(result, Ok):
-                    planner.committed(cmd, CommitOutcome.OK, now)
-                else:
-                    planner.committed(cmd, CommitOutcome.REJECTED, now)
-                    for rest in self.committing:
-                        planner.committed(rest, CommitOutcome.SKIPPED, now)
-                    self.committing = []
-            if not self.committing:
-                return True
-            cmd = self.committing.pop(0)
-            self.current = (self.submit(cmd), cmd)
+        run = self.run
+        if run is None:
+            return True
+        if self.current is not None:
+            rid, cmd = self.current
+            if self.sim.own_uncommitted():
+                return False
+            raw = self.replica.results.get(rid)
+            if raw is None:
+                return False  # cannot happen while leading: the entry is applied
+            self.current = None
+            ok = isinstance(decode_result(raw), Ok)
+            run.outcome(cmd, CommitOutcome.OK if ok else CommitOutcome.REJECTED, now)
+        cmd = run.next_command()
+        if cmd is None:
+            return True
+        self.current = (self.submit(cmd), cmd)
+        return False
 
     def _send_call(self, call: WorkerCall, now: int) -> None:
         self.outstanding[call_key(call)] = (call, now + self.sim.s.call_timeout_ms)

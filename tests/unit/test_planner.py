@@ -25,6 +25,7 @@ from coordinator.core.commands import (
     PlanMigrations,
     RegisterWorker,
 )
+from coordinator.core.executor import commit_batch
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
     MigrationReason,
@@ -59,11 +60,14 @@ def run(s: ClusterState, planner: Planner, now: int) -> list[object]:
             return done
         batch = planner.plan(s, now, now)
         assert batch.wake_at_ms == now and batch.calls == ()
-        for cmd in batch.commands:
+
+        def commit(cmd: Command) -> CommitOutcome:
             result = apply(s, f"r{next(_ids)}", cmd)
-            planner.committed(cmd, CommitOutcome.OK, now)
             done.append(cmd)
             assert result.__class__.__name__ == "Ok", result
+            return CommitOutcome.OK
+
+        commit_batch(planner, batch, commit, now)
     raise AssertionError("planner did not settle")
 
 
@@ -156,10 +160,8 @@ def test_a_stage_repeating_a_no_op_does_not_starve_the_calls() -> None:
     planner._drains = lambda *_: noop  # type: ignore[method-assign]
     hosts: list[HostCall] = []
     for now in range(10, 16):
-        batch = planner.plan(s, now, now)
-        for cmd in batch.commands:
-            planner.committed(cmd, CommitOutcome.OK, now)
-        hosts += [c for c in batch.calls if isinstance(c, HostCall)]
+        run = commit_batch(planner, planner.plan(s, now, now), lambda _: CommitOutcome.OK, now)
+        hosts += [c for c in run.calls() if isinstance(c, HostCall)]
     assert sorted(c.partition for c in hosts) == [0, 1, 2, 3]
     assert planner.repeats_skipped >= 2
 
