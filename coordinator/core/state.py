@@ -3,7 +3,9 @@
 Everything that affects the replicated state lives here. ``apply`` is deterministic (no clock,
 no randomness: both are stamped into commands) and total: every input yields a Result value.
 Each handler validates completely before its first mutation, so a Rejected never changes the
-state. Invariants kept (and checked by the property tests):
+state; that includes asking the lifecycle tables (`coordinator/core/lifecycle.py`) about
+every worker, partition and migration change it is about to make. Invariants kept (and
+checked by the property tests):
 
 - a partition has at most one owner; an owner exists and is ACTIVE or DRAINING;
 - a partition's epoch never decreases and grows by one with every (re)assignment;
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict, deque
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -404,15 +407,89 @@ def _finish_migration(
         _put_partition(state, replace(part, migration=None))
 
 
-def _maybe_leave(state: ClusterState, worker_id: WorkerId, now_ms: int) -> bool:
-    """A DRAINING worker with nothing owned and nothing in flight as source has left."""
-    w = state.workers.get(worker_id)
-    if w is None or w.state is not WorkerState.DRAINING:
-        return False
-    if state._owned.get(worker_id) or state._sourcing.get(worker_id):
-        return False
-    state.put_worker(replace(w, state=WorkerState.LEFT, updated_at_ms=now_ms))
-    return True
+def _leave(state: ClusterState, workers: Iterable[WorkerId], now_ms: int) -> bool:
+    """Make `workers` (what `_leavers` decided) LEFT; True when there was one."""
+    left = False
+    for wid in workers:
+        state.put_worker(replace(state.workers[wid], state=WorkerState.LEFT, updated_at_ms=now_ms))
+        left = True
+    return left
+
+
+# --- lifecycles: every change a handler makes is an edge of its table, checked up front ---------
+
+
+def _lifecycle_problem(
+    state: ClusterState,
+    command: str,
+    *,
+    workers: Iterable[tuple[WorkerId, WorkerState]] = (),
+    partitions: Iterable[tuple[Collection[int], PartitionStatus]] = (),
+    migrations: Iterable[tuple[MigrationId | None, MigrationPhase]] = (),
+) -> Rejected | None:
+    """The rejection for the first change that is not an edge of coordinator/core/lifecycle.py,
+    or None. A handler asks it before its first mutation, with every record it is about to
+    change and the state the record ends the command in: partitions come in groups that end
+    in one status, and None as a migration is a new one."""
+    for wid, dst in workers:
+        rec = state.workers.get(wid)
+        src = None if rec is None else rec.state
+        if not lifecycle.allowed(lifecycle.WORKER_EDGES, src, dst, command):
+            return lifecycle.check(
+                lifecycle.WORKER_EDGES, src, dst, command, f"worker {wid}", "worker_id"
+            )
+    parts = state.partitions
+    for group, status in partitions:
+        # One command may move 100k partitions: each status they come from is asked once.
+        for was in dict.fromkeys(parts[p].status for p in group):
+            if not lifecycle.allowed(lifecycle.PARTITION_EDGES, was, status, command):
+                p = next(p for p in group if parts[p].status is was)
+                return lifecycle.check(
+                    lifecycle.PARTITION_EDGES, was, status, command, f"partition {p}", "partition"
+                )
+    for mid, phase in migrations:
+        before = None if mid is None else state.migrations[mid].phase
+        if not lifecycle.allowed(lifecycle.MIGRATION_EDGES, before, phase, command):
+            what = "a new migration" if mid is None else f"migration {mid}"
+            return lifecycle.check(
+                lifecycle.MIGRATION_EDGES, before, phase, command, what, "migration_id"
+            )
+    return None
+
+
+def _leavers(
+    state: ClusterState,
+    candidates: Iterable[WorkerId],
+    *,
+    ending: Collection[MigrationId] = (),
+    new_owner: Mapping[int, WorkerId | None] | None = None,
+    sourcing: Collection[WorkerId] = (),
+    becoming: Mapping[WorkerId, WorkerState] | None = None,
+) -> list[WorkerId]:
+    """The candidates whose drain this command ends, decided before it changes anything so
+    that their DRAINING -> LEFT edge is checked with the rest: a worker DRAINING once the
+    command is applied that then owns nothing and sources nothing in flight has left.
+
+    What the command does, as far as that goes: `ending` the migrations it makes terminal,
+    `new_owner` the partitions it gives an owner (or none), `sourcing` the sources of the
+    migrations it creates, `becoming` the workers whose state it sets."""
+    new_owner = new_owner or {}
+    becoming = becoming or {}
+    gaining: set[WorkerId | None] | None = None
+    out: list[WorkerId] = []
+    for wid in dict.fromkeys(candidates):
+        w = state.workers.get(wid)
+        if w is None or becoming.get(wid, w.state) is not WorkerState.DRAINING:
+            continue
+        if wid in sourcing or state._sourcing.get(wid, set()).difference(ending):
+            continue
+        if any(new_owner.get(p, wid) == wid for p in state._owned.get(wid, ())):
+            continue
+        if gaining is None:
+            gaining = set(new_owner.values())
+        if wid not in gaining:
+            out.append(wid)
+    return out
 
 
 # --- shared validation -------------------------------------------------------------------------
@@ -485,7 +562,6 @@ def _create_migrations(
         if stale is not None:  # check_moves allowed it: HANDED_OFF, never came online
             old = state.migrations[stale]
             _finish_migration(state, old, MigrationPhase.ABORTED, f"superseded by {mid}", now_ms)
-            _maybe_leave(state, old.source, now_ms)
         _put_migration(
             state,
             Migration(
@@ -504,6 +580,15 @@ def _create_migrations(
         _put_partition(state, replace(part, migration=mid))
         created.append({"id": mid, "partition": mv.partition, "from": mv.source, "to": mv.target})
     return created
+
+
+def _superseded(state: ClusterState, moves: tuple[Move, ...]) -> list[Migration]:
+    """The HANDED_OFF migrations that new migrations for `moves` replace (see _supersedable)."""
+    return [
+        state.migrations[mid]
+        for mv in moves
+        if (mid := state.partitions[mv.partition].migration) is not None
+    ]
 
 
 def _migration_or_reject(state: ClusterState, mid: MigrationId) -> Migration | Rejected:
@@ -530,6 +615,16 @@ def _bootstrap(state: ClusterState, cmd: Bootstrap) -> _Outcome:
             f"already bootstrapped with {state.total_partitions} partitions",
             "total_partitions",
         ), False
+    problem = lifecycle.check(
+        lifecycle.PARTITION_EDGES,
+        None,
+        PartitionStatus.UNASSIGNED,
+        "Bootstrap",
+        "partition 0",
+        "total_partitions",
+    )
+    if problem is not None:
+        return problem, False
     state.total_partitions = total
     state.partitions = [
         Partition(
@@ -561,9 +656,28 @@ def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
         for m in state.in_flight_migrations()
         if wid in (m.source, m.target) and m.phase is not MigrationPhase.HANDED_OFF
     ]
+    rehosted = state.owned_by(wid)
+    # The sources that closed their gate for a target that restarted.
+    reopened = [m for m in to_abort if m.phase is MigrationPhase.RELEASING and m.source != wid]
+    new_owner = dict.fromkeys(rehosted, wid) | {m.partition: m.source for m in reopened}
+    leaving = _leavers(
+        state,
+        (m.source for m in to_abort),
+        ending={m.migration_id for m in to_abort},
+        new_owner=new_owner,
+        becoming={wid: WorkerState.ACTIVE},
+    )
+    problem = _lifecycle_problem(
+        state,
+        "RegisterWorker",
+        workers=[(wid, WorkerState.ACTIVE), *((w, WorkerState.LEFT) for w in leaving)],
+        partitions=[(new_owner.keys(), PartitionStatus.ASSIGNING)],
+        migrations=((m.migration_id, MigrationPhase.ABORTED) for m in to_abort),
+    )
+    if problem is not None:
+        return problem, False
     for m in to_abort:
         _finish_migration(state, m, MigrationPhase.ABORTED, "worker re-registered", now)
-    rehosted = state.owned_by(wid)
     for p in rehosted:
         # Same owner, new epoch: the old process is fenced; the leader re-hosts on the new one.
         # A HANDED_OFF migration into this worker stays attached and completes when it is online.
@@ -576,18 +690,17 @@ def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
             migration=state.partitions[p].migration,
         )
     bumped = list(rehosted)
-    for m in to_abort:
-        if m.phase is MigrationPhase.RELEASING and m.source != wid:
-            # The source closed its gate for a target that restarted: reopen under a new epoch.
-            _reassign(
-                state,
-                m.partition,
-                owner=m.source,
-                reason=ChangeReason.ABORT,
-                now_ms=now,
-                migration=None,
-            )
-            bumped.append(m.partition)
+    for m in reopened:
+        # The source closed its gate for a target that restarted: reopen under a new epoch.
+        _reassign(
+            state,
+            m.partition,
+            owner=m.source,
+            reason=ChangeReason.ABORT,
+            now_ms=now,
+            migration=None,
+        )
+        bumped.append(m.partition)
     if old is None:
         worker = Worker(
             worker_id=wid,
@@ -606,8 +719,7 @@ def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
             updated_at_ms=now,
         )
     state.put_worker(worker)
-    for m in to_abort:
-        _maybe_leave(state, m.source, now)
+    _leave(state, leaving, now)
     value = {"worker_id": wid, "incarnation": worker.incarnation, "rehosted": rehosted}
     return Ok(value=value), bool(bumped)
 
@@ -673,7 +785,6 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
             "assignments",
         ), False
 
-    # Validation done; from here on nothing can be rejected.
     handed_off: list[Migration] = []
     aborted: list[tuple[Migration, str]] = []
     reopen: list[Migration] = []
@@ -690,6 +801,34 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
             if m.phase is MigrationPhase.RELEASING:
                 # The live source closed its gate for this move; reopen under a new epoch.
                 reopen.append(m)
+    leaving = _leavers(
+        state,
+        (m.source for m, _ in aborted),
+        ending={m.migration_id for m, _ in aborted},
+        new_owner=new_owner | {m.partition: m.source for m in reopen} if reopen else new_owner,
+        becoming=dict.fromkeys(dead, WorkerState.DEAD),
+    )
+    assigning, unassigned = PartitionStatus.ASSIGNING, PartitionStatus.UNASSIGNED
+    problem = _lifecycle_problem(
+        state,
+        "DeclareDead",
+        workers=[
+            *((w, WorkerState.DEAD) for w in cmd.worker_ids),
+            *((w, WorkerState.LEFT) for w in leaving),
+        ],
+        partitions=[
+            ([p for p, owner in new_owner.items() if owner is not None], assigning),
+            ([p for p, owner in new_owner.items() if owner is None], unassigned),
+            ([m.partition for m in reopen], assigning),
+        ],
+        migrations=[
+            *((m.migration_id, MigrationPhase.HANDED_OFF) for m in handed_off),
+            *((m.migration_id, MigrationPhase.ABORTED) for m, _ in aborted),
+        ],
+    )
+    if problem is not None:
+        return problem, False
+    # Validation done; from here on nothing can be rejected.
     for m in handed_off:
         _put_migration(state, replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=now))
     for m, note in aborted:
@@ -714,8 +853,7 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
             now_ms=now,
             migration=None,
         )
-    for m, _ in aborted:
-        _maybe_leave(state, m.source, now)
+    _leave(state, leaving, now)
     value = {
         "dead": list(cmd.worker_ids),
         "reassigned": len(cmd.assignments),
@@ -732,13 +870,14 @@ def _assign_partitions(state: ClusterState, cmd: AssignPartitions) -> _Outcome:
     for i, a in enumerate(cmd.assignments):
         if a.owner is None:
             return rejected("invalid", f"assignments[{i}]: owner is required", "owner"), False
-        status = state.partitions[a.partition].status
-        if status is not PartitionStatus.UNASSIGNED:
-            return rejected(
-                "conflict",
-                f"assignments[{i}]: partition {a.partition} is {status.value}",
-                "partition",
-            ), False
+    # Only an UNASSIGNED partition is assigned (its table says so).
+    problem = _lifecycle_problem(
+        state,
+        "AssignPartitions",
+        partitions=[([a.partition for a in cmd.assignments], PartitionStatus.ASSIGNING)],
+    )
+    if problem is not None:
+        return problem, False
     for a in cmd.assignments:
         _reassign(
             state,
@@ -775,12 +914,23 @@ def _partition_online(state: ClusterState, cmd: PartitionOnline) -> _Outcome:
         # later restart epoch). There is no separate "done" command.
         done = state.migrations[mid]
         mid = None
+    finished = () if done is None else (done.migration_id,)
+    leaving = _leavers(state, () if done is None else (done.source,), ending=finished)
+    problem = _lifecycle_problem(
+        state,
+        "PartitionOnline",
+        workers=((w, WorkerState.LEFT) for w in leaving),
+        partitions=[([p], PartitionStatus.ONLINE)],
+        migrations=((f, MigrationPhase.DONE) for f in finished),
+    )
+    if problem is not None:
+        return problem, False
     _put_partition(state, replace(part, status=PartitionStatus.ONLINE, migration=mid, stuck=""))
     value["changed"] = True
     if done is not None:
         _put_migration(state, replace(done, phase=MigrationPhase.DONE, updated_at_ms=cmd.now_ms))
         value["migration_done"] = done.migration_id
-        if _maybe_leave(state, done.source, cmd.now_ms):
+        if _leave(state, leaving, cmd.now_ms):
             value["left"] = done.source
     return Ok(value=value), False
 
@@ -789,6 +939,25 @@ def _plan_migrations(state: ClusterState, cmd: PlanMigrations) -> _Outcome:
     bad = check_moves(state, cmd.moves, None)
     if bad is not None:
         return bad, False
+    superseded = _superseded(state, cmd.moves)
+    leaving = _leavers(
+        state,
+        (m.source for m in superseded),
+        ending={m.migration_id for m in superseded},
+        sourcing={mv.source for mv in cmd.moves},
+    )
+    problem = _lifecycle_problem(
+        state,
+        "PlanMigrations",
+        workers=((w, WorkerState.LEFT) for w in leaving),
+        migrations=[
+            *([(None, MigrationPhase.PLANNED)] if cmd.moves else []),
+            *((m.migration_id, MigrationPhase.ABORTED) for m in superseded),
+        ],
+    )
+    if problem is not None:
+        return problem, False
+    _leave(state, leaving, cmd.now_ms)
     created = _create_migrations(state, cmd.moves, cmd.reason, cmd.now_ms)
     return Ok(value={"migrations": created}), False
 
@@ -800,13 +969,8 @@ def _start_release(state: ClusterState, cmd: StartRelease) -> _Outcome:
     value: dict[str, Any] = {"migration_id": m.migration_id, "phase": "releasing"}
     if m.phase is MigrationPhase.RELEASING:
         return Ok(value=value | {"changed": False}), False
-    problem = lifecycle.check(
-        lifecycle.MIGRATION_EDGES,
-        m.phase,
-        MigrationPhase.RELEASING,
-        "StartRelease",
-        f"migration {m.migration_id}",
-        "migration_id",
+    problem = _lifecycle_problem(
+        state, "StartRelease", migrations=((m.migration_id, MigrationPhase.RELEASING),)
     )
     if problem is not None:
         return problem, False
@@ -824,13 +988,11 @@ def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
         value |= {"owner": part.owner, "epoch": part.epoch, "checkpoint": None, "changed": False}
         return Ok(value=value), False
     # PLANNED is not a source of HandOff (lifecycle.py says why): StartRelease comes first.
-    problem = lifecycle.check(
-        lifecycle.MIGRATION_EDGES,
-        m.phase,
-        MigrationPhase.HANDED_OFF,
+    problem = _lifecycle_problem(
+        state,
         "HandOff",
-        f"migration {m.migration_id}",
-        "migration_id",
+        partitions=[([m.partition], PartitionStatus.ASSIGNING)],
+        migrations=((m.migration_id, MigrationPhase.HANDED_OFF),),
     )
     if problem is not None:
         return problem, False
@@ -880,17 +1042,27 @@ def _abort_migration(state: ClusterState, cmd: AbortMigration) -> _Outcome:
             f"migration {m.migration_id} already finished ({m.phase.value})",
             "migration_id",
         ), False
+    # A RELEASING source closed its gate when asked to release: it reopens under a new epoch.
+    rehost = m.phase is MigrationPhase.RELEASING
+    leaving = _leavers(state, (m.source,), ending=(m.migration_id,))
+    problem = _lifecycle_problem(
+        state,
+        "AbortMigration",
+        workers=((w, WorkerState.LEFT) for w in leaving),
+        partitions=[([m.partition] if rehost else [], PartitionStatus.ASSIGNING)],
+        migrations=((m.migration_id, MigrationPhase.ABORTED),),
+    )
+    if problem is not None:
+        return problem, False
     _finish_migration(state, m, MigrationPhase.ABORTED, cmd.note, cmd.now_ms)
     if m.phase is MigrationPhase.HANDED_OFF:
         # The target owns the partition since the hand-off but never brought it online (a
         # PartitionOnline would have made the migration DONE): the source released it, so
         # it stays with the target, and the migration no longer pins it (reassign, drain).
-        _maybe_leave(state, m.source, cmd.now_ms)
+        _leave(state, leaving, cmd.now_ms)
         value = {"migration_id": m.migration_id, "phase": "aborted", "rehosted": False}
         return Ok(value=value), False
-    rehost = m.phase is MigrationPhase.RELEASING
     if rehost:
-        # The source closed its gate when asked to release: it reopens under a new epoch.
         _reassign(
             state,
             m.partition,
@@ -948,10 +1120,32 @@ def _drain_worker(state: ClusterState, cmd: DrainWorker) -> _Outcome:
     bad = check_moves(state, cmd.moves, wid)
     if bad is not None:
         return bad, False
+    superseded = _superseded(state, cmd.moves)
+    leaving = _leavers(
+        state,
+        (wid, *(m.source for m in superseded)),
+        ending={m.migration_id for m in superseded},
+        sourcing={mv.source for mv in cmd.moves},
+        becoming={wid: WorkerState.DRAINING},
+    )
+    workers = [(x, WorkerState.LEFT) for x in leaving]
+    if w.state is WorkerState.ACTIVE and wid not in leaving:
+        workers.append((wid, WorkerState.DRAINING))
+    problem = _lifecycle_problem(
+        state,
+        "DrainWorker",
+        workers=workers,
+        migrations=[
+            *([(None, MigrationPhase.PLANNED)] if cmd.moves else []),
+            *((m.migration_id, MigrationPhase.ABORTED) for m in superseded),
+        ],
+    )
+    if problem is not None:
+        return problem, False
     if w.state is WorkerState.ACTIVE:
         state.put_worker(replace(w, state=WorkerState.DRAINING, updated_at_ms=cmd.now_ms))
     created = _create_migrations(state, cmd.moves, MigrationReason.DRAIN, cmd.now_ms)
-    _maybe_leave(state, wid, cmd.now_ms)
+    _leave(state, leaving, cmd.now_ms)
     value = {"worker_id": wid, "state": state.workers[wid].state.value, "migrations": created}
     return Ok(value=value), False
 
@@ -1003,6 +1197,11 @@ def _fall_back(state: ClusterState, cmd: FallBack) -> _Outcome:
                 "invalid", "checkpoint is not one of the partition's earlier ones", "checkpoint"
             ), False
         checkpoint, earlier = part.earlier[index], part.earlier[index + 1 :]
+    problem = _lifecycle_problem(
+        state, "FallBack", partitions=[([part.partition], PartitionStatus.ASSIGNING)]
+    )
+    if problem is not None:
+        return problem, False
     _put_partition(state, replace(part, checkpoint=checkpoint, earlier=earlier, stuck=""))
     _reassign(
         state,
@@ -1044,6 +1243,11 @@ def _reset_partition(state: ClusterState, cmd: ResetPartition) -> _Outcome:
         return rejected(
             "conflict", f"partition {p} is {part.status.value}; only an assigning one resets"
         ), False
+    problem = _lifecycle_problem(
+        state, "ResetPartition", partitions=[([p], PartitionStatus.ASSIGNING)]
+    )
+    if problem is not None:
+        return problem, False
     _put_partition(state, replace(part, checkpoint=None, earlier=(), stuck=""))
     _reassign(
         state,

@@ -56,6 +56,7 @@ from coordinator.core.model import (
     WorkerId,
     WorkerState,
 )
+from tests.lifecycle_check import lifecycle_problem, lifecycle_view
 from tests.unit.test_core_codec import commands, json_like, request_ids
 
 
@@ -185,8 +186,12 @@ class CoordinatorRun(RuleBasedStateMachine):
     def run(self, cmd: Command) -> Result:
         rid = f"r{next(self.ids)}"
         data = encode_command(cmd, rid)
+        before = lifecycle_view(self.s)
         out = self.machine.apply(data)
         result = decode_result(out)
+        # Every change the command made is an edge of its lifecycle table.
+        problem = lifecycle_problem(before, self.s, type(cmd).__name__)
+        assert problem is None, problem
         if isinstance(result, Rejected):
             assert result.code != "internal", result
         else:
