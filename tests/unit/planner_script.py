@@ -60,6 +60,7 @@ from coordinator.core.commands import (
     ResetPartition,
 )
 from coordinator.core.executor import BatchRun, commit_batch
+from coordinator.core.invariants import state_violations, step_violations, view
 from coordinator.core.model import MigrationId, MigrationReason, WorkerId
 from coordinator.core.planner import (
     Batch,
@@ -77,7 +78,6 @@ from coordinator.core.planner import (
     WorkerResult,
 )
 from coordinator.core.state import ClusterState, apply
-from tests.lifecycle_check import lifecycle_problem, lifecycle_view
 
 WALL_OFFSET_MS = 1_700_000_000_000  # wall time is stamped only; keep it far from monotonic
 RUN_BATCHES_MAX = 20
@@ -186,11 +186,12 @@ class Harness:
 
     def apply(self, cmd: Command) -> Ok | Rejected:
         self.seq += 1
-        before = lifecycle_view(self.state)
+        before = view(self.state)
         result = apply(self.state, f"s{self.seq}", cmd)
-        problem = lifecycle_problem(before, self.state, type(cmd).__name__)
-        if problem is not None:
-            raise AssertionError(problem)
+        # Every scenario step keeps the state's invariants (coordinator/core/invariants.py).
+        problems = step_violations(before, self.state, cmd) + state_violations(self.state)
+        if problems:
+            raise AssertionError("; ".join(problems))
         return result
 
     def commit(self, batch: Batch) -> tuple[list[str], BatchRun]:

@@ -26,6 +26,7 @@ from coordinator.core.commands import (
     RegisterWorker,
 )
 from coordinator.core.executor import commit_batch
+from coordinator.core.invariants import state_violations, step_violations, view
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
     MigrationReason,
@@ -62,9 +63,11 @@ def run(s: ClusterState, planner: Planner, now: int) -> list[object]:
         assert batch.wake_at_ms == now and batch.calls == ()
 
         def commit(cmd: Command) -> CommitOutcome:
+            before = view(s)
             result = apply(s, f"r{next(_ids)}", cmd)
             done.append(cmd)
             assert result.__class__.__name__ == "Ok", result
+            assert step_violations(before, s, cmd) + state_violations(s) == []
             return CommitOutcome.OK
 
         commit_batch(planner, batch, commit, now)
