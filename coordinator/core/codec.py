@@ -44,12 +44,14 @@ from coordinator.core.model import (
     URI_LEN_MAX,
     ChangeReason,
     Checkpoint,
+    Epoch,
     Migration,
     MigrationId,
     MigrationPhase,
     MigrationReason,
     OwnershipChange,
     Partition,
+    PartitionId,
     PartitionStatus,
     Worker,
     WorkerId,
@@ -176,6 +178,14 @@ def _migration_id(value: object, where: _Where) -> MigrationId:
     return MigrationId(cast(str, value))
 
 
+def _partition_id(value: object, where: _Where) -> PartitionId:
+    return PartitionId(_int(value, where))
+
+
+def _epoch(value: object, where: _Where) -> Epoch:
+    return Epoch(_int(value, where))
+
+
 def _optional(inner: _Decoder) -> _Decoder:
     def decode(value: object, where: _Where) -> Any:
         return None if value is None else inner(value, where)
@@ -236,14 +246,14 @@ def _record(cls: type[_T], spec: dict[str, _Decoder]) -> Callable[[object, _Wher
 
 # --- command specs -----------------------------------------------------------------------------
 
-_assignment = _record(Assignment, {"partition": _int, "owner": _optional(_worker_id)})
-_move = _record(Move, {"partition": _int, "source": _worker_id, "target": _worker_id})
+_assignment = _record(Assignment, {"partition": _partition_id, "owner": _optional(_worker_id)})
+_move = _record(Move, {"partition": _partition_id, "source": _worker_id, "target": _worker_id})
 _checkpoint_report = _record(
     CheckpointReport,
     {"partition": _int, "epoch": _int, "offset": _int, "uri": _str(URI_LEN_MAX)},
 )
 _final_checkpoint = _record(
-    FinalCheckpoint, {"offset": _int, "uri": _str(URI_LEN_MAX), "epoch": _int}
+    FinalCheckpoint, {"offset": _int, "uri": _str(URI_LEN_MAX), "epoch": _epoch}
 )
 
 _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
@@ -255,7 +265,7 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
     },
     3: {"worker_ids": _array(_worker_id), "assignments": _array(_assignment), "now_ms": _int},
     4: {"assignments": _array(_assignment), "now_ms": _int},
-    5: {"partition": _int, "epoch": _int, "owner": _worker_id, "now_ms": _int},
+    5: {"partition": _partition_id, "epoch": _epoch, "owner": _worker_id, "now_ms": _int},
     6: {"moves": _array(_move), "reason": _enum(MigrationReason), "now_ms": _int},
     7: {"migration_id": _migration_id, "now_ms": _int},
     8: {
@@ -273,14 +283,14 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
     11: {"worker_id": _worker_id, "moves": _array(_move), "now_ms": _int},
     12: {"nonce": _str(NONCE_LEN_MAX)},
     13: {
-        "partition": _int,
-        "epoch": _int,
+        "partition": _partition_id,
+        "epoch": _epoch,
         "checkpoint": _optional(_final_checkpoint),
         "note": _str(NOTE_LEN_MAX),
         "now_ms": _int,
     },
-    14: {"partition": _int, "epoch": _int, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
-    15: {"partition": _int, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
+    14: {"partition": _partition_id, "epoch": _epoch, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
+    15: {"partition": _partition_id, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, _Where], Command]] = {
@@ -426,7 +436,7 @@ def _decode_checkpoint(value: object, where: _Where) -> Checkpoint:
     return Checkpoint(
         offset=_int(offset, where),
         uri=_str(URI_LEN_MAX)(uri, where),
-        epoch=_int(epoch, where),
+        epoch=_epoch(epoch, where),
         at_ms=_int(at_ms, where),
     )
 
@@ -453,7 +463,7 @@ def _decode_partition(index: int, value: object) -> Partition:
         h_epoch, h_owner, h_reason, h_at = entry[:4]
         changes.append(
             OwnershipChange(
-                epoch=_int(h_epoch, where),
+                epoch=_epoch(h_epoch, where),
                 owner=_opt_worker_id(h_owner, where),
                 reason=_change_reason(h_reason, where),
                 at_ms=_int(h_at, where),
@@ -461,9 +471,9 @@ def _decode_partition(index: int, value: object) -> Partition:
             )
         )
     return Partition(
-        partition=index,
+        partition=PartitionId(index),
         owner=_opt_worker_id(owner, where),
-        epoch=_int(epoch, where),
+        epoch=_epoch(epoch, where),
         status=_partition_status(status, where),
         migration=_opt_migration_id(migration, where),
         checkpoint=cp,
@@ -491,7 +501,7 @@ def _decode_migration(value: object) -> Migration:
     )
     return Migration(
         migration_id=_migration_id(mid, "migrations"),
-        partition=_int(partition, "migrations"),
+        partition=_partition_id(partition, "migrations"),
         source=_worker_id(source, "migrations"),
         target=_worker_id(target, "migrations"),
         phase=_phase(phase, "migrations"),

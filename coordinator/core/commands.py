@@ -12,27 +12,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from coordinator.core.model import MigrationId, MigrationReason, WorkerId
+from coordinator.core.model import Epoch, MigrationId, MigrationReason, PartitionId, WorkerId
 
 # --- helper records carried inside commands ---------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Assignment:
-    partition: int
+    partition: PartitionId
     # None leaves the partition UNASSIGNED (allowed only in DeclareDead).
     owner: WorkerId | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Move:
-    partition: int
+    partition: PartitionId
     source: WorkerId
     target: WorkerId
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointReport:
+    # What a worker says it holds: not an id or an epoch until apply checks them against the
+    # state (it fences a report of any other).
     partition: int
     epoch: int
     offset: int
@@ -43,7 +45,7 @@ class CheckpointReport:
 class FinalCheckpoint:
     offset: int
     uri: str
-    epoch: int
+    epoch: Epoch
 
 
 # --- commands ----------------------------------------------------------------------------------
@@ -82,8 +84,8 @@ class AssignPartitions:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionOnline:
     TAG: ClassVar[int] = 5
-    partition: int
-    epoch: int
+    partition: PartitionId
+    epoch: Epoch
     owner: WorkerId
     now_ms: int
 
@@ -149,9 +151,9 @@ class FallBack:
     checkpoints (``checkpoint``) or, with None, from offset 0 (a full replay)."""
 
     TAG: ClassVar[int] = 13
-    partition: int
+    partition: PartitionId
     # The epoch whose host call kept failing: a fallback planned against an older one is stale.
-    epoch: int
+    epoch: Epoch
     checkpoint: FinalCheckpoint | None
     note: str
     now_ms: int
@@ -162,8 +164,8 @@ class MarkStuck:
     """No lossless fallback is left: say so on the partition until an operator resets it."""
 
     TAG: ClassVar[int] = 14
-    partition: int
-    epoch: int
+    partition: PartitionId
+    epoch: Epoch
     note: str
     now_ms: int
 
@@ -173,7 +175,7 @@ class ResetPartition:
     """Operator: forget the partition's checkpoints and host it from offset 0 (new epoch)."""
 
     TAG: ClassVar[int] = 15
-    partition: int
+    partition: PartitionId
     note: str
     now_ms: int
 

@@ -32,6 +32,7 @@ from coordinator.core.model import (
     OWNING_WORKER_STATES,
     TERMINAL_PHASES,
     Checkpoint,
+    Epoch,
     MigrationId,
     MigrationPhase,
     PartitionStatus,
@@ -54,7 +55,7 @@ __all__ = [
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionView:
     status: PartitionStatus
-    epoch: int
+    epoch: Epoch
     owner: WorkerId | None
     # The accepted checkpoints it holds (current first), to tell a newly accepted one.
     checkpoints: tuple[Checkpoint, ...]

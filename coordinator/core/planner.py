@@ -71,9 +71,12 @@ from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
     Checkpoint,
+    Epoch,
     MigrationId,
     MigrationPhase,
     MigrationReason,
+    PartitionEpoch,
+    PartitionId,
     PartitionStatus,
     WorkerId,
     WorkerState,
@@ -128,8 +131,8 @@ class PlannerSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HostCall:
-    partition: int
-    epoch: int
+    partition: PartitionId
+    epoch: Epoch
     worker_id: WorkerId
     address: str
     incarnation: int
@@ -140,8 +143,8 @@ class HostCall:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReleaseCall:
     migration_id: MigrationId
-    partition: int
-    epoch: int
+    partition: PartitionId
+    epoch: Epoch
     worker_id: WorkerId
     address: str
     incarnation: int
@@ -261,7 +264,7 @@ class Planner:
         policy = BackoffPolicy(
             base_ms=settings.host_retry_base_ms, cap_ms=settings.host_retry_cap_ms
         )
-        self.host_retry: RetrySchedule[tuple[int, int]] = RetrySchedule(policy)
+        self.host_retry: RetrySchedule[PartitionEpoch] = RetrySchedule(policy)
         self.release_retry: RetrySchedule[MigrationId] = RetrySchedule(policy)
         self.unavailable = UnavailableCounts()
         self.fallback_policy = FallbackPolicy(
@@ -414,12 +417,12 @@ class Planner:
                     return rejected(
                         "invalid", f"moves[{i}]: partition {partition} does not exist", "partition"
                     )
-                owner = state.partitions[partition].owner
-                if owner is None:
+                part = state.partitions[partition]
+                if part.owner is None:
                     return rejected(
                         "conflict", f"moves[{i}]: partition {partition} has no owner", "partition"
                     )
-                out.append(Move(partition=partition, source=owner, target=WorkerId(to)))
+                out.append(Move(partition=part.partition, source=part.owner, target=WorkerId(to)))
             planned = tuple(out)
         problem = check_moves(state, planned, None)
         return planned if problem is None else problem

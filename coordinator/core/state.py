@@ -60,12 +60,15 @@ from coordinator.core.model import (
     TOTAL_PARTITIONS_MAX,
     ChangeReason,
     Checkpoint,
+    Epoch,
     Migration,
     MigrationId,
     MigrationPhase,
     MigrationReason,
     OwnershipChange,
     Partition,
+    PartitionEpoch,
+    PartitionId,
     PartitionStatus,
     Worker,
     WorkerId,
@@ -124,7 +127,7 @@ class ClusterState:
         self.migrations: dict[MigrationId, Migration] = {}
         self.migration_seq: int = 0
         self.requests: OrderedDict[str, Result] = OrderedDict()
-        self._owned: dict[WorkerId, set[int]] = {}
+        self._owned: dict[WorkerId, set[PartitionId]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
         # The non-terminal migrations in creation order (a dict as an ordered set): the
         # registration apply and the planner's every tick ask for them, and a scan of
@@ -141,7 +144,7 @@ class ClusterState:
         self._owning_era = next(_eras)
         # Heartbeat replies: each worker's assignment, valid for one generation (every change
         # of an (owner, epoch) pair bumps it), so a heartbeat reads it without a sort.
-        self._assignments: dict[WorkerId, tuple[tuple[int, int], ...]] = {}
+        self._assignments: dict[WorkerId, tuple[PartitionEpoch, ...]] = {}
         self._assignments_generation = -1
 
     def reindex(self) -> None:
@@ -186,7 +189,7 @@ class ClusterState:
 
     # --- reads ---------------------------------------------------------------------------------
 
-    def assignment_of(self, worker_id: WorkerId) -> tuple[tuple[int, int], ...]:
+    def assignment_of(self, worker_id: WorkerId) -> tuple[PartitionEpoch, ...]:
         """(partition, epoch) pairs the worker owns, by partition; cached per generation."""
         if self._assignments_generation != self.generation:
             self._assignments = {}
@@ -198,7 +201,7 @@ class ClusterState:
                 self._assignments[worker_id] = cached
         return cached
 
-    def owned_by(self, worker_id: WorkerId) -> list[int]:
+    def owned_by(self, worker_id: WorkerId) -> list[PartitionId]:
         return sorted(self._owned.get(worker_id, ()))
 
     def active_workers(self) -> list[WorkerId]:
@@ -345,7 +348,7 @@ def _put_partition(state: ClusterState, new: Partition) -> None:
 
 def _reassign(
     state: ClusterState,
-    partition: int,
+    partition: PartitionId,
     *,
     owner: WorkerId | None,
     reason: ChangeReason,
@@ -355,7 +358,7 @@ def _reassign(
 ) -> None:
     """Give the partition a new epoch (and maybe owner): every such change fences the past."""
     old = state.partitions[partition]
-    epoch = old.epoch + 1
+    epoch = Epoch(old.epoch + 1)  # the one place a partition's epoch grows
     change = OwnershipChange(epoch=epoch, owner=owner, reason=reason, at_ms=now_ms, note=note)
     history = (*old.history, change)[-HISTORY_PER_PARTITION_MAX:]
     status = PartitionStatus.UNASSIGNED if owner is None else PartitionStatus.ASSIGNING
@@ -462,7 +465,7 @@ def _leavers(
     candidates: Iterable[WorkerId],
     *,
     ending: Collection[MigrationId] = (),
-    new_owner: Mapping[int, WorkerId | None] | None = None,
+    new_owner: Mapping[PartitionId, WorkerId | None] | None = None,
     sourcing: Collection[WorkerId] = (),
     becoming: Mapping[WorkerId, WorkerState] | None = None,
 ) -> list[WorkerId]:
@@ -628,9 +631,9 @@ def _bootstrap(state: ClusterState, cmd: Bootstrap) -> _Outcome:
     state.total_partitions = total
     state.partitions = [
         Partition(
-            partition=p,
+            partition=PartitionId(p),
             owner=None,
-            epoch=0,
+            epoch=Epoch(0),
             status=PartitionStatus.UNASSIGNED,
             migration=None,
             checkpoint=None,
@@ -1103,7 +1106,9 @@ def _record_checkpoints(state: ClusterState, cmd: RecordCheckpoints) -> _Outcome
             elif part.checkpoint is not None and e.offset < part.checkpoint.offset:
                 reason = f"offset {e.offset} is behind {part.checkpoint.offset}"
             else:
-                checkpoint = Checkpoint(offset=e.offset, uri=e.uri, epoch=e.epoch, at_ms=cmd.now_ms)
+                checkpoint = Checkpoint(
+                    offset=e.offset, uri=e.uri, epoch=part.epoch, at_ms=cmd.now_ms
+                )
                 _put_partition(state, _accept_checkpoint(part, checkpoint))
         status = "fenced" if reason is not None else "accepted"
         results.append({"partition": e.partition, "status": status, "reason": reason})
@@ -1150,7 +1155,9 @@ def _drain_worker(state: ClusterState, cmd: DrainWorker) -> _Outcome:
     return Ok(value=value), False
 
 
-def _assigning_at(state: ClusterState, p: int, epoch: int, note: str) -> Partition | Rejected:
+def _assigning_at(
+    state: ClusterState, p: PartitionId, epoch: Epoch, note: str
+) -> Partition | Rejected:
     """The partition ``p`` if it is ASSIGNING at exactly ``epoch`` (what a fallback needs),
     and ``note`` says why."""
     bad = _note_or_reject(note)
