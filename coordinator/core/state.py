@@ -172,7 +172,7 @@ class ClusterState:
 
     def detached(self) -> ClusterState:
         """A copy of the public fields that shares the frozen records: a few pointer copies
-        per partition, cheap under the apply lock, so that encoding it (256 ms at 100k
+        per partition, cheap under the apply lock, so that encoding it (slow at 100k
         partitions) can run outside the lock the Raft thread needs. Of the derived indices
         only the in-flight one, which in_flight_migrations reads: only for reading and
         encoding."""

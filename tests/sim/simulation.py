@@ -24,7 +24,7 @@ The log model (Raft, simplified but with the parts that matter here):
 - on a leader change the new leader is a replica holding every committed entry (Raft's
   election restriction); the old leader's uncommitted tail is overwritten when it catches up;
 - a replica applies committed entries in order, and a new leader proposes nothing until it
-  has applied its whole log up to the commit index (DESIGN §3: "apply before serving");
+  has applied its whole log up to the commit index (docs/design.md §3: "apply before serving");
 - group commit: what the leader appended since it last replicated goes out as ONE batch entry
   (``replication.batch``); replicas c1, c2 apply it through ``replication.log.apply_entry``,
   c0 command by command with the per-command checks, and the per-index state hash holds the

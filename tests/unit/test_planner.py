@@ -156,8 +156,8 @@ def test_a_rejected_command_skips_the_rest_and_keeps_the_host_retry() -> None:
 
 
 def test_a_stage_repeating_a_no_op_does_not_starve_the_calls() -> None:
-    """Rule 4 of the batch: the soak once found a stage that committed a no-op DrainWorker
-    every batch, so the host call that would have finished its work never went out."""
+    """Rule 4 of the batch: a stage that commits a no-op DrainWorker every batch must not
+    keep out the host call that would finish its work."""
     s, planner = with_w1_assigned(SETTINGS)
     noop = (RegisterWorker(worker_id=W1, address="http://w1", now_ms=5),)
     planner._drains = lambda *_: noop  # type: ignore[method-assign]
@@ -320,7 +320,7 @@ def test_checkpoint_rounds_follow_the_owning_set_by_its_changes(
 ) -> None:
     """A scan reads only the workers that started or stopped owning since the last one
     (ClusterState.owning_changes_since). Against a planner made to read the whole owning set
-    at every scan, as before: the same calls, in the same order, and the same rounds, through
+    at every scan: the same calls, in the same order, and the same rounds, through
     joins, deaths, departures, re-registrations, silences and failed calls."""
     s = ClusterState()
     assert isinstance(apply(s, "b", Bootstrap(total_partitions=1, now_ms=0)), Ok)
