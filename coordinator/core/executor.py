@@ -21,7 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coordinator.core.commands import Command
-from coordinator.core.planner import Batch, CommitOutcome, Planner, WorkerCall
+from coordinator.core.effects import (
+    Batch,
+    CommitOutcome,
+    WorkerCall,
+)
+from coordinator.core.planner import (
+    Planner,
+)
 
 __all__ = ["BatchRun", "commit_batch"]
 

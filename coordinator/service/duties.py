@@ -26,23 +26,25 @@ from typing import Any
 import aiohttp
 
 from coordinator.core.commands import DeclareDead, FallBack, FinalCheckpoint, MarkStuck
-from coordinator.core.executor import BatchRun
-from coordinator.core.fallback import target_of
-from coordinator.core.model import WorkerId
-from coordinator.core.placement import PlacementStrategy
-from coordinator.core.planner import (
+from coordinator.core.effects import (
     CheckpointCall,
     CheckpointDone,
     CommitOutcome,
     HostCall,
     HostDone,
-    Planner,
-    PlannerSettings,
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
     WorkerCall,
     WorkerResult,
+)
+from coordinator.core.executor import BatchRun
+from coordinator.core.fallback import target_of
+from coordinator.core.model import WorkerId
+from coordinator.core.placement import PlacementStrategy
+from coordinator.core.planner import (
+    Planner,
+    PlannerSettings,
 )
 from coordinator.service.auth import call_token
 from coordinator.service.failing import FailingReports

@@ -53,6 +53,19 @@ from coordinator.core.commands import (
     RegisterWorker,
     Rejected,
 )
+from coordinator.core.effects import (
+    CheckpointCall,
+    CheckpointDone,
+    CommitOutcome,
+    HostCall,
+    HostDone,
+    ReleaseCall,
+    ReleaseDone,
+    ReleaseOutcome,
+    WorkerCall,
+    WorkerResult,
+    call_key,
+)
 from coordinator.core.executor import BatchRun
 from coordinator.core.invariants import (
     Ledger,
@@ -71,19 +84,8 @@ from coordinator.core.model import (
     WorkerState,
 )
 from coordinator.core.planner import (
-    CheckpointCall,
-    CheckpointDone,
-    CommitOutcome,
-    HostCall,
-    HostDone,
     Planner,
     PlannerSettings,
-    ReleaseCall,
-    ReleaseDone,
-    ReleaseOutcome,
-    WorkerCall,
-    WorkerResult,
-    call_key,
 )
 from coordinator.core.state import ClusterState
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch

@@ -59,23 +59,25 @@ from coordinator.core.commands import (
     Rejected,
     ResetPartition,
 )
-from coordinator.core.executor import BatchRun, commit_batch
-from coordinator.core.invariants import state_violations, step_violations, view
-from coordinator.core.model import MigrationId, MigrationReason, WorkerId
-from coordinator.core.planner import (
+from coordinator.core.effects import (
     Batch,
     CheckpointCall,
     CheckpointDone,
     CommitOutcome,
     HostCall,
     HostDone,
-    Planner,
-    PlannerSettings,
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
     WorkerCall,
     WorkerResult,
+)
+from coordinator.core.executor import BatchRun, commit_batch
+from coordinator.core.invariants import state_violations, step_violations, view
+from coordinator.core.model import MigrationId, MigrationReason, WorkerId
+from coordinator.core.planner import (
+    Planner,
+    PlannerSettings,
 )
 from coordinator.core.state import ClusterState, apply
 

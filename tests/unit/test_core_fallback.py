@@ -21,6 +21,11 @@ from coordinator.core.commands import (
     ResetPartition,
     StartRelease,
 )
+from coordinator.core.effects import (
+    CommitOutcome,
+    HostCall,
+    HostDone,
+)
 from coordinator.core.executor import commit_batch
 from coordinator.core.fallback import (
     CHECKPOINT_UNAVAILABLE,
@@ -36,7 +41,10 @@ from coordinator.core.model import (
     MigrationPhase,
     PartitionStatus,
 )
-from coordinator.core.planner import CommitOutcome, HostCall, HostDone, Planner, PlannerSettings
+from coordinator.core.planner import (
+    Planner,
+    PlannerSettings,
+)
 from coordinator.core.state import ClusterState
 from tests.unit.test_core_state import W1, W2, ok, plan, rejects
 from tests.unit.test_core_state import s as s  # the fixture, re-exported for pytest

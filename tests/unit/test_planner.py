@@ -25,6 +25,16 @@ from coordinator.core.commands import (
     PlanMigrations,
     RegisterWorker,
 )
+from coordinator.core.effects import (
+    CheckpointCall,
+    CheckpointDone,
+    CommitOutcome,
+    HostCall,
+    HostDone,
+    ReleaseCall,
+    ReleaseDone,
+    ReleaseOutcome,
+)
 from coordinator.core.executor import commit_batch
 from coordinator.core.invariants import state_violations, step_violations, view
 from coordinator.core.model import (
@@ -35,16 +45,8 @@ from coordinator.core.model import (
     WorkerState,
 )
 from coordinator.core.planner import (
-    CheckpointCall,
-    CheckpointDone,
-    CommitOutcome,
-    HostCall,
-    HostDone,
     Planner,
     PlannerSettings,
-    ReleaseCall,
-    ReleaseDone,
-    ReleaseOutcome,
 )
 from coordinator.core.state import ClusterState, apply
 

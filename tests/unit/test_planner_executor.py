@@ -7,12 +7,14 @@ import random
 import pytest
 
 from coordinator.core.commands import Command, StartRelease
-from coordinator.core.executor import BatchRun, commit_batch
-from coordinator.core.model import MigrationId, WorkerId
-from coordinator.core.planner import (
+from coordinator.core.effects import (
     Batch,
     CheckpointCall,
     CommitOutcome,
+)
+from coordinator.core.executor import BatchRun, commit_batch
+from coordinator.core.model import MigrationId, WorkerId
+from coordinator.core.planner import (
     Planner,
     PlannerSettings,
 )
