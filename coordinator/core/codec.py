@@ -21,6 +21,7 @@ from typing import Any, TypeVar, cast
 
 import msgpack
 
+from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     COMMAND_BY_TAG,
     Assignment,
@@ -58,7 +59,6 @@ from coordinator.core.model import (
     WorkerState,
     valid_id,
 )
-from coordinator.core.state import ClusterState
 
 __all__ = [
     "FORMAT_VERSION",

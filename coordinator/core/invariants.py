@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from coordinator.core import lifecycle
+from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import Command, RecordCheckpoints
 from coordinator.core.model import (
     CHECKPOINTS_KEPT_MAX,
@@ -39,7 +40,6 @@ from coordinator.core.model import (
     WorkerId,
     WorkerState,
 )
-from coordinator.core.state import ClusterState
 
 __all__ = [
     "Ledger",

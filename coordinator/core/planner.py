@@ -50,6 +50,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from coordinator.core.backoff import BackoffPolicy, RetrySchedule, Rng
+from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     AbortMigration,
     Assignment,
@@ -93,7 +94,7 @@ from coordinator.core.model import (
 )
 from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy, plan
 from coordinator.core.rounds import CheckpointRounds
-from coordinator.core.state import ClusterState, check_moves
+from coordinator.core.state import check_moves
 
 __all__ = ["Planner", "PlannerSettings"]
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from coordinator.core.backoff import Rng
+from coordinator.core.cluster import ClusterState
 from coordinator.core.model import OWNING_WORKER_STATES, WorkerId
-from coordinator.core.state import ClusterState
 
 __all__ = ["CHECKPOINT_SCAN_MS_MAX", "CheckpointRounds"]
 

@@ -1,11 +1,14 @@
-"""The replicated cluster state and the one function that changes it: ``apply``.
+"""The one function that changes the replicated cluster state: ``apply``.
 
-Everything that affects the replicated state lives here. ``apply`` is deterministic (no clock,
-no randomness: both are stamped into commands) and total: every input yields a Result value.
-Each handler validates completely before its first mutation, so a Rejected never changes the
-state; that includes asking the lifecycle tables (`coordinator/core/lifecycle.py`) about
-every worker, partition and migration change it is about to make. Invariants kept (and
-checked by the property tests):
+Every change to the replicated state is decided here, by one handler per command; the
+container it changes, ``ClusterState`` (`coordinator/core/cluster.py`, re-exported here as
+``apply``'s argument type), only keeps its indices true. ``apply`` is deterministic (no
+clock, no randomness: both are stamped into commands) and total: every input yields a
+Result value. Each handler validates completely before its first mutation, so a Rejected
+never changes the state; that includes asking the lifecycle tables
+(`coordinator/core/lifecycle.py`) about every worker, partition and migration change it is
+about to make. Invariants kept (`coordinator/core/invariants.py` checks them in the property
+tests and the simulation):
 
 - a partition has at most one owner; an owner exists and is ACTIVE or DRAINING;
 - a partition's epoch never decreases and grows by one with every (re)assignment;
@@ -16,13 +19,12 @@ checked by the property tests):
 
 from __future__ import annotations
 
-import itertools
-from collections import OrderedDict, deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from coordinator.core import lifecycle
+from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     AbortMigration,
     Assignment,
@@ -67,7 +69,6 @@ from coordinator.core.model import (
     MigrationReason,
     OwnershipChange,
     Partition,
-    PartitionEpoch,
     PartitionId,
     PartitionStatus,
     Worker,
@@ -77,190 +78,6 @@ from coordinator.core.model import (
 )
 
 __all__ = ["ClusterState", "apply", "check_moves"]
-
-
-ASSIGNMENTS_CACHED_MAX = 100_000  # workers whose heartbeat reply is cached at once
-# Workers that started or stopped owning (ACTIVE or DRAINING), newest last, for readers that
-# follow the owning set by its changes (the planner's checkpoint rounds); one that falls
-# further behind than this reads the whole set again.
-OWNING_CHANGES_KEPT_MAX = 65_536
-_eras = itertools.count(1)  # one per ClusterState and per reindex: a cursor names its era
-
-
-class ClusterState:
-    """Mutable container of frozen records, so one change to 100k partitions costs O(1).
-
-    Mutate it only through ``apply``: besides the public fields it keeps derived indices
-    (owner -> partitions, source -> in-flight migrations, the in-flight migrations in creation
-    order, terminal migrations in eviction order) that ``apply`` updates and ``reindex``
-    rebuilds from the public fields alone, so a replica restored from a snapshot evicts and
-    answers exactly like one that never restarted.
-    """
-
-    __slots__ = (
-        "_assignments",
-        "_assignments_generation",
-        "_by_state",
-        "_in_flight",
-        "_owned",
-        "_owning_changes",
-        "_owning_era",
-        "_owning_seq",
-        "_sourcing",
-        "_terminal",
-        "generation",
-        "migration_seq",
-        "migrations",
-        "partitions",
-        "requests",
-        "total_partitions",
-        "workers",
-    )
-
-    def __init__(self) -> None:
-        self.total_partitions: int = 0  # 0 = not bootstrapped
-        self.workers: dict[WorkerId, Worker] = {}
-        self.partitions: list[Partition] = []
-        self.generation: int = 0
-        # Insertion ordered. A migration is moved to the end when it becomes terminal, so the
-        # terminal ones appear in the order they finished: eviction drops the oldest-finished.
-        self.migrations: dict[MigrationId, Migration] = {}
-        self.migration_seq: int = 0
-        self.requests: OrderedDict[str, Result] = OrderedDict()
-        self._owned: dict[WorkerId, set[PartitionId]] = {}
-        self._sourcing: dict[WorkerId, set[MigrationId]] = {}
-        # The non-terminal migrations in creation order (a dict as an ordered set): the
-        # registration apply and the planner's every tick ask for them, and a scan of
-        # `migrations` also walked up to TERMINAL_MIGRATIONS_RETAINED_MAX finished ones.
-        self._in_flight: dict[MigrationId, None] = {}
-        self._terminal: deque[MigrationId] = deque()
-        # Worker ids by state, so the leader's every-tick questions (how many are ACTIVE,
-        # who is DRAINING) do not scan every worker ever registered (DEAD and LEFT stay).
-        self._by_state: dict[WorkerState, set[WorkerId]] = {s: set() for s in WorkerState}
-        # The owning set's changes (see owning_changes_since): `_owning_seq` counts every one
-        # ever appended in this era; the deque keeps the newest OWNING_CHANGES_KEPT_MAX.
-        self._owning_changes: deque[WorkerId] = deque(maxlen=OWNING_CHANGES_KEPT_MAX)
-        self._owning_seq = 0
-        self._owning_era = next(_eras)
-        # Heartbeat replies: each worker's assignment, valid for one generation (every change
-        # of an (owner, epoch) pair bumps it), so a heartbeat reads it without a sort.
-        self._assignments: dict[WorkerId, tuple[PartitionEpoch, ...]] = {}
-        self._assignments_generation = -1
-
-    def reindex(self) -> None:
-        """Rebuild the derived indices from the public fields (after decoding a snapshot)."""
-        self._assignments_generation = -1
-        self._owned = {}
-        for part in self.partitions:
-            if part.owner is not None:
-                self._owned.setdefault(part.owner, set()).add(part.partition)
-        self._sourcing = {}
-        self._in_flight = {}
-        self._terminal = deque()
-        self._by_state = {s: set() for s in WorkerState}
-        for w in self.workers.values():
-            self._by_state[w.state].add(w.worker_id)
-        self._owning_changes.clear()
-        self._owning_seq = 0
-        self._owning_era = next(_eras)
-        for m in self.migrations.values():
-            if m.phase in TERMINAL_PHASES:
-                self._terminal.append(m.migration_id)
-            else:
-                self._sourcing.setdefault(m.source, set()).add(m.migration_id)
-                self._in_flight[m.migration_id] = None
-
-    def detached(self) -> ClusterState:
-        """A copy of the public fields that shares the frozen records: a few pointer copies
-        per partition, cheap under the apply lock, so that encoding it (slow at 100k
-        partitions) can run outside the lock the Raft thread needs. Of the derived indices
-        only the in-flight one, which in_flight_migrations reads: only for reading and
-        encoding."""
-        copy = ClusterState()
-        copy.total_partitions = self.total_partitions
-        copy.workers = dict(self.workers)
-        copy.partitions = list(self.partitions)
-        copy.generation = self.generation
-        copy.migrations = dict(self.migrations)
-        copy.migration_seq = self.migration_seq
-        copy._in_flight = dict(self._in_flight)
-        copy.requests = OrderedDict(self.requests)
-        return copy
-
-    # --- reads ---------------------------------------------------------------------------------
-
-    def assignment_of(self, worker_id: WorkerId) -> tuple[PartitionEpoch, ...]:
-        """(partition, epoch) pairs the worker owns, by partition; cached per generation."""
-        if self._assignments_generation != self.generation:
-            self._assignments = {}
-            self._assignments_generation = self.generation
-        cached = self._assignments.get(worker_id)
-        if cached is None:
-            cached = tuple((p, self.partitions[p].epoch) for p in self.owned_by(worker_id))
-            if len(self._assignments) < ASSIGNMENTS_CACHED_MAX:
-                self._assignments[worker_id] = cached
-        return cached
-
-    def owned_by(self, worker_id: WorkerId) -> list[PartitionId]:
-        return sorted(self._owned.get(worker_id, ()))
-
-    def active_workers(self) -> list[WorkerId]:
-        return self.workers_in(WorkerState.ACTIVE)
-
-    def count_in(self, worker_state: WorkerState) -> int:
-        return len(self._by_state[worker_state])
-
-    def workers_in(self, *worker_states: WorkerState) -> list[WorkerId]:
-        """The ids of the workers in any of `worker_states`, sorted."""
-        return sorted(self.worker_set(*worker_states))
-
-    def worker_set(self, *worker_states: WorkerState) -> set[WorkerId]:
-        """The ids of the workers in any of `worker_states`, as a new set (unsorted)."""
-        return set().union(*(self._by_state[s] for s in worker_states))
-
-    def owning_changes_since(
-        self, cursor: tuple[int, int] | None
-    ) -> tuple[set[WorkerId] | None, tuple[int, int]]:
-        """The workers that started or stopped owning since `cursor` (which this returned
-        before), and the cursor for next time. None instead of the workers when they are not
-        known: no cursor yet, another state object or a reindex since (a new era), or more
-        than OWNING_CHANGES_KEPT_MAX changes since; the reader then reads the whole set.
-        A worker in the answer may have changed back since: read its state now."""
-        now = (self._owning_era, self._owning_seq)
-        if cursor is None or cursor[0] != self._owning_era:
-            return None, now
-        behind = self._owning_seq - cursor[1]  # never negative: only a new era resets it
-        if behind > len(self._owning_changes):
-            return None, now
-        return set(itertools.islice(reversed(self._owning_changes), behind)), now
-
-    def put_worker(self, worker: Worker) -> None:
-        """The one way a worker record is written: keeps the by-state index (and the owning
-        set's changes) true."""
-        wid = worker.worker_id
-        prev = self.workers.get(wid)
-        was_owning = False
-        if prev is not None:
-            self._by_state[prev.state].discard(wid)
-            was_owning = prev.state in OWNING_WORKER_STATES
-        self.workers[wid] = worker
-        self._by_state[worker.state].add(wid)
-        if was_owning != (worker.state in OWNING_WORKER_STATES):
-            self._owning_changes.append(wid)
-            self._owning_seq += 1
-
-    def in_flight_migrations(self) -> list[Migration]:
-        """Non-terminal migrations in creation order, from the index: O(in flight), not
-        O(retained)."""
-        return [self.migrations[mid] for mid in self._in_flight]
-
-    def summary(self) -> dict[str, int]:
-        return {
-            "active_workers": self.count_in(WorkerState.ACTIVE),
-            "total_workers": len(self.workers),
-            "total_partitions": self.total_partitions,
-            "generation": self.generation,
-        }
 
 
 # --- apply -------------------------------------------------------------------------------------
@@ -286,8 +103,7 @@ def apply(state: ClusterState, request_id: str, cmd: Command) -> Result:
         state.requests[request_id] = result
         while len(state.requests) > REQUESTS_RETAINED_MAX:
             state.requests.popitem(last=False)
-        while len(state._terminal) > TERMINAL_MIGRATIONS_RETAINED_MAX:
-            del state.migrations[state._terminal.popleft()]
+        state.evict_terminal(TERMINAL_MIGRATIONS_RETAINED_MAX)
     return result
 
 
@@ -330,20 +146,7 @@ def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
             return Ok(value={"nonce": cmd.nonce}), False
 
 
-# --- mutation primitives (the only writers of partitions and migrations) ------------------------
-
-
-def _put_partition(state: ClusterState, new: Partition) -> None:
-    old = state.partitions[new.partition]
-    if old.owner != new.owner:
-        if old.owner is not None:
-            owned = state._owned[old.owner]
-            owned.discard(new.partition)
-            if not owned:
-                del state._owned[old.owner]
-        if new.owner is not None:
-            state._owned.setdefault(new.owner, set()).add(new.partition)
-    state.partitions[new.partition] = new
+# --- changes built from the container's writers --------------------------------------------------
 
 
 def _reassign(
@@ -362,8 +165,7 @@ def _reassign(
     change = OwnershipChange(epoch=epoch, owner=owner, reason=reason, at_ms=now_ms, note=note)
     history = (*old.history, change)[-HISTORY_PER_PARTITION_MAX:]
     status = PartitionStatus.UNASSIGNED if owner is None else PartitionStatus.ASSIGNING
-    _put_partition(
-        state,
+    state.put_partition(
         replace(old, owner=owner, epoch=epoch, status=status, migration=migration, history=history),
     )
 
@@ -378,36 +180,14 @@ def _accept_checkpoint(part: Partition, new: Checkpoint) -> Partition:
     return replace(part, checkpoint=new, earlier=earlier)
 
 
-def _put_migration(state: ClusterState, new: Migration) -> None:
-    mid = new.migration_id
-    old = state.migrations.get(mid)
-    if old is None:
-        state.migrations[mid] = new
-        state._sourcing.setdefault(new.source, set()).add(mid)
-        state._in_flight[mid] = None
-        return
-    if new.phase in TERMINAL_PHASES and old.phase not in TERMINAL_PHASES:
-        # Move to the end: terminal migrations stay ordered by when they finished.
-        del state.migrations[mid]
-        state.migrations[mid] = new
-        state._terminal.append(mid)
-        del state._in_flight[mid]
-        sourcing = state._sourcing[old.source]
-        sourcing.discard(mid)
-        if not sourcing:
-            del state._sourcing[old.source]
-        return
-    state.migrations[mid] = new
-
-
 def _finish_migration(
     state: ClusterState, m: Migration, phase: MigrationPhase, note: str, now_ms: int
 ) -> None:
     """Make ``m`` terminal and detach it from its partition."""
-    _put_migration(state, replace(m, phase=phase, note=note, updated_at_ms=now_ms))
+    state.put_migration(replace(m, phase=phase, note=note, updated_at_ms=now_ms))
     part = state.partitions[m.partition]
     if part.migration == m.migration_id:
-        _put_partition(state, replace(part, migration=None))
+        state.put_partition(replace(part, migration=None))
 
 
 def _leave(state: ClusterState, workers: Iterable[WorkerId], now_ms: int) -> bool:
@@ -484,9 +264,9 @@ def _leavers(
         w = state.workers.get(wid)
         if w is None or becoming.get(wid, w.state) is not WorkerState.DRAINING:
             continue
-        if wid in sourcing or state._sourcing.get(wid, set()).difference(ending):
+        if wid in sourcing or any(m not in ending for m in state.sourcing(wid)):
             continue
-        if any(new_owner.get(p, wid) == wid for p in state._owned.get(wid, ())):
+        if any(new_owner.get(p, wid) == wid for p in state.owned_set(wid)):
             continue
         if gaining is None:
             gaining = set(new_owner.values())
@@ -565,8 +345,7 @@ def _create_migrations(
         if stale is not None:  # check_moves allowed it: HANDED_OFF, never came online
             old = state.migrations[stale]
             _finish_migration(state, old, MigrationPhase.ABORTED, f"superseded by {mid}", now_ms)
-        _put_migration(
-            state,
+        state.put_migration(
             Migration(
                 migration_id=mid,
                 partition=mv.partition,
@@ -580,7 +359,7 @@ def _create_migrations(
             ),
         )
         part = state.partitions[mv.partition]
-        _put_partition(state, replace(part, migration=mid))
+        state.put_partition(replace(part, migration=mid))
         created.append({"id": mid, "partition": mv.partition, "from": mv.source, "to": mv.target})
     return created
 
@@ -776,7 +555,7 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
         return bad, False
     orphaned: set[int] = set()
     for wid in dead:
-        orphaned |= state._owned.get(wid, set())
+        orphaned |= state.owned_set(wid)
     new_owner = {a.partition: a.owner for a in cmd.assignments}
     if new_owner.keys() != orphaned:
         missing = len(orphaned - new_owner.keys())
@@ -833,7 +612,7 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
         return problem, False
     # Validation done; from here on nothing can be rejected.
     for m in handed_off:
-        _put_migration(state, replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=now))
+        state.put_migration(replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=now))
     for m, note in aborted:
         _finish_migration(state, m, MigrationPhase.ABORTED, note, now)
     for wid in cmd.worker_ids:
@@ -928,10 +707,10 @@ def _partition_online(state: ClusterState, cmd: PartitionOnline) -> _Outcome:
     )
     if problem is not None:
         return problem, False
-    _put_partition(state, replace(part, status=PartitionStatus.ONLINE, migration=mid, stuck=""))
+    state.put_partition(replace(part, status=PartitionStatus.ONLINE, migration=mid, stuck=""))
     value["changed"] = True
     if done is not None:
-        _put_migration(state, replace(done, phase=MigrationPhase.DONE, updated_at_ms=cmd.now_ms))
+        state.put_migration(replace(done, phase=MigrationPhase.DONE, updated_at_ms=cmd.now_ms))
         value["migration_done"] = done.migration_id
         if _leave(state, leaving, cmd.now_ms):
             value["left"] = done.source
@@ -977,7 +756,7 @@ def _start_release(state: ClusterState, cmd: StartRelease) -> _Outcome:
     )
     if problem is not None:
         return problem, False
-    _put_migration(state, replace(m, phase=MigrationPhase.RELEASING, updated_at_ms=cmd.now_ms))
+    state.put_migration(replace(m, phase=MigrationPhase.RELEASING, updated_at_ms=cmd.now_ms))
     return Ok(value=value | {"changed": True}), False
 
 
@@ -1013,7 +792,7 @@ def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
         accepted = Checkpoint(
             offset=final.offset, uri=final.uri, epoch=final.epoch, at_ms=cmd.now_ms
         )
-        _put_partition(state, _accept_checkpoint(part, accepted))
+        state.put_partition(_accept_checkpoint(part, accepted))
     # Otherwise a missing, stale or backwards final checkpoint is ignored: the target
     # resumes from the last accepted one.
     reason = ChangeReason.DRAIN if m.reason is MigrationReason.DRAIN else ChangeReason.MIGRATION
@@ -1025,7 +804,7 @@ def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
         now_ms=cmd.now_ms,
         migration=m.migration_id,
     )
-    _put_migration(state, replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=cmd.now_ms))
+    state.put_migration(replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=cmd.now_ms))
     value |= {
         "owner": m.target,
         "epoch": state.partitions[m.partition].epoch,
@@ -1109,7 +888,7 @@ def _record_checkpoints(state: ClusterState, cmd: RecordCheckpoints) -> _Outcome
                 checkpoint = Checkpoint(
                     offset=e.offset, uri=e.uri, epoch=part.epoch, at_ms=cmd.now_ms
                 )
-                _put_partition(state, _accept_checkpoint(part, checkpoint))
+                state.put_partition(_accept_checkpoint(part, checkpoint))
         status = "fenced" if reason is not None else "accepted"
         results.append({"partition": e.partition, "status": status, "reason": reason})
     return Ok(value={"results": results}), False
@@ -1209,7 +988,7 @@ def _fall_back(state: ClusterState, cmd: FallBack) -> _Outcome:
     )
     if problem is not None:
         return problem, False
-    _put_partition(state, replace(part, checkpoint=checkpoint, earlier=earlier, stuck=""))
+    state.put_partition(replace(part, checkpoint=checkpoint, earlier=earlier, stuck=""))
     _reassign(
         state,
         part.partition,
@@ -1233,7 +1012,7 @@ def _mark_stuck(state: ClusterState, cmd: MarkStuck) -> _Outcome:
     part = _assigning_at(state, cmd.partition, cmd.epoch, cmd.note)
     if isinstance(part, Rejected):
         return part, False
-    _put_partition(state, replace(part, stuck=cmd.note))
+    state.put_partition(replace(part, stuck=cmd.note))
     return Ok(value={"partition": part.partition, "stuck": cmd.note}), False
 
 
@@ -1255,7 +1034,7 @@ def _reset_partition(state: ClusterState, cmd: ResetPartition) -> _Outcome:
     )
     if problem is not None:
         return problem, False
-    _put_partition(state, replace(part, checkpoint=None, earlier=(), stuck=""))
+    state.put_partition(replace(part, checkpoint=None, earlier=(), stuck=""))
     _reassign(
         state,
         p,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.core import state as core_state
 from coordinator.core.commands import (
     CheckpointReport,
     DrainWorker,
@@ -53,17 +52,17 @@ def test_an_applied_state_keeps_them(s: ClusterState) -> None:
 def test_owners_must_be_live_and_only_of_assigned_partitions(s: ClusterState) -> None:
     s.put_worker(replace(s.workers[W1], state=WorkerState.DEAD))
     assert any("p0 owned by w1, which is not active/draining" in v for v in state_violations(s))
-    core_state._put_partition(s, replace(s.partitions[1], status=PartitionStatus.UNASSIGNED))
+    s.put_partition(replace(s.partitions[1], status=PartitionStatus.UNASSIGNED))
     assert any("p1 is unassigned with owner w2" in v for v in state_violations(s))
 
 
 def test_migrations_and_partitions_must_agree(s: ClusterState) -> None:
     (m1,) = plan(s, (0, W1, W2))
-    core_state._put_partition(s, replace(s.partitions[0], owner=W2))
+    s.put_partition(replace(s.partitions[0], owner=W2))
     assert any(f"{m1} is planned but p0 is w2's" in v for v in state_violations(s))
-    core_state._put_partition(s, replace(s.partitions[0], owner=W1, migration=None))
+    s.put_partition(replace(s.partitions[0], owner=W1, migration=None))
     assert any(f"{m1} in flight but p0 points at None" in v for v in state_violations(s))
-    core_state._put_partition(s, replace(s.partitions[1], migration=m1))
+    s.put_partition(replace(s.partitions[1], migration=m1))
     assert any(f"p1 points at {m1}" in v for v in state_violations(s))
 
 
@@ -71,14 +70,14 @@ def test_the_fallback_chain_is_bounded_newest_first_and_never_stuck_online(
     s: ClusterState,
 ) -> None:
     p0 = s.partitions[0]
-    core_state._put_partition(s, replace(p0, checkpoint=_ck(5), earlier=(_ck(7),)))
+    s.put_partition(replace(p0, checkpoint=_ck(5), earlier=(_ck(7),)))
     assert any("not newest first" in v for v in state_violations(s))
-    core_state._put_partition(s, replace(p0, earlier=(_ck(4),)))
+    s.put_partition(replace(p0, earlier=(_ck(4),)))
     assert any("without a current one" in v for v in state_violations(s))
     chain = tuple(_ck(9 - i) for i in range(5))
-    core_state._put_partition(s, replace(p0, checkpoint=_ck(10), earlier=chain))
+    s.put_partition(replace(p0, checkpoint=_ck(10), earlier=chain))
     assert any("keeps 5 earlier checkpoints" in v for v in state_violations(s))
-    core_state._put_partition(s, replace(p0, checkpoint=None, earlier=(), stuck="lost"))
+    s.put_partition(replace(p0, checkpoint=None, earlier=(), stuck="lost"))
     assert state_violations(s) == ["p0 is online and marked stuck"]
 
 
@@ -92,8 +91,8 @@ def test_the_indices_must_equal_a_scan(s: ClusterState) -> None:
 
 def test_a_step_must_not_go_back_nor_give_one_epoch_two_owners(s: ClusterState) -> None:
     before = view(s)
-    core_state._put_partition(s, replace(s.partitions[0], epoch=0))
-    core_state._put_partition(s, replace(s.partitions[1], owner=W3))
+    s.put_partition(replace(s.partitions[0], epoch=0))
+    s.put_partition(replace(s.partitions[1], owner=W3))
     s.generation -= 1
     problems = step_violations(before, s, REPORT)
     assert "RecordCheckpoints took p0 epoch back to 0" in problems
@@ -103,8 +102,8 @@ def test_a_step_must_not_go_back_nor_give_one_epoch_two_owners(s: ClusterState) 
 
 def test_a_checkpoint_is_accepted_only_at_the_epoch_from_the_owner(s: ClusterState) -> None:
     before = view(s)
-    core_state._put_partition(s, replace(s.partitions[0], checkpoint=_ck(5, epoch=0)))
-    core_state._put_partition(s, replace(s.partitions[1], checkpoint=_ck(6)))
+    s.put_partition(replace(s.partitions[0], checkpoint=_ck(5, epoch=0)))
+    s.put_partition(replace(s.partitions[1], checkpoint=_ck(6)))
     problems = step_violations(before, s, REPORT)
     assert problems == [
         "checkpoint p0 accepted at stale epoch 0 (current 1, owner w1)",
@@ -121,7 +120,7 @@ def test_a_checkpoint_is_accepted_only_at_the_epoch_from_the_owner(s: ClusterSta
 def test_a_change_outside_the_lifecycle_tables_is_named(s: ClusterState) -> None:
     before = view(s)
     s.put_worker(replace(s.workers[W1], state=WorkerState.DRAINING))
-    core_state._put_partition(s, replace(s.partitions[1], status=PartitionStatus.ASSIGNING))
+    s.put_partition(replace(s.partitions[1], status=PartitionStatus.ASSIGNING))
     problems = step_violations(before, s, REPORT)
     assert any("moved worker w1 WorkerState.ACTIVE -> WorkerState.DRAINING" in v for v in problems)
     assert any("moved partition 1 PartitionStatus.ONLINE" in v for v in problems)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.core import cluster as cluster_module
 from coordinator.core import state as state_module
 from coordinator.core.codec import encode_state
 from coordinator.core.commands import (
@@ -272,7 +273,7 @@ def test_owning_changes_name_who_started_or_stopped_owning(
     changed, cursor = s.owning_changes_since(cursor)
     assert changed is None
     # More changes than are kept: the whole set again.
-    monkeypatch.setattr(state_module, "OWNING_CHANGES_KEPT_MAX", 2)
+    monkeypatch.setattr(cluster_module, "OWNING_CHANGES_KEPT_MAX", 2)
     small = ClusterState()
     ok(small, Bootstrap(total_partitions=1, now_ms=1))
     _, at = small.owning_changes_since(None)
