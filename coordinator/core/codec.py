@@ -22,6 +22,7 @@ from typing import Any, TypeVar, cast, get_args
 
 import msgpack
 
+from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     COMMAND_BY_TAG,
     AbortResult,
@@ -65,19 +66,20 @@ from coordinator.core.model import (
     URI_LEN_MAX,
     ChangeReason,
     Checkpoint,
+    Epoch,
     Migration,
     MigrationId,
     MigrationPhase,
     MigrationReason,
     OwnershipChange,
     Partition,
+    PartitionId,
     PartitionStatus,
     Worker,
     WorkerId,
     WorkerState,
     valid_id,
 )
-from coordinator.core.state import ClusterState
 
 __all__ = [
     "FORMAT_VERSION",
@@ -110,11 +112,11 @@ class CodecError(ValueError):
 
 
 # Field names of each dataclass `_plain` has met, in declared order: `dataclasses.fields`
-# builds a tuple on every call (with `is_dataclass`, 5% of the leader's event loop under
-# registrations). One entry per dataclass in the code, so it is bounded by the code.
+# builds a tuple on every call, which the leader's event loop pays for every registration.
+# One entry per dataclass in the code, so it is bounded by the code.
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 # Field values msgpack takes as they are (most of a command's fields): returned before the
-# Enum, sequence and dataclass checks (`is_dataclass` on each was 1% of the leader's loop).
+# Enum, sequence and dataclass checks, which would otherwise run on every field.
 _SCALAR_TYPES = frozenset({str, int, float, bool, bytes, type(None)})
 
 
@@ -197,6 +199,14 @@ def _migration_id(value: object, where: _Where) -> MigrationId:
     return MigrationId(cast(str, value))
 
 
+def _partition_id(value: object, where: _Where) -> PartitionId:
+    return PartitionId(_int(value, where))
+
+
+def _epoch(value: object, where: _Where) -> Epoch:
+    return Epoch(_int(value, where))
+
+
 def _optional(inner: _Decoder) -> _Decoder:
     def decode(value: object, where: _Where) -> Any:
         return None if value is None else inner(value, where)
@@ -257,14 +267,14 @@ def _record(cls: type[_T], spec: dict[str, _Decoder]) -> Callable[[object, _Wher
 
 # --- command specs -----------------------------------------------------------------------------
 
-_assignment = _record(Assignment, {"partition": _int, "owner": _optional(_worker_id)})
-_move = _record(Move, {"partition": _int, "source": _worker_id, "target": _worker_id})
+_assignment = _record(Assignment, {"partition": _partition_id, "owner": _optional(_worker_id)})
+_move = _record(Move, {"partition": _partition_id, "source": _worker_id, "target": _worker_id})
 _checkpoint_report = _record(
     CheckpointReport,
     {"partition": _int, "epoch": _int, "offset": _int, "uri": _str(URI_LEN_MAX)},
 )
 _final_checkpoint = _record(
-    FinalCheckpoint, {"offset": _int, "uri": _str(URI_LEN_MAX), "epoch": _int}
+    FinalCheckpoint, {"offset": _int, "uri": _str(URI_LEN_MAX), "epoch": _epoch}
 )
 
 _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
@@ -276,7 +286,7 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
     },
     3: {"worker_ids": _array(_worker_id), "assignments": _array(_assignment), "now_ms": _int},
     4: {"assignments": _array(_assignment), "now_ms": _int},
-    5: {"partition": _int, "epoch": _int, "owner": _worker_id, "now_ms": _int},
+    5: {"partition": _partition_id, "epoch": _epoch, "owner": _worker_id, "now_ms": _int},
     6: {"moves": _array(_move), "reason": _enum(MigrationReason), "now_ms": _int},
     7: {"migration_id": _migration_id, "now_ms": _int},
     8: {
@@ -294,14 +304,14 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
     11: {"worker_id": _worker_id, "moves": _array(_move), "now_ms": _int},
     12: {"nonce": _str(NONCE_LEN_MAX)},
     13: {
-        "partition": _int,
-        "epoch": _int,
+        "partition": _partition_id,
+        "epoch": _epoch,
         "checkpoint": _optional(_final_checkpoint),
         "note": _str(NOTE_LEN_MAX),
         "now_ms": _int,
     },
-    14: {"partition": _int, "epoch": _int, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
-    15: {"partition": _int, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
+    14: {"partition": _partition_id, "epoch": _epoch, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
+    15: {"partition": _partition_id, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, _Where], Command]] = {
@@ -516,10 +526,10 @@ def decode_result(data: bytes) -> Result:
 
 # --- state (snapshots) -------------------------------------------------------------------------
 # Records are arrays in declared field order, not maps: a snapshot of 100k partitions would
-# otherwise spend most of its bytes repeating field names. Fields added later (a partition's
+# otherwise spend most of its bytes repeating field names. Optional fields (a partition's
 # earlier checkpoints and stuck reason, a history entry's note) are trailing elements written
-# only when not empty: a state that does not use them encodes to the same bytes as before
-# they existed, and snapshots written before them still decode.
+# only when not empty: a state that does not use them encodes to the bytes of the format
+# without them, and snapshots of that format decode.
 
 
 def _checkpoint_plain(c: Checkpoint) -> list[object]:
@@ -595,7 +605,7 @@ def _decode_checkpoint(value: object, where: _Where) -> Checkpoint:
     return Checkpoint(
         offset=_int(offset, where),
         uri=_str(URI_LEN_MAX)(uri, where),
-        epoch=_int(epoch, where),
+        epoch=_epoch(epoch, where),
         at_ms=_int(at_ms, where),
     )
 
@@ -622,7 +632,7 @@ def _decode_partition(index: int, value: object) -> Partition:
         h_epoch, h_owner, h_reason, h_at = entry[:4]
         changes.append(
             OwnershipChange(
-                epoch=_int(h_epoch, where),
+                epoch=_epoch(h_epoch, where),
                 owner=_opt_worker_id(h_owner, where),
                 reason=_change_reason(h_reason, where),
                 at_ms=_int(h_at, where),
@@ -630,9 +640,9 @@ def _decode_partition(index: int, value: object) -> Partition:
             )
         )
     return Partition(
-        partition=index,
+        partition=PartitionId(index),
         owner=_opt_worker_id(owner, where),
-        epoch=_int(epoch, where),
+        epoch=_epoch(epoch, where),
         status=_partition_status(status, where),
         migration=_opt_migration_id(migration, where),
         checkpoint=cp,
@@ -660,7 +670,7 @@ def _decode_migration(value: object) -> Migration:
     )
     return Migration(
         migration_id=_migration_id(mid, "migrations"),
-        partition=_int(partition, "migrations"),
+        partition=_partition_id(partition, "migrations"),
         source=_worker_id(source, "migrations"),
         target=_worker_id(target, "migrations"),
         phase=_phase(phase, "migrations"),

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import ClassVar, Generic, Literal, TypeVar, cast, get_args, get_origin
 
 from coordinator.core.model import (
+    Epoch,
     MigrationId,
     MigrationPhase,
     MigrationReason,
+    PartitionId,
     WorkerId,
     WorkerState,
 )
@@ -28,20 +30,22 @@ from coordinator.core.model import (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Assignment:
-    partition: int
+    partition: PartitionId
     # None leaves the partition UNASSIGNED (allowed only in DeclareDead).
     owner: WorkerId | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Move:
-    partition: int
+    partition: PartitionId
     source: WorkerId
     target: WorkerId
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointReport:
+    # What a worker says it holds: not an id or an epoch until apply checks them against the
+    # state (it fences a report of any other).
     partition: int
     epoch: int
     offset: int
@@ -52,7 +56,7 @@ class CheckpointReport:
 class FinalCheckpoint:
     offset: int
     uri: str
-    epoch: int
+    epoch: Epoch
 
 
 # --- results -----------------------------------------------------------------------------------
@@ -245,8 +249,8 @@ class AssignPartitions(Returns[AssignResult]):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionOnline(Returns[OnlineResult]):
     TAG: ClassVar[int] = 5
-    partition: int
-    epoch: int
+    partition: PartitionId
+    epoch: Epoch
     owner: WorkerId
     now_ms: int
 
@@ -312,9 +316,9 @@ class FallBack(Returns[FallBackResult]):
     checkpoints (``checkpoint``) or, with None, from offset 0 (a full replay)."""
 
     TAG: ClassVar[int] = 13
-    partition: int
+    partition: PartitionId
     # The epoch whose host call kept failing: a fallback planned against an older one is stale.
-    epoch: int
+    epoch: Epoch
     checkpoint: FinalCheckpoint | None
     note: str
     now_ms: int
@@ -325,8 +329,8 @@ class MarkStuck(Returns[StuckResult]):
     """No lossless fallback is left: say so on the partition until an operator resets it."""
 
     TAG: ClassVar[int] = 14
-    partition: int
-    epoch: int
+    partition: PartitionId
+    epoch: Epoch
     note: str
     now_ms: int
 
@@ -336,7 +340,7 @@ class ResetPartition(Returns[ResetResult]):
     """Operator: forget the partition's checkpoints and host it from offset 0 (new epoch)."""
 
     TAG: ClassVar[int] = 15
-    partition: int
+    partition: PartitionId
     note: str
     now_ms: int
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinator.core.commands import FallBack, FinalCheckpoint, MarkStuck
-from coordinator.core.model import NOTE_LEN_MAX, Partition, PartitionStatus
+from coordinator.core.model import NOTE_LEN_MAX, Partition, PartitionEpoch, PartitionStatus
 
 __all__ = [
     "CHECKPOINT_UNAVAILABLE",
@@ -95,10 +95,10 @@ class UnavailableCounts:
     """
 
     def __init__(self, keys_max: int = COUNTED_KEYS_MAX) -> None:
-        self._counts: dict[tuple[int, int], tuple[int, str]] = {}
+        self._counts: dict[PartitionEpoch, tuple[int, str]] = {}
         self._keys_max = keys_max
 
-    def observe(self, key: tuple[int, int], error: str, message: str = "") -> int:
+    def observe(self, key: PartitionEpoch, error: str, message: str = "") -> int:
         """Count one failed host call of ``key`` with error code ``error``; the row so far."""
         before, _ = self._counts.pop(key, (0, ""))
         count = before + 1 if error == CHECKPOINT_UNAVAILABLE else 0
@@ -109,11 +109,11 @@ class UnavailableCounts:
                 del self._counts[next(iter(self._counts))]
         return count
 
-    def due(self, after_failures: int) -> list[tuple[tuple[int, int], int, str]]:
+    def due(self, after_failures: int) -> list[tuple[PartitionEpoch, int, str]]:
         """(key, failures, last message) of the rows that reached ``after_failures``."""
         return [(k, n, msg) for k, (n, msg) in self._counts.items() if n >= after_failures]
 
-    def forget(self, key: tuple[int, int]) -> None:
+    def forget(self, key: PartitionEpoch) -> None:
         self._counts.pop(key, None)
 
     def clear(self) -> None:

@@ -1,11 +1,13 @@
 """Lifecycles as data: the transition tables of workers, partitions and migrations.
 
 Owns which state changes exist and which commands make them, in the manner of h11's
-`_state.py`: the tables below are the single description that `apply` consults before a
-command moves a migration, the property and simulation tests hold every change the state
-machine makes to, and `docs/architecture.md` renders (`render_markdown`, checked by a test).
-A change that is not in its table is an error value (`Rejected`, code `conflict`), never an
-exception.
+`_state.py`: the tables below are the single description that `apply` consults before
+every change it makes to a worker, a partition or a migration (all of a command's changes,
+before the first one), that the property and simulation tests hold every change to, and
+that `docs/architecture.md` renders (`render_markdown`, checked by a test). A change that
+is not in its table is an error value (`Rejected`, code `conflict`), never an exception.
+An edge is (state before the command, state after it): a command that moves a record twice
+(a drain that ends at once: ACTIVE, DRAINING, LEFT) is one edge (ACTIVE -> LEFT).
 
 `None` as a source is "no record yet" (a worker's first registration, a migration's
 creation). A self-edge (ASSIGNING -> ASSIGNING) is a new epoch without a status change.
@@ -64,11 +66,13 @@ WORKER_EDGES: Edges[WorkerState] = _edges(  # type: ignore[assignment]
     (W.ACTIVE, W.DEAD, "DeclareDead"),
     (W.DRAINING, W.DEAD, "DeclareDead"),
     # A draining worker leaves once it owns nothing and sources nothing in flight: whichever
-    # command finishes its last migration (or the drain itself, when it owns nothing).
+    # command finishes its last migration (or the drain itself, when it owns nothing); a
+    # new move that supersedes its handed-off migration finishes one too. Not HandOff: the
+    # source still sources the migration it hands off until that is DONE or ABORTED.
     (
         W.DRAINING,
         W.LEFT,
-        "DrainWorker PartitionOnline AbortMigration DeclareDead RegisterWorker HandOff",
+        "DrainWorker PartitionOnline AbortMigration DeclareDead RegisterWorker PlanMigrations",
     ),
 )
 
@@ -77,7 +81,8 @@ PARTITION_EDGES: Edges[PartitionStatus] = _edges(  # type: ignore[assignment]
     (P.UNASSIGNED, P.ASSIGNING, "AssignPartitions DeclareDead"),
     (P.ASSIGNING, P.ONLINE, "PartitionOnline"),
     # A new epoch (new owner, or the same owner after a restart, an abort or a fallback).
-    (P.ONLINE, P.ASSIGNING, "DeclareDead HandOff RegisterWorker AbortMigration ResetPartition"),
+    # Not ResetPartition: an ONLINE partition's owner holds its state, a reset would lose it.
+    (P.ONLINE, P.ASSIGNING, "DeclareDead HandOff RegisterWorker AbortMigration"),
     (
         P.ASSIGNING,
         P.ASSIGNING,
@@ -97,8 +102,9 @@ MIGRATION_EDGES: Edges[MigrationPhase] = _edges(  # type: ignore[assignment]
     (M.HANDED_OFF, M.DONE, "PartitionOnline"),
     (M.PLANNED, M.ABORTED, "AbortMigration DeclareDead RegisterWorker"),
     (M.RELEASING, M.ABORTED, "AbortMigration DeclareDead RegisterWorker"),
-    # The target owns it since the hand-off but died or never came online.
-    (M.HANDED_OFF, M.ABORTED, "AbortMigration DeclareDead"),
+    # The target owns it since the hand-off but died or never came online; or a new move of
+    # the partition (PlanMigrations, DrainWorker) supersedes it.
+    (M.HANDED_OFF, M.ABORTED, "AbortMigration DeclareDead PlanMigrations DrainWorker"),
 )
 
 TABLES: dict[str, Mapping[tuple[object, object], frozenset[str]]] = {

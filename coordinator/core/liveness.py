@@ -1,14 +1,14 @@
 """Heartbeat failure detector: last-seen time and load per worker, on the leader only.
 
 Owns the ALIVE -> SUSPECTED -> DEAD judgement from elapsed time since the last heartbeat.
-It is not replicated (seed 004: heartbeats carry compact, non-durable load), so a new leader
-starts empty and must `seed` every ACTIVE worker as seen "now".
+It is not replicated (heartbeats carry compact, non-durable load: docs/design.md §3), so a
+new leader starts empty and must `seed` every ACTIVE worker as seen "now".
 
 Invariants: a worker's last-seen time never moves backwards, and a worker this detector has
 never heard of is never reported dead -- a failover must not mass-kill healthy workers.
 Workers are kept in last-seen order, so `evaluate` reads only the workers past the suspect
-threshold and one more (the leader evaluates every duty tick; at 10,000 workers a full scan
-was a quarter of its event loop and the heartbeats' tail).
+threshold and one more (the leader evaluates every duty tick, and a scan of every worker
+would grow with all the workers ever registered).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class Detector:
     def _judge(self, seen: _Seen, now_ms: int) -> Liveness:
         # Time is assumed monotonic; if it is not, a clock step must not kill anyone.
         elapsed_ms = max(0, now_ms - seen.last_seen_ms)
-        # Strictly greater, as in the seed: exactly at the timeout is still in time.
+        # Strictly greater: exactly at the timeout is still in time.
         if elapsed_ms > self.dead_after_ms:
             return Liveness.DEAD
         if elapsed_ms > self.suspect_after_ms:

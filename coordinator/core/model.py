@@ -13,9 +13,16 @@ from enum import Enum
 from typing import NewType
 
 WorkerId = NewType("WorkerId", str)
+# A partition's number, 0 .. total_partitions - 1, as records, commands and the planner's
+# calls carry it: made by Bootstrap and by the codec (apply still checks a command's against
+# the state); a number from outside (a request, a worker's report) is an int until then.
 PartitionId = NewType("PartitionId", int)
+# The fencing token: made at Bootstrap, where a partition is (re)assigned (state.py's
+# _reassign) and by the codec, so mypy shows any other place that would invent one.
 Epoch = NewType("Epoch", int)
 MigrationId = NewType("MigrationId", str)
+# One partition at one epoch: what a host call, its retries and its failures are about.
+PartitionEpoch = tuple[PartitionId, Epoch]
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
@@ -106,13 +113,13 @@ class Checkpoint:
     offset: int
     uri: str
     # The epoch under which the checkpoint was written (may be older than the partition's).
-    epoch: int
+    epoch: Epoch
     at_ms: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OwnershipChange:
-    epoch: int
+    epoch: Epoch
     owner: WorkerId | None
     reason: ChangeReason
     at_ms: int
@@ -122,10 +129,10 @@ class OwnershipChange:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Partition:
-    partition: int
+    partition: PartitionId
     owner: WorkerId | None
     # The fencing token: strictly increases with every ownership (re)assignment.
-    epoch: int
+    epoch: Epoch
     status: PartitionStatus
     migration: MigrationId | None
     checkpoint: Checkpoint | None
@@ -140,7 +147,7 @@ class Partition:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Migration:
     migration_id: MigrationId
-    partition: int
+    partition: PartitionId
     source: WorkerId
     target: WorkerId
     phase: MigrationPhase

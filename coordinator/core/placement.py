@@ -1,8 +1,8 @@
 """Partition placement: which eligible worker should own each partition.
 
 Owns the placement algorithms the leader uses to compute an assignment plan: the default
-sticky balanced planner and the seed's consistent-hash ring (kept as a selectable strategy
-and as the benchmark baseline).
+sticky balanced planner and a consistent-hash ring (mmh3, virtual nodes: docs/design.md §4;
+kept as a selectable strategy and as the benchmark baseline).
 
 Invariant kept by `plan_balanced`: the result is a pure function of its inputs (the order of
 `eligible` does not matter), per-worker partition counts differ by at most one, and the
@@ -217,7 +217,7 @@ def _hash(key: str) -> int:
 
 
 class HashRing:
-    """The seed's consistent-hash ring with an O(log n) clockwise lookup.
+    """The consistent-hash ring with an O(log n) clockwise lookup.
 
     Vnodes are kept sorted by (hash, worker): the worker breaks hash collisions so the ring
     is the same whatever order workers were added in. Lookups bisect a plain list of hashes.
@@ -277,7 +277,7 @@ class HashRing:
 
 
 class NaiveRing:
-    """The seed's ring verbatim: a sorted list scanned linearly. Benchmark baseline only."""
+    """The same ring as a sorted list scanned linearly. Benchmark baseline only."""
 
     __slots__ = ("ring", "virtual_nodes")
 

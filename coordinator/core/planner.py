@@ -3,23 +3,21 @@
 Owns every decision the leader makes: failure detection, assignment, rebalance on join,
 migration steps, drains, host retries and checkpoint rounds, plus the admin planning
 queries (balance, explicit moves, drain plans, dry runs). It reads no clock, does no I/O and
-takes its randomness from the `Rng` (a `random.Random`) it is given, so the simulation, the scenario
-files and the production executor (`coordinator/service/duties.py`) run the same decisions.
+takes its randomness from the `Rng` (a `random.Random`) it is given, so the simulation, the
+scenario files and the duty loop (`coordinator/service/duties.py`) run the same decisions.
+What it hands out and gets back (Batch, worker calls and their results, commit outcomes) is
+`coordinator/core/effects.py`'s vocabulary.
 
 What it keeps in memory (never replicated; a new leader builds a fresh Planner and rolls
 forward whatever the applied state says is pending): heartbeat liveness and load (seeded
 with every owning worker at construction, so a failover never kills anyone), retry
-schedules, checkpoint rounds and the worker calls it has handed out and not yet heard back.
+schedules, checkpoint rounds (`coordinator/core/rounds.py`) and the worker calls it has
+handed out and not yet heard back.
 
-Driving it (the executor's loop)::
-
-    batch = planner.plan(state, now_ms, wall_ms)
-    for cmd in batch.commands:           # in order, each awaited
-        outcome = commit(cmd)
-        planner.committed(cmd, outcome, now_ms)
-        if outcome is not OK: report the rest as SKIPPED and stop
-    for call in batch.calls: start it; its reply comes back as planner.on_result(...)
-    sleep until batch.wake_at_ms (or sooner when a result arrives)
+Driving it: `plan` returns a Batch; `coordinator/core/executor.py`'s `BatchRun` commits its
+commands, reports each outcome back through `committed` and hands out its calls, whose
+replies come back through `on_result`; plan again by the run's wake-up (or sooner when a
+result arrives). Every driver (the duty loop, the simulation, the scenario files) runs it.
 
 Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
 
@@ -29,10 +27,10 @@ Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
    bootstrap, failure detection, assignment, rebalance on join, migration steps,
    drains -- and the first stage that has commands ends the batch. Its `wake_at_ms` is then
    `now_ms`: plan again once the commands are applied, so every later stage sees the state
-   its predecessors produced (as the old duty loop did by awaiting each submit).
+   its predecessors produced.
 2. Commands are committed in the order given, each after the previous one's outcome is
-   known; the executor reports every command back through `committed` -- the first
-   non-Ok outcome stops the batch and the remaining ones are reported SKIPPED.
+   known; every command is reported back through `committed` -- the first non-Ok outcome
+   stops the batch and the remaining ones are reported SKIPPED (`BatchRun` keeps this rule).
 3. Worker calls appear only in a batch without commands, so a call never runs ahead of a
    command that would change what it says (an epoch, an owner). Calls are independent of
    each other and may run concurrently; each reply is fed back through `on_result`.
@@ -48,12 +46,11 @@ commands as their timestamp and never compared with anything.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
-from enum import Enum
+from dataclasses import dataclass, fields
 
 from coordinator.core.backoff import BackoffPolicy, RetrySchedule, Rng
+from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     AbortMigration,
     Assignment,
@@ -62,7 +59,6 @@ from coordinator.core.commands import (
     Command,
     DeclareDead,
     DrainWorker,
-    FinalCheckpoint,
     HandOff,
     Move,
     PartitionOnline,
@@ -71,41 +67,39 @@ from coordinator.core.commands import (
     StartRelease,
     rejected,
 )
+from coordinator.core.effects import (
+    Batch,
+    CheckpointCall,
+    CommitOutcome,
+    HostCall,
+    HostDone,
+    ReleaseCall,
+    ReleaseDone,
+    ReleaseOutcome,
+    WorkerCall,
+    WorkerResult,
+    call_key,
+)
 from coordinator.core.fallback import FallbackPolicy, UnavailableCounts, fallbacks_due
 from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
-    Checkpoint,
     MigrationId,
     MigrationPhase,
     MigrationReason,
+    PartitionEpoch,
     PartitionStatus,
     WorkerId,
     WorkerState,
 )
 from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy, plan
-from coordinator.core.state import ClusterState, check_moves
+from coordinator.core.rounds import CheckpointRounds
+from coordinator.core.state import check_moves
 
-__all__ = [
-    "Batch",
-    "CheckpointCall",
-    "CheckpointDone",
-    "CommitOutcome",
-    "HostCall",
-    "HostDone",
-    "Planner",
-    "PlannerSettings",
-    "ReleaseCall",
-    "ReleaseDone",
-    "ReleaseOutcome",
-    "WorkerCall",
-    "WorkerResult",
-    "call_key",
-]
+__all__ = ["Planner", "PlannerSettings"]
 
 TICK_MS_DEFAULT = 100
 CALLS_IN_FLIGHT_MAX = 64  # concurrent calls from the leader to workers
-CHECKPOINT_SCAN_MS_MAX = 1_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,100 +122,9 @@ class PlannerSettings:
     calls_max: int = CALLS_IN_FLIGHT_MAX
 
 
-# --- worker calls (what the executor sends) -------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HostCall:
-    partition: int
-    epoch: int
-    worker_id: WorkerId
-    address: str
-    incarnation: int
-    # Where the worker starts: None means a replay from the source's beginning.
-    checkpoint: Checkpoint | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReleaseCall:
-    migration_id: MigrationId
-    partition: int
-    epoch: int
-    worker_id: WorkerId
-    address: str
-    incarnation: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckpointCall:
-    worker_id: WorkerId
-    address: str
-    incarnation: int
-
-
-WorkerCall = HostCall | ReleaseCall | CheckpointCall
-
-
-# --- results of worker calls (what the executor feeds back) ---------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HostDone:
-    call: HostCall
-    ok: bool
-    # The worker's error code when it answered one (say "checkpoint_unavailable").
-    code: str | None = None
-    message: str = ""
-
-
-class ReleaseOutcome(Enum):
-    RELEASED = "released"  # 200: the source stopped; `checkpoint` is its final one (or None)
-    REFUSED = "refused"  # 409: the source does not hold this epoch; hand off anyway
-    FAILED = "failed"  # anything else: retry later
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReleaseDone:
-    call: ReleaseCall
-    outcome: ReleaseOutcome
-    checkpoint: FinalCheckpoint | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckpointDone:
-    call: CheckpointCall
-    ok: bool
-
-
-WorkerResult = HostDone | ReleaseDone | CheckpointDone
-
-
-class CommitOutcome(Enum):
-    OK = "ok"
-    REJECTED = "rejected"  # the machine refused it: the state did not change
-    UNKNOWN = "unknown"  # no answer in time: it may or may not have been applied
-    SKIPPED = "skipped"  # not proposed, because an earlier command of the batch failed
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Batch:
-    commands: tuple[Command, ...] = ()
-    calls: tuple[WorkerCall, ...] = ()
-    wake_at_ms: int = 0
-
-
 def _timeless(cmd: Command) -> tuple[object, ...]:
     """The command without its timestamp: what two plans' commands compare on."""
     return (type(cmd), *(getattr(cmd, f.name) for f in fields(cmd) if f.name != "now_ms"))
-
-
-def call_key(call: WorkerCall) -> tuple[str, object]:
-    """What makes two calls the same call: at most one per key is in flight."""
-    if isinstance(call, HostCall):
-        return ("host", (call.partition, call.epoch))
-    if isinstance(call, ReleaseCall):
-        return ("release", call.migration_id)
-    return ("checkpoint", call.worker_id)
 
 
 @dataclass(slots=True)
@@ -230,22 +133,6 @@ class _Pending:
 
     command: Command
     key: tuple[str, object]
-
-
-@dataclass(slots=True)
-class _Rounds:
-    next_ms: dict[WorkerId, int] = field(default_factory=dict)
-    # (next_ms, worker) for every entry of `next_ms`, earliest first; an entry whose time no
-    # longer matches `next_ms` is stale and skipped when it comes up.
-    due: list[tuple[int, WorkerId]] = field(default_factory=list)
-    scan_at_ms: int = 0
-    # Workers whose last checkpoint request did not get through: the heartbeat reply asks.
-    missed: set[WorkerId] = field(default_factory=set)
-    # Owning workers with no round yet (not in `next_ms`): joined since the last scan, or
-    # not heard from when their first round was to be staggered.
-    fresh: set[WorkerId] = field(default_factory=set)
-    # Where the owning set's changes were last read (ClusterState.owning_changes_since).
-    cursor: tuple[int, int] | None = None
 
 
 class Planner:
@@ -266,14 +153,14 @@ class Planner:
         policy = BackoffPolicy(
             base_ms=settings.host_retry_base_ms, cap_ms=settings.host_retry_cap_ms
         )
-        self.host_retry: RetrySchedule[tuple[int, int]] = RetrySchedule(policy)
+        self.host_retry: RetrySchedule[PartitionEpoch] = RetrySchedule(policy)
         self.release_retry: RetrySchedule[MigrationId] = RetrySchedule(policy)
         self.unavailable = UnavailableCounts()
         self.fallback_policy = FallbackPolicy(
             after_failures=settings.fallback_after_failures,
             full_replay=settings.full_replay_fallback,
         )
-        self.rounds = _Rounds()
+        self.rounds = CheckpointRounds(interval_ms=settings.checkpoint_interval_ms)
         self.in_flight: set[tuple[str, object]] = set()
         self._pending: list[_Pending] = []
         # The last batch's commands without timestamps, and how often a stage repeated them.
@@ -295,10 +182,7 @@ class Planner:
         """Record a heartbeat; True when the reply must ask for a checkpoint (the leader's
         last request to this worker did not get through)."""
         self.detector.observe(worker_id, now_ms, load)
-        if worker_id in self.rounds.missed:
-            self.rounds.missed.discard(worker_id)
-            return True
-        return False
+        return self.rounds.heard(worker_id)
 
     def on_result(self, result: WorkerResult, now_ms: int, wall_ms: int) -> None:
         key = call_key(result.call)
@@ -419,12 +303,12 @@ class Planner:
                     return rejected(
                         "invalid", f"moves[{i}]: partition {partition} does not exist", "partition"
                     )
-                owner = state.partitions[partition].owner
-                if owner is None:
+                part = state.partitions[partition]
+                if part.owner is None:
                     return rejected(
                         "conflict", f"moves[{i}]: partition {partition} has no owner", "partition"
                     )
-                out.append(Move(partition=partition, source=owner, target=WorkerId(to)))
+                out.append(Move(partition=part.partition, source=part.owner, target=WorkerId(to)))
             planned = tuple(out)
         problem = check_moves(state, planned, None)
         return planned if problem is None else problem
@@ -697,58 +581,9 @@ class Planner:
         return out
 
     def _checkpoint_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
-        interval = self.settings.checkpoint_interval_ms
-        # At most every CHECKPOINT_SCAN_MS_MAX (or a tenth of the interval): a round is then
-        # at most that much late. A scan reads only the workers that are due (a heap by next
-        # time) and those that started or stopped owning since the last scan: reading every
-        # worker in Python, at 30,000 registered workers, took a quarter of the leader's event
-        # loop, and set differences over all of them 26-40 ms a scan at 100,000.
-        if now < self.rounds.scan_at_ms:
-            return []
-        self.rounds.scan_at_ms = now + min(CHECKPOINT_SCAN_MS_MAX, interval // 10)
-        rounds = self.rounds
-        changed, rounds.cursor = state.owning_changes_since(rounds.cursor)
-        if changed is None:  # the first scan, or too far behind: the whole owning set
-            owning = state.worker_set(*OWNING_WORKER_STATES)
-            ended = rounds.next_ms.keys() - owning
-            rounds.fresh = owning - rounds.next_ms.keys()
-        else:
-            # Per changed worker only: a set minus a dict's keys view walks the whole dict.
-            owning_now = {w for w in changed if state.workers[w].state in OWNING_WORKER_STATES}
-            ended = changed - owning_now
-            rounds.fresh.update(w for w in owning_now if w not in rounds.next_ms)
-        # DEAD or LEFT: its round ends with it (a re-registration staggers anew), and so does
-        # its checkpoint ask, even one whose failed call came back after the round ended.
-        for wid in ended:
-            rounds.next_ms.pop(wid, None)
-            rounds.fresh.discard(wid)
-        if rounds.missed:
-            rounds.missed = {wid for wid in rounds.missed if wid in rounds.next_ms}
-        due: list[WorkerId] = list(rounds.fresh)  # never staggered yet
-        # Refilled below with those still without a round. A new set, because a set never
-        # shrinks: one that once held 100,000 workers took 0.8 ms to list when empty.
-        rounds.fresh = set()
-        while rounds.due and rounds.due[0][0] <= now:
-            at, wid = heapq.heappop(rounds.due)
-            if rounds.next_ms.get(wid) == at:
-                due.append(wid)
         out: list[WorkerCall] = []
-        # By worker id, as a scan of every worker had it: who gets the in-flight cap's last
-        # slots, and the order of the staggering draws, do not depend on the heap.
-        for wid in sorted(due):
+        for wid in self.rounds.scan(state, now, self.rng, lambda w: self._paused(w, now)):
             w = state.workers[wid]
-            if self._paused(wid, now):
-                if wid in rounds.next_ms:  # still due: looked at again next scan
-                    heapq.heappush(rounds.due, (rounds.next_ms[wid], wid))
-                else:
-                    rounds.fresh.add(wid)
-                continue
-            if wid not in rounds.next_ms:
-                # Stagger first requests over one interval so workers don't all checkpoint
-                # at once (per worker, no cluster-wide barrier).
-                self._schedule(wid, now + int(self.rng.random() * interval))
-                continue
-            self._schedule(wid, now + interval)
             call = CheckpointCall(worker_id=wid, address=w.address, incarnation=w.incarnation)
             if self._claim(call):
                 out.append(call)
@@ -756,9 +591,5 @@ class Planner:
                 # Refused by the in-flight cap (say a failover's host calls fill it): the
                 # round was spent, so without this the worker would wait a whole interval.
                 # Its next heartbeat reply asks instead, which costs no call at all.
-                rounds.missed.add(wid)
+                self.rounds.missed.add(wid)
         return out
-
-    def _schedule(self, worker_id: WorkerId, at_ms: int) -> None:
-        self.rounds.next_ms[worker_id] = at_ms
-        heapq.heappush(self.rounds.due, (at_ms, worker_id))

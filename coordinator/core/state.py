@@ -1,9 +1,14 @@
-"""The replicated cluster state and the one function that changes it: ``apply``.
+"""The one function that changes the replicated cluster state: ``apply``.
 
-Everything that affects the replicated state lives here. ``apply`` is deterministic (no clock,
-no randomness: both are stamped into commands) and total: every input yields a Result value.
-Each handler validates completely before its first mutation, so a Rejected never changes the
-state. Invariants kept (and checked by the property tests):
+Every change to the replicated state is decided here, by one handler per command; the
+container it changes, ``ClusterState`` (`coordinator/core/cluster.py`, re-exported here as
+``apply``'s argument type), only keeps its indices true. ``apply`` is deterministic (no
+clock, no randomness: both are stamped into commands) and total: every input yields a
+Result value. Each handler validates completely before its first mutation, so a Rejected
+never changes the state; that includes asking the lifecycle tables
+(`coordinator/core/lifecycle.py`) about every worker, partition and migration change it is
+about to make. Invariants kept (`coordinator/core/invariants.py` checks them in the property
+tests and the simulation):
 
 - a partition has at most one owner; an owner exists and is ACTIVE or DRAINING;
 - a partition's epoch never decreases and grows by one with every (re)assignment;
@@ -14,12 +19,12 @@ state. Invariants kept (and checked by the property tests):
 
 from __future__ import annotations
 
-import itertools
-from collections import OrderedDict, deque
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Literal
 
 from coordinator.core import lifecycle
+from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     AbortMigration,
     AbortResult,
@@ -74,12 +79,14 @@ from coordinator.core.model import (
     TOTAL_PARTITIONS_MAX,
     ChangeReason,
     Checkpoint,
+    Epoch,
     Migration,
     MigrationId,
     MigrationPhase,
     MigrationReason,
     OwnershipChange,
     Partition,
+    PartitionId,
     PartitionStatus,
     Worker,
     WorkerId,
@@ -88,190 +95,6 @@ from coordinator.core.model import (
 )
 
 __all__ = ["ClusterState", "apply", "check_moves"]
-
-
-ASSIGNMENTS_CACHED_MAX = 100_000  # workers whose heartbeat reply is cached at once
-# Workers that started or stopped owning (ACTIVE or DRAINING), newest last, for readers that
-# follow the owning set by its changes (the planner's checkpoint rounds); one that falls
-# further behind than this reads the whole set again.
-OWNING_CHANGES_KEPT_MAX = 65_536
-_eras = itertools.count(1)  # one per ClusterState and per reindex: a cursor names its era
-
-
-class ClusterState:
-    """Mutable container of frozen records, so one change to 100k partitions costs O(1).
-
-    Mutate it only through ``apply``: besides the public fields it keeps derived indices
-    (owner -> partitions, source -> in-flight migrations, the in-flight migrations in creation
-    order, terminal migrations in eviction order) that ``apply`` updates and ``reindex``
-    rebuilds from the public fields alone, so a replica restored from a snapshot evicts and
-    answers exactly like one that never restarted.
-    """
-
-    __slots__ = (
-        "_assignments",
-        "_assignments_generation",
-        "_by_state",
-        "_in_flight",
-        "_owned",
-        "_owning_changes",
-        "_owning_era",
-        "_owning_seq",
-        "_sourcing",
-        "_terminal",
-        "generation",
-        "migration_seq",
-        "migrations",
-        "partitions",
-        "requests",
-        "total_partitions",
-        "workers",
-    )
-
-    def __init__(self) -> None:
-        self.total_partitions: int = 0  # 0 = not bootstrapped
-        self.workers: dict[WorkerId, Worker] = {}
-        self.partitions: list[Partition] = []
-        self.generation: int = 0
-        # Insertion ordered. A migration is moved to the end when it becomes terminal, so the
-        # terminal ones appear in the order they finished: eviction drops the oldest-finished.
-        self.migrations: dict[MigrationId, Migration] = {}
-        self.migration_seq: int = 0
-        self.requests: OrderedDict[str, Result] = OrderedDict()
-        self._owned: dict[WorkerId, set[int]] = {}
-        self._sourcing: dict[WorkerId, set[MigrationId]] = {}
-        # The non-terminal migrations in creation order (a dict as an ordered set): the
-        # registration apply and the planner's every tick ask for them, and a scan of
-        # `migrations` also walked up to TERMINAL_MIGRATIONS_RETAINED_MAX finished ones.
-        self._in_flight: dict[MigrationId, None] = {}
-        self._terminal: deque[MigrationId] = deque()
-        # Worker ids by state, so the leader's every-tick questions (how many are ACTIVE,
-        # who is DRAINING) do not scan every worker ever registered (DEAD and LEFT stay).
-        self._by_state: dict[WorkerState, set[WorkerId]] = {s: set() for s in WorkerState}
-        # The owning set's changes (see owning_changes_since): `_owning_seq` counts every one
-        # ever appended in this era; the deque keeps the newest OWNING_CHANGES_KEPT_MAX.
-        self._owning_changes: deque[WorkerId] = deque(maxlen=OWNING_CHANGES_KEPT_MAX)
-        self._owning_seq = 0
-        self._owning_era = next(_eras)
-        # Heartbeat replies: each worker's assignment, valid for one generation (every change
-        # of an (owner, epoch) pair bumps it), so a heartbeat reads it without a sort.
-        self._assignments: dict[WorkerId, tuple[tuple[int, int], ...]] = {}
-        self._assignments_generation = -1
-
-    def reindex(self) -> None:
-        """Rebuild the derived indices from the public fields (after decoding a snapshot)."""
-        self._assignments_generation = -1
-        self._owned = {}
-        for part in self.partitions:
-            if part.owner is not None:
-                self._owned.setdefault(part.owner, set()).add(part.partition)
-        self._sourcing = {}
-        self._in_flight = {}
-        self._terminal = deque()
-        self._by_state = {s: set() for s in WorkerState}
-        for w in self.workers.values():
-            self._by_state[w.state].add(w.worker_id)
-        self._owning_changes.clear()
-        self._owning_seq = 0
-        self._owning_era = next(_eras)
-        for m in self.migrations.values():
-            if m.phase in TERMINAL_PHASES:
-                self._terminal.append(m.migration_id)
-            else:
-                self._sourcing.setdefault(m.source, set()).add(m.migration_id)
-                self._in_flight[m.migration_id] = None
-
-    def detached(self) -> ClusterState:
-        """A copy of the public fields that shares the frozen records: a few pointer copies
-        per partition, cheap under the apply lock, so that encoding it (256 ms at 100k
-        partitions) can run outside the lock the Raft thread needs. Of the derived indices
-        only the in-flight one, which in_flight_migrations reads: only for reading and
-        encoding."""
-        copy = ClusterState()
-        copy.total_partitions = self.total_partitions
-        copy.workers = dict(self.workers)
-        copy.partitions = list(self.partitions)
-        copy.generation = self.generation
-        copy.migrations = dict(self.migrations)
-        copy.migration_seq = self.migration_seq
-        copy._in_flight = dict(self._in_flight)
-        copy.requests = OrderedDict(self.requests)
-        return copy
-
-    # --- reads ---------------------------------------------------------------------------------
-
-    def assignment_of(self, worker_id: WorkerId) -> tuple[tuple[int, int], ...]:
-        """(partition, epoch) pairs the worker owns, by partition; cached per generation."""
-        if self._assignments_generation != self.generation:
-            self._assignments = {}
-            self._assignments_generation = self.generation
-        cached = self._assignments.get(worker_id)
-        if cached is None:
-            cached = tuple((p, self.partitions[p].epoch) for p in self.owned_by(worker_id))
-            if len(self._assignments) < ASSIGNMENTS_CACHED_MAX:
-                self._assignments[worker_id] = cached
-        return cached
-
-    def owned_by(self, worker_id: WorkerId) -> list[int]:
-        return sorted(self._owned.get(worker_id, ()))
-
-    def active_workers(self) -> list[WorkerId]:
-        return self.workers_in(WorkerState.ACTIVE)
-
-    def count_in(self, worker_state: WorkerState) -> int:
-        return len(self._by_state[worker_state])
-
-    def workers_in(self, *worker_states: WorkerState) -> list[WorkerId]:
-        """The ids of the workers in any of `worker_states`, sorted."""
-        return sorted(self.worker_set(*worker_states))
-
-    def worker_set(self, *worker_states: WorkerState) -> set[WorkerId]:
-        """The ids of the workers in any of `worker_states`, as a new set (unsorted)."""
-        return set().union(*(self._by_state[s] for s in worker_states))
-
-    def owning_changes_since(
-        self, cursor: tuple[int, int] | None
-    ) -> tuple[set[WorkerId] | None, tuple[int, int]]:
-        """The workers that started or stopped owning since `cursor` (which this returned
-        before), and the cursor for next time. None instead of the workers when they are not
-        known: no cursor yet, another state object or a reindex since (a new era), or more
-        than OWNING_CHANGES_KEPT_MAX changes since; the reader then reads the whole set.
-        A worker in the answer may have changed back since: read its state now."""
-        now = (self._owning_era, self._owning_seq)
-        if cursor is None or cursor[0] != self._owning_era:
-            return None, now
-        behind = self._owning_seq - cursor[1]  # never negative: only a new era resets it
-        if behind > len(self._owning_changes):
-            return None, now
-        return set(itertools.islice(reversed(self._owning_changes), behind)), now
-
-    def put_worker(self, worker: Worker) -> None:
-        """The one way a worker record is written: keeps the by-state index (and the owning
-        set's changes) true."""
-        wid = worker.worker_id
-        prev = self.workers.get(wid)
-        was_owning = False
-        if prev is not None:
-            self._by_state[prev.state].discard(wid)
-            was_owning = prev.state in OWNING_WORKER_STATES
-        self.workers[wid] = worker
-        self._by_state[worker.state].add(wid)
-        if was_owning != (worker.state in OWNING_WORKER_STATES):
-            self._owning_changes.append(wid)
-            self._owning_seq += 1
-
-    def in_flight_migrations(self) -> list[Migration]:
-        """Non-terminal migrations in creation order, from the index: O(in flight), not
-        O(retained)."""
-        return [self.migrations[mid] for mid in self._in_flight]
-
-    def summary(self) -> dict[str, int]:
-        return {
-            "active_workers": self.count_in(WorkerState.ACTIVE),
-            "total_workers": len(self.workers),
-            "total_partitions": self.total_partitions,
-            "generation": self.generation,
-        }
 
 
 # --- apply -------------------------------------------------------------------------------------
@@ -297,8 +120,7 @@ def apply(state: ClusterState, request_id: str, cmd: Command) -> Result:
         state.requests[request_id] = result
         while len(state.requests) > REQUESTS_RETAINED_MAX:
             state.requests.popitem(last=False)
-        while len(state._terminal) > TERMINAL_MIGRATIONS_RETAINED_MAX:
-            del state.migrations[state._terminal.popleft()]
+        state.evict_terminal(TERMINAL_MIGRATIONS_RETAINED_MAX)
     return result
 
 
@@ -341,25 +163,12 @@ def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
             return Ok(value=BarrierResult(nonce=cmd.nonce)), False
 
 
-# --- mutation primitives (the only writers of partitions and migrations) ------------------------
-
-
-def _put_partition(state: ClusterState, new: Partition) -> None:
-    old = state.partitions[new.partition]
-    if old.owner != new.owner:
-        if old.owner is not None:
-            owned = state._owned[old.owner]
-            owned.discard(new.partition)
-            if not owned:
-                del state._owned[old.owner]
-        if new.owner is not None:
-            state._owned.setdefault(new.owner, set()).add(new.partition)
-    state.partitions[new.partition] = new
+# --- changes built from the container's writers --------------------------------------------------
 
 
 def _reassign(
     state: ClusterState,
-    partition: int,
+    partition: PartitionId,
     *,
     owner: WorkerId | None,
     reason: ChangeReason,
@@ -369,12 +178,11 @@ def _reassign(
 ) -> None:
     """Give the partition a new epoch (and maybe owner): every such change fences the past."""
     old = state.partitions[partition]
-    epoch = old.epoch + 1
+    epoch = Epoch(old.epoch + 1)  # the one place a partition's epoch grows
     change = OwnershipChange(epoch=epoch, owner=owner, reason=reason, at_ms=now_ms, note=note)
     history = (*old.history, change)[-HISTORY_PER_PARTITION_MAX:]
     status = PartitionStatus.UNASSIGNED if owner is None else PartitionStatus.ASSIGNING
-    _put_partition(
-        state,
+    state.put_partition(
         replace(old, owner=owner, epoch=epoch, status=status, migration=migration, history=history),
     )
 
@@ -389,47 +197,99 @@ def _accept_checkpoint(part: Partition, new: Checkpoint) -> Partition:
     return replace(part, checkpoint=new, earlier=earlier)
 
 
-def _put_migration(state: ClusterState, new: Migration) -> None:
-    mid = new.migration_id
-    old = state.migrations.get(mid)
-    if old is None:
-        state.migrations[mid] = new
-        state._sourcing.setdefault(new.source, set()).add(mid)
-        state._in_flight[mid] = None
-        return
-    if new.phase in TERMINAL_PHASES and old.phase not in TERMINAL_PHASES:
-        # Move to the end: terminal migrations stay ordered by when they finished.
-        del state.migrations[mid]
-        state.migrations[mid] = new
-        state._terminal.append(mid)
-        del state._in_flight[mid]
-        sourcing = state._sourcing[old.source]
-        sourcing.discard(mid)
-        if not sourcing:
-            del state._sourcing[old.source]
-        return
-    state.migrations[mid] = new
-
-
 def _finish_migration(
     state: ClusterState, m: Migration, phase: MigrationPhase, note: str, now_ms: int
 ) -> None:
     """Make ``m`` terminal and detach it from its partition."""
-    _put_migration(state, replace(m, phase=phase, note=note, updated_at_ms=now_ms))
+    state.put_migration(replace(m, phase=phase, note=note, updated_at_ms=now_ms))
     part = state.partitions[m.partition]
     if part.migration == m.migration_id:
-        _put_partition(state, replace(part, migration=None))
+        state.put_partition(replace(part, migration=None))
 
 
-def _maybe_leave(state: ClusterState, worker_id: WorkerId, now_ms: int) -> bool:
-    """A DRAINING worker with nothing owned and nothing in flight as source has left."""
-    w = state.workers.get(worker_id)
-    if w is None or w.state is not WorkerState.DRAINING:
-        return False
-    if state._owned.get(worker_id) or state._sourcing.get(worker_id):
-        return False
-    state.put_worker(replace(w, state=WorkerState.LEFT, updated_at_ms=now_ms))
-    return True
+def _leave(state: ClusterState, workers: Iterable[WorkerId], now_ms: int) -> bool:
+    """Make `workers` (what `_leavers` decided) LEFT; True when there was one."""
+    left = False
+    for wid in workers:
+        state.put_worker(replace(state.workers[wid], state=WorkerState.LEFT, updated_at_ms=now_ms))
+        left = True
+    return left
+
+
+# --- lifecycles: every change a handler makes is an edge of its table, checked up front ---------
+
+
+def _lifecycle_problem(
+    state: ClusterState,
+    command: str,
+    *,
+    workers: Iterable[tuple[WorkerId, WorkerState]] = (),
+    partitions: Iterable[tuple[Collection[int], PartitionStatus]] = (),
+    migrations: Iterable[tuple[MigrationId | None, MigrationPhase]] = (),
+) -> Rejected | None:
+    """The rejection for the first change that is not an edge of coordinator/core/lifecycle.py,
+    or None. A handler asks it before its first mutation, with every record it is about to
+    change and the state the record ends the command in: partitions come in groups that end
+    in one status, and None as a migration is a new one."""
+    for wid, dst in workers:
+        rec = state.workers.get(wid)
+        src = None if rec is None else rec.state
+        if not lifecycle.allowed(lifecycle.WORKER_EDGES, src, dst, command):
+            return lifecycle.check(
+                lifecycle.WORKER_EDGES, src, dst, command, f"worker {wid}", "worker_id"
+            )
+    parts = state.partitions
+    for group, status in partitions:
+        # One command may move 100k partitions: each status they come from is asked once.
+        for was in dict.fromkeys(parts[p].status for p in group):
+            if not lifecycle.allowed(lifecycle.PARTITION_EDGES, was, status, command):
+                p = next(p for p in group if parts[p].status is was)
+                return lifecycle.check(
+                    lifecycle.PARTITION_EDGES, was, status, command, f"partition {p}", "partition"
+                )
+    for mid, phase in migrations:
+        before = None if mid is None else state.migrations[mid].phase
+        if not lifecycle.allowed(lifecycle.MIGRATION_EDGES, before, phase, command):
+            what = "a new migration" if mid is None else f"migration {mid}"
+            return lifecycle.check(
+                lifecycle.MIGRATION_EDGES, before, phase, command, what, "migration_id"
+            )
+    return None
+
+
+def _leavers(
+    state: ClusterState,
+    candidates: Iterable[WorkerId],
+    *,
+    ending: Collection[MigrationId] = (),
+    new_owner: Mapping[PartitionId, WorkerId | None] | None = None,
+    sourcing: Collection[WorkerId] = (),
+    becoming: Mapping[WorkerId, WorkerState] | None = None,
+) -> list[WorkerId]:
+    """The candidates whose drain this command ends, decided before it changes anything so
+    that their DRAINING -> LEFT edge is checked with the rest: a worker DRAINING once the
+    command is applied that then owns nothing and sources nothing in flight has left.
+
+    What the command does, as far as that goes: `ending` the migrations it makes terminal,
+    `new_owner` the partitions it gives an owner (or none), `sourcing` the sources of the
+    migrations it creates, `becoming` the workers whose state it sets."""
+    new_owner = new_owner or {}
+    becoming = becoming or {}
+    gaining: set[WorkerId | None] | None = None
+    out: list[WorkerId] = []
+    for wid in dict.fromkeys(candidates):
+        w = state.workers.get(wid)
+        if w is None or becoming.get(wid, w.state) is not WorkerState.DRAINING:
+            continue
+        if wid in sourcing or any(m not in ending for m in state.sourcing(wid)):
+            continue
+        if any(new_owner.get(p, wid) == wid for p in state.owned_set(wid)):
+            continue
+        if gaining is None:
+            gaining = set(new_owner.values())
+        if wid not in gaining:
+            out.append(wid)
+    return out
 
 
 # --- shared validation -------------------------------------------------------------------------
@@ -502,9 +362,7 @@ def _create_migrations(
         if stale is not None:  # check_moves allowed it: HANDED_OFF, never came online
             old = state.migrations[stale]
             _finish_migration(state, old, MigrationPhase.ABORTED, f"superseded by {mid}", now_ms)
-            _maybe_leave(state, old.source, now_ms)
-        _put_migration(
-            state,
+        state.put_migration(
             Migration(
                 migration_id=mid,
                 partition=mv.partition,
@@ -518,11 +376,20 @@ def _create_migrations(
             ),
         )
         part = state.partitions[mv.partition]
-        _put_partition(state, replace(part, migration=mid))
+        state.put_partition(replace(part, migration=mid))
         created.append(
             NewMigration(id=mid, partition=mv.partition, source=mv.source, target=mv.target)
         )
     return tuple(created)
+
+
+def _superseded(state: ClusterState, moves: tuple[Move, ...]) -> list[Migration]:
+    """The HANDED_OFF migrations that new migrations for `moves` replace (see _supersedable)."""
+    return [
+        state.migrations[mid]
+        for mv in moves
+        if (mid := state.partitions[mv.partition].migration) is not None
+    ]
 
 
 def _migration_or_reject(state: ClusterState, mid: MigrationId) -> Migration | Rejected:
@@ -549,12 +416,22 @@ def _bootstrap(state: ClusterState, cmd: Bootstrap) -> _Outcome:
             f"already bootstrapped with {state.total_partitions} partitions",
             "total_partitions",
         ), False
+    problem = lifecycle.check(
+        lifecycle.PARTITION_EDGES,
+        None,
+        PartitionStatus.UNASSIGNED,
+        "Bootstrap",
+        "partition 0",
+        "total_partitions",
+    )
+    if problem is not None:
+        return problem, False
     state.total_partitions = total
     state.partitions = [
         Partition(
-            partition=p,
+            partition=PartitionId(p),
             owner=None,
-            epoch=0,
+            epoch=Epoch(0),
             status=PartitionStatus.UNASSIGNED,
             migration=None,
             checkpoint=None,
@@ -580,9 +457,28 @@ def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
         for m in state.in_flight_migrations()
         if wid in (m.source, m.target) and m.phase is not MigrationPhase.HANDED_OFF
     ]
+    rehosted = state.owned_by(wid)
+    # The sources that closed their gate for a target that restarted.
+    reopened = [m for m in to_abort if m.phase is MigrationPhase.RELEASING and m.source != wid]
+    new_owner = dict.fromkeys(rehosted, wid) | {m.partition: m.source for m in reopened}
+    leaving = _leavers(
+        state,
+        (m.source for m in to_abort),
+        ending={m.migration_id for m in to_abort},
+        new_owner=new_owner,
+        becoming={wid: WorkerState.ACTIVE},
+    )
+    problem = _lifecycle_problem(
+        state,
+        "RegisterWorker",
+        workers=[(wid, WorkerState.ACTIVE), *((w, WorkerState.LEFT) for w in leaving)],
+        partitions=[(new_owner.keys(), PartitionStatus.ASSIGNING)],
+        migrations=((m.migration_id, MigrationPhase.ABORTED) for m in to_abort),
+    )
+    if problem is not None:
+        return problem, False
     for m in to_abort:
         _finish_migration(state, m, MigrationPhase.ABORTED, "worker re-registered", now)
-    rehosted = state.owned_by(wid)
     for p in rehosted:
         # Same owner, new epoch: the old process is fenced; the leader re-hosts on the new one.
         # A HANDED_OFF migration into this worker stays attached and completes when it is online.
@@ -595,18 +491,17 @@ def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
             migration=state.partitions[p].migration,
         )
     bumped = list(rehosted)
-    for m in to_abort:
-        if m.phase is MigrationPhase.RELEASING and m.source != wid:
-            # The source closed its gate for a target that restarted: reopen under a new epoch.
-            _reassign(
-                state,
-                m.partition,
-                owner=m.source,
-                reason=ChangeReason.ABORT,
-                now_ms=now,
-                migration=None,
-            )
-            bumped.append(m.partition)
+    for m in reopened:
+        # The source closed its gate for a target that restarted: reopen under a new epoch.
+        _reassign(
+            state,
+            m.partition,
+            owner=m.source,
+            reason=ChangeReason.ABORT,
+            now_ms=now,
+            migration=None,
+        )
+        bumped.append(m.partition)
     if old is None:
         worker = Worker(
             worker_id=wid,
@@ -625,8 +520,7 @@ def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
             updated_at_ms=now,
         )
     state.put_worker(worker)
-    for m in to_abort:
-        _maybe_leave(state, m.source, now)
+    _leave(state, leaving, now)
     value = RegisterResult(worker_id=wid, incarnation=worker.incarnation, rehosted=tuple(rehosted))
     return Ok(value=value), bool(bumped)
 
@@ -680,7 +574,7 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
         return bad, False
     orphaned: set[int] = set()
     for wid in dead:
-        orphaned |= state._owned.get(wid, set())
+        orphaned |= state.owned_set(wid)
     new_owner = {a.partition: a.owner for a in cmd.assignments}
     if new_owner.keys() != orphaned:
         missing = len(orphaned - new_owner.keys())
@@ -692,7 +586,6 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
             "assignments",
         ), False
 
-    # Validation done; from here on nothing can be rejected.
     handed_off: list[Migration] = []
     aborted: list[tuple[Migration, str]] = []
     reopen: list[Migration] = []
@@ -709,8 +602,36 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
             if m.phase is MigrationPhase.RELEASING:
                 # The live source closed its gate for this move; reopen under a new epoch.
                 reopen.append(m)
+    leaving = _leavers(
+        state,
+        (m.source for m, _ in aborted),
+        ending={m.migration_id for m, _ in aborted},
+        new_owner=new_owner | {m.partition: m.source for m in reopen} if reopen else new_owner,
+        becoming=dict.fromkeys(dead, WorkerState.DEAD),
+    )
+    assigning, unassigned = PartitionStatus.ASSIGNING, PartitionStatus.UNASSIGNED
+    problem = _lifecycle_problem(
+        state,
+        "DeclareDead",
+        workers=[
+            *((w, WorkerState.DEAD) for w in cmd.worker_ids),
+            *((w, WorkerState.LEFT) for w in leaving),
+        ],
+        partitions=[
+            ([p for p, owner in new_owner.items() if owner is not None], assigning),
+            ([p for p, owner in new_owner.items() if owner is None], unassigned),
+            ([m.partition for m in reopen], assigning),
+        ],
+        migrations=[
+            *((m.migration_id, MigrationPhase.HANDED_OFF) for m in handed_off),
+            *((m.migration_id, MigrationPhase.ABORTED) for m, _ in aborted),
+        ],
+    )
+    if problem is not None:
+        return problem, False
+    # Validation done; from here on nothing can be rejected.
     for m in handed_off:
-        _put_migration(state, replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=now))
+        state.put_migration(replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=now))
     for m, note in aborted:
         _finish_migration(state, m, MigrationPhase.ABORTED, note, now)
     for wid in cmd.worker_ids:
@@ -733,8 +654,7 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
             now_ms=now,
             migration=None,
         )
-    for m, _ in aborted:
-        _maybe_leave(state, m.source, now)
+    _leave(state, leaving, now)
     value = DeclareDeadResult(
         dead=cmd.worker_ids,
         reassigned=len(cmd.assignments),
@@ -751,13 +671,14 @@ def _assign_partitions(state: ClusterState, cmd: AssignPartitions) -> _Outcome:
     for i, a in enumerate(cmd.assignments):
         if a.owner is None:
             return rejected("invalid", f"assignments[{i}]: owner is required", "owner"), False
-        status = state.partitions[a.partition].status
-        if status is not PartitionStatus.UNASSIGNED:
-            return rejected(
-                "conflict",
-                f"assignments[{i}]: partition {a.partition} is {status.value}",
-                "partition",
-            ), False
+    # Only an UNASSIGNED partition is assigned (its table says so).
+    problem = _lifecycle_problem(
+        state,
+        "AssignPartitions",
+        partitions=[([a.partition for a in cmd.assignments], PartitionStatus.ASSIGNING)],
+    )
+    if problem is not None:
+        return problem, False
     for a in cmd.assignments:
         _reassign(
             state,
@@ -795,12 +716,23 @@ def _partition_online(state: ClusterState, cmd: PartitionOnline) -> _Outcome:
         # later restart epoch). There is no separate "done" command.
         done = state.migrations[mid]
         mid = None
-    _put_partition(state, replace(part, status=PartitionStatus.ONLINE, migration=mid, stuck=""))
+    finished = () if done is None else (done.migration_id,)
+    leaving = _leavers(state, () if done is None else (done.source,), ending=finished)
+    problem = _lifecycle_problem(
+        state,
+        "PartitionOnline",
+        workers=((w, WorkerState.LEFT) for w in leaving),
+        partitions=[([p], PartitionStatus.ONLINE)],
+        migrations=((f, MigrationPhase.DONE) for f in finished),
+    )
+    if problem is not None:
+        return problem, False
+    state.put_partition(replace(part, status=PartitionStatus.ONLINE, migration=mid, stuck=""))
     value = replace(value, changed=True)
     if done is not None:
-        _put_migration(state, replace(done, phase=MigrationPhase.DONE, updated_at_ms=cmd.now_ms))
+        state.put_migration(replace(done, phase=MigrationPhase.DONE, updated_at_ms=cmd.now_ms))
         value = replace(value, migration_done=done.migration_id)
-        if _maybe_leave(state, done.source, cmd.now_ms):
+        if _leave(state, leaving, cmd.now_ms):
             value = replace(value, left=done.source)
     return Ok(value=value), False
 
@@ -809,6 +741,25 @@ def _plan_migrations(state: ClusterState, cmd: PlanMigrations) -> _Outcome:
     bad = check_moves(state, cmd.moves, None)
     if bad is not None:
         return bad, False
+    superseded = _superseded(state, cmd.moves)
+    leaving = _leavers(
+        state,
+        (m.source for m in superseded),
+        ending={m.migration_id for m in superseded},
+        sourcing={mv.source for mv in cmd.moves},
+    )
+    problem = _lifecycle_problem(
+        state,
+        "PlanMigrations",
+        workers=((w, WorkerState.LEFT) for w in leaving),
+        migrations=[
+            *([(None, MigrationPhase.PLANNED)] if cmd.moves else []),
+            *((m.migration_id, MigrationPhase.ABORTED) for m in superseded),
+        ],
+    )
+    if problem is not None:
+        return problem, False
+    _leave(state, leaving, cmd.now_ms)
     created = _create_migrations(state, cmd.moves, cmd.reason, cmd.now_ms)
     return Ok(value=PlanResult(migrations=created)), False
 
@@ -822,17 +773,12 @@ def _start_release(state: ClusterState, cmd: StartRelease) -> _Outcome:
     )
     if m.phase is MigrationPhase.RELEASING:
         return Ok(value=value), False
-    problem = lifecycle.check(
-        lifecycle.MIGRATION_EDGES,
-        m.phase,
-        MigrationPhase.RELEASING,
-        "StartRelease",
-        f"migration {m.migration_id}",
-        "migration_id",
+    problem = _lifecycle_problem(
+        state, "StartRelease", migrations=((m.migration_id, MigrationPhase.RELEASING),)
     )
     if problem is not None:
         return problem, False
-    _put_migration(state, replace(m, phase=MigrationPhase.RELEASING, updated_at_ms=cmd.now_ms))
+    state.put_migration(replace(m, phase=MigrationPhase.RELEASING, updated_at_ms=cmd.now_ms))
     return Ok(value=replace(value, changed=True)), False
 
 
@@ -852,13 +798,11 @@ def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
         )
         return Ok(value=value), False
     # PLANNED is not a source of HandOff (lifecycle.py says why): StartRelease comes first.
-    problem = lifecycle.check(
-        lifecycle.MIGRATION_EDGES,
-        m.phase,
-        MigrationPhase.HANDED_OFF,
+    problem = _lifecycle_problem(
+        state,
         "HandOff",
-        f"migration {m.migration_id}",
-        "migration_id",
+        partitions=[([m.partition], PartitionStatus.ASSIGNING)],
+        migrations=((m.migration_id, MigrationPhase.HANDED_OFF),),
     )
     if problem is not None:
         return problem, False
@@ -876,7 +820,7 @@ def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
         accepted = Checkpoint(
             offset=final.offset, uri=final.uri, epoch=final.epoch, at_ms=cmd.now_ms
         )
-        _put_partition(state, _accept_checkpoint(part, accepted))
+        state.put_partition(_accept_checkpoint(part, accepted))
     # Otherwise a missing, stale or backwards final checkpoint is ignored: the target
     # resumes from the last accepted one.
     reason = ChangeReason.DRAIN if m.reason is MigrationReason.DRAIN else ChangeReason.MIGRATION
@@ -888,7 +832,7 @@ def _hand_off(state: ClusterState, cmd: HandOff) -> _Outcome:
         now_ms=cmd.now_ms,
         migration=m.migration_id,
     )
-    _put_migration(state, replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=cmd.now_ms))
+    state.put_migration(replace(m, phase=MigrationPhase.HANDED_OFF, updated_at_ms=cmd.now_ms))
     value = HandOffResult(
         migration_id=m.migration_id,
         partition=m.partition,
@@ -910,19 +854,29 @@ def _abort_migration(state: ClusterState, cmd: AbortMigration) -> _Outcome:
             f"migration {m.migration_id} already finished ({m.phase.value})",
             "migration_id",
         ), False
+    # A RELEASING source closed its gate when asked to release: it reopens under a new epoch.
+    rehost = m.phase is MigrationPhase.RELEASING
+    leaving = _leavers(state, (m.source,), ending=(m.migration_id,))
+    problem = _lifecycle_problem(
+        state,
+        "AbortMigration",
+        workers=((w, WorkerState.LEFT) for w in leaving),
+        partitions=[([m.partition] if rehost else [], PartitionStatus.ASSIGNING)],
+        migrations=((m.migration_id, MigrationPhase.ABORTED),),
+    )
+    if problem is not None:
+        return problem, False
     _finish_migration(state, m, MigrationPhase.ABORTED, cmd.note, cmd.now_ms)
     if m.phase is MigrationPhase.HANDED_OFF:
         # The target owns the partition since the hand-off but never brought it online (a
         # PartitionOnline would have made the migration DONE): the source released it, so
         # it stays with the target, and the migration no longer pins it (reassign, drain).
-        _maybe_leave(state, m.source, cmd.now_ms)
+        _leave(state, leaving, cmd.now_ms)
         value = AbortResult(
             migration_id=m.migration_id, phase=MigrationPhase.ABORTED, rehosted=False
         )
         return Ok(value=value), False
-    rehost = m.phase is MigrationPhase.RELEASING
     if rehost:
-        # The source closed its gate when asked to release: it reopens under a new epoch.
         _reassign(
             state,
             m.partition,
@@ -963,8 +917,10 @@ def _record_checkpoints(state: ClusterState, cmd: RecordCheckpoints) -> _Outcome
             elif part.checkpoint is not None and e.offset < part.checkpoint.offset:
                 reason = f"offset {e.offset} is behind {part.checkpoint.offset}"
             else:
-                checkpoint = Checkpoint(offset=e.offset, uri=e.uri, epoch=e.epoch, at_ms=cmd.now_ms)
-                _put_partition(state, _accept_checkpoint(part, checkpoint))
+                checkpoint = Checkpoint(
+                    offset=e.offset, uri=e.uri, epoch=part.epoch, at_ms=cmd.now_ms
+                )
+                state.put_partition(_accept_checkpoint(part, checkpoint))
         status: Literal["accepted", "fenced"] = "fenced" if reason is not None else "accepted"
         results.append(CheckpointVerdict(partition=e.partition, status=status, reason=reason))
     return Ok(value=CheckpointsResult(results=tuple(results))), False
@@ -980,15 +936,39 @@ def _drain_worker(state: ClusterState, cmd: DrainWorker) -> _Outcome:
     bad = check_moves(state, cmd.moves, wid)
     if bad is not None:
         return bad, False
+    superseded = _superseded(state, cmd.moves)
+    leaving = _leavers(
+        state,
+        (wid, *(m.source for m in superseded)),
+        ending={m.migration_id for m in superseded},
+        sourcing={mv.source for mv in cmd.moves},
+        becoming={wid: WorkerState.DRAINING},
+    )
+    workers = [(x, WorkerState.LEFT) for x in leaving]
+    if w.state is WorkerState.ACTIVE and wid not in leaving:
+        workers.append((wid, WorkerState.DRAINING))
+    problem = _lifecycle_problem(
+        state,
+        "DrainWorker",
+        workers=workers,
+        migrations=[
+            *([(None, MigrationPhase.PLANNED)] if cmd.moves else []),
+            *((m.migration_id, MigrationPhase.ABORTED) for m in superseded),
+        ],
+    )
+    if problem is not None:
+        return problem, False
     if w.state is WorkerState.ACTIVE:
         state.put_worker(replace(w, state=WorkerState.DRAINING, updated_at_ms=cmd.now_ms))
     created = _create_migrations(state, cmd.moves, MigrationReason.DRAIN, cmd.now_ms)
-    _maybe_leave(state, wid, cmd.now_ms)
+    _leave(state, leaving, cmd.now_ms)
     value = DrainResult(worker_id=wid, state=state.workers[wid].state, migrations=created)
     return Ok(value=value), False
 
 
-def _assigning_at(state: ClusterState, p: int, epoch: int, note: str) -> Partition | Rejected:
+def _assigning_at(
+    state: ClusterState, p: PartitionId, epoch: Epoch, note: str
+) -> Partition | Rejected:
     """The partition ``p`` if it is ASSIGNING at exactly ``epoch`` (what a fallback needs),
     and ``note`` says why."""
     bad = _note_or_reject(note)
@@ -1035,7 +1015,12 @@ def _fall_back(state: ClusterState, cmd: FallBack) -> _Outcome:
                 "invalid", "checkpoint is not one of the partition's earlier ones", "checkpoint"
             ), False
         checkpoint, earlier = part.earlier[index], part.earlier[index + 1 :]
-    _put_partition(state, replace(part, checkpoint=checkpoint, earlier=earlier, stuck=""))
+    problem = _lifecycle_problem(
+        state, "FallBack", partitions=[([part.partition], PartitionStatus.ASSIGNING)]
+    )
+    if problem is not None:
+        return problem, False
+    state.put_partition(replace(part, checkpoint=checkpoint, earlier=earlier, stuck=""))
     _reassign(
         state,
         part.partition,
@@ -1059,7 +1044,7 @@ def _mark_stuck(state: ClusterState, cmd: MarkStuck) -> _Outcome:
     part = _assigning_at(state, cmd.partition, cmd.epoch, cmd.note)
     if isinstance(part, Rejected):
         return part, False
-    _put_partition(state, replace(part, stuck=cmd.note))
+    state.put_partition(replace(part, stuck=cmd.note))
     return Ok(value=StuckResult(partition=part.partition, stuck=cmd.note)), False
 
 
@@ -1076,7 +1061,12 @@ def _reset_partition(state: ClusterState, cmd: ResetPartition) -> _Outcome:
         return rejected(
             "conflict", f"partition {p} is {part.status.value}; only an assigning one resets"
         ), False
-    _put_partition(state, replace(part, checkpoint=None, earlier=(), stuck=""))
+    problem = _lifecycle_problem(
+        state, "ResetPartition", partitions=[([p], PartitionStatus.ASSIGNING)]
+    )
+    if problem is not None:
+        return problem, False
+    state.put_partition(replace(part, checkpoint=None, earlier=(), stuck=""))
     _reassign(
         state,
         p,

@@ -1,8 +1,9 @@
 """Leader duties: the I/O executor of the pure planner (`coordinator.core.planner`).
 
 Owns the loop that runs only on the ready leader: read the applied state, ask the planner
-for a batch, commit its commands in order, make its worker calls, feed every outcome back,
-sleep until the batch's wake-up. Every decision is the planner's; this module holds none.
+for a batch, commit the commands its `BatchRun` hands out (`coordinator/core/executor.py`
+keeps the order-and-skip rule), make its worker calls, feed every outcome back, sleep until
+the run's wake-up. Every decision is the planner's; this module holds none.
 
 The loop is supervised: an exception in one step (any exception, not just a RippleError) is
 logged with its traceback, counted in `ripple_duty_errors_total`, and the loop goes on after
@@ -24,23 +25,25 @@ from collections.abc import Sequence
 import aiohttp
 
 from coordinator.core.commands import DeclareDead, FallBack, FinalCheckpoint, MarkStuck
-from coordinator.core.fallback import target_of
-from coordinator.core.model import WorkerId
-from coordinator.core.placement import PlacementStrategy
-from coordinator.core.planner import (
-    Batch,
+from coordinator.core.effects import (
     CheckpointCall,
     CheckpointDone,
     CommitOutcome,
     HostCall,
     HostDone,
-    Planner,
-    PlannerSettings,
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
     WorkerCall,
     WorkerResult,
+)
+from coordinator.core.executor import BatchRun
+from coordinator.core.fallback import target_of
+from coordinator.core.model import WorkerId
+from coordinator.core.placement import PlacementStrategy
+from coordinator.core.planner import (
+    Planner,
+    PlannerSettings,
 )
 from coordinator.service.auth import call_token
 from coordinator.service.failing import FailingReports
@@ -275,18 +278,18 @@ class LeaderDuties:
         self._wake.clear()  # a result arriving from here on wakes the next sleep
         with self.node.read() as state:
             batch = planner.plan(state, self.clock.monotonic_ms(), self.clock.wall_ms())
-        if not await self._commit(planner, batch):
-            # A rejected command is not retried at once: the next plan may well repeat it.
-            return self.clock.monotonic_ms() + planner.settings.tick_ms
-        for call in batch.calls:
+        run = BatchRun(planner, batch)
+        await self._commit(run)
+        for call in run.calls():
             task = asyncio.get_running_loop().create_task(self._call(planner, call))
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
-        return batch.wake_at_ms
+        return run.wake_at_ms(self.clock.monotonic_ms())
 
-    async def _commit(self, planner: Planner, batch: Batch) -> bool:
-        """Commit in order; False after a rejection (the rest is reported SKIPPED)."""
-        for i, cmd in enumerate(batch.commands):
+    async def _commit(self, run: BatchRun) -> None:
+        """Commit what the run hands out, one command at a time, and tell it each outcome;
+        an outcome not known in time is raised once the run has it, so the loop backs off."""
+        while (cmd := run.next_command()) is not None:
             error: RippleError
             try:
                 await self.node.submit(cmd)
@@ -295,7 +298,7 @@ class LeaderDuties:
             except RippleError as exc:
                 outcome, error = CommitOutcome.UNKNOWN, exc
             else:
-                planner.committed(cmd, CommitOutcome.OK, self.clock.monotonic_ms())
+                run.outcome(cmd, CommitOutcome.OK, self.clock.monotonic_ms())
                 if isinstance(cmd, DeclareDead):
                     log.warning(
                         "declared dead (%d): %s", len(cmd.worker_ids), ids_text(cmd.worker_ids)
@@ -305,15 +308,10 @@ class LeaderDuties:
                     log.warning("partition %d: %s", cmd.partition, cmd.note)
                     self.node.metrics.fallbacks.labels(to=target_of(cmd)).inc()
                 continue
-            now = self.clock.monotonic_ms()
-            planner.committed(cmd, outcome, now)
-            for rest in batch.commands[i + 1 :]:
-                planner.committed(rest, CommitOutcome.SKIPPED, now)
+            run.outcome(cmd, outcome, self.clock.monotonic_ms())
             log.info("%s not committed (%s): %s", type(cmd).__name__, outcome.value, error.message)
             if outcome is CommitOutcome.UNKNOWN:
                 raise error
-            return False
-        return True
 
     # -- calls to workers ------------------------------------------------------------------------
 

@@ -3,9 +3,10 @@ leader's real planner, scripted workers, a lossy network and a fake clock, all d
 seed.
 
 What it owns: a model of everything around ``coordinator.core`` that the real service does
-with I/O -- the replicated log (``replication/``), the executor of the leader's batches
-(``coordinator/service/duties.py``: commit in order, make the calls, time them out) and the
-workers (``tests/scripted_worker.py``) -- reduced to plain data and one ``random.Random``, plus
+with I/O -- the replicated log (``replication/``), the leader's duty loop
+(``coordinator/service/duties.py``: carry each batch through the log, make the calls, time
+them out; the executor's rule itself is ``coordinator/core/executor.py``'s, run here too) and
+the workers (``tests/scripted_worker.py``) -- reduced to plain data and one ``random.Random``, plus
 the checkers. It holds NO decision of its own: failure detection, assignment, migrations,
 drains, host retries and checkpoint rounds are ``coordinator.core.planner.Planner``'s, the
 one production runs; the real ``Machine`` and codec apply what it commits.
@@ -23,7 +24,7 @@ The log model (Raft, simplified but with the parts that matter here):
 - on a leader change the new leader is a replica holding every committed entry (Raft's
   election restriction); the old leader's uncommitted tail is overwritten when it catches up;
 - a replica applies committed entries in order, and a new leader proposes nothing until it
-  has applied its whole log up to the commit index (DESIGN §3: "apply before serving");
+  has applied its whole log up to the commit index (docs/design.md §3: "apply before serving");
 - group commit: what the leader appended since it last replicated goes out as ONE batch entry
   (``replication.batch``); replicas c1, c2 apply it through ``replication.log.apply_entry``,
   c0 command by command with the per-command checks, and the per-index state hash holds the
@@ -53,23 +54,12 @@ from coordinator.core.commands import (
     RegisterWorker,
     Rejected,
 )
-from coordinator.core.machine import Machine
-from coordinator.core.model import (
-    TERMINAL_PHASES,
-    MigrationPhase,
-    MigrationReason,
-    PartitionStatus,
-    WorkerId,
-    WorkerState,
-)
-from coordinator.core.planner import (
+from coordinator.core.effects import (
     CheckpointCall,
     CheckpointDone,
     CommitOutcome,
     HostCall,
     HostDone,
-    Planner,
-    PlannerSettings,
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
@@ -77,10 +67,30 @@ from coordinator.core.planner import (
     WorkerResult,
     call_key,
 )
+from coordinator.core.executor import BatchRun
+from coordinator.core.invariants import (
+    Ledger,
+    View,
+    gate_violations,
+    settled_violations,
+    state_violations,
+    step_violations,
+    view,
+)
+from coordinator.core.machine import Machine
+from coordinator.core.model import (
+    MigrationReason,
+    PartitionStatus,
+    WorkerId,
+    WorkerState,
+)
+from coordinator.core.planner import (
+    Planner,
+    PlannerSettings,
+)
 from coordinator.core.state import ClusterState
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
-from tests.lifecycle_check import LifecycleView, lifecycle_problem, lifecycle_view
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
 
@@ -236,9 +246,9 @@ class Proposer:
         self.replica = replica
         self.term = term
         self.planner: Planner | None = None
-        # The batch being committed: one command at a time, each after the previous one's
-        # outcome is known (the batch contract), as (request id or None, command).
-        self.committing: list[Command] = []
+        # The batch being committed (the executor's rule is BatchRun's) and the command of
+        # it on its way through the log, as (request id, command).
+        self.run: BatchRun | None = None
         self.current: tuple[str, Command] | None = None
         # Calls sent and not answered: a reply after the deadline is a timed-out call.
         self.outstanding: dict[tuple[str, object], tuple[WorkerCall, int]] = {}
@@ -264,43 +274,37 @@ class Proposer:
                 return  # not until the takeover no-op has committed and everything is applied
             self.planner = Planner(sim.planner_settings, sim.rng, self.state, now)
         planner = self.planner
-        if not self._commit_step(planner, now):
+        if not self._commit_step(now):
             return  # a command of the batch is still on its way
         self._time_out_calls(planner, now)
         self._admin(planner, now)
         if self.current is not None:
             return
-        batch = planner.plan(self.state, now, now)
-        if batch.commands:
-            self.committing = list(batch.commands)
-            self._commit_step(planner, now)
-            return
-        for call in batch.calls:
-            self._send_call(call, now)
+        self.run = BatchRun(planner, planner.plan(self.state, now, now))
+        if self._commit_step(now):
+            for call in self.run.calls():
+                self._send_call(call, now)
 
-    def _commit_step(self, planner: Planner, now: int) -> bool:
+    def _commit_step(self, now: int) -> bool:
         """Advance the batch being committed; True when nothing of it is left in flight."""
-        while True:
-            if self.current is not None:
-                rid, cmd = self.current
-                if self.sim.own_uncommitted():
-                    return False
-                raw = self.replica.results.get(rid)
-                if raw is None:
-                    return False  # cannot happen while leading: the entry is applied
-                result = decode_result(raw)
-                self.current = None
-                if isinstance(result, Ok):
-                    planner.committed(cmd, CommitOutcome.OK, now)
-                else:
-                    planner.committed(cmd, CommitOutcome.REJECTED, now)
-                    for rest in self.committing:
-                        planner.committed(rest, CommitOutcome.SKIPPED, now)
-                    self.committing = []
-            if not self.committing:
-                return True
-            cmd = self.committing.pop(0)
-            self.current = (self.submit(cmd), cmd)
+        run = self.run
+        if run is None:
+            return True
+        if self.current is not None:
+            rid, cmd = self.current
+            if self.sim.own_uncommitted():
+                return False
+            raw = self.replica.results.get(rid)
+            if raw is None:
+                return False  # cannot happen while leading: the entry is applied
+            self.current = None
+            ok = isinstance(decode_result(raw), Ok)
+            run.outcome(cmd, CommitOutcome.OK if ok else CommitOutcome.REJECTED, now)
+        cmd = run.next_command()
+        if cmd is None:
+            return True
+        self.current = (self.submit(cmd), cmd)
+        return False
 
     def _send_call(self, call: WorkerCall, now: int) -> None:
         self.outstanding[call_key(call)] = (call, now + self.sim.s.call_timeout_ms)
@@ -467,9 +471,7 @@ class Simulation:
         self.faults_on = True
         # Checker memory.
         self.hash_at: dict[int, str] = {}
-        self.owner_at: dict[tuple[int, int], str | None] = {}
-        self.max_epoch: list[dict[int, int]] = [{} for _ in self.replicas]
-        self.gate_holder: dict[tuple[int, int], tuple[str, int]] = {}
+        self.ledger = Ledger()
         self.stats = {"leader_changes": 0, "crashes": 0, "pauses": 0, "restarts": 0, "fenced": 0}
         self.stats["cuts"] = 0
         self.cut_until: dict[str, int] = {}
@@ -580,18 +582,16 @@ class Simulation:
                     # the same state.
                     results = []
                     for item in items:
-                        before = self._partition_view(r.machine.state)
-                        lives = lifecycle_view(r.machine.state) if i == 0 else None
+                        before = view(r.machine.state) if i == 0 else None
                         results.append(apply_entry(r.machine, item))
-                        if lives is not None:
-                            self.check_command(item, results[-1], before)
-                            self.check_lifecycles(lives, r.machine.state, item)
+                        if before is not None:
+                            self.check_command(before, item, results[-1])
                 else:
                     results = decode_results(apply_entry(r.machine, entry))
                 for item, result in zip(items, results, strict=True):
                     r.results[decode_command(item)[0]] = result
                 r.applied += 1
-                self.check_applied(i, r, results)
+                self.check_applied(r, results)
 
     def change_leader(self) -> None:
         # Raft's election restriction: only a replica holding every committed entry can win.
@@ -623,11 +623,7 @@ class Simulation:
             f"(replay: Simulation({self.seed}).run())"
         )
 
-    @staticmethod
-    def _partition_view(state: ClusterState) -> list[tuple[int, str | None]]:
-        return [(p.epoch, p.owner) for p in state.partitions]
-
-    def check_applied(self, i: int, r: Replica, results: list[bytes]) -> None:
+    def check_applied(self, r: Replica, results: list[bytes]) -> None:
         """After each applied log entry (one command or a batch of them)."""
         state = r.machine.state
         for result_bytes in results:
@@ -638,76 +634,38 @@ class Simulation:
         seen = self.hash_at.setdefault(r.applied, h)
         if seen != h:
             self.fail(f"{r.name} state hash {h} != {seen} at applied index {r.applied}")
-        for ws in WorkerState:
-            # The by-state index the planner reads every tick agrees with the records.
-            scanned = sorted(w.worker_id for w in state.workers.values() if w.state is ws)
-            if state.workers_in(ws) != scanned:
-                self.fail(
-                    f"{r.name} index of {ws.value} workers {state.workers_in(ws)} != {scanned}"
-                )
-        # The in-flight index (registration and the planner read it) is the scan it replaced.
-        in_flight = [m for m in state.migrations.values() if m.phase not in TERMINAL_PHASES]
-        if state.in_flight_migrations() != in_flight:
-            self.fail(f"{r.name} in-flight index disagrees with the migrations it indexes")
-        epochs = self.max_epoch[i]
-        for p in state.partitions:
-            if p.epoch < epochs.get(p.partition, 0):
-                self.fail(f"{r.name} p{p.partition} epoch went back to {p.epoch}")
-            epochs[p.partition] = p.epoch
-            key = (p.partition, p.epoch)
-            owner = self.owner_at.setdefault(key, p.owner)
-            if owner != p.owner:
-                self.fail(f"p{p.partition} epoch {p.epoch} has two owners: {owner} and {p.owner}")
-            if p.owner is not None and state.workers[p.owner].state not in OWNING:
-                self.fail(f"p{p.partition} owned by {p.owner} which is not active/draining")
-            if p.migration is not None:
-                mig = state.migrations.get(p.migration)
-                if mig is None or mig.phase in (MigrationPhase.DONE, MigrationPhase.ABORTED):
-                    self.fail(f"p{p.partition} points at finished migration {p.migration}")
+        problems = state_violations(state) + self.ledger.observe(r.name, state)
+        if problems:
+            self.fail(f"{r.name}: {'; '.join(problems)}")
 
-    def check_command(
-        self, entry: bytes, result_bytes: bytes, before: list[tuple[int, str | None]]
-    ) -> None:
-        """One command applied on c0: a checkpoint is accepted only at the current epoch."""
+    def check_command(self, before: View, entry: bytes, result_bytes: bytes) -> None:
+        """One command applied on c0, against the state just before it: every step invariant
+        (coordinator/core/invariants.py: lifecycle edges, epochs, checkpoint fencing)."""
+        _, cmd = decode_command(entry)
+        problems = step_violations(before, self.replicas[0].machine.state, cmd)
+        if problems:
+            self.fail("; ".join(problems))
         result = decode_result(result_bytes)
         if not isinstance(result, Ok):
             return
-        _, cmd = decode_command(entry)
         if isinstance(cmd, FallBack):
             self.stats["fallbacks"] += 1
         if isinstance(cmd, RecordCheckpoints):
             assert isinstance(result.value, CheckpointsResult)
-            for e, res in zip(cmd.entries, result.value.results, strict=True):
-                if res.status == "accepted":
-                    self.stats["accepted"] += 1
-                    cur_epoch, cur_owner = before[e.partition]
-                    if e.epoch != cur_epoch or cur_owner != cmd.worker_id:
-                        self.fail(
-                            f"checkpoint p{e.partition} accepted at stale epoch {e.epoch} "
-                            f"(current {cur_epoch}, owner {cur_owner})"
-                        )
-                else:
-                    self.stats["fenced"] += 1
-
-    def check_lifecycles(self, before: LifecycleView, state: ClusterState, entry: bytes) -> None:
-        """Every state change the machine made is an edge of coordinator/core/lifecycle.py."""
-        problem = lifecycle_problem(before, state, type(decode_command(entry)[1]).__name__)
-        if problem is not None:
-            self.fail(problem)
+            for res in result.value.results:
+                self.stats["accepted" if res.status == "accepted" else "fenced"] += 1
 
     def check_gates(self) -> None:
         """No two live workers hold an open gate for one partition at one epoch."""
-        holders: dict[tuple[int, int], str] = {}
-        for w in self.workers:
-            if not w.alive:
-                continue
-            for p, g in w.gates.items():
-                if not g["open"]:
-                    continue
-                key = (p, int(g["epoch"]))
-                other = holders.setdefault(key, w.wid)
-                if other != w.wid:
-                    self.fail(f"p{p} epoch {key[1]} open on both {other} and {w.wid}")
+        problems = gate_violations(
+            (w.wid, p, int(g["epoch"]))
+            for w in self.workers
+            if w.alive
+            for p, g in w.gates.items()
+            if g["open"]
+        )
+        if problems:
+            self.fail("; ".join(problems))
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -955,9 +913,9 @@ class Simulation:
                 if p.status is not PartitionStatus.ONLINE
             ]
             self.fail(f"not settled {self.s.heal_steps_max} steps after heal: {stuck}")
-        for m in self.replicas[self.leader].machine.state.migrations.values():
-            if m.phase not in (MigrationPhase.DONE, MigrationPhase.ABORTED):
-                self.fail(f"migration {m.migration_id} ended {m.phase.value}")
+        problems = settled_violations(self.replicas[self.leader].machine.state)
+        if problems:
+            self.fail("; ".join(problems))
         return {
             "steps": self.step_no,
             "messages": self.net.sent,

@@ -60,7 +60,7 @@ def test_checker_catches_a_stale_checkpoint(monkeypatch: pytest.MonkeyPatch) -> 
             ok = part.owner == cmd.worker_id
             if ok:
                 ck = core_state.Checkpoint(offset=e.offset, uri=e.uri, epoch=e.epoch, at_ms=0)
-                core_state._put_partition(state, core_state.replace(part, checkpoint=ck))
+                state.put_partition(core_state.replace(part, checkpoint=ck))
             results.append(
                 CheckpointVerdict(
                     partition=e.partition,

@@ -18,8 +18,9 @@ Directives:
   report <w> p=<p> offset=<n> [e=<e>]   the worker reports a checkpoint (RecordCheckpoints)
   heartbeat w1 w2           a heartbeat from each; prints checkpoint_due when it is set
   tick <ms>                 advance the monotonic clock
-  plan                      one batch: its commands are committed in order (the executor's
-                            rule: the first rejection skips the rest) and its calls recorded
+  plan                      one batch, run by the executor (coordinator/core/executor.py:
+                            commands in order, the first rejection skips the rest, then the
+                            calls, which are recorded)
   run                       plan until a batch has no command (at most 20 batches)
   host-ok p=<p> [e=<e>]     the outstanding host call of p answered 200
   host-ok-all               every outstanding host call answered 200
@@ -59,24 +60,27 @@ from coordinator.core.commands import (
     Rejected,
     ResetPartition,
 )
-from coordinator.core.model import MigrationId, MigrationReason, WorkerId
-from coordinator.core.planner import (
+from coordinator.core.effects import (
     Batch,
     CheckpointCall,
     CheckpointDone,
     CommitOutcome,
     HostCall,
     HostDone,
-    Planner,
-    PlannerSettings,
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
     WorkerCall,
     WorkerResult,
 )
+from coordinator.core.executor import BatchRun, commit_batch
+from coordinator.core.invariants import state_violations, step_violations, view
+from coordinator.core.model import MigrationId, MigrationReason, WorkerId
+from coordinator.core.planner import (
+    Planner,
+    PlannerSettings,
+)
 from coordinator.core.state import ClusterState, apply
-from tests.lifecycle_check import lifecycle_problem, lifecycle_view
 
 WALL_OFFSET_MS = 1_700_000_000_000  # wall time is stamped only; keep it far from monotonic
 RUN_BATCHES_MAX = 20
@@ -185,35 +189,33 @@ class Harness:
 
     def apply(self, cmd: Command) -> Ok | Rejected:
         self.seq += 1
-        before = lifecycle_view(self.state)
+        before = view(self.state)
         result = apply(self.state, f"s{self.seq}", cmd)
-        problem = lifecycle_problem(before, self.state, type(cmd).__name__)
-        if problem is not None:
-            raise AssertionError(problem)
+        # Every scenario step keeps the state's invariants (coordinator/core/invariants.py).
+        problems = step_violations(before, self.state, cmd) + state_violations(self.state)
+        if problems:
+            raise AssertionError("; ".join(problems))
         return result
 
-    def commit(self, batch: Batch) -> list[str]:
+    def commit(self, batch: Batch) -> tuple[list[str], BatchRun]:
         out = []
-        commands = list(batch.commands)
-        while commands:
-            cmd = commands.pop(0)
+
+        def commit(cmd: Command) -> CommitOutcome:
             result = self.apply(cmd)
             if isinstance(result, Ok):
-                self.planner.committed(cmd, CommitOutcome.OK, self.now)
                 out.append(f"commit {fmt_command(cmd)} -> ok")
-                continue
-            self.planner.committed(cmd, CommitOutcome.REJECTED, self.now)
+                return CommitOutcome.OK
             out.append(f"commit {fmt_command(cmd)} -> {result.code}: {result.message}")
-            for rest in commands:
-                self.planner.committed(rest, CommitOutcome.SKIPPED, self.now)
-                out.append(f"skip {fmt_command(rest)}")
-            break
-        return out
+            return CommitOutcome.REJECTED
+
+        run = commit_batch(self.planner, batch, commit, self.now)
+        out += [f"skip {fmt_command(rest)}" for rest in run.skipped]
+        return out, run
 
     def plan_once(self) -> tuple[list[str], Batch]:
         batch = self.planner.plan(self.state, self.now, self.wall)
-        out = self.commit(batch)
-        for call in batch.calls:
+        out, run = self.commit(batch)
+        for call in run.calls():
             self.outstanding[fmt_call(call)] = call
             out.append(fmt_call(call))
         wake = batch.wake_at_ms - self.now

@@ -21,6 +21,12 @@ from coordinator.core.commands import (
     ResetPartition,
     StartRelease,
 )
+from coordinator.core.effects import (
+    CommitOutcome,
+    HostCall,
+    HostDone,
+)
+from coordinator.core.executor import commit_batch
 from coordinator.core.fallback import (
     CHECKPOINT_UNAVAILABLE,
     FallbackPolicy,
@@ -35,7 +41,10 @@ from coordinator.core.model import (
     MigrationPhase,
     PartitionStatus,
 )
-from coordinator.core.planner import CommitOutcome, HostCall, HostDone, Planner, PlannerSettings
+from coordinator.core.planner import (
+    Planner,
+    PlannerSettings,
+)
 from coordinator.core.state import ClusterState
 from tests.unit.test_core_state import W1, W2, ok, plan, rejects
 from tests.unit.test_core_state import s as s  # the fixture, re-exported for pytest
@@ -212,11 +221,17 @@ def test_the_planner_walks_the_chain_on_checkpoint_unavailable(s: ClusterState) 
     for _ in range(12):
         now += 60_000  # past any retry backoff
         batch = planner.plan(s, now, now)
-        for cmd in batch.commands:
+
+        def commit(cmd: Command) -> CommitOutcome:
             assert isinstance(ok(s, cmd), dict)
-            planner.committed(cmd, CommitOutcome.OK, now)
             committed.append(cmd)
-        calls = [c for c in batch.calls if isinstance(c, HostCall) and c.partition == 0]
+            return CommitOutcome.OK
+
+        calls = [
+            c
+            for c in commit_batch(planner, batch, commit, now).calls()
+            if isinstance(c, HostCall) and c.partition == 0
+        ]
         for call in calls:
             sent.append(None if call.checkpoint is None else call.checkpoint.offset)
             ok_ = call.checkpoint is None  # only a replay from offset 0 loads

@@ -45,13 +45,11 @@ from coordinator.core.commands import (
     Result,
     StartRelease,
 )
+from coordinator.core.invariants import Ledger, state_violations, step_violations, view
 from coordinator.core.machine import ClusterState, Machine
 from coordinator.core.model import (
-    CHECKPOINTS_KEPT_MAX,
     OWNING_WORKER_STATES,
-    TERMINAL_PHASES,
     MigrationId,
-    MigrationPhase,
     MigrationReason,
     Partition,
     PartitionStatus,
@@ -173,8 +171,7 @@ class CoordinatorRun(RuleBasedStateMachine):
         super().__init__()
         self.machine = Machine()
         self.ids = itertools.count()
-        self.epochs: list[int] = []
-        self.generation = 0
+        self.ledger = Ledger()
         self.last: tuple[str, bytes] | None = None
         # The owning set as a reader of ClusterState.owning_changes_since keeps it.
         self.owning_cursor: tuple[int, int] | None = None
@@ -187,8 +184,12 @@ class CoordinatorRun(RuleBasedStateMachine):
     def run(self, cmd: Command) -> Result:
         rid = f"r{next(self.ids)}"
         data = encode_command(cmd, rid)
+        before = view(self.s)
         out = self.machine.apply(data)
         result = decode_result(out)
+        # Every change the command made is an edge of its lifecycle table, epochs and the
+        # generation only grow, an epoch keeps its owner, checkpoints are fenced.
+        assert step_violations(before, self.s, cmd) == []
         if isinstance(result, Rejected):
             assert result.code != "internal", result
         else:
@@ -199,7 +200,6 @@ class CoordinatorRun(RuleBasedStateMachine):
     def bootstrap(self, total: int, workers: int) -> None:
         # Start from a populated cluster most of the time so runs reach the deep transitions.
         assert isinstance(self.run(Bootstrap(total_partitions=total, now_ms=0)), Ok)
-        self.epochs = [0] * total
         for wid in POOL[:workers]:
             self.run(RegisterWorker(worker_id=wid, address="http://x", now_ms=0))
         if workers:
@@ -386,46 +386,18 @@ class CoordinatorRun(RuleBasedStateMachine):
     # --- invariants ----------------------------------------------------------------------------
 
     @invariant()
-    def ownership(self) -> None:
-        for part in self.s.partitions:
-            if part.owner is None:
-                assert part.status is PartitionStatus.UNASSIGNED
-            else:
-                assert part.status is not PartitionStatus.UNASSIGNED
-                assert self.s.workers[part.owner].state in OWNING_WORKER_STATES
-        for w in self.s.workers.values():
-            owned = self.s.owned_by(w.worker_id)
-            assert owned == [p.partition for p in self.s.partitions if p.owner == w.worker_id]
-            if w.state not in OWNING_WORKER_STATES:
-                assert owned == []
-            # The heartbeat's assignment, cached per generation, is never stale.
-            fresh = tuple((p, self.s.partitions[p].epoch) for p in owned)
-            assert self.s.assignment_of(w.worker_id) == fresh
+    def state_invariants(self) -> None:
+        """coordinator/core/invariants.py: one live owner per partition (none when UNASSIGNED),
+        migrations and partitions agree (PLANNED/RELEASING owned by the source, HANDED_OFF by
+        the target), the fallback chain is bounded and newest first and never stuck ONLINE,
+        and the indices (owner, worker state, in flight in order, the heartbeat's cached
+        assignment) equal a scan of the records."""
+        assert state_violations(self.s) == []
 
     @invariant()
     def epochs_and_generation_never_decrease(self) -> None:
-        epochs = [p.epoch for p in self.s.partitions]
-        assert all(new >= old for new, old in zip(epochs, self.epochs, strict=True))
-        self.epochs = epochs
-        assert self.s.generation >= self.generation
-        self.generation = self.s.generation
-
-    @invariant()
-    def migrations_agree_with_partitions(self) -> None:
-        for part in self.s.partitions:
-            if part.migration is not None:
-                m = self.s.migrations[part.migration]
-                assert m.phase not in TERMINAL_PHASES and m.partition == part.partition
-        # The in-flight index is the scan it replaced, order included.
-        scanned = [m for m in self.s.migrations.values() if m.phase not in TERMINAL_PHASES]
-        assert self.s.in_flight_migrations() == scanned
-        for m in self.s.in_flight_migrations():
-            part = self.s.partitions[m.partition]
-            assert part.migration == m.migration_id
-            if m.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING):
-                assert part.owner == m.source
-            else:
-                assert part.owner == m.target
+        # Across every step, a restore from a snapshot included.
+        assert self.ledger.observe("machine", self.s) == []
 
     @rule()
     def restore_from_snapshot(self) -> None:
@@ -448,17 +420,6 @@ class CoordinatorRun(RuleBasedStateMachine):
                 else:
                     self.owning_view.discard(wid)
         assert self.owning_view == truth
-
-    @invariant()
-    def fallback_chain_is_older_bounded_and_never_stuck_online(self) -> None:
-        for part in self.s.partitions:
-            assert len(part.earlier) <= CHECKPOINTS_KEPT_MAX
-            if part.checkpoint is None:
-                assert part.earlier == ()
-            offsets = [part.checkpoint.offset] if part.checkpoint else []
-            offsets += [c.offset for c in part.earlier]
-            assert all(a > b for a, b in itertools.pairwise(offsets)), offsets
-            assert not (part.stuck and part.status is PartitionStatus.ONLINE)
 
     @invariant()
     def snapshot_round_trips(self) -> None:

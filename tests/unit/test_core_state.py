@@ -8,6 +8,7 @@ from typing import Any, cast
 import msgpack
 import pytest
 
+from coordinator.core import cluster as cluster_module
 from coordinator.core import state as state_module
 from coordinator.core.codec import encode_result, encode_state
 from coordinator.core.commands import (
@@ -275,7 +276,7 @@ def test_owning_changes_name_who_started_or_stopped_owning(
     changed, cursor = s.owning_changes_since(cursor)
     assert changed is None
     # More changes than are kept: the whole set again.
-    monkeypatch.setattr(state_module, "OWNING_CHANGES_KEPT_MAX", 2)
+    monkeypatch.setattr(cluster_module, "OWNING_CHANGES_KEPT_MAX", 2)
     small = ClusterState()
     ok(small, Bootstrap(total_partitions=1, now_ms=1))
     _, at = small.owning_changes_since(None)
@@ -663,6 +664,21 @@ def test_reassign_supersedes_a_hand_off_that_never_came_online(s: ClusterState) 
         "conflict",
         match="already moving",
     )
+
+
+def test_a_superseded_hand_off_ends_its_draining_sources_drain(s: ClusterState) -> None:
+    """The superseded migration was the last thing a DRAINING source had in flight: the
+    PlanMigrations that supersedes it ends the drain (a lifecycle edge of its own)."""
+    ok(s, DrainWorker(worker_id=W1, moves=(Move(partition=0, source=W1, target=W2),), now_ms=40))
+    ok(s, DrainWorker(worker_id=W1, moves=(Move(partition=3, source=W1, target=W3),), now_ms=40))
+    for mid in (M1, M2):
+        ok(s, StartRelease(migration_id=mid, now_ms=41))
+        ok(s, HandOff(migration_id=mid, checkpoint=None, now_ms=42))
+    ok(s, PartitionOnline(partition=3, epoch=2, owner=W3, now_ms=43))
+    assert s.workers[W1].state is WorkerState.DRAINING  # still the source of m-1
+    (m3,) = plan(s, (0, W2, W3))
+    assert phase(s, M1) is MigrationPhase.ABORTED and phase(s, m3) is MigrationPhase.PLANNED
+    assert s.workers[W1].state is WorkerState.LEFT
 
 
 # --- RecordCheckpoints -------------------------------------------------------------------------

@@ -17,7 +17,8 @@ import pytest
 
 from coordinator.config import ClusterConfig
 from coordinator.core.commands import Command, CommandResult, Ok
-from coordinator.core.planner import Batch, Planner
+from coordinator.core.effects import Batch
+from coordinator.core.planner import Planner
 from coordinator.core.state import ClusterState, apply
 from coordinator.service.duties import LeaderDuties
 from coordinator.service.metrics import Metrics

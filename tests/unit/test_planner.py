@@ -25,6 +25,18 @@ from coordinator.core.commands import (
     PlanMigrations,
     RegisterWorker,
 )
+from coordinator.core.effects import (
+    CheckpointCall,
+    CheckpointDone,
+    CommitOutcome,
+    HostCall,
+    HostDone,
+    ReleaseCall,
+    ReleaseDone,
+    ReleaseOutcome,
+)
+from coordinator.core.executor import commit_batch
+from coordinator.core.invariants import state_violations, step_violations, view
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
     MigrationReason,
@@ -33,16 +45,8 @@ from coordinator.core.model import (
     WorkerState,
 )
 from coordinator.core.planner import (
-    CheckpointCall,
-    CheckpointDone,
-    CommitOutcome,
-    HostCall,
-    HostDone,
     Planner,
     PlannerSettings,
-    ReleaseCall,
-    ReleaseDone,
-    ReleaseOutcome,
 )
 from coordinator.core.state import ClusterState, apply
 
@@ -59,11 +63,16 @@ def run(s: ClusterState, planner: Planner, now: int) -> list[object]:
             return done
         batch = planner.plan(s, now, now)
         assert batch.wake_at_ms == now and batch.calls == ()
-        for cmd in batch.commands:
+
+        def commit(cmd: Command) -> CommitOutcome:
+            before = view(s)
             result = apply(s, f"r{next(_ids)}", cmd)
-            planner.committed(cmd, CommitOutcome.OK, now)
             done.append(cmd)
             assert result.__class__.__name__ == "Ok", result
+            assert step_violations(before, s, cmd) + state_violations(s) == []
+            return CommitOutcome.OK
+
+        commit_batch(planner, batch, commit, now)
     raise AssertionError("planner did not settle")
 
 
@@ -149,17 +158,15 @@ def test_a_rejected_command_skips_the_rest_and_keeps_the_host_retry() -> None:
 
 
 def test_a_stage_repeating_a_no_op_does_not_starve_the_calls() -> None:
-    """Rule 4 of the batch: the soak once found a stage that committed a no-op DrainWorker
-    every batch, so the host call that would have finished its work never went out."""
+    """Rule 4 of the batch: a stage that commits a no-op DrainWorker every batch must not
+    keep out the host call that would finish its work."""
     s, planner = with_w1_assigned(SETTINGS)
     noop = (RegisterWorker(worker_id=W1, address="http://w1", now_ms=5),)
     planner._drains = lambda *_: noop  # type: ignore[method-assign]
     hosts: list[HostCall] = []
     for now in range(10, 16):
-        batch = planner.plan(s, now, now)
-        for cmd in batch.commands:
-            planner.committed(cmd, CommitOutcome.OK, now)
-        hosts += [c for c in batch.calls if isinstance(c, HostCall)]
+        run = commit_batch(planner, planner.plan(s, now, now), lambda _: CommitOutcome.OK, now)
+        hosts += [c for c in run.calls() if isinstance(c, HostCall)]
     assert sorted(c.partition for c in hosts) == [0, 1, 2, 3]
     assert planner.repeats_skipped >= 2
 
@@ -315,7 +322,7 @@ def test_checkpoint_rounds_follow_the_owning_set_by_its_changes(
 ) -> None:
     """A scan reads only the workers that started or stopped owning since the last one
     (ClusterState.owning_changes_since). Against a planner made to read the whole owning set
-    at every scan, as before: the same calls, in the same order, and the same rounds, through
+    at every scan: the same calls, in the same order, and the same rounds, through
     joins, deaths, departures, re-registrations, silences and failed calls."""
     s = ClusterState()
     assert isinstance(apply(s, "b", Bootstrap(total_partitions=1, now_ms=0)), Ok)

@@ -1,0 +1,122 @@
+"""What the planner hands its shell and what the shell hands back, as values.
+
+Owns the vocabulary between the pure planner (`coordinator/core/planner.py`) and whoever runs
+it: the `Batch` a plan returns (commands to commit, worker calls to make, when to plan again),
+the outcome of each command (`CommitOutcome`) and the result of each call. Like raft's
+`Ready`, these are plain frozen values: the planner never sees a socket, the shell never
+decides. `coordinator/core/executor.py` holds the rule a Batch is run by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from coordinator.core.commands import Command, FinalCheckpoint
+from coordinator.core.model import Checkpoint, Epoch, MigrationId, PartitionId, WorkerId
+
+__all__ = [
+    "Batch",
+    "CheckpointCall",
+    "CheckpointDone",
+    "CommitOutcome",
+    "HostCall",
+    "HostDone",
+    "ReleaseCall",
+    "ReleaseDone",
+    "ReleaseOutcome",
+    "WorkerCall",
+    "WorkerResult",
+    "call_key",
+]
+
+
+# --- worker calls (what the executor sends) -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostCall:
+    partition: PartitionId
+    epoch: Epoch
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+    # Where the worker starts: None means a replay from the source's beginning.
+    checkpoint: Checkpoint | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseCall:
+    migration_id: MigrationId
+    partition: PartitionId
+    epoch: Epoch
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointCall:
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+
+
+WorkerCall = HostCall | ReleaseCall | CheckpointCall
+
+
+# --- results of worker calls (what the executor feeds back) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostDone:
+    call: HostCall
+    ok: bool
+    # The worker's error code when it answered one (say "checkpoint_unavailable").
+    code: str | None = None
+    message: str = ""
+
+
+class ReleaseOutcome(Enum):
+    RELEASED = "released"  # 200: the source stopped; `checkpoint` is its final one (or None)
+    REFUSED = "refused"  # 409: the source does not hold this epoch; hand off anyway
+    FAILED = "failed"  # anything else: retry later
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseDone:
+    call: ReleaseCall
+    outcome: ReleaseOutcome
+    checkpoint: FinalCheckpoint | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointDone:
+    call: CheckpointCall
+    ok: bool
+
+
+WorkerResult = HostDone | ReleaseDone | CheckpointDone
+
+
+class CommitOutcome(Enum):
+    OK = "ok"
+    REJECTED = "rejected"  # the machine refused it: the state did not change
+    UNKNOWN = "unknown"  # no answer in time: it may or may not have been applied
+    SKIPPED = "skipped"  # not proposed, because an earlier command of the batch failed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    commands: tuple[Command, ...] = ()
+    calls: tuple[WorkerCall, ...] = ()
+    wake_at_ms: int = 0
+
+
+def call_key(call: WorkerCall) -> tuple[str, object]:
+    """What makes two calls the same call: at most one per key is in flight."""
+    if isinstance(call, HostCall):
+        return ("host", (call.partition, call.epoch))
+    if isinstance(call, ReleaseCall):
+        return ("release", call.migration_id)
+    return ("checkpoint", call.worker_id)

@@ -1,0 +1,283 @@
+"""The safety invariants of the replicated state, as pure functions that return violations.
+
+Owns what must hold of every applied `ClusterState`, of every step from one applied state to
+the next, and across a whole run, so that the simulation, the Hypothesis state machine and
+the planner's tests check one set of rules. Each check returns its violations as strings
+(none: it holds) and never raises: the caller adds its context (a seed, a replica, a
+scenario line) and decides what a violation costs.
+
+- `state_violations(state)`: one live owner per partition, migrations and partitions agree,
+  the fallback chain is ordered and bounded, and the derived indices equal a scan;
+- `step_violations(before, state, command)`: every change is an edge of
+  `coordinator/core/lifecycle.py`, epochs and the generation only grow, an epoch keeps its
+  owner, a checkpoint is accepted only at its partition's current epoch (and, reported, only
+  from its owner);
+- `Ledger`: across a run and any number of replicas, epochs only grow on each replica and no
+  (partition, epoch) ever has two owners;
+- `gate_violations`: no two workers hold an open gate for one partition at one epoch;
+- `settled_violations(state)`: once settled, every migration ended DONE or ABORTED and the
+  owned counts add up to every partition, each ONLINE.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from coordinator.core import lifecycle
+from coordinator.core.cluster import ClusterState
+from coordinator.core.commands import Command, RecordCheckpoints
+from coordinator.core.model import (
+    CHECKPOINTS_KEPT_MAX,
+    OWNING_WORKER_STATES,
+    TERMINAL_PHASES,
+    Checkpoint,
+    Epoch,
+    MigrationId,
+    MigrationPhase,
+    PartitionStatus,
+    WorkerId,
+    WorkerState,
+)
+
+__all__ = [
+    "Ledger",
+    "View",
+    "gate_violations",
+    "settled_violations",
+    "state_violations",
+    "step_violations",
+    "view",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionView:
+    status: PartitionStatus
+    epoch: Epoch
+    owner: WorkerId | None
+    # The accepted checkpoints it holds (current first), to tell a newly accepted one.
+    checkpoints: tuple[Checkpoint, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class View:
+    """What the step checks compare of the state before a command (the records are frozen,
+    so holding them costs a pointer each)."""
+
+    workers: dict[WorkerId, tuple[WorkerState, int]]
+    partitions: list[PartitionView]
+    migrations: dict[MigrationId, MigrationPhase]
+    generation: int
+
+
+def view(state: ClusterState) -> View:
+    return View(
+        workers={w.worker_id: (w.state, w.incarnation) for w in state.workers.values()},
+        partitions=[
+            PartitionView(
+                status=p.status,
+                epoch=p.epoch,
+                owner=p.owner,
+                checkpoints=(p.checkpoint, *p.earlier) if p.checkpoint else p.earlier,
+            )
+            for p in state.partitions
+        ],
+        migrations={m.migration_id: m.phase for m in state.migrations.values()},
+        generation=state.generation,
+    )
+
+
+# --- one state -----------------------------------------------------------------------------------
+
+
+def state_violations(state: ClusterState) -> list[str]:
+    out: list[str] = []
+    owned: dict[WorkerId, list[int]] = {}
+    for p in state.partitions:
+        if (p.owner is None) != (p.status is PartitionStatus.UNASSIGNED):
+            out.append(f"p{p.partition} is {p.status.value} with owner {p.owner}")
+        if p.owner is not None:
+            owned.setdefault(p.owner, []).append(p.partition)
+            w = state.workers.get(p.owner)
+            if w is None or w.state not in OWNING_WORKER_STATES:
+                out.append(f"p{p.partition} owned by {p.owner}, which is not active/draining")
+        if p.migration is not None:
+            m = state.migrations.get(p.migration)
+            if m is None or m.phase in TERMINAL_PHASES or m.partition != p.partition:
+                out.append(f"p{p.partition} points at {p.migration}, not its migration in flight")
+        out += _chain_violations(p.partition, p.checkpoint, p.earlier)
+        if p.stuck and p.status is PartitionStatus.ONLINE:
+            out.append(f"p{p.partition} is online and marked stuck")
+    for m in state.in_flight_migrations():
+        part = state.partitions[m.partition]
+        if part.migration != m.migration_id:
+            out.append(f"{m.migration_id} in flight but p{m.partition} points at {part.migration}")
+        # Until the hand-off the source owns the partition; from it on, the target does.
+        holder = m.target if m.phase is MigrationPhase.HANDED_OFF else m.source
+        if part.owner != holder:
+            out.append(f"{m.migration_id} is {m.phase.value} but p{m.partition} is {part.owner}'s")
+    return out + _index_violations(state, owned)
+
+
+def _chain_violations(
+    p: int, current: Checkpoint | None, earlier: tuple[Checkpoint, ...]
+) -> list[str]:
+    """The fallback chain: at most CHECKPOINTS_KEPT_MAX earlier ones, strictly older offsets,
+    none without a current one."""
+    out = []
+    if len(earlier) > CHECKPOINTS_KEPT_MAX:
+        out.append(f"p{p} keeps {len(earlier)} earlier checkpoints")
+    if current is None and earlier:
+        out.append(f"p{p} keeps earlier checkpoints without a current one")
+    offsets = [c.offset for c in (current, *earlier) if c is not None]
+    if any(a <= b for a, b in itertools.pairwise(offsets)):
+        out.append(f"p{p} checkpoint offsets {offsets} are not newest first")
+    return out
+
+
+def _index_violations(state: ClusterState, owned: dict[WorkerId, list[int]]) -> list[str]:
+    """The indices `apply` keeps beside the records (the planner reads them every tick) equal
+    a scan of the records."""
+    out = []
+    for w in state.workers.values():
+        mine = owned.get(w.worker_id, [])
+        if state.owned_by(w.worker_id) != mine:
+            out.append(f"owner index of {w.worker_id} {state.owned_by(w.worker_id)} != {mine}")
+        fresh = tuple((p, state.partitions[p].epoch) for p in mine)
+        if state.assignment_of(w.worker_id) != fresh:
+            out.append(f"cached assignment of {w.worker_id} is stale")
+    for ws in WorkerState:
+        scanned = sorted(w.worker_id for w in state.workers.values() if w.state is ws)
+        if state.workers_in(ws) != scanned:
+            out.append(f"index of {ws.value} workers {state.workers_in(ws)} != {scanned}")
+    in_flight = [m for m in state.migrations.values() if m.phase not in TERMINAL_PHASES]
+    if state.in_flight_migrations() != in_flight:
+        out.append("in-flight index disagrees with the migrations it indexes")
+    return out
+
+
+# --- one step ------------------------------------------------------------------------------------
+
+
+def step_violations(before: View, state: ClusterState, command: Command) -> list[str]:
+    """What applying `command` to the state `before` describes did that it must not have."""
+    name = type(command).__name__
+    out = _lifecycle_violations(before, state, name)
+    if state.generation < before.generation:
+        out.append(f"{name} took the generation back to {state.generation}")
+    for p in state.partitions:
+        if p.partition >= len(before.partitions):
+            continue  # created by this command
+        was = before.partitions[p.partition]
+        if p.epoch < was.epoch:
+            out.append(f"{name} took p{p.partition} epoch back to {p.epoch}")
+        elif p.epoch == was.epoch and p.owner != was.owner:
+            out.append(f"p{p.partition} epoch {p.epoch} has two owners: {was.owner} and {p.owner}")
+        ck = p.checkpoint
+        if ck is None or ck in was.checkpoints:
+            continue
+        if ck.epoch != was.epoch:
+            out.append(
+                f"checkpoint p{p.partition} accepted at stale epoch {ck.epoch} "
+                f"(current {was.epoch}, owner {was.owner})"
+            )
+        elif isinstance(command, RecordCheckpoints) and command.worker_id != was.owner:
+            out.append(
+                f"checkpoint p{p.partition} accepted from {command.worker_id}, not its owner"
+            )
+    return out
+
+
+def _lifecycle_violations(before: View, state: ClusterState, command: str) -> list[str]:
+    """Every worker, partition and migration change is an edge of its table, taken as (state
+    before the command, state after it); a new epoch at the same status is a self-edge."""
+    out = []
+    for w in state.workers.values():
+        old = before.workers.get(w.worker_id)
+        if old == (w.state, w.incarnation):
+            continue
+        src = None if old is None else old[0]
+        if not lifecycle.allowed(lifecycle.WORKER_EDGES, src, w.state, command):
+            out.append(
+                f"{command} moved worker {w.worker_id} {src} -> {w.state}: not in lifecycle.py"
+            )
+    for p in state.partitions:
+        old_p = before.partitions[p.partition] if p.partition < len(before.partitions) else None
+        if old_p is not None and (old_p.status, old_p.epoch) == (p.status, p.epoch):
+            continue
+        src_p = None if old_p is None else old_p.status
+        if not lifecycle.allowed(lifecycle.PARTITION_EDGES, src_p, p.status, command):
+            out.append(
+                f"{command} moved partition {p.partition} {src_p} -> {p.status}: "
+                "not in lifecycle.py"
+            )
+    for m in state.migrations.values():
+        old_m = before.migrations.get(m.migration_id)
+        if old_m != m.phase and not lifecycle.allowed(
+            lifecycle.MIGRATION_EDGES, old_m, m.phase, command
+        ):
+            out.append(
+                f"{command} moved migration {m.migration_id} {old_m} -> {m.phase}: "
+                "not in lifecycle.py"
+            )
+    return out
+
+
+# --- a run ---------------------------------------------------------------------------------------
+
+
+class Ledger:
+    """Across a run: each replica's epochs and generation only grow, and every (partition,
+    epoch) any replica ever held names one owner (the epoch is the fencing token, so a second
+    owner at it could write beside the first)."""
+
+    def __init__(self) -> None:
+        self.max_epoch: dict[str, dict[int, int]] = {}
+        self.generation: dict[str, int] = {}
+        self.owner_at: dict[tuple[int, int], WorkerId | None] = {}
+
+    def observe(self, replica: str, state: ClusterState) -> list[str]:
+        out = []
+        if state.generation < self.generation.get(replica, 0):
+            out.append(f"{replica} generation went back to {state.generation}")
+        self.generation[replica] = state.generation
+        epochs = self.max_epoch.setdefault(replica, {})
+        for p in state.partitions:
+            if p.epoch < epochs.get(p.partition, 0):
+                out.append(f"{replica} p{p.partition} epoch went back to {p.epoch}")
+            epochs[p.partition] = p.epoch
+            owner = self.owner_at.setdefault((p.partition, p.epoch), p.owner)
+            if owner != p.owner:
+                out.append(f"p{p.partition} epoch {p.epoch} has two owners: {owner} and {p.owner}")
+        return out
+
+
+def gate_violations(open_gates: Iterable[tuple[str, int, int]]) -> list[str]:
+    """`open_gates`: (worker, partition, epoch) for every open gate of every live worker."""
+    holders: dict[tuple[int, int], str] = {}
+    out = []
+    for worker, p, epoch in open_gates:
+        other = holders.setdefault((p, epoch), worker)
+        if other != worker:
+            out.append(f"p{p} epoch {epoch} open on both {other} and {worker}")
+    return out
+
+
+def settled_violations(state: ClusterState) -> list[str]:
+    """What must hold once faults healed and the cluster settled."""
+    out = [
+        f"migration {m.migration_id} ended {m.phase.value}"
+        for m in state.migrations.values()
+        if m.phase not in TERMINAL_PHASES
+    ]
+    out += [
+        f"p{p.partition} is {p.status.value}"
+        for p in state.partitions
+        if p.status is not PartitionStatus.ONLINE
+    ]
+    owned = sum(len(state.owned_by(w)) for w in state.workers)
+    if owned != state.total_partitions:
+        out.append(f"workers own {owned} partitions of {state.total_partitions}")
+    return out
