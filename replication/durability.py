@@ -1,8 +1,9 @@
 """What reaches the disk: the syncs of a node's Raft files, how long they take, and (for
 power-cut tests only) an image of exactly what they made durable.
 
-Owns the sync primitives (`sync_file`, `sync_directory`, `durable_replace`), the record of
-their count and of the journal syncs' latency (`SyncTimes`), and the synced images.
+Owns the sync primitives (`sync_file`, `sync_directory`, `make_directory`, `durable_replace`),
+the record of their count and of the journal syncs' latency (`SyncTimes`), and the synced
+images.
 Invariants: once `durable_replace` returns, the new file is on disk under its name, its
 bytes and its directory entry both synced, and a power cut before that leaves the old file
 whole; a synced image changes only after the sync it records has returned, so it never holds
@@ -30,6 +31,7 @@ __all__ = [
     "SyncTimes",
     "SyncedImage",
     "durable_replace",
+    "make_directory",
     "sync_directory",
     "sync_file",
 ]
@@ -71,6 +73,20 @@ def sync_directory(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_directory(path: str, *, durable: bool) -> None:
+    """Create the directory `path` and its missing parents; with `durable`, each new name is
+    synced into its parent, or a power cut could take a synced file away with its directory."""
+    missing = []
+    parent = os.path.abspath(path)
+    while not os.path.isdir(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    os.makedirs(path, exist_ok=True)
+    if durable:
+        for created in reversed(missing):
+            sync_directory(os.path.dirname(created))
 
 
 def durable_replace(tmp: str, path: str) -> None:

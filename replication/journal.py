@@ -5,11 +5,14 @@ whose last 4 bytes are the end offset of the last record, then records
 ``size:u32 | idx:u64 term:u64 command | size:u32`` (little-endian). Invariant: a journal this
 module touched or wrote is a whole-record prefix of what was written, which pysyncobj can open.
 
-A write reaches the disk only through a sync (`replication.durability`); bytes appended
-after the last one may reach it partly, so a crash can leave the header's end offset
-pointing past the bytes that did; pysyncobj then dies at start-up reading a short record
-(chaos scenario e). `repair_journal_tail` keeps the longest run of whole records: Raft-safe,
-since no node acknowledged what it had not synced, and what etcd's WAL repair does.
+A write is sure to be on disk only once synced (`replication.raft_node.DurableJournal`);
+bytes appended after the last sync may reach it in part, so a crash can leave the header's
+end offset pointing past the bytes that did, and pysyncobj then dies at start-up reading a
+short record (chaos scenario e). `repair_journal_tail` keeps the longest run of whole
+records, as etcd's WAL repair does: Raft-safe, since a node acknowledges only what it synced
+(with `fsync` off, only while a majority kept the tail). `sync_writes` says what a sync
+covered, for the synced images of power-cut tests (`replication.durability`), and
+`encode_journal` writes a whole journal for the trim after a compaction.
 """
 
 from __future__ import annotations

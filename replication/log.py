@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from pysyncobj import FAIL_REASON
 
-from replication.durability import SYNC_SECONDS_BUCKETS, SyncStats, SyncTimes
+from replication.durability import SYNC_SECONDS_BUCKETS, SyncStats, SyncTimes, make_directory
 from replication.entry import (
     StateMachine,
     apply_entry,
@@ -134,7 +134,7 @@ class ReplicatedLog:
     def __init__(self, settings: RaftSettings, machine: StateMachine) -> None:
         settings.validate()
         for path in (settings.journal_path, settings.dump_path):
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            make_directory(os.path.dirname(os.path.abspath(path)), durable=settings.fsync)
         self._settings = settings
         self._lock = threading.Lock()  # the apply lock: the machine's, for ticks and reads
         self._role = RaftRole.FOLLOWER

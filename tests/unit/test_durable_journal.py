@@ -33,6 +33,7 @@ from replication.durability import (
     SyncedImage,
     SyncTimes,
     durable_replace,
+    make_directory,
 )
 from replication.journal import LAST_OFFSET_AT, repair_journal_tail
 from replication.raft_node import DurableJournal
@@ -252,6 +253,19 @@ def test_durable_replace_syncs_the_file_renames_then_syncs_the_directory(
     ]
     assert path.read_bytes() == b"new dump" == image_of(path).read_bytes()
     assert not tmp.exists()
+
+
+def test_a_new_directory_is_synced_into_its_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "data").mkdir()
+    spy = SyncSpy(monkeypatch)
+    make_directory(str(tmp_path / "data" / "n1" / "raft"), durable=True)
+    parents = [tmp_path / "data", tmp_path / "data" / "n1"]
+    assert spy.events == [("fsync", p.stat().st_ino, True) for p in parents]
+    make_directory(str(tmp_path / "data" / "n1" / "raft"), durable=True)  # there already
+    make_directory(str(tmp_path / "data" / "n2"), durable=False)
+    assert len(spy.events) == 2 and (tmp_path / "data" / "n2").is_dir()
 
 
 def test_the_term_and_vote_are_stored_durably(
