@@ -212,6 +212,10 @@ class ClusterConfig:
     group_commit_in_flight_max: int = 1
     proposals_queued_max: int = 10_000
     proposals_queued_bytes_max: int = 64 * 1024 * 1024
+    # Durable acknowledgements (docs/operations.md#data-directory-and-durability): a write is
+    # acknowledged only once a majority has synced it to disk. false, for throwaway clusters
+    # only: nothing is synced, and a power cut of a majority can lose acknowledged writes.
+    fsync: bool = True
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:

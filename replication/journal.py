@@ -3,20 +3,31 @@
 Owns the knowledge of pysyncobj's `FileJournal` file (format version 1): a 40-byte header
 whose last 4 bytes are the end offset of the last record, then records
 ``size:u32 | idx:u64 term:u64 command | size:u32`` (little-endian). Invariant: a journal this
-module touched is a whole-record prefix of what was written, which pysyncobj can open.
+module touched or wrote is a whole-record prefix of what was written, which pysyncobj can open.
 
-Nothing is fsynced (docs/design.md §2), so a crash can leave the header's end offset pointing
-past the bytes that reached the disk; pysyncobj then dies at start-up reading a short record
-(chaos scenario e). `repair_journal_tail` keeps the longest run of whole records: Raft-safe
-for this node alone, which catches up from the leader, and what etcd's WAL repair does.
+A write is sure to be on disk only once synced (`replication.raft_node.DurableJournal`);
+bytes appended after the last sync may reach it in part, so a crash can leave the header's
+end offset pointing past the bytes that did, and pysyncobj then dies at start-up reading a
+short record (chaos scenario e). `repair_journal_tail` keeps the longest run of whole
+records, as etcd's WAL repair does: Raft-safe, since a node acknowledges only what it synced
+(with `fsync` off, only while a majority kept the tail). `sync_writes` says what a sync
+covered, for the synced images of power-cut tests (`replication.durability`), and
+`encode_journal` writes a whole journal for the trim after a compaction.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable, Iterable
 
-__all__ = ["repair_journal_tail"]
+__all__ = [
+    "FIRST_RECORD_OFFSET",
+    "LAST_OFFSET_AT",
+    "encode_journal",
+    "repair_journal_tail",
+    "sync_writes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +36,7 @@ LAST_OFFSET_AT = 36  # where the header keeps the end offset of the last record
 RECORD_SIZE_MIN = 16  # idx and term come before any command
 
 _U32 = struct.Struct("<I")
+_IDX_TERM = struct.Struct("<QQ")
 
 
 def repair_journal_tail(path: str) -> int:
@@ -56,3 +68,34 @@ def repair_journal_tail(path: str) -> int:
         f.seek(LAST_OFFSET_AT)
         f.write(_U32.pack(offset))
     return kept
+
+
+def encode_journal(header: bytes, records: Iterable[tuple[bytes, int, int]]) -> bytes:
+    """A whole journal file holding `records` ((command, idx, term), in order) under the
+    first LAST_OFFSET_AT bytes of an existing journal's `header` (pysyncobj's name, version
+    and format), byte for byte what pysyncobj writes for them."""
+    body = bytearray()
+    for command, idx, term in records:
+        size = _U32.pack(_IDX_TERM.size + len(command))
+        body += size + _IDX_TERM.pack(idx, term) + command + size
+    end = FIRST_RECORD_OFFSET + len(body)
+    return bytes(header[:LAST_OFFSET_AT]) + _U32.pack(end) + bytes(body)
+
+
+def sync_writes(
+    read: Callable[[int, int], bytes], low: int, synced_end: int, end: int
+) -> list[tuple[int, bytes]]:
+    """What a sync made durable in a journal whose records now end at `end`, as
+    (offset, bytes) to write in order over a copy of it as of the last sync (records then
+    ending at `synced_end`), when everything written since lies at or above `low`, header
+    aside. `read(offset, size)` reads the journal. The end offset comes last, so a copy
+    torn anywhere in between is still a whole-record prefix; when the records were cut
+    below `synced_end`, the copy's end offset is lowered to `low` first, so old records
+    beyond the cut are never read as part of it."""
+    writes = []
+    if low < synced_end:
+        writes.append((LAST_OFFSET_AT, _U32.pack(low)))
+    if end > low:
+        writes.append((low, read(low, end - low)))
+    writes.append((LAST_OFFSET_AT, read(LAST_OFFSET_AT, 4)))
+    return writes

@@ -6,6 +6,7 @@ returned. It wires the parts, each in a module of its own:
 
 - `replication.settings`: what the node is configured with, refused when unsafe;
 - `replication.journal`: the journal file, its torn tail repaired before pysyncobj opens it;
+- `replication.durability`: the syncs that make an acknowledgement durable, and their times;
 - `replication.raft_node`: the pysyncobj node and every correction made to it;
 - `replication.poller` and `replication.ticker`: Raft on the event loop, and on the stall
   guard thread while the loop is stuck;
@@ -35,6 +36,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from pysyncobj import FAIL_REASON
 
+from replication.durability import SYNC_SECONDS_BUCKETS, SyncStats, SyncTimes, make_directory
 from replication.entry import (
     StateMachine,
     apply_entry,
@@ -57,6 +59,7 @@ from replication.ticker import Ticker
 
 __all__ = [
     "DEFAULT_PROPOSE_TIMEOUT_S",
+    "SYNC_SECONDS_BUCKETS",
     "GroupCommitStats",
     "MachineRead",
     "NoLeaderError",
@@ -68,6 +71,7 @@ __all__ = [
     "ReplicatedLog",
     "ReplicationError",
     "StateMachine",
+    "SyncStats",
     "apply_entry",
     "machine_error_result",
 ]
@@ -130,7 +134,7 @@ class ReplicatedLog:
     def __init__(self, settings: RaftSettings, machine: StateMachine) -> None:
         settings.validate()
         for path in (settings.journal_path, settings.dump_path):
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            make_directory(os.path.dirname(os.path.abspath(path)), durable=settings.fsync)
         self._settings = settings
         self._lock = threading.Lock()  # the apply lock: the machine's, for ticks and reads
         self._role = RaftRole.FOLLOWER
@@ -140,10 +144,17 @@ class ReplicatedLog:
         self._role_listeners: list[Callable[[RaftRole], None]] = []
         repair_journal_tail(settings.journal_path)
         self._refusals = Refusals()
+        self._sync_times = SyncTimes()
         raft_lock = threading.Lock()
         self._poller = LoopPoller(raft_lock)
         self._node = RaftNode(
-            settings, machine, self._lock, self._on_role, self._refusals, self._poller
+            settings,
+            machine,
+            self._lock,
+            self._on_role,
+            self._refusals,
+            self._poller,
+            self._sync_times,
         )
         self._ticker = Ticker(
             self._node, self._poller, raft_lock, self._lock, after_tick=self._check_readiness
@@ -219,6 +230,10 @@ class ReplicatedLog:
             applied_index=int(node.raftLastApplied),
             ready=role is RaftRole.LEADER and self._ready_term == node.raftCurrentTerm,
         )
+
+    def sync_stats(self) -> SyncStats:
+        """The journal syncs and other synced writes of this node (so far; any thread)."""
+        return self._sync_times.stats()
 
     def refused_connections(self) -> dict[str, int]:
         """Connections the Raft port refused or closed, by reason (any thread)."""

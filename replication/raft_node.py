@@ -23,6 +23,24 @@ why it is needed:
 - `__applyLogEntries` (writes `__newAppendEntriesTime`): the commit notice rides the next
   AppendEntries within COMMIT_NOTICE_DELAY_S instead of a round of its own after each apply.
 
+Durable acknowledgements (docs/design.md §2), with `RaftSettings.fsync` on; pysyncobj syncs
+nothing, so a power cut of a majority could lose acknowledged entries and reuse a term:
+
+- `__raftLog` (swapped right after SyncObj's constructor opened it): a `DurableJournal` on
+  the same file, which knows what it has synced (`sync`, `dirty`, `synced_index`), stores
+  the term/vote record durably (`FileJournal.__metaStorer`) and replaces itself whole when
+  trimmed after a compaction (`FileJournal.__journal`, `__journalFile`, `__currentOffset`):
+  pysyncobj rewrites the records in place, and a cut midway garbles entries after the dump.
+- `_onTick`: the journal is synced before pysyncobj's tick, whose commit computation counts
+  the leader itself for every entry of its log, and again after it, so the entries the
+  leader appended in the tick reach its disk while the followers write theirs.
+- `__sendNextNodeIdx`: a follower's success answer says it holds the entries, so it waits,
+  with any answer behind it, for the sync at the start of the next tick, one sync for every
+  answer of a pass of the loop.
+- `pysyncobj.serializer.atomicReplace` (a module global, used for the dump pysyncobj writes
+  and the one a follower receives; a bare rename): dumps of nodes with fsync on are
+  replaced by `durable_replace`, the file and its directory synced.
+
 Other invariants: the one replicated method (`_apply_entry`) never raises
 (`replication.entry`); the machine is touched only under the apply lock; the only attribute
 pysyncobj dumps is `_cell`, the machine's snapshot bytes.
@@ -40,9 +58,15 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
+import pysyncobj.serializer
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.journal import FileJournal, MetaStorer, ResizableFile
+from pysyncobj.pickle import dumps as pysyncobj_dumps
+from pysyncobj.pickle import to_bytes
 
+from replication.durability import SyncedImage, SyncTimes, durable_replace, sync_directory
 from replication.entry import PendingSnapshot, SnapshotCell, StateMachine, apply_entry
+from replication.journal import FIRST_RECORD_OFFSET, encode_journal, sync_writes
 from replication.poller import KickNotifier, LoopPoller
 from replication.pysyncobj_pin import check_pysyncobj_version
 from replication.refusals import Refusals
@@ -52,7 +76,7 @@ from replication.transport import HardenedTransport
 check_pysyncobj_version()
 socket.inet_ntop = _socket.inet_ntop
 
-__all__ = ["COMMIT_NOTICE_DELAY_S", "RaftNode", "RaftRole", "syncobj_conf"]
+__all__ = ["COMMIT_NOTICE_DELAY_S", "DurableJournal", "RaftNode", "RaftRole", "syncobj_conf"]
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +124,158 @@ def syncobj_conf(settings: RaftSettings, **extra: Any) -> SyncObjConf:
     )
 
 
+# The dumps replaced durably, by absolute path, each with its node's sync record: pysyncobj's
+# Serializer replaces a dump with its module's `atomicReplace`, so one hook serves every node
+# of the process and tells them apart by path (set by each node as it starts).
+_DURABLE_DUMPS: dict[str, SyncTimes] = {}
+
+
+def _replace_dump(tmp: str, path: str) -> None:
+    times = _DURABLE_DUMPS.get(os.path.abspath(path))
+    if times is None:
+        os.rename(tmp, path)  # pysyncobj's own atomicReplace on POSIX
+        return
+    durable_replace(tmp, path)
+    times.dump_synced()  # counted in this process only: compaction writes from a child
+
+
+pysyncobj.serializer.atomicReplace = _replace_dump
+
+
+class _DurableMetaStorer(MetaStorer):  # type: ignore[misc]
+    """pysyncobj's term/vote record, stored (as pysyncobj does, before any vote or vote
+    request goes out) so that it survives a power cut: pysyncobj's own moves an unsynced
+    temp file over it, and a node that forgot its vote could vote twice in one term."""
+
+    def __init__(self, path: str, times: SyncTimes) -> None:
+        super().__init__(path)
+        self._ripple_times = times
+
+    def storeMeta(self, meta: dict[str, Any]) -> None:
+        path = str(self.getPath())
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(pysyncobj_dumps(meta))
+        durable_replace(tmp, path)
+        self._ripple_times.meta_synced()
+
+
+class DurableJournal(FileJournal):  # type: ignore[misc]
+    """pysyncobj's FileJournal on the same file (existing data directories open as they
+    are), knowing what it has synced: `sync()` makes every entry written so far durable, and
+    the disk holds the log through `synced_index`. With `fsync` off it syncs nothing and is
+    never `dirty`. Called only under the node's Raft lock."""
+
+    # pysyncobj's own (private) state of the file journal, replaced by `deleteEntriesTo`.
+    _FileJournal__journal: list[Any]  # (command, idx, term) of every entry, in order
+    _FileJournal__journalFile: Any  # the mapped file (pysyncobj's ResizableFile)
+    _FileJournal__currentOffset: int  # where the records end
+    _FileJournal__metaStorer: Any
+
+    def __init__(self, path: str, times: SyncTimes, *, fsync: bool) -> None:
+        super().__init__(path)
+        self._ripple_path = path
+        self._ripple_times = times
+        self._ripple_fsync = fsync
+        self._ripple_dirty = False
+        end = self._ripple_end()
+        self._ripple_low = end  # the lowest record byte written since the last sync
+        self._ripple_synced_end = end  # where the records ended at the last sync
+        self._ripple_synced_index = self._ripple_last_index()
+        self._ripple_image = SyncedImage.beside(path) if fsync else None
+        if fsync:
+            self._FileJournal__metaStorer = _DurableMetaStorer(path + ".meta", times)
+            # pysyncobj created and wrote the file without a sync: on disk from here on.
+            self.flush()
+            sync_directory(os.path.dirname(os.path.abspath(path)))
+            if self._ripple_image is not None:
+                self._ripple_image.replace(self._ripple_read(0, end))
+
+    @property
+    def dirty(self) -> bool:
+        """Written since the last sync (never with fsync off)."""
+        return self._ripple_dirty
+
+    @property
+    def synced_index(self) -> int:
+        """The last log index the disk holds with every one before it (0: none)."""
+        return self._ripple_synced_index
+
+    def add(self, command: Any, idx: int, term: int) -> None:
+        super().add(command, idx, term)
+        self._ripple_dirty = self._ripple_fsync
+
+    def clear(self) -> None:
+        super().clear()
+        self._ripple_cut()
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        super().deleteEntriesFrom(entryFrom)
+        self._ripple_cut()
+
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        """Drop the entries before `entryTo` (the trim after a compaction). pysyncobj rewrites
+        every kept record from the file's start, in place: a power cut midway would garble
+        the entries after the dump, acknowledged ones included, on every node that compacted
+        alike. With fsync on, the kept entries go to a new file that replaces the journal
+        durably instead."""
+        if not self._ripple_fsync:
+            super().deleteEntriesTo(entryTo)
+            return
+        kept = list(self._FileJournal__journal[entryTo:])
+        data = encode_journal(
+            self._ripple_read(0, FIRST_RECORD_OFFSET),
+            [(to_bytes(command), idx, term) for command, idx, term in kept],
+        )
+        tmp = self._ripple_path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        durable_replace(tmp, self._ripple_path)
+        self._FileJournal__journalFile._destroy()
+        self._FileJournal__journalFile = ResizableFile(self._ripple_path)
+        self._FileJournal__journal = kept
+        self._FileJournal__currentOffset = len(data)
+        self._ripple_low = self._ripple_synced_end = len(data)
+        self._ripple_synced_index = self._ripple_last_index()
+        self._ripple_dirty = False
+        self._ripple_times.journal_rewritten()
+
+    def sync(self) -> bool:
+        """Make everything written so far durable; False when there was nothing to sync."""
+        if not self._ripple_dirty:
+            return False
+        started = time.perf_counter()
+        self.flush()  # msync(MS_SYNC) of the whole mapping: fdatasync of the file's pages
+        self._ripple_times.journal_synced(time.perf_counter() - started)
+        end = self._ripple_end()
+        if self._ripple_image is not None:
+            writes = sync_writes(self._ripple_read, self._ripple_low, self._ripple_synced_end, end)
+            self._ripple_image.write(writes, end)
+        self._ripple_low = self._ripple_synced_end = end
+        self._ripple_synced_index = self._ripple_last_index()
+        self._ripple_dirty = False
+        return True
+
+    def _destroy(self) -> None:
+        self.sync()  # a node closed in order leaves nothing unsynced
+        super()._destroy()
+
+    def _ripple_cut(self) -> None:
+        """After records were dropped from the end (or all of them)."""
+        self._ripple_low = min(self._ripple_low, self._ripple_end())
+        self._ripple_synced_index = min(self._ripple_synced_index, self._ripple_last_index())
+        self._ripple_dirty = self._ripple_fsync
+
+    def _ripple_end(self) -> int:
+        return int(self._FileJournal__currentOffset)
+
+    def _ripple_read(self, offset: int, size: int) -> bytes:
+        return bytes(self._FileJournal__journalFile.read(offset, size))
+
+    def _ripple_last_index(self) -> int:
+        return int(self[-1][1]) if len(self) else 0
+
+
 class RaftNode(SyncObj):  # type: ignore[misc]
     """pysyncobj ticked by its owner (`autoTick` off) on the event loop's poller; the machine
     behind its one replicated method. Every call into it holds the node's Raft lock."""
@@ -115,6 +291,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         on_role: Callable[[RaftRole], None],
         refusals: Refusals,
         poller: LoopPoller,
+        sync_times: SyncTimes,
     ) -> None:
         # Attributes set before SyncObj.__init__ are pysyncobj "properties": excluded from
         # dumps. Only `_cell`, set after, is serialized.
@@ -122,6 +299,14 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         self._ripple_machine = machine
         self._ripple_lock = lock
         self._ripple_backup_to: int | None = None
+        # A follower's answers waiting for the journal sync (`__sendNextNodeIdx`), in order.
+        self._ripple_answers: list[tuple[Any, bool, int, bool]] = []
+        self._ripple_journal: DurableJournal | None = None
+        dump_path = os.path.abspath(settings.dump_path)
+        if settings.fsync:
+            _DURABLE_DUMPS[dump_path] = sync_times
+        else:
+            _DURABLE_DUMPS.pop(dump_path, None)
         conf = syncobj_conf(
             settings,
             autoTick=False,
@@ -142,6 +327,13 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         os.close(read_fd)
         os.close(write_fd)
         self._SyncObj__pipeNotifier = KickNotifier(poller)
+        # pysyncobj's journal (opened in its constructor, no tick yet) handed over to ours on
+        # the same file: closing it syncs its mapping, and ours reads what it wrote.
+        self.__dict__["_SyncObj__raftLog"]._destroy()
+        self._ripple_journal = DurableJournal(
+            settings.journal_path, sync_times, fsync=settings.fsync
+        )
+        self._SyncObj__raftLog = self._ripple_journal
         self._cell = SnapshotCell(machine)
 
     # SyncObj's constructor assigns `self._poller = createPoller(...)`; the poller must be
@@ -153,6 +345,31 @@ class RaftNode(SyncObj):  # type: ignore[misc]
     @_poller.setter
     def _poller(self, value: Any) -> None:
         pass
+
+    def journal(self) -> DurableJournal:
+        """The node's journal. A method, not a property: SyncObj's constructor reads every
+        attribute of the node, before the journal is ours."""
+        journal = self._ripple_journal
+        assert journal is not None, "set in __init__"
+        return journal
+
+    # Overrides SyncObj._onTick, what doTick runs.
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        """pysyncobj's tick between two journal syncs. The first makes every entry appended
+        since the last tick durable before the tick's commit computation counts the leader
+        itself for each entry of its log, and lets a follower's answers go; the second syncs
+        what the leader appended in the tick, while the followers are writing it too."""
+        self._ripple_sync_and_answer()
+        SyncObj._onTick(self, timeToWait)
+        self.journal().sync()
+
+    def _ripple_sync_and_answer(self) -> None:
+        self.journal().sync()
+        answers, self._ripple_answers = self._ripple_answers, []
+        for node, reset, next_idx, success in answers:
+            SyncObj._SyncObj__sendNextNodeIdx(
+                self, node, reset=reset, nextNodeIdx=next_idx, success=success
+            )
 
     # Overrides pysyncobj's private SyncObj.__sendNextNodeIdx (its name, mangled).
     def _SyncObj__sendNextNodeIdx(
@@ -172,6 +389,10 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         leader holds more than one batch (64 KiB) past the conflict, the two answers cancel
         out forever and this node never catches up (chaos scenario b, --soak). So until an
         append succeeds, a "do not have it" answer repeats the lowest back-up point asked for.
+
+        A success answer tells the leader the entries are ours to count: while the journal
+        holds unsynced writes it waits for the sync at the next tick's start, and every answer
+        after it waits behind it, so the leader hears them in order.
         """
         if success:
             self._ripple_backup_to = None
@@ -181,6 +402,13 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         elif reset and self._ripple_backup_to is not None:  # a later message of the burst
             end = int(self._SyncObj__getCurrentLogIndex()) + 1
             nextNodeIdx = min(self._ripple_backup_to, end)
+        if self._ripple_answers or (success and self.journal().dirty):
+            # Durable acknowledgements: held for the sync at the next tick's start (`_onTick`),
+            # in order. The index is fixed now, as pysyncobj would have sent it now.
+            if nextNodeIdx is None:
+                nextNodeIdx = int(self._SyncObj__getCurrentLogIndex()) + 1
+            self._ripple_answers.append((node, reset, nextNodeIdx, success))
+            return
         SyncObj._SyncObj__sendNextNodeIdx(
             self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
         )

@@ -1,11 +1,11 @@
 """Everything one Raft node is configured with, and the checks that refuse an unsafe setting.
 
 Owns `RaftSettings` and its defaults (the tuned timeouts of docs/design.md §2, the group
-commit bounds, the Raft port's limits). Invariant: a node is never built from settings that
-fail `validate()`: no cluster secret shorter than SECRET_BYTES_MIN (Raft traffic and dumps
-are pickle, and the secret is what keeps strangers from running code in the node), no
-wildcard bind address, no missing journal or dump path (a journal alone loses all state at
-the first log compaction), no bound below one.
+commit bounds, the Raft port's limits, durable acknowledgements on). Invariant: a node is
+never built from settings that fail `validate()`: no cluster secret shorter than
+SECRET_BYTES_MIN (Raft traffic and dumps are pickle, and the secret is what keeps strangers
+from running code in the node), no wildcard bind address, no missing journal or dump path (a
+journal alone loses all state at the first log compaction), no bound below one.
 """
 
 from __future__ import annotations
@@ -60,6 +60,11 @@ class RaftSettings:
     group_commit_in_flight_max: int = GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
     proposals_queued_max: int = PROPOSALS_QUEUED_MAX_DEFAULT
     proposals_queued_bytes_max: int = PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
+    # Durable acknowledgements: an entry counts towards a commit only once synced to disk,
+    # and the term/vote record and dump are synced with their directory. False (throwaway
+    # clusters only): nothing is synced, and a power cut of a majority can lose acknowledged
+    # writes.
+    fsync: bool = True
 
     def transport_limits(self) -> TransportLimits:
         return TransportLimits(

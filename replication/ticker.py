@@ -15,6 +15,10 @@ keeps hearing them through the stall. Invariants:
 - No tick starts on the loop while the loop holds the apply lock (a read): the tick applies
   under it and would wait for itself.
 - After `close`, nothing ticks and nothing stays registered with the loop.
+
+A tick may wait for the disk: with `fsync` on it syncs the journal before and after
+pysyncobj's own tick (`RaftNode._onTick`), and the loop (or the guard) waits as long as the
+disk takes (`ReplicatedLog.sync_stats` times it).
 """
 
 from __future__ import annotations

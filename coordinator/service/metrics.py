@@ -34,6 +34,7 @@ from prometheus_client.utils import floatToGoString
 
 from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
 from coordinator.core.state import ClusterState
+from replication.log import SYNC_SECONDS_BUCKETS, SyncStats
 from shared.system_clock import SYSTEM_CLOCK
 
 if TYPE_CHECKING:
@@ -175,6 +176,33 @@ class Metrics:
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+def _syncs(stats: SyncStats) -> Iterator[Metric]:
+    """The node's syncs (empty with `fsync = false`): the journal's on the write path, as a
+    histogram like etcd's `etcd_disk_wal_fsync_duration_seconds`, and every synced write by
+    file."""
+    latency = HistogramMetricFamily(
+        "ripple_raft_journal_sync_duration_seconds",
+        "Time of each journal sync before an entry counts as acknowledged by this node",
+    )
+    bounds = [*map(floatToGoString, SYNC_SECONDS_BUCKETS), "+Inf"]
+    cumulative, buckets = 0, []
+    for bound, n in zip(bounds, stats.journal_sync_counts, strict=True):
+        cumulative += n
+        buckets.append((bound, cumulative))
+    latency.add_metric([], buckets, stats.journal_sync_s_total)
+    yield latency
+    syncs = CounterMetricFamily(
+        "ripple_raft_syncs",
+        "Synced writes: journal syncs, term/vote records, dumps received, journals rewritten",
+        labels=["file"],
+    )
+    syncs.add_metric(["journal"], stats.journal_syncs)
+    syncs.add_metric(["meta"], stats.meta_syncs)
+    syncs.add_metric(["dump"], stats.dump_syncs)
+    syncs.add_metric(["journal_rewrite"], stats.journal_rewrites)
+    yield syncs
 
 
 def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
@@ -366,6 +394,7 @@ class ClusterCollector(Collector):
             "Writes refused with 503 because the proposal queue was at its bound",
             value=group.queue_full,
         )
+        yield from _syncs(node.log.sync_stats())
         leader = node.is_ready_leader
         # An age shown to operators, not a decision: checkpoint times are wall-clock stamps.
         wall_ms = SYSTEM_CLOCK.wall_ms()

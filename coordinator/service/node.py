@@ -107,6 +107,7 @@ class CoordinatorNode:
             group_commit_in_flight_max=config.group_commit_in_flight_max,
             proposals_queued_max=config.proposals_queued_max,
             proposals_queued_bytes_max=config.proposals_queued_bytes_max,
+            fsync=config.fsync,
         )
         self.log = ReplicatedLog(settings, self.machine)
 

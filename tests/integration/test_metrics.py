@@ -57,6 +57,22 @@ def check_metrics(text: str) -> None:
     assert result.returncode == 0, f"promtool check metrics:\n{result.stdout}{result.stderr}"
 
 
+def assert_documented(samples: Samples) -> None:
+    """Every family a coordinator exports is in docs/operations.md's coordinator table (a
+    counter by its `_total` name, a histogram by its own; prometheus_client's `_created`
+    series go with their counter)."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    table = text[text.index("### Coordinator") : text.index("### Worker")]
+    documented = set(re.findall(r"`(ripple_\w+)`", table))
+    missing = set()
+    for name in {name for name, _ in samples}:
+        family = re.sub(r"_(bucket|count|sum)$", "", name)
+        counter = re.sub(r"_created$", "_total", name)
+        if not documented & {name, family, counter}:
+            missing.add(name)
+    assert not missing, f"exported, not in docs/operations.md: {sorted(missing)}"
+
+
 # -- a coordinator cluster, heartbeats sent by the test -------------------------------------
 
 
@@ -114,6 +130,13 @@ def test_coordinator_metrics_describe_the_cluster(cluster: Cluster) -> None:
         assert lag == 10 * i
     assert value(samples, "ripple_partitions_without_checkpoint") == 4
     assert value(samples, "ripple_checkpoint_age_max_seconds") == 0
+    # The registration waited for journal syncs (fsync is on by default), each one timed.
+    syncs = value(samples, "ripple_raft_journal_sync_duration_seconds_count")
+    assert syncs is not None and syncs >= 1
+    assert value(samples, "ripple_raft_journal_sync_duration_seconds_bucket", le="+Inf") == syncs
+    assert value(samples, "ripple_raft_syncs_total", file="journal") == syncs
+    assert (value(samples, "ripple_raft_syncs_total", file="meta") or 0) >= 1  # the term
+    assert_documented(samples)
 
     # A follower exports what its own state says, and no leader-only figure.
     wait_until(
@@ -123,6 +146,8 @@ def test_coordinator_metrics_describe_the_cluster(cluster: Cluster) -> None:
     )
     followed = parse(scrape(cluster.url(follower)))
     assert value(followed, "ripple_raft_role", role="follower") == 1
+    # The follower synced before it answered for the registration's entry.
+    assert (value(followed, "ripple_raft_journal_sync_duration_seconds_count") or 0) >= 1
     assert value(followed, "ripple_partitions", status="assigning") == 4
     assert not any(name.startswith("ripple_pipeline_lag") for name, _ in followed)
     assert not any(name == "ripple_workers_by_liveness" for name, _ in followed)

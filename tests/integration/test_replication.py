@@ -19,10 +19,13 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pysyncobj.serializer
 import pytest
 from pysyncobj import SyncObj
+from pysyncobj.journal import FileJournal, MetaStorer
 
 import replication.log
+import replication.raft_node
 import replication.wire
 from replication.log import (
     NoLeaderError,
@@ -337,6 +340,82 @@ def test_the_commit_notice_correction_still_overrides_pysyncobj() -> None:
     source = inspect.getsource(SyncObj._onTick)
     assert "needSendAppendEntries = self.__applyLogEntries()" in source
     assert "self.__newAppendEntriesTime" in source
+
+
+def test_the_durable_acknowledgement_corrections_still_fit_pysyncobj(tmp_path: Path) -> None:
+    """`RaftNode` syncs its journal around SyncObj._onTick and holds a follower's answers
+    for that sync; `DurableJournal` takes over FileJournal's private state; dumps go through
+    pysyncobj.serializer.atomicReplace. Fail here if an upgrade renames or moves them."""
+    assert "_onTick" in vars(RaftNode) and "_SyncObj__sendNextNodeIdx" in vars(RaftNode)
+    tick = inspect.getsource(SyncObj._onTick)
+    # The leader counts itself in the commit computation, before the tick appends commands.
+    assert tick.index("count = 1") < tick.index("self._checkCommandsToApply()")
+    assert "self.__raftLog = createJournal(self.__conf.journalFile)" in inspect.getsource(
+        SyncObj.__init__
+    )
+    # A follower appends what a message carries, then answers, outside any tick.
+    received = inspect.getsource(SyncObj._SyncObj__onMessageReceived)
+    assert received.index("self.__raftLog.add(*entry)") < received.index(
+        "self.__sendNextNodeIdx(node, nextNodeIdx=nextNodeIdx, success=True)"
+    )
+    journal = FileJournal(str(tmp_path / "journal"))
+    try:
+        assert isinstance(journal._FileJournal__journal, list)
+        assert isinstance(journal._FileJournal__currentOffset, int)
+        assert isinstance(journal._FileJournal__metaStorer, MetaStorer)
+        for method in ("read", "flush", "_destroy"):
+            assert callable(getattr(journal._FileJournal__journalFile, method)), method
+    finally:
+        journal._destroy()
+    stored = inspect.getsource(FileJournal.setCurrentTerm)
+    assert "self.__metaStorer.storeMeta(self.__meta)" in stored
+    assert inspect.getsource(pysyncobj.serializer.Serializer).count("atomicReplace(") == 2
+    assert pysyncobj.serializer.atomicReplace is replication.raft_node._replace_dump
+
+
+async def test_an_acknowledged_entry_is_on_the_disk_of_a_majority(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durable acknowledgements: a follower says it holds entries only once its journal has
+    synced them, the leader counts itself only for what it synced, so whenever a proposal
+    has returned the leader and at least one follower have synced their journals through
+    the commit index; every node synced its journal and its term record."""
+    answers: list[tuple[int, int, bool]] = []  # (next index, synced index, dirty) of each
+    send = SyncObj._SyncObj__sendNextNodeIdx
+
+    def recorded(node: RaftNode, *args: object, **kw: object) -> None:
+        if kw.get("success"):
+            next_index, journal = kw["nextNodeIdx"], node.journal()
+            assert isinstance(next_index, int)
+            answers.append((next_index, journal.synced_index, journal.dirty))
+        send(node, *args, **kw)
+
+    monkeypatch.setattr(SyncObj, "_SyncObj__sendNextNodeIdx", recorded)
+    leader = await cluster.leader()
+    for i in range(40):
+        await leader.propose(b"w%d" % i)
+        commit = leader.status().commit_index
+        synced = [n._node.journal().synced_index for n in cluster.nodes if n is not None]
+        assert sum(index >= commit for index in synced) >= 2, (commit, synced)
+        assert leader._node.journal().synced_index >= commit  # it counted itself
+    assert len(answers) >= 40
+    unsynced = [a for a in answers if a[0] - 1 > a[1] or a[2]]
+    assert not unsynced, unsynced[:5]
+    for node in cluster.nodes:
+        assert node is not None
+        stats = node.sync_stats()
+        assert stats.journal_syncs > 0 and stats.meta_syncs > 0, stats
+
+
+async def test_with_fsync_off_nothing_is_synced(tmp_path: Path) -> None:
+    async with running(tmp_path, fsync=False) as c:
+        leader = await c.leader()
+        for i in range(5):
+            assert await leader.propose(b"w%d" % i) == b"ok:%d" % (i + 1)
+        for node in c.nodes:
+            assert node is not None
+            stats = node.sync_stats()
+            assert stats.journal_syncs == stats.meta_syncs == stats.dump_syncs == 0, stats
 
 
 async def test_commit_notices_ride_the_next_append_entries(cluster: Cluster) -> None:
