@@ -43,7 +43,7 @@ PRESENT = "present"
 
 
 class Workers:
-    """Scripted worker processes (tests/scripted_worker.py), each tracked by PID."""
+    """Scripted worker processes (testkit/scripted_worker.py), each tracked by PID."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -52,7 +52,7 @@ class Workers:
 
     def start(self, wid: str) -> Proc:
         port = self.ports.get(wid) or free_ports(1)[0]
-        argv = python_argv("-m", "tests.scripted_worker", "--worker-id", wid, "--port", str(port))
+        argv = python_argv("-m", "testkit.scripted_worker", "--worker-id", wid, "--port", str(port))
         argv += ["--heartbeat-interval", "0.3"]
         argv += ["--store", self.cluster.config.store]
         for s in self.cluster.specs:

@@ -36,7 +36,7 @@ class Workers:
         port = free_ports(1)[0]
         argv = python_argv(
             "-m",
-            "tests.scripted_worker",
+            "testkit.scripted_worker",
             "--worker-id",
             wid,
             "--port",

@@ -96,7 +96,7 @@ def test_leader_calls_a_tls_worker(cluster: Cluster, tls: TlsFiles) -> None:
     calls reach it (verified against tls_ca), so its partitions go ONLINE."""
     cluster.ready()
     port = free_ports(1)[0]
-    argv = python_argv("-m", "tests.scripted_worker", "--worker-id", "tw", "--port", str(port))
+    argv = python_argv("-m", "testkit.scripted_worker", "--worker-id", "tw", "--port", str(port))
     argv += ["--store", cluster.config.store, "--tls-cert", str(tls.cert)]
     argv += ["--tls-key", str(tls.key), "--tls-ca", str(tls.ca)]
     for s in cluster.specs:

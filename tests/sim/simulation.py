@@ -5,7 +5,7 @@ seed.
 What it owns: a model of everything around ``coordinator.core`` that the real service does
 with I/O -- the replicated log (``replication/``), the executor of the leader's batches
 (``coordinator/service/duties.py``: commit in order, make the calls, time them out) and the
-workers (``tests/scripted_worker.py``) -- reduced to plain data and one ``random.Random``, plus
+workers (``testkit/scripted_worker.py``) -- reduced to plain data and one ``random.Random``, plus
 the checkers. It holds NO decision of its own: failure detection, assignment, migrations,
 drains, host retries and checkpoint rounds are ``coordinator.core.planner.Planner``'s, the
 one production runs; the real ``Machine`` and codec apply what it commits.
