@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.harness import Cluster, Proc, call, free_ports, python_argv, wait_until
+from bench.harness import Cluster, Proc, call, free_ports, wait_until
 from pipeline.aggregate import Aggregator, stage
 from pipeline.source import Producer, SourceLog
 from pipeline.spark_server import SparkConnectServer
 from pipeline.store import open_store
+from ripple.launch import worker_argv
 
 PARTITIONS = 8
 # Short timeouts so a benchmark run takes seconds, not minutes; reported with the figures.
@@ -78,24 +79,15 @@ class Rig:
 
     def start_worker(self, wid: str, batch_interval_s: float = BATCH_INTERVAL_S) -> Proc:
         port = free_ports(1)[0]
-        argv = python_argv(
-            "-m",
-            "ripple.cli",
-            "worker",
-            "--worker-id",
-            wid,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--store",
-            self.store_uri,
-            "--spark-remote",
-            self.spark_url,
-            "--batch-interval-s",
-            str(batch_interval_s),
-            *self.worker_args,
+        argv = worker_argv(
+            worker_id=wid,
+            listen=f"127.0.0.1:{port}",
+            store=self.store_uri,
+            spark_remote=self.spark_url,
+            coordinators=[s.url for s in self.cluster.specs],
+            batch_interval_s=batch_interval_s,
+            extra=self.worker_args,
         )
-        for s in self.cluster.specs:
-            argv += ["--coordinator", s.url]
         proc = Proc(argv, self.root / "logs" / f"{wid}.log", env={"PYSPARK_PYTHON": sys.executable})
         self.workers[wid], self.ports[wid] = proc, port
         return proc

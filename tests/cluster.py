@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 
 from coordinator.config import ClusterConfig, NodeSpec, render_toml
 from coordinator.service.auth import issue_token
-from tests.support import Proc, free_ports, python_argv, wait_until
+from ripple.launch import coordinator_argv
+from tests.support import Proc, free_ports, wait_until
 
 SECRET = "integration-secret-0123456789"
 ADMIN = "integration-admin-token-0123"
@@ -123,15 +124,7 @@ class Cluster:
 
     def start(self, node_id: str, *, config_path: Path | None = None) -> Proc:
         proc = Proc(
-            python_argv(
-                "-m",
-                "ripple.cli",
-                "coordinator",
-                "--config",
-                str(config_path or self.config_path),
-                "--node-id",
-                node_id,
-            ),
+            coordinator_argv(config_path or self.config_path, node_id),
             self.root / "logs" / f"{node_id}.log",
         )
         self.procs[node_id] = proc

@@ -21,8 +21,9 @@ import pyarrow as pa
 from pipeline.aggregate import Aggregator, stage
 from pipeline.source import Producer, SourceLog, generate
 from pipeline.store import ObjectStore, open_store
+from ripple.launch import worker_argv
 from tests.cluster import ADMIN, Cluster, call
-from tests.support import Proc, free_ports, python_argv, wait_until
+from tests.support import Proc, free_ports, wait_until
 
 PARTITIONS = 8
 SETTINGS = {
@@ -35,6 +36,7 @@ SETTINGS = {
     "checkpoint_interval_s": 1.0,
 }
 CATCH_UP_TIMEOUT_S = 90.0
+BATCH_INTERVAL_S = 0.2
 
 
 class Pipeline:
@@ -75,26 +77,16 @@ class Pipeline:
             assert not old.alive(), f"{wid} is still running (pid {old.pid})"
             old.stop()  # closes its log
         port = free_ports(1)[0]
-        argv = python_argv(
-            "-m",
-            "ripple.cli",
-            "worker",
-            "--worker-id",
-            wid,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--store",
-            self.store_uri,
-            "--spark-remote",
-            self.spark,
-            "--batch-interval-s",
-            "0.2",
+        argv = worker_argv(
+            worker_id=wid,
+            listen=f"127.0.0.1:{port}",
+            store=self.store_uri,
+            spark_remote=self.spark,
+            coordinators=[s.url for s in self.cluster.specs],
+            batch_interval_s=BATCH_INTERVAL_S,
+            s3_endpoint=self.worker_s3_endpoint,
+            extra=[*self.worker_args, *extra],
         )
-        if self.worker_s3_endpoint:
-            argv += ["--s3-endpoint", self.worker_s3_endpoint]
-        argv += [*self.worker_args, *extra]
-        for s in self.cluster.specs:
-            argv += ["--coordinator", s.url]
         proc = Proc(
             argv, self.cluster.root / "logs" / f"{wid}.log", env={"PYSPARK_PYTHON": sys.executable}
         )
