@@ -25,27 +25,25 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from bench.harness import (
-    ADMIN,
-    Cluster,
-    Proc,
-    RawCluster,
-    call,
-    free_ports,
-    python_argv,
     rate_columns,
+    raw_cluster,
     register_workers,
     scratch,
-    wait_until,
     wrk,
     wrk_duration_s,
 )
 from bench.writes import SETTINGS as WRITE_SETTINGS
 from shared.checkpoint_ref import store_base
+from shared.ports import free_ports
+from testkit.cluster import ADMIN, Cluster
+from testkit.http import call
+from testkit.process import Proc, python_argv
+from testkit.prom import parse
+from testkit.wait import wait_until
 
 WORKERS = 256
 PARTITIONS = 1024
@@ -53,12 +51,13 @@ CONCURRENCY = 64
 REPEATS = 3
 # Checkpoint rounds off (the acks are the load) and the liveness timeouts of bench.writes:
 # the fake workers never heartbeat.
-SETTINGS = {
+SETTINGS: dict[str, Any] = {
     **WRITE_SETTINGS,
     "total_partitions": PARTITIONS,
     "min_cluster_size": WORKERS,
 }
 SETTLE_TIMEOUT_S = 60.0
+METRICS_TIMEOUT_S = 10.0
 ONLINE_TIMEOUT_S = 120.0
 # Offsets of one run start past every offset of the runs before it.
 OFFSETS_PER_RUN = 10_000_000
@@ -87,13 +86,16 @@ def _owned_file(cluster: Cluster, leader: str, tokens: Path, out: Path) -> None:
 
 def _reports(cluster: Cluster, leader: str) -> dict[str, float]:
     """The leader's checkpoint entries so far, by status (accepted, fenced)."""
-    with urllib.request.urlopen(cluster.url(leader) + "/metrics", timeout=10.0) as r:
-        text = r.read().decode()
+    r = cluster.get(leader, "/metrics", timeout_s=METRICS_TIMEOUT_S)
+    if r.status != 200:
+        raise RuntimeError(f"{leader}'s /metrics answered {r.status}")
+    samples = parse(str(r.body))
     out = {"accepted": 0.0, "fenced": 0.0}
     for status in out:
-        prefix = f'ripple_checkpoint_reports_total{{status="{status}"}}'
         out[status] = sum(
-            float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(prefix)
+            v
+            for (name, labels), v in samples.items()
+            if name == "ripple_checkpoint_reports_total" and ("status", status) in labels
         )
     return out
 
@@ -105,7 +107,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     with scratch("checkpoints") as root:
         (root / "ripple").mkdir()
         ripple = Cluster(root / "ripple", **SETTINGS)
-        raw = RawCluster(root / "raw")
+        raw = raw_cluster(root / "raw")
         port = free_ports(1)[0]
         fake = Proc(
             python_argv("-m", "bench.fake_workers", "--port", str(port)),

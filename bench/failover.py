@@ -18,8 +18,11 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
-from bench.harness import Cluster, RawCluster, scratch, summary
+from bench.harness import raw_cluster, scratch, summary
+from testkit.cluster import Cluster
+from testkit.nodes import NodeCluster
 
 ADDRESS = "http://127.0.0.1:9"
 LOAD_PERIOD_S = 0.1
@@ -27,7 +30,7 @@ SETTLE_TIMEOUT_S = 60.0
 LOAD_JOIN_S = 35.0
 # No partition is ever assigned (min_cluster_size is never reached), so the leader's host
 # and checkpoint duties stay idle and the figure is the write path's failover alone.
-SETTINGS = {"total_partitions": 16, "min_cluster_size": 1_000_000}
+SETTINGS: dict[str, Any] = {"total_partitions": 16, "min_cluster_size": 1_000_000}
 
 
 def _light_load(write: Callable[[], object], stop: threading.Event) -> None:
@@ -37,13 +40,19 @@ def _light_load(write: Callable[[], object], stop: threading.Event) -> None:
         stop.wait(LOAD_PERIOD_S)
 
 
+def raw_write(raw: NodeCluster, timeout_s: float) -> None:
+    r = raw.write_via_any("/write", {"x": 1}, timeout_s=timeout_s)
+    if r.status != 200:
+        raise RuntimeError(f"raw write refused: {r.status} {r.body}")
+
+
 def run(quick: bool) -> dict[str, dict[str, float]]:
     rounds = 5 if quick else 20
     times: dict[str, list[float]] = {"ripple": [], "raw": []}
     with scratch("failover") as root:
         (root / "ripple").mkdir()
         ripple = Cluster(root / "ripple", **SETTINGS)
-        raw = RawCluster(root / "raw")
+        raw = raw_cluster(root / "raw")
         stop = threading.Event()
         loads: list[threading.Thread] = []
         try:
@@ -64,7 +73,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                     target=_light_load, args=(lambda: ripple_write("fo-load"), stop), daemon=True
                 ),
                 threading.Thread(
-                    target=_light_load, args=(lambda: raw.write_via_any(10.0), stop), daemon=True
+                    target=_light_load, args=(lambda: raw_write(raw, 10.0), stop), daemon=True
                 ),
             ]
             for t in loads:
@@ -80,8 +89,8 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
 
                 raw_leader = raw.leader(SETTLE_TIMEOUT_S)
                 t0 = time.monotonic()
-                raw.procs[raw_leader].kill9()
-                raw.write_via_any(30.0)
+                raw.kill9(raw_leader)
+                raw_write(raw, 30.0)
                 times["raw"].append(time.monotonic() - t0)
                 raw.start(raw_leader)
                 ripple.leader(SETTLE_TIMEOUT_S)

@@ -27,10 +27,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Cluster, RawCluster, register_workers, run_json, scratch, wrk
+from bench.harness import raw_cluster, register_workers, run_json, scratch, wrk
+from testkit.cluster import Cluster
 
 CONCURRENCY = 64
-SETTINGS = {
+SETTINGS: dict[str, Any] = {
     "total_partitions": 128,
     "min_cluster_size": 1_000_000,
     "heartbeat_interval_s": 5.0,
@@ -113,7 +114,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
         # The same cluster with every request through aiohttp (no front door): the A/B of
         # coordinator/service/front.py in the same run.
         plain = Cluster(root / "ripple_aiohttp", **SETTINGS, http_front_door=False)
-        raw = RawCluster(root / "raw")
+        raw = raw_cluster(root / "raw")
         try:
             for c in (ripple, plain, raw):
                 c.start_all()

@@ -22,7 +22,9 @@ import json
 import sys
 import time
 
-from bench.harness import Cluster, run_json, scratch, wait_until
+from bench.harness import run_json, scratch
+from testkit.cluster import Cluster
+from testkit.wait import wait_until
 
 PARTITIONS = 100_000
 WORKERS = 1_000
@@ -125,7 +127,7 @@ def _node(root_workers: int) -> dict[str, float]:
                 lid = cluster.leader(SETTLE_TIMEOUT_S)
                 h = cluster.health(lid) or {}
                 c = h.get("cluster", {})
-                return c.get("total_workers") == root_workers and h.get("ready", False)
+                return c.get("total_workers") == root_workers and h.get("ready") is True
 
             wait_until(back, "restart with all workers", SETTLE_TIMEOUT_S)
             restart_s = time.monotonic() - t0

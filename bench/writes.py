@@ -35,15 +35,16 @@ import statistics
 from typing import Any
 
 from bench.harness import (
-    Cluster,
-    RawCluster,
     paused,
     rate_columns,
+    raw_cluster,
     run_json,
     scratch,
     wrk,
     wrk_duration_s,
 )
+from testkit.cluster import Cluster
+from testkit.nodes import NodeCluster
 
 REPEATS = 3
 # No assignment and no checkpoint rounds: the registered workers are fake (no address
@@ -51,7 +52,7 @@ REPEATS = 3
 # liveness timeouts: the fake workers never heartbeat, and with the defaults tens of
 # thousands of them were declared dead mid-run, a storm of DeclareDead entries that cut the
 # registrations measured beside it to a fifth (issue 13's notes).
-SETTINGS = {
+SETTINGS: dict[str, Any] = {
     "total_partitions": 16,
     "min_cluster_size": 1_000_000,
     "checkpoint_interval_s": 3600,
@@ -89,13 +90,13 @@ def _by_kind(results: list[dict[str, float]]) -> dict[str, float]:
     return {kind: float(sum(r[kind] for r in results)) for kind in kinds}
 
 
-def _target(name: str, cluster: Cluster | RawCluster) -> tuple[str, bool]:
+def _target(name: str, cluster: NodeCluster) -> tuple[str, bool]:
     """The URL a run of `name` writes to (its leader's), and whether it registers workers. A
     cluster without an agreed ready leader fails the benchmark with what each node says."""
     try:
-        if isinstance(cluster, RawCluster):
-            return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/write", False
-        return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/v1/workers", True
+        if isinstance(cluster, Cluster):
+            return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/v1/workers", True
+        return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/write", False
     except AssertionError as exc:
         nodes = list(cluster.procs)
         said = {n: cluster.health(n) for n in nodes}
@@ -113,7 +114,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
         ripple = Cluster(root / "ripple", **SETTINGS)
         plain = Cluster(root / "ripple_aiohttp", **SETTINGS, http_front_door=False)
         per_entry = Cluster(root / "ripple_1", **SETTINGS, group_commit_entries_max=1)
-        raw = RawCluster(root / "raw")
+        raw = raw_cluster(root / "raw")
         try:
             for c in (ripple, plain, per_entry, raw):
                 c.start_all()
@@ -121,7 +122,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             plain.ready(SETTLE_TIMEOUT_S)
             per_entry.ready(SETTLE_TIMEOUT_S)
             raw.leader(SETTLE_TIMEOUT_S)
-            clusters: dict[str, Cluster | RawCluster] = {
+            clusters: dict[str, NodeCluster] = {
                 "ripple": ripple,
                 "ripple_aiohttp": plain,
                 "ripple_1": per_entry,

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import Proc, free_ports, wait_until
+from shared.ports import free_ports
+from testkit.process import Proc
+from testkit.wait import wait_until
 
 MOTO_START_TIMEOUT_S = 60.0
 

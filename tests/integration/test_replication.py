@@ -33,7 +33,7 @@ from replication.log import (
     _RaftNode,
     machine_error_result,
 )
-from tests.support import free_ports
+from shared.ports import free_ports
 
 SECRET = "test-secret-0123456789abcdef"
 WAIT_S = 15.0

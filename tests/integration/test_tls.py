@@ -22,8 +22,11 @@ from coordinator.client import CoordinatorClient
 from pipeline.store import LocalStore
 from pipeline.worker import Worker
 from shared.errors import ClientError
-from tests.cluster import Cluster, call
-from tests.support import Proc, free_ports, python_argv, wait_until
+from shared.ports import free_ports
+from testkit.cluster import Cluster
+from testkit.http import call
+from testkit.process import Proc, python_argv
+from testkit.wait import wait_until
 from tests.tls import TlsFiles, make_tls
 from tests.unit.test_pipeline_worker import offline_settings
 

@@ -57,7 +57,7 @@ from pipeline.store import LocalStore, open_store
 from pipeline.worker import Worker
 from shared.checkpoint_ref import canonical_uri, checkpoint_key, store_base
 from shared.errors import ConfigError, RequestError
-from tests.support import python_argv
+from testkit.process import python_argv
 from tests.unit.test_pipeline_worker import offline_settings
 
 SECRET = "unit-secret-0123456789abcdef"

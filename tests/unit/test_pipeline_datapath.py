@@ -32,7 +32,7 @@ from pipeline.worker import (
     Worker,
     WorkerSettings,
 )
-from tests.prom import parse, value
+from testkit.prom import parse, value
 from tests.unit.test_pipeline_spark import aggregator, reference
 
 __all__ = ["aggregator"]  # a fixture, used by name; test parameters then "redefine" it

@@ -14,7 +14,7 @@ from pipeline.lease import Lease
 from pipeline.source import Producer, SourceLog
 from pipeline.store import LocalStore
 from pipeline.worker import PartitionRuntime, Worker
-from tests.prom import parse, value
+from testkit.prom import parse, value
 from tests.unit.test_pipeline_worker import offline_settings
 
 

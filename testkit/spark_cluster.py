@@ -9,7 +9,7 @@ workers keep their staging copies and any file store, as on another host. Anythi
 micro-batch hands Spark by path then fails there, instead of passing through the shared
 disk by accident.
 
-Every process is a `tests.support.Proc` (the JVM itself: `unshare` and `sh` exec into it),
+Every process is a `testkit.process.Proc` (the JVM itself: `unshare` and `sh` exec into it),
 ended by its PID.
 """
 
@@ -22,7 +22,9 @@ import sys
 from pathlib import Path
 
 from pipeline.spark_server import SparkConnectServer, spark_home
-from tests.support import Proc, free_ports, wait_until
+from shared.ports import free_ports
+from testkit.process import Proc
+from testkit.wait import wait_until
 
 HOST = "127.0.0.1"
 WORKER_CORES = 1
