@@ -59,7 +59,11 @@ def render(name: str, rows: dict[str, dict[str, float]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"one of {sorted(REGISTRY)}")
-    parser.add_argument("--quick", action="store_true", help="small sample sizes, ~30 s max")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sample sizes: checks that each benchmark runs (CI runs them all so)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write results as JSON")
     args = parser.parse_args(argv)
 

@@ -7,13 +7,18 @@ probe with writes to every live node (following a follower's 307 to the leader, 
 background thread keeps a light load of about 10 writes/s going. The killed node is then
 restarted and the next round waits for all three to agree on a ready leader.
 
-- ripple: three `ripple coordinator` processes; the write is a worker registration.
+- ripple: three `ripple coordinator` processes; the write is a worker registration (the
+  same two worker ids throughout, one for the probe and one for the load) made with the admin
+  token, since only the admin or the worker's own token may register a live worker id again.
+  Each write has an idempotency key of its own, so a retry whose first attempt committed
+  unseen gets that attempt's answer.
 - raw: three `bench.raw_node` processes (ReplicatedLog + a counting machine + one aiohttp
   handler), the same Raft timeouts (RaftSettings defaults = ClusterConfig defaults).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +26,7 @@ from contextlib import suppress
 from typing import Any
 
 from bench.harness import raw_cluster, scratch, summary
-from testkit.cluster import Cluster
+from testkit.cluster import ADMIN, Cluster
 from testkit.nodes import NodeCluster
 
 ADDRESS = "http://127.0.0.1:9"
@@ -61,12 +66,18 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             ripple.ready(SETTLE_TIMEOUT_S)
             raw.leader(SETTLE_TIMEOUT_S)
 
+            writes = itertools.count()
+
             def ripple_write(wid: str = "fo-probe") -> None:
                 r = ripple.write_via_any(
-                    "/v1/workers", {"worker_id": wid, "address": ADDRESS}, timeout_s=30.0
+                    "/v1/workers",
+                    {"worker_id": wid, "address": ADDRESS},
+                    timeout_s=30.0,
+                    token=ADMIN,
+                    headers={"Idempotency-Key": f"{wid}-{next(writes)}"},
                 )
                 if r.status != 200:
-                    raise RuntimeError(f"probe write refused: {r.status} {r.body}")
+                    raise RuntimeError(f"{wid} write refused: {r.status} {r.body}")
 
             loads += [
                 threading.Thread(

@@ -90,7 +90,7 @@ def _measure(rig: PipelineRig, probes: int, first: int, loaded: bool) -> dict[st
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    probes = 30 if quick else 150
+    probes = 5 if quick else 150
     with scratch("freshness") as root, pipeline_rig(root) as rig:
         for wid in ("w1", "w2", "w3"):
             rig.start_worker(wid, batch_interval_s=BATCH_INTERVAL_S_DEFAULT)

@@ -21,7 +21,8 @@ the round's backlog input (the segments appended for it, the rows the workers ha
 processed), timed after a warm-up job on a new session, right after the workers' round.
 `batch_job_all_input` (and `ratio_vs_all_input`) is one job over every segment appended so
 far, compared by rate: it spreads the job's fixed costs over up to `2 * REPEATS` rounds of
-input, so its rate is higher than over one round's. Repeated `REPEATS` times.
+input, so its rate is higher than over one round's. Repeated `REPEATS` times (once in quick
+mode).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from testkit.pipeline_rig import PipelineRig
 
 KEYS = 500
 REPEATS = 3
+QUICK_REPEATS = 1
 # The rig's, with liveness long enough for a pause of the workers (seconds) to go unnoticed.
 SETTINGS = {
     **RIG_SETTINGS,
@@ -75,7 +77,7 @@ def backlog_rows_per_s(rig: PipelineRig, rows: int, chunk: int, seed: int) -> fl
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    rows_per_round, chunk = (100_000, 10_000) if quick else (1_000_000, 50_000)
+    rows_per_round, chunk = (50_000, 10_000) if quick else (1_000_000, 50_000)
     streaming: list[float] = []
     backlog: list[float] = []
     produce_s: list[float] = []
@@ -84,7 +86,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     with scratch("pipeline") as root, pipeline_rig(root, SETTINGS) as rig:
         start_three_workers(rig)
         total = 0
-        for r in range(REPEATS):
+        for r in range(QUICK_REPEATS if quick else REPEATS):
             t0 = time.monotonic()
             produce_s.append(_produce(rig, rows_per_round, chunk, seed=100 + r))
             caught_up_s(rig)

@@ -8,7 +8,7 @@ a Spark Connect server submitted to the Master (1 GiB driver). Three `ripple wor
 passes through a disk), a local-directory store, the rig of testkit/pipeline_rig.py
 otherwise.
 
-After one round of each side, not counted (cold JVMs), `REPEATS` rounds of:
+After one round of each side, not counted (cold JVMs), `REPEATS` rounds (one in quick mode) of:
 `backlog`: workers paused (SIGSTOP), `rows` records appended, workers resumed, timed until
 every owner has processed the whole log, as in bench/pipeline.py. Baseline: one batch job on
 the same Connect server over the round's rows; its executors cannot read the store either,
@@ -37,13 +37,14 @@ from bench.pipeline import (
 from testkit.spark_cluster import SparkCluster, unshare_available
 
 REPEATS = 3
+QUICK_REPEATS = 1
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
     why = unshare_available()
     if why is not None:
         raise RuntimeError(f"no cluster fixture here: {why}")
-    rows_per_round, chunk = (100_000, 10_000) if quick else (500_000, 50_000)
+    rows_per_round, chunk = (50_000, 10_000) if quick else (500_000, 50_000)
     backlog: list[float] = []
     batch: list[float] = []
     with scratch("pipeline-cluster") as root:
@@ -55,7 +56,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             # the rounds after it are the steady state both sides are compared in.
             backlog_rows_per_s(rig, rows_per_round, chunk, seed=299)
             batch_job_arrow_s(rig)
-            for r in range(REPEATS):
+            for r in range(QUICK_REPEATS if quick else REPEATS):
                 since = ends(rig)
                 backlog.append(backlog_rows_per_s(rig, rows_per_round, chunk, seed=300 + r))
                 batch.append(batch_rate(batch_job_arrow_s(rig, since), rows_per_round))

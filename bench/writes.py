@@ -18,7 +18,8 @@ per run when it is installed, else `bench.load` in its own process (aiohttp, C r
 for a fixed count; the `client_wrk` column says which. The Python client used about as
 much CPU per write as the leader on this 2-core machine, so with it the figure was the
 client's as much as Ripple's (wrk reports non-2xx answers as `errors`, not by kind). Rounds
-interleave ripple and raw; each case repeats `REPEATS` times and the table shows the median
+interleave ripple and raw; each case repeats `REPEATS` times (once in quick mode) and the
+table shows the median
 run (min and max ops/s beside it). The one-client runs come first, each case alone on the
 machine: the other three clusters are stopped (`harness.paused`, SIGSTOP) while it runs.
 Idle, they still shared the two cores with it, and two idle Ripple clusters beside Ripple
@@ -47,6 +48,7 @@ from testkit.cluster import Cluster
 from testkit.nodes import NodeCluster
 
 REPEATS = 3
+QUICK_REPEATS = 1
 # No assignment and no checkpoint rounds: the registered workers are fake (no address
 # answers), and the leader calling them would be measured instead of the write path. Long
 # liveness timeouts: the fake workers never heartbeat, and with the defaults tens of
@@ -131,7 +133,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             # One client first, each case alone on the machine (the other clusters stopped),
             # while the states are small; then the rest, every cluster running.
             for alone in (True, False):
-                for round_no in range(REPEATS):
+                for round_no in range(QUICK_REPEATS if quick else REPEATS):
                     for conc, count in _counts(quick).items():
                         if (conc == 1) is not alone:
                             continue
