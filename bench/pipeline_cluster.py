@@ -21,9 +21,6 @@ fails saying so.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from bench.batch_job import batch_job_arrow_s, ends
 from bench.harness import pipeline_rig, scratch, summary
 from bench.pipeline import (
@@ -48,7 +45,8 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     backlog: list[float] = []
     batch: list[float] = []
     with scratch("pipeline-cluster") as root:
-        spark = SparkCluster(root / "spark-cluster", [Path(tempfile.gettempdir()), root])
+        # Everything this run writes (store, staging, the cluster's own files) is under root.
+        spark = SparkCluster(root / "spark-cluster", [root])
         worker_args = ("--data-path", "arrow", "--staging-dir", str(root / "stage"))
         with pipeline_rig(root, SETTINGS, spark=spark, worker_args=worker_args) as rig:
             start_three_workers(rig)

@@ -1,11 +1,12 @@
 """The pipeline on a Spark standalone cluster whose executors share no disk with the workers.
 
 Master + Worker + a Spark Connect server submitted to the Master (testkit/spark_cluster.py);
-the Spark Worker and its executors live in their own mount namespace with tmpfs over this run's
-temporary directories (the ripple workers' staging, the test's files). The store is S3
-(moto's server). A worker on the `files` path is refused at start-up (its probe fails exactly
-as issue 12's micro-batches did); on the `arrow` path three workers go through a worker kill,
-a leader kill, a rebalance and a drain, and every key equals one batch job.
+the Spark Worker and its executors live in their own mount namespace with a tmpfs over the
+directory this session writes to (the ripple workers' staging, the test's files). The store
+is S3 (moto's server). A worker on the `files` path is refused at start-up (its probe fails
+as a micro-batch handing Spark a local path would); on the `arrow` path three workers go
+through a worker kill, a leader kill, a rebalance and a drain, and every key equals one batch
+job.
 
 Bounded: the cluster takes ~30 s to start and the scenario ~1-2 minutes on 2 cores. Skipped,
 with the reason, where `unshare --mount` is not permitted.
@@ -13,7 +14,6 @@ with the reason, where `unshare --mount` is not permitted.
 
 from __future__ import annotations
 
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +33,9 @@ def cluster_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     why = unshare_available()
     if why is not None:
         pytest.skip(why)
-    hidden = [Path(tempfile.gettempdir()), tmp_path_factory.getbasetemp()]
+    # Every file this session writes is under its base temp: the workers' staging
+    # (`--staging-dir`) and the Spark cluster's own directories.
+    hidden = [tmp_path_factory.getbasetemp()]
     spark = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), hidden)
     try:
         yield spark.start()
