@@ -1,7 +1,7 @@
 """Checkpoint acks: how many `POST /v1/checkpoints` the leader commits per second.
 
-The write a cluster takes most of in steady state: issue 13 sizes 10,000 workers that
-checkpoint every 10 s at about 1,000 acks per second. Here `WORKERS` workers register
+The write a cluster takes most of in steady state: 10,000 workers that checkpoint every
+10 s send about 1,000 acks per second. Here `WORKERS` workers register
 through the real API (each its own incarnation and signed token) at the address of
 `bench.fake_workers`, which answers the leader's host calls, so all `PARTITIONS`
 partitions are assigned and go ONLINE, `PARTITIONS / WORKERS` per worker. Then `wrk`

@@ -71,10 +71,9 @@ def scratch(prefix: str) -> Iterator[Path]:
 @contextlib.contextmanager
 def paused(clusters: Sequence[NodeCluster]) -> Iterator[None]:
     """Every process of `clusters` stopped (SIGSTOP) for the block and continued after, even
-    on error: a run measures its own cluster, not the idle ones beside it. (Idle, two other
-    Ripple clusters put 0.04-0.05 ms on Ripple's one-client p50 and nothing on raw's,
-    docs/benchmarks.md.) A continued cluster elects again; `RESUME_SETTLE_S`. Nothing is
-    stopped when `clusters` is empty."""
+    on error: a run measures its own cluster, not the idle ones beside it, which still take
+    their share of the cores. A continued cluster elects again; `RESUME_SETTLE_S`. Nothing
+    is stopped when `clusters` is empty."""
     procs = [p for c in clusters for p in c.procs.values() if p.alive()]
     for proc in procs:
         proc.signal(signal.SIGSTOP)

@@ -5,8 +5,8 @@ its incarnation and signed token). Then their heartbeats go round-robin, each wi
 worker's own token, 64 in flight for a fixed time, from `wrk` (Debian's package; the
 script is bench/wrk/heartbeats.lua) when it is installed, else from `bench.load`'s aiohttp
 client (the `client` column says which). The Python client costs about as much CPU per
-request as the server on this 2-core machine, so with it the figure is the client's as much
-as the leader's; wrk costs a fraction. A heartbeat is leader-only and not replicated: token
+request as the server, so with it the figure is the client's as much as the leader's; wrk
+costs a fraction. A heartbeat is leader-only and not replicated: token
 check (an HMAC the first time a token is seen, then its kept claims), incarnation check, the
 worker's assignment (its JSON kept per generation) under the state lock, an in-memory
 liveness update.

@@ -52,7 +52,7 @@ async def serve(index: int, rafts: list[str], https: list[str], data_dir: Path) 
         secret=SECRET,
         journal_path=str(data_dir / f"raw{index}.journal"),
         dump_path=str(data_dir / f"raw{index}.dump"),
-        # The per-entry baseline: one pysyncobj entry per write, as before group commit.
+        # The per-entry baseline: one pysyncobj entry per write (group commit off).
         group_commit_entries_max=1,
         # pysyncobj's own threading: Raft on a tick thread of its own (Ripple ticks on its
         # event loop, RaftSettings.tick_on_event_loop).

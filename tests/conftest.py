@@ -58,7 +58,7 @@ def _stop_spark_client_session() -> None:
     """Stop this process's Spark Connect client session (tests share it via getOrCreate).
 
     Its gRPC threads are not daemons: left open, they keep pytest alive after the last test
-    (seen: summary printed, process never exits). Stop it while the server still answers.
+    (the summary prints, the process never exits). Stop it while the server still answers.
     """
     connect = sys.modules.get("pyspark.sql.connect.session")
     if connect is None:
