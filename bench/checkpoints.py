@@ -14,11 +14,11 @@ checkpoint and its fallback chain), the per-entry answer.
 `acks_per_s` counts answered acks; `checkpoints_per_s` the entries in them. `fenced` is the
 leader's own count of refused entries over the run (`ripple_checkpoint_reports_total`):
 a run with more than `FENCED_SHARE_MAX` of its entries fenced is an error, not a figure
-(two acks of one worker in flight at once can commit out of order, and the older is then
-fenced for real). `workers_at_10s` is how many workers checkpointing every 10 s the acks
-per second would carry with the leader saturated. Baseline `raw`: the bare per-entry
-pysyncobj node of `bench.writes`, in the same run, rounds interleaved. Needs `wrk` (Debian's
-package).
+(a few are fenced for real: an ack slower than one round of the workers is overtaken by
+that worker's next one, and is then behind). `workers_at_10s` is how many workers
+checkpointing every 10 s the acks per second would carry with the leader saturated.
+Baseline `raw`: the bare per-entry pysyncobj node of `bench.writes`, in the same run, rounds
+interleaved. Needs `wrk` (Debian's package).
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ METRICS_TIMEOUT_S = 10.0
 ONLINE_TIMEOUT_S = 120.0
 # Offsets of one run start past every offset of the runs before it.
 OFFSETS_PER_RUN = 10_000_000
-FENCED_SHARE_MAX = 0.01  # of a run's entries; more and the run is an error, not a figure
+# Of a run's entries. A reference the leader refuses fences them all; the overtaken acks of
+# a loaded machine (whose p99 nears the time one round of the workers takes) a few percent.
+FENCED_SHARE_MAX = 0.1
 
 
 def _owned_file(cluster: Cluster, leader: str, tokens: Path, out: Path) -> None:
@@ -144,8 +146,8 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                 accepted = after["accepted"] - before["accepted"]
                 # A reference the leader does not take (say checkpoints.lua's names drifting
                 # from checkpoint_key) fences every entry: then there is no figure to show.
-                # A few may be fenced for real: two acks of one worker in flight at once can
-                # commit out of order, and the older offset is then behind.
+                # A few may be fenced for real: an ack slower than a round of the workers is
+                # overtaken by its worker's next, and its offset is then behind.
                 if out["fenced"] > FENCED_SHARE_MAX * (accepted + out["fenced"]):
                     raise RuntimeError(
                         f"{out['fenced']:.0f} entries fenced, {accepted:.0f} accepted: the "
