@@ -1,9 +1,11 @@
 """Benchmark runner: `python -m bench [NAME ...] [--quick] [--json FILE]`.
 
 Each registered module exposes `run(quick: bool) -> dict[str, dict[str, float]]` (row name
--> field -> value, units last in field names); the runner prints one table per benchmark
-and optionally writes every result to a JSON file. Benchmarks are comparisons to read, not
-timed tests: nothing here passes or fails on speed.
+-> field -> value, units last in field names); the runner prints one table per benchmark.
+A full run of a benchmark also rewrites its committed results file, `bench/results/<name>
+.json` (bench/results.py: the rows, the date, the commit, the machine's cores); a quick run
+writes none. `--json FILE` writes every result of this run to FILE as well. Benchmarks are
+comparisons to read, not timed tests: nothing here passes or fails on speed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+
+from bench import results as committed
 
 REGISTRY: dict[str, str] = {
     "failover": "bench.failover",
@@ -59,8 +64,18 @@ def render(name: str, rows: dict[str, dict[str, float]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"one of {sorted(REGISTRY)}")
-    parser.add_argument("--quick", action="store_true", help="small sample sizes, ~30 s max")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sample sizes: checks that each benchmark runs (CI runs them all so)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write results as JSON")
+    parser.add_argument(
+        "--results-dir",
+        metavar="DIR",
+        default=str(committed.RESULTS_DIR),
+        help="where a full run writes <name>.json (default: bench/results, committed)",
+    )
     args = parser.parse_args(argv)
 
     names = args.names or sorted(REGISTRY)
@@ -72,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed: list[str] = []
     for name in names:
         module = importlib.import_module(REGISTRY[name])
+        run = committed.begin(args.quick)
         t0 = time.perf_counter()
         try:
             rows = module.run(args.quick)
@@ -81,10 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             failed.append(name)
             print(f"== {name}\nFAILED: {type(exc).__name__}: {exc}\n", flush=True)
             continue
+        seconds = time.perf_counter() - t0
         results[name] = rows
         print(render(name, rows))
-        print(f"({name}: {time.perf_counter() - t0:.1f} s{', quick' if args.quick else ''})\n")
-        sys.stdout.flush()
+        print(f"({name}: {seconds:.1f} s{', quick' if args.quick else ''})")
+        if not args.quick:
+            path = committed.write(name, rows, run, seconds, Path(args.results_dir))
+            print(f"(results: {path})")
+        print(flush=True)
 
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:

@@ -1,7 +1,7 @@
 """Checkpoint acks: how many `POST /v1/checkpoints` the leader commits per second.
 
-The write a cluster takes most of in steady state: issue 13 sizes 10,000 workers that
-checkpoint every 10 s at about 1,000 acks per second. Here `WORKERS` workers register
+The write a cluster takes most of in steady state: 10,000 workers that checkpoint every
+10 s send about 1,000 acks per second. Here `WORKERS` workers register
 through the real API (each its own incarnation and signed token) at the address of
 `bench.fake_workers`, which answers the leader's host calls, so all `PARTITIONS`
 partitions are assigned and go ONLINE, `PARTITIONS / WORKERS` per worker. Then `wrk`
@@ -14,38 +14,36 @@ checkpoint and its fallback chain), the per-entry answer.
 `acks_per_s` counts answered acks; `checkpoints_per_s` the entries in them. `fenced` is the
 leader's own count of refused entries over the run (`ripple_checkpoint_reports_total`):
 a run with more than `FENCED_SHARE_MAX` of its entries fenced is an error, not a figure
-(two acks of one worker in flight at once can commit out of order, and the older is then
-fenced for real). `workers_at_10s` is how many workers checkpointing every 10 s the acks
-per second would carry with the leader saturated. Baseline `raw`: the bare per-entry
-pysyncobj node of `bench.writes`, in the same run, rounds interleaved. Needs `wrk` (Debian's
-package).
+(a few are fenced for real: an ack slower than one round of the workers is overtaken by
+that worker's next one, and is then behind). `workers_at_10s` is how many workers
+checkpointing every 10 s the acks per second would carry with the leader saturated.
+Baseline `raw`: the bare per-entry pysyncobj node of `bench.writes`, in the same run, rounds
+interleaved. Needs `wrk` (Debian's package).
 """
 
 from __future__ import annotations
 
 import shutil
 import statistics
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from bench.harness import (
-    ADMIN,
-    Cluster,
-    Proc,
-    RawCluster,
-    call,
-    free_ports,
-    python_argv,
     rate_columns,
+    raw_cluster,
     register_workers,
     scratch,
-    wait_until,
     wrk,
     wrk_duration_s,
 )
 from bench.writes import SETTINGS as WRITE_SETTINGS
 from shared.checkpoint_ref import store_base
+from shared.ports import free_ports
+from testkit.cluster import ADMIN, Cluster
+from testkit.http import call
+from testkit.process import Proc, python_argv
+from testkit.prom import parse
+from testkit.wait import wait_until
 
 WORKERS = 256
 PARTITIONS = 1024
@@ -53,16 +51,19 @@ CONCURRENCY = 64
 REPEATS = 3
 # Checkpoint rounds off (the acks are the load) and the liveness timeouts of bench.writes:
 # the fake workers never heartbeat.
-SETTINGS = {
+SETTINGS: dict[str, Any] = {
     **WRITE_SETTINGS,
     "total_partitions": PARTITIONS,
     "min_cluster_size": WORKERS,
 }
 SETTLE_TIMEOUT_S = 60.0
+METRICS_TIMEOUT_S = 10.0
 ONLINE_TIMEOUT_S = 120.0
 # Offsets of one run start past every offset of the runs before it.
 OFFSETS_PER_RUN = 10_000_000
-FENCED_SHARE_MAX = 0.01  # of a run's entries; more and the run is an error, not a figure
+# Of a run's entries. A reference the leader refuses fences them all; the overtaken acks of
+# a loaded machine (whose p99 nears the time one round of the workers takes) a few percent.
+FENCED_SHARE_MAX = 0.1
 
 
 def _owned_file(cluster: Cluster, leader: str, tokens: Path, out: Path) -> None:
@@ -87,13 +88,16 @@ def _owned_file(cluster: Cluster, leader: str, tokens: Path, out: Path) -> None:
 
 def _reports(cluster: Cluster, leader: str) -> dict[str, float]:
     """The leader's checkpoint entries so far, by status (accepted, fenced)."""
-    with urllib.request.urlopen(cluster.url(leader) + "/metrics", timeout=10.0) as r:
-        text = r.read().decode()
+    r = cluster.get(leader, "/metrics", timeout_s=METRICS_TIMEOUT_S)
+    if r.status != 200:
+        raise RuntimeError(f"{leader}'s /metrics answered {r.status}")
+    samples = parse(str(r.body))
     out = {"accepted": 0.0, "fenced": 0.0}
     for status in out:
-        prefix = f'ripple_checkpoint_reports_total{{status="{status}"}}'
         out[status] = sum(
-            float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(prefix)
+            v
+            for (name, labels), v in samples.items()
+            if name == "ripple_checkpoint_reports_total" and ("status", status) in labels
         )
     return out
 
@@ -105,7 +109,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     with scratch("checkpoints") as root:
         (root / "ripple").mkdir()
         ripple = Cluster(root / "ripple", **SETTINGS)
-        raw = RawCluster(root / "raw")
+        raw = raw_cluster(root / "raw")
         port = free_ports(1)[0]
         fake = Proc(
             python_argv("-m", "bench.fake_workers", "--port", str(port)),
@@ -142,8 +146,8 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                 accepted = after["accepted"] - before["accepted"]
                 # A reference the leader does not take (say checkpoints.lua's names drifting
                 # from checkpoint_key) fences every entry: then there is no figure to show.
-                # A few may be fenced for real: two acks of one worker in flight at once can
-                # commit out of order, and the older offset is then behind.
+                # A few may be fenced for real: an ack slower than a round of the workers is
+                # overtaken by its worker's next, and its offset is then behind.
                 if out["fenced"] > FENCED_SHARE_MAX * (accepted + out["fenced"]):
                     raise RuntimeError(
                         f"{out['fenced']:.0f} entries fenced, {accepted:.0f} accepted: the "

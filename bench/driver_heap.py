@@ -26,6 +26,11 @@ from pipeline.spark_server import SparkConnectServer
 
 ROWS = 100_000
 WARMUP = 20
+# Quick mode checks that the benchmark runs: fewer batches, sessions renewed as often, so
+# it still crosses renewals the way the worker's sessions do.
+QUICK_BATCHES = 20
+QUICK_WARMUP = 5
+QUICK_BATCHES_PER_SESSION = 8
 JCMD_TIMEOUT_S = 60.0
 
 
@@ -54,7 +59,14 @@ def _batch(n: int) -> pa.Table:
     )
 
 
-def _case(root: str, batches: int, plan_cache: bool, renew: bool) -> dict[str, float]:
+def _case(
+    root: str,
+    batches: int,
+    plan_cache: bool,
+    renew: bool,
+    warmup: int = WARMUP,
+    batches_per_session: int | None = None,
+) -> dict[str, float]:
     server = SparkConnectServer(
         root, extra_conf={"spark.connect.session.planCache.enabled": str(plan_cache).lower()}
     )
@@ -64,13 +76,15 @@ def _case(root: str, batches: int, plan_cache: bool, renew: bool) -> dict[str, f
     agg.spark.conf.set(PLAN_CACHE_CONF, str(plan_cache).lower())
     if not renew:
         agg.arrow_batches_per_session_max = batches + 1
+    elif batches_per_session is not None:
+        agg.arrow_batches_per_session_max = batches_per_session
     try:
         assert server.pid is not None
         tables = [_batch(n) for n in range(4)]  # distinct contents, built once
         started = 0.0
         warm = 0.0
         for n in range(batches):
-            if n == WARMUP:
+            if n == warmup:
                 warm = _heap_used_mb(server.pid)
                 started = time.monotonic()
             table = tables[n % 4].set_column(
@@ -88,18 +102,27 @@ def _case(root: str, batches: int, plan_cache: bool, renew: bool) -> dict[str, f
         "heap_after_warmup_mb": warm,
         "heap_end_mb": end,
         "growth": end / warm if warm else 0.0,
-        "batches_per_s": (batches - WARMUP) / elapsed if elapsed else 0.0,
+        "batches_per_s": (batches - warmup) / elapsed if elapsed else 0.0,
         "sessions_renewed": agg.sessions_renewed,
     }
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    """Quick: only what the worker does (cache off, a new session every 50 arrow batches),
-    over 120 batches (ending between two renewals). Full: 500 batches of that, and the two
-    baselines: one session for all 500 with the cache off, 150 with Spark's default (on)."""
+    """Quick: only what the worker does (cache off, sessions renewed), over `QUICK_BATCHES`
+    batches with a new session every `QUICK_BATCHES_PER_SESSION`. Full: 500 batches with
+    the worker's renewal every 50 arrow batches, and the two baselines: one session for all
+    500 with the cache off, 150 with Spark's default (on)."""
     if quick:
         with scratch("driver-heap") as root:
-            return {"worker_default": _case(str(root / "w"), 120, plan_cache=False, renew=True)}
+            case = _case(
+                str(root / "w"),
+                QUICK_BATCHES,
+                plan_cache=False,
+                renew=True,
+                warmup=QUICK_WARMUP,
+                batches_per_session=QUICK_BATCHES_PER_SESSION,
+            )
+            return {"worker_default": case}
     with scratch("driver-heap") as root:
         return {
             "worker_default": _case(str(root / "w"), 500, plan_cache=False, renew=True),

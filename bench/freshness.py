@@ -1,8 +1,8 @@
 """Freshness: how long after a record is produced its key shows it through
 `GET /v1/partitions/{p}/keys/{key}`, under a steady load, on the embedded default.
 
-Rig as in bench.rig (three coordinators, three `ripple worker`s on one local Spark Connect
-server, local store, 8 partitions) with the workers' default batch interval (0.5 s, what
+Rig as in testkit.pipeline_rig (three coordinators, three `ripple worker`s on one local Spark
+Connect server, local store, 8 partitions) with the workers' default batch interval (0.5 s, what
 `ripple up` runs) and data path (files; small batches go as Arrow). A background producer
 appends `LOAD_ROWS` records every `LOAD_EVERY_S` (a steady stream over 500 keys). The probe
 then, one at a time: produces ONE record of a fresh key, starts the clock when `produce`
@@ -17,11 +17,12 @@ import random
 import threading
 import time
 
-from bench.harness import call, scratch
-from bench.rig import PARTITIONS, Rig
+from bench.harness import caught_up_s, pipeline_rig, scratch
 from pipeline.source import generate
 from pipeline.worker import BATCH_INTERVAL_S_DEFAULT
 from shared.routing import partition_for_key
+from testkit.http import call
+from testkit.pipeline_rig import PARTITIONS, PipelineRig
 
 LOAD_ROWS = 2000
 LOAD_EVERY_S = 0.5
@@ -35,13 +36,13 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _probe(rig: Rig, n: int, owners: dict[int, str]) -> float:
+def _probe(rig: PipelineRig, n: int, owners: dict[int, str]) -> float:
     key = f"FRESH{n:06d}"
     p = partition_for_key(key, PARTITIONS)
     value = float(n)
     rig.producer.produce([(key, value)])
     t0 = time.monotonic()
-    url = f"http://127.0.0.1:{rig.ports[owners[p]]}/v1/partitions/{p}/keys/{key}"
+    url = rig.worker_url(owners[p]) + f"/v1/partitions/{p}/keys/{key}"
     while time.monotonic() - t0 < VISIBLE_TIMEOUT_S:
         r = call("GET", url, timeout_s=5.0)
         if r.status == 200 and r.body.get("last") == value:
@@ -50,7 +51,7 @@ def _probe(rig: Rig, n: int, owners: dict[int, str]) -> float:
     raise RuntimeError(f"{key} not visible after {VISIBLE_TIMEOUT_S} s")
 
 
-def _measure(rig: Rig, probes: int, first: int, loaded: bool) -> dict[str, float]:
+def _measure(rig: PipelineRig, probes: int, first: int, loaded: bool) -> dict[str, float]:
     owners = {x["partition"]: x["owner"] for x in rig.table()}
     stop = threading.Event()
     produced = [0]
@@ -89,16 +90,11 @@ def _measure(rig: Rig, probes: int, first: int, loaded: bool) -> dict[str, float
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    probes = 30 if quick else 150
-    with scratch("freshness") as root:
-        rig = Rig(root)
-        try:
-            rig.start()
-            for wid in ("w1", "w2", "w3"):
-                rig.start_worker(wid, batch_interval_s=BATCH_INTERVAL_S_DEFAULT)
-            rig.wait_caught_up()
-            idle = _measure(rig, probes, 0, loaded=False)
-            steady = _measure(rig, probes, probes, loaded=True)
-        finally:
-            rig.close()
+    probes = 5 if quick else 150
+    with scratch("freshness") as root, pipeline_rig(root) as rig:
+        for wid in ("w1", "w2", "w3"):
+            rig.start_worker(wid, batch_interval_s=BATCH_INTERVAL_S_DEFAULT)
+        caught_up_s(rig)
+        idle = _measure(rig, probes, 0, loaded=False)
+        steady = _measure(rig, probes, probes, loaded=True)
     return {"steady_load": steady, "idle": idle}

@@ -1,9 +1,11 @@
-"""Shared plumbing of the process benchmarks: temp dirs, PID-tracked children, statistics.
+"""Shared plumbing of the process benchmarks: temp dirs, the clusters they compare, the
+pipeline rig with its Spark, child runs, statistics and the wrk client.
 
-Every child process goes through `tests.support.Proc` (tracked by PID, ended by that PID:
-SIGTERM, then SIGKILL after a bound; never by name). Clusters are `tests.cluster.Cluster`,
-the same three real `ripple coordinator` processes the integration tests use; neither
-module imports pytest. Every wait here is bounded.
+Every child process is a `testkit.process.Proc` (tracked by PID, ended by that PID:
+SIGTERM, then SIGKILL after a bound; never by name). Ripple's clusters are
+`testkit.cluster.Cluster`, the same three real `ripple coordinator` processes the
+integration tests use; the baseline is `raw_cluster`, three `bench.raw_node` processes on
+the same `testkit.nodes.NodeCluster`. Every wait here is bounded.
 """
 
 from __future__ import annotations
@@ -19,28 +21,26 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from tests.cluster import ADMIN, SECRET, Cluster, call
-from tests.support import Proc, free_ports, python_argv, wait_until
+from pipeline.spark_server import SparkConnectServer
+from shared.ports import free_ports
+from testkit.nodes import Healths, NodeCluster, NodeProgram
+from testkit.pipeline_rig import PipelineRig
+from testkit.process import python_argv
 
 __all__ = [
-    "ADMIN",
-    "SECRET",
-    "Cluster",
-    "Proc",
-    "RawCluster",
-    "call",
-    "free_ports",
+    "CATCH_UP_TIMEOUT_S",
+    "caught_up_s",
     "paused",
     "percentile",
-    "python_argv",
+    "pipeline_rig",
     "rate_columns",
+    "raw_cluster",
     "register_workers",
     "run_json",
     "scratch",
     "summary",
-    "wait_until",
     "wrk",
     "wrk_duration_s",
 ]
@@ -53,6 +53,9 @@ CHILD_TIMEOUT_S = 600.0
 # After `paused`: longer than the longest election timeout (raft_max_timeout_s, 0.6 s), so an
 # election the pause set off is over before the next run resolves its leader.
 RESUME_SETTLE_S = 1.0
+# The pipeline benchmarks move more rows than the tests: a longer bound on catching up.
+CATCH_UP_TIMEOUT_S = 180.0
+CAUGHT_UP_POLL_S = 0.05
 
 
 @contextlib.contextmanager
@@ -66,12 +69,11 @@ def scratch(prefix: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def paused(clusters: Sequence[Cluster | RawCluster]) -> Iterator[None]:
+def paused(clusters: Sequence[NodeCluster]) -> Iterator[None]:
     """Every process of `clusters` stopped (SIGSTOP) for the block and continued after, even
-    on error: a run measures its own cluster, not the idle ones beside it. (Idle, two other
-    Ripple clusters put 0.04-0.05 ms on Ripple's one-client p50 and nothing on raw's,
-    docs/benchmarks.md.) A continued cluster elects again; `RESUME_SETTLE_S`. Nothing is
-    stopped when `clusters` is empty."""
+    on error: a run measures its own cluster, not the idle ones beside it, which still take
+    their share of the cores. A continued cluster elects again; `RESUME_SETTLE_S`. Nothing
+    is stopped when `clusters` is empty."""
     procs = [p for c in clusters for p in c.procs.values() if p.alive()]
     for proc in procs:
         proc.signal(signal.SIGSTOP)
@@ -81,15 +83,6 @@ def paused(clusters: Sequence[Cluster | RawCluster]) -> Iterator[None]:
         for proc in procs:
             proc.signal(signal.SIGCONT)
         time.sleep(RESUME_SETTLE_S)
-
-
-@contextlib.contextmanager
-def running(cluster: Cluster) -> Iterator[Cluster]:
-    cluster.start_all()
-    try:
-        yield cluster
-    finally:
-        cluster.stop_all()
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -154,76 +147,75 @@ def run_json(args: Sequence[str], timeout_s: float = CHILD_TIMEOUT_S) -> Any:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-class RawCluster:
-    """Three `bench.raw_node` processes: the bare-pysyncobj baseline, same Raft timeouts."""
+def _one_ready(healths: Healths) -> str | None:
+    """A raw node names no leader: agreed is exactly one node ready to lead."""
+    ready = [n for n, h in healths.items() if h["ready"]]
+    return ready[0] if len(ready) == 1 else None
 
-    def __init__(self, root: Path, nodes: int = 3) -> None:
-        self.root = root
-        ports = free_ports(2 * nodes)
-        self.rafts = [f"127.0.0.1:{ports[2 * i]}" for i in range(nodes)]
-        self.https = [f"127.0.0.1:{ports[2 * i + 1]}" for i in range(nodes)]
-        self.procs: dict[int, Proc] = {}
 
-    def start(self, i: int) -> None:
-        argv = python_argv(
+def raw_cluster(root: Path, nodes: int = 3) -> NodeCluster:
+    """`nodes` `bench.raw_node` processes (ids raw0, raw1, ...): the bare-pysyncobj baseline,
+    with the coordinator's Raft timeouts. A write is `POST /write`."""
+    ports = free_ports(2 * nodes)
+    rafts = [f"127.0.0.1:{ports[2 * i]}" for i in range(nodes)]
+    https = [f"127.0.0.1:{ports[2 * i + 1]}" for i in range(nodes)]
+    ids = [f"raw{i}" for i in range(nodes)]
+
+    def argv(node_id: str) -> list[str]:
+        return python_argv(
             "-m",
             "bench.raw_node",
             "--index",
-            str(i),
+            str(ids.index(node_id)),
             "--raft",
-            ",".join(self.rafts),
+            ",".join(rafts),
             "--http",
-            ",".join(self.https),
+            ",".join(https),
             "--dir",
-            str(self.root / "raw"),
+            str(root / "raw"),
         )
-        self.procs[i] = Proc(argv, self.root / "logs" / f"raw{i}.log")
 
-    def start_all(self) -> None:
-        for i in range(len(self.rafts)):
-            self.start(i)
+    program = NodeProgram(argv=argv, health_path="/health", agreed_leader=_one_ready)
+    return NodeCluster(root, program, {n: f"http://{h}" for n, h in zip(ids, https, strict=True)})
 
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            proc.stop()
 
-    def alive(self) -> list[int]:
-        return [i for i, p in self.procs.items() if p.alive()]
+class SparkLike(Protocol):
+    def start(self) -> str: ...
 
-    def url(self, i: int) -> str:
-        return f"http://{self.https[i]}"
+    def stop(self) -> None: ...
 
-    def health(self, i: int) -> dict[str, Any] | None:
+
+@contextlib.contextmanager
+def pipeline_rig(
+    root: Path,
+    settings: dict[str, Any] | None = None,
+    *,
+    spark: SparkLike | None = None,
+    worker_args: tuple[str, ...] = (),
+) -> Iterator[PipelineRig]:
+    """A started `PipelineRig` (coordinators ready, no worker yet) on a local-directory store
+    under `root`, with its own Spark: a local Spark Connect server unless given another
+    (say `testkit.spark_cluster`'s). Everything is stopped on the way out."""
+    server: SparkLike = spark or SparkConnectServer(str(root / "spark"))
+    try:
+        url = server.start()
+        rig = PipelineRig(
+            root, f"file://{root / 'store'}", url, settings=settings, worker_args=worker_args
+        )
         try:
-            r = call("GET", self.url(i) + "/health", timeout_s=2.0)
-        except OSError:
-            return None
-        return r.body if r.status == 200 else None
+            rig.start()
+            yield rig
+        finally:
+            rig.stop()
+    finally:
+        server.stop()
 
-    def leader(self, timeout_s: float = 30.0) -> int:
-        def one() -> tuple[int] | None:  # a tuple: node 0 must not read as "not yet"
-            hs = {i: self.health(i) for i in self.alive()}
-            if any(h is None for h in hs.values()):
-                return None
-            ready = [i for i, h in hs.items() if h and h["ready"]]
-            return (ready[0],) if len(ready) == 1 else None
 
-        return wait_until(one, "one ready raw leader", timeout_s)[0]
-
-    def write_via_any(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for i in self.alive():
-                try:
-                    r = call("POST", self.url(i) + "/write", {"x": 1}, timeout_s=3.0)
-                    if r.status == 307:
-                        r = call("POST", r.headers["Location"], {"x": 1}, timeout_s=3.0)
-                except OSError:
-                    continue
-                if r.status == 200:
-                    return
-            time.sleep(0.02)
-        raise TimeoutError(f"no raw write landed within {timeout_s} s")
+def caught_up_s(rig: PipelineRig, timeout_s: float = CATCH_UP_TIMEOUT_S) -> float:
+    """Seconds until every partition's owner has processed the whole source log."""
+    t0 = time.monotonic()
+    rig.wait_caught_up(timeout_s, CAUGHT_UP_POLL_S)
+    return time.monotonic() - t0
 
 
 def wrk_duration_s(quick: bool) -> float:

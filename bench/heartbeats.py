@@ -5,8 +5,8 @@ its incarnation and signed token). Then their heartbeats go round-robin, each wi
 worker's own token, 64 in flight for a fixed time, from `wrk` (Debian's package; the
 script is bench/wrk/heartbeats.lua) when it is installed, else from `bench.load`'s aiohttp
 client (the `client` column says which). The Python client costs about as much CPU per
-request as the server on this 2-core machine, so with it the figure is the client's as much
-as the leader's; wrk costs a fraction. A heartbeat is leader-only and not replicated: token
+request as the server, so with it the figure is the client's as much as the leader's; wrk
+costs a fraction. A heartbeat is leader-only and not replicated: token
 check (an HMAC the first time a token is seen, then its kept claims), incarnation check, the
 worker's assignment (its JSON kept per generation) under the state lock, an in-memory
 liveness update.
@@ -27,10 +27,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Cluster, RawCluster, register_workers, run_json, scratch, wrk
+from bench.harness import raw_cluster, register_workers, run_json, scratch, wrk
+from testkit.cluster import Cluster
 
 CONCURRENCY = 64
-SETTINGS = {
+SETTINGS: dict[str, Any] = {
     "total_partitions": 128,
     "min_cluster_size": 1_000_000,
     "heartbeat_interval_s": 5.0,
@@ -103,8 +104,8 @@ def _row(hb: Any, base: float, client: float) -> dict[str, float]:
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    workers = 2000 if quick else 10_000
-    duration_s = 5.0 if quick else 20.0
+    workers = 1000 if quick else 10_000
+    duration_s = 3.0 if quick else 20.0
     with_wrk = shutil.which("wrk") is not None
     with scratch("heartbeats") as root:
         (root / "ripple").mkdir()
@@ -113,7 +114,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
         # The same cluster with every request through aiohttp (no front door): the A/B of
         # coordinator/service/front.py in the same run.
         plain = Cluster(root / "ripple_aiohttp", **SETTINGS, http_front_door=False)
-        raw = RawCluster(root / "raw")
+        raw = raw_cluster(root / "raw")
         try:
             for c in (ripple, plain, raw):
                 c.start_all()

@@ -22,7 +22,9 @@ import json
 import sys
 import time
 
-from bench.harness import Cluster, run_json, scratch, wait_until
+from bench.harness import run_json, scratch
+from testkit.cluster import Cluster
+from testkit.wait import wait_until
 
 PARTITIONS = 100_000
 WORKERS = 1_000
@@ -43,7 +45,7 @@ def probe(partitions: int, workers: int) -> dict[str, float]:
     from coordinator.core.codec import encode_command
     from coordinator.core.commands import Assignment, AssignPartitions, Bootstrap, RegisterWorker
     from coordinator.core.machine import Machine
-    from coordinator.core.model import WorkerId
+    from coordinator.core.model import PartitionId, WorkerId
     from coordinator.core.placement import plan_balanced
 
     gc.collect()
@@ -59,7 +61,9 @@ def probe(partitions: int, workers: int) -> dict[str, float]:
     owners = plan_balanced([None] * partitions, ids)
     assign = AssignPartitions(
         assignments=tuple(
-            Assignment(partition=p, owner=WorkerId(o)) for p, o in enumerate(owners) if o
+            Assignment(partition=PartitionId(p), owner=WorkerId(o))
+            for p, o in enumerate(owners)
+            if o
         ),
         now_ms=now,
     )
@@ -125,7 +129,7 @@ def _node(root_workers: int) -> dict[str, float]:
                 lid = cluster.leader(SETTLE_TIMEOUT_S)
                 h = cluster.health(lid) or {}
                 c = h.get("cluster", {})
-                return c.get("total_workers") == root_workers and h.get("ready", False)
+                return c.get("total_workers") == root_workers and h.get("ready") is True
 
             wait_until(back, "restart with all workers", SETTLE_TIMEOUT_S)
             restart_s = time.monotonic() - t0

@@ -1,8 +1,8 @@
 """Pipeline throughput: rows per second through three workers, against one Spark batch job
 over the same Parquet input on the same Spark Connect server.
 
-Rig as in bench.rig (three coordinators, three workers, one local Spark Connect server,
-local store, 8 partitions), with liveness timeouts long enough that a paused worker is not
+Rig as in testkit.pipeline_rig (three coordinators, three workers, one local Spark Connect
+server, local store, 8 partitions), with liveness timeouts long enough that a paused worker is not
 declared dead. Each round has two measures on new input:
 
 - `backlog` (the comparison with the batch job): the three workers are paused (SIGSTOP),
@@ -21,7 +21,8 @@ the round's backlog input (the segments appended for it, the rows the workers ha
 processed), timed after a warm-up job on a new session, right after the workers' round.
 `batch_job_all_input` (and `ratio_vs_all_input`) is one job over every segment appended so
 far, compared by rate: it spreads the job's fixed costs over up to `2 * REPEATS` rounds of
-input, so its rate is higher than over one round's. Repeated `REPEATS` times.
+input, so its rate is higher than over one round's. Repeated `REPEATS` times (once in quick
+mode).
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ from __future__ import annotations
 import signal
 import time
 
-from bench.harness import scratch, summary
-from bench.rig import SETTINGS as RIG_SETTINGS
-from bench.rig import Rig
+from bench.batch_job import batch_job_s, ends
+from bench.harness import caught_up_s, pipeline_rig, scratch, summary
 from pipeline.source import generate
+from testkit.pipeline_rig import SETTINGS as RIG_SETTINGS
+from testkit.pipeline_rig import PipelineRig
 
 KEYS = 500
 REPEATS = 3
+QUICK_REPEATS = 1
 # The rig's, with liveness long enough for a pause of the workers (seconds) to go unnoticed.
 SETTINGS = {
     **RIG_SETTINGS,
@@ -45,7 +48,7 @@ SETTINGS = {
 }
 
 
-def _produce(rig: Rig, rows: int, chunk: int, seed: int) -> float:
+def _produce(rig: PipelineRig, rows: int, chunk: int, seed: int) -> float:
     data = generate(rows, KEYS, seed=seed)
     t0 = time.monotonic()
     for start in range(0, len(data), chunk):
@@ -53,15 +56,14 @@ def _produce(rig: Rig, rows: int, chunk: int, seed: int) -> float:
     return time.monotonic() - t0
 
 
-def start_three_workers(rig: Rig) -> None:
-    """Coordinators, Spark and workers w1-w3, caught up on the (empty) log."""
-    rig.start()
+def start_three_workers(rig: PipelineRig) -> None:
+    """Workers w1-w3, caught up on the (empty) log."""
     for wid in ("w1", "w2", "w3"):
         rig.start_worker(wid)
-    rig.wait_caught_up()
+    caught_up_s(rig)
 
 
-def backlog_rows_per_s(rig: Rig, rows: int, chunk: int, seed: int) -> float:
+def backlog_rows_per_s(rig: PipelineRig, rows: int, chunk: int, seed: int) -> float:
     """Pause the workers (SIGSTOP), append `rows`, resume them (SIGCONT): rows per second
     from the resume until every owner has processed the whole log."""
     for proc in rig.workers.values():
@@ -71,34 +73,30 @@ def backlog_rows_per_s(rig: Rig, rows: int, chunk: int, seed: int) -> float:
     finally:
         for proc in rig.workers.values():
             proc.signal(signal.SIGCONT)
-    return rows / rig.wait_caught_up()
+    return rows / caught_up_s(rig)
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    rows_per_round, chunk = (100_000, 10_000) if quick else (1_000_000, 50_000)
+    rows_per_round, chunk = (50_000, 10_000) if quick else (1_000_000, 50_000)
     streaming: list[float] = []
     backlog: list[float] = []
     produce_s: list[float] = []
     batch: list[float] = []
     batch_all: list[float] = []
-    with scratch("pipeline") as root:
-        rig = Rig(root, SETTINGS)
-        try:
-            start_three_workers(rig)
-            total = 0
-            for r in range(REPEATS):
-                t0 = time.monotonic()
-                produce_s.append(_produce(rig, rows_per_round, chunk, seed=100 + r))
-                rig.wait_caught_up()
-                streaming.append(rows_per_round / (time.monotonic() - t0))
+    with scratch("pipeline") as root, pipeline_rig(root, SETTINGS) as rig:
+        start_three_workers(rig)
+        total = 0
+        for r in range(QUICK_REPEATS if quick else REPEATS):
+            t0 = time.monotonic()
+            produce_s.append(_produce(rig, rows_per_round, chunk, seed=100 + r))
+            caught_up_s(rig)
+            streaming.append(rows_per_round / (time.monotonic() - t0))
 
-                since = rig.ends()
-                backlog.append(backlog_rows_per_s(rig, rows_per_round, chunk, seed=200 + r))
-                total += 2 * rows_per_round
-                batch.append(batch_rate(rig.batch_job_s(since), rows_per_round))
-                batch_all.append(batch_rate(rig.batch_job_s(), total))
-        finally:
-            rig.close()
+            since = ends(rig)
+            backlog.append(backlog_rows_per_s(rig, rows_per_round, chunk, seed=200 + r))
+            total += 2 * rows_per_round
+            batch.append(batch_rate(batch_job_s(rig, since), rows_per_round))
+            batch_all.append(batch_rate(batch_job_s(rig), total))
     base, base_all = summary(batch)["median"], summary(batch_all)["median"]
     return {
         "backlog_3_workers": rate_row(rows_per_round, backlog, base, base_all),

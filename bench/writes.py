@@ -7,25 +7,24 @@
 - ripple_aiohttp: the same with `http_front_door = false`, every request through aiohttp's
   request machinery (the A/B of coordinator/service/front.py).
 - ripple_1: the same with `group_commit_entries_max = 1`, one pysyncobj entry per write
-  (Ripple before group commit).
+  (Ripple without group commit).
 - raw: `POST /write` to the leader of three `bench.raw_node` processes: the same
   ReplicatedLog and Raft settings with a counting machine and a bare handler, one entry per
   write (group commit off): the bare per-entry pysyncobj node every ratio is against.
 
 The client is `wrk` (Debian's package, `bench/wrk/writes.lua`: C connections, keep-alive,
-each request a new worker id, no redirects: aimed at the leader) for `wrk_duration_s`
-per run when it is installed, else `bench.load` in its own process (aiohttp, C requests in flight)
-for a fixed count; the `client_wrk` column says which. The Python client used about as
-much CPU per write as the leader on this 2-core machine, so with it the figure was the
-client's as much as Ripple's (wrk reports non-2xx answers as `errors`, not by kind). Rounds
-interleave ripple and raw; each case repeats `REPEATS` times and the table shows the median
-run (min and max ops/s beside it). The one-client runs come first, each case alone on the
-machine: the other three clusters are stopped (`harness.paused`, SIGSTOP) while it runs.
-Idle, they still shared the two cores with it, and two idle Ripple clusters beside Ripple
-cost its one-client p50 0.04-0.05 ms where they cost raw nothing (docs/benchmarks.md, "Issue
-13, 2026-11-25 from 05:13"). Only there: a stopped cluster elects again when continued, and
-after the 16- to 256-client runs have registered a few hundred thousand workers that took
-seconds, once more than a minute.
+each request a new worker id, no redirects: aimed at the leader) for `wrk_duration_s` per
+run when it is installed, else `bench.load` in its own process (aiohttp, C requests in
+flight) for a fixed count; the `client_wrk` column says which. The Python client costs
+about as much CPU per write as the leader, so with it the figure is the client's as much as
+Ripple's (wrk reports non-2xx answers as `errors`, not by kind). Rounds interleave ripple
+and raw; each case repeats `REPEATS` times (once in quick mode) and the table shows the
+median run (min and max ops/s beside it). The one-client runs come first, each case alone
+on the machine: the other three clusters are stopped (`harness.paused`, SIGSTOP) while it
+runs, since idle clusters still share the cores with it and cost Ripple's one-client
+latency more than raw's (docs/benchmarks.md). Only there: a stopped cluster elects again
+when continued, and once the 16- to 256-client runs have registered a few hundred thousand
+workers that election can take a minute.
 """
 
 from __future__ import annotations
@@ -35,23 +34,25 @@ import statistics
 from typing import Any
 
 from bench.harness import (
-    Cluster,
-    RawCluster,
     paused,
     rate_columns,
+    raw_cluster,
     run_json,
     scratch,
     wrk,
     wrk_duration_s,
 )
+from testkit.cluster import Cluster
+from testkit.nodes import NodeCluster
 
 REPEATS = 3
+QUICK_REPEATS = 1
 # No assignment and no checkpoint rounds: the registered workers are fake (no address
 # answers), and the leader calling them would be measured instead of the write path. Long
 # liveness timeouts: the fake workers never heartbeat, and with the defaults tens of
-# thousands of them were declared dead mid-run, a storm of DeclareDead entries that cut the
-# registrations measured beside it to a fifth (issue 13's notes).
-SETTINGS = {
+# thousands of them would be declared dead mid-run, a storm of DeclareDead entries competing
+# with the registrations measured beside it.
+SETTINGS: dict[str, Any] = {
     "total_partitions": 16,
     "min_cluster_size": 1_000_000,
     "checkpoint_interval_s": 3600,
@@ -89,13 +90,13 @@ def _by_kind(results: list[dict[str, float]]) -> dict[str, float]:
     return {kind: float(sum(r[kind] for r in results)) for kind in kinds}
 
 
-def _target(name: str, cluster: Cluster | RawCluster) -> tuple[str, bool]:
+def _target(name: str, cluster: NodeCluster) -> tuple[str, bool]:
     """The URL a run of `name` writes to (its leader's), and whether it registers workers. A
     cluster without an agreed ready leader fails the benchmark with what each node says."""
     try:
-        if isinstance(cluster, RawCluster):
-            return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/write", False
-        return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/v1/workers", True
+        if isinstance(cluster, Cluster):
+            return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/v1/workers", True
+        return cluster.url(cluster.leader(SETTLE_TIMEOUT_S)) + "/write", False
     except AssertionError as exc:
         nodes = list(cluster.procs)
         said = {n: cluster.health(n) for n in nodes}
@@ -113,7 +114,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
         ripple = Cluster(root / "ripple", **SETTINGS)
         plain = Cluster(root / "ripple_aiohttp", **SETTINGS, http_front_door=False)
         per_entry = Cluster(root / "ripple_1", **SETTINGS, group_commit_entries_max=1)
-        raw = RawCluster(root / "raw")
+        raw = raw_cluster(root / "raw")
         try:
             for c in (ripple, plain, per_entry, raw):
                 c.start_all()
@@ -121,7 +122,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             plain.ready(SETTLE_TIMEOUT_S)
             per_entry.ready(SETTLE_TIMEOUT_S)
             raw.leader(SETTLE_TIMEOUT_S)
-            clusters: dict[str, Cluster | RawCluster] = {
+            clusters: dict[str, NodeCluster] = {
                 "ripple": ripple,
                 "ripple_aiohttp": plain,
                 "ripple_1": per_entry,
@@ -130,7 +131,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             # One client first, each case alone on the machine (the other clusters stopped),
             # while the states are small; then the rest, every cluster running.
             for alone in (True, False):
-                for round_no in range(REPEATS):
+                for round_no in range(QUICK_REPEATS if quick else REPEATS):
                     for conc, count in _counts(quick).items():
                         if (conc == 1) is not alone:
                             continue

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -31,31 +28,23 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.client import CoordinatorClient
-from coordinator.config import (
-    SCALAR_KEYS,
-    ClusterConfig,
-    NodeSpec,
-    check_bind,
-    load_config,
-    render_toml,
+from coordinator.config import SCALAR_KEYS, ClusterConfig, check_bind, load_config
+from ripple.local_cluster import cluster_file, up
+from ripple.tables import (
+    render_migrations,
+    render_partitions,
+    render_status,
+    render_workers,
+    table,
 )
-from shared.errors import ClientError, ConfigError, RippleError
-from shared.ports import free_ports
+from shared.errors import ConfigError, RippleError
 
-log = logging.getLogger("ripple")
-
-UP_READY_TIMEOUT_S = 60.0
-CHILD_STOP_TIMEOUT_S = 10.0
 WATCH_MAX_S = 3600.0
 WATCH_EVERY_S = 0.5
 DEFAULT_DATA_DIR = "./ripple-data"
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _cluster_file(data_dir: str) -> Path:
-    return Path(data_dir) / "cluster.toml"
 
 
 def _urls(args: argparse.Namespace) -> list[str]:
@@ -65,7 +54,7 @@ def _urls(args: argparse.Namespace) -> list[str]:
     if env:
         return [u for u in env.split(",") if u]
     data_dir = getattr(args, "data_dir", None)  # `ripple worker` has no cluster file
-    path = _cluster_file(data_dir) if data_dir else None
+    path = cluster_file(data_dir) if data_dir else None
     if path is not None and path.exists():
         cfg = load_config(path, env={}, validate=False)
         return [n.url for n in cfg.nodes]
@@ -83,7 +72,7 @@ def _tls_ca(args: argparse.Namespace) -> str | None:
     if getattr(args, "tls_ca", None):
         return str(args.tls_ca)
     data_dir = getattr(args, "data_dir", None)
-    path = _cluster_file(data_dir) if data_dir else None
+    path = cluster_file(data_dir) if data_dir else None
     if path is not None and path.exists():
         return load_config(path, env={}, validate=False).tls_ca or None
     return None
@@ -97,19 +86,12 @@ def _admin_token(args: argparse.Namespace) -> str:
     token = getattr(args, "admin_token", None) or os.environ.get("RIPPLE_ADMIN_TOKEN")
     if token:
         return str(token)
-    path = _cluster_file(args.data_dir)
+    path = cluster_file(args.data_dir)
     if path.exists():
         return load_config(path, env={}, validate=False).admin_token
     raise RippleError(
         "admin token needed: --admin-token or RIPPLE_ADMIN_TOKEN", code="usage", status=2
     )
-
-
-def _table(rows: list[list[Any]], header: list[str]) -> str:
-    cells = [header] + [[("-" if c is None else str(c)) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    return "\n".join(lines)
 
 
 def _print(obj: dict[str, Any], as_json: bool, render: Any) -> None:
@@ -120,74 +102,6 @@ def _print(obj: dict[str, Any], as_json: bool, render: Any) -> None:
 
 
 # -- read commands ---------------------------------------------------------------------------
-
-
-def render_status(s: dict[str, Any]) -> str:
-    c = s["cluster"]
-    lines = [
-        f"node {s['node_id']} ({s['role']}), leader {s['leader_id']}, term {s['term']}, "
-        f"applied {s['applied_index']}{' (stale)' if s['stale'] else ''}",
-        f"workers: {c['active_workers']} active / {c['total_workers']} total   "
-        f"partitions: {c['total_partitions']}   generation: {c['generation']}   "
-        f"migrations in flight: {s['migrations_in_flight']}",
-        "partitions by status: "
-        + ", ".join(f"{k}={v}" for k, v in sorted(s["partitions_by_status"].items())),
-    ]
-    return "\n".join(lines)
-
-
-def render_partitions(s: dict[str, Any]) -> str:
-    rows = [
-        [
-            p["partition"],
-            p["owner"],
-            p["epoch"],
-            p["status"],
-            p.get("migration"),
-            None if p["checkpoint"] is None else p["checkpoint"]["offset"],
-            _failing_cell(p.get("failing")),
-            None if not p.get("stuck") else p["stuck"][:80],
-        ]
-        for p in s["partitions"]
-    ]
-    return _table(
-        rows,
-        ["PARTITION", "OWNER", "EPOCH", "STATUS", "MIGRATION", "CKPT_OFFSET", "FAILING", "STUCK"],
-    )
-
-
-def _failing_cell(failing: dict[str, Any] | None) -> str | None:
-    """ "3x: <error>" for a partition whose batches keep failing (error cut to fit a row)."""
-    return None if not failing else f"{failing['failures']}x: {failing['error'][:60]}"
-
-
-def render_workers(s: dict[str, Any]) -> str:
-    rows = [
-        [
-            w["worker_id"],
-            w["state"],
-            w["incarnation"],
-            w["partitions"],
-            w.get("liveness"),
-            w.get("load"),
-            w.get("failing_partitions"),
-            w["address"],
-        ]
-        for w in s["workers"]
-    ]
-    return _table(
-        rows, ["WORKER", "STATE", "INC", "PARTITIONS", "LIVENESS", "LOAD", "FAILING", "ADDRESS"]
-    )
-
-
-def render_migrations(s: dict[str, Any]) -> str:
-    rows = [
-        [x["id"], x["partition"], x["source"], x["target"], x["phase"], x["reason"], x.get("note")]
-        for x in s["migrations"]
-    ]
-    return f"in flight: {s['in_flight']}\n" + _table(
-        rows, ["ID", "PARTITION", "FROM", "TO", "PHASE", "REASON", "NOTE"]
-    )
 
 
 async def _read(args: argparse.Namespace, path: str, render: Any) -> int:
@@ -246,7 +160,7 @@ async def cmd_reassign(args: argparse.Namespace) -> int:
         rows = [[x.get("id"), x["partition"], x["from"], x["to"]] for x in body["migrations"]]
         print(("dry run: " if body["dry_run"] else "") + f"{len(rows)} moves")
         if rows:
-            print(_table(rows, ["ID", "PARTITION", "FROM", "TO"]))
+            print(table(rows, ["ID", "PARTITION", "FROM", "TO"]))
     return 0
 
 
@@ -303,7 +217,7 @@ async def cmd_get(args: argparse.Namespace) -> int:
         print(json.dumps(body, sort_keys=True))
     else:
         print(
-            _table(
+            table(
                 [
                     [
                         body[k]
@@ -371,235 +285,6 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     config.node(args.node_id)
     run(config, args.node_id)
     return 0
-
-
-def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
-    """Write (or reuse) the local cluster file with a generated secret and admin token."""
-    import secrets
-
-    path = _cluster_file(data_dir)
-    if path.exists():
-        return path
-    ports = free_ports(2 * nodes)
-    specs = tuple(
-        NodeSpec(
-            id=f"n{i + 1}", raft=f"127.0.0.1:{ports[2 * i]}", http=f"127.0.0.1:{ports[2 * i + 1]}"
-        )
-        for i in range(nodes)
-    )
-    config = ClusterConfig(
-        cluster_secret=secrets.token_urlsafe(32),
-        admin_token=secrets.token_urlsafe(24),
-        join_token=secrets.token_urlsafe(24),
-        data_dir=str(Path(data_dir).resolve()),
-        # What the local workers get as --store: checkpoint references are checked against it.
-        store=f"file://{(Path(data_dir) / 'store').resolve()}",
-        nodes=specs,
-        **overrides,
-    )
-    config.validate()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_private(path, render_toml(config))
-    return path
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a secrets-bearing file that is 0600 from its first byte: created under a
-    temporary name with the mode given to open(2) (a write then chmod left it world-readable
-    for a moment), then renamed into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
-        raise
-
-
-class Children:
-    """Processes started by `ripple up`, tracked and stopped by PID only."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self.stop_signals: dict[int, int] = {}
-        self.spark: Any = None  # pipeline.spark_server.SparkConnectServer, stopped by PID
-
-    def start(
-        self,
-        name: str,
-        argv: list[str],
-        env: dict[str, str] | None = None,
-        stop_signal: int = signal.SIGTERM,
-    ) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-        )
-        out.close()
-        self.procs.append((name, proc))
-        self.stop_signals[proc.pid] = stop_signal
-
-    def stop_all(self) -> None:
-        for _, proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(self.stop_signals.get(proc.pid, signal.SIGTERM))
-        deadline = time.monotonic() + CHILD_STOP_TIMEOUT_S
-        for name, proc in reversed(self.procs):
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("%s (pid %d) did not stop; killing it", name, proc.pid)
-                proc.kill()
-                proc.wait(CHILD_STOP_TIMEOUT_S)
-
-
-async def _wait_ready(urls: list[str], timeout_s: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    async with CoordinatorClient(urls, deadline_s=2.0, timeout_s=2.0) as client:
-        while time.monotonic() < deadline:
-            try:
-                health = await client.get("/v1/health")
-                if health.get("leader_id") and health["cluster"]["total_partitions"] > 0:
-                    return health
-            except ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RippleError(f"cluster not ready within {timeout_s} s", code="timeout", status=1)
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    overrides: dict[str, Any] = {}
-    if args.partitions is not None:
-        overrides["total_partitions"] = args.partitions
-    if args.workers > 0:
-        # Wait for every local worker before the first assignment, so it starts balanced.
-        overrides["min_cluster_size"] = args.workers
-    path = up_config(args.data_dir, 3, overrides)
-    config = load_config(path)  # RIPPLE_* env applies here as in the coordinators it starts
-    children = Children(Path(config.data_dir) / "logs")
-    stop = {"now": False}
-
-    def on_signal(_sig: int, _frame: object) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        for n in config.nodes:
-            children.start(
-                n.id,
-                [
-                    sys.executable,
-                    "-m",
-                    "ripple.cli",
-                    "coordinator",
-                    "--config",
-                    str(path),
-                    "--node-id",
-                    n.id,
-                ],
-            )
-        urls = [n.url for n in config.nodes]
-        health = asyncio.run(_wait_ready(urls, UP_READY_TIMEOUT_S))
-        spark_url = None
-        if args.workers > 0:
-            spark_url = _start_pipeline(args, config, children, urls)
-        print(
-            f"Ripple is up ({len(config.nodes)} coordinators, {args.workers} workers). "
-            f"Cluster file: {path}"
-        )
-        pids = {name: proc.pid for name, proc in children.procs}
-        for n in config.nodes:
-            print(f"  {n.id}  {n.url}  (raft {n.raft}, pid {pids[n.id]})")
-        print(f"leader: {health['leader_id']}   logs: {children.log_dir}")
-        print(f"dashboard: {config.nodes[0].url}/ui (any node serves it)")
-        workers = [f"{name} pid {pid}" for name, pid in pids.items() if name.startswith("w")]
-        if workers:
-            print("workers: " + ", ".join(workers))
-        if spark_url is not None:
-            print(f"spark connect: {spark_url}   store: {config.store}")
-            print(
-                f"try: ripple produce --generate 10000 --data-dir {args.data_dir}  then  "
-                f"ripple get SYM0001 --data-dir {args.data_dir}"
-            )
-        status = asyncio.run(_fetch_status(urls))
-        print(render_status(status))
-        print("Ctrl-C stops every process started here.")
-        sys.stdout.flush()
-        if args.demo and spark_url is not None:
-            from ripple.demo import run_demo
-
-            procs = {name: proc for name, proc in children.procs if name.startswith("w")}
-            try:
-                asyncio.run(run_demo(config, urls, spark_url, procs))
-            except (RippleError, TimeoutError) as exc:
-                print(f"[demo] stopped: {exc}")
-            sys.stdout.flush()
-            # The Spark Connect client the demo used may have replaced our handlers.
-            signal.signal(signal.SIGINT, on_signal)
-            signal.signal(signal.SIGTERM, on_signal)
-        reported: set[str] = set()
-        while not stop["now"]:
-            for name, proc in children.procs:
-                if proc.poll() is not None and name not in reported and not stop["now"]:
-                    reported.add(name)
-                    log.warning("%s exited with %s", name, proc.returncode)
-            time.sleep(0.2)
-    finally:
-        children.stop_all()
-        if children.spark is not None:
-            children.spark.stop()
-        print("stopped.")
-    return 0
-
-
-def _start_pipeline(
-    args: argparse.Namespace, config: ClusterConfig, children: Children, urls: list[str]
-) -> str:
-    """One local Spark Connect server shared by every worker, then the workers."""
-    from pipeline.spark_server import SparkConnectServer
-
-    children.spark = SparkConnectServer(str(children.log_dir))
-    spark_url = str(children.spark.start())
-    store = config.store or f"file://{(Path(config.data_dir) / 'store').resolve()}"
-    ports = free_ports(args.workers)
-    for i in range(args.workers):
-        argv = [
-            sys.executable,
-            "-m",
-            "ripple.cli",
-            "worker",
-            "--worker-id",
-            f"w{i + 1}",
-            "--listen",
-            f"127.0.0.1:{ports[i]}",
-            "--store",
-            store,
-            "--spark-remote",
-            spark_url,
-            "--max-keys-per-partition",
-            str(config.max_keys_per_partition),
-        ]
-        for url in urls:
-            argv += ["--coordinator", url]
-        env = {"PYSPARK_PYTHON": sys.executable, "RIPPLE_JOIN_TOKEN": config.join_token}
-        # SIGINT: a worker stops without draining (the whole local cluster is going down).
-        children.start(f"w{i + 1}", argv, env=env, stop_signal=signal.SIGINT)
-    return spark_url
-
-
-async def _fetch_status(urls: list[str]) -> dict[str, Any]:
-    async with CoordinatorClient(urls) as client:
-        return await client.get("/v1/status")
 
 
 # -- parser -----------------------------------------------------------------------------------
@@ -747,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "coordinator":
             return cmd_coordinator(args)
         if args.command == "up":
-            return cmd_up(args)
+            return up(args.data_dir, args.workers, args.partitions, args.demo)
         if args.command == "migrations":
             return asyncio.run(cmd_migrations(args))
         if args.command == "reassign":

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import Proc, free_ports, wait_until
+from shared.ports import free_ports
+from testkit.process import Proc
+from testkit.wait import wait_until
 
 MOTO_START_TIMEOUT_S = 60.0
 
@@ -56,7 +58,7 @@ def _stop_spark_client_session() -> None:
     """Stop this process's Spark Connect client session (tests share it via getOrCreate).
 
     Its gRPC threads are not daemons: left open, they keep pytest alive after the last test
-    (seen: summary printed, process never exits). Stop it while the server still answers.
+    (the summary prints, the process never exits). Stop it while the server still answers.
     """
     connect = sys.modules.get("pyspark.sql.connect.session")
     if connect is None:

@@ -4,7 +4,7 @@ Two kinds of attacker, both on threads of the test process, both only towards 12
 - streamers: each connects, sends a frame header claiming 2 GiB and streams zeros after it
   for as long as the port takes them; when the node closes the connection it reconnects.
   Against pysyncobj's own transport this grows the node's read buffer by copying, on its
-  Raft thread, until the node stops answering its peers (issue 11).
+  Raft thread, until the node stops answering its peers.
 - idlers: per port, a set of connections that send nothing and sit there (what half-open
   connections look like from the node's side); each one the node closes is opened again.
 

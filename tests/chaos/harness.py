@@ -7,7 +7,7 @@ with: the run met its minimum operation rate (else it is INVALID, not passed), e
 acknowledged write is present, the history is linearizable per key, and all replicas hold
 the same state at the same applied index.
 
-Every process is a ``tests.support.Proc`` ended by its PID; every wait has a bound. The
+Every process is a ``testkit.process.Proc`` ended by its PID; every wait has a bound. The
 seed only drives the harness's own choices (which client does what, fault timing jitter):
 real processes are not deterministic, so the seed makes a run comparable, not replayable.
 """
@@ -23,10 +23,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from testkit.cluster import Cluster
+from testkit.http import Reply, call
+from testkit.scripted_workers import ScriptedWorkers
+from testkit.wait import wait_until
 from tests.chaos.history import History, check_epochs, check_history
 from tests.chaos.netproxy import RaftLinks
-from tests.cluster import Cluster, Reply, call
-from tests.support import Proc, free_ports, python_argv, wait_until
 
 CHAOS_SETTINGS: dict[str, Any] = {
     "total_partitions": 12,
@@ -40,36 +42,6 @@ CHAOS_SETTINGS: dict[str, Any] = {
 CLIENT_TIMEOUT_S = 3.0
 CONVERGE_TIMEOUT_S = 60.0
 PRESENT = "present"
-
-
-class Workers:
-    """Scripted worker processes (tests/scripted_worker.py), each tracked by PID."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.procs: dict[str, Proc] = {}
-        self.ports: dict[str, int] = {}
-
-    def start(self, wid: str) -> Proc:
-        port = self.ports.get(wid) or free_ports(1)[0]
-        argv = python_argv("-m", "tests.scripted_worker", "--worker-id", wid, "--port", str(port))
-        argv += ["--heartbeat-interval", "0.3"]
-        argv += ["--store", self.cluster.config.store]
-        for s in self.cluster.specs:
-            argv += ["--coordinator", s.url]
-        proc = Proc(argv, self.cluster.root / "logs" / f"{wid}.log")
-        self.procs[wid], self.ports[wid] = proc, port
-        return proc
-
-    def url(self, wid: str) -> str:
-        return f"http://127.0.0.1:{self.ports[wid]}"
-
-    def state(self, wid: str) -> dict[str, Any]:
-        return call("GET", self.url(wid) + "/test/state", timeout_s=3.0).body  # type: ignore[no-any-return]
-
-    def stop_all(self) -> None:
-        for p in self.procs.values():
-            p.stop()
 
 
 @dataclass
@@ -359,12 +331,14 @@ def wait_settled(cluster: Cluster, timeout_s: float = CONVERGE_TIMEOUT_S) -> dic
     return wait_until(settled, "all partitions ONLINE and no migration in flight", timeout_s)
 
 
-def start_env(root: Path, workers: int = 3, **settings: Any) -> tuple[Cluster, Workers]:
+def start_env(root: Path, workers: int = 3, **settings: Any) -> tuple[Cluster, ScriptedWorkers]:
     cluster = Cluster(root, **{**CHAOS_SETTINGS, **settings})
     return cluster, bring_up(cluster, workers)
 
 
-def start_env_with_links(root: Path, workers: int = 3) -> tuple[Cluster, Workers, RaftLinks]:
+def start_env_with_links(
+    root: Path, workers: int = 3
+) -> tuple[Cluster, ScriptedWorkers, RaftLinks]:
     """As start_env, with every Raft link through a forwarder the test can cut."""
     cluster = Cluster(root, raft_bind=True, **CHAOS_SETTINGS)
     links = RaftLinks(
@@ -379,8 +353,8 @@ def start_env_with_links(root: Path, workers: int = 3) -> tuple[Cluster, Workers
         raise
 
 
-def bring_up(cluster: Cluster, workers: int) -> Workers:
-    ws = Workers(cluster)
+def bring_up(cluster: Cluster, workers: int) -> ScriptedWorkers:
+    ws = ScriptedWorkers(cluster, call_timeout_s=CLIENT_TIMEOUT_S)
     try:
         cluster.start_all()
         for i in range(workers):

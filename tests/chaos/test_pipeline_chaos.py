@@ -42,11 +42,11 @@ from pipeline.checkpoint import CheckpointStore
 from pipeline.source import Producer, generate
 from pipeline.state import PartitionState, aggregate_records
 from pipeline.store import StoreError
+from testkit.cluster import ADMIN
+from testkit.pipeline_rig import CATCH_UP_TIMEOUT_S, PipelineRig
+from testkit.wait import wait_until
 from tests.chaos.harness import Background, Figures, request, wait_settled
 from tests.chaos.store_fault import OUTAGE_CODES, StoreOutageProxy
-from tests.cluster import ADMIN
-from tests.pipeline_rig import CATCH_UP_TIMEOUT_S, Pipeline
-from tests.support import wait_until
 
 SEED = 606
 WORKERS = ("w1", "w2", "w3")
@@ -103,7 +103,7 @@ class Feed(Background):
 class Observer(Background):
     """Consistent reads of the partition table and samples of every worker's gates."""
 
-    def __init__(self, rig: Pipeline) -> None:
+    def __init__(self, rig: PipelineRig) -> None:
         super().__init__("observer")
         self.rig = rig
         self.violations: list[str] = []
@@ -161,7 +161,7 @@ class Observer(Background):
                     )
 
 
-def merged_now(rig: Pipeline) -> int:
+def merged_now(rig: PipelineRig) -> int:
     return sum(int((rig.health(w) or {}).get("stats", {}).get("records", 0)) for w in rig.workers)
 
 
@@ -177,7 +177,7 @@ def require_pipeline_rate(appended: int, merged: int, window_s: float) -> tuple[
     return appended_per_s, merged_per_s
 
 
-def consistent(rig: Pipeline, path: str) -> dict[str, Any]:
+def consistent(rig: PipelineRig, path: str) -> dict[str, Any]:
     body = wait_until(
         lambda: (r := request(rig.cluster, "GET", path)).status == 200 and r.body,
         f"a consistent read of {path}",
@@ -189,7 +189,7 @@ def consistent(rig: Pipeline, path: str) -> dict[str, Any]:
 # -- faults ------------------------------------------------------------------------------------
 
 
-def kill_leader(rig: Pipeline, rng: random.Random, figures: Figures) -> None:
+def kill_leader(rig: PipelineRig, rng: random.Random, figures: Figures) -> None:
     leader = rig.cluster.leader(LEADER_TIMEOUT_S)
     rig.cluster.kill9(leader)
     figures.fault("kill9_leader")
@@ -197,7 +197,7 @@ def kill_leader(rig: Pipeline, rng: random.Random, figures: Figures) -> None:
     rig.cluster.start(leader)
 
 
-def kill_worker(rig: Pipeline, rng: random.Random, figures: Figures) -> None:
+def kill_worker(rig: PipelineRig, rng: random.Random, figures: Figures) -> None:
     parts = consistent(rig, "/v1/partitions?consistent=true")["partitions"]
     live = sorted(w for w, proc in rig.workers.items() if proc.alive())
     owning = [w for w in live if any(x["owner"] == w for x in parts)]
@@ -209,7 +209,7 @@ def kill_worker(rig: Pipeline, rng: random.Random, figures: Figures) -> None:
 
 
 def reassign(
-    rig: Pipeline,
+    rig: PipelineRig,
     rng: random.Random,
     figures: Figures,
     planned: list[str],
@@ -247,7 +247,7 @@ def reassign(
 
 
 def store_outage(
-    rig: Pipeline,
+    rig: PipelineRig,
     proxy: StoreOutageProxy,
     rng: random.Random,
     figures: Figures,
@@ -273,7 +273,7 @@ def store_outage(
 
 
 def run_faults(
-    rig: Pipeline,
+    rig: PipelineRig,
     proxy: StoreOutageProxy,
     rng: random.Random,
     figures: Figures,
@@ -296,7 +296,7 @@ def run_faults(
             return
 
 
-def heal(rig: Pipeline, proxy: StoreOutageProxy) -> None:
+def heal(rig: PipelineRig, proxy: StoreOutageProxy) -> None:
     proxy.up()
     for spec in rig.cluster.specs:
         if not rig.cluster.procs[spec.id].alive():
@@ -310,7 +310,7 @@ def heal(rig: Pipeline, proxy: StoreOutageProxy) -> None:
 
 
 def check_equal_to_batch_job(
-    rig: Pipeline, parts: list[dict[str, Any]], appended: int | None, figures: Figures
+    rig: PipelineRig, parts: list[dict[str, Any]], appended: int | None, figures: Figures
 ) -> None:
     got, want = rig.state(parts), rig.oracle()
     figures.ops["keys"] = len(want)
@@ -333,7 +333,7 @@ def check_equal_to_batch_job(
 
 
 def check_checkpoints(
-    rig: Pipeline, recorded: dict[str, tuple[int, int, int]], figures: Figures
+    rig: PipelineRig, recorded: dict[str, tuple[int, int, int]], figures: Figures
 ) -> None:
     """Every recorded checkpoint loads, is what was recorded, and holds exactly the
     aggregate of its partition's records [0, offset)."""
@@ -368,7 +368,7 @@ def check_checkpoints(
     figures.ops["checkpoints_verified"] = sum(len(v) for v in by_partition.values())
 
 
-def hosts_mismatch(rig: Pipeline, parts: list[dict[str, Any]]) -> list[str]:
+def hosts_mismatch(rig: PipelineRig, parts: list[dict[str, Any]]) -> list[str]:
     """Live workers whose hosted partitions (open or not) differ from their assignment."""
     assigned: dict[str, dict[int, int]] = {}
     for x in parts:
@@ -391,7 +391,7 @@ def hosts_mismatch(rig: Pipeline, parts: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-def check_migrations(rig: Pipeline, planned: list[str], figures: Figures) -> None:
+def check_migrations(rig: PipelineRig, planned: list[str], figures: Figures) -> None:
     migs = consistent(rig, "/v1/migrations?consistent=true")["migrations"]
     phases = {m["id"]: m["phase"] for m in migs if m["id"] in planned}
     for mid in planned:
@@ -401,7 +401,7 @@ def check_migrations(rig: Pipeline, planned: list[str], figures: Figures) -> Non
     figures.ops["migrations_aborted"] = sum(1 for v in phases.values() if v == "aborted")
 
 
-def check_retry_delays(rig: Pipeline, figures: Figures) -> None:
+def check_retry_delays(rig: PipelineRig, figures: Figures) -> None:
     """The leader's "retry in N ms" lines (host and release retries, which the outage
     causes) name a delay within the backoff cap, not a timestamp (seed 606 found that)."""
     cap_ms = rig.cluster.config.host_retry_cap_ms
@@ -422,12 +422,12 @@ def check_retry_delays(rig: Pipeline, figures: Figures) -> None:
 @pytest.fixture
 def rig(
     tmp_path: Path, spark_remote: str, moto_endpoint: str, s3_bucket: tuple[Any, str]
-) -> Iterator[tuple[Pipeline, StoreOutageProxy]]:
+) -> Iterator[tuple[PipelineRig, StoreOutageProxy]]:
     _, bucket = s3_bucket
     proxy = StoreOutageProxy(moto_endpoint)
     proxy.start()
     try:
-        p = Pipeline(
+        p = PipelineRig(
             tmp_path,
             f"s3://{bucket}/pipeline",
             spark_remote,
@@ -445,7 +445,7 @@ def rig(
 
 
 def test_f_pipeline_under_kills_migrations_and_store_outage(
-    rig: tuple[Pipeline, StoreOutageProxy], request: pytest.FixtureRequest
+    rig: tuple[PipelineRig, StoreOutageProxy], request: pytest.FixtureRequest
 ) -> None:
     p, proxy = rig
     seed = SEED

@@ -32,10 +32,10 @@ import psutil
 import pytest
 
 from replication.durability import SYNCED_IMAGE_SUFFIX, SYNCED_IMAGES_ENV
+from testkit.cluster import Cluster
+from testkit.prom import parse, value
+from testkit.wait import wait_until
 from tests.chaos.harness import Figures, Load, check_linearizable, check_replicas_equal, request
-from tests.cluster import Cluster
-from tests.prom import parse, value
-from tests.support import wait_until
 
 POWER_CUTS = 10
 POWER_CUTS_SOAK = 60

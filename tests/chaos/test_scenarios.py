@@ -20,13 +20,16 @@ from typing import Any
 
 import pytest
 
+from testkit.cluster import ADMIN, Cluster, worker_token
+from testkit.http import Reply, call
+from testkit.scripted_workers import ScriptedWorkers
+from testkit.wait import wait_until
 from tests.chaos.harness import (
     CHAOS_SETTINGS,
     CLIENT_TIMEOUT_S,
     Background,
     Figures,
     Load,
-    Workers,
     check_acknowledged,
     check_linearizable,
     check_replicas_equal,
@@ -38,8 +41,6 @@ from tests.chaos.harness import (
     wait_settled,
 )
 from tests.chaos.netproxy import RaftLinks
-from tests.cluster import ADMIN, Cluster, Reply, call, worker_token
-from tests.support import wait_until
 
 MIN_OPS_PER_S = 5.0
 WARMUP_S = 2.0
@@ -53,7 +54,7 @@ CATCH_UP_S = 20.0
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[tuple[Cluster, Workers]]:
+def env(tmp_path: Path) -> Iterator[tuple[Cluster, ScriptedWorkers]]:
     cluster, workers = start_env(tmp_path)
     try:
         yield cluster, workers
@@ -105,7 +106,7 @@ def check_batched(cluster: Cluster, load: Load, figures: Figures) -> None:
 
 
 def test_a_leader_killed_every_3s(
-    env: tuple[Cluster, Workers], request: pytest.FixtureRequest
+    env: tuple[Cluster, ScriptedWorkers], request: pytest.FixtureRequest
 ) -> None:
     """(a) kill -9 the leader every ~3 s under load; it restarts ~1 s later."""
     cluster, _ = env
@@ -129,7 +130,7 @@ def test_a_leader_killed_every_3s(
 
 
 @pytest.fixture
-def env_links(tmp_path: Path) -> Iterator[tuple[Cluster, Workers, RaftLinks]]:
+def env_links(tmp_path: Path) -> Iterator[tuple[Cluster, ScriptedWorkers, RaftLinks]]:
     cluster, workers, links = start_env_with_links(tmp_path)
     try:
         yield cluster, workers, links
@@ -170,7 +171,7 @@ def straight_to(cluster: Cluster, node: str) -> Callable[[dict[str, Any]], Reply
 
 
 def test_b_leader_cut_off_from_followers(
-    env_links: tuple[Cluster, Workers, RaftLinks], request: pytest.FixtureRequest
+    env_links: tuple[Cluster, ScriptedWorkers, RaftLinks], request: pytest.FixtureRequest
 ) -> None:
     """(b) black-hole the leader's Raft links to both followers under load: it acknowledges
     no write, steps down, a follower takes over; after heal one leader, replicas equal."""
@@ -240,7 +241,7 @@ def burst(cluster: Cluster, node: str, load: Load, n: int) -> int:
 
 
 def test_g_leader_paused_past_timeouts(
-    env: tuple[Cluster, Workers], request: pytest.FixtureRequest
+    env: tuple[Cluster, ScriptedWorkers], request: pytest.FixtureRequest
 ) -> None:
     """(g) SIGSTOP the leader until a follower leads, then SIGCONT: the old leader commits
     nothing of its old term, no live worker is declared dead, the cluster converges."""
@@ -293,7 +294,7 @@ def owners(cluster: Cluster) -> dict[int, tuple[str | None, int]]:
     return {p["partition"]: (p["owner"], p["epoch"]) for p in r.body["partitions"]}
 
 
-def open_gates_unique(workers: Workers, figures: Figures) -> None:
+def open_gates_unique(workers: ScriptedWorkers, figures: Figures) -> None:
     """No two workers hold an open gate for one partition at one epoch (double processing)."""
     holders: dict[tuple[int, int], str] = {}
     for wid, proc in workers.procs.items():
@@ -307,7 +308,7 @@ def open_gates_unique(workers: Workers, figures: Figures) -> None:
                 figures.violations.append(f"p{p} e{g['epoch']} open on {other} and {wid}")
 
 
-def test_c_worker_paused_past_timeout(env: tuple[Cluster, Workers]) -> None:
+def test_c_worker_paused_past_timeout(env: tuple[Cluster, ScriptedWorkers]) -> None:
     """(c) SIGSTOP a worker past heartbeat_timeout, SIGCONT: moved, fenced, no double owner."""
     cluster, workers = env
     seed = 303
@@ -388,7 +389,7 @@ def test_c_worker_paused_past_timeout(env: tuple[Cluster, Workers]) -> None:
     finish(cluster, load, figures, started)
 
 
-def test_d_whole_cluster_killed_and_restarted(env: tuple[Cluster, Workers]) -> None:
+def test_d_whole_cluster_killed_and_restarted(env: tuple[Cluster, ScriptedWorkers]) -> None:
     """(d) kill -9 all three mid-load with migrations pending; restart: all present, done."""
     cluster, _ = env
     seed = 404
@@ -418,7 +419,7 @@ def test_d_whole_cluster_killed_and_restarted(env: tuple[Cluster, Workers]) -> N
     assert all(p in ("done", "aborted") for p in phases.values()), f"seed={seed}: {phases}"
 
 
-def test_e_truncated_journal_tail(env: tuple[Cluster, Workers]) -> None:
+def test_e_truncated_journal_tail(env: tuple[Cluster, ScriptedWorkers]) -> None:
     """(e) a follower's journal loses its tail while down: it never leads with lost entries."""
     cluster, _ = env
     seed = 505

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ripple.cli import build_parser, main
-from tests.cluster import Cluster
+from testkit.cluster import Cluster
 
 CLI_TIMEOUT_S = 60.0
 

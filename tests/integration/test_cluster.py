@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from coordinator.config import render_toml
-from tests.cluster import ADMIN, Cluster, call, worker_token
-from tests.support import wait_until
+from testkit.cluster import ADMIN, Cluster, worker_token
+from testkit.http import call
+from testkit.wait import wait_until
 
 
 @pytest.fixture

@@ -22,9 +22,11 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.cluster import ADMIN, Cluster, call
-from tests.integration.test_duties import FAST, Workers, all_online, migrations, table
-from tests.support import wait_until
+from testkit.cluster import ADMIN, Cluster
+from testkit.http import call
+from testkit.scripted_workers import ScriptedWorkers
+from testkit.wait import wait_until
+from tests.integration.test_duties import FAST, all_online, migrations, table
 
 T = TypeVar("T")
 
@@ -51,10 +53,10 @@ def browser_binaries() -> tuple[str, str] | None:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Workers]]:
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, ScriptedWorkers]]:
     c = Cluster(tmp_path_factory.mktemp("dashboard"), **SETTINGS)
     c.start_all()
-    w = Workers(c)
+    w = ScriptedWorkers(c)
     try:
         c.ready(60)
         for wid in ("w1", "w2", "w3"):
@@ -66,7 +68,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Wor
         c.stop_all()
 
 
-def progress(w: Workers, wid: str, *, lag_records: int, failing: dict[int, str]) -> None:
+def progress(w: ScriptedWorkers, wid: str, *, lag_records: int, failing: dict[int, str]) -> None:
     """Make a scripted worker's heartbeats report lag and failing batches."""
     r = call(
         "POST",
@@ -89,7 +91,7 @@ def follower(c: Cluster) -> str:
 # -- plain HTTP --------------------------------------------------------------------------------
 
 
-def test_ui_files_and_headers(env: tuple[Cluster, Workers]) -> None:
+def test_ui_files_and_headers(env: tuple[Cluster, ScriptedWorkers]) -> None:
     c, _ = env
     base = c.url(follower(c))
     root = call("GET", base + "/")
@@ -131,7 +133,7 @@ def test_ui_files_and_headers(env: tuple[Cluster, Workers]) -> None:
     assert {(n["id"], n["url"]) for n in health["nodes"]} == {(s.id, s.url) for s in c.specs}
 
 
-def test_cross_origin_rules(env: tuple[Cluster, Workers]) -> None:
+def test_cross_origin_rules(env: tuple[Cluster, ScriptedWorkers]) -> None:
     c, _ = env
     leader = c.leader()
     sibling = c.url(follower(c))
@@ -308,7 +310,9 @@ class Page:
         return [b for b in self.visible_buttons() if b in names]
 
 
-def test_dashboard_in_a_browser(env: tuple[Cluster, Workers], browser: Any, tmp_path: Path) -> None:
+def test_dashboard_in_a_browser(
+    env: tuple[Cluster, ScriptedWorkers], browser: Any, tmp_path: Path
+) -> None:
     shots = screenshot_dir(tmp_path)
     try:
         walk_through(env, browser, shots)
@@ -319,7 +323,7 @@ def test_dashboard_in_a_browser(env: tuple[Cluster, Workers], browser: Any, tmp_
         raise
 
 
-def walk_through(env: tuple[Cluster, Workers], browser: Any, shots: Path) -> None:
+def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path) -> None:
     c, w = env
     page = Page(browser)
     home = follower(c)

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from shared.checkpoint_ref import canonical_uri, store_base
-from tests.cluster import ADMIN, Cluster, call, worker_token
-from tests.support import Proc, free_ports, python_argv, wait_until
+from testkit.cluster import ADMIN, Cluster, worker_token
+from testkit.http import call
+from testkit.scripted_workers import ScriptedWorkers
+from testkit.wait import wait_until
 
 FAST = {
     "total_partitions": 12,
@@ -26,47 +28,11 @@ FAST = {
 }
 
 
-class Workers:
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.procs: dict[str, Proc] = {}
-        self.ports: dict[str, int] = {}
-
-    def start(self, wid: str) -> Proc:
-        port = free_ports(1)[0]
-        argv = python_argv(
-            "-m",
-            "tests.scripted_worker",
-            "--worker-id",
-            wid,
-            "--port",
-            str(port),
-            "--heartbeat-interval",
-            "0.3",
-        )
-        argv += ["--store", self.cluster.config.store]
-        for s in self.cluster.specs:
-            argv += ["--coordinator", s.url]
-        proc = Proc(argv, self.cluster.root / "logs" / f"{wid}.log")
-        self.procs[wid], self.ports[wid] = proc, port
-        return proc
-
-    def state(self, wid: str) -> dict[str, Any]:
-        return call("GET", f"http://127.0.0.1:{self.ports[wid]}/test/state").body  # type: ignore[no-any-return]
-
-    def silence(self, wid: str) -> None:
-        call("POST", f"http://127.0.0.1:{self.ports[wid]}/test/heartbeats", {"enabled": False})
-
-    def stop_all(self) -> None:
-        for p in self.procs.values():
-            p.stop()
-
-
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[tuple[Cluster, Workers]]:
+def env(tmp_path: Path) -> Iterator[tuple[Cluster, ScriptedWorkers]]:
     c = Cluster(tmp_path, **FAST)
     c.start_all()
-    w = Workers(c)
+    w = ScriptedWorkers(c)
     try:
         yield c, w
     finally:
@@ -96,7 +62,7 @@ def all_online(c: Cluster, owners: set[str] | None = None) -> list[dict[str, Any
     return None
 
 
-def three_online(c: Cluster, w: Workers) -> list[dict[str, Any]]:
+def three_online(c: Cluster, w: ScriptedWorkers) -> list[dict[str, Any]]:
     """A ready cluster with w1..w3 registered and every partition ONLINE on them."""
     c.ready()
     for wid in ("w1", "w2", "w3"):
@@ -112,7 +78,9 @@ def admin(c: Cluster, path: str, body: Any) -> Any:
     return c.write_via_any(path, body, token=ADMIN)
 
 
-def test_assignment_waits_for_min_cluster_size_then_balances(env: tuple[Cluster, Workers]) -> None:
+def test_assignment_waits_for_min_cluster_size_then_balances(
+    env: tuple[Cluster, ScriptedWorkers],
+) -> None:
     c, w = env
     c.ready()
     w.start("w1")
@@ -142,7 +110,9 @@ def test_assignment_waits_for_min_cluster_size_then_balances(env: tuple[Cluster,
     assert history[0]["reason"] == "assigned" and history[0]["epoch"] == 1
 
 
-def test_silent_worker_loses_partitions_within_timeout(env: tuple[Cluster, Workers]) -> None:
+def test_silent_worker_loses_partitions_within_timeout(
+    env: tuple[Cluster, ScriptedWorkers],
+) -> None:
     c, w = env
     before = three_online(c, w)
     victim_parts = {p["partition"]: p["epoch"] for p in before if p["owner"] == "w2"}
@@ -183,7 +153,7 @@ def test_silent_worker_loses_partitions_within_timeout(env: tuple[Cluster, Worke
     assert hist["history"][-1]["reason"] == "failure"
 
 
-def test_balance_after_join_moves_the_lower_bound(env: tuple[Cluster, Workers]) -> None:
+def test_balance_after_join_moves_the_lower_bound(env: tuple[Cluster, ScriptedWorkers]) -> None:
     c, w = env
     before = three_online(c, w)
     w.start("w4")
@@ -227,7 +197,7 @@ def test_balance_after_join_moves_the_lower_bound(env: tuple[Cluster, Workers]) 
         assert ck["uri"] == canonical_uri(c.config.store, part, released[-1]["epoch"], ck["offset"])
 
 
-def test_invalid_moves_are_refused_with_reasons(env: tuple[Cluster, Workers]) -> None:
+def test_invalid_moves_are_refused_with_reasons(env: tuple[Cluster, ScriptedWorkers]) -> None:
     c, w = env
     parts = three_online(c, w)
     p0 = parts[0]
@@ -250,7 +220,7 @@ def test_invalid_moves_are_refused_with_reasons(env: tuple[Cluster, Workers]) ->
         assert "moving" in again.body["message"] or "owned by" in again.body["message"]
 
 
-def test_leader_killed_during_migrations_all_finish(env: tuple[Cluster, Workers]) -> None:
+def test_leader_killed_during_migrations_all_finish(env: tuple[Cluster, ScriptedWorkers]) -> None:
     c, w = env
     three_online(c, w)
     w.start("w4")
@@ -280,7 +250,7 @@ def test_leader_killed_during_migrations_all_finish(env: tuple[Cluster, Workers]
     assert len(survivors) == 2
 
 
-def test_drain_moves_partitions_then_left(env: tuple[Cluster, Workers]) -> None:
+def test_drain_moves_partitions_then_left(env: tuple[Cluster, ScriptedWorkers]) -> None:
     c, w = env
     three_online(c, w)
     r = admin(c, "/v1/workers/w1/drain", {})
@@ -307,7 +277,7 @@ def fenced_reports(c: Cluster) -> float:
     return total
 
 
-def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Workers]) -> None:
+def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, ScriptedWorkers]) -> None:
     c, w = env
     parts = three_online(c, w)
     p = next(x for x in parts if x["owner"] == "w1")
@@ -366,7 +336,9 @@ def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Worker
     )
 
 
-def test_release_reply_with_a_foreign_checkpoint_is_fenced(env: tuple[Cluster, Workers]) -> None:
+def test_release_reply_with_a_foreign_checkpoint_is_fenced(
+    env: tuple[Cluster, ScriptedWorkers],
+) -> None:
     """Issue 11, probe 2 (release side): a source that names another object in its release
     reply does not make it the partition's checkpoint; the hand-off falls back to the last
     accepted one, so the new owner is sent that and never the foreign URI."""
@@ -392,7 +364,7 @@ def test_release_reply_with_a_foreign_checkpoint_is_fenced(env: tuple[Cluster, W
     assert hosted and all((x["checkpoint"] or {}).get("uri") != foreign for x in hosted)
 
 
-def test_failover_does_not_kill_healthy_workers(env: tuple[Cluster, Workers]) -> None:
+def test_failover_does_not_kill_healthy_workers(env: tuple[Cluster, ScriptedWorkers]) -> None:
     c, w = env
     before = three_online(c, w)
     gen = c.get(c.leader(), "/v1/status?consistent=true").body["generation"]
@@ -409,7 +381,7 @@ def test_failover_does_not_kill_healthy_workers(env: tuple[Cluster, Workers]) ->
 def test_abort_a_waiting_migration(tmp_path: Path) -> None:
     c = Cluster(tmp_path, **{**FAST, "max_concurrent_migrations": 1})
     c.start_all()
-    w = Workers(c)
+    w = ScriptedWorkers(c)
     try:
         three_online(c, w)
         w.start("w4")
@@ -434,7 +406,7 @@ def test_abort_a_waiting_migration(tmp_path: Path) -> None:
 def test_rebalance_on_join_moves_without_an_operator(tmp_path: Path) -> None:
     c = Cluster(tmp_path, **{**FAST, "rebalance_on_join": True})
     c.start_all()
-    w = Workers(c)
+    w = ScriptedWorkers(c)
     try:
         three_online(c, w)
         w.start("w4")
@@ -452,7 +424,7 @@ def test_rebalance_on_join_moves_without_an_operator(tmp_path: Path) -> None:
         c.stop_all()
 
 
-def test_cli_reassign_watch_and_drain(env: tuple[Cluster, Workers]) -> None:
+def test_cli_reassign_watch_and_drain(env: tuple[Cluster, ScriptedWorkers]) -> None:
     import subprocess
     import sys
 

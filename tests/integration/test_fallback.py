@@ -17,32 +17,32 @@ from typing import Any
 import pytest
 
 from pipeline.source import generate
-from tests.pipeline_rig import CATCH_UP_TIMEOUT_S, PARTITIONS, SETTINGS, Pipeline
-from tests.support import wait_until
+from testkit.pipeline_rig import CATCH_UP_TIMEOUT_S, PARTITIONS, SETTINGS, PipelineRig
+from testkit.wait import wait_until
 
 # Fall back after two failures in a row, retry hosts quickly: the chain is walked in seconds.
 FALLBACK_SETTINGS = {**SETTINGS, "fallback_after_failures": 2, "host_retry_cap_ms": 1000}
 
 
 @pytest.fixture
-def local(tmp_path: Path, spark_remote: str) -> Iterator[Pipeline]:
+def local(tmp_path: Path, spark_remote: str) -> Iterator[PipelineRig]:
     uri = f"file://{tmp_path / 'store'}"
-    p = Pipeline(tmp_path, uri, spark_remote, None, settings=FALLBACK_SETTINGS)
+    p = PipelineRig(tmp_path, uri, spark_remote, None, settings=FALLBACK_SETTINGS)
     yield from p.running()
 
 
 @pytest.fixture
-def s3(tmp_path: Path, spark_remote: str, moto_endpoint: str) -> Iterator[Pipeline]:
+def s3(tmp_path: Path, spark_remote: str, moto_endpoint: str) -> Iterator[PipelineRig]:
     import boto3
 
     bucket = f"ripple-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
     uri = f"s3://{bucket}/pipeline"
-    p = Pipeline(tmp_path, uri, spark_remote, moto_endpoint, settings=FALLBACK_SETTINGS)
+    p = PipelineRig(tmp_path, uri, spark_remote, moto_endpoint, settings=FALLBACK_SETTINGS)
     yield from p.running()
 
 
-def delete_object(p: Pipeline, uri: str) -> None:
+def delete_object(p: PipelineRig, uri: str) -> None:
     """Delete the object at ``uri`` from the pipeline's store, by the store's protocol."""
     base = p.store.uri("")
     assert uri.startswith(base), (uri, base)
@@ -59,7 +59,7 @@ def delete_object(p: Pipeline, uri: str) -> None:
     assert p.store.list_keys(key) == []
 
 
-def checkpointed_to_end(p: Pipeline) -> list[dict[str, Any]] | None:
+def checkpointed_to_end(p: PipelineRig) -> list[dict[str, Any]] | None:
     """The table once every partition's recorded checkpoint covers the whole source log."""
     parts = p.table()
     for x in parts:
@@ -69,13 +69,13 @@ def checkpointed_to_end(p: Pipeline) -> list[dict[str, Any]] | None:
     return parts
 
 
-def produce_and_checkpoint(p: Pipeline, seed: int) -> list[dict[str, Any]]:
+def produce_and_checkpoint(p: PipelineRig, seed: int) -> list[dict[str, Any]]:
     p.producer.produce(generate(800, 30, seed=seed))
     p.check_equal_to_batch_job()
     return wait_until(lambda: checkpointed_to_end(p), "checkpoints cover the log", 60, 0.2)
 
 
-def leader_metric(p: Pipeline, name: str) -> float:
+def leader_metric(p: PipelineRig, name: str) -> float:
     text = p.cluster.get(p.cluster.leader(), "/metrics").body
     return sum(
         float(line.split()[-1])
@@ -84,12 +84,12 @@ def leader_metric(p: Pipeline, name: str) -> float:
     )
 
 
-def history(p: Pipeline, partition: int) -> list[dict[str, Any]]:
+def history(p: PipelineRig, partition: int) -> list[dict[str, Any]]:
     leader = p.cluster.leader()
     return p.cluster.get(leader, f"/v1/partitions/{partition}/history").body["history"]  # type: ignore[no-any-return]
 
 
-def test_lost_checkpoint_falls_back_to_an_older_one(local: Pipeline) -> None:
+def test_lost_checkpoint_falls_back_to_an_older_one(local: PipelineRig) -> None:
     p = local
     for wid in ("w1", "w2", "w3"):
         p.start_worker(wid)
@@ -122,7 +122,7 @@ def test_lost_checkpoint_falls_back_to_an_older_one(local: Pipeline) -> None:
     assert all(x["stuck"] is None for x in p.table())
 
 
-def test_restart_with_an_emptied_store_recovers_without_an_operator(s3: Pipeline) -> None:
+def test_restart_with_an_emptied_store_recovers_without_an_operator(s3: PipelineRig) -> None:
     """`docker compose stop` then `up` with a store that lost every checkpoint: the workers
     come back, every partition walks its fallback chain down to a full replay, and the result
     is exact. Nobody calls an admin endpoint."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import Cluster, worker_token
+from testkit.cluster import Cluster, worker_token
 
 PIECE_WAIT_S = 0.05
 READ_TIMEOUT_S = 10.0

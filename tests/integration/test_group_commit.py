@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import ADMIN, Cluster, Reply, call
-from tests.support import wait_until
+from testkit.cluster import ADMIN, Cluster
+from testkit.http import Reply, call
+from testkit.wait import wait_until
 
 WRITERS = 32
 PER_WRITER = 15

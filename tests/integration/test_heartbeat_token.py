@@ -12,7 +12,7 @@ import pytest
 
 from coordinator.service.auth import issue_token
 from coordinator.service.models import HeartbeatResponse
-from tests.cluster import SECRET, Cluster
+from testkit.cluster import SECRET, Cluster
 
 LIFETIME_S = 3600.0
 

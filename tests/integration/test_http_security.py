@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.cluster import ADMIN, Cluster
-from tests.support import wait_until
+from testkit.cluster import ADMIN, Cluster
+from testkit.wait import wait_until
 
 RAW_REPLY_BYTES_MAX = 65_536
 JOIN = "http-security-join-token-0123"

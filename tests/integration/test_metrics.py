@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.source import generate
-from tests.cluster import ADMIN, Cluster, call
-from tests.pipeline_rig import SETTINGS, Pipeline
-from tests.prom import Samples, parse, value
-from tests.support import wait_until
+from testkit.cluster import ADMIN, Cluster
+from testkit.http import call
+from testkit.pipeline_rig import SETTINGS, PipelineRig
+from testkit.prom import Samples, parse, value
+from testkit.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL = shutil.which("promtool")
@@ -174,7 +175,7 @@ def test_worker_metrics_pass_promtool_and_show_the_pipeline_caught_up(
     tmp_path: Path, spark_remote: str
 ) -> None:
     settings = {**SETTINGS, "min_cluster_size": 2}
-    pipeline = Pipeline(
+    pipeline = PipelineRig(
         tmp_path, f"file://{tmp_path / 'store'}", spark_remote, None, settings=settings
     )
     for _ in pipeline.running():

@@ -35,7 +35,8 @@ from schemathesis.checks import positive_data_acceptance
 from schemathesis.core.parameters import ParameterLocation
 
 from coordinator.service.http.app import openapi_document
-from tests.cluster import ADMIN, Cluster, call
+from testkit.cluster import ADMIN, Cluster
+from testkit.http import call
 
 EXAMPLES_MAX = 30
 STEPS_MAX = 12

@@ -15,21 +15,16 @@ from pathlib import Path
 import pytest
 
 from pipeline.source import generate
-from tests.cluster import call
-from tests.pipeline_rig import (
-    CATCH_UP_TIMEOUT_S,
-    PARTITIONS,
-    SETTINGS,
-    Pipeline,
-    failures_moves_and_drain,
-)
-from tests.support import wait_until
+from testkit.cluster import ADMIN
+from testkit.http import call
+from testkit.pipeline_rig import CATCH_UP_TIMEOUT_S, PARTITIONS, SETTINGS, PipelineRig
+from testkit.wait import wait_until
 
 
 @pytest.fixture(params=["local", "s3"])
 def pipeline(
     request: pytest.FixtureRequest, tmp_path: Path, spark_remote: str
-) -> Iterator[Pipeline]:
+) -> Iterator[PipelineRig]:
     if request.param == "local":
         uri, endpoint = f"file://{tmp_path / 'store'}", None
     else:
@@ -39,14 +34,83 @@ def pipeline(
         bucket = f"ripple-{uuid.uuid4().hex[:12]}"
         boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
         uri = f"s3://{bucket}/pipeline"
-    yield from Pipeline(tmp_path, uri, spark_remote, endpoint).running()
+    yield from PipelineRig(tmp_path, uri, spark_remote, endpoint).running()
 
 
-def test_pipeline_equals_batch_job_through_failures_moves_and_drain(pipeline: Pipeline) -> None:
+def failures_moves_and_drain(pipeline: PipelineRig) -> None:
+    """Three workers catch up; kill -9 of a worker under load; kill -9 of the leader; a
+    rebalance onto a new worker; a drain. After each, every key equals the batch job."""
+    p, c = pipeline, pipeline.cluster
+    for wid in ("w1", "w2", "w3"):
+        p.start_worker(wid)
+    p.producer.produce(generate(3000, 40, seed=1))
+    t0 = time.monotonic()
+    total = p.check_equal_to_batch_job()
+    print(
+        f"\n[{p.store_uri.split(':')[0]}] {total} records caught up in "
+        f"{time.monotonic() - t0:.1f} s"
+    )
+
+    metrics = call("GET", f"http://127.0.0.1:{p.ports['w3']}/metrics").body
+    assert "ripple_worker_records_total" in metrics and "ripple_worker_lease_valid 1" in metrics
+    counted = sum(p.metric(w, "ripple_worker_records_total") for w in ("w1", "w2", "w3"))
+    assert counted == total
+
+    # kill -9 a worker while new input arrives; its partitions replay from checkpoints.
+    p.producer.produce(generate(2000, 40, seed=2))
+    p.workers["w1"].kill9()
+    killed_at = time.monotonic()
+    wait_until(
+        lambda: all(x["owner"] != "w1" for x in p.table()),
+        "w1's partitions moved",
+        SETTINGS["heartbeat_timeout_s"] + 10,
+    )
+    p.check_equal_to_batch_job()
+    print(
+        f"worker kill -> its partitions caught up elsewhere: {time.monotonic() - killed_at:.1f} s"
+    )
+
+    # kill -9 the leader, then an admin rebalance onto a new worker, then a drain.
+    c.kill9(c.leader())
+    p.start_worker("w4")
+    wait_until(
+        lambda: any(
+            w["worker_id"] == "w4" and w["state"] == "active"
+            for w in c.get(c.leader(), "/v1/workers").body["workers"]
+        ),
+        "w4 registered",
+        60,
+    )
+    r = c.write_via_any("/v1/admin/reassign", {"strategy": "balance"}, token=ADMIN)
+    assert r.status == 202 and r.body["migrations"], r
+    p.producer.produce(generate(1500, 40, seed=3))
+    wait_until(
+        lambda: c.get(c.leader(), "/v1/migrations").body["in_flight"] == 0, "rebalance done", 60
+    )
+    d = c.write_via_any("/v1/workers/w2/drain", {}, token=ADMIN)
+    assert d.status == 202, d
+    p.producer.produce(generate(1500, 40, seed=4))
+    wait_until(
+        lambda: (
+            {w["worker_id"]: w["state"] for w in c.get(c.leader(), "/v1/workers").body["workers"]}[
+                "w2"
+            ]
+            == "left"
+        ),
+        "w2 drained",
+        60,
+    )
+    total = p.check_equal_to_batch_job()
+    assert total == 8000
+    owners = {x["owner"] for x in p.table()}
+    assert owners == {"w3", "w4"}
+
+
+def test_pipeline_equals_batch_job_through_failures_moves_and_drain(pipeline: PipelineRig) -> None:
     failures_moves_and_drain(pipeline)
 
 
-def test_paused_worker_is_fenced_and_never_double_processes(pipeline: Pipeline) -> None:
+def test_paused_worker_is_fenced_and_never_double_processes(pipeline: PipelineRig) -> None:
     p = pipeline
     if p.s3_endpoint:
         pytest.skip("the fencing path does not depend on the store; run once, on local")
@@ -95,7 +159,7 @@ def test_paused_worker_is_fenced_and_never_double_processes(pipeline: Pipeline) 
     p.check_equal_to_batch_job()
 
 
-def test_key_limit_goes_to_dead_letter_visibly(pipeline: Pipeline) -> None:
+def test_key_limit_goes_to_dead_letter_visibly(pipeline: PipelineRig) -> None:
     p = pipeline
     if p.s3_endpoint:
         pytest.skip("the key limit does not depend on the store; run once, on local")
@@ -133,7 +197,7 @@ def test_worker_refuses_to_start_when_its_spark_cannot_read_its_input(
 
     bucket = f"ripple-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
-    p = Pipeline(tmp_path, f"s3://{bucket}/pipeline", spark_remote, moto_endpoint)
+    p = PipelineRig(tmp_path, f"s3://{bucket}/pipeline", spark_remote, moto_endpoint)
     p.cluster.start_all()
     try:
         p.cluster.ready()

@@ -1,12 +1,12 @@
 """The pipeline on a Spark standalone cluster whose executors share no disk with the workers.
 
-Master + Worker + a Spark Connect server submitted to the Master (tests/spark_cluster.py); the
-Spark Worker and its executors live in their own mount namespace with tmpfs over this run's
-temporary directories (the ripple workers' staging, the test's files). The store is S3
-(moto's server). A worker on the `files` path is refused at start-up (its probe fails as its
-micro-batches would: the executors cannot see its files); on the `arrow` path three workers
-go through a worker kill, a leader kill, a rebalance and a drain, and every key equals one
-batch job.
+Master + Worker + a Spark Connect server submitted to the Master (testkit/spark_cluster.py);
+the Spark Worker and its executors live in their own mount namespace with a tmpfs over the
+directory this session writes to (the ripple workers' staging, the test's files). The store
+is S3 (moto's server). A worker on the `files` path is refused at start-up (its probe fails
+as a micro-batch handing Spark a local path would); on the `arrow` path three workers go
+through a worker kill, a leader kill, a rebalance and a drain, and every key equals one batch
+job.
 
 Bounded: the cluster takes ~30 s to start and the scenario ~1-2 minutes on 2 cores. Skipped,
 with the reason, where `unshare --mount` is not permitted.
@@ -14,16 +14,16 @@ with the reason, where `unshare --mount` is not permitted.
 
 from __future__ import annotations
 
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.pipeline_rig import Pipeline, failures_moves_and_drain
-from tests.spark_cluster import SparkCluster, unshare_available
-from tests.support import wait_until
+from testkit.pipeline_rig import PipelineRig
+from testkit.spark_cluster import SparkCluster, unshare_available
+from testkit.wait import wait_until
+from tests.integration.test_pipeline import failures_moves_and_drain
 
 pytestmark = pytest.mark.spark_cluster
 
@@ -33,7 +33,9 @@ def cluster_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     why = unshare_available()
     if why is not None:
         pytest.skip(why)
-    hidden = [Path(tempfile.gettempdir()), tmp_path_factory.getbasetemp()]
+    # Every file this session writes is under its base temp: the workers' staging
+    # (`--staging-dir`) and the Spark cluster's own directories.
+    hidden = [tmp_path_factory.getbasetemp()]
     spark = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), hidden)
     try:
         yield spark.start()
@@ -42,12 +44,12 @@ def cluster_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
-def pipeline(tmp_path: Path, cluster_remote: str, moto_endpoint: str) -> Iterator[Pipeline]:
+def pipeline(tmp_path: Path, cluster_remote: str, moto_endpoint: str) -> Iterator[PipelineRig]:
     import boto3
 
     bucket = f"ripple-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
-    yield from Pipeline(
+    yield from PipelineRig(
         tmp_path,
         f"s3://{bucket}/pipeline",
         cluster_remote,
@@ -57,7 +59,7 @@ def pipeline(tmp_path: Path, cluster_remote: str, moto_endpoint: str) -> Iterato
     ).running()
 
 
-def test_pipeline_on_a_cluster_without_shared_disk(pipeline: Pipeline) -> None:
+def test_pipeline_on_a_cluster_without_shared_disk(pipeline: PipelineRig) -> None:
     p = pipeline
     # The files path hands the executors staged copies they cannot see: refused at start-up.
     w0 = p.start_worker("w0", "--data-path", "files")

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import ADMIN, Cluster, call
+from testkit.cluster import ADMIN, Cluster
+from testkit.http import call
 from tests.raft_flood import RaftFlood
 
 FLOOD_S = 8.0

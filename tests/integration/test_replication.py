@@ -37,7 +37,7 @@ from replication.log import (
 )
 from replication.poller import KickNotifier
 from replication.raft_node import RaftNode
-from tests.support import free_ports
+from shared.ports import free_ports
 
 SECRET = "test-secret-0123456789abcdef"
 WAIT_S = 15.0

@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.cluster import ADMIN, Cluster, call
+from testkit.cluster import ADMIN, Cluster
+from testkit.http import call
+from testkit.scripted_workers import ScriptedWorkers
+from testkit.wait import wait_until
 from tests.integration.test_cli import ripple
-from tests.integration.test_duties import FAST, Workers, admin, migrations, table, three_online
-from tests.support import wait_until
+from tests.integration.test_duties import FAST, admin, migrations, table, three_online
 
 SETTINGS = {
     **FAST,
@@ -23,7 +25,7 @@ SETTINGS = {
 }
 
 
-def lose(w: Workers, wid: str, lost: bool) -> None:
+def lose(w: ScriptedWorkers, wid: str, lost: bool) -> None:
     r = call("POST", f"http://127.0.0.1:{w.ports[wid]}/test/lose-checkpoints", {"lost": lost})
     assert r.status == 200, r
 
@@ -50,7 +52,7 @@ def leader_metric(c: Cluster, sample: str) -> float:
 def test_stuck_partition_is_shown_moved_aborted_and_reset(tmp_path: Path) -> None:
     c = Cluster(tmp_path, **SETTINGS)
     c.start_all()
-    w = Workers(c)
+    w = ScriptedWorkers(c)
     try:
         three_online(c, w)
         wait_until(lambda: all(p["checkpoint"] is not None for p in table(c)), "checkpoints", 30)

@@ -22,8 +22,11 @@ from coordinator.client import CoordinatorClient
 from pipeline.store import LocalStore
 from pipeline.worker import Worker
 from shared.errors import ClientError
-from tests.cluster import Cluster, call
-from tests.support import Proc, free_ports, python_argv, wait_until
+from shared.ports import free_ports
+from testkit.cluster import Cluster
+from testkit.http import call
+from testkit.process import Proc, python_argv
+from testkit.wait import wait_until
 from tests.tls import TlsFiles, make_tls
 from tests.unit.test_pipeline_worker import offline_settings
 
@@ -96,7 +99,7 @@ def test_leader_calls_a_tls_worker(cluster: Cluster, tls: TlsFiles) -> None:
     calls reach it (verified against tls_ca), so its partitions go ONLINE."""
     cluster.ready()
     port = free_ports(1)[0]
-    argv = python_argv("-m", "tests.scripted_worker", "--worker-id", "tw", "--port", str(port))
+    argv = python_argv("-m", "testkit.scripted_worker", "--worker-id", "tw", "--port", str(port))
     argv += ["--store", cluster.config.store, "--tls-cert", str(tls.cert)]
     argv += ["--tls-key", str(tls.key), "--tls-ca", str(tls.ca)]
     for s in cluster.specs:

@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import Proc, python_argv, wait_until
+from testkit.process import Proc, python_argv
+from testkit.wait import wait_until
 
 
 def test_ripple_up_runs_a_cluster_and_stops_everything(tmp_path: Path) -> None:

@@ -9,13 +9,14 @@ import pytest
 
 import bench.harness
 from bench.harness import paused
-from tests.support import Proc, python_argv, wait_until
+from testkit.process import Proc, python_argv
+from testkit.wait import wait_until
 
 WAIT_S = 10.0
 
 
 class Procs:
-    """Stands in for a Cluster or RawCluster: `paused` reads only `procs`."""
+    """Stands in for a NodeCluster: `paused` reads only `procs`."""
 
     def __init__(self, tmp: Path, n: int) -> None:
         argv = python_argv("-c", "import signal; signal.pause()")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ripple.cli import render_partitions, render_workers
+from ripple.tables import render_partitions, render_workers
 
 
 def test_partitions_table_shows_failing_batches() -> None:

@@ -25,7 +25,7 @@ from coordinator.service import front
 from coordinator.service.http.context import NODE_KEY, ORIGINS_KEY
 from coordinator.service.metrics import FrontDoorCounts
 from replication.log import RaftRole
-from tests.support import free_ports
+from shared.ports import free_ports
 
 HEARTBEAT = (
     b"POST /v1/workers/w1/heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"

@@ -25,7 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.cluster import ADMIN, Cluster, call
+from testkit.cluster import ADMIN, Cluster
+from testkit.http import call
 
 PATHS = [
     "/v1/health",
@@ -228,7 +229,7 @@ def worker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     from pipeline.store import LocalStore
     from pipeline.worker import Worker
-    from tests.support import free_ports
+    from shared.ports import free_ports
     from tests.unit.test_pipeline_worker import offline_settings
 
     root = Path(tmp_path_factory.mktemp("fuzz-worker"))

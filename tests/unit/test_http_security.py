@@ -58,7 +58,7 @@ from pipeline.store import LocalStore, open_store
 from pipeline.worker import Worker
 from shared.checkpoint_ref import canonical_uri, checkpoint_key, store_base
 from shared.errors import ConfigError, RequestError
-from tests.support import python_argv
+from testkit.process import python_argv
 from tests.unit.test_pipeline_worker import offline_settings
 
 SECRET = "unit-secret-0123456789abcdef"
@@ -344,7 +344,7 @@ def test_worker_refuses_a_wildcard_listen(tmp_path: Path) -> None:
 def test_cluster_file_is_private_from_creation(tmp_path: Path) -> None:
     """`ripple up` wrote the file (0644 under the usual umask) and chmodded it after: every
     file under the data dir that holds secrets must be created with its mode in open(2)."""
-    from ripple.cli import up_config
+    from ripple.local_cluster import up_config
 
     data_dir = str(tmp_path / "data")
     writes: list[tuple[str, object]] = []

@@ -16,7 +16,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("shared", "coordinator", "replication", "pipeline", "ripple", "bench", "tests")
+PACKAGES = (
+    "shared",
+    "coordinator",
+    "replication",
+    "pipeline",
+    "ripple",
+    "testkit",
+    "bench",
+    "tests",
+)
 LINT_TIMEOUT_S = 120
 
 
@@ -79,7 +88,14 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
         ),
         ("shared/routing.py", "import coordinator.core.model", "shared imports no other Ripple"),
         ("replication/batch.py", "import coordinator.core.codec", "replication knows no domain"),
-        ("ripple/demo.py", "import tests.support", "product code imports no benchmark"),
+        ("ripple/demo.py", "import tests.conftest", "product code imports no benchmark"),
+        ("ripple/cli.py", "import testkit.process", "product code imports no benchmark"),
+        ("pipeline/worker.py", "import testkit.wait", "product code imports no benchmark"),
+        ("coordinator/service/api.py", "import bench.harness", "product code imports no benchmark"),
+        ("testkit/nodes.py", "import tests.chaos.history", "testkit imports neither tests nor"),
+        ("testkit/cluster.py", "import bench.harness", "testkit imports neither tests nor"),
+        ("bench/failover.py", "import tests.conftest", "bench imports no test"),
+        ("bench/harness.py", "import tests.integration.test_duties", "bench imports no test"),
     ],
 )
 def test_each_contract_fails_when_broken(

@@ -29,7 +29,7 @@ from pipeline.source import Producer, SourceLog, generate
 from pipeline.state import PartitionState
 from pipeline.store import LocalStore, S3Store
 from pipeline.worker import Worker, WorkerSettings
-from tests.prom import parse, value
+from testkit.prom import parse, value
 from tests.unit.test_pipeline_spark import aggregator, reference
 
 __all__ = ["aggregator"]  # a fixture, used by name; test parameters then "redefine" it

@@ -16,7 +16,7 @@ from pipeline.session import partition_report
 from pipeline.source import Producer, SourceLog
 from pipeline.store import LocalStore
 from pipeline.worker import Worker
-from tests.prom import parse, value
+from testkit.prom import parse, value
 from tests.unit.test_pipeline_worker import offline_settings
 
 

@@ -1,7 +1,7 @@
-"""Shared test support: free ports on 127.0.0.1 and processes tracked by PID.
+"""Child processes tracked by PID, their output captured to a log file.
 
-Every process a test starts goes through `Proc`, which records its PID and ends exactly
-that PID (SIGTERM, then SIGKILL after a bound); nothing is ever killed by name.
+Every process a test or a benchmark starts goes through `Proc`, which records its PID and
+ends exactly that PID (SIGTERM, then SIGKILL after a bound); nothing is ever killed by name.
 """
 
 from __future__ import annotations
@@ -11,37 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
 
-from shared.ports import free_ports
-
-__all__ = ["Proc", "free_ports", "python_argv", "wait_until"]
-
-T = TypeVar("T")
+__all__ = ["STOP_WAIT_S", "Proc", "python_argv"]
 
 STOP_WAIT_S = 10.0
-
-
-def wait_until(
-    pred: Callable[[], T | None], what: str, timeout_s: float = 20.0, every_s: float = 0.05
-) -> T:
-    """Poll `pred` until it returns a truthy value, at most `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = pred()
-            if value:
-                return value
-        except Exception as exc:
-            last_exc = exc
-        time.sleep(every_s)
-    raise AssertionError(
-        f"timed out after {timeout_s} s waiting for {what} (last error: {last_exc})"
-    )
 
 
 class Proc:
@@ -94,4 +69,5 @@ class Proc:
 
 
 def python_argv(*args: str) -> list[str]:
+    """This interpreter running `args`: a child runs the same install as its parent."""
     return [sys.executable, *args]

@@ -1,4 +1,4 @@
-"""Prometheus text exposition read back into samples, for tests that check figures."""
+"""Prometheus text exposition read back into samples, for the rigs and tests that read figures."""
 
 from __future__ import annotations
 

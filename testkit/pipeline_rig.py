@@ -1,17 +1,18 @@
 """The pipeline rig: three coordinator processes and real `ripple worker` processes on one
-shared Spark Connect server, over a local-directory store or a real S3 protocol endpoint.
+Spark Connect server, over a local-directory store or a real S3 protocol endpoint.
 
-Used by tests/integration/test_pipeline.py and tests/chaos/test_pipeline_chaos.py. The oracle
-is one Spark batch job over the whole source log; `caught_up` is the point where every
-partition is ONLINE and its owner has processed the whole log, so the two must be equal.
-Every process is a `tests.support.Proc` ended by its PID.
+The integration and chaos tests check the pipeline on it; the pipeline benchmarks time it.
+The Spark server is the caller's (a session-wide one, a benchmark's own, a standalone
+cluster): the rig only hands its URL to the workers and the oracle. The oracle is one Spark
+batch job over the whole source log; `caught_up` is the point where every partition is
+ONLINE and its owner has processed the whole log, so at that point the two must be equal.
+Every process is a `testkit.process.Proc` ended by its PID.
 """
 
 from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,21 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.aggregate import Aggregator, stage
-from pipeline.source import Producer, SourceLog, generate
+from pipeline.source import Producer, SourceLog
 from pipeline.store import ObjectStore, open_store
-from tests.cluster import ADMIN, Cluster, call
-from tests.support import Proc, free_ports, python_argv, wait_until
+from ripple.launch import worker_argv
+from shared.ports import free_ports
+from testkit.cluster import Cluster
+from testkit.http import call
+from testkit.process import Proc
+from testkit.prom import parse, value
+from testkit.wait import wait_until
+
+__all__ = ["BATCH_INTERVAL_S", "CATCH_UP_TIMEOUT_S", "PARTITIONS", "SETTINGS", "PipelineRig"]
 
 PARTITIONS = 8
-SETTINGS = {
+# Short timeouts, so a failure is detected and healed in seconds rather than minutes.
+SETTINGS: dict[str, Any] = {
     "total_partitions": PARTITIONS,
     "min_cluster_size": 3,
     "heartbeat_interval_s": 0.3,
@@ -35,25 +44,28 @@ SETTINGS = {
     "checkpoint_interval_s": 1.0,
 }
 CATCH_UP_TIMEOUT_S = 90.0
+BATCH_INTERVAL_S = 0.2
+WORKER_CALL_TIMEOUT_S = 3.0
 
 
-class Pipeline:
+class PipelineRig:
     def __init__(
         self,
         root: Path,
         store_uri: str,
         spark: str,
-        s3_endpoint: str | None,
+        s3_endpoint: str | None = None,
         *,
         worker_s3_endpoint: str | None = None,
         settings: dict[str, Any] | None = None,
         worker_args: tuple[str, ...] = (),
         oracle_reads_rows: bool = False,
     ) -> None:
+        """`spark`: the sc:// URL of a running Spark Connect server."""
         self.cluster = Cluster(root, store=store_uri, **(settings or SETTINGS))
         self.store_uri = store_uri
         self.spark = spark
-        # The test's own store (producer, oracle) talks to `s3_endpoint`; workers may be
+        # The rig's own store (producer, oracle) talks to `s3_endpoint`; workers may be
         # given another one (the chaos scenario's fault proxy in front of the same server).
         self.s3_endpoint = s3_endpoint
         self.worker_s3_endpoint = worker_s3_endpoint or s3_endpoint
@@ -68,42 +80,37 @@ class Pipeline:
         self.oracle_reads_rows = oracle_reads_rows
         self._oracle: Aggregator | None = None
 
-    def start_worker(self, wid: str, *extra: str) -> Proc:
+    def start_worker(
+        self, wid: str, *extra: str, batch_interval_s: float = BATCH_INTERVAL_S
+    ) -> Proc:
         """Start `wid` (again, after its previous process has exited: same id, new port)."""
         old = self.workers.get(wid)
         if old is not None:
             assert not old.alive(), f"{wid} is still running (pid {old.pid})"
             old.stop()  # closes its log
         port = free_ports(1)[0]
-        argv = python_argv(
-            "-m",
-            "ripple.cli",
-            "worker",
-            "--worker-id",
-            wid,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--store",
-            self.store_uri,
-            "--spark-remote",
-            self.spark,
-            "--batch-interval-s",
-            "0.2",
+        argv = worker_argv(
+            worker_id=wid,
+            listen=f"127.0.0.1:{port}",
+            store=self.store_uri,
+            spark_remote=self.spark,
+            coordinators=[s.url for s in self.cluster.specs],
+            batch_interval_s=batch_interval_s,
+            s3_endpoint=self.worker_s3_endpoint,
+            extra=[*self.worker_args, *extra],
         )
-        if self.worker_s3_endpoint:
-            argv += ["--s3-endpoint", self.worker_s3_endpoint]
-        argv += [*self.worker_args, *extra]
-        for s in self.cluster.specs:
-            argv += ["--coordinator", s.url]
         proc = Proc(
             argv, self.cluster.root / "logs" / f"{wid}.log", env={"PYSPARK_PYTHON": sys.executable}
         )
         self.workers[wid], self.ports[wid] = proc, port
         return proc
 
+    def worker_url(self, wid: str) -> str:
+        return f"http://127.0.0.1:{self.ports[wid]}"
+
     def health(self, wid: str) -> dict[str, Any] | None:
         try:
-            r = call("GET", f"http://127.0.0.1:{self.ports[wid]}/v1/health", timeout_s=3.0)
+            r = call("GET", self.worker_url(wid) + "/v1/health", timeout_s=WORKER_CALL_TIMEOUT_S)
         except OSError:
             return None
         return r.body if r.status == 200 else None
@@ -127,11 +134,16 @@ class Pipeline:
                 return None
         return parts
 
+    def wait_caught_up(
+        self, timeout_s: float = CATCH_UP_TIMEOUT_S, every_s: float = 0.2
+    ) -> list[dict[str, Any]]:
+        """The partition table, once `caught_up`."""
+        return wait_until(self.caught_up, "pipeline caught up", timeout_s, every_s)
+
     def state(self, parts: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
         out: dict[str, tuple[Any, ...]] = {}
         for p in parts:
-            port = self.ports[p["owner"]]
-            r = call("GET", f"http://127.0.0.1:{port}/v1/partitions/{p['partition']}/state")
+            r = call("GET", self.worker_url(p["owner"]) + f"/v1/partitions/{p['partition']}/state")
             assert r.status == 200, r
             for key, v in r.body["keys"].items():
                 assert key not in out
@@ -152,21 +164,26 @@ class Pipeline:
         return {k: (v.count, v.sum, v.min, v.max, v.last) for k, v in batch.items()}
 
     def check_equal_to_batch_job(self) -> int:
-        parts = wait_until(self.caught_up, "pipeline caught up", CATCH_UP_TIMEOUT_S, 0.2)
+        parts = self.wait_caught_up()
         got, want = self.state(parts), self.oracle()
         assert got == want
         return sum(v[0] for v in want.values())
 
     def metric(self, wid: str, name: str) -> int:
-        text = call("GET", f"http://127.0.0.1:{self.ports[wid]}/metrics").body
-        samples = [line.split() for line in text.splitlines() if not line.startswith("#")]
-        return int(float(next(value for metric, value in samples if metric == name)))
+        text = call("GET", self.worker_url(wid) + "/metrics").body
+        found = value(parse(str(text)), name)
+        assert found is not None, f"{name} missing from {wid}'s /metrics"
+        return int(found)
 
-    def running(self) -> Iterator[Pipeline]:
-        """Start the coordinators, wait for a leader, yield, stop everything (a fixture body)."""
+    def start(self) -> None:
+        """Start the coordinators and wait until they are ready."""
         self.cluster.start_all()
+        self.cluster.ready()
+
+    def running(self) -> Iterator[PipelineRig]:
+        """Start the coordinators, wait for a leader, yield, stop everything (a fixture body)."""
         try:
-            self.cluster.ready()
+            self.start()
             yield self
         finally:
             self.stop()
@@ -177,72 +194,3 @@ class Pipeline:
         self.cluster.stop_all()
         if self._oracle is not None:
             self._oracle.close()
-
-
-def failures_moves_and_drain(pipeline: Pipeline) -> None:
-    """Three workers catch up; kill -9 of a worker under load; kill -9 of the leader; a
-    rebalance onto a new worker; a drain. After each, every key equals the batch job."""
-    p, c = pipeline, pipeline.cluster
-    for wid in ("w1", "w2", "w3"):
-        p.start_worker(wid)
-    p.producer.produce(generate(3000, 40, seed=1))
-    t0 = time.monotonic()
-    total = p.check_equal_to_batch_job()
-    print(
-        f"\n[{p.store_uri.split(':')[0]}] {total} records caught up in "
-        f"{time.monotonic() - t0:.1f} s"
-    )
-
-    metrics = call("GET", f"http://127.0.0.1:{p.ports['w3']}/metrics").body
-    assert "ripple_worker_records_total" in metrics and "ripple_worker_lease_valid 1" in metrics
-    counted = sum(p.metric(w, "ripple_worker_records_total") for w in ("w1", "w2", "w3"))
-    assert counted == total
-
-    # kill -9 a worker while new input arrives; its partitions replay from checkpoints.
-    p.producer.produce(generate(2000, 40, seed=2))
-    p.workers["w1"].kill9()
-    killed_at = time.monotonic()
-    wait_until(
-        lambda: all(x["owner"] != "w1" for x in p.table()),
-        "w1's partitions moved",
-        SETTINGS["heartbeat_timeout_s"] + 10,
-    )
-    p.check_equal_to_batch_job()
-    print(
-        f"worker kill -> its partitions caught up elsewhere: {time.monotonic() - killed_at:.1f} s"
-    )
-
-    # kill -9 the leader, then an admin rebalance onto a new worker, then a drain.
-    c.kill9(c.leader())
-    p.start_worker("w4")
-    wait_until(
-        lambda: any(
-            w["worker_id"] == "w4" and w["state"] == "active"
-            for w in c.get(c.leader(), "/v1/workers").body["workers"]
-        ),
-        "w4 registered",
-        60,
-    )
-    r = c.write_via_any("/v1/admin/reassign", {"strategy": "balance"}, token=ADMIN)
-    assert r.status == 202 and r.body["migrations"], r
-    p.producer.produce(generate(1500, 40, seed=3))
-    wait_until(
-        lambda: c.get(c.leader(), "/v1/migrations").body["in_flight"] == 0, "rebalance done", 60
-    )
-    d = c.write_via_any("/v1/workers/w2/drain", {}, token=ADMIN)
-    assert d.status == 202, d
-    p.producer.produce(generate(1500, 40, seed=4))
-    wait_until(
-        lambda: (
-            {w["worker_id"]: w["state"] for w in c.get(c.leader(), "/v1/workers").body["workers"]}[
-                "w2"
-            ]
-            == "left"
-        ),
-        "w2 drained",
-        60,
-    )
-    total = p.check_equal_to_batch_job()
-    assert total == 8000
-    owners = {x["owner"] for x in p.table()}
-    assert owners == {"w3", "w4"}

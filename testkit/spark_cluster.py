@@ -4,12 +4,14 @@ A Master and one Worker (`bin/spark-class ... Master|Worker` in the foreground, 
 one core, small memory) and a Spark Connect server submitted to the Master
 (`spark-submit --master spark://127.0.0.1:PORT --class ...SparkConnectServer`). The Spark
 Worker, and so every executor it starts, runs in its own mount namespace (`unshare --mount`)
-with a tmpfs over each `hidden` directory: executors see empty directories where the ripple
-workers keep their staging copies and any file store, as on another host. Anything a
-micro-batch hands Spark by path then fails there, instead of passing through the shared
-disk by accident.
+with a tmpfs over each `hidden` directory: the directories the run wrote its files to (its
+ripple workers' staging copies, any file store). Executors see them empty, as on another
+host, so anything a micro-batch hands Spark by path fails there instead of passing through
+the shared disk by accident. Only those are hidden, never a directory that holds the Spark
+installation or this interpreter's environment (the checkout may live anywhere, /tmp
+included): such a `hidden` is refused when the cluster is made.
 
-Every process is a `tests.support.Proc` (the JVM itself: `unshare` and `sh` exec into it),
+Every process is a `testkit.process.Proc` (the JVM itself: `unshare` and `sh` exec into it),
 ended by its PID.
 """
 
@@ -22,7 +24,9 @@ import sys
 from pathlib import Path
 
 from pipeline.spark_server import SparkConnectServer, spark_home
-from tests.support import Proc, free_ports, wait_until
+from shared.ports import free_ports
+from testkit.process import Proc
+from testkit.wait import wait_until
 
 HOST = "127.0.0.1"
 WORKER_CORES = 1
@@ -30,8 +34,9 @@ WORKER_MEMORY = "1g"
 EXECUTOR_MEMORY = "512m"
 DAEMON_MEMORY = "256m"  # Master and Worker JVM heaps: they only schedule
 DRIVER_MEMORY = "1g"
-# Inside the Worker's namespace: its own work and scratch directories, on the tmpfs.
-WORKER_SCRATCH = "/tmp/ripple-spark-worker"
+# Inside the Worker's namespace, on the first hidden directory's tmpfs: its own work and
+# scratch directories, which nothing outside the namespace sees or has to clean up.
+WORKER_SCRATCH = "spark-worker-scratch"
 REGISTER_TIMEOUT_S = 90.0
 CONNECT_START_TIMEOUT_S = 120.0
 
@@ -48,15 +53,39 @@ def unshare_available() -> str | None:
     return None
 
 
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def check_hidden(hidden: list[str]) -> None:
+    """Refuse to hide what the Spark Worker itself runs from: the Spark installation (its
+    `spark-class`) and this interpreter's environment (the executors' Python)."""
+    needed = {
+        "the Spark installation": spark_home(),
+        "the Python environment": sys.prefix,
+        "the base Python": sys.base_prefix,
+    }
+    for h in hidden:
+        for what, path in needed.items():
+            if _within(os.path.realpath(path), h):
+                raise ValueError(
+                    f"hiding {h} from the Spark Worker would hide {what} ({path}): "
+                    "hide only the directories the run writes to"
+                )
+
+
 class SparkCluster:
     def __init__(self, root: Path, hidden: list[Path]) -> None:
+        """`hidden`: the directories this run writes its files to (at least one)."""
         self.root = root
         # A directory under another hidden one is hidden with it (and would not exist to
         # mount on once its parent's tmpfs is in place).
         resolved = sorted({os.path.realpath(h) for h in hidden})
-        self.hidden = [
-            h for h in resolved if not any(h.startswith(o.rstrip("/") + "/") for o in resolved)
-        ]
+        self.hidden = [h for h in resolved if not any(_within(h, o) and h != o for o in resolved)]
+        if not self.hidden:
+            raise ValueError("a SparkCluster hides at least one directory")
+        check_hidden(self.hidden)
+        self.scratch = f"{self.hidden[0]}/{WORKER_SCRATCH}"
         self.master_port, self.master_ui, self.worker_ui = free_ports(3)
         self.master: Proc | None = None
         self.worker: Proc | None = None
@@ -106,17 +135,15 @@ class SparkCluster:
             "--webui-port",
             str(self.worker_ui),
             "--work-dir",
-            f"{WORKER_SCRATCH}/work",
+            f"{self.scratch}/work",
             self.master_url,
         ]
-        # tmpfs over every hidden directory, then the Worker's own scratch space (which may be
-        # under one of them), then exec: the PID we track is the Worker's JVM.
+        # tmpfs over every hidden directory, then the Worker's own scratch space on the first
+        # of them, then exec: the PID we track is the Worker's JVM.
         mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(h)}" for h in self.hidden)
-        script = (
-            f"{mounts} && mkdir -p {WORKER_SCRATCH}/work {WORKER_SCRATCH}/local && "
-            f"exec {shlex.join(worker_cmd)}"
-        )
-        env = {**self._env(), "SPARK_LOCAL_DIRS": f"{WORKER_SCRATCH}/local"}
+        work, local = shlex.quote(f"{self.scratch}/work"), shlex.quote(f"{self.scratch}/local")
+        script = f"{mounts} && mkdir -p {work} {local} && exec {shlex.join(worker_cmd)}"
+        env = {**self._env(), "SPARK_LOCAL_DIRS": f"{self.scratch}/local"}
         self.worker = Proc(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
             self.root / "worker.log",

@@ -1,7 +1,7 @@
 """A scripted worker for coordinator tests: speaks the worker HTTP contract (the leader's
 calls through `shared/worker_calls.py`, as a real worker does), computes nothing.
 
-Run as `python -m tests.scripted_worker --coordinator URL ... --worker-id W --port P`.
+Run as `python -m testkit.scripted_worker --coordinator URL ... --worker-id W --port P`.
 It registers (following redirects), heartbeats with its gates' epochs and offsets, obeys
 host / release / checkpoint calls (verifying the coordinator's bearer token), and exposes
 `GET /test/state` (gates and a log of every call), `POST /test/heartbeats {"enabled"}` (so

@@ -1,0 +1,161 @@
+"""A cluster of node processes on 127.0.0.1: start them, find the one leader they agree on,
+call them over HTTP, stop them by PID.
+
+What each node runs is a `NodeProgram`: its command line, the path of its health answer and
+how the answers of the live nodes name one agreed leader. `testkit.cluster.Cluster` runs
+`ripple coordinator` on it; the benchmarks run their bare-Raft baseline nodes on it. Every
+node is a `testkit.process.Proc` (its output in `<root>/logs/<node id>.log`); every wait is
+bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testkit.http import Reply, call
+from testkit.process import Proc
+from testkit.wait import wait_until
+
+__all__ = ["HEALTH_TIMEOUT_S", "Healths", "NodeCluster", "NodeProgram"]
+
+HEALTH_TIMEOUT_S = 2.0
+WRITE_CALL_TIMEOUT_S = 3.0
+WRITE_RETRY_S = 0.02
+
+# Node id -> its health answer, for every node asked (all of them answered).
+Healths = Mapping[str, dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeProgram:
+    """What runs on each node of a `NodeCluster`."""
+
+    argv: Callable[[str], list[str]]  # node id -> its command line
+    health_path: str
+    # The leader every answer agrees on, or None while they do not agree on one.
+    agreed_leader: Callable[[Healths], str | None]
+
+
+class NodeCluster:
+    """Node processes of one `program`, at `urls` (node id -> base URL)."""
+
+    def __init__(
+        self,
+        root: Path,
+        program: NodeProgram,
+        urls: Mapping[str, str],
+        context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.root = root
+        self.program = program
+        self.urls = dict(urls)
+        self.context = context  # trusted for https:// nodes
+        self.procs: dict[str, Proc] = {}
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def start(self, node_id: str) -> Proc:
+        return self.spawn(node_id, self.program.argv(node_id))
+
+    def spawn(self, node_id: str, argv: list[str]) -> Proc:
+        """Start node `node_id` with `argv` (again, after its last process exited)."""
+        proc = Proc(argv, self.root / "logs" / f"{node_id}.log")
+        self.procs[node_id] = proc
+        return proc
+
+    def start_all(self) -> None:
+        for node_id in self.urls:
+            self.start(node_id)
+
+    @contextlib.contextmanager
+    def running(self, timeout_s: float = 60.0) -> Iterator[NodeCluster]:
+        """Every node started and the cluster ready; every node stopped after."""
+        self.start_all()
+        try:
+            self.ready(timeout_s)
+            yield self
+        finally:
+            self.stop_all()
+
+    def kill9(self, node_id: str) -> None:
+        self.procs[node_id].kill9()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+
+    def alive(self) -> list[str]:
+        return [nid for nid, p in self.procs.items() if p.alive()]
+
+    # -- http ---------------------------------------------------------------------------------
+
+    def url(self, node_id: str) -> str:
+        return self.urls[node_id]
+
+    def health(self, node_id: str) -> dict[str, Any] | None:
+        try:
+            r = call(
+                "GET",
+                self.url(node_id) + self.program.health_path,
+                timeout_s=HEALTH_TIMEOUT_S,
+                context=self.context,
+            )
+        except OSError:
+            return None
+        return r.body if r.status == 200 else None
+
+    def leader(self, timeout_s: float = 30.0, among: list[str] | None = None) -> str:
+        """The id of the single ready leader that every live node (or every node of
+        `among`) agrees on."""
+
+        def agreed() -> str | None:
+            healths = {n: self.health(n) for n in among or self.alive()}
+            answered = {n: h for n, h in healths.items() if h is not None}
+            if len(answered) != len(healths):
+                return None
+            return self.program.agreed_leader(answered)
+
+        return wait_until(agreed, "one agreed ready leader", timeout_s)
+
+    def ready(self, timeout_s: float = 30.0) -> str:
+        """The agreed leader once the cluster serves; a program with more to wait for than
+        its leader says so by overriding this."""
+        return self.leader(timeout_s)
+
+    def post(self, node_id: str, path: str, body: Any, **kw: Any) -> Reply:
+        return call("POST", self.url(node_id) + path, body, context=self.context, **kw)
+
+    def get(self, node_id: str, path: str, **kw: Any) -> Reply:
+        return call("GET", self.url(node_id) + path, context=self.context, **kw)
+
+    def write_via_any(self, path: str, body: Any, *, timeout_s: float = 30.0, **kw: Any) -> Reply:
+        """POST to whichever node answers, following redirects and 503s, until it lands."""
+        deadline = time.monotonic() + timeout_s
+        last: Reply | None = None
+        while time.monotonic() < deadline:
+            for nid in self.alive():
+                try:
+                    r = self.post(nid, path, body, timeout_s=WRITE_CALL_TIMEOUT_S, **kw)
+                    if r.status == 307:
+                        loc = r.headers["Location"]
+                        r = call(
+                            "POST",
+                            loc,
+                            body,
+                            timeout_s=WRITE_CALL_TIMEOUT_S,
+                            context=self.context,
+                            **kw,
+                        )
+                except OSError:
+                    continue
+                last = r
+                if r.status < 500 and r.status != 307:
+                    return r
+            time.sleep(WRITE_RETRY_S)
+        raise AssertionError(f"no write landed within {timeout_s} s (last: {last})")

@@ -1,0 +1,59 @@
+"""Scripted worker processes (`python -m testkit.scripted_worker`) registered with one
+coordinator cluster, each tracked by PID.
+
+A worker started again keeps its port, so the address it registers does not change. Its
+`/test/*` endpoints let a test read what it was told (`state`) and make it fall silent
+without killing it (`silence`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.ports import free_ports
+from testkit.cluster import Cluster
+from testkit.http import HTTP_TIMEOUT_S, call
+from testkit.process import Proc, python_argv
+
+__all__ = ["HEARTBEAT_INTERVAL_S", "ScriptedWorkers"]
+
+HEARTBEAT_INTERVAL_S = 0.3
+
+
+class ScriptedWorkers:
+    def __init__(self, cluster: Cluster, *, call_timeout_s: float = HTTP_TIMEOUT_S) -> None:
+        self.cluster = cluster
+        self.call_timeout_s = call_timeout_s
+        self.procs: dict[str, Proc] = {}
+        self.ports: dict[str, int] = {}
+
+    def start(self, wid: str) -> Proc:
+        port = self.ports.get(wid) or free_ports(1)[0]
+        argv = python_argv("-m", "testkit.scripted_worker", "--worker-id", wid, "--port", str(port))
+        argv += ["--heartbeat-interval", str(HEARTBEAT_INTERVAL_S)]
+        argv += ["--store", self.cluster.config.store]
+        for s in self.cluster.specs:
+            argv += ["--coordinator", s.url]
+        proc = Proc(argv, self.cluster.root / "logs" / f"{wid}.log")
+        self.procs[wid], self.ports[wid] = proc, port
+        return proc
+
+    def url(self, wid: str) -> str:
+        return f"http://127.0.0.1:{self.ports[wid]}"
+
+    def state(self, wid: str) -> dict[str, Any]:
+        """Its gates and the log of every call it was made."""
+        return call("GET", self.url(wid) + "/test/state", timeout_s=self.call_timeout_s).body  # type: ignore[no-any-return]
+
+    def silence(self, wid: str) -> None:
+        """No more heartbeats from `wid`; its process keeps running."""
+        call(
+            "POST",
+            self.url(wid) + "/test/heartbeats",
+            {"enabled": False},
+            timeout_s=self.call_timeout_s,
+        )
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            p.stop()

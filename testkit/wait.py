@@ -1,0 +1,34 @@
+"""Bounded waits: poll a condition until it holds, or fail saying what was awaited.
+
+Tests and benchmarks wait on conditions, never on time passing; every wait has a bound, and
+the last error the condition raised is in the failure so a timeout says why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["wait_until"]
+
+T = TypeVar("T")
+
+
+def wait_until(
+    pred: Callable[[], T | None], what: str, timeout_s: float = 20.0, every_s: float = 0.05
+) -> T:
+    """Poll `pred` until it returns a truthy value, at most `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = pred()
+            if value:
+                return value
+        except Exception as exc:
+            last_exc = exc
+        time.sleep(every_s)
+    raise AssertionError(
+        f"timed out after {timeout_s} s waiting for {what} (last error: {last_exc})"
+    )
