@@ -7,8 +7,8 @@ with I/O -- the replicated log (``replication/``), the leader's duty loop
 (``coordinator/service/duties.py``: carry each batch through the log, make the calls, time
 them out; the executor's rule itself is ``coordinator/core/executor.py``'s, run here too) and
 the workers (``testkit/scripted_worker.py``) -- reduced to plain data and one
-``random.Random``, plus the checkers. It holds NO decision of its own: failure detection, assignment, migrations,
-drains, host retries and checkpoint rounds are ``coordinator.core.planner.Planner``'s, the
+``random.Random``, plus the checkers. It holds NO decision of its own: failure detection,
+assignment, migrations, drains, host retries and checkpoint rounds are ``coordinator.core.planner.Planner``'s, the
 one production runs; the real ``Machine`` and codec apply what it commits.
 
 The invariant it keeps: ``Simulation(seed).run()`` is a pure function of ``seed``. Nothing
