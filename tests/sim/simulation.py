@@ -8,8 +8,9 @@ with I/O -- the replicated log (``replication/``), the leader's duty loop
 them out; the executor's rule itself is ``coordinator/core/executor.py``'s, run here too) and
 the workers (``testkit/scripted_worker.py``) -- reduced to plain data and one
 ``random.Random``, plus the checkers. It holds NO decision of its own: failure detection,
-assignment, migrations, drains, host retries and checkpoint rounds are ``coordinator.core.planner.Planner``'s, the
-one production runs; the real ``Machine`` and codec apply what it commits.
+assignment, migrations, drains, host retries and checkpoint rounds are
+``coordinator.core.planner.Planner``'s, the one production runs; the real ``Machine`` and
+codec apply what it commits.
 
 The invariant it keeps: ``Simulation(seed).run()`` is a pure function of ``seed``. Nothing
 reads a wall clock, iteration is over lists or insertion-ordered dicts, and every choice comes
