@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replication import settings as rs
 from shared.checkpoint_ref import store_base
 from shared.errors import ConfigError
 
@@ -102,9 +103,9 @@ DERIVED_TIMINGS = {
 # "Not set": NaN cannot come from a file, the environment or a flag (`_coerce` refuses
 # non-finite numbers), so it cannot be mistaken for a value an operator chose.
 _UNSET = math.nan
-# pysyncobj's connection timeout, fixed in replication/log.py: the election timeout must
-# stay below it or pysyncobj asserts at start.
-RAFT_MAX_TIMEOUT_S_MAX = 1.5
+# pysyncobj asserts at start that its connection timeout (the Raft idle timeout, default
+# replication/settings.py's) is at least the election timeout: the cap keeps them in order.
+RAFT_MAX_TIMEOUT_S_MAX = rs.CONNECTION_TIMEOUT_S_DEFAULT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,31 +188,32 @@ class ClusterConfig:
     fallback_after_failures: int = 3
     full_replay_fallback: bool = True
     worker_call_timeout_s: float = 5.0
-    raft_min_timeout_s: float = 0.3
-    raft_max_timeout_s: float = 0.6
-    append_entries_period_s: float = 0.05
-    leader_fallback_timeout_s: float = 2.0
-    log_compaction_min_entries: int = 5000
-    log_compaction_min_time_s: float = 300.0
+    # Raft's timing and log compaction: replication/settings.py's defaults, in one place.
+    raft_min_timeout_s: float = rs.RAFT_MIN_TIMEOUT_S_DEFAULT
+    raft_max_timeout_s: float = rs.RAFT_MAX_TIMEOUT_S_DEFAULT
+    append_entries_period_s: float = rs.APPEND_ENTRIES_PERIOD_S_DEFAULT
+    leader_fallback_timeout_s: float = rs.LEADER_FALLBACK_TIMEOUT_S_DEFAULT
+    log_compaction_min_entries: int = rs.LOG_COMPACTION_MIN_ENTRIES_DEFAULT
+    log_compaction_min_time_s: float = rs.LOG_COMPACTION_MIN_TIME_S_DEFAULT
     # /metrics exports per-partition series (checkpoint age, lag) only up to this many
     # partitions; past it, only cluster-wide aggregates (bounded scrape size).
     metrics_partition_series_max: int = 1024
     # The Raft port (replication/transport.py, docs/operations.md): the largest frame a peer
     # may send, how long a new connection has to prove the cluster secret, the silence after
     # which a link is dropped, and how many connections may be mid-handshake at once.
-    raft_frame_bytes_max: int = 64 * 1024 * 1024
-    raft_handshake_timeout_s: float = 2.0
-    raft_idle_timeout_s: float = 1.5
-    raft_unauthenticated_connections_max: int = 16
-    # Group commit (replication/log.py, docs/operations.md): how many commands and bytes one
-    # log entry may carry (entries_max = 1 turns group commit off), how many such entries may
-    # be in flight at once, and how many proposals and bytes may wait for a slot (past
-    # either bound a write answers 503 with Retry-After).
-    group_commit_entries_max: int = 256
-    group_commit_bytes_max: int = 1_048_576
-    group_commit_in_flight_max: int = 1
-    proposals_queued_max: int = 10_000
-    proposals_queued_bytes_max: int = 64 * 1024 * 1024
+    raft_frame_bytes_max: int = rs.FRAME_BYTES_MAX_DEFAULT
+    raft_handshake_timeout_s: float = rs.HANDSHAKE_TIMEOUT_S_DEFAULT
+    raft_idle_timeout_s: float = rs.CONNECTION_TIMEOUT_S_DEFAULT
+    raft_unauthenticated_connections_max: int = rs.UNAUTHENTICATED_MAX_DEFAULT
+    # Group commit (replication/group_commit.py, docs/operations.md): how many commands and
+    # bytes one log entry may carry (entries_max = 1 turns group commit off), how many such
+    # entries may be in flight at once, and how many proposals and bytes may wait for a slot
+    # (past either bound a write answers 503 with Retry-After).
+    group_commit_entries_max: int = rs.GROUP_COMMIT_ENTRIES_MAX_DEFAULT
+    group_commit_bytes_max: int = rs.GROUP_COMMIT_BYTES_MAX_DEFAULT
+    group_commit_in_flight_max: int = rs.GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
+    proposals_queued_max: int = rs.PROPOSALS_QUEUED_MAX_DEFAULT
+    proposals_queued_bytes_max: int = rs.PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
     # Durable acknowledgements (docs/operations.md#data-directory-and-durability): a write is
     # acknowledged only once a majority has synced it to disk. false, for throwaway clusters
     # only: nothing is synced, and a power cut of a majority can lose acknowledged writes.
