@@ -8,6 +8,7 @@
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log
   ripple get KEY                                    a key's state from its owning worker
+  ripple --version                                  the release (shared/version.py)
 
 Every subcommand that talks to the coordinators takes `--coordinator URL` (repeatable;
 `--url` is the same flag). URLs and the admin token default to `RIPPLE_URL` (comma-separated)
@@ -38,6 +39,7 @@ from ripple.tables import (
     table,
 )
 from shared.errors import ConfigError, RippleError
+from shared.version import PACKAGE_VERSION
 
 WATCH_MAX_S = 3600.0
 WATCH_EVERY_S = 0.5
@@ -312,6 +314,7 @@ def coordinator_arg(sp: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ripple", description="Ripple partition coordinator")
+    p.add_argument("--version", action="version", version=f"ripple {PACKAGE_VERSION}")
     p.add_argument("--log-level", default=os.environ.get("RIPPLE_LOG_LEVEL", "INFO"))
     sub = p.add_subparsers(dest="command", required=True)
 
