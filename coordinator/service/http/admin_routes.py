@@ -1,4 +1,5 @@
-"""The operator's routes: reassign, abort a migration, reset a partition, a barrier.
+"""The operator's routes: reassign, abort a migration, reset a partition, record a backup,
+a barrier.
 
 Each is a leader-only write that needs the admin token, checked before the body is read.
 A plan is made by the leader's planner (a pure query) and proposed whole; a dry run or an
@@ -9,7 +10,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from coordinator.core.commands import AbortMigration, Barrier, PlanMigrations, ResetPartition
+from coordinator.core.commands import (
+    AbortMigration,
+    Barrier,
+    PlanMigrations,
+    RecordBackup,
+    ResetPartition,
+)
 from coordinator.core.model import MigrationId, MigrationReason, valid_id
 from coordinator.service import models as m
 from coordinator.service.http.answers import json_reply, migration_refs, raise_rejected
@@ -83,6 +90,22 @@ async def reset_partition(request: web.Request) -> web.Response:
     return json_reply(m.ResetResponse(partition=reset.partition, epoch=reset.epoch))
 
 
+async def record_backup(request: web.Request) -> web.Response:
+    """The cluster learns of a backup once the operator's tool has stored it. RecordBackup is
+    of command-set version 2: refused (409, naming the node behind) until every voter
+    speaks it."""
+    node = require_leader(request)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
+    body = await parse(request, m.RecordBackupRequest)
+    recorded = await node.submit(
+        RecordBackup(**body.model_dump(), now_ms=now_ms()),
+        idempotency_key(request, admin.scope, f"backup:{body.sha256}"),
+    )
+    return json_reply(
+        m.RecordBackupResponse(applied_index=recorded.applied_index, latest=recorded.latest)
+    )
+
+
 async def admin_barrier(request: web.Request) -> web.Response:
     node = require_leader(request)
     request.app[ADMISSION_KEY].admit_admin(request.headers)
@@ -117,6 +140,16 @@ ROUTES: tuple[Route, ...] = (
         handler=reset_partition,
         summary="Forget an ASSIGNING partition's checkpoints; its owner replays it from offset 0",
         response=m.ResetResponse,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="POST",
+        path="/v1/admin/backups",
+        handler=record_backup,
+        summary="Record a backup that `ripple backup` stored (command-set version 2)",
+        request=m.RecordBackupRequest,
+        response=m.RecordBackupResponse,
         leader_only=True,
         auth="admin",
     ),
