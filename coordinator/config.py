@@ -222,6 +222,9 @@ class ClusterConfig:
     # newer commands as a node of an older release would: for upgrade drills and tests, set
     # for one node (RIPPLE_COMMAND_SET_VERSION_MAX, --command-set-version-max).
     command_set_version_max: int = 0
+    # The largest backup a node serves (GET /v1/admin/backup): its state's snapshot is held
+    # in memory while it is sent, so this bounds the memory one backup takes.
+    backup_bytes_max: int = 1024 * 1024 * 1024
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -451,6 +454,7 @@ _POSITIVE_KEYS = (
     "group_commit_in_flight_max",
     "proposals_queued_max",
     "proposals_queued_bytes_max",
+    "backup_bytes_max",
 )
 
 

@@ -155,6 +155,7 @@ class ReplicatedLog:
         self._refusals = Refusals()
         self._sync_times = SyncTimes()
         raft_lock = threading.Lock()
+        self._raft_lock = raft_lock
         self._poller = LoopPoller(raft_lock)
         self._node = RaftNode(
             settings,
@@ -312,6 +313,22 @@ class ReplicatedLog:
         """Local (possibly stale on a follower) read of the machine, or of `view(machine)`,
         never torn: a context manager holding the apply lock."""
         return MachineRead(self._lock, self._node.machine, view or _itself)
+
+    def read_at(self, view: Callable[[StateMachine], V]) -> tuple[V, int, int]:
+        """`view(machine)` with the exact log position it reflects: (value, applied index,
+        term of that entry). Holds the Raft lock too, so no tick is between an entry's apply
+        and pysyncobj counting it: a snapshot taken this way is of exactly that index. Keep
+        `view` short (a copy, not an encoding): every tick waits for it."""
+        with self._raft_lock, self._lock:
+            value = view(self._node.machine())
+            applied = int(self._node.raftLastApplied)
+            journal = self._node.journal()
+            first = int(journal[0][1]) if len(journal) else applied + 1
+            if first <= applied < first + len(journal):
+                term = int(journal[applied - first][2])
+            else:
+                term = int(self._node.raftCurrentTerm)
+        return value, applied, term
 
     # -- writes ------------------------------------------------------------------------
 

@@ -8,6 +8,9 @@
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log
   ripple get KEY                                    a key's state from its owning worker
+  ripple backup --out FILE | --store URI            admin: a backup of the cluster's state
+  ripple restore --backup FILE --config FILE        a NEW cluster's data dirs from a backup
+  ripple recover --from-data-dir DIR --config FILE  a NEW cluster from one survivor's data dir
   ripple --version                                  the release (shared/version.py)
 
 Every subcommand that talks to the coordinators takes `--coordinator URL` (repeatable;
@@ -30,6 +33,7 @@ from typing import Any
 
 from coordinator.client import CoordinatorClient
 from coordinator.config import SCALAR_KEYS, ClusterConfig, check_bind, load_config
+from coordinator.core.fencing import EPOCH_JUMP_DEFAULT
 from ripple.local_cluster import cluster_file, up
 from ripple.tables import (
     render_migrations,
@@ -170,6 +174,62 @@ async def cmd_drain(args: argparse.Namespace) -> int:
     async with _client(args, token=_admin_token(args)) as client:
         body = await client.post(f"/v1/workers/{args.worker}/drain", {})
     print(f"{body['worker_id']}: {body['state']}, {len(body['migrations'])} migrations planned")
+    return 0
+
+
+# -- backups --------------------------------------------------------------------------------
+
+BACKUP_TIMEOUT_S = 300.0
+
+
+async def cmd_backup(args: argparse.Namespace) -> int:
+    from ripple.backups import take_backup
+
+    if args.out is None and args.store is None:
+        raise RippleError("give --out FILE, --store URI or both", code="usage", status=2)
+    client = CoordinatorClient(
+        _urls(args), token=_admin_token(args), ca_file=_tls_ca(args), timeout_s=BACKUP_TIMEOUT_S
+    )
+    async with client:
+        done = await take_backup(
+            client,
+            bytes_max=args.bytes_max,
+            out=None if args.out is None else Path(args.out),
+            store_uri=args.store,
+            s3_endpoint=args.s3_endpoint,
+        )
+    h = done.header
+    print(
+        f"backup of cluster {h.cluster_id} at applied index {h.applied_index} (term {h.term}, "
+        f"command-set version {h.command_set_version}, ripple {h.package_version}), "
+        f"sha256 {h.body_sha256}: " + ", ".join(done.where)
+    )
+    if not done.recorded:
+        print(f"warning: stored, but the cluster did not record it: {done.why_not}")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from ripple.restore import recover_from_data_dir, restore_from_backup
+
+    config = load_config(args.config)
+    now = int(time.time() * 1000)
+    if args.command == "restore":
+        try:
+            data = Path(args.backup).read_bytes()
+        except OSError as exc:
+            raise RippleError(f"cannot read {args.backup}: {exc.strerror}", code="usage") from exc
+        made = restore_from_backup(data, config, epoch_jump=args.epoch_jump, now_ms=now)
+    else:
+        made = recover_from_data_dir(
+            Path(args.from_data_dir), config, epoch_jump=args.epoch_jump, now_ms=now
+        )
+    print(
+        f"new cluster {made.cluster_id} (was {made.old_cluster_id}): {made.partitions} "
+        f"partitions at applied index {made.applied_index}, term {made.term}, every epoch "
+        f"+{made.epoch_jump}; data directories: " + ", ".join(map(str, made.node_dirs))
+    )
+    print("start every node of the cluster file on them (ripple coordinator --config ...)")
     return 0
 
 
@@ -422,6 +482,29 @@ def build_parser() -> argparse.ArgumentParser:
     client_args(d)
     d.add_argument("worker")
     d.add_argument("--admin-token")
+
+    b = sub.add_parser("backup", help="admin: a backup of the state at one applied index")
+    client_args(b)
+    b.add_argument("--admin-token")
+    b.add_argument("--out", metavar="FILE", help="write it to this file (never replaced)")
+    b.add_argument("--store", metavar="URI", help="put it under backups/ in this store")
+    b.add_argument("--s3-endpoint")
+    b.add_argument("--bytes-max", type=int, default=ClusterConfig().backup_bytes_max, metavar="N")
+    for name, source in (("restore", "--backup"), ("recover", "--from-data-dir")):
+        r = sub.add_parser(
+            name,
+            help="make a NEW cluster's data directories from a backup"
+            if name == "restore"
+            else "make a NEW cluster from one survivor's data directory (lost majority)",
+        )
+        r.add_argument(source, required=True, metavar="FILE" if name == "restore" else "DIR")
+        r.add_argument("--config", required=True, help="the new cluster's file")
+        r.add_argument(
+            "--epoch-jump",
+            type=int,
+            default=EPOCH_JUMP_DEFAULT,
+            help="every partition's epoch grows by this (fences the old cluster's workers)",
+        )
     return p
 
 
@@ -448,6 +531,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_produce(args)
         if args.command == "get":
             return asyncio.run(cmd_get(args))
+        if args.command == "backup":
+            return asyncio.run(cmd_backup(args))
+        if args.command in ("restore", "recover"):
+            return cmd_restore(args)
         render = {
             "status": render_status,
             "partitions": render_partitions,

@@ -376,6 +376,9 @@ class HealthResponse(_Response):
     # This node's release, the command-set versions it speaks, and the cluster's finalized
     # command-set version as this node's state has it (docs/design.md §10).
     package_version: str
+    # The cluster this node's data directory belongs to (its cluster.id): a restored or
+    # recovered cluster has a new one.
+    cluster_id: str
     command_set: VersionRangeView
     finalized_command_set_version: int
     # Why this node stopped applying entries and left Raft (an entry of a command set it

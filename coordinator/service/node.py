@@ -29,8 +29,9 @@ from coordinator.core.machine import Machine
 from coordinator.core.model import FIRST_COMMAND_SET_VERSION
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import refusal, spoken, version_of
-from coordinator.service.auth import raft_password
+from coordinator.service.auth import first_cluster_id, raft_password
 from coordinator.service.metrics import Metrics
+from replication.identity import ensure_cluster_id
 from replication.log import (
     MachineRead,
     NoLeaderError,
@@ -92,6 +93,11 @@ class CoordinatorNode:
         self.machine = Machine(speaks=self.speaks)
         self.metrics = Metrics()
         node_dir = config.node_dir(node_id)
+        # The cluster this data directory belongs to (its cluster.id): the Raft handshake
+        # refuses another cluster's nodes, and backups name it.
+        self.cluster_id = ensure_cluster_id(
+            node_dir, first_cluster_id(config.cluster_secret), durable=config.fsync
+        )
         settings = RaftSettings(
             self_addr=self.spec.raft,
             partners=tuple(n.raft for n in config.nodes if n.id != node_id),
@@ -155,6 +161,11 @@ class CoordinatorNode:
     def read(self) -> MachineRead[ClusterState]:
         """Local state, never torn; stale on followers (the caller says so)."""
         return self.log.read(_state_of)
+
+    def snapshot_at(self) -> tuple[ClusterState, int, int]:
+        """A copy of the state to encode outside the lock (`ClusterState.detached`), with the
+        exact applied index and term it is of: what a backup holds."""
+        return self.log.read_at(lambda machine: _state_of(machine).detached())
 
     async def barrier(self) -> None:
         try:

@@ -9,8 +9,6 @@ downgrade), the node halts loudly rather than diverge, and catches up once upgra
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import pytest
 
 from ripple.launch import coordinator_argv
+from testkit.cli import ripple
 from testkit.cluster import ADMIN, Cluster
 from testkit.prom import parse, value
 from testkit.wait import wait_until
@@ -157,13 +156,7 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
         assert refused.body["error"] == "version_unsupported"
         assert "n3 speaks 1..1 (ripple 0.2.0)" in refused.body["message"]
         assert "n1" not in refused.body["message"] and "n2" not in refused.body["message"]
-        cli = subprocess.run(
-            [sys.executable, "-m", "ripple.cli", "status", "--coordinator", c.url("n1")],
-            capture_output=True,
-            text=True,
-            timeout=WAIT_S,
-            env={"PATH": "/usr/bin:/bin"},
-        )
+        cli = ripple("status", "--coordinator", c.url("n1"))
         assert cli.returncode == 0, cli.stderr
         assert "command set: finalized at version 1" in cli.stdout
         assert [ln.split() for ln in cli.stdout.splitlines() if ln.startswith("n3 ")] == [

@@ -258,6 +258,7 @@ class _Node:
         self.node_id = "n1"
         self.config = ClusterConfig()
         self.speaks = SPOKEN  # what the node speaks, shown in health
+        self.cluster_id = "c1"
 
     @contextlib.contextmanager
     def read(self) -> Iterator[ClusterState]:

@@ -145,6 +145,7 @@ async def health(request: web.Request) -> web.Response:
             state_digest=digest,
             nodes=[m.NodeRef(id=n.id, url=n.url) for n in node.config.nodes],
             package_version=PACKAGE_VERSION,
+            cluster_id=node.cluster_id,
             command_set=m.VersionRangeView(
                 min_version=node.speaks.min_version, max_version=node.speaks.max_version
             ),
