@@ -13,6 +13,7 @@ command says so and succeeds.
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from coordinator.client import CoordinatorClient
 from coordinator.core.backup import BackupError, BackupHeader, load_backup
 from shared.errors import ClientError, RippleError
 
-__all__ = ["StoredBackup", "store_key", "take_backup", "write_backup_file"]
+__all__ = ["StoredBackup", "backup_command", "store_key", "take_backup", "write_backup_file"]
 
 BACKUP_PATH = "/v1/admin/backup"
 RECORD_PATH = "/v1/admin/backups"
@@ -46,7 +47,9 @@ def write_backup_file(path: Path, data: bytes) -> None:
         raise RippleError(f"{path} exists: a backup never replaces a file", code="usage", status=2)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.partial")
-    with open(tmp, "wb") as f:
+    tmp.unlink(missing_ok=True)  # a run that stopped half-way left it
+    # Mode 0600 from the start: the backup is the cluster's map (docs/security.md).
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -99,3 +102,23 @@ async def take_backup(
             raise
         return StoredBackup(header=header, where=where, recorded=False, why_not=exc.message)
     return StoredBackup(header=header, where=where, recorded=True, why_not=None)
+
+
+async def backup_command(args: argparse.Namespace, client: CoordinatorClient) -> int:
+    """`ripple backup`, on a client with the admin token: take, store, record, say so."""
+    done = await take_backup(
+        client,
+        bytes_max=args.bytes_max,
+        out=None if args.out is None else Path(args.out),
+        store_uri=args.store,
+        s3_endpoint=args.s3_endpoint,
+    )
+    h = done.header
+    print(
+        f"backup of cluster {h.cluster_id} at applied index {h.applied_index} (term {h.term}, "
+        f"command-set version {h.command_set_version}, ripple {h.package_version}), "
+        f"sha256 {h.body_sha256}: " + ", ".join(done.where)
+    )
+    if not done.recorded:
+        print(f"warning: stored, but the cluster did not record it: {done.why_not}")
+    return 0

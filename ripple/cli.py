@@ -183,7 +183,7 @@ BACKUP_TIMEOUT_S = 300.0
 
 
 async def cmd_backup(args: argparse.Namespace) -> int:
-    from ripple.backups import take_backup
+    from ripple.backups import backup_command
 
     if args.out is None and args.store is None:
         raise RippleError("give --out FILE, --store URI or both", code="usage", status=2)
@@ -191,46 +191,7 @@ async def cmd_backup(args: argparse.Namespace) -> int:
         _urls(args), token=_admin_token(args), ca_file=_tls_ca(args), timeout_s=BACKUP_TIMEOUT_S
     )
     async with client:
-        done = await take_backup(
-            client,
-            bytes_max=args.bytes_max,
-            out=None if args.out is None else Path(args.out),
-            store_uri=args.store,
-            s3_endpoint=args.s3_endpoint,
-        )
-    h = done.header
-    print(
-        f"backup of cluster {h.cluster_id} at applied index {h.applied_index} (term {h.term}, "
-        f"command-set version {h.command_set_version}, ripple {h.package_version}), "
-        f"sha256 {h.body_sha256}: " + ", ".join(done.where)
-    )
-    if not done.recorded:
-        print(f"warning: stored, but the cluster did not record it: {done.why_not}")
-    return 0
-
-
-def cmd_restore(args: argparse.Namespace) -> int:
-    from ripple.restore import recover_from_data_dir, restore_from_backup
-
-    config = load_config(args.config)
-    now = int(time.time() * 1000)
-    if args.command == "restore":
-        try:
-            data = Path(args.backup).read_bytes()
-        except OSError as exc:
-            raise RippleError(f"cannot read {args.backup}: {exc.strerror}", code="usage") from exc
-        made = restore_from_backup(data, config, epoch_jump=args.epoch_jump, now_ms=now)
-    else:
-        made = recover_from_data_dir(
-            Path(args.from_data_dir), config, epoch_jump=args.epoch_jump, now_ms=now
-        )
-    print(
-        f"new cluster {made.cluster_id} (was {made.old_cluster_id}): {made.partitions} "
-        f"partitions at applied index {made.applied_index}, term {made.term}, every epoch "
-        f"+{made.epoch_jump}; data directories: " + ", ".join(map(str, made.node_dirs))
-    )
-    print("start every node of the cluster file on them (ripple coordinator --config ...)")
-    return 0
+        return await backup_command(args, client)
 
 
 # -- pipeline ---------------------------------------------------------------------------------
@@ -534,7 +495,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "backup":
             return asyncio.run(cmd_backup(args))
         if args.command in ("restore", "recover"):
-            return cmd_restore(args)
+            from ripple.restore import restore_command
+
+            return restore_command(args)
         render = {
             "status": render_status,
             "partitions": render_partitions,

@@ -14,12 +14,14 @@ fails writes nothing.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.config import ClusterConfig
+from coordinator.config import ClusterConfig, load_config
 from coordinator.core.backup import BackupError, load_backup
 from coordinator.core.codec import CodecError, encode_state
 from coordinator.core.fencing import fence_for_new_cluster
@@ -32,7 +34,13 @@ from replication.identity import new_cluster_id, read_cluster_id, write_cluster_
 from replication.seed import read_log, seed_node
 from shared.errors import RippleError
 
-__all__ = ["NewCluster", "RestoreError", "recover_from_data_dir", "restore_from_backup"]
+__all__ = [
+    "NewCluster",
+    "RestoreError",
+    "recover_from_data_dir",
+    "restore_command",
+    "restore_from_backup",
+]
 
 JOURNAL_FILE = "raft.journal"  # the names `coordinator/service/node.py` gives a node's files
 DUMP_FILE = "raft.dump"
@@ -180,3 +188,27 @@ def _make(
         partitions=state.total_partitions,
         epoch_jump=epoch_jump,
     )
+
+
+def restore_command(args: argparse.Namespace) -> int:
+    """`ripple restore --backup FILE` or `ripple recover --from-data-dir DIR`, with the new
+    cluster's `--config`: make its data directories and say what was made."""
+    config = load_config(args.config)
+    now_ms = int(time.time() * 1000)  # stamped into the partitions' history only
+    if args.command == "restore":
+        try:
+            data = Path(args.backup).read_bytes()
+        except OSError as exc:
+            raise RestoreError(f"cannot read {args.backup}: {exc.strerror}") from exc
+        made = restore_from_backup(data, config, epoch_jump=args.epoch_jump, now_ms=now_ms)
+    else:
+        made = recover_from_data_dir(
+            Path(args.from_data_dir), config, epoch_jump=args.epoch_jump, now_ms=now_ms
+        )
+    print(
+        f"new cluster {made.cluster_id} (was {made.old_cluster_id}): {made.partitions} "
+        f"partitions at applied index {made.applied_index}, term {made.term}, every epoch "
+        f"+{made.epoch_jump}; data directories: " + ", ".join(map(str, made.node_dirs))
+    )
+    print("start every node of the cluster file on them (ripple coordinator --config ...)")
+    return 0

@@ -66,6 +66,7 @@ def test_backup_then_refuse_damage_then_restore_into_a_fresh_cluster(tmp_path: P
         done = ripple("backup", "--out", str(out), "--admin-token", ADMIN, *urls)
         assert done.returncode == 0, done.stderr
         assert "warning" not in done.stdout, done.stdout
+        assert out.stat().st_mode & 0o777 == 0o600
         header, state = load_backup(out.read_bytes())
         old_id = old.health("n1")["cluster_id"]  # type: ignore[index]
         assert header.cluster_id == old_id and f"of cluster {old_id}" in done.stdout
