@@ -76,9 +76,17 @@ def test_backup_then_refuse_damage_then_restore_into_a_fresh_cluster(tmp_path: P
         recorded = consistent(old, "/v1/status")["last_backup"]
         assert recorded["applied_index"] == header.applied_index
         assert recorded["sha256"] == header.body_sha256
-        # A second backup never replaces the first file.
+        # A second backup never replaces the first file; into a store, it is put create-only
+        # under backups/<cluster id>/.
         again = ripple("backup", "--out", str(out), "--admin-token", ADMIN, *urls)
         assert again.returncode != 0 and "exists" in again.stderr
+        store = tmp_path / "backups"
+        stored = ripple("backup", "--store", f"file://{store}", "--admin-token", ADMIN, *urls)
+        assert stored.returncode == 0, stored.stderr
+        (copy,) = (store / "backups" / old_id).iterdir()
+        assert f"file://{copy}" in stored.stdout
+        later, _ = load_backup(copy.read_bytes())
+        assert later.applied_index > header.applied_index
     finally:
         workers.stop_all()
         old.stop_all()
