@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinator.core.versions import COMMAND_SET_VERSION
 from replication import settings as rs
 from shared.checkpoint_ref import store_base
 from shared.errors import ConfigError
@@ -218,6 +219,14 @@ class ClusterConfig:
     # acknowledged only once a majority has synced it to disk. false, for throwaway clusters
     # only: nothing is synced, and a power cut of a majority can lose acknowledged writes.
     fsync: bool = True
+    # Caps the command-set versions this node speaks and advertises (0: every version this
+    # release speaks, coordinator/core/versions.py). A node held below the newest refuses
+    # newer commands as a node of an older release would: for upgrade drills and tests, set
+    # for one node (RIPPLE_COMMAND_SET_VERSION_MAX, --command-set-version-max).
+    command_set_version_max: int = 0
+    # The largest backup a node serves (GET /v1/admin/backup): its state's snapshot is held
+    # in memory while it is sent, so this bounds the memory one backup takes.
+    backup_bytes_max: int = 1024 * 1024 * 1024
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -306,6 +315,12 @@ class ClusterConfig:
         for key in _POSITIVE_KEYS:
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{key} = {getattr(self, key)}: must be > 0", field=key)
+        if not 0 <= self.command_set_version_max <= COMMAND_SET_VERSION:
+            raise ConfigError(
+                f"command_set_version_max = {self.command_set_version_max}: must be 0 (no "
+                f"cap) or a version in 1..{COMMAND_SET_VERSION}",
+                field="command_set_version_max",
+            )
         if self.propose_retries_max < 0:
             raise ConfigError(
                 f"propose_retries_max = {self.propose_retries_max}: must be >= 0",
@@ -441,6 +456,7 @@ _POSITIVE_KEYS = (
     "group_commit_in_flight_max",
     "proposals_queued_max",
     "proposals_queued_bytes_max",
+    "backup_bytes_max",
 )
 
 

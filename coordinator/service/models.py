@@ -319,6 +319,22 @@ class ResetResponse(_Response):
     epoch: int  # the new epoch: the owner hosts it from offset 0
 
 
+class RecordBackupRequest(_Request):
+    """A backup an operator's tool stored, as its header says (`ripple backup` sends it)."""
+
+    cluster_id: Id
+    applied_index: NonNeg
+    term: NonNeg
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    size_bytes: NonNeg
+    created_at_ms: NonNeg
+
+
+class RecordBackupResponse(_Response):
+    applied_index: int
+    latest: bool  # it is now the last backup (false: one of a higher index was recorded)
+
+
 # -- cluster -------------------------------------------------------------------------------
 
 
@@ -332,6 +348,11 @@ class ClusterSummary(_Response):
 class NodeRef(_Response):
     id: str
     url: str
+
+
+class VersionRangeView(_Response):
+    min_version: int
+    max_version: int
 
 
 class HealthResponse(_Response):
@@ -352,6 +373,38 @@ class HealthResponse(_Response):
     state_digest: str | None = None
     # Every node of the cluster file, so a client (the dashboard) can reach the others.
     nodes: list[NodeRef] = []
+    # This node's release, the command-set versions it speaks, and the cluster's finalized
+    # command-set version as this node's state has it (docs/design.md §10).
+    package_version: str
+    # The cluster this node's data directory belongs to (its cluster.id): a restored or
+    # recovered cluster has a new one.
+    cluster_id: str
+    command_set: VersionRangeView
+    finalized_command_set_version: int
+    # Why this node stopped applying entries and left Raft (an entry of a command set it
+    # does not speak); None while it applies them. Alert on it.
+    halted: str | None = None
+
+
+class CoordinatorVersions(_Response):
+    """One coordinator node's record in the replicated state (ReportVersions)."""
+
+    node_id: str
+    package_version: str
+    min_version: int
+    max_version: int
+    reported_at_ms: int
+    voter: bool
+
+
+class BackupView(_Response):
+    cluster_id: str
+    applied_index: int
+    term: int
+    sha256: str
+    size_bytes: int
+    created_at_ms: int
+    recorded_at_ms: int
 
 
 class StatusResponse(_Response):
@@ -366,6 +419,13 @@ class StatusResponse(_Response):
     partitions_by_status: dict[str, int]
     workers_by_state: dict[str, int]
     migrations_in_flight: int
+    # The command-set versions: the finalized one, the voters, and what each coordinator
+    # node said it speaks and runs (a voter missing here has not reported yet).
+    finalized_command_set_version: int
+    voters: list[str]
+    coordinators: list[CoordinatorVersions]
+    # The newest backup `ripple backup` stored and recorded; None before the first.
+    last_backup: BackupView | None = None
 
 
 DrainResponse.model_rebuild()

@@ -40,6 +40,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from coordinator.config import ClusterConfig, NodeSpec, is_wildcard, load_config, split_host_port
 from coordinator.core.codec import encode_state
 from coordinator.core.state import ClusterState
+from coordinator.core.versions import SPOKEN
 from coordinator.service import address as address_module
 from coordinator.service.address import HOST_VERDICTS_CACHED_MAX, check_address
 from coordinator.service.auth import (
@@ -256,6 +257,8 @@ class _Node:
         self.locked = False
         self.node_id = "n1"
         self.config = ClusterConfig()
+        self.speaks = SPOKEN  # what the node speaks, shown in health
+        self.cluster_id = "c1"
 
     @contextlib.contextmanager
     def read(self) -> Iterator[ClusterState]:
