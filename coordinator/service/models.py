@@ -131,6 +131,19 @@ class HeartbeatResponse(_Response):
     token_expires_at_ms: int | None = None
 
 
+class RestartingRequest(_Request):
+    incarnation: Positive
+
+
+class RestartingResponse(_Response):
+    worker_id: str
+    incarnation: int
+    # Partitions the leader holds for the worker (it gets them back if it registers again in
+    # time, with its saved token), and how long it holds them.
+    partitions: int
+    rejoin_grace_s: float
+
+
 class CheckpointEntry(_Request):
     partition: NonNeg
     epoch: NonNeg
@@ -161,7 +174,7 @@ class WorkerView(_Response):
     state: str
     registered_at_ms: int
     partitions: int
-    liveness: str | None = None  # leader only: alive | suspected | dead
+    liveness: str | None = None  # leader only: alive | suspected | dead | restarting
     load: float | None = None
     failing_partitions: int | None = None  # leader only: owned partitions whose batches fail
     # Leader only: records its partitions have not processed yet, summed over those whose
