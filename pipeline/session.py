@@ -6,7 +6,9 @@ renewed only from the send time of a heartbeat the leader acknowledged, on the m
 clock, so a worker that has not heard from the leader for `lease_s` holds no lease (and
 pauses) before the coordinator's `heartbeat_timeout_s` lets anyone else take its
 partitions. A (re-)registration drops every partition held: the coordinator has already
-given them new epochs.
+given them new epochs. With a state directory, the current worker token is saved whenever
+it changes and presented when the process registers again, so a restarted worker rejoins as
+the member it was (`pipeline/token_file.py`).
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from pipeline.coordinator_replies import (
 from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN, Holdings, PartitionRuntime
 from pipeline.lease import Lease
 from pipeline.settings import WorkerSettings
+from pipeline.token_file import TokenFile
 from shared.clock import Clock
 from shared.errors import ClientError
+from shared.worker_calls import WORKER_TOKEN_HEADER
 
 __all__ = ["CheckpointEntry", "PartitionReport", "Session", "partition_report"]
 
@@ -94,6 +98,12 @@ class Session:
         self.incarnation = 0
         self.total_partitions = 0
         self.draining = False
+        # The token kept across restarts (None without a state directory).
+        self.token_file = (
+            None
+            if settings.state_dir is None
+            else TokenFile(settings.state_dir, settings.worker_id)
+        )
 
     def lease_valid(self) -> bool:
         return self.lease.valid(self.clock.monotonic_ms())
@@ -103,14 +113,19 @@ class Session:
         return total_partitions(await self.client.get("/v1/health"))
 
     async def register(self) -> None:
-        body = await self.client.post(
+        # The saved token of the previous process under this id, if any: with it the leader
+        # lets this one take over the id while it still holds the old one's partitions.
+        saved = None if self.token_file is None else await asyncio.to_thread(self.token_file.load)
+        body = await self.client.request(
+            "POST",
             "/v1/workers",
-            {"worker_id": self.settings.worker_id, "address": self.settings.address},
+            json={"worker_id": self.settings.worker_id, "address": self.settings.address},
             token=self.settings.join_token,
+            headers={WORKER_TOKEN_HEADER: saved} if saved else None,
         )
         registration = Registration.from_json(body)
         self.holdings.reset()
-        self.token = registration.token
+        await self._keep(registration.token)
         self.call_token = registration.call_token
         self.incarnation = registration.incarnation
         self.heartbeat_interval_s = registration.heartbeat_interval_s
@@ -131,12 +146,27 @@ class Session:
         )
         self.lease = self.lease.renewed(sent_at)
         reply = HeartbeatReply.from_json(body)
-        if reply.token is not None:
-            self.token = reply.token
+        if reply.token is not None and reply.token != self.token:
+            await self._keep(reply.token)
         for p, epoch in self.holdings.close_unassigned(reply.assignment).items():
             log.info("partition %d epoch %d no longer assigned here; closed", p, epoch)
         if reply.checkpoint_due:
             self.checkpoint_due()
+
+    async def _keep(self, token: str) -> None:
+        """Use `token` from now on, and save it for the next process under this id."""
+        self.token = token
+        if self.token_file is None:
+            return
+        try:
+            await asyncio.to_thread(self.token_file.save, token)
+        except OSError as exc:
+            log.warning(
+                "could not save the worker token in %s (%s): a restart will not rejoin as "
+                "this member",
+                self.token_file.path,
+                exc.strerror,
+            )
 
     async def heartbeat_loop(self) -> None:
         while not self.stopped.is_set():
@@ -155,7 +185,8 @@ class Session:
                     log.warning("re-registering: %s", exc.message)
                     self.token = ""
                 else:
-                    log.warning("heartbeat failed: %s", exc.message)
+                    what = "heartbeat" if self.token else "registration"
+                    log.warning("%s failed: %s", what, exc.message)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopped.wait(), self.heartbeat_interval_s)
 
@@ -170,6 +201,29 @@ class Session:
         except ClientError as exc:
             log.warning("drain request failed (%s); stopping anyway", exc.message)
             return False
+        return True
+
+    async def announce_restart(self) -> bool:
+        """Tell the leader this process stops to start again under the same id, so it holds
+        this worker's partitions for its rejoin grace; False when it could not be told."""
+        try:
+            body = await self.client.post(
+                f"/v1/workers/{self.settings.worker_id}/restarting",
+                {"incarnation": self.incarnation},
+                token=self.token,
+            )
+        except ClientError as exc:
+            log.warning(
+                "restart notice failed (%s): the leader moves this worker's partitions after "
+                "heartbeat_timeout_s unless it is back by then",
+                exc.message,
+            )
+            return False
+        log.info(
+            "restart announced: the leader holds %s partitions for %s s",
+            body.get("partitions"),
+            body.get("rejoin_grace_s"),
+        )
         return True
 
     async def report_checkpoints(self, entries: list[CheckpointEntry]) -> list[CheckpointVerdict]:
