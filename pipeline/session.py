@@ -26,11 +26,12 @@ from pipeline.coordinator_replies import (
     Registration,
     checkpoint_verdicts,
     partition_owner,
+    store_set,
     total_partitions,
 )
 from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN, Holdings, PartitionRuntime
 from pipeline.lease import Lease
-from pipeline.settings import WorkerSettings
+from pipeline.settings import StartRefused, WorkerSettings
 from pipeline.token_file import TokenFile
 from shared.clock import Clock
 from shared.errors import ClientError
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 
 # Coordinator error codes that mean "this incarnation is over": register again.
 SESSION_LOST_CODES = ("unknown_worker", "stale_incarnation", "unauthorized")
+# Registration refusals that trying again cannot mend: the worker stops and says why.
+REFUSED_CODES = ("store_mismatch",)
 
 
 class PartitionReport(TypedDict):
@@ -98,6 +101,8 @@ class Session:
         self.incarnation = 0
         self.total_partitions = 0
         self.draining = False
+        # Why the coordinator refused this worker for good (the worker exits with it).
+        self.refused: StartRefused | None = None
         # The token kept across restarts (None without a state directory).
         self.token_file = (
             None
@@ -109,17 +114,30 @@ class Session:
         return self.lease.valid(self.clock.monotonic_ms())
 
     async def cluster_partitions(self) -> int:
-        """The cluster's partition count, from any coordinator's health."""
-        return total_partitions(await self.client.get("/v1/health"))
+        """The cluster's partition count, from any coordinator's health (which also says
+        when the cluster cannot record checkpoints at all)."""
+        health = await self.client.get("/v1/health")
+        if not store_set(health):
+            log.warning(
+                "the cluster file sets no store: every checkpoint this worker writes is "
+                "fenced, and its partitions recover only by replaying the source log"
+            )
+        return total_partitions(health)
 
     async def register(self) -> None:
         # The saved token of the previous process under this id, if any: with it the leader
         # lets this one take over the id while it still holds the old one's partitions.
         saved = None if self.token_file is None else await asyncio.to_thread(self.token_file.load)
+        request: dict[str, str] = {
+            "worker_id": self.settings.worker_id,
+            "address": self.settings.address,
+        }
+        if self.settings.store_uri is not None:
+            request["store"] = self.settings.store_uri
         body = await self.client.request(
             "POST",
             "/v1/workers",
-            json={"worker_id": self.settings.worker_id, "address": self.settings.address},
+            json=request,
             token=self.settings.join_token,
             headers={WORKER_TOKEN_HEADER: saved} if saved else None,
         )
@@ -177,6 +195,11 @@ class Session:
                     await self.register()
                 await self.heartbeat_once()
             except ClientError as exc:
+                if exc.code in REFUSED_CODES:
+                    log.error("the coordinator refuses this worker: %s", exc.message)
+                    self.refused = StartRefused(exc.message)
+                    self.stopped.set()
+                    return
                 if exc.code in SESSION_LOST_CODES:
                     if self.draining:
                         log.info("coordinator no longer knows us (%s): drained", exc.message)

@@ -53,6 +53,9 @@ class WorkerSettings:
     state_dir: str | None = None
     # SIGTERM leaves (drains: its partitions move away, then it exits) instead of restarting.
     leave_on_sigterm: bool = False
+    # The --store URI, sent at registration: a cluster whose store is another refuses the
+    # worker (its checkpoints would all be fenced). None: not sent, not checked.
+    store_uri: str | None = None
     join_token: str | None = None
     data_path: str | None = None  # files | arrow | direct; None: default_data_path
     arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT

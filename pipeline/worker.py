@@ -275,6 +275,8 @@ class Worker:
             await self.stopped.wait()
             for t in tasks + self._tasks:
                 t.cancel()
+            if self.session.refused is not None:
+                raise self.session.refused
         finally:
             await self.client.close()
             await runner.cleanup()

@@ -270,6 +270,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         tls_ca=_tls_ca(args),
         state_dir=args.state_dir or None,
+        store_uri=args.store,
         leave_on_sigterm=args.leave_on_sigterm,
     )
     transform = load_transform(args.transform) if args.transform else identity

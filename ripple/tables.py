@@ -28,6 +28,7 @@ def render_status(s: dict[str, Any]) -> str:
         "partitions by status: "
         + ", ".join(f"{k}={v}" for k, v in sorted(s["partitions_by_status"].items())),
     ]
+    lines += [f"warning: {w}" for w in s.get("warnings", [])]
     return "\n".join(lines)
 
 

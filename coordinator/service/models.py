@@ -80,6 +80,9 @@ class RegisterRequest(_Request):
             json_schema_extra={"pattern": ADDRESS_PATTERN},
         ),
     ]
+    # The worker's --store: refused (409 store_mismatch) when it is not the cluster's store,
+    # whose checkpoint references would all be fenced. Absent: not checked.
+    store: Annotated[str, Field(min_length=1, max_length=URI_LEN_MAX)] | None = None
 
 
 class RegisterResponse(_Response):
@@ -365,6 +368,11 @@ class HealthResponse(_Response):
     state_digest: str | None = None
     # Every node of the cluster file, so a client (the dashboard) can reach the others.
     nodes: list[NodeRef] = []
+    # Whether the cluster file sets `store`: without it every checkpoint is fenced, and
+    # partitions recover only by replaying the source log from the start.
+    store_set: bool = True
+    # What an operator should fix about this cluster's settings, in words (empty: nothing).
+    warnings: list[str] = []
 
 
 class StatusResponse(_Response):
@@ -379,6 +387,7 @@ class StatusResponse(_Response):
     partitions_by_status: dict[str, int]
     workers_by_state: dict[str, int]
     migrations_in_flight: int
+    warnings: list[str] = []  # as in /v1/health
 
 
 DrainResponse.model_rebuild()

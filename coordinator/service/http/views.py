@@ -111,6 +111,18 @@ def summary(state: ClusterState) -> m.ClusterSummary:
     return m.ClusterSummary(**state.summary())
 
 
+NO_STORE_WARNING = (
+    "the cluster file sets no store: every checkpoint is fenced, so a partition that changes "
+    "owner or restarts is rebuilt by replaying its whole source log; set store to the "
+    "workers' --store"
+)
+
+
+def warnings(node: CoordinatorNode) -> list[str]:
+    """What an operator should fix about the cluster's settings (empty: nothing)."""
+    return [] if node.config.store else [NO_STORE_WARNING]
+
+
 async def health(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     want_digest = query_bool(request, "digest")
@@ -141,6 +153,8 @@ async def health(request: web.Request) -> web.Response:
             else None,
             state_digest=digest,
             nodes=[m.NodeRef(id=n.id, url=n.url) for n in node.config.nodes],
+            store_set=bool(node.config.store),
+            warnings=warnings(node),
         )
     )
 
@@ -165,6 +179,7 @@ async def status(request: web.Request) -> web.Response:
             partitions_by_status=by_status,
             workers_by_state=by_state,
             migrations_in_flight=len(state.in_flight_migrations()),
+            warnings=warnings(view.node),
         )
     return json_reply(body)
 

@@ -12,6 +12,7 @@ its own `PlainRequest`, so these handlers use only what that shim has.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -45,10 +46,12 @@ from coordinator.service.http.request import (
 from coordinator.service.metrics import PartitionProgress
 from coordinator.service.node import CoordinatorNode, now_ms
 from coordinator.service.replies import heartbeat_body
-from shared.checkpoint_ref import reference_problem
+from shared.checkpoint_ref import reference_problem, store_mismatch
 from shared.errors import RequestError
 
 __all__ = ["ROUTES", "checkpoints", "heartbeat_now", "register"]
+
+log = logging.getLogger(__name__)
 
 
 async def register(request: ApiRequest) -> web.Response:
@@ -57,6 +60,7 @@ async def register(request: ApiRequest) -> web.Response:
     registrant = admission.admit_registration(request.headers)  # before the body is read
     body = await parse(request, m.RegisterRequest)
     check_address(body.address, node.worker_networks)
+    check_store(node.config.store, body.store)
     wid = WorkerId(body.worker_id)
     with node.read() as state:
         admission.admit_id(registrant, state, wid, now_ms())
@@ -79,6 +83,22 @@ async def register(request: ApiRequest) -> web.Response:
             lease_s=cfg.lease_s,
         )
     )
+
+
+def check_store(cluster_store: str, worker_store: str | None) -> None:
+    """A worker whose store is not the cluster's is refused: every checkpoint it wrote would
+    be fenced, and nobody would see why."""
+    if worker_store is None:
+        return
+    try:
+        problem = store_mismatch(cluster_store, worker_store)
+    except ValueError:
+        raise RequestError(
+            "store must be file:///dir or s3://bucket/prefix", field="store"
+        ) from None
+    if problem is not None:
+        log.warning("registration refused: %s", problem)
+        raise RequestError(problem, code="store_mismatch", status=409, field="store")
 
 
 async def heartbeat(request: ApiRequest) -> web.Response:
