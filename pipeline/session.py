@@ -101,6 +101,8 @@ class Session:
         self.incarnation = 0
         self.total_partitions = 0
         self.draining = False
+        # What the leader's last heartbeat reply assigned here (partition -> epoch).
+        self.assigned: dict[int, int] = {}
         # Why the coordinator refused this worker for good (the worker exits with it).
         self.refused: StartRefused | None = None
         # The token kept across restarts (None without a state directory).
@@ -143,6 +145,7 @@ class Session:
         )
         registration = Registration.from_json(body)
         self.holdings.reset()
+        self.assigned = {}
         await self._keep(registration.token)
         self.call_token = registration.call_token
         self.incarnation = registration.incarnation
@@ -166,6 +169,7 @@ class Session:
         reply = HeartbeatReply.from_json(body)
         if reply.token is not None and reply.token != self.token:
             await self._keep(reply.token)
+        self.assigned = dict(reply.assignment)
         for p, epoch in self.holdings.close_unassigned(reply.assignment).items():
             log.info("partition %d epoch %d no longer assigned here; closed", p, epoch)
         if reply.checkpoint_due:

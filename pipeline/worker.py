@@ -99,6 +99,7 @@ class Worker:
             self.hosting,
             self.schedule_checkpoint,
             self.health,
+            self.not_ready,
             self.metrics.render,
         )
         self._tasks: list[asyncio.Task[None]] = []
@@ -177,6 +178,26 @@ class Worker:
             "data_path": self.processor.data_path.value,
             "batch_seconds": {k: round(v, 3) for k, v in self.processor.batch_seconds.items()},
         }
+
+    def not_ready(self) -> str | None:
+        """Why this worker is not back at work, or None when it is: registered, holding a
+        lease, and every partition the leader's last heartbeat reply assigned here open at
+        its epoch. What a rolling restart waits for before it stops the next worker."""
+        session, holdings = self.session, self.holdings
+        if holdings.stopping or session.draining:
+            return "stopping"
+        if not session.token:
+            return "not registered"
+        if not session.lease_valid():
+            return "no lease (no heartbeat acknowledged lately)"
+        waiting = sorted(
+            p
+            for p, epoch in session.assigned.items()
+            if holdings.held(p) is None or holdings.parts[p].epoch != epoch
+        )
+        if waiting:
+            return f"{len(waiting)} assigned partitions not open yet (first: {waiting[0]})"
+        return None
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import pytest
 
 from pipeline.source import generate
 from testkit.cluster import ADMIN
+from testkit.http import call
 from testkit.pipeline_rig import SETTINGS, PipelineRig
 from testkit.wait import wait_until
 from tests.integration.test_cli import ripple
@@ -113,10 +114,15 @@ def workers(rig: PipelineRig) -> dict[str, dict[str, Any]]:
 
 
 def back_online(rig: PipelineRig, wid: str, incarnation: int) -> bool:
-    """`wid` registered as its next incarnation and every partition is ONLINE again."""
+    """`wid` registered as its next incarnation, says it is back at work (its readiness,
+    what a rolling restart waits for) and every partition is ONLINE again."""
     if workers(rig)[wid]["incarnation"] <= incarnation:
         return False
-    return all(p["status"] == "online" for p in rig.table())
+    try:
+        ready = call("GET", rig.worker_url(wid) + "/v1/ready", timeout_s=5.0).status == 200
+    except OSError:
+        return False
+    return ready and all(p["status"] == "online" for p in rig.table())
 
 
 def test_a_rolling_restart_moves_no_partition_and_a_drain_moves_only_its_own(

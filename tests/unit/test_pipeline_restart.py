@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
+from aiohttp.test_utils import TestClient, TestServer
 
 from pipeline.checkpoint import CheckpointStore
 from pipeline.holdings import PartitionRuntime
@@ -121,8 +121,10 @@ async def test_each_token_is_saved_and_the_next_process_presents_the_last_one(
             assert path == "/v1/workers", process
             assert headers.get(WORKER_TOKEN_HEADER) == presented, process
             assert saved.load() == ISSUED  # the new incarnation's, for the next restart
+            assert worker.not_ready() == "no lease (no heartbeat acknowledged lately)"
             await worker.session.heartbeat_once()
             assert worker.session.token == RENEWED and saved.load() == RENEWED
+            assert worker.not_ready() is None  # registered, leased, nothing assigned
         finally:
             await worker.client.close()
 
@@ -141,7 +143,17 @@ async def test_the_stop_for_a_restart_reports_last_checkpoints_then_tells_the_le
             rt.loaded.set()
             worker.parts[p] = rt
             worker.holdings.gates.host(p, epoch)
-        await worker.stop_for_restart()
+        worker.session.assigned = {2: 3, 5: 1, 7: 2}
+        assert worker.not_ready() == "1 assigned partitions not open yet (first: 7)"
+        async with TestClient(TestServer(worker.app())) as client:
+            r = await client.get("/v1/ready")
+            assert r.status == 503 and (await r.json())["reason"].startswith("1 assigned")
+            worker.session.assigned = {2: 3, 5: 1}
+            r = await client.get("/v1/ready")
+            assert r.status == 200 and await r.json() == {"ready": True}
+            await worker.stop_for_restart()
+            r = await client.get("/v1/ready")
+            assert (r.status, (await r.json())["reason"]) == (503, "stopping")
         assert worker.stopped.is_set()
         paths = [path for path, _, _ in fake.seen]
         assert paths[-2:] == ["/v1/checkpoints", "/v1/workers/w1/restarting"]
