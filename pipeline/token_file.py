@@ -8,13 +8,17 @@ and, while the leader still holds its partitions, gets exactly them back under n
 Invariants: the file is only ever replaced whole (written to a new file created with mode
 0600, synced, renamed over the old one, the directory synced), so a crash leaves the old
 token or the new one, never a torn one; a file that others could read (mode beyond 0600),
-that another user owns, that is a symlink, or that names another worker id is never used.
-Blocking: call it from a thread.
+that another user owns, that is a symlink, or that names another worker id is never used;
+and one process at a time uses a state directory (`prepare` takes an exclusive lock on
+`worker.lock` in it for the process's life), so two processes given the same directory
+cannot take the id from each other in turn with the token they share. Blocking: call it
+from a thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -26,6 +30,7 @@ __all__ = ["TOKEN_FILE_NAME", "TokenFile"]
 log = logging.getLogger(__name__)
 
 TOKEN_FILE_NAME = "worker-token.json"
+LOCK_FILE_NAME = "worker.lock"
 # A worker token is at most this long (the coordinator's own bound); the file a few more.
 TOKEN_CHARS_MAX = 256
 FILE_BYTES_MAX = 1024
@@ -36,12 +41,32 @@ class TokenFile:
         self.dir = Path(state_dir)
         self.path = self.dir / TOKEN_FILE_NAME
         self.worker_id = worker_id
+        self._lock_fd: int | None = None
 
     def prepare(self) -> None:
-        """Create the state directory (mode 0700) if needed; OSError when it cannot be."""
+        """Create the state directory (mode 0700) if needed and lock it for this process;
+        OSError when it cannot be created or written, or another process holds it."""
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not os.access(self.dir, os.W_OK | os.X_OK):
             raise PermissionError(f"state directory {self.dir} is not writable")
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self.dir / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise BlockingIOError(
+                f"another process uses the state directory {self.dir} (it holds "
+                f"{LOCK_FILE_NAME}): one worker process per state directory"
+            ) from None
+        self._lock_fd = fd  # held until the process exits
+
+    def release(self) -> None:
+        """Give the state directory up (the process stops using it)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def load(self) -> str | None:
         """The saved token of this worker id, or None (no file, or one not to be used)."""

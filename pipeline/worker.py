@@ -276,8 +276,7 @@ class Worker:
                     await asyncio.to_thread(token_file.prepare)
                 except OSError as exc:
                     raise StartRefused(
-                        f"cannot keep the worker token in --state-dir {token_file.dir}: "
-                        f"{exc.strerror or exc}"
+                        f"cannot use --state-dir {token_file.dir}: {exc.strerror or exc}"
                     ) from None
             self.session.total_partitions = await self.session.cluster_partitions()
             # Before registering: a worker whose Spark cannot read its input must never
@@ -302,6 +301,8 @@ class Worker:
             await self.client.close()
             await runner.cleanup()
             await self.processor.close()
+            if self.session.token_file is not None:
+                self.session.token_file.release()
 
 
 def run_worker(settings: WorkerSettings, store: ObjectStore, transform: Transform) -> int:

@@ -104,7 +104,7 @@ def make_worker(tmp_path: Path, url: str) -> Worker:
         staging_dir=str(tmp_path / "stage"),
         state_dir=str(tmp_path / "state"),
     )
-    TokenFile(tmp_path / "state", "w1").prepare()  # what Worker.run does first
+    (tmp_path / "state").mkdir(mode=0o700, exist_ok=True)  # Worker.run's prepare makes it
     return Worker(settings, LocalStore(str(tmp_path / "store")))
 
 

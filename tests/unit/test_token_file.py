@@ -25,7 +25,8 @@ def test_saved_then_loaded_with_private_modes(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(f.dir).st_mode) == 0o700
     f.save(TOKEN.replace("w1.3", "w1.4"))
     assert f.load() == TOKEN.replace("w1.3", "w1.4")
-    assert sorted(p.name for p in f.dir.iterdir()) == [TOKEN_FILE_NAME]  # no temp file left
+    # No temp file left beside the token (and the lock file that prepare took).
+    assert sorted(p.name for p in f.dir.iterdir()) == [TOKEN_FILE_NAME, "worker.lock"]
 
 
 def test_another_worker_ids_file_is_not_used(tmp_path: Path) -> None:
@@ -69,6 +70,17 @@ def test_anything_but_a_token_file_is_not_used(tmp_path: Path, content: bytes) -
     with os.fdopen(fd, "wb") as out:
         out.write(content)
     assert f.load() is None
+
+
+def test_one_process_at_a_time_uses_a_state_dir(tmp_path: Path) -> None:
+    first = TokenFile(tmp_path, "w1")
+    first.prepare()
+    second = TokenFile(tmp_path, "w1")
+    with pytest.raises(BlockingIOError, match="another process uses the state directory"):
+        second.prepare()
+    first.release()
+    second.prepare()
+    second.release()
 
 
 def test_an_unusable_state_dir_is_an_error_at_prepare(tmp_path: Path) -> None:
