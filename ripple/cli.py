@@ -292,6 +292,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_ca=_tls_ca(args),
+        state_dir=args.state_dir or None,
+        store_uri=args.store,
+        leave_on_sigterm=args.leave_on_sigterm,
     )
     transform = load_transform(args.transform) if args.transform else identity
     return run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
@@ -403,6 +406,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--join-token",
         default=os.environ.get("RIPPLE_JOIN_TOKEN"),
         help="the cluster's join token, if it has one (env RIPPLE_JOIN_TOKEN)",
+    )
+    w.add_argument(
+        "--state-dir",
+        default=os.environ.get("RIPPLE_STATE_DIR"),
+        metavar="DIR",
+        help="where the worker keeps its current token (mode 600), so that the same command "
+        "started again rejoins to the same partitions (env RIPPLE_STATE_DIR; none: a restart "
+        "waits until the leader gives the old process up, and its partitions move)",
+    )
+    w.add_argument(
+        "--leave-on-sigterm",
+        action="store_true",
+        help="SIGTERM leaves (drains: partitions move away, then exit) instead of restarting "
+        "(the default: partitions held for the process started again, rejoin_grace_s)",
     )
     w.add_argument("--batch-interval-s", type=float, default=0.5)
     w.add_argument("--max-keys-per-partition", type=int, default=2000)

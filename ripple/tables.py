@@ -51,6 +51,7 @@ def render_status(s: dict[str, Any]) -> str:
             f"last backup: applied index {b['applied_index']}, term {b['term']}, taken "
             f"{taken:%Y-%m-%d %H:%M:%S} UTC, cluster {b['cluster_id']}, {b['size_bytes']} bytes"
         )
+    lines += [f"warning: {w}" for w in s.get("warnings", [])]
     return "\n".join(lines)
 
 

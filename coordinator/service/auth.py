@@ -45,6 +45,7 @@ from coordinator.config import ClusterConfig
 from coordinator.core.model import WorkerId, WorkerState
 from coordinator.core.state import ClusterState
 from shared.errors import RequestError
+from shared.worker_calls import WORKER_TOKEN_HEADER
 
 __all__ = [
     "TOKEN_LEN_MAX",
@@ -236,9 +237,6 @@ def verify_token(expected: str, header: str | None, what: str) -> None:
 
 
 # -- admission ---------------------------------------------------------------------------------
-
-# The header a registration presents a live worker id's current token in, to take it over.
-WORKER_TOKEN_HEADER = "Ripple-Worker-Token"
 
 
 @dataclass(frozen=True, slots=True)

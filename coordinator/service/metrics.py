@@ -54,7 +54,7 @@ OVERFLOW_LABELS = ("other", "other", "other")
 PROPOSAL_SERIES_MAX = 1024
 PROPOSAL_OVERFLOW_LABELS = ("other", "other")
 PROPOSAL_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
-LIVENESS = ("alive", "suspected", "dead", "unknown")
+LIVENESS = ("alive", "suspected", "restarting", "dead", "unknown")
 IN_FLIGHT_PHASES = tuple(
     p for p in MigrationPhase if p not in (MigrationPhase.DONE, MigrationPhase.ABORTED)
 )

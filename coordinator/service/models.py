@@ -80,6 +80,9 @@ class RegisterRequest(_Request):
             json_schema_extra={"pattern": ADDRESS_PATTERN},
         ),
     ]
+    # The worker's --store: refused (409 store_mismatch) when it is not the cluster's store,
+    # whose checkpoint references would all be fenced. Absent: not checked.
+    store: Annotated[str, Field(min_length=1, max_length=URI_LEN_MAX)] | None = None
 
 
 class RegisterResponse(_Response):
@@ -131,6 +134,19 @@ class HeartbeatResponse(_Response):
     token_expires_at_ms: int | None = None
 
 
+class RestartingRequest(_Request):
+    incarnation: Positive
+
+
+class RestartingResponse(_Response):
+    worker_id: str
+    incarnation: int
+    # Partitions the leader holds for the worker (it gets them back if it registers again in
+    # time, with its saved token), and how long it holds them.
+    partitions: int
+    rejoin_grace_s: float
+
+
 class CheckpointEntry(_Request):
     partition: NonNeg
     epoch: NonNeg
@@ -161,7 +177,7 @@ class WorkerView(_Response):
     state: str
     registered_at_ms: int
     partitions: int
-    liveness: str | None = None  # leader only: alive | suspected | dead
+    liveness: str | None = None  # leader only: alive | suspected | dead | restarting
     load: float | None = None
     failing_partitions: int | None = None  # leader only: owned partitions whose batches fail
     # Leader only: records its partitions have not processed yet, summed over those whose
@@ -384,6 +400,11 @@ class HealthResponse(_Response):
     # Why this node stopped applying entries and left Raft (an entry of a command set it
     # does not speak); None while it applies them. Alert on it.
     halted: str | None = None
+    # Whether the cluster file sets `store`: without it every checkpoint is fenced, and
+    # partitions recover only by replaying the source log from the start.
+    store_set: bool = True
+    # What an operator should fix about this cluster's settings, in words (empty: nothing).
+    warnings: list[str] = []
 
 
 class CoordinatorVersions(_Response):
@@ -426,6 +447,7 @@ class StatusResponse(_Response):
     coordinators: list[CoordinatorVersions]
     # The newest backup `ripple backup` stored and recorded; None before the first.
     last_backup: BackupView | None = None
+    warnings: list[str] = []  # as in /v1/health
 
 
 DrainResponse.model_rebuild()

@@ -113,6 +113,18 @@ def summary(state: ClusterState) -> m.ClusterSummary:
     return m.ClusterSummary(**state.summary())
 
 
+NO_STORE_WARNING = (
+    "the cluster file sets no store: every checkpoint is fenced, so a partition that changes "
+    "owner or restarts is rebuilt by replaying its whole source log; set store to the "
+    "workers' --store"
+)
+
+
+def warnings(node: CoordinatorNode) -> list[str]:
+    """What an operator should fix about the cluster's settings (empty: nothing)."""
+    return [] if node.config.store else [NO_STORE_WARNING]
+
+
 async def health(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     want_digest = query_bool(request, "digest")
@@ -151,6 +163,8 @@ async def health(request: web.Request) -> web.Response:
             ),
             finalized_command_set_version=finalized,
             halted=st.halted,
+            store_set=bool(node.config.store),
+            warnings=warnings(node),
         )
     )
 
@@ -192,6 +206,7 @@ async def status(request: web.Request) -> web.Response:
             last_backup=None
             if state.last_backup is None
             else m.BackupView(**dataclasses.asdict(state.last_backup)),
+            warnings=warnings(view.node),
         )
     return json_reply(body)
 
