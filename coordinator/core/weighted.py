@@ -11,6 +11,9 @@ of its partitions' weights. One round:
    far below it, one partition moves from the most loaded worker to the least loaded: the
    one whose weight is nearest half their difference, and only if it is less than the whole
    difference, so every move strictly lowers the sum of squared loads and the loop ends.
+   When no single partition fits (the busiest holds only partitions heavier than the
+   difference), it swaps one of them for a lighter one of a less loaded worker, on the same
+   rule: the two weights differ by less than the two loads do, nearest half of it.
 3. A round where a worker joined (an eligible worker owns nothing) or left (a partition has
    no eligible owner) moves at most `moves_lower_bound` partitions in all: never more than
    count balancing would move for the same change.
@@ -36,6 +39,12 @@ BALANCE_TOLERANCE_DEFAULT = 0.1
 # Every balancing step strictly lowers the sum of squared loads, so the loop ends; this caps
 # it anyway (steps per partition, plus one per worker for those found stuck).
 STEPS_PER_PARTITION_MAX = 2
+# A worker no single move relieves looks for a swap with this many of the least loaded.
+SWAP_PARTNERS_MAX = 32
+# A move must leave the pair at least this fraction of their difference better off: a
+# partition weighing the whole difference only swaps which of the two is the busier, and
+# float rounding must not let two plans trade it back and forth.
+GAP_MARGIN = 1e-9
 
 
 class _Loads:
@@ -101,10 +110,31 @@ def _pick(held: list[tuple[float, int]], gap: float) -> tuple[float, int] | None
     (the highest id of its weight) and the lightest at or above it (the lowest id)."""
     i = bisect_left(held, (gap / 2, -1))
     below = held[i - 1] if i > 0 and held[i - 1][0] > 0.0 else None
-    above = held[i] if i < len(held) and held[i][0] < gap else None
+    above = held[i] if i < len(held) and held[i][0] < gap * (1 - GAP_MARGIN) else None
     if below is None or above is None:
         return below or above
     return below if gap / 2 - below[0] <= above[0] - gap / 2 else above
+
+
+def _swap(loads: _Loads, hot: str) -> tuple[tuple[float, int], str, tuple[float, int]] | None:
+    """(a partition of `hot`, a less loaded worker, its partition to take back) whose weights
+    differ by less than the two loads and nearest half of that; None if no pair does."""
+    partners = sorted((w for w in loads.load if w != hot), key=lambda w: (loads.load[w], w))
+    best: tuple[float, tuple[float, int], str, tuple[float, int]] | None = None
+    for other in partners[:SWAP_PARTNERS_MAX]:
+        gap = loads.load[hot] - loads.load[other]
+        theirs = loads.held[other]
+        if gap <= 0.0 or not theirs:
+            continue
+        for mine in loads.held[hot]:
+            # Want their weight near mine - gap / 2, and strictly between mine - gap and mine.
+            i = bisect_left(theirs, (mine[0] - gap / 2, -1))
+            for j in (i - 1, i):
+                if 0 <= j < len(theirs) and 0.0 < mine[0] - theirs[j][0] < gap * (1 - GAP_MARGIN):
+                    miss = abs(mine[0] - theirs[j][0] - gap / 2)
+                    if best is None or miss < best[0]:
+                        best = (miss, mine, other, theirs[j])
+    return None if best is None else best[1:]
 
 
 def plan_weighted(
@@ -163,17 +193,23 @@ def plan_weighted(
         if loads.load[hot] <= high and loads.load[cold] >= low:
             break
         best = _pick(loads.held[hot], loads.load[hot] - loads.load[cold])
-        if best is None:
-            stuck.add(hot)
-            continue
-        weight, p = best
-        loads.remove(hot, weight, p)
-        loads.add(cold, weight, p)
-        result[p] = cold
-        if owners[p] is not None and owners[p] != cold:
-            moved.add(p)
+        if best is not None:
+            steps = [(best, hot, cold)]
         else:
-            moved.discard(p)
+            swap = _swap(loads, hot) if budget - len(moved) >= 2 else None
+            if swap is None:
+                stuck.add(hot)
+                continue
+            mine, other, theirs = swap
+            steps = [(mine, hot, other), (theirs, other, hot)]
+        for (weight, p), source, target in steps:
+            loads.remove(source, weight, p)
+            loads.add(target, weight, p)
+            result[p] = target
+            if owners[p] is not None and owners[p] != target:
+                moved.add(p)
+            else:
+                moved.discard(p)
     return result
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import placement_skew
 from coordinator.config import load_config
 from coordinator.core.commands import Assignment, AssignPartitions, Bootstrap, RegisterWorker
 from coordinator.core.load import LoadBook
@@ -303,3 +304,16 @@ def test_bad_load_settings_name_the_setting(tmp_path: Path, body: str, key: str,
 def test_load_stale_s_follows_the_timeout(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, "heartbeat_timeout_s = 12"), env={})
     assert config.load_stale_s == pytest.approx(6.0) and config.balance_tolerance == 0.1
+
+
+def test_the_skewed_bench_meets_its_goal() -> None:
+    """`python -m bench placement`'s Zipf case, quick: load-aware within 1.15 of the mean
+    where count-based is not, and a join or leave within the count lower bound."""
+    rows = placement_skew.run(quick=True)
+    for name, row in rows.items():
+        if name.endswith("/load_aware"):
+            assert row["load_max_over_mean"] <= 1.15, (name, row)
+            if "/join/" in name or "/leave/" in name:
+                assert row["moves"] <= row["moves_lower_bound"], (name, row)
+        if name.endswith("/balance/count_based"):
+            assert row["load_max_over_mean"] > 1.3, (name, row)
