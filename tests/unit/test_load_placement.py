@@ -19,8 +19,10 @@ from coordinator.core.placement import moves, moves_lower_bound, plan_balanced
 from coordinator.core.planner import Planner, PlannerSettings
 from coordinator.core.state import ClusterState, apply, replace
 from coordinator.core.weighted import plan_weighted, weighted_spread
+from coordinator.service import models as m
+from coordinator.service.http.request import parse_body
 from pipeline.input_rate import RATE_SAMPLE_S_MIN, InputRate
-from shared.errors import ConfigError
+from shared.errors import ConfigError, RequestError
 
 POOL = [f"w{i:02d}" for i in range(12)]
 
@@ -317,3 +319,13 @@ def test_the_skewed_bench_meets_its_goal() -> None:
                 assert row["moves"] <= row["moves_lower_bound"], (name, row)
         if name.endswith("/balance/count_based"):
             assert row["load_max_over_mean"] > 1.3, (name, row)
+
+
+@pytest.mark.parametrize(("rate", "why"), [("-1", "greater than or equal"), ("NaN", "finite")])
+def test_a_heartbeat_with_a_bad_rate_is_a_400(rate: str, why: str) -> None:
+    body = '{"incarnation": 1, "partitions": {"0": {"epoch": 1, "offset": 0, "rate": %s}}}'
+    with pytest.raises(RequestError) as err:
+        parse_body((body % rate).encode(), m.HeartbeatRequest)
+    assert err.value.status == 400 and why in err.value.message
+    ok = parse_body((body % "2.5").encode(), m.HeartbeatRequest)
+    assert ok.partitions["0"].rate == 2.5
