@@ -131,8 +131,10 @@ class Processor:
                 batch = await asyncio.to_thread(
                     feed.plan, {p: rt.offset for p, rt in open_now.items()}
                 )
+                listed = time.monotonic()
                 for p, head in batch.heads.items():
                     open_now[p].source_end = head
+                    open_now[p].input_rate.observe(head, listed)
                 planned = time.monotonic()
                 self.batch_seconds["plan"] += planned - began
                 if not batch:
