@@ -18,7 +18,7 @@ def test_a_timeout_names_what_was_awaited_and_the_last_error() -> None:
     def flaky() -> None:
         raise ValueError("connection refused")
 
-    with pytest.raises(AssertionError, match="a leader .*connection refused"):
+    with pytest.raises(AssertionError, match=r"a leader .*connection refused"):
         wait_until(flaky, "a leader", timeout_s=0.2, every_s=0.01)
 
 
