@@ -50,16 +50,28 @@ Online membership (docs/design.md §10; pysyncobj's dynamic membership on, nodes
   single-server changes) but never sets the `__changeClusterIDx` it checks, so two changes
   proposed together would both be appended.
 - `__doApplyCommand`: marks the apply path for the above.
-- `__updateClusterConfiguration` (the dump's voter set): the member table is republished.
+- `__updateClusterConfiguration` (the dump's voter set, at start or when the leader sends
+  one): the link to the leader that sent the dump is kept even when the dump predates that
+  leader's addition (its voter set lacks it), or the node would drop the only link the
+  entries adding the leader can come by and never catch up; the member table is
+  republished.
 - `_onTick`: a node that is not a voter (joining, or removed) has its election deadline
   pushed out on every tick, so it never starts an election: a joining node that campaigned
   before its admission would come in at a higher term and depose the leader with its vote
   requests (the join race).
 - `__onMessageReceived`: a node that is not a voter ignores vote requests and `timeout_now`:
   it neither votes nor takes a leadership handed to it.
+- `_checkCommandsToApply`: held while the leader hands its leadership over, as Raft's
+  leadership transfer asks: pysyncobj sends `timeout_now` only to a voter that holds the
+  leader's whole log, which under a steady write load it never quite does. Proposals wait
+  in pysyncobj's queue meanwhile (forwarded to the new leader once there is one).
 - Learners: the leader feeds a node about to be added through pysyncobj's read-only feed
   (`__readonlyNodes`, `__raftNextIndex`, `__raftMatchIndex`, read by `__sendAppendEntries`),
-  the dump and then the log, while no majority counts it; it is added once caught up.
+  while no majority counts it; it is added once caught up. It is always fed a dump first
+  (`replication.reconfig` compacts the leader's log when it has none): the dump's voter set
+  is exact, where replaying membership entries from the start over the voters it was told of
+  is not (pysyncobj undoes a truncated entry's change even when the entry changed nothing,
+  so a truncation during the catch-up could drop a current voter).
 
 Other invariants: the one replicated method (`_apply_entry`) never raises
 (`replication.entry`); the machine is touched only under the apply lock; the only attribute
@@ -177,6 +189,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         self._ripple_voter = not settings.joining
         self._ripple_applying = False
         self._ripple_proposing = False
+        self._ripple_holding = False  # new commands wait (`hold_commands`)
         self._ripple_on_voter: Callable[[bool], None] | None = None
         self._ripple_stale_view = True
         self._ripple_scanned_to = 0  # the log is scanned for pending changes up to here
@@ -428,7 +441,14 @@ class RaftNode(SyncObj):  # type: ignore[misc]
 
     # Overrides pysyncobj's private SyncObj.__updateClusterConfiguration (its name, mangled).
     def _SyncObj__updateClusterConfiguration(self, newNodes: Any) -> None:
-        SyncObj._SyncObj__updateClusterConfiguration(self, newNodes)
+        leader = self._SyncObj__raftLeader
+        keep = leader is not None and leader != self.selfNode and leader not in set(newNodes)
+        transport = self.transport()
+        transport.keep_link = leader if keep else None
+        try:
+            SyncObj._SyncObj__updateClusterConfiguration(self, newNodes)
+        finally:
+            transport.keep_link = None
         for node in self._SyncObj__otherNodes:
             if isinstance(node, MemberNode):
                 self._ripple_known[node.address] = node.member()
@@ -529,6 +549,19 @@ class RaftNode(SyncObj):  # type: ignore[misc]
 
     def last_index(self) -> int:
         return int(self._SyncObj__getCurrentLogIndex())
+
+    def first_index(self) -> int:
+        """The first entry this node's journal holds (1 until a compaction trims it)."""
+        return int(self._SyncObj__raftLog[0][1])
+
+    def hold_commands(self, hold: bool) -> None:
+        """Append no new command while held (a leadership transfer, module doc)."""
+        self._ripple_holding = hold
+
+    # Overrides SyncObj._checkCommandsToApply (pysyncobj's own name).
+    def _checkCommandsToApply(self) -> None:
+        if not self._ripple_holding:
+            SyncObj._checkCommandsToApply(self)
 
     def machine(self) -> StateMachine:
         """The machine, restoring a snapshot pysyncobj loaded since the last call.

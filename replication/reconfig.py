@@ -58,13 +58,14 @@ class Reconfiguration:
         return {a: Progress(match_index=m, answered_s_ago=age) for a, (m, age) in raw.items()}
 
     async def catch_up(self, member: Member, *, timeout_s: float) -> int:
-        """Feed `member` the dump and the log as a learner until it is within
+        """Feed `member` a dump and then the log as a learner until it is within
         CATCH_UP_LAG_MAX entries of this leader's log; its match index then. The feed goes
         on until `forget` (or the membership entry that makes it a voter). Raises
         NoLeaderError when this node stops leading, OutcomeUnknownError on the timeout."""
+        deadline = time.monotonic() + timeout_s
+        await self._compacted(deadline)
         with self._raft_lock:
             self._node.learn(member)
-        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._raft_lock:
                 if not self._node._isLeader():
@@ -77,6 +78,24 @@ class Reconfiguration:
         raise OutcomeUnknownError(
             f"{member.id} ({member.raft}) did not catch up within {timeout_s:g} s"
         )
+
+    async def _compacted(self, deadline: float) -> None:
+        """Make sure this leader's log starts at a dump, so a new node (whose journal holds
+        only its first entry) is sent the dump before any entry: its voter set is then the
+        dump's, exact, and not one replayed from the voters it was told of (raft_node's
+        module doc)."""
+        with self._raft_lock:
+            if self._node.first_index() > 1:
+                return
+            self._node.forceLogCompaction()
+        while time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)
+            with self._raft_lock:
+                if not self._node._isLeader():
+                    raise NoLeaderError("leadership lost while compacting for a new node")
+                if self._node.first_index() > 1:
+                    return
+        raise OutcomeUnknownError("the leader's log was not compacted in time")
 
     def forget(self, raft: str) -> None:
         """Stop feeding the learner at `raft`."""
@@ -108,8 +127,18 @@ class Reconfiguration:
 
     async def transfer_leadership(self, to: Member, *, timeout_s: float) -> None:
         """Hand the leadership to the voter `to` (Raft's TimeoutNow) and wait until this node
-        no longer leads. pysyncobj sends it only while `to` holds this leader's whole log,
-        so under writes it is asked again until then."""
+        no longer leads. pysyncobj sends it only while `to` holds this leader's whole log, so
+        new commands are held meanwhile (they wait, then go to the new leader) and it is
+        asked again until `to` has caught up."""
+        with self._raft_lock:
+            self._node.hold_commands(True)
+        try:
+            await self._transfer(to, timeout_s)
+        finally:
+            with self._raft_lock:
+                self._node.hold_commands(False)
+
+    async def _transfer(self, to: Member, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._raft_lock:

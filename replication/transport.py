@@ -209,6 +209,9 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
         # so their attempts are counted as removed_node rather than as strangers'.
         self._ripple_removed: set[str] = set()
         self._ripple_removed_ips: set[str] = set()
+        # A node whose link `dropNode` leaves open (the leader feeding this node a dump
+        # that does not name it yet; `RaftNode.__updateClusterConfiguration`).
+        self.keep_link: Any = None
         self._ripple_allowed_at = float("-inf")
         super().__init__(syncObj, selfNode, otherNodes)
 
@@ -290,6 +293,11 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
             conn.setOnMessageReceivedCallback(lambda m: self._onMessageReceived(node, m))
             conn.setOnDisconnectedCallback(lambda: self._onDisconnected(conn))
             self._connections[node] = conn
+
+    def dropNode(self, node: Any) -> None:
+        if self.keep_link is not None and node == self.keep_link:
+            return
+        super().dropNode(node)
 
     def _onIncomingMessageReceived(self, conn: Connection, message: Any) -> None:
         # The peer names the node it is. Only configured nodes, from that node's host: no

@@ -212,3 +212,20 @@ async def test_a_joining_node_left_without_a_leader_does_not_disrupt_the_cluster
         if guarded:
             assert c.logs[3].status().term <= term
             assert await c.leader([0, 1, 2]) == new
+
+
+async def test_a_new_node_catches_up_from_a_dump_older_than_its_leader(tmp_path: Path) -> None:
+    # n3 joins from a dump (voters n0..n2), then leads; n4 is fed that same dump, which does
+    # not name n3: n4 must keep its link to n3 until the entries that add n3 arrive.
+    async with three(tmp_path) as c:
+        old = await c.leader()
+        c.start(3, joining=True)
+        await add(c, old, 3)
+        await c.logs[old].reconfig.transfer_leadership(c.members[3], timeout_s=CHANGE_S)
+        assert await c.leader() == 3
+        assert c.logs[3]._node.first_index() > 1  # its log starts at the dump it was sent
+        c.start(4, [0, 1, 2, 3], joining=True)
+        await add(c, 3, 4)
+        await wait_for(lambda: c.voters(4) == {"n0", "n1", "n2", "n3", "n4"}, "n4's view")
+        await c.logs[3].propose(b"five voters")
+        await wait_for(lambda: c.machines[4].entries[-1:] == [b"five voters"], "n4 applies")
