@@ -16,6 +16,7 @@ import dataclasses
 import ipaddress
 import math
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ __all__ = [
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 
 
 def split_host_port(text: str, field: str) -> tuple[str, int]:
@@ -130,6 +132,11 @@ class NodeSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterConfig:
     cluster_secret: str = ""
+    # Which cluster a node's data directory belongs to (docs/operations.md#cluster-id): copied
+    # into `<node dir>/cluster.id` at a node's first start, and a Raft peer with another id is
+    # refused. Empty: derived from cluster_secret and the nodes below, so nodes started from
+    # one cluster file agree without talking first. The file, once written, wins.
+    cluster_id: str = ""
     admin_token: str = ""
     # POST /v1/workers needs `Authorization: Bearer <join_token>` (or the admin token): only
     # holders can register a worker. A node refuses to start without one unless
@@ -203,6 +210,13 @@ class ClusterConfig:
     raft_handshake_timeout_s: float = 2.0
     raft_idle_timeout_s: float = 1.5
     raft_unauthenticated_connections_max: int = 16
+    # The lowest Raft transport version this node talks at (2 or 3). 2 lets a node of the
+    # previous release in during a rolling upgrade; raise it to 3 once every node runs this
+    # one (docs/operations.md#upgrading).
+    raft_transport_version_min: int = 2
+    # Online membership changes (docs/operations.md#replace-a-node): how long a new node may
+    # take to catch up with the leader's log before its addition is given up.
+    membership_catch_up_timeout_s: float = 120.0
     # Group commit (replication/log.py, docs/operations.md): how many commands and bytes one
     # log entry may carry (entries_max = 1 turns group commit off), how many such entries may
     # be in flight at once, and how many proposals and bytes may wait for a slot (past
@@ -308,6 +322,16 @@ class ClusterConfig:
             raise ConfigError(
                 f"propose_retries_max = {self.propose_retries_max}: must be >= 0",
                 field="propose_retries_max",
+            )
+        if self.cluster_id and not _ID.match(self.cluster_id):
+            raise ConfigError(
+                f"cluster_id = {self.cluster_id!r}: must match [A-Za-z0-9._-]{{1,64}}",
+                field="cluster_id",
+            )
+        if self.raft_transport_version_min not in (2, 3):
+            raise ConfigError(
+                f"raft_transport_version_min = {self.raft_transport_version_min}: must be 2 or 3",
+                field="raft_transport_version_min",
             )
         self._validate_timings()
         self._validate_raft()
@@ -439,6 +463,7 @@ _POSITIVE_KEYS = (
     "group_commit_in_flight_max",
     "proposals_queued_max",
     "proposals_queued_bytes_max",
+    "membership_catch_up_timeout_s",
 )
 
 

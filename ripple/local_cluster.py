@@ -52,6 +52,7 @@ def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
     )
     config = ClusterConfig(
         cluster_secret=secrets.token_urlsafe(32),
+        cluster_id=secrets.token_hex(16),
         admin_token=secrets.token_urlsafe(24),
         join_token=secrets.token_urlsafe(24),
         data_dir=str(Path(data_dir).resolve()),

@@ -10,6 +10,7 @@ command by the proposer, so `apply` stays deterministic on every replica.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import secrets
@@ -24,8 +25,10 @@ from coordinator.core.machine import Machine
 from coordinator.core.state import ClusterState
 from coordinator.service.auth import raft_password
 from coordinator.service.metrics import Metrics
+from coordinator.service.node_dir import cluster_id_of, read_join_record, write_join_record
 from replication.log import (
     MachineRead,
+    Member,
     NoLeaderError,
     OutcomeUnknownError,
     QueueFullError,
@@ -77,14 +80,35 @@ class CoordinatorNode:
         self.config = config
         # Parsed once (the config is immutable): registration checks every address with it.
         self.worker_networks = config.worker_network_list()
-        self.spec = config.node(node_id)
         self.node_id = node_id
         self.machine = Machine()
         self.metrics = Metrics()
         node_dir = config.node_dir(node_id)
+        self.node_dir = node_dir
+        # A node added online knows itself and the voters it joined from its join record; a
+        # configured node from the cluster file. The log's membership entries take over.
+        self.joined = read_join_record(node_dir)
+        if self.joined is not None:
+            me = self.joined.node
+            self.spec = NodeSpec(
+                id=me.id,
+                raft=me.raft,
+                http=me.http,
+                raft_bind=self.joined.raft_bind,
+                scheme="https" if config.tls_cert else "http",
+            )
+            start = (*self.joined.voters, me)
+        else:
+            self.spec = config.node(node_id)
+            start = tuple(Member(id=n.id, raft=n.raft, http=n.http) for n in config.nodes)
+        self.cluster_id = cluster_id_of(node_dir, config)
         settings = RaftSettings(
             self_addr=self.spec.raft,
-            partners=tuple(n.raft for n in config.nodes if n.id != node_id),
+            partners=tuple(m.raft for m in start if m.raft != self.spec.raft),
+            members=start,
+            joining=self.joined is not None and not self.joined.admitted,
+            cluster_id=self.cluster_id,
+            transport_version_min=config.raft_transport_version_min,
             bind_addr=self.spec.raft_listen,
             # Derived with a key of its own: a leaked Raft password gives no worker or
             # call token, and a token gives nothing about the Raft password.
@@ -110,9 +134,47 @@ class CoordinatorNode:
             fsync=config.fsync,
         )
         self.log = ReplicatedLog(settings, self.machine)
+        self.log.on_voter_change(self._voter_changed)
 
     def start(self) -> None:
         self.log.start()
+
+    def _voter_changed(self, voter: bool) -> None:
+        """A node that joined records that the log made it a voter (or undid that), so a
+        restart neither puts a voter back in the joining mode nor lets a node the log never
+        admitted vote."""
+        joined = self.joined
+        if joined is not None and joined.admitted != voter:
+            self.joined = dataclasses.replace(joined, admitted=voter)
+            write_join_record(self.node_dir, self.joined, durable=self.config.fsync)
+
+    # -- membership ------------------------------------------------------------------------
+
+    def spec_of(self, member: Member) -> NodeSpec:
+        """A member of the log as a node of this cluster (its URL with the cluster's scheme)."""
+        return NodeSpec(
+            id=member.id,
+            raft=member.raft,
+            http=member.http,
+            scheme="https" if self.config.tls_cert else "http",
+        )
+
+    def voters(self) -> tuple[NodeSpec, ...]:
+        """The voters as this node's log says (stale on a follower, as every local read)."""
+        return tuple(self.spec_of(m) for m in self.log.membership().voters)
+
+    @property
+    def is_voter(self) -> bool:
+        """False while this node joins (not yet added), and once it learns it was removed."""
+        return self.log.membership().voter
+
+    def node_by_raft(self, raft_addr: str) -> NodeSpec | None:
+        """The node at a Raft address: a voter or learner the log names, else one of the
+        cluster file's (a node removed since, which may still say it leads)."""
+        member = self.log.membership().by_raft(raft_addr)
+        if member is not None:
+            return self.spec_of(member)
+        return self.config.node_by_raft(raft_addr)
 
     def close(self) -> None:
         self.log.close()
@@ -121,9 +183,7 @@ class CoordinatorNode:
 
     def leader_info(self) -> LeaderInfo:
         status = self.log.status()
-        leader = (
-            None if status.leader_addr is None else self.config.node_by_raft(status.leader_addr)
-        )
+        leader = None if status.leader_addr is None else self.node_by_raft(status.leader_addr)
         return LeaderInfo(role=status.role, ready=status.ready, leader=leader, status=status)
 
     @property

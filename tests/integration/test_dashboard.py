@@ -354,6 +354,9 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     assert term in leader_row.split(), leader_row
     stats = page.text("#stats")
     assert f"Leader\n{leader}" in stats, stats
+    # The voters as the leader's log says them, and the cluster id.
+    page.wait(lambda: "voters: n1, n2, n3" in page.text("#nodes-note"), "the voters")
+    assert "cluster id" in page.text("#nodes-note")
 
     page.wait(lambda: all("active" in page.worker_row(x) for x in ("w1", "w2", "w3")), "workers")
     assert "3 active of 3" in page.text("#workers-count")

@@ -256,6 +256,10 @@ class _Node:
         self.locked = False
         self.node_id = "n1"
         self.config = ClusterConfig()
+        self.is_voter = True
+
+    def voters(self) -> tuple[()]:
+        return ()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[ClusterState]:

@@ -140,7 +140,8 @@ async def health(request: web.Request) -> web.Response:
             if info.role is RaftRole.LEADER
             else None,
             state_digest=digest,
-            nodes=[m.NodeRef(id=n.id, url=n.url) for n in node.config.nodes],
+            nodes=[m.NodeRef(id=n.id, url=n.url) for n in node.voters()],
+            voter=node.is_voter,
         )
     )
 
