@@ -10,8 +10,10 @@ moment. Invariants:
   new leader truncates it. A new member's name and HTTP address travel in the same entry that
   makes it a voter, so every node learns them together and no table can disagree with the
   voter set.
-- `MemberNode` is pickled into journals and dumps: its module path and attribute names
-  (`ripple_id`, `http`) stay as they are, or data directories written before stop opening.
+- A `MemberNode` pickles as pysyncobj's own `TCPNode` with two more attributes
+  (`ripple_id`, `http`): journals and dumps name no Ripple class, so a node of the previous
+  release (which applies membership entries too) reads them, and the attribute names stay
+  as they are, or data directories written before stop carrying names.
 - A node known only by its Raft address (a dump written before members carried names) keeps
   that address as its name until an entry names it.
 """
@@ -24,7 +26,7 @@ from typing import Any
 
 from pysyncobj.node import TCPNode
 
-__all__ = ["Member", "MemberNode", "Membership", "member_of", "members_by_raft"]
+__all__ = ["Member", "MemberNode", "Membership", "member_of", "members_by_raft", "named"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,17 +45,25 @@ class MemberNode(TCPNode):  # type: ignore[misc]
         self.ripple_id = member.id
         self.http = member.http
 
-    def member(self) -> Member:
-        return Member(id=self.ripple_id, raft=self.address, http=self.http)
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A TCPNode carrying the two fields: see the module doc.
+        return (TCPNode, (self.address,), {"ripple_id": self.ripple_id, "http": self.http})
+
+
+def named(node: Any) -> Member | None:
+    """The member a pysyncobj node names, when it carries a name (a `MemberNode`, or one
+    read back from a journal or a dump)."""
+    name = getattr(node, "ripple_id", None)
+    if not isinstance(name, str):
+        return None
+    return Member(id=name, raft=str(node.address), http=str(getattr(node, "http", "")))
 
 
 def member_of(node: Any, known: Mapping[str, Member]) -> Member:
     """The member a pysyncobj node stands for: its own fields when it carries them, else what
     `known` says of its address, else its address alone."""
-    if isinstance(node, MemberNode):
-        return node.member()
     address = str(node.address)
-    return known.get(address) or Member(id=address, raft=address, http="")
+    return named(node) or known.get(address) or Member(id=address, raft=address, http="")
 
 
 def members_by_raft(members: Iterable[Member]) -> dict[str, Member]:

@@ -97,7 +97,14 @@ from pysyncobj.syncobj import _COMMAND_TYPE
 from replication.durability import SyncTimes
 from replication.durable_journal import DurableJournal, register_dump
 from replication.entry import PendingSnapshot, SnapshotCell, StateMachine, apply_entry
-from replication.members import Member, MemberNode, Membership, member_of, members_by_raft
+from replication.members import (
+    Member,
+    MemberNode,
+    Membership,
+    member_of,
+    members_by_raft,
+    named,
+)
 from replication.poller import KickNotifier, LoopPoller
 from replication.pysyncobj_pin import check_pysyncobj_version
 from replication.refusals import Refusals
@@ -412,8 +419,8 @@ class RaftNode(SyncObj):  # type: ignore[misc]
             return False
         changed = bool(SyncObj._SyncObj__doChangeCluster(self, request, reverse))
         if changed:
-            if isinstance(node, MemberNode):
-                self._ripple_known[node.address] = node.member()
+            if (member := named(node)) is not None:
+                self._ripple_known[member.raft] = member
             if adding:  # a learner is fed as a voter from now on
                 self._SyncObj__readonlyNodes.discard(node)
             else:
@@ -450,8 +457,8 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         finally:
             transport.keep_link = None
         for node in self._SyncObj__otherNodes:
-            if isinstance(node, MemberNode):
-                self._ripple_known[node.address] = node.member()
+            if (member := named(node)) is not None:
+                self._ripple_known[member.raft] = member
         self._ripple_stale_view = True
 
     # Overrides pysyncobj's private SyncObj.__onMessageReceived (its name, mangled).

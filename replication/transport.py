@@ -240,7 +240,7 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
         return make
 
     def _allowed_ips(self, missed: bool) -> set[str]:
-        """The addresses of the configured nodes' hosts; `missed`: one just connected from
+        """The addresses of the current nodes' hosts; `missed`: one just connected from
         elsewhere, so look again if the last lookup is ALLOWED_HOSTS_RETRY_S old."""
         now = time.monotonic()
         age = now - self._ripple_allowed_at
@@ -300,7 +300,7 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
         super().dropNode(node)
 
     def _onIncomingMessageReceived(self, conn: Connection, message: Any) -> None:
-        # The peer names the node it is. Only configured nodes, from that node's host: no
+        # The peer names the node it is. Only current nodes, from that node's host: no
         # read-only nodes and no utility commands (status, add, remove, transfer) here.
         node = self._nodeAddrToNode.get(message) if isinstance(message, str) else None
         peer_ip = _normalize_ip(conn.peer.rsplit(":", 1)[0])

@@ -92,7 +92,7 @@ async def wait_for_change(
         last: dict[str, Any] = nodes.get("last_change") or {}
         if change is not None and last.get("id") == change["id"] and last["phase"] == "failed":
             raise ClientError(f"the change failed: {last['error']}", code="failed")
-        # Handed off, leadership lost, or another change ran first: ask again.
+        # Handed off, interrupted (leadership lost), or another change ran first: ask again.
     raise ClientError(f"the change did not finish in {ATTEMPTS_MAX} requests", code="failed")
 
 

@@ -13,9 +13,11 @@ removal. Invariants:
 - A refused request changes nothing: every check runs before the learner feed starts.
 - A replacement adds before it removes, so a cluster never has fewer voters than it started
   with; a removal never leaves voters of which fewer than a majority answer the leader.
-- A change runs only on the ready leader; if leadership moves, it ends there (`failed`, or
-  `handed_off` when this node gave the leadership away to be removed) and the caller asks
-  the new leader, where a replacement or removal carries on from where it stopped.
+- A change runs only on the ready leader; if leadership moves, it ends there
+  (`interrupted`, or `handed_off` when this node gave the leadership away to be removed) and
+  the caller asks the new leader, where a replacement or removal carries on from where it
+  stopped. `failed` is a change the same request would fail again (a node that does not
+  catch up, say).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import secrets
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from coordinator.config import check_bind, split_host_port
+from coordinator.config import check_bind, is_wildcard, split_host_port
 from coordinator.core.model import valid_id
 from coordinator.service.node import CoordinatorNode, now_ms
 from replication.log import Member, RaftRole
@@ -55,6 +57,7 @@ class Phase(Enum):
     REMOVING = "removing"  # the entry that drops the old node is appended
     DONE = "done"
     HANDED_OFF = "handed_off"  # ended here: ask the new leader again to finish
+    INTERRUPTED = "interrupted"  # leadership lost midway: ask the new leader again
     FAILED = "failed"
 
 
@@ -74,6 +77,11 @@ _IDS = itertools.count(1)
 
 def _conflict(message: str, field: str | None = None) -> RequestError:
     return RequestError(message, code="conflict", status=409, field=field)
+
+
+def _check_node_id(node_id: str) -> None:
+    if not valid_id(node_id):
+        raise RequestError("node id must match [A-Za-z0-9._-]{1,64}", field="node_id")
 
 
 class MembershipChanges:
@@ -103,6 +111,7 @@ class MembershipChanges:
 
     def add(self, member: Member) -> Change | None:
         """Start adding `member`; None when it is a voter already (nothing to do)."""
+        self._check_syntax(member)
         self._check_idle()
         self._check_new(member, replacing=None)
         if member in self._node.log.membership().voters:
@@ -110,6 +119,7 @@ class MembershipChanges:
         return self._start(ChangeKind.ADD, node=member, old=None)
 
     def remove(self, node_id: str) -> Change:
+        _check_node_id(node_id)
         self._check_idle()
         old = self._voter(node_id)
         self._check_removal(old)
@@ -118,9 +128,9 @@ class MembershipChanges:
     def replace(self, old_id: str, member: Member) -> Change | None:
         """Start replacing the voter `old_id` with `member`. Either half already done (a
         replacement asked again after the leadership moved) is skipped; None when both are."""
+        _check_node_id(old_id)
+        self._check_syntax(member)
         self._check_idle()
-        if not valid_id(old_id):
-            raise RequestError("node id must match [A-Za-z0-9._-]{1,64}", field="node_id")
         voters = self._node.log.membership().voters
         old = next((m for m in voters if m.id == old_id), None)
         added = member in voters
@@ -156,8 +166,6 @@ class MembershipChanges:
             raise _conflict("a membership entry is not committed yet: one change at a time")
 
     def _voter(self, node_id: str) -> Member:
-        if not valid_id(node_id):
-            raise RequestError("node id must match [A-Za-z0-9._-]{1,64}", field="node_id")
         member = self._node.log.membership().by_id(node_id)
         if member is None:
             raise RequestError(
@@ -165,14 +173,19 @@ class MembershipChanges:
             )
         return member
 
-    def _check_new(self, member: Member, *, replacing: Member | None) -> None:
+    def _check_syntax(self, member: Member) -> None:
+        """Bad input is a 400 naming the field, whatever else is going on."""
         if not valid_id(member.id):
             raise RequestError("id must match [A-Za-z0-9._-]{1,64}", field="id")
         try:
-            split_host_port(member.raft, "raft")
+            host, _port = split_host_port(member.raft, "raft")
+            if is_wildcard(host):
+                raise ConfigError(f"raft: {member.raft!r} cannot be dialled", field="raft")
             check_bind(member.http, "http", allow_wildcard=self._node.config.allow_wildcard_bind)
         except ConfigError as exc:
             raise RequestError(exc.message, field=exc.field) from None
+
+    def _check_new(self, member: Member, *, replacing: Member | None) -> None:
         for voter in self._node.log.membership().voters:
             if voter == member and replacing is None:
                 continue  # asked again: nothing to do
@@ -260,11 +273,12 @@ class MembershipChanges:
                 await reconfig.change(add=False, member=old, timeout_s=timeout)
             self._end(Phase.DONE, None)
         except asyncio.CancelledError:
-            self._end(Phase.FAILED, "leadership lost")
+            self._end(Phase.INTERRUPTED, "leadership lost")
             raise
         except Exception as exc:  # every failure ends the change and is reported
             log.warning("membership change %s failed: %s", change.id, exc)
-            self._end(Phase.FAILED, str(exc) or type(exc).__name__)
+            lost = not self._node.is_ready_leader
+            self._end(Phase.INTERRUPTED if lost else Phase.FAILED, str(exc) or type(exc).__name__)
 
     def _heir(self, leaving: Member) -> Member:
         """The voter to hand the leadership to: the furthest along of those answering."""

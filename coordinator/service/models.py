@@ -404,7 +404,14 @@ class ChangeView(_Response):
     node_id: str | None  # the node added
     old_node_id: str | None  # the node removed
     phase: Literal[
-        "catching_up", "adding", "handing_off", "removing", "done", "handed_off", "failed"
+        "catching_up",
+        "adding",
+        "handing_off",
+        "removing",
+        "done",
+        "handed_off",
+        "interrupted",
+        "failed",
     ]
     started_ms: int
     error: str | None = None

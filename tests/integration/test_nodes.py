@@ -1,17 +1,19 @@
 """Coordinator membership online, on real `ripple coordinator` processes: a node joins, is
 added through the admin API and removed again (and refused from then on), the leader is
-replaced with `ripple nodes replace` (docs/operations.md's runbook), and a node whose disk
-died is replaced by a new one. Every rejected request changes nothing. The whole cluster
-replaced under load is test_replace_all.py."""
+replaced with `ripple nodes replace` (docs/operations.md's runbook), a node whose disk
+died is replaced by a new one, and a node of another cluster is refused. Every rejected
+request changes nothing. The whole cluster replaced under load is test_replace_all.py."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
+from coordinator.service.node_dir import write_cluster_id
 from ripple.launch import coordinator_argv
 from shared.ports import free_ports
 from testkit.cluster import ADMIN, Cluster
@@ -19,7 +21,8 @@ from testkit.http import Reply, call
 from testkit.prom import parse, value
 from testkit.wait import wait_until
 
-FAST = {"membership_catch_up_timeout_s": 4.0}
+# Long enough for a real node to catch up on a loaded machine, short for one that never will.
+FAST = {"membership_catch_up_timeout_s": 10.0}
 CHANGE_S = 60.0
 
 
@@ -62,9 +65,9 @@ def everyone_sees(c: Cluster, expected: set[str]) -> None:
     wait_until(agreed, f"every node to see the voters {sorted(expected)}", CHANGE_S)
 
 
-def refused(c: Cluster, reason: str) -> int:
+def refused(c: Cluster, reason: str, among: list[str] | None = None) -> int:
     total = 0
-    for nid in c.alive():
+    for nid in among or c.alive():
         samples = parse(str(c.get(nid, "/metrics").body))
         total += int(value(samples, "ripple_raft_refused_connections_total", reason=reason) or 0)
     return total
@@ -106,6 +109,8 @@ def test_a_node_joins_is_added_then_removed_and_refused(tmp_path: Path) -> None:
         assert started.status == 202 and started.body["change"]["phase"] == "catching_up"
         busy = leader_call(c, "POST", "/v1/admin/nodes", body, token=ADMIN)
         assert busy.status == 409 and "in flight" in busy.body["message"], busy.body
+        also_bad = leader_call(c, "DELETE", "/v1/admin/nodes/n%201", token=ADMIN)
+        assert also_bad.status == 400 and also_bad.body["field"] == "node_id", also_bad.body
         view = change_ended(c)
         assert view["last_change"]["phase"] == "failed" and voters(view) == {"n1", "n2", "n3"}
         assert [n["id"] for n in view["nodes"]] == ["n1", "n2", "n3"]  # no learner left
@@ -196,3 +201,24 @@ def test_a_node_whose_disk_died_is_replaced_and_cannot_come_back_as_itself(
         c.nodes("add", "n5", "--raft", n5.raft, "--http", n5.http)
         everyone_sees(c, (rest - {second}) | {"n5"})
         assert c.write_via_any("/v1/admin/barrier", {}, token=ADMIN).status == 200
+
+
+def test_a_node_whose_directory_belongs_to_another_cluster_is_refused(tmp_path: Path) -> None:
+    # As a node of the cluster a backup was restored from would be: the same file and
+    # secret, another cluster id in its data directory.
+    c = Cluster(tmp_path)
+    write_cluster_id(c.config.node_dir("n3"), "another-cluster")
+    with contextlib.ExitStack() as stack:
+        stack.callback(c.stop_all)
+        c.start_all()
+        leader = c.leader(among=["n1", "n2"])
+        wait_until(lambda: c.health("n3"), "n3 to answer")
+        ids = {c.get(n, "/v1/nodes").body["cluster_id"] for n in ("n1", "n2", "n3")}
+        assert len(ids) == 2 and "another-cluster" in ids
+        wait_until(
+            lambda: refused(c, "wrong_cluster", ["n1", "n2"]) >= 1,
+            "n3 refused by the others as another cluster's node",
+        )
+        assert c.health("n3")["leader_id"] is None  # type: ignore[index]
+        assert c.write_via_any("/v1/admin/barrier", {}, token=ADMIN).status == 200
+        assert c.health(leader)["role"] == "leader"  # type: ignore[index]
