@@ -5,9 +5,11 @@ variable < command-line flag. The node list (`[[nodes]]`) comes from the file on
 bound the coordinator enforces is a named key here, so an operator can see and change it.
 
 The worker timings follow `heartbeat_timeout_s` unless set: `heartbeat_interval_s` =
-timeout / 6, `suspect_after_s` = timeout / 2, `lease_s` = timeout * 2 / 3 (5, 15 and 20 s
-at the default 30 s). So changing the one timeout alone always gives a valid set, and the
-order the validation demands (interval < lease < timeout, suspect < timeout) holds.
+timeout / 6, `suspect_after_s` = timeout / 2, `lease_s` = timeout * 2 / 3 and
+`rejoin_grace_s` = timeout * 2 (5, 15, 20 and 60 s at the default 30 s). So changing the one
+timeout alone gives a valid set (up to a sixth of `worker_token_lifetime_s`, 600 s at its
+default: a rejoining worker's saved token must outlast timeout + grace), and the order the
+validation demands (interval < lease < timeout, suspect < timeout) holds.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import dataclasses
 import ipaddress
 import math
 import os
-import re
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -24,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinator.core.versions import COMMAND_SET_VERSION
+from replication import settings as rs
 from shared.checkpoint_ref import store_base
 from shared.errors import ConfigError
 
@@ -40,7 +43,6 @@ __all__ = [
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 
 
 def split_host_port(text: str, field: str) -> tuple[str, int]:
@@ -100,13 +102,17 @@ DERIVED_TIMINGS = {
     "heartbeat_interval_s": 1 / 6,
     "suspect_after_s": 1 / 2,
     "lease_s": 2 / 3,
+    # How long the leader holds the partitions of a worker that said it is restarting. Twice
+    # the timeout: a restart that never comes back costs one timeout more than a crash, and
+    # one that does (a process restart, a pod rescheduled with its volume) fits with room.
+    "rejoin_grace_s": 2.0,
 }
 # "Not set": NaN cannot come from a file, the environment or a flag (`_coerce` refuses
 # non-finite numbers), so it cannot be mistaken for a value an operator chose.
 _UNSET = math.nan
-# pysyncobj's connection timeout, fixed in replication/log.py: the election timeout must
-# stay below it or pysyncobj asserts at start.
-RAFT_MAX_TIMEOUT_S_MAX = 1.5
+# pysyncobj asserts at start that its connection timeout (the Raft idle timeout, default
+# replication/settings.py's) is at least the election timeout: the cap keeps them in order.
+RAFT_MAX_TIMEOUT_S_MAX = rs.CONNECTION_TIMEOUT_S_DEFAULT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,11 +138,6 @@ class NodeSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterConfig:
     cluster_secret: str = ""
-    # Which cluster a node's data directory belongs to (docs/operations.md#cluster-id): copied
-    # into `<node dir>/cluster.id` at a node's first start, and a Raft peer with another id is
-    # refused. Empty: derived from cluster_secret and the nodes below, so nodes started from
-    # one cluster file agree without talking first. The file, once written, wins.
-    cluster_id: str = ""
     admin_token: str = ""
     # POST /v1/workers needs `Authorization: Bearer <join_token>` (or the admin token): only
     # holders can register a worker. A node refuses to start without one unless
@@ -165,11 +166,15 @@ class ClusterConfig:
     tls_ca: str = ""
     total_partitions: int = 128
     min_cluster_size: int = 1
-    # The three `_UNSET` timings are derived from heartbeat_timeout_s in __post_init__.
+    # The `_UNSET` timings are derived from heartbeat_timeout_s in __post_init__.
     heartbeat_interval_s: float = _UNSET
     suspect_after_s: float = _UNSET
     heartbeat_timeout_s: float = 30.0
     lease_s: float = _UNSET
+    # A worker that announced a restart (POST /v1/workers/{id}/restarting) keeps its
+    # partitions this long: no death verdict, no reassignment, no balance move of them; back
+    # within it (re-registered with its own token) it gets them again under new epochs.
+    rejoin_grace_s: float = _UNSET
     checkpoint_interval_s: float = 10.0
     data_dir: str = "./ripple-data"
     placement_strategy: str = "balanced"
@@ -194,22 +199,23 @@ class ClusterConfig:
     fallback_after_failures: int = 3
     full_replay_fallback: bool = True
     worker_call_timeout_s: float = 5.0
-    raft_min_timeout_s: float = 0.3
-    raft_max_timeout_s: float = 0.6
-    append_entries_period_s: float = 0.05
-    leader_fallback_timeout_s: float = 2.0
-    log_compaction_min_entries: int = 5000
-    log_compaction_min_time_s: float = 300.0
+    # Raft's timing and log compaction: replication/settings.py's defaults, in one place.
+    raft_min_timeout_s: float = rs.RAFT_MIN_TIMEOUT_S_DEFAULT
+    raft_max_timeout_s: float = rs.RAFT_MAX_TIMEOUT_S_DEFAULT
+    append_entries_period_s: float = rs.APPEND_ENTRIES_PERIOD_S_DEFAULT
+    leader_fallback_timeout_s: float = rs.LEADER_FALLBACK_TIMEOUT_S_DEFAULT
+    log_compaction_min_entries: int = rs.LOG_COMPACTION_MIN_ENTRIES_DEFAULT
+    log_compaction_min_time_s: float = rs.LOG_COMPACTION_MIN_TIME_S_DEFAULT
     # /metrics exports per-partition series (checkpoint age, lag) only up to this many
     # partitions; past it, only cluster-wide aggregates (bounded scrape size).
     metrics_partition_series_max: int = 1024
     # The Raft port (replication/transport.py, docs/operations.md): the largest frame a peer
     # may send, how long a new connection has to prove the cluster secret, the silence after
     # which a link is dropped, and how many connections may be mid-handshake at once.
-    raft_frame_bytes_max: int = 64 * 1024 * 1024
-    raft_handshake_timeout_s: float = 2.0
-    raft_idle_timeout_s: float = 1.5
-    raft_unauthenticated_connections_max: int = 16
+    raft_frame_bytes_max: int = rs.FRAME_BYTES_MAX_DEFAULT
+    raft_handshake_timeout_s: float = rs.HANDSHAKE_TIMEOUT_S_DEFAULT
+    raft_idle_timeout_s: float = rs.CONNECTION_TIMEOUT_S_DEFAULT
+    raft_unauthenticated_connections_max: int = rs.UNAUTHENTICATED_MAX_DEFAULT
     # The lowest Raft transport version this node talks at (2 or 3). 2 lets a node of the
     # previous release in during a rolling upgrade; raise it to 3 once every node runs this
     # one (docs/operations.md#upgrading).
@@ -217,19 +223,27 @@ class ClusterConfig:
     # Online membership changes (docs/operations.md#replace-a-node): how long a new node may
     # take to catch up with the leader's log before its addition is given up.
     membership_catch_up_timeout_s: float = 120.0
-    # Group commit (replication/log.py, docs/operations.md): how many commands and bytes one
-    # log entry may carry (entries_max = 1 turns group commit off), how many such entries may
-    # be in flight at once, and how many proposals and bytes may wait for a slot (past
-    # either bound a write answers 503 with Retry-After).
-    group_commit_entries_max: int = 256
-    group_commit_bytes_max: int = 1_048_576
-    group_commit_in_flight_max: int = 1
-    proposals_queued_max: int = 10_000
-    proposals_queued_bytes_max: int = 64 * 1024 * 1024
+    # Group commit (replication/group_commit.py, docs/operations.md): how many commands and
+    # bytes one log entry may carry (entries_max = 1 turns group commit off), how many such
+    # entries may be in flight at once, and how many proposals and bytes may wait for a slot
+    # (past either bound a write answers 503 with Retry-After).
+    group_commit_entries_max: int = rs.GROUP_COMMIT_ENTRIES_MAX_DEFAULT
+    group_commit_bytes_max: int = rs.GROUP_COMMIT_BYTES_MAX_DEFAULT
+    group_commit_in_flight_max: int = rs.GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
+    proposals_queued_max: int = rs.PROPOSALS_QUEUED_MAX_DEFAULT
+    proposals_queued_bytes_max: int = rs.PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
     # Durable acknowledgements (docs/operations.md#data-directory-and-durability): a write is
     # acknowledged only once a majority has synced it to disk. false, for throwaway clusters
     # only: nothing is synced, and a power cut of a majority can lose acknowledged writes.
     fsync: bool = True
+    # Caps the command-set versions this node speaks and advertises (0: every version this
+    # release speaks, coordinator/core/versions.py). A node held below the newest refuses
+    # newer commands as a node of an older release would: for upgrade drills and tests, set
+    # for one node (RIPPLE_COMMAND_SET_VERSION_MAX, --command-set-version-max).
+    command_set_version_max: int = 0
+    # The largest backup a node serves (GET /v1/admin/backup): its state's snapshot is held
+    # in memory while it is sent, so this bounds the memory one backup takes.
+    backup_bytes_max: int = 1024 * 1024 * 1024
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -299,6 +313,16 @@ class ClusterConfig:
                 f"heartbeat_timeout_s = {self.heartbeat_timeout_s} and <= 604800 (a week)",
                 field="worker_token_lifetime_s",
             )
+        if self.heartbeat_timeout_s + self.rejoin_grace_s > self.worker_token_lifetime_s / 2:
+            # A heartbeat renews the token once half its lifetime is gone, so a stopped
+            # worker's saved token has at least half left, less the silence before it
+            # stopped (at most the timeout): it must still be good when the worker rejoins.
+            raise ConfigError(
+                f"rejoin_grace_s = {self.rejoin_grace_s}: heartbeat_timeout_s + rejoin_grace_s "
+                f"must be <= worker_token_lifetime_s / 2 = {self.worker_token_lifetime_s / 2:g} "
+                "(a restarted worker proves itself with the token it saved)",
+                field="rejoin_grace_s",
+            )
         try:
             self.worker_network_list()
         except ValueError as exc:
@@ -318,15 +342,16 @@ class ClusterConfig:
         for key in _POSITIVE_KEYS:
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{key} = {getattr(self, key)}: must be > 0", field=key)
+        if not 0 <= self.command_set_version_max <= COMMAND_SET_VERSION:
+            raise ConfigError(
+                f"command_set_version_max = {self.command_set_version_max}: must be 0 (no "
+                f"cap) or a version in 1..{COMMAND_SET_VERSION}",
+                field="command_set_version_max",
+            )
         if self.propose_retries_max < 0:
             raise ConfigError(
                 f"propose_retries_max = {self.propose_retries_max}: must be >= 0",
                 field="propose_retries_max",
-            )
-        if self.cluster_id and not _ID.match(self.cluster_id):
-            raise ConfigError(
-                f"cluster_id = {self.cluster_id!r}: must match [A-Za-z0-9._-]{{1,64}}",
-                field="cluster_id",
             )
         if self.raft_transport_version_min not in (2, 3):
             raise ConfigError(
@@ -438,6 +463,7 @@ _POSITIVE_KEYS = (
     "heartbeat_interval_s",
     "suspect_after_s",
     "lease_s",
+    "rejoin_grace_s",
     "checkpoint_interval_s",
     "virtual_nodes",
     "max_concurrent_migrations",
@@ -464,6 +490,7 @@ _POSITIVE_KEYS = (
     "proposals_queued_max",
     "proposals_queued_bytes_max",
     "membership_catch_up_timeout_s",
+    "backup_bytes_max",
 )
 
 

@@ -26,7 +26,15 @@ from typing import Any
 
 from pysyncobj.node import TCPNode
 
-__all__ = ["Member", "MemberNode", "Membership", "member_of", "members_by_raft", "named"]
+__all__ = [
+    "Member",
+    "MemberNode",
+    "Membership",
+    "before_change",
+    "member_of",
+    "members_by_raft",
+    "named",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,11 +78,28 @@ def members_by_raft(members: Iterable[Member]) -> dict[str, Member]:
     return {m.raft: m for m in members}
 
 
+def before_change(
+    voters: tuple[Member, ...], change: Any, known: Mapping[str, Member]
+) -> tuple[Member, ...]:
+    """The voters as they were before the membership entry `change` (pysyncobj's request:
+    kind "add" or "rem", the Raft address, the node) took effect, sorted by id."""
+    address = str(change[1])
+    rest = [m for m in voters if m.raft != address]
+    if change[0] != "add":
+        node = change[2] if len(change) >= 3 else None
+        removed = (named(node) if node is not None else None) or known.get(address)
+        rest.append(removed or Member(id=address, raft=address, http=""))
+    return tuple(sorted(rest, key=lambda m: m.id))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Membership:
     """One node's view of the voters, as its log says (possibly stale on a follower)."""
 
     voters: tuple[Member, ...]  # sorted by id
+    # The voters of the last committed membership entry (sorted by id): `voters` without
+    # the change in flight, equal to it when none is.
+    committed: tuple[Member, ...]
     voter: bool  # this node is one of them (False while joining, and once removed)
     # The index of a membership entry this node has appended but not seen committed; None
     # when every one it holds is committed (one change at a time: at most one is pending).

@@ -101,6 +101,7 @@ from replication.members import (
     Member,
     MemberNode,
     Membership,
+    before_change,
     member_of,
     members_by_raft,
     named,
@@ -202,7 +203,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         self._ripple_scanned_to = 0  # the log is scanned for pending changes up to here
         self._ripple_pending: int | None = None
         self._ripple_membership = Membership(
-            voters=(), voter=self._ripple_voter, pending_index=None, learners=()
+            voters=(), committed=(), voter=self._ripple_voter, pending_index=None, learners=()
         )
         register_dump(settings.dump_path, sync_times if settings.fsync else None)
         conf = syncobj_conf(
@@ -492,8 +493,17 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         if self._ripple_voter:
             voters.append(member_of(self.selfNode, known))
         learners = [member_of(n, known) for n in self._SyncObj__readonlyNodes]
+        latest = tuple(sorted(voters, key=lambda m: m.id))
+        committed = latest
+        if pending is not None:
+            journal = self._SyncObj__raftLog
+            entry = journal[pending - int(journal[0][1])][0]
+            change = self._SyncObj__parseChangeClusterRequest(entry)
+            if change is not None and change[0] in ("add", "rem"):
+                committed = before_change(latest, change, known)
         self._ripple_membership = Membership(
-            voters=tuple(sorted(voters, key=lambda m: m.id)),
+            voters=latest,
+            committed=committed,
             voter=self._ripple_voter,
             pending_index=pending,
             learners=tuple(sorted(learners, key=lambda m: m.id)),

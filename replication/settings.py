@@ -29,9 +29,37 @@ from replication.group_commit import (
 from replication.members import Member
 from replication.wire import TRANSPORT_VERSION, TRANSPORT_VERSION_MIN
 
-__all__ = ["SECRET_BYTES_MIN", "RaftSettings"]
+__all__ = [
+    "APPEND_ENTRIES_PERIOD_S_DEFAULT",
+    "CONNECTION_TIMEOUT_S_DEFAULT",
+    "FRAME_BYTES_MAX_DEFAULT",
+    "GROUP_COMMIT_BYTES_MAX_DEFAULT",
+    "GROUP_COMMIT_ENTRIES_MAX_DEFAULT",
+    "GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT",
+    "HANDSHAKE_TIMEOUT_S_DEFAULT",
+    "LEADER_FALLBACK_TIMEOUT_S_DEFAULT",
+    "LOG_COMPACTION_MIN_ENTRIES_DEFAULT",
+    "LOG_COMPACTION_MIN_TIME_S_DEFAULT",
+    "PROPOSALS_QUEUED_BYTES_MAX_DEFAULT",
+    "PROPOSALS_QUEUED_MAX_DEFAULT",
+    "RAFT_MAX_TIMEOUT_S_DEFAULT",
+    "RAFT_MIN_TIMEOUT_S_DEFAULT",
+    "SECRET_BYTES_MIN",
+    "UNAUTHENTICATED_MAX_DEFAULT",
+    "RaftSettings",
+]
 
 SECRET_BYTES_MIN = 16
+# The tuned timeouts (docs/design.md §2): an election after 0.3-0.6 s of silence, heartbeats
+# every 50 ms (pysyncobj requires raft_min_timeout_s > 3 x the period), a leader that hears
+# no majority for 2 s steps down. The coordinator's config keys default to these.
+RAFT_MIN_TIMEOUT_S_DEFAULT = 0.3
+RAFT_MAX_TIMEOUT_S_DEFAULT = 0.6
+APPEND_ENTRIES_PERIOD_S_DEFAULT = 0.05
+LEADER_FALLBACK_TIMEOUT_S_DEFAULT = 2.0
+CONNECTION_TIMEOUT_S_DEFAULT = 1.5  # also the transport's idle timeout
+LOG_COMPACTION_MIN_ENTRIES_DEFAULT = 5000
+LOG_COMPACTION_MIN_TIME_S_DEFAULT = 300.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,14 +75,14 @@ class RaftSettings:
     secret: str
     journal_path: str
     dump_path: str
-    raft_min_timeout_s: float = 0.3
-    raft_max_timeout_s: float = 0.6
-    append_entries_period_s: float = 0.05
-    leader_fallback_timeout_s: float = 2.0
-    connection_timeout_s: float = 1.5  # also the transport's idle timeout
+    raft_min_timeout_s: float = RAFT_MIN_TIMEOUT_S_DEFAULT
+    raft_max_timeout_s: float = RAFT_MAX_TIMEOUT_S_DEFAULT
+    append_entries_period_s: float = APPEND_ENTRIES_PERIOD_S_DEFAULT
+    leader_fallback_timeout_s: float = LEADER_FALLBACK_TIMEOUT_S_DEFAULT
+    connection_timeout_s: float = CONNECTION_TIMEOUT_S_DEFAULT
     connection_retry_s: float = 0.5
-    log_compaction_min_entries: int = 5000
-    log_compaction_min_time_s: float = 300.0
+    log_compaction_min_entries: int = LOG_COMPACTION_MIN_ENTRIES_DEFAULT
+    log_compaction_min_time_s: float = LOG_COMPACTION_MIN_TIME_S_DEFAULT
     commands_queue_max: int = 10_000
     frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S_DEFAULT

@@ -52,7 +52,6 @@ def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
     )
     config = ClusterConfig(
         cluster_secret=secrets.token_urlsafe(32),
-        cluster_id=secrets.token_hex(16),
         admin_token=secrets.token_urlsafe(24),
         join_token=secrets.token_urlsafe(24),
         data_dir=str(Path(data_dir).resolve()),
@@ -184,6 +183,8 @@ def _start_pipeline(
             spark_remote=spark_url,
             coordinators=urls,
             max_keys_per_partition=config.max_keys_per_partition,
+            # Kept across `ripple up` runs: a worker started again rejoins as itself.
+            state_dir=Path(config.data_dir) / "workers" / f"w{i + 1}",
         )
         env = {"PYSPARK_PYTHON": sys.executable, "RIPPLE_JOIN_TOKEN": config.join_token}
         # SIGINT: a worker stops without draining (the whole local cluster is going down).

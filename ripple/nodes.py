@@ -21,12 +21,8 @@ from typing import Any
 
 from coordinator.client import CoordinatorClient
 from coordinator.config import ClusterConfig, split_host_port
-from coordinator.service.node_dir import (
-    JoinRecord,
-    read_join_record,
-    write_cluster_id,
-    write_join_record,
-)
+from coordinator.service.node_dir import JoinRecord, read_join_record, write_join_record
+from replication.identity import write_cluster_id
 from replication.members import Member
 from ripple.tables import render_nodes
 from shared.errors import ClientError, ConfigError, RippleError

@@ -6,6 +6,11 @@ commit, and turns the machine's result back into the command's own result type o
 `RequestError`. It is the
 only place that touches the wall clock for commands: `now_ms()` is stamped into each
 command by the proposer, so `apply` stays deterministic on every replica.
+
+It is also the one gate of command-set versions (docs/design.md §10): `submit` refuses a
+command above the cluster's finalized version before it is proposed, naming the voter that
+does not speak it (`coordinator/core/versions.refusal`), so no replica meets a command it
+does not speak. The voters are `voters()`.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ from coordinator.config import ClusterConfig, NodeSpec
 from coordinator.core.codec import decode_result, encode_command
 from coordinator.core.commands import CommandResult, Ok, Returns, result_type
 from coordinator.core.machine import Machine
+from coordinator.core.model import FIRST_COMMAND_SET_VERSION
 from coordinator.core.state import ClusterState
-from coordinator.service.auth import raft_password
+from coordinator.core.versions import refusal, spoken, version_of
+from coordinator.service.auth import first_cluster_id, raft_password
 from coordinator.service.metrics import Metrics
-from coordinator.service.node_dir import cluster_id_of, read_join_record, write_join_record
+from coordinator.service.node_dir import read_join_record, write_join_record
+from replication.identity import ensure_cluster_id
 from replication.log import (
     MachineRead,
     Member,
@@ -81,7 +89,10 @@ class CoordinatorNode:
         # Parsed once (the config is immutable): registration checks every address with it.
         self.worker_networks = config.worker_network_list()
         self.node_id = node_id
-        self.machine = Machine()
+        # What this node speaks: every command-set version of this release unless the
+        # config holds it at an older one (a drill; coordinator/core/versions.spoken).
+        self.speaks = spoken(config.command_set_version_max)
+        self.machine = Machine(speaks=self.speaks)
         self.metrics = Metrics()
         node_dir = config.node_dir(node_id)
         self.node_dir = node_dir
@@ -101,7 +112,13 @@ class CoordinatorNode:
         else:
             self.spec = config.node(node_id)
             start = tuple(Member(id=n.id, raft=n.raft, http=n.http) for n in config.nodes)
-        self.cluster_id = cluster_id_of(node_dir, config)
+        self._start_ids = frozenset(m.id for m in start if m.id != self.spec.id or not self.joined)
+        # The cluster this data directory belongs to (its cluster.id): the Raft handshake
+        # refuses another cluster's nodes, and backups name it. A joining node's was written
+        # from its join record, a restored or recovered node's by the restore.
+        self.cluster_id = ensure_cluster_id(
+            node_dir, first_cluster_id(config.cluster_secret), durable=config.fsync
+        )
         settings = RaftSettings(
             self_addr=self.spec.raft,
             partners=tuple(m.raft for m in start if m.raft != self.spec.raft),
@@ -159,9 +176,20 @@ class CoordinatorNode:
             scheme="https" if self.config.tls_cert else "http",
         )
 
-    def voters(self) -> tuple[NodeSpec, ...]:
-        """The voters as this node's log says (stale on a follower, as every local read)."""
+    def voter_nodes(self) -> tuple[NodeSpec, ...]:
+        """The voters as this node's log says, the change in flight included (stale on a
+        follower, as every local read)."""
         return tuple(self.spec_of(m) for m in self.log.membership().voters)
+
+    def voters(self) -> tuple[str, ...]:
+        """The ids of the nodes whose votes make a majority, which must all speak a command's
+        version before it is proposed or finalized: the committed voters of the replicated
+        membership, and while a change is in flight the nodes it adds too (a node being added
+        applies every entry after its addition, so it must speak them as well)."""
+        membership = self.log.membership()
+        ids = {m.id for m in membership.committed + membership.voters}
+        # Before the log's first tick publishes its view, the voters it starts from.
+        return tuple(sorted(ids or self._start_ids))
 
     @property
     def is_voter(self) -> bool:
@@ -190,11 +218,21 @@ class CoordinatorNode:
     def is_ready_leader(self) -> bool:
         return self.log.is_ready_leader
 
+    @property
+    def halted(self) -> str | None:
+        """Why this node stopped applying entries and left Raft, or None."""
+        return self.log.halted
+
     # -- reads -----------------------------------------------------------------------------
 
     def read(self) -> MachineRead[ClusterState]:
         """Local state, never torn; stale on followers (the caller says so)."""
         return self.log.read(_state_of)
+
+    def snapshot_at(self) -> tuple[ClusterState, int, int]:
+        """A copy of the state to encode outside the lock (`ClusterState.detached`), with the
+        exact applied index and term it is of: what a backup holds."""
+        return self.log.read_at(lambda machine: _state_of(machine).detached())
 
     async def barrier(self) -> None:
         try:
@@ -210,6 +248,17 @@ class CoordinatorNode:
         in time."""
         rid = request_id or new_request_id()
         name = type(command).__name__
+        version = version_of(command)
+        if version > FIRST_COMMAND_SET_VERSION:  # every voter speaks the first
+            with self.read() as state:
+                refused = refusal(state, name, version, self.voters())
+            if refused is not None:
+                self.metrics.proposed(name, "refused", 0.0)
+                if refused.status == 503:
+                    raise UnavailableError(refused.message, code=refused.code, field=refused.field)
+                raise RequestError(
+                    refused.message, code=refused.code, status=refused.status, field=refused.field
+                )
         entry = encode_command(command, rid)
         started = time.monotonic()
         outcome = "unknown"

@@ -314,7 +314,7 @@ def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Script
     assert report(p["epoch"], 5) == "fenced"  # offset going backwards
     foreign = next(x for x in parts if x["owner"] != "w1")
     assert report(foreign["epoch"], 10_000, foreign["partition"]) == "fenced"  # not the owner
-    # Issue 11, probe 2: any other reference, even from the owner at its epoch, is fenced.
+    # Any other reference, even from the owner at its epoch, is fenced.
     other = canonical_uri(c.config.store, foreign["partition"], p["epoch"], 10_002)
     base = store_base(c.config.store)
     for uri in (
@@ -339,7 +339,7 @@ def test_checkpoints_fenced_by_epoch_owner_and_offset(env: tuple[Cluster, Script
 def test_release_reply_with_a_foreign_checkpoint_is_fenced(
     env: tuple[Cluster, ScriptedWorkers],
 ) -> None:
-    """Issue 11, probe 2 (release side): a source that names another object in its release
+    """The release side: a source that names another object in its release
     reply does not make it the partition's checkpoint; the hand-off falls back to the last
     accepted one, so the new owner is sent that and never the foreign URI."""
     c, w = env

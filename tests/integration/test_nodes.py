@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from coordinator.service.node_dir import write_cluster_id
+from replication.identity import write_cluster_id
 from ripple.launch import coordinator_argv
 from shared.ports import free_ports
 from testkit.cluster import ADMIN, Cluster

@@ -1,12 +1,13 @@
 """A stranger floods every Raft port of a real three-node cluster under a steady write load.
 
-Issue 11: one connection streaming a frame that claims 2 GiB deposed pysyncobj's leader
-within about a second; a few kept every write failing. With the hardened transport the
-same flood (plus many idle connections per port) changes nothing a client can see: the
-term and the leader stay, every write succeeds, and the nodes count what they refused.
+On pysyncobj's own transport, one connection streaming a frame that claims 2 GiB deposes
+the leader within about a second, and a few keep every write failing. With the hardened
+transport the same flood (plus many idle connections per port) changes nothing a client can
+see: the term and the leader stay, every write succeeds, and the nodes count what they
+refused.
 
-"The slowest write stays under a second" is the issue's own safety criterion under attack,
-not a speed goal: before the fix writes failed outright or took seconds. The bound is
+"The slowest write stays under a second" is a safety criterion under attack, not a speed
+goal: on pysyncobj's transport writes fail outright or take seconds. The bound is
 generous for a loaded 2-core machine (a write takes a few ms here without the flood).
 """
 

@@ -1,5 +1,5 @@
-"""TLS for HTTP (issue 11, probe 5: admin, join and worker tokens travelled in clear text),
-with certificates made in the test (tests/tls.py): a three-node cluster serving https://,
+"""TLS for HTTP (without it, admin, join and worker tokens travel in clear text), with
+certificates made in the test (tests/tls.py): a three-node cluster serving https://,
 redirects and node URLs in https://, the SDK and the CLI verifying against the CA bundle,
 the leader's calls to a TLS worker verified the same way, and the worker's own listener.
 """

@@ -152,9 +152,10 @@ def test_render_leaves_derived_timings_out_so_they_keep_following(tmp_path: Path
         ('heartbeat_timeout_s = "soon"', "heartbeat_timeout_s", "finite number"),
         ("min_cluster_size = 1.5", "min_cluster_size", "int"),
         ("no_such_key = 1", "no_such_key", "unknown config key"),
-        ('cluster_id = "a b"', "cluster_id", "[A-Za-z0-9._-]{1,64}"),
         ("raft_transport_version_min = 4", "raft_transport_version_min", "2 or 3"),
         ("membership_catch_up_timeout_s = 0", "membership_catch_up_timeout_s", "> 0"),
+        ("command_set_version_max = 3", "command_set_version_max", "1..2"),
+        ("command_set_version_max = -1", "command_set_version_max", "0 (no cap)"),
     ],
 )
 def test_validation_errors_name_the_setting_and_the_rule(
