@@ -220,6 +220,10 @@ class ClusterConfig:
     # previous release in during a rolling upgrade; raise it to 3 once every node runs this
     # one (docs/operations.md#upgrading).
     raft_transport_version_min: int = 2
+    # The highest (2 or 3): 2 makes this node speak exactly as a node of the previous release
+    # (a plain version-2 handshake), for upgrade drills and tests; set for one node
+    # (RIPPLE_RAFT_TRANSPORT_VERSION_MAX, --raft-transport-version-max).
+    raft_transport_version_max: int = 3
     # Online membership changes (docs/operations.md#replace-a-node): how long a new node may
     # take to catch up with the leader's log before its addition is given up.
     membership_catch_up_timeout_s: float = 120.0
@@ -357,6 +361,17 @@ class ClusterConfig:
             raise ConfigError(
                 f"raft_transport_version_min = {self.raft_transport_version_min}: must be 2 or 3",
                 field="raft_transport_version_min",
+            )
+        if self.raft_transport_version_max not in (2, 3):
+            raise ConfigError(
+                f"raft_transport_version_max = {self.raft_transport_version_max}: must be 2 or 3",
+                field="raft_transport_version_max",
+            )
+        if self.raft_transport_version_max < self.raft_transport_version_min:
+            raise ConfigError(
+                f"raft_transport_version_max = {self.raft_transport_version_max}: must be >= "
+                f"raft_transport_version_min ({self.raft_transport_version_min})",
+                field="raft_transport_version_max",
             )
         self._validate_timings()
         self._validate_raft()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -47,7 +48,7 @@ from ripple.tables import (
     render_workers,
     table,
 )
-from shared.errors import ConfigError, RippleError
+from shared.errors import ClientError, ConfigError, RippleError
 from shared.version import PACKAGE_VERSION
 
 WATCH_MAX_S = 3600.0
@@ -119,7 +120,13 @@ async def _read(args: argparse.Namespace, path: str, render: Any) -> int:
     async with _client(args) as client:
         body = await client.get(path, consistent=args.consistent)
         if path == "/v1/status":  # with the voters and any membership change in flight
-            nodes = await client.get("/v1/nodes", consistent=args.consistent)
+            nodes = None
+            if body.get("leader_id") is not None:
+                # The leader's view: a change in flight is its memory until it appends one.
+                with contextlib.suppress(ClientError):
+                    nodes = await client.get("/v1/nodes", consistent=True)
+            if nodes is None:  # no leader: this node's log still names the voters
+                nodes = await client.get("/v1/nodes", consistent=args.consistent)
             body = {**body, "membership": nodes}
     _print(body, args.json, render)
     return 0

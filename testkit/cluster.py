@@ -127,7 +127,12 @@ class Cluster(NodeCluster):
     def nodes(self, *args: str, timeout_s: float = NODES_CLI_TIMEOUT_S) -> str:
         """`ripple nodes ARGS` against the live nodes with the admin token; its output, or
         AssertionError with its stderr when it fails."""
-        argv = [sys.executable, "-m", "ripple.cli", "nodes", *args, "--admin-token", ADMIN]
+        return self.ripple("nodes", *args, "--admin-token", ADMIN, timeout_s=timeout_s)
+
+    def ripple(self, *args: str, timeout_s: float = NODES_CLI_TIMEOUT_S) -> str:
+        """`ripple ARGS` against the live nodes; its output, or AssertionError with its
+        stderr when it fails."""
+        argv = [sys.executable, "-m", "ripple.cli", *args]
         for nid in self.alive():
             argv += ["--coordinator", self.url(nid)]
         if self.config.tls_ca:
@@ -136,7 +141,7 @@ class Cluster(NodeCluster):
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
         )
-        assert done.returncode == 0, f"ripple nodes {' '.join(args)}: {done.stderr}"
+        assert done.returncode == 0, f"ripple {' '.join(args)}: {done.stderr}"
         return done.stdout
 
     def ready(self, timeout_s: float = 30.0) -> str:

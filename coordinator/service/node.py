@@ -126,6 +126,7 @@ class CoordinatorNode:
             joining=self.joined is not None and not self.joined.admitted,
             cluster_id=self.cluster_id,
             transport_version_min=config.raft_transport_version_min,
+            transport_version_max=config.raft_transport_version_max,
             bind_addr=self.spec.raft_listen,
             # Derived with a key of its own: a leaked Raft password gives no worker or
             # call token, and a token gives nothing about the Raft password.

@@ -65,6 +65,11 @@ def everyone_sees(c: Cluster, expected: set[str]) -> None:
     wait_until(agreed, f"every node to see the voters {sorted(expected)}", CHANGE_S)
 
 
+def voters_line(leader: str, ids: tuple[str, ...] = ("n1", "n2", "n3")) -> str:
+    """The voters as `ripple status` and `ripple nodes` print them (the leader starred)."""
+    return ", ".join(i + ("*" if i == leader else "") for i in ids)
+
+
 def refused(c: Cluster, reason: str, among: list[str] | None = None) -> int:
     total = 0
     for nid in among or c.alive():
@@ -107,6 +112,12 @@ def test_a_node_joins_is_added_then_removed_and_refused(tmp_path: Path) -> None:
         ghost = {"id": "n5", "raft": f"127.0.0.1:{free_ports(1)[0]}", "http": "127.0.0.1:1"}
         started = leader_call(c, "POST", "/v1/admin/nodes", ghost, token=ADMIN)
         assert started.status == 202 and started.body["change"]["phase"] == "catching_up"
+        # The change in flight, as /metrics and `ripple status` show it (from any node).
+        samples = parse(str(c.get(leader, "/metrics").body))
+        assert value(samples, "ripple_raft_membership_change_in_flight") == 1
+        status = c.ripple("status")
+        assert f"voters: {voters_line(leader)}" in status, status
+        assert "change in flight: add n5 (catching_up)" in status, status
         busy = leader_call(c, "POST", "/v1/admin/nodes", body, token=ADMIN)
         assert busy.status == 409 and "in flight" in busy.body["message"], busy.body
         also_bad = leader_call(c, "DELETE", "/v1/admin/nodes/n%201", token=ADMIN)

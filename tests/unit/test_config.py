@@ -153,6 +153,12 @@ def test_render_leaves_derived_timings_out_so_they_keep_following(tmp_path: Path
         ("min_cluster_size = 1.5", "min_cluster_size", "int"),
         ("no_such_key = 1", "no_such_key", "unknown config key"),
         ("raft_transport_version_min = 4", "raft_transport_version_min", "2 or 3"),
+        ("raft_transport_version_max = 1", "raft_transport_version_max", "2 or 3"),
+        (
+            "raft_transport_version_min = 3\nraft_transport_version_max = 2",
+            "raft_transport_version_max",
+            ">= raft_transport_version_min",
+        ),
         ("membership_catch_up_timeout_s = 0", "membership_catch_up_timeout_s", "> 0"),
         ("command_set_version_max = 3", "command_set_version_max", "1..2"),
         ("command_set_version_max = -1", "command_set_version_max", "0 (no cap)"),
