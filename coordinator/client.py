@@ -2,7 +2,10 @@
 
 `CoordinatorClient` talks to any node of a cluster: reads go to whichever node answers,
 writes follow `307` redirects to the leader (remembering it) and wait out `503` with its
-`Retry-After`, all within named bounds. Errors come back as `ClientError` carrying the
+`Retry-After`, all within named bounds. The nodes it knows grow with the cluster: a
+redirect's leader is remembered, and every NODES_REFRESH_S the node that answered is asked
+for the voters (`/v1/health`), so a client outlives the replacement of every node it was
+started with. Errors come back as `ClientError` carrying the
 server's JSON error (code, message, field) and HTTP status.
 """
 
@@ -26,6 +29,8 @@ REDIRECTS_MAX = 5
 UNAVAILABLE_RETRIES_MAX = 20
 RETRY_AFTER_MAX_S = 2.0
 REQUEST_TIMEOUT_S = 10.0
+NODES_REFRESH_S = 10.0
+URLS_MAX = 64  # nodes remembered; the cluster has a handful, this only bounds a bad answer
 DOWNLOAD_CHUNK_BYTES = 1024 * 1024
 
 _T = TypeVar("_T")
@@ -52,6 +57,7 @@ class CoordinatorClient:
         self._preferred = self.urls[0]
         self.ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
+        self._refreshed_at = time.monotonic()
 
     async def __aenter__(self) -> CoordinatorClient:
         return self
@@ -142,6 +148,10 @@ class CoordinatorClient:
                             self._preferred = (
                                 url[: len(url) - len(path)] if url.endswith(path) else base
                             )
+                            self._learn([self._preferred])
+                            await self._refresh_nodes(
+                                path, value if isinstance(value, dict) else {}
+                            )
                             return value
                     except (aiohttp.ClientError, TimeoutError) as exc:
                         last = exc
@@ -156,6 +166,32 @@ class CoordinatorClient:
         raise ClientError(
             f"no coordinator answered {method} {path}: {last}", code="unreachable", status=503
         )
+
+    def _learn(self, urls: list[str]) -> None:
+        for url in urls:
+            base = url.rstrip("/")
+            if base.startswith(("http://", "https://")) and base not in self.urls:
+                if len(self.urls) >= URLS_MAX:
+                    return
+                self.urls.append(base)
+
+    async def _refresh_nodes(self, path: str, body: dict[str, Any]) -> None:
+        """Learn the voters from a health answer, and ask for one every NODES_REFRESH_S
+        (a failed ask changes nothing: the known nodes stay)."""
+        if path.startswith("/v1/health"):
+            self._learn([str(n.get("url", "")) for n in body.get("nodes", [])])
+            self._refreshed_at = time.monotonic()
+            return
+        if time.monotonic() - self._refreshed_at < NODES_REFRESH_S:
+            return
+        self._refreshed_at = time.monotonic()
+        try:
+            async with self._http().get(self._preferred + "/v1/health") as resp:
+                if resp.status == 200:
+                    health = await _body(resp)
+                    self._learn([str(n.get("url", "")) for n in health.get("nodes", [])])
+        except (aiohttp.ClientError, TimeoutError):
+            pass
 
     async def get(self, path: str, *, consistent: bool = False) -> dict[str, Any]:
         sep = "&" if "?" in path else "?"

@@ -229,6 +229,17 @@ class ClusterConfig:
     raft_handshake_timeout_s: float = rs.HANDSHAKE_TIMEOUT_S_DEFAULT
     raft_idle_timeout_s: float = rs.CONNECTION_TIMEOUT_S_DEFAULT
     raft_unauthenticated_connections_max: int = rs.UNAUTHENTICATED_MAX_DEFAULT
+    # The lowest Raft transport version this node talks at (2 or 3). 2 lets a node of the
+    # previous release in during a rolling upgrade; raise it to 3 once every node runs this
+    # one (docs/operations.md#upgrading).
+    raft_transport_version_min: int = 2
+    # The highest (2 or 3): 2 makes this node speak exactly as a node of the previous release
+    # (a plain version-2 handshake), for upgrade drills and tests; set for one node
+    # (RIPPLE_RAFT_TRANSPORT_VERSION_MAX, --raft-transport-version-max).
+    raft_transport_version_max: int = 3
+    # Online membership changes (docs/operations.md#replace-a-node): how long a new node may
+    # take to catch up with the leader's log before its addition is given up.
+    membership_catch_up_timeout_s: float = 120.0
     # Group commit (replication/group_commit.py, docs/operations.md): how many commands and
     # bytes one log entry may carry (entries_max = 1 turns group commit off), how many such
     # entries may be in flight at once, and how many proposals and bytes may wait for a slot
@@ -358,6 +369,22 @@ class ClusterConfig:
             raise ConfigError(
                 f"propose_retries_max = {self.propose_retries_max}: must be >= 0",
                 field="propose_retries_max",
+            )
+        if self.raft_transport_version_min not in (2, 3):
+            raise ConfigError(
+                f"raft_transport_version_min = {self.raft_transport_version_min}: must be 2 or 3",
+                field="raft_transport_version_min",
+            )
+        if self.raft_transport_version_max not in (2, 3):
+            raise ConfigError(
+                f"raft_transport_version_max = {self.raft_transport_version_max}: must be 2 or 3",
+                field="raft_transport_version_max",
+            )
+        if self.raft_transport_version_max < self.raft_transport_version_min:
+            raise ConfigError(
+                f"raft_transport_version_max = {self.raft_transport_version_max}: must be >= "
+                f"raft_transport_version_min ({self.raft_transport_version_min})",
+                field="raft_transport_version_max",
             )
         self._validate_timings()
         self._validate_raft()
@@ -504,6 +531,7 @@ _POSITIVE_KEYS = (
     "group_commit_in_flight_max",
     "proposals_queued_max",
     "proposals_queued_bytes_max",
+    "membership_catch_up_timeout_s",
     "backup_bytes_max",
 )
 

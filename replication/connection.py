@@ -40,6 +40,8 @@ from replication.refusals import Refusals
 from replication.wire import (
     KEEPALIVE_FRAME,
     NONCE_BYTES,
+    TRANSPORT_VERSION,
+    TRANSPORT_VERSION_MIN,
     FrameError,
     FrameReader,
     Handshake,
@@ -127,10 +129,14 @@ class Hub:
         key: bytes,
         refusals: Refusals,
         conf: Any,
+        versions: tuple[int, int] = (TRANSPORT_VERSION_MIN, TRANSPORT_VERSION),
+        cluster_id: str = "",
     ) -> None:
         self.poller = poller
         self.limits = limits
         self.key = key
+        self.versions = versions  # the transport versions this node accepts
+        self.cluster_id = cluster_id
         self.refusals = refusals
         self.conf = conf
         self.live: set[Connection] = set()
@@ -174,6 +180,7 @@ class Connection:
         self.recvRandKey: Any = None
         self.doomed = False
         self.peer = peer
+        self.version = 0  # the transport version agreed with the peer, once authenticated
         self._on_message: Callable[[Any], None] | None = None
         self._on_connected: Callable[[], None] | None = None
         self._on_disconnected: Callable[[], None] | None = None
@@ -192,7 +199,7 @@ class Connection:
         self._last_send = 0.0
         if sock is not None:  # accepted by the listener: we answer the handshake
             self._attach(sock, _Phase.HANDSHAKE)
-            self._handshake = Handshake(dialler=False, key=hub.key, nonce=os.urandom(NONCE_BYTES))
+            self._handshake = self._new_handshake(dialler=False)
             self._subscribe(_READ | _ERROR)
 
     # -- pysyncobj's TcpConnection interface -----------------------------------------------
@@ -247,9 +254,19 @@ class Connection:
             return False
         self.peer = f"{host}:{port}"
         self._attach(sock, _Phase.DIALLING)
-        self._handshake = Handshake(dialler=True, key=self._hub.key, nonce=os.urandom(NONCE_BYTES))
+        self._handshake = self._new_handshake(dialler=True)
         self._subscribe(_READ | _WRITE | _ERROR)
         return True
+
+    def _new_handshake(self, *, dialler: bool) -> Handshake:
+        hub = self._hub
+        return Handshake(
+            dialler=dialler,
+            key=hub.key,
+            nonce=os.urandom(NONCE_BYTES),
+            versions=hub.versions,
+            cluster_id=hub.cluster_id,
+        )
 
     def send(self, message: Any) -> None:
         session = self._session
@@ -300,19 +317,21 @@ class Connection:
         self._mask = 0
         self._handshake = None
         self._session = None
+        self.version = 0
         self._wbuf, self._wpos = bytearray(), 0
         self._reader = FrameReader(hub.limits.frame_bytes_max)
 
-    def close(self, reason: str | None, detail: str = "") -> None:
+    def close(self, reason: str | None, detail: str = "", *, abort: bool = True) -> None:
         """Close now; count `reason` when there is one. Calls pysyncobj's disconnected
-        callback last, as its own connection does (it may reconnect from inside it)."""
+        callback last, as its own connection does (it may reconnect from inside it).
+        `abort=False`: a FIN even for a refusal, so the peer reads what was sent last."""
         if reason is not None:
             self._hub.refusals.refuse(reason, self.peer, detail)
         was_open = self._phase is not _Phase.CLOSED
         if was_open:
             log.debug("raft link %s closed in %s (%s)", self.peer, self._phase.name, reason)
         # A refused stranger gets a reset: no TIME_WAIT state kept here for each one.
-        self._drop_socket(abort=reason is not None and self._phase is not _Phase.OPEN)
+        self._drop_socket(abort=abort and reason is not None and self._phase is not _Phase.OPEN)
         self._phase = _Phase.CLOSED
         if was_open and self._on_disconnected is not None:
             self._on_disconnected()
@@ -412,13 +431,25 @@ class Connection:
         if reply:
             self._queue(reply)
             self._flush(in_event=True)
+        refused = handshake.refused
+        if refused is not None and self._sock is not None:
+            # Our proof is out: the listener refuses us in turn, so let it read it (a FIN,
+            # not a reset that could drop it unread).
+            self.close(refused.reason, str(refused), abort=False)
+            return
         if not handshake.done or self._sock is None:
             return
         self._handshake = None
         self._session = handshake.session()
+        self.version = handshake.version
         self._phase = _Phase.OPEN
         self._hub.pending.pop(self, None)
-        log.debug("raft link %s authenticated (dialler %s)", self.peer, handshake.dialler)
+        log.debug(
+            "raft link %s authenticated at transport version %d (dialler %s)",
+            self.peer,
+            handshake.version,
+            handshake.dialler,
+        )
         if handshake.dialler:
             if self._on_connected is not None:
                 self._on_connected()

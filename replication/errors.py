@@ -7,7 +7,13 @@ codes are translated into these where they enter (`replication.group_commit`).
 
 from __future__ import annotations
 
-__all__ = ["NoLeaderError", "OutcomeUnknownError", "QueueFullError", "ReplicationError"]
+__all__ = [
+    "MembershipRefusedError",
+    "NoLeaderError",
+    "OutcomeUnknownError",
+    "QueueFullError",
+    "ReplicationError",
+]
 
 
 class ReplicationError(Exception):
@@ -18,6 +24,8 @@ class ReplicationError(Exception):
     |   |                      refused): safe to retry or to report unavailable
     |   +-- QueueFullError     this node's group-commit queue is at its bound: overloaded,
     |                          not leaderless; retry after a moment
+    +-- MembershipRefusedError a membership change the leader would not append (another is
+    |                          not committed yet, or it names the leader itself)
     +-- OutcomeUnknownError    the entry may or may not commit later (timeout, leader
                                changed, discarded): retry with the same request id
     """
@@ -32,4 +40,8 @@ class QueueFullError(NoLeaderError):
 
 
 class OutcomeUnknownError(ReplicationError):
+    pass
+
+
+class MembershipRefusedError(ReplicationError):
     pass

@@ -12,7 +12,9 @@ returned. It wires the parts, each in a module of its own:
   guard thread while the loop is stuck;
 - `replication.entry`: the never-raising apply path and what the dump holds;
 - `replication.group_commit`: proposals, their batches and their deadlines;
-- `replication.transport`: the Raft port.
+- `replication.transport`: the Raft port;
+- `replication.members` and `replication.reconfig`: who the voters are, and the leader's
+  side of changing them online.
 
 The invariants this module keeps itself:
 
@@ -56,8 +58,10 @@ from replication.errors import (
 )
 from replication.group_commit import DEFAULT_PROPOSE_TIMEOUT_S, GroupCommit, GroupCommitStats
 from replication.journal import repair_journal_tail
+from replication.members import Member, Membership
 from replication.poller import LoopPoller
 from replication.raft_node import RaftNode, RaftRole
+from replication.reconfig import Reconfiguration
 from replication.refusals import Refusals
 from replication.settings import RaftSettings
 from replication.ticker import Ticker
@@ -67,6 +71,8 @@ __all__ = [
     "SYNC_SECONDS_BUCKETS",
     "GroupCommitStats",
     "MachineRead",
+    "Member",
+    "Membership",
     "NoLeaderError",
     "OutcomeUnknownError",
     "QueueFullError",
@@ -166,6 +172,9 @@ class ReplicatedLog:
             self._poller,
             self._sync_times,
         )
+        # The leader's membership calls (`replication.reconfig`), on the loop, under the
+        # same Raft lock every tick holds.
+        self.reconfig = Reconfiguration(self._node, raft_lock)
         self._ticker = Ticker(
             self._node, self._poller, raft_lock, self._lock, after_tick=self._after_tick
         )
@@ -286,6 +295,25 @@ class ReplicatedLog:
     def sync_stats(self) -> SyncStats:
         """The journal syncs and other synced writes of this node (so far; any thread)."""
         return self._sync_times.stats()
+
+    def link_versions(self) -> dict[str, int]:
+        """The transport version of each open Raft link, by peer address (any thread)."""
+        return self._node.transport().link_versions()
+
+    def membership(self) -> Membership:
+        """The voters as this node's log says, as of its last tick (any thread)."""
+        return self._node.membership()
+
+    def on_voter_change(self, listener: Callable[[bool], None]) -> None:
+        """`listener(voter)` runs on the event loop thread when an entry makes this node a
+        voter, or takes that away (a removal, or a truncated addition)."""
+
+        def changed(voter: bool) -> None:
+            loop = self._loop
+            if loop is not None:
+                loop.call_soon_threadsafe(listener, voter)
+
+        self._node.on_voter_change(changed)
 
     def refused_connections(self) -> dict[str, int]:
         """Connections the Raft port refused or closed, by reason (any thread)."""

@@ -23,23 +23,55 @@ why it is needed:
 - `__applyLogEntries` (writes `__newAppendEntriesTime`): the commit notice rides the next
   AppendEntries within COMMIT_NOTICE_DELAY_S instead of a round of its own after each apply.
 
-Durable acknowledgements (docs/design.md §2), with `RaftSettings.fsync` on; pysyncobj syncs
-nothing, so a power cut of a majority could lose acknowledged entries and reuse a term:
+Durable acknowledgements (docs/design.md §2), with `RaftSettings.fsync` on (the journal
+and the dump hook are `replication.durable_journal`'s):
 
 - `__raftLog` (swapped right after SyncObj's constructor opened it): a `DurableJournal` on
-  the same file, which knows what it has synced (`sync`, `dirty`, `synced_index`), stores
-  the term/vote record durably (`FileJournal.__metaStorer`) and replaces itself whole when
-  trimmed after a compaction (`FileJournal.__journal`, `__journalFile`, `__currentOffset`):
-  pysyncobj rewrites the records in place, and a cut midway garbles entries after the dump.
+  the same file, which knows what it has synced.
 - `_onTick`: the journal is synced before pysyncobj's tick, whose commit computation counts
   the leader itself for every entry of its log, and again after it, so the entries the
   leader appended in the tick reach its disk while the followers write theirs.
 - `__sendNextNodeIdx`: a follower's success answer says it holds the entries, so it waits,
   with any answer behind it, for the sync at the start of the next tick, one sync for every
   answer of a pass of the loop.
-- `pysyncobj.serializer.atomicReplace` (a module global, used for the dump pysyncobj writes
-  and the one a follower receives; a bare rename): dumps of nodes with fsync on are
-  replaced by `durable_replace`, the file and its directory synced.
+
+Online membership (docs/design.md §10; pysyncobj's dynamic membership on, nodes are
+`replication.members.MemberNode`s so entries and dumps carry each member's name):
+
+- `__doChangeCluster` (pysyncobj calls it when a membership entry is appended, applied, or
+  undone by a truncation): a change naming this node says whether it is a voter (pysyncobj
+  ignores those: a node never adds or removes itself); a removal tells the transport to
+  refuse the removed node from then on; a learner that became a voter leaves the learner
+  feed. Changes met while applying are skipped for this node: the entry was met when it was
+  appended, and applying lags (a later entry may have undone it already); so is the leader
+  trying a change on itself, which pysyncobj refuses.
+- `__changeCluster` (the leader, as it appends a change): refused while a membership entry
+  is past the commit index. pysyncobj means to allow one change at a time (Raft's rule for
+  single-server changes) but never sets the `__changeClusterIDx` it checks, so two changes
+  proposed together would both be appended.
+- `__doApplyCommand`: marks the apply path for the above.
+- `__updateClusterConfiguration` (the dump's voter set, at start or when the leader sends
+  one): the link to the leader that sent the dump is kept even when the dump predates that
+  leader's addition (its voter set lacks it), or the node would drop the only link the
+  entries adding the leader can come by and never catch up; the member table is
+  republished.
+- `_onTick`: a node that is not a voter (joining, or removed) has its election deadline
+  pushed out on every tick, so it never starts an election: a joining node that campaigned
+  before its admission would come in at a higher term and depose the leader with its vote
+  requests (the join race).
+- `__onMessageReceived`: a node that is not a voter ignores vote requests and `timeout_now`:
+  it neither votes nor takes a leadership handed to it.
+- `_checkCommandsToApply`: held while the leader hands its leadership over, as Raft's
+  leadership transfer asks: pysyncobj sends `timeout_now` only to a voter that holds the
+  leader's whole log, which under a steady write load it never quite does. Proposals wait
+  in pysyncobj's queue meanwhile (forwarded to the new leader once there is one).
+- Learners: the leader feeds a node about to be added through pysyncobj's read-only feed
+  (`__readonlyNodes`, `__raftNextIndex`, `__raftMatchIndex`, read by `__sendAppendEntries`),
+  while no majority counts it; it is added once caught up. It is always fed a dump first
+  (`replication.reconfig` compacts the leader's log when it has none): the dump's voter set
+  is exact, where replaying membership entries from the start over the voters it was told of
+  is not (pysyncobj undoes a truncated entry's change even when the entry changed nothing,
+  so a truncation during the catch-up could drop a current voter).
 
 Other invariants: the one replicated method (`_apply_entry`) never raises
 (`replication.entry`); the machine is touched only under the apply lock; the only attribute
@@ -58,15 +90,22 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-import pysyncobj.serializer
 from pysyncobj import SyncObj, SyncObjConf, replicated
-from pysyncobj.journal import FileJournal, MetaStorer, ResizableFile
-from pysyncobj.pickle import dumps as pysyncobj_dumps
-from pysyncobj.pickle import to_bytes
+from pysyncobj.monotonic import monotonic
+from pysyncobj.syncobj import _COMMAND_TYPE
 
-from replication.durability import SyncedImage, SyncTimes, durable_replace, sync_directory
+from replication.durability import SyncTimes
+from replication.durable_journal import DurableJournal, register_dump
 from replication.entry import PendingSnapshot, SnapshotCell, StateMachine, apply_entry
-from replication.journal import FIRST_RECORD_OFFSET, encode_journal, sync_writes
+from replication.members import (
+    Member,
+    MemberNode,
+    Membership,
+    before_change,
+    member_of,
+    members_by_raft,
+    named,
+)
 from replication.poller import KickNotifier, LoopPoller
 from replication.pysyncobj_pin import check_pysyncobj_version
 from replication.refusals import Refusals
@@ -76,7 +115,7 @@ from replication.transport import HardenedTransport
 check_pysyncobj_version()
 socket.inet_ntop = _socket.inet_ntop
 
-__all__ = ["COMMIT_NOTICE_DELAY_S", "DurableJournal", "RaftNode", "RaftRole", "syncobj_conf"]
+__all__ = ["COMMIT_NOTICE_DELAY_S", "RaftNode", "RaftRole", "syncobj_conf"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +124,7 @@ BIND_RETRY_S = 0.25
 # How long after a commit the leader may wait before telling the followers the new commit
 # index in an AppendEntries of its own (`RaftNode._SyncObj__applyLogEntries`).
 COMMIT_NOTICE_DELAY_S = 0.005
+_MEMBERSHIP = bytes([_COMMAND_TYPE.MEMBERSHIP])  # the first byte of a membership entry
 
 
 class RaftRole(Enum):
@@ -119,161 +159,9 @@ def syncobj_conf(settings: RaftSettings, **extra: Any) -> SyncObjConf:
         commandsQueueSize=settings.commands_queue_max,
         maxBindRetries=BIND_RETRIES_MAX,
         bindRetryTime=BIND_RETRY_S,
-        dynamicMembershipChange=False,
+        dynamicMembershipChange=True,
         **extra,
     )
-
-
-# The dumps replaced durably, by absolute path, each with its node's sync record: pysyncobj's
-# Serializer replaces a dump with its module's `atomicReplace`, so one hook serves every node
-# of the process and tells them apart by path (set by each node as it starts).
-_DURABLE_DUMPS: dict[str, SyncTimes] = {}
-
-
-def _replace_dump(tmp: str, path: str) -> None:
-    times = _DURABLE_DUMPS.get(os.path.abspath(path))
-    if times is None:
-        os.rename(tmp, path)  # pysyncobj's own atomicReplace on POSIX
-        return
-    durable_replace(tmp, path)
-    times.dump_synced()  # counted in this process only: compaction writes from a child
-
-
-pysyncobj.serializer.atomicReplace = _replace_dump
-
-
-class _DurableMetaStorer(MetaStorer):  # type: ignore[misc]
-    """pysyncobj's term/vote record, stored (as pysyncobj does, before any vote or vote
-    request goes out) so that it survives a power cut: pysyncobj's own moves an unsynced
-    temp file over it, and a node that forgot its vote could vote twice in one term."""
-
-    def __init__(self, path: str, times: SyncTimes) -> None:
-        super().__init__(path)
-        self._ripple_times = times
-
-    def storeMeta(self, meta: dict[str, Any]) -> None:
-        path = str(self.getPath())
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(pysyncobj_dumps(meta))
-        durable_replace(tmp, path)
-        self._ripple_times.meta_synced()
-
-
-class DurableJournal(FileJournal):  # type: ignore[misc]
-    """pysyncobj's FileJournal on the same file (existing data directories open as they
-    are), knowing what it has synced: `sync()` makes every entry written so far durable, and
-    the disk holds the log through `synced_index`. With `fsync` off it syncs nothing and is
-    never `dirty`. Called only under the node's Raft lock."""
-
-    # pysyncobj's own (private) state of the file journal, replaced by `deleteEntriesTo`.
-    _FileJournal__journal: list[Any]  # (command, idx, term) of every entry, in order
-    _FileJournal__journalFile: Any  # the mapped file (pysyncobj's ResizableFile)
-    _FileJournal__currentOffset: int  # where the records end
-    _FileJournal__metaStorer: Any
-
-    def __init__(self, path: str, times: SyncTimes, *, fsync: bool) -> None:
-        super().__init__(path)
-        self._ripple_path = path
-        self._ripple_times = times
-        self._ripple_fsync = fsync
-        self._ripple_dirty = False
-        end = self._ripple_end()
-        self._ripple_low = end  # the lowest record byte written since the last sync
-        self._ripple_synced_end = end  # where the records ended at the last sync
-        self._ripple_synced_index = self._ripple_last_index()
-        self._ripple_image = SyncedImage.beside(path) if fsync else None
-        if fsync:
-            self._FileJournal__metaStorer = _DurableMetaStorer(path + ".meta", times)
-            # pysyncobj created and wrote the file without a sync: on disk from here on.
-            self.flush()
-            sync_directory(os.path.dirname(os.path.abspath(path)))
-            if self._ripple_image is not None:
-                self._ripple_image.replace(self._ripple_read(0, end))
-
-    @property
-    def dirty(self) -> bool:
-        """Written since the last sync (never with fsync off)."""
-        return self._ripple_dirty
-
-    @property
-    def synced_index(self) -> int:
-        """The last log index the disk holds with every one before it (0: none)."""
-        return self._ripple_synced_index
-
-    def add(self, command: Any, idx: int, term: int) -> None:
-        super().add(command, idx, term)
-        self._ripple_dirty = self._ripple_fsync
-
-    def clear(self) -> None:
-        super().clear()
-        self._ripple_cut()
-
-    def deleteEntriesFrom(self, entryFrom: int) -> None:
-        super().deleteEntriesFrom(entryFrom)
-        self._ripple_cut()
-
-    def deleteEntriesTo(self, entryTo: int) -> None:
-        """Drop the entries before `entryTo` (the trim after a compaction). pysyncobj rewrites
-        every kept record from the file's start, in place: a power cut midway would garble
-        the entries after the dump, acknowledged ones included, on every node that compacted
-        alike. With fsync on, the kept entries go to a new file that replaces the journal
-        durably instead."""
-        if not self._ripple_fsync:
-            super().deleteEntriesTo(entryTo)
-            return
-        kept = list(self._FileJournal__journal[entryTo:])
-        data = encode_journal(
-            self._ripple_read(0, FIRST_RECORD_OFFSET),
-            [(to_bytes(command), idx, term) for command, idx, term in kept],
-        )
-        tmp = self._ripple_path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        durable_replace(tmp, self._ripple_path)
-        self._FileJournal__journalFile._destroy()
-        self._FileJournal__journalFile = ResizableFile(self._ripple_path)
-        self._FileJournal__journal = kept
-        self._FileJournal__currentOffset = len(data)
-        self._ripple_low = self._ripple_synced_end = len(data)
-        self._ripple_synced_index = self._ripple_last_index()
-        self._ripple_dirty = False
-        self._ripple_times.journal_rewritten()
-
-    def sync(self) -> bool:
-        """Make everything written so far durable; False when there was nothing to sync."""
-        if not self._ripple_dirty:
-            return False
-        started = time.perf_counter()
-        self.flush()  # msync(MS_SYNC) of the whole mapping: fdatasync of the file's pages
-        self._ripple_times.journal_synced(time.perf_counter() - started)
-        end = self._ripple_end()
-        if self._ripple_image is not None:
-            writes = sync_writes(self._ripple_read, self._ripple_low, self._ripple_synced_end, end)
-            self._ripple_image.write(writes, end)
-        self._ripple_low = self._ripple_synced_end = end
-        self._ripple_synced_index = self._ripple_last_index()
-        self._ripple_dirty = False
-        return True
-
-    def _destroy(self) -> None:
-        self.sync()  # a node closed in order leaves nothing unsynced
-        super()._destroy()
-
-    def _ripple_cut(self) -> None:
-        """After records were dropped from the end (or all of them)."""
-        self._ripple_low = min(self._ripple_low, self._ripple_end())
-        self._ripple_synced_index = min(self._ripple_synced_index, self._ripple_last_index())
-        self._ripple_dirty = self._ripple_fsync
-
-    def _ripple_end(self) -> int:
-        return int(self._FileJournal__currentOffset)
-
-    def _ripple_read(self, offset: int, size: int) -> bytes:
-        return bytes(self._FileJournal__journalFile.read(offset, size))
-
-    def _ripple_last_index(self) -> int:
-        return int(self[-1][1]) if len(self) else 0
 
 
 class RaftNode(SyncObj):  # type: ignore[misc]
@@ -302,11 +190,22 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         # A follower's answers waiting for the journal sync (`__sendNextNodeIdx`), in order.
         self._ripple_answers: list[tuple[Any, bool, int, bool]] = []
         self._ripple_journal: DurableJournal | None = None
-        dump_path = os.path.abspath(settings.dump_path)
-        if settings.fsync:
-            _DURABLE_DUMPS[dump_path] = sync_times
-        else:
-            _DURABLE_DUMPS.pop(dump_path, None)
+        # Membership (see the module doc): names by Raft address, whether this node votes,
+        # the apply path's mark, and the published view with what it was made from.
+        known = members_by_raft(settings.members)
+        self._ripple_known = known
+        self._ripple_voter = not settings.joining
+        self._ripple_applying = False
+        self._ripple_proposing = False
+        self._ripple_holding = False  # new commands wait (`hold_commands`)
+        self._ripple_on_voter: Callable[[bool], None] | None = None
+        self._ripple_stale_view = True
+        self._ripple_scanned_to = 0  # the log is scanned for pending changes up to here
+        self._ripple_pending: int | None = None
+        self._ripple_membership = Membership(
+            voters=(), committed=(), voter=self._ripple_voter, pending_index=None, learners=()
+        )
+        register_dump(settings.dump_path, sync_times if settings.fsync else None)
         conf = syncobj_conf(
             settings,
             autoTick=False,
@@ -314,11 +213,28 @@ class RaftNode(SyncObj):  # type: ignore[misc]
                 _ROLE_BY_PYSYNCOBJ_STATE.get(new, RaftRole.FOLLOWER)
             ),
         )
-        transport = HardenedTransport.factory(
-            limits=settings.transport_limits(), secret=settings.secret, refusals=refusals
+        self._ripple_transport: HardenedTransport | None = None
+        make_transport = HardenedTransport.factory(
+            limits=settings.transport_limits(),
+            secret=settings.secret,
+            refusals=refusals,
+            versions=(settings.transport_version_min, settings.transport_version_max),
+            cluster_id=settings.cluster_id,
         )
+
+        def transport(sync_obj: Any, self_node: Any, other_nodes: Any) -> HardenedTransport:
+            made = make_transport(sync_obj, self_node, other_nodes)
+            self._ripple_transport = made
+            return made
+
+        def node(addr: str) -> MemberNode:
+            return MemberNode(known.get(addr) or Member(id=addr, raft=addr, http=""))
+
         super().__init__(
-            settings.self_addr, list(settings.partners), conf, transportClass=transport
+            node(settings.self_addr),
+            [node(a) for a in settings.partners],
+            conf,
+            transportClass=transport,
         )
         # pysyncobj's pipe (subscribed in its constructor) is not needed on the loop.
         pipe: Any = self.__dict__["_SyncObj__pipeNotifier"]
@@ -335,6 +251,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         )
         self._SyncObj__raftLog = self._ripple_journal
         self._cell = SnapshotCell(machine)
+        self._ripple_publish()
 
     # SyncObj's constructor assigns `self._poller = createPoller(...)`; the poller must be
     # ours before the transport and the pipe subscribe to it, so pysyncobj's is dropped.
@@ -345,6 +262,11 @@ class RaftNode(SyncObj):  # type: ignore[misc]
     @_poller.setter
     def _poller(self, value: Any) -> None:
         pass
+
+    def transport(self) -> HardenedTransport:
+        made = self._ripple_transport
+        assert made is not None, "made in SyncObj's constructor"
+        return made
 
     def journal(self) -> DurableJournal:
         """The node's journal. A method, not a property: SyncObj's constructor reads every
@@ -359,9 +281,13 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         since the last tick durable before the tick's commit computation counts the leader
         itself for each entry of its log, and lets a follower's answers go; the second syncs
         what the leader appended in the tick, while the followers are writing it too."""
+        if not self._ripple_voter:
+            # Not a voter: never an election of its own (the join race, module doc).
+            self._SyncObj__raftElectionDeadline = monotonic() + self.conf.raftMaxTimeout
         self._ripple_sync_and_answer()
         SyncObj._onTick(self, timeToWait)
         self.journal().sync()
+        self._ripple_publish()
 
     def _ripple_sync_and_answer(self) -> None:
         self.journal().sync()
@@ -471,6 +397,188 @@ class RaftNode(SyncObj):  # type: ignore[misc]
             if soon < self._SyncObj__newAppendEntriesTime:
                 self._SyncObj__newAppendEntriesTime = soon
         return False
+
+    # -- membership (module doc) ------------------------------------------------------------
+
+    # Overrides pysyncobj's private SyncObj.__doChangeCluster (its name, mangled).
+    def _SyncObj__doChangeCluster(self, request: Any, reverse: bool = False) -> bool:
+        """Apply (or undo) one membership change to the voter set, as pysyncobj does, and
+        keep this node's own standing, the transport's refusals and the learners in step."""
+        node = request[2] if len(request) >= 3 else None
+        if request[0] not in ("add", "rem") or node is None:
+            return bool(SyncObj._SyncObj__doChangeCluster(self, request, reverse))
+        adding = (request[0] == "add") != reverse
+        if node == self.selfNode:
+            # Refused on the leader (never appended); met again when applied (module doc).
+            seen = not (self._ripple_proposing or self._ripple_applying)
+            if seen and adding != self._ripple_voter:
+                self._ripple_voter = adding
+                self._ripple_stale_view = True
+                log.warning("raft: this node is %s", "a voter now" if adding else "no voter now")
+                if self._ripple_on_voter is not None:
+                    self._ripple_on_voter(adding)
+            return False
+        changed = bool(SyncObj._SyncObj__doChangeCluster(self, request, reverse))
+        if changed:
+            if (member := named(node)) is not None:
+                self._ripple_known[member.raft] = member
+            if adding:  # a learner is fed as a voter from now on
+                self._SyncObj__readonlyNodes.discard(node)
+            else:
+                self.transport().mark_removed(node)
+            self._ripple_stale_view = True
+        return changed
+
+    # Overrides pysyncobj's private SyncObj.__changeCluster (its name, mangled).
+    def _SyncObj__changeCluster(self, request: Any) -> bool:
+        if self._ripple_pending_change() is not None:
+            return False  # one change at a time: the last one is not committed yet
+        self._ripple_proposing = True  # pysyncobj tries the change here before appending it
+        try:
+            return bool(SyncObj._SyncObj__changeCluster(self, request))
+        finally:
+            self._ripple_proposing = False
+
+    # Overrides pysyncobj's private SyncObj.__doApplyCommand (its name, mangled).
+    def _SyncObj__doApplyCommand(self, command: Any) -> Any:
+        self._ripple_applying = True
+        try:
+            return SyncObj._SyncObj__doApplyCommand(self, command)
+        finally:
+            self._ripple_applying = False
+
+    # Overrides pysyncobj's private SyncObj.__updateClusterConfiguration (its name, mangled).
+    def _SyncObj__updateClusterConfiguration(self, newNodes: Any) -> None:
+        leader = self._SyncObj__raftLeader
+        keep = leader is not None and leader != self.selfNode and leader not in set(newNodes)
+        transport = self.transport()
+        transport.keep_link = leader if keep else None
+        try:
+            SyncObj._SyncObj__updateClusterConfiguration(self, newNodes)
+        finally:
+            transport.keep_link = None
+        for node in self._SyncObj__otherNodes:
+            if (member := named(node)) is not None:
+                self._ripple_known[member.raft] = member
+        self._ripple_stale_view = True
+
+    # Overrides pysyncobj's private SyncObj.__onMessageReceived (its name, mangled).
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        if (
+            not self._ripple_voter
+            and isinstance(message, dict)
+            and message.get("type") in ("request_vote", "timeout_now")
+        ):
+            return  # not a voter: no vote, no leadership (module doc)
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def membership(self) -> Membership:
+        """The voter set as of the last tick (any thread: the view is replaced whole)."""
+        return self._ripple_membership
+
+    def on_voter_change(self, listener: Callable[[bool], None]) -> None:
+        """`listener(voter)` runs in the tick in which this node's own standing changes."""
+        self._ripple_on_voter = listener
+
+    def _ripple_publish(self) -> None:
+        """Replace the published view when the voters, the learners, this node's standing or
+        the pending change moved (every tick; cheap when nothing did)."""
+        pending = self._ripple_pending_change()
+        view = self._ripple_membership
+        if not self._ripple_stale_view and view.pending_index == pending:
+            return
+        self._ripple_stale_view = False
+        known = self._ripple_known
+        voters = [member_of(n, known) for n in self._SyncObj__otherNodes]
+        if self._ripple_voter:
+            voters.append(member_of(self.selfNode, known))
+        learners = [member_of(n, known) for n in self._SyncObj__readonlyNodes]
+        latest = tuple(sorted(voters, key=lambda m: m.id))
+        committed = latest
+        if pending is not None:
+            journal = self._SyncObj__raftLog
+            entry = journal[pending - int(journal[0][1])][0]
+            change = self._SyncObj__parseChangeClusterRequest(entry)
+            if change is not None and change[0] in ("add", "rem"):
+                committed = before_change(latest, change, known)
+        self._ripple_membership = Membership(
+            voters=latest,
+            committed=committed,
+            voter=self._ripple_voter,
+            pending_index=pending,
+            learners=tuple(sorted(learners, key=lambda m: m.id)),
+        )
+
+    def _ripple_pending_change(self) -> int | None:
+        """The index of a membership entry in the log past the commit index, if any. Scans
+        only the entries appended since the last call (a truncation rescans from the
+        commit index)."""
+        journal = self._SyncObj__raftLog
+        commit = int(self._SyncObj__raftCommitIndex)
+        last = int(journal[-1][1])
+        first = int(journal[0][1])
+        if self._ripple_pending is not None and (
+            self._ripple_pending <= commit or self._ripple_pending > last
+        ):
+            self._ripple_pending = None
+        if self._ripple_scanned_to > last:  # truncated since
+            self._ripple_scanned_to = commit
+        for idx in range(max(self._ripple_scanned_to, commit, first - 1) + 1, last + 1):
+            if journal[idx - first][0][:1] == _MEMBERSHIP:
+                self._ripple_pending = idx
+        self._ripple_scanned_to = last
+        return self._ripple_pending
+
+    # Leader side, with the Raft lock held (`ReplicatedLog` takes it).
+
+    def learn(self, member: Member) -> None:
+        """Feed `member` the log (a dump first when it needs one) without counting it in any
+        majority: pysyncobj's read-only feed, and the transport lets it in."""
+        node = MemberNode(member)
+        self._ripple_known[member.raft] = member
+        self.transport().addNode(node)
+        self._SyncObj__readonlyNodes.add(node)
+        self._SyncObj__raftNextIndex[node] = self._SyncObj__getCurrentLogIndex() + 1
+        self._SyncObj__raftMatchIndex[node] = 0
+        self._ripple_stale_view = True
+
+    def forget_learner(self, raft: str) -> None:
+        """Stop feeding the learner at `raft` (a voter now, or given up on)."""
+        for node in list(self._SyncObj__readonlyNodes):
+            if node.address == raft:
+                self._SyncObj__readonlyNodes.discard(node)
+                self._SyncObj__raftNextIndex.pop(node, None)
+                self._SyncObj__raftMatchIndex.pop(node, None)
+                if node not in self._SyncObj__otherNodes:
+                    self.transport().dropNode(node)
+                self._ripple_stale_view = True
+
+    def progress(self) -> dict[str, tuple[int, float]]:
+        """On the leader: each voter's and learner's match index and the seconds since it
+        last answered, by Raft address."""
+        now = monotonic()
+        matched = self._SyncObj__raftMatchIndex
+        answered = self._SyncObj__lastResponseTime
+        return {
+            n.address: (int(matched.get(n, 0)), now - answered.get(n, float("-inf")))
+            for n in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes
+        }
+
+    def last_index(self) -> int:
+        return int(self._SyncObj__getCurrentLogIndex())
+
+    def first_index(self) -> int:
+        """The first entry this node's journal holds (1 until a compaction trims it)."""
+        return int(self._SyncObj__raftLog[0][1])
+
+    def hold_commands(self, hold: bool) -> None:
+        """Append no new command while held (a leadership transfer, module doc)."""
+        self._ripple_holding = hold
+
+    # Overrides SyncObj._checkCommandsToApply (pysyncobj's own name).
+    def _checkCommandsToApply(self) -> None:
+        if not self._ripple_holding:
+            SyncObj._checkCommandsToApply(self)
 
     def machine(self) -> StateMachine:
         """The machine, restoring a snapshot pysyncobj loaded since the last call.

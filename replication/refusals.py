@@ -19,12 +19,15 @@ log = logging.getLogger(__name__)
 LOG_INTERVAL_S = 10.0  # at most one warning per refusal reason per interval
 
 REFUSAL_REASONS = (
-    "address_not_allowed",  # accepted from a host that is not a configured node's
+    "address_not_allowed",  # accepted from a host that is not a current node's
     "unauthenticated_limit",  # evicted: too many connections in the handshake at once
     "handshake_timeout",  # no complete handshake within handshake_timeout_s
     "bad_handshake",  # not our protocol (wrong magic): a stranger or an old node
     "bad_proof",  # the other side does not know the cluster secret
-    "unknown_peer",  # authenticated, but claims no configured node, or from the wrong host
+    "bad_version",  # holds the secret, but no transport version both sides speak
+    "wrong_cluster",  # holds the secret, but its cluster id is another cluster's
+    "unknown_peer",  # authenticated, but claims no current node, or from the wrong host
+    "removed_node",  # a node removed from the voter set (by its host or its claimed name)
     "frame_too_large",  # a frame over frame_bytes_max (on the wire or decompressed)
     "bad_frame",  # a frame that fails to open (altered, replayed, reordered) or decode
     "idle_timeout",  # an authenticated connection silent for idle_timeout_s

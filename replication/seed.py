@@ -11,7 +11,8 @@ start, so give it only a directory of your own cluster.
   dump's last two entries (no-ops at `index - 1` and `index`, of `term`) and a term and
   commit-index record saying `term` and `index`, all synced. The node
   loads the dump at start (`RaftNode.__loadDumpFile` keeps the journal, which begins exactly
-  with them) and starts at `index` in `term`, as if it had compacted there.
+  with them) and starts at `index` in `term`, as if it had compacted there. The dump's
+  voter set is the given members, named (`replication.members.MemberNode`).
 - `read_log`: the dump's snapshot and position, and every journal entry after it, committed
   or not, with the payload the machine was (or would have been) given.
 """
@@ -28,11 +29,11 @@ from typing import Any
 
 import pysyncobj.pickle as syncobj_pickle
 from pysyncobj.journal import FileJournal
-from pysyncobj.node import TCPNode
 
 from replication.durability import durable_replace, make_directory, sync_file
 from replication.entry import PendingSnapshot, SnapshotCell
 from replication.journal import read_journal
+from replication.members import Member, MemberNode
 
 __all__ = ["LogEntry", "StoredLog", "read_log", "seed_node"]
 
@@ -91,11 +92,11 @@ def seed_node(
     *,
     index: int,
     term: int,
-    members: Sequence[str],
+    members: Sequence[Member],
     durable: bool = True,
 ) -> None:
     """Write a node's journal and dump so that it starts from `snapshot` at `index` (>= 2)
-    in `term` (>= 1), in a cluster of `members` (every node's Raft address)."""
+    in `term` (>= 1), in a cluster whose voters are `members` (every node, itself too)."""
     if index < 2 or term < 1:
         raise ValueError(f"a seed needs index >= 2 and term >= 1, got {index}, {term}")
     for path in (journal_path, dump_path):
@@ -115,7 +116,9 @@ def seed_node(
     # through `index`, as after the compaction the seed stands for.
     meta = {"raftCommitIndex": index, "currentTerm": term, "votedForNodeId": None}
     _write(journal_path + ".meta", syncobj_pickle.dumps(meta), durable=durable)
-    cluster = {TCPNode(address) for address in members}
+    # The voter set a node loads from its dump, named as membership entries name members
+    # (`replication.members`), so the restored cluster's voters carry their ids and URLs.
+    cluster = {MemberNode(member) for member in members}
     data: tuple[Any, ...] = ({"_cell": SnapshotCell(_Fixed(snapshot))}, last, before_last, cluster)
     with io.BytesIO() as buffer:
         with gzip.GzipFile(fileobj=buffer, mode="wb") as g:

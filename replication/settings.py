@@ -26,6 +26,8 @@ from replication.group_commit import (
     PROPOSALS_QUEUED_MAX_DEFAULT,
     GroupCommitLimits,
 )
+from replication.members import Member
+from replication.wire import TRANSPORT_VERSION, TRANSPORT_VERSION_MIN
 
 __all__ = [
     "APPEND_ENTRIES_PERIOD_S_DEFAULT",
@@ -65,6 +67,9 @@ class RaftSettings:
     """Everything one Raft node needs. Timeouts are the tuned values of docs/design.md §2."""
 
     self_addr: str  # "host:port" this node is known by in `partners` of the others
+    # The voters this node starts from (itself left out): the configured nodes, or for a
+    # node that joined online the voters it joined. The log's membership entries (and the
+    # dump's voter set) take over from there.
     partners: tuple[str, ...]
     bind_addr: str  # explicit "host:port" to bind; never a wildcard by default
     secret: str
@@ -88,6 +93,19 @@ class RaftSettings:
     group_commit_in_flight_max: int = GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
     proposals_queued_max: int = PROPOSALS_QUEUED_MAX_DEFAULT
     proposals_queued_bytes_max: int = PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
+    # The name and HTTP address of this node and its partners, by Raft address (a node not
+    # listed is known by its address alone until a membership entry names it).
+    members: tuple[Member, ...] = ()
+    # Not a voter yet (added online, until the entry that adds it reaches its log): it
+    # neither starts an election nor votes, so it cannot disrupt the cluster it joins.
+    joining: bool = False
+    # The cluster this node belongs to: a peer of another cluster is refused at the handshake
+    # (a node of an old cluster cannot join one restored from its backup).
+    cluster_id: str = ""
+    # The Raft transport versions this node talks at (replication.wire): raise the lowest
+    # once every node speaks the newer one, so none falls back to the older.
+    transport_version_min: int = TRANSPORT_VERSION_MIN
+    transport_version_max: int = TRANSPORT_VERSION
     # Durable acknowledgements: an entry counts towards a commit only once synced to disk,
     # and the term/vote record and dump are synced with their directory. False (throwaway
     # clusters only): nothing is synced, and a power cut of a majority can lose acknowledged
@@ -125,6 +143,12 @@ class RaftSettings:
         if not self.journal_path or not self.dump_path:
             raise ValueError("both journal_path and dump_path are required")
         self.transport_limits().validate()
+        low, high = self.transport_version_min, self.transport_version_max
+        if not TRANSPORT_VERSION_MIN <= low <= high <= TRANSPORT_VERSION:
+            raise ValueError(
+                f"transport versions {low}..{high}: this node speaks "
+                f"{TRANSPORT_VERSION_MIN}..{TRANSPORT_VERSION}"
+            )
         for name in (
             "group_commit_entries_max",
             "group_commit_bytes_max",

@@ -7,8 +7,11 @@ pysyncobj's node bookkeeping (reconnects, which node dials which) and owns every
 connection of one node instead. Invariants, beside those of `replication.connection` (each
 link) and `replication.wire` (the bytes):
 
-- A connection is accepted only from a host of the configured nodes, and the node identity
-  a peer then claims must be one of them, from that node's host.
+- A connection is accepted only from a host of the current nodes (the voters the log names,
+  and the learners the leader feeds), and the node identity a peer then claims must be one
+  of them, from that node's host. A node added online is let in as soon as the entry that
+  adds it reaches this node; a removed node is refused from then on, counted apart
+  ("removed_node").
 - At most `unauthenticated_max` accepted connections are in the handshake at once; a new one
   evicts the oldest, so a slow stranger cannot keep a peer out for longer than it takes the
   peer to answer.
@@ -35,7 +38,7 @@ from pysyncobj.transport import TCPTransport
 from replication.connection import Connection, Hub, TransportLimits, abort_on_close
 from replication.pysyncobj_pin import check_pysyncobj_version
 from replication.refusals import Refusals
-from replication.wire import handshake_key
+from replication.wire import TRANSPORT_VERSION, TRANSPORT_VERSION_MIN, handshake_key
 
 check_pysyncobj_version()  # HardenedTransport overrides TCPTransport's internals
 
@@ -85,12 +88,14 @@ class _Listener:
         host: str,
         port: int,
         allowed: Callable[[bool], set[str]],
+        removed_ips: Callable[[], set[str]],
         on_authenticated: Callable[[Connection], None],
     ) -> None:
         self._hub = hub
         self._host = host
         self._port = port
         self._allowed = allowed
+        self._removed_ips = removed_ips
         self._on_authenticated = on_authenticated
         self._sock: socket.socket | None = None
         self._fileno: int | None = None
@@ -148,7 +153,8 @@ class _Listener:
             with contextlib.suppress(OSError):
                 abort_on_close(conn_sock)
             conn_sock.close()
-            hub.refusals.refuse("address_not_allowed", peer)
+            removed = ip in self._removed_ips()
+            hub.refusals.refuse("removed_node" if removed else "address_not_allowed", peer)
             return
         if len(hub.pending) >= hub.limits.unauthenticated_max:
             oldest = next(iter(hub.pending))
@@ -179,6 +185,8 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
         limits: TransportLimits,
         secret: str,
         refusals: Refusals,
+        versions: tuple[int, int] = (TRANSPORT_VERSION_MIN, TRANSPORT_VERSION),
+        cluster_id: str = "",
     ) -> None:
         limits.validate()
         if syncObj.encryptor:
@@ -192,25 +200,47 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
             key=handshake_key(secret),
             refusals=refusals,
             conf=syncObj.conf,
+            versions=versions,
+            cluster_id=cluster_id,
         )
         self._ripple_host_ips: dict[str, set[str]] = {}
         self._ripple_allowed: set[str] = set()
+        # Removed from the voter set (since this node started): their addresses and hosts,
+        # so their attempts are counted as removed_node rather than as strangers'.
+        self._ripple_removed: set[str] = set()
+        self._ripple_removed_ips: set[str] = set()
+        # A node whose link `dropNode` leaves open (the leader feeding this node a dump
+        # that does not name it yet; `RaftNode.__updateClusterConfiguration`).
+        self.keep_link: Any = None
         self._ripple_allowed_at = float("-inf")
         super().__init__(syncObj, selfNode, otherNodes)
 
     @classmethod
     def factory(
-        cls, *, limits: TransportLimits, secret: str, refusals: Refusals
+        cls,
+        *,
+        limits: TransportLimits,
+        secret: str,
+        refusals: Refusals,
+        versions: tuple[int, int] = (TRANSPORT_VERSION_MIN, TRANSPORT_VERSION),
+        cluster_id: str = "",
     ) -> Callable[[Any, Any, Any], HardenedTransport]:
         def make(sync_obj: Any, self_node: Any, other_nodes: Any) -> HardenedTransport:
             return cls(
-                sync_obj, self_node, other_nodes, limits=limits, secret=secret, refusals=refusals
+                sync_obj,
+                self_node,
+                other_nodes,
+                limits=limits,
+                secret=secret,
+                refusals=refusals,
+                versions=versions,
+                cluster_id=cluster_id,
             )
 
         return make
 
     def _allowed_ips(self, missed: bool) -> set[str]:
-        """The addresses of the configured nodes' hosts; `missed`: one just connected from
+        """The addresses of the current nodes' hosts; `missed`: one just connected from
         elsewhere, so look again if the last lookup is ALLOWED_HOSTS_RETRY_S old."""
         now = time.monotonic()
         age = now - self._ripple_allowed_at
@@ -222,8 +252,18 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
                 known[node.host] = host_ips(node.host) or known.get(node.host, set())
             hosts = {node.host for node in self._nodes}
             self._ripple_allowed = set().union(*(ips for h, ips in known.items() if h in hosts))
+            removed = {a.rsplit(":", 1)[0] for a in self._ripple_removed} - hosts
+            self._ripple_removed_ips = set().union(
+                *(ips for h, ips in known.items() if h in removed)
+            )
             self._ripple_allowed_at = now
         return self._ripple_allowed
+
+    def mark_removed(self, node: Any) -> None:
+        """`node` left the voter set: refused from now on, and counted as removed_node (the
+        entry that removed it has already dropped its link)."""
+        self._ripple_removed.add(node.address)
+        self._ripple_allowed_at = float("-inf")
 
     # -- overrides of TCPTransport (pysyncobj's names) -------------------------------------------
 
@@ -236,13 +276,17 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
             globalDnsResolver().resolve(host) or host,
             int(port),
             self._allowed_ips,
+            lambda: self._ripple_removed_ips,
             self._onNewIncomingConnection,
         )
 
     def addNode(self, node: Any) -> None:
+        self._ripple_removed.discard(node.address)
+        self._ripple_allowed_at = float("-inf")  # a new node's host is allowed from now on
+        if node.address in self._nodeAddrToNode:
+            return  # a learner that became a voter: its link stays as it is
         self._nodes.add(node)
         self._nodeAddrToNode[node.address] = node
-        self._ripple_allowed_at = float("-inf")  # a new node's host is allowed from now on
         if self._shouldConnect(node):
             conn = Connection(self._ripple_hub)
             conn.setOnConnectedCallback(lambda: self._onOutgoingConnected(conn))
@@ -250,17 +294,31 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
             conn.setOnDisconnectedCallback(lambda: self._onDisconnected(conn))
             self._connections[node] = conn
 
+    def dropNode(self, node: Any) -> None:
+        if self.keep_link is not None and node == self.keep_link:
+            return
+        super().dropNode(node)
+
     def _onIncomingMessageReceived(self, conn: Connection, message: Any) -> None:
-        # The peer names the node it is. Only configured nodes, from that node's host: no
+        # The peer names the node it is. Only current nodes, from that node's host: no
         # read-only nodes and no utility commands (status, add, remove, transfer) here.
         node = self._nodeAddrToNode.get(message) if isinstance(message, str) else None
         peer_ip = _normalize_ip(conn.peer.rsplit(":", 1)[0])
         if node is None or peer_ip not in self._ripple_host_ips.get(node.host, set()):
             what = message if isinstance(message, str) else type(message).__name__
             self._unknownConnections.discard(conn)
-            conn.close("unknown_peer", f"claims {what!r}"[:200])
+            removed = isinstance(message, str) and message in self._ripple_removed
+            conn.close("removed_node" if removed else "unknown_peer", f"claims {what!r}"[:200])
             return
         super()._onIncomingMessageReceived(conn, message)
+
+    def link_versions(self) -> dict[str, int]:
+        """The transport version of each open link, by the peer's node address."""
+        return {
+            node.address: conn.version
+            for node, conn in list(self._connections.items())
+            if isinstance(conn, Connection) and conn.version
+        }
 
     def _onTick(self) -> None:
         self._ripple_hub.tick()

@@ -11,11 +11,14 @@ This module owns the bytes two nodes exchange and nothing that touches a socket 
   nonce: a frame that was altered, replayed, reordered, reflected back or taken from another
   connection fails to open (`FrameError` "bad_frame"). pysyncobj's own encryption (Fernet,
   its `password`) stays unset: it would cost most of a frame's CPU (docs/benchmarks.md).
+- Two nodes talk only at a transport version both speak, and only within one cluster: a
+  peer outside this node's version range ("bad_version") or of another cluster
+  ("wrong_cluster") is refused once it has proved the secret, before any frame.
 - A frame header announcing more than the limit is refused before its body is read, and a
   compressed message is refused once it would inflate past the same limit.
 - Errors carry a `reason`, one of `replication.refusals.REFUSAL_REASONS`.
 
-Wire format (both directions, version 2):
+Wire format (both directions; versions 2 and 3 differ only in the nonces):
   dialler -> listener   MAGIC | client_nonce(32)
   listener -> dialler   MAGIC | server_nonce(32) | HMAC(k, "S" | client_nonce | server_nonce)
   dialler -> listener   HMAC(k, "C" | client_nonce | server_nonce)
@@ -24,8 +27,18 @@ Wire format (both directions, version 2):
                         plaintext = flag(1) | pickled message, zlib-compressed if flag is 1)
 with k = HMAC-SHA256(secret, HANDSHAKE_KEY_LABEL) and key_out = HMAC-SHA256(k,
 FRAME_KEY_LABEL | "D" (dialler's frames) or "L" (listener's) | client_nonce | server_nonce).
-Nodes of another version (version 1 sealed frames with Fernet) fail at the handshake's magic
-("bad_handshake"): upgrading needs a whole-cluster restart.
+
+Version negotiation. A node that speaks only version 2 sends 32 random bytes as its nonce. A
+node that speaks version 3 sends an *offer* in the same 32 bytes, which a version-2 node
+takes for a nonce like any other:
+  OFFER_TAG(4) | lowest version(1) | highest version(1) | cluster tag(8) | random(18)
+where the cluster tag is the first 8 bytes of SHA-256(cluster id). Both MACs cover both
+nonces, so an offer cannot be stripped or altered on the way without failing the proof.
+When both sides offer, they talk at the highest version both speak, provided their ranges
+overlap and their cluster tags match; when one side offers and the other does not, the
+other speaks version 2 only, and they talk at 2 if the offering side still accepts it. The
+frames of version 3 are those of version 2. Nodes of version 1 (Fernet frames) fail at the
+handshake's magic ("bad_handshake").
 """
 
 from __future__ import annotations
@@ -47,19 +60,31 @@ __all__ = [
     "KEEPALIVE_FRAME",
     "NONCE_BYTES",
     "PROOF_BYTES",
+    "TRANSPORT_VERSION",
+    "TRANSPORT_VERSION_MIN",
     "FrameError",
     "FrameReader",
     "Handshake",
     "HandshakeError",
     "Session",
+    "cluster_tag",
     "decode_message",
     "decompress_bounded",
     "encode_frame",
     "encode_message",
     "handshake_key",
+    "negotiate",
+    "parse_offer",
 ]
 
-MAGIC = b"RRT\x02"  # Ripple Raft Transport, version 2
+MAGIC = b"RRT\x02"  # Ripple Raft Transport: the handshake of versions 2 and 3
+# The transport versions this code speaks; a node may be set to accept a narrower range
+# (`RaftSettings.transport_version_min`) once every peer speaks the newer one.
+TRANSPORT_VERSION_MIN = 2
+TRANSPORT_VERSION = 3
+OFFER_TAG = b"RRTo"  # the start of a nonce that is a version offer (version 3 on)
+CLUSTER_TAG_BYTES = 8
+_OFFER = struct.Struct(">4sBB8s")  # tag, lowest version, highest version, cluster tag
 NONCE_BYTES = 32
 MAC_BYTES = 32
 HELLO_BYTES = len(MAGIC) + NONCE_BYTES
@@ -84,12 +109,49 @@ def handshake_key(secret: str) -> bytes:
     return hmac.new(secret.encode(), HANDSHAKE_KEY_LABEL, hashlib.sha256).digest()
 
 
+def cluster_tag(cluster_id: str) -> bytes:
+    """What a nonce carries of the cluster id: enough to tell two clusters apart."""
+    return hashlib.sha256(cluster_id.encode()).digest()[:CLUSTER_TAG_BYTES]
+
+
+def parse_offer(nonce: bytes) -> tuple[int, int, bytes] | None:
+    """(lowest, highest, cluster tag) of a version offer; None for a plain version-2 nonce."""
+    if nonce[: len(OFFER_TAG)] != OFFER_TAG:
+        return None
+    _tag, low, high, tag = _OFFER.unpack_from(nonce)
+    return low, high, tag
+
+
+def negotiate(versions: tuple[int, int], tag: bytes, peer: tuple[int, int, bytes] | None) -> int:
+    """The version two sides talk at, from one side's range and cluster tag and what the other
+    offered (None: it speaks version 2 only); HandshakeError when they cannot talk."""
+    low, high = versions
+    if peer is None:
+        if low > 2:
+            raise HandshakeError(
+                "bad_version",
+                f"the peer speaks transport version 2 only; this node needs {low} to {high}",
+            )
+        return 2
+    peer_low, peer_high, peer_tag = peer
+    if max(low, peer_low) > min(high, peer_high):
+        raise HandshakeError(
+            "bad_version",
+            f"the peer speaks transport versions {peer_low} to {peer_high}, this node "
+            f"{low} to {high}",
+        )
+    if not hmac.compare_digest(tag, peer_tag):
+        raise HandshakeError("wrong_cluster", "the peer belongs to another cluster (cluster id)")
+    return min(high, peer_high)
+
+
 def _mac(key: bytes, side: bytes, client_nonce: bytes, server_nonce: bytes) -> bytes:
     return hmac.new(key, side + client_nonce + server_nonce, hashlib.sha256).digest()
 
 
 class HandshakeError(Exception):
-    """The other side failed the handshake; `reason` is "bad_handshake" or "bad_proof"."""
+    """The other side failed the handshake; `reason` is "bad_handshake", "bad_proof",
+    "bad_version" or "wrong_cluster"."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
@@ -99,14 +161,40 @@ class HandshakeError(Exception):
 class Handshake:
     """One side of the mutual HMAC handshake. Feed it exactly `wanted` bytes at a time (the
     connection reads no more than that, so nothing after the handshake is buffered early);
-    send what `feed` returns. `done` once the other side has proved the secret."""
+    send what `feed` returns. `done` once the other side has proved the secret and the two
+    agreed on `version`. `versions` is the range this side speaks: a highest version of 2
+    sends a plain nonce, as a node of version 2 does; from 3 the nonce is an offer made from
+    `nonce`'s first random bytes."""
 
-    def __init__(self, *, dialler: bool, key: bytes, nonce: bytes) -> None:
+    def __init__(
+        self,
+        *,
+        dialler: bool,
+        key: bytes,
+        nonce: bytes,
+        versions: tuple[int, int] = (TRANSPORT_VERSION_MIN, TRANSPORT_VERSION),
+        cluster_id: str = "",
+    ) -> None:
         if len(nonce) != NONCE_BYTES:
             raise ValueError("nonce must be 32 bytes")
+        low, high = versions
+        if not TRANSPORT_VERSION_MIN <= low <= high <= TRANSPORT_VERSION:
+            raise ValueError(
+                f"transport versions {low}..{high}: this code speaks "
+                f"{TRANSPORT_VERSION_MIN}..{TRANSPORT_VERSION}"
+            )
         self.dialler = dialler
         self._key = key
+        self._versions = versions
+        self._tag = cluster_tag(cluster_id)
+        if high >= 3:
+            offer = _OFFER.pack(OFFER_TAG, low, high, self._tag)
+            nonce = offer + nonce[: NONCE_BYTES - len(offer)]
         self._nonce = nonce
+        self.version = 0  # the version both sides talk at, once done
+        # A dialler that cannot talk to the listener it reached: send the proof `feed`
+        # returned, then close with this refusal's reason.
+        self.refused: HandshakeError | None = None
         self._peer_nonce = b""
         self._buf = bytearray()
         self.done = False
@@ -120,10 +208,12 @@ class Handshake:
     @property
     def wanted(self) -> int:
         need = {"hello": HELLO_BYTES, "challenge": CHALLENGE_BYTES, "proof": PROOF_BYTES}
-        return 0 if self.done else need[self._stage] - len(self._buf)
+        if self.done or self.refused is not None:
+            return 0
+        return need[self._stage] - len(self._buf)
 
     def feed(self, data: bytes) -> bytes:
-        if self.done or len(data) > self.wanted:
+        if self.done or self.refused is not None or len(data) > self.wanted:
             raise ValueError("fed more than the handshake wanted")
         self._buf += data
         opening = self._stage in ("hello", "challenge")
@@ -141,12 +231,20 @@ class Handshake:
             expected = _mac(self._key, b"S", self._nonce, server_nonce)
             if not hmac.compare_digest(expected, msg[len(MAGIC) + NONCE_BYTES :]):
                 raise HandshakeError("bad_proof", "the listener does not know the secret")
+            proof = _mac(self._key, b"C", self._nonce, server_nonce)
+            try:
+                self.version = negotiate(self._versions, self._tag, parse_offer(server_nonce))
+            except HandshakeError as exc:
+                # Proved anyway, so the listener can refuse (and count) us in turn.
+                self.refused = exc
+                return proof
             self.done = True
             self._nonces = (self._nonce, server_nonce)
-            return _mac(self._key, b"C", self._nonce, server_nonce)
+            return proof
         expected = _mac(self._key, b"C", self._peer_nonce, self._nonce)  # listener: proof
         if not hmac.compare_digest(expected, msg):
             raise HandshakeError("bad_proof", "the dialler does not know the secret")
+        self.version = negotiate(self._versions, self._tag, parse_offer(self._peer_nonce))
         self.done = True
         self._nonces = (self._peer_nonce, self._nonce)
         return b""

@@ -1,10 +1,12 @@
 """The `ripple` command.
 
   ripple coordinator --config FILE --node-id ID     run one coordinator node (foreground)
+      [--join URL --raft HOST:PORT --http HOST:PORT]    (a new node joining a running cluster)
   ripple up [--data-dir DIR] [--workers N]          a local cluster; Ctrl-C stops it all
   ripple status|partitions|workers|migrations       read from any node
   ripple reassign [--dry-run] [--move P:WORKER]     admin: balance or explicit moves
   ripple drain WORKER                               admin: move a worker's partitions away
+  ripple nodes [add|remove|replace ID ...]          the coordinator voters; admin: change them
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log
   ripple get KEY                                    a key's state from its owning worker
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -34,15 +37,18 @@ from typing import Any
 from coordinator.client import CoordinatorClient
 from coordinator.config import SCALAR_KEYS, ClusterConfig, check_bind, load_config
 from coordinator.core.fencing import EPOCH_JUMP_DEFAULT
+from coordinator.service.node_dir import JOIN_FILE
 from ripple.local_cluster import cluster_file, up
+from ripple.nodes import add_nodes_parser, cmd_nodes, prepare_join
 from ripple.tables import (
+    render_membership,
     render_migrations,
     render_partitions,
     render_status,
     render_workers,
     table,
 )
-from shared.errors import ConfigError, RippleError
+from shared.errors import ClientError, ConfigError, RippleError
 from shared.version import PACKAGE_VERSION
 
 WATCH_MAX_S = 3600.0
@@ -113,8 +119,21 @@ def _print(obj: dict[str, Any], as_json: bool, render: Any) -> None:
 async def _read(args: argparse.Namespace, path: str, render: Any) -> int:
     async with _client(args) as client:
         body = await client.get(path, consistent=args.consistent)
+        if path == "/v1/status":  # with the voters and any membership change in flight
+            nodes = None
+            if body.get("leader_id") is not None:
+                # The leader's view: a change in flight is its memory until it appends one.
+                with contextlib.suppress(ClientError):
+                    nodes = await client.get("/v1/nodes", consistent=True)
+            if nodes is None:  # no leader: this node's log still names the voters
+                nodes = await client.get("/v1/nodes", consistent=args.consistent)
+            body = {**body, "membership": nodes}
     _print(body, args.json, render)
     return 0
+
+
+def _render_status(body: dict[str, Any]) -> str:
+    return render_status(body) + "\n" + render_membership(body["membership"])
 
 
 async def cmd_migrations(args: argparse.Namespace) -> int:
@@ -308,9 +327,26 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     overrides = {k: getattr(args, k) for k in SCALAR_KEYS if getattr(args, k, None) is not None}
     config = load_config(args.config, overrides=overrides)
-    config.node(args.node_id)
+    if args.join or (config.node_dir(args.node_id) / JOIN_FILE).exists():
+        prepare_join(
+            config,
+            args.node_id,
+            urls=args.join,
+            raft=args.raft,
+            http=args.http,
+            raft_bind=args.raft_bind,
+            ca_file=_tls_ca(args) or config.tls_ca or None,
+        )
+    else:
+        config.node(args.node_id)
     run(config, args.node_id)
     return 0
+
+
+async def _nodes(args: argparse.Namespace) -> int:
+    token = None if (args.action or "list") == "list" else _admin_token(args)
+    async with _client(args, token=token) as client:
+        return await cmd_nodes(args, client)
 
 
 # -- parser -----------------------------------------------------------------------------------
@@ -345,6 +381,17 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("coordinator", help="run one coordinator node")
     c.add_argument("--config", required=True)
     c.add_argument("--node-id", required=True)
+    c.add_argument(
+        "--join",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a new node: URL of a running node of the cluster to join (repeatable); then "
+        "add it with `ripple nodes add` (docs/operations.md#add-capacity)",
+    )
+    c.add_argument("--raft", metavar="HOST:PORT", help="with --join: the Raft address others dial")
+    c.add_argument("--http", metavar="HOST:PORT", help="with --join: the HTTP address to serve")
+    c.add_argument("--raft-bind", metavar="HOST:PORT", help="with --join: where Raft listens")
     defaults = ClusterConfig()
     for key in SCALAR_KEYS:
         kind = type(getattr(defaults, key))
@@ -456,6 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     client_args(g)
     g.add_argument("key")
 
+    add_nodes_parser(sub, client_args)
+
     d = sub.add_parser("drain", help="admin: move a worker's partitions away, then LEFT")
     client_args(d)
     d.add_argument("worker")
@@ -509,6 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_produce(args)
         if args.command == "get":
             return asyncio.run(cmd_get(args))
+        if args.command == "nodes":
+            return asyncio.run(_nodes(args))
         if args.command == "backup":
             return asyncio.run(cmd_backup(args))
         if args.command in ("restore", "recover"):
@@ -516,7 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return restore_command(args)
         render = {
-            "status": render_status,
+            "status": _render_status,
             "partitions": render_partitions,
             "workers": render_workers,
         }[args.command]

@@ -15,9 +15,17 @@ from pathlib import Path
 __all__ = ["coordinator_argv", "worker_argv"]
 
 
-def coordinator_argv(config_path: str | Path, node_id: str) -> list[str]:
-    """`ripple coordinator`: node `node_id` of the cluster file at `config_path`."""
-    return [
+def coordinator_argv(
+    config_path: str | Path,
+    node_id: str,
+    *,
+    join: Sequence[str] = (),
+    raft: str | None = None,
+    http: str | None = None,
+) -> list[str]:
+    """`ripple coordinator`: node `node_id` of the cluster file at `config_path`; with `join`
+    (URLs of running nodes), a new node at `raft` and `http` joining that cluster."""
+    argv = [
         sys.executable,
         "-m",
         "ripple.cli",
@@ -27,6 +35,13 @@ def coordinator_argv(config_path: str | Path, node_id: str) -> list[str]:
         "--node-id",
         node_id,
     ]
+    for url in join:
+        argv += ["--join", url]
+    if raft is not None:
+        argv += ["--raft", raft]
+    if http is not None:
+        argv += ["--http", http]
+    return argv
 
 
 def worker_argv(

@@ -31,6 +31,7 @@ from coordinator.core.versions import SPOKEN
 from replication.durability import sync_directory
 from replication.entry import apply_entry
 from replication.identity import new_cluster_id, read_cluster_id, write_cluster_id
+from replication.members import Member
 from replication.seed import read_log, seed_node
 from shared.errors import RippleError
 
@@ -160,7 +161,7 @@ def _make(
     snapshot = encode_state(state)
     cluster_id = new_cluster_id()
     index, term = max(index, SEED_INDEX_MIN), max(term, SEED_TERM_MIN)
-    members = [n.raft for n in config.nodes]
+    members = [Member(id=n.id, raft=n.raft, http=n.http) for n in config.nodes]
     for target in targets:
         tmp = target.with_name(f".{target.name}.restoring")
         shutil.rmtree(tmp, ignore_errors=True)  # a run that stopped half-way left it

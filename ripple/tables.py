@@ -1,5 +1,5 @@
 """The tables the `ripple` read commands print: one renderer per answer (status,
-partitions, workers, migrations), each taking the JSON body the HTTP API returns. A missing
+partitions, workers, migrations, nodes), each taking the JSON body the HTTP API returns. A missing
 value prints as "-"; columns are padded to their widest cell.
 """
 
@@ -8,7 +8,15 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-__all__ = ["render_migrations", "render_partitions", "render_status", "render_workers", "table"]
+__all__ = [
+    "render_membership",
+    "render_migrations",
+    "render_nodes",
+    "render_partitions",
+    "render_status",
+    "render_workers",
+    "table",
+]
 
 
 def table(rows: list[list[Any]], header: list[str]) -> str:
@@ -107,3 +115,40 @@ def render_migrations(s: dict[str, Any]) -> str:
     return f"in flight: {s['in_flight']}\n" + table(
         rows, ["ID", "PARTITION", "FROM", "TO", "PHASE", "REASON", "NOTE"]
     )
+
+
+def render_membership(n: dict[str, Any]) -> str:
+    """One line: the voters, and the membership change in flight, if any."""
+    voters = ", ".join(x["id"] + ("*" if x["leader"] else "") for x in n["nodes"] if x["voter"])
+    line = f"voters: {voters}   cluster id: {n['cluster_id']}"
+    change = n.get("change")
+    if change is not None:
+        what = change["node_id"] or change["old_node_id"]
+        line += f"   change in flight: {change['kind']} {what} ({change['phase']})"
+    elif n.get("membership_pending"):
+        line += "   change in flight: a membership entry is not committed yet"
+    return line
+
+
+def render_nodes(n: dict[str, Any]) -> str:
+    rows = [
+        [
+            x["id"],
+            "voter" if x["voter"] else "learner",
+            "leader" if x["leader"] else "",
+            x["raft"],
+            x["url"],
+            x["match_index"],
+            None if x["answering"] is None else ("yes" if x["answering"] else "NO"),
+            x["transport_version"],
+        ]
+        for x in n["nodes"]
+    ]
+    header = ["ID", "ROLE", "LEADER", "RAFT", "URL", "MATCH", "ANSWERS", "TRANSPORT"]
+    lines = [table(rows, header), render_membership(n)]
+    last = n.get("last_change")
+    if last is not None:
+        what = last["node_id"] or last["old_node_id"]
+        error = f": {last['error']}" if last.get("error") else ""
+        lines.append(f"last change: {last['kind']} {what} {last['phase']}{error}")
+    return "\n".join(lines)

@@ -3,12 +3,17 @@
 `Cluster` is a `testkit.nodes.NodeCluster` running `ripple coordinator`: it writes the
 cluster file (a fixed test secret and admin token, free ports, the settings a test asks
 for), and its ready leader is the one every live node names, once bootstrapped. With
-`tls_cert` set the nodes serve https:// and the rig's own calls trust `tls_ca`.
+`tls_cert` set the nodes serve https:// and the rig's own calls trust `tls_ca`. Nodes come
+and go online as an operator's would: `join` starts a new node with `--join`, `nodes` runs
+`ripple nodes ...` against the cluster, `retire` stops a removed node and forgets it.
 """
 
 from __future__ import annotations
 
+import os
 import ssl
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ __all__ = ["ADMIN", "SECRET", "Cluster", "worker_token"]
 SECRET = "integration-secret-0123456789"
 ADMIN = "integration-admin-token-0123"
 METRICS_TIMEOUT_S = 5.0
+NODES_CLI_TIMEOUT_S = 300.0
 
 
 def worker_token(worker_id: str, incarnation: int) -> str:
@@ -93,6 +99,50 @@ class Cluster(NodeCluster):
     def start(self, node_id: str, *, config_path: Path | None = None) -> Proc:
         """Start `node_id`, from another cluster file if given (a test's edited copy)."""
         return self.spawn(node_id, coordinator_argv(config_path or self.config_path, node_id))
+
+    def join(self, node_id: str, *, raft_port: int | None = None) -> NodeSpec:
+        """Start a new node `node_id` on free ports (`raft_port` if given) with `--join`
+        through the live nodes, as docs/operations.md's runbooks do; it is a voter only
+        once added (`nodes("add", ...)`)."""
+        raft, http = free_ports(2)
+        spec = NodeSpec(
+            id=node_id,
+            raft=f"127.0.0.1:{raft_port or raft}",
+            http=f"127.0.0.1:{http}",
+            scheme="https" if self.config.tls_cert else "http",
+        )
+        via = [self.url(n) for n in self.alive()]
+        self.urls[node_id] = spec.url
+        argv = coordinator_argv(self.config_path, node_id, join=via, raft=spec.raft, http=spec.http)
+        self.spawn(node_id, argv)
+        return spec
+
+    def retire(self, node_id: str) -> None:
+        """Stop node `node_id` and forget it (a node removed from the cluster)."""
+        proc = self.procs.pop(node_id, None)
+        if proc is not None:
+            proc.stop()
+        self.urls.pop(node_id, None)
+
+    def nodes(self, *args: str, timeout_s: float = NODES_CLI_TIMEOUT_S) -> str:
+        """`ripple nodes ARGS` against the live nodes with the admin token; its output, or
+        AssertionError with its stderr when it fails."""
+        return self.ripple("nodes", *args, "--admin-token", ADMIN, timeout_s=timeout_s)
+
+    def ripple(self, *args: str, timeout_s: float = NODES_CLI_TIMEOUT_S) -> str:
+        """`ripple ARGS` against the live nodes; its output, or AssertionError with its
+        stderr when it fails."""
+        argv = [sys.executable, "-m", "ripple.cli", *args]
+        for nid in self.alive():
+            argv += ["--coordinator", self.url(nid)]
+        if self.config.tls_ca:
+            argv += ["--tls-ca", self.config.tls_ca]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RIPPLE_")}
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+        )
+        assert done.returncode == 0, f"ripple {' '.join(args)}: {done.stderr}"
+        return done.stdout
 
     def ready(self, timeout_s: float = 30.0) -> str:
         """The agreed leader, once it has bootstrapped the partition table."""

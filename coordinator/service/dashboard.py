@@ -4,7 +4,8 @@ Every node serves the same page (`coordinator/service/ui/`, package data, no bui
 The page reads only the public `/v1` API. It reads the node that served it, and also the
 other nodes' `/v1/health` and the leader's answers (liveness and load live on the leader
 only), which are other origins (another port or host): so `/v1` answers carry CORS headers
-for exactly the cluster's own node URLs, never `*`, and a preflight for the admin writes
+for exactly the cluster's own node URLs (the cluster file's, and the nodes the log names
+now), never `*`, and a preflight for the admin writes
 (`Authorization`) is answered for those origins only. Invariant: the page can never run a
 script, style or connection that is not from this node or a sibling node (the
 Content-Security-Policy below), and it writes nothing unless an admin token is entered.
@@ -12,15 +13,17 @@ Content-Security-Policy below), and it writes nothing unless an admin token is e
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Container, Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
-from coordinator.config import ClusterConfig
 from shared.errors import RequestError
+
+if TYPE_CHECKING:
+    from coordinator.service.node import CoordinatorNode
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -55,8 +58,25 @@ def load_assets() -> dict[str, Asset]:
     }
 
 
-def node_origins(config: ClusterConfig) -> frozenset[str]:
-    return frozenset(n.url.rstrip("/").lower() for n in config.nodes)
+class NodeOrigins:
+    """The cluster's own origins, as they are now: the nodes of the cluster file and every
+    voter and learner this node's log names (a node added online is a sibling at once)."""
+
+    def __init__(self, node: CoordinatorNode) -> None:
+        self._node = node
+        self._configured = frozenset(_origin(n.url) for n in node.config.nodes)
+
+    def current(self) -> frozenset[str]:
+        membership = self._node.log.membership()
+        live = membership.voters + membership.learners
+        return self._configured | {_origin(self._node.spec_of(m).url) for m in live}
+
+    def __contains__(self, origin: object) -> bool:
+        return isinstance(origin, str) and origin.lower() in self.current()
+
+
+def _origin(url: str) -> str:
+    return url.rstrip("/").lower()
 
 
 def content_security_policy(origins: frozenset[str]) -> str:
@@ -78,7 +98,7 @@ class _Requested(Protocol):
 
 
 def cors_headers(
-    request: _Requested, response: web.StreamResponse, origins: frozenset[str]
+    request: _Requested, response: web.StreamResponse, origins: Container[str]
 ) -> None:
     """The CORS headers of a `/v1` answer: `Vary: Origin` always, the allow and expose
     headers for the cluster's own origins only. Called by the API's `finish` on every answer
@@ -93,13 +113,11 @@ def cors_headers(
         response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSED_HEADERS
 
 
-def install(app: web.Application, config: ClusterConfig) -> None:
+def install(app: web.Application, origins: NodeOrigins) -> None:
     """Add the dashboard's routes to the coordinator's app (its CORS headers are added by
     the API's middleware, `cors_headers`)."""
     assets = load_assets()
-    origins = node_origins(config)
     page_headers = {
-        "Content-Security-Policy": content_security_policy(origins),
         "X-Content-Type-Options": "nosniff",
         "X-Frame-Options": "DENY",
         "Referrer-Policy": "no-referrer",
@@ -109,11 +127,12 @@ def install(app: web.Application, config: ClusterConfig) -> None:
 
     def serve(name: str) -> web.Response:
         asset = assets[name]
+        csp = content_security_policy(origins.current())  # the nodes as they are now
         return web.Response(
             body=asset.body,
             content_type=asset.content_type,
             charset="utf-8",
-            headers=page_headers,
+            headers={"Content-Security-Policy": csp, **page_headers},
         )
 
     async def root(_request: web.Request) -> web.Response:

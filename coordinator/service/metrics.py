@@ -156,12 +156,17 @@ class Metrics:
         """Count one proposal of `command` (a command class name) with its outcome and time."""
         self.proposals.add(command, outcome, seconds)
 
-    def attach(self, node: CoordinatorNode, liveness_of: Callable[[str, int], str | None]) -> None:
+    def attach(
+        self,
+        node: CoordinatorNode,
+        liveness_of: Callable[[str, int], str | None],
+        membership_changing: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Export the node's state at scrape time (called when the app is built; a second
         call replaces the first collector instead of exporting every family twice)."""
         if self._collector is not None:
             self.registry.unregister(self._collector)
-        self._collector = ClusterCollector(node, liveness_of, self.progress)
+        self._collector = ClusterCollector(node, liveness_of, self.progress, membership_changing)
         self.registry.register(self._collector)
 
     def on_role(self, node: CoordinatorNode) -> None:
@@ -176,6 +181,29 @@ class Metrics:
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+def _membership(node: CoordinatorNode, changing: bool) -> Iterator[Metric]:
+    """The voter set as this node's log says, and whether a change is under way."""
+    membership = node.log.membership()
+    yield GaugeMetricFamily(
+        "ripple_raft_voters", "Voters in this node's view of the log", value=len(membership.voters)
+    )
+    yield GaugeMetricFamily(
+        "ripple_raft_voter",
+        "1 when this node votes (0 while it joins, and once removed)",
+        value=1 if membership.voter else 0,
+    )
+    yield GaugeMetricFamily(
+        "ripple_raft_membership_change_in_flight",
+        "1 while a membership change runs on this leader or a membership entry is uncommitted",
+        value=1 if changing or membership.pending_index is not None else 0,
+    )
+    links = _gauge("ripple_raft_links", "Open Raft links by transport version", ["version"])
+    versions = list(node.log.link_versions().values())
+    for version in sorted(set(versions)):
+        links.add_metric([str(version)], versions.count(version))
+    yield links
 
 
 def _syncs(stats: SyncStats) -> Iterator[Metric]:
@@ -338,10 +366,12 @@ class ClusterCollector(Collector):
         node: CoordinatorNode,
         liveness_of: Callable[[str, int], str | None],
         progress: ProgressReports,
+        membership_changing: Callable[[], bool],
     ) -> None:
         self.node = node
         self.liveness_of = liveness_of
         self.progress = progress
+        self.membership_changing = membership_changing
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: the families depend on the role and the state
@@ -365,6 +395,7 @@ class ClusterCollector(Collector):
             "1 when this node knows a leader (0: no leader from here)",
             value=1 if status.leader_addr is not None else 0,
         )
+        yield from _membership(node, self.membership_changing())
         refused = CounterMetricFamily(
             "ripple_raft_refused_connections",
             "Raft-port connections refused or closed by the transport, by reason",

@@ -391,7 +391,7 @@ class HealthResponse(_Response):
     # sha256 of the whole replicated state (`?digest=true` only): equal on every node at
     # one applied_index, or the replicas diverged.
     state_digest: str | None = None
-    # Every node of the cluster file, so a client (the dashboard) can reach the others.
+    # Every voter (as this node's log says), so a client (the dashboard) can reach the others.
     nodes: list[NodeRef] = []
     # This node's release, the command-set versions it speaks, and the cluster's finalized
     # command-set version as this node's state has it (docs/design.md §10).
@@ -409,6 +409,8 @@ class HealthResponse(_Response):
     store_set: bool = True
     # What an operator should fix about this cluster's settings, in words (empty: nothing).
     warnings: list[str] = []
+    # Whether this node votes: false while it joins (not yet added), and once removed.
+    voter: bool = True
 
 
 class CoordinatorVersions(_Response):
@@ -452,6 +454,74 @@ class StatusResponse(_Response):
     # The newest backup `ripple backup` stored and recorded; None before the first.
     last_backup: BackupView | None = None
     warnings: list[str] = []  # as in /v1/health
+
+
+# -- coordinator nodes ---------------------------------------------------------------------
+
+Address = Annotated[str, Field(min_length=3, max_length=ADDRESS_LEN_MAX)]
+
+
+class NodeAddRequest(_Request):
+    """A node to add: its id, the host:port the others dial for Raft, its HTTP host:port."""
+
+    id: Id
+    raft: Address
+    http: Address
+
+
+class NodeView(_Response):
+    id: str
+    raft: str
+    http: str
+    url: str
+    voter: bool  # false: a learner, fed the log before it votes (the leader's view only)
+    leader: bool
+    # The leader's view only (None elsewhere): the last entry the node is known to hold,
+    # and whether it answered within leader_fallback_timeout_s.
+    match_index: int | None = None
+    answering: bool | None = None
+    # The Raft transport version of this node's link to it (None: no open link).
+    transport_version: int | None = None
+
+
+class ChangeView(_Response):
+    id: str
+    kind: Literal["add", "remove", "replace"]
+    node_id: str | None  # the node added
+    old_node_id: str | None  # the node removed
+    phase: Literal[
+        "catching_up",
+        "adding",
+        "handing_off",
+        "removing",
+        "done",
+        "handed_off",
+        "interrupted",
+        "failed",
+    ]
+    started_ms: int
+    error: str | None = None
+
+
+class NodesResponse(_Response):
+    generation: int
+    applied_index: int
+    stale: bool
+    node_id: str  # the node that answered
+    cluster_id: str
+    leader_id: str | None
+    voter: bool  # whether the answering node votes
+    nodes: list[NodeView]
+    # The change running on the leader (None elsewhere, or when none runs), and the last one
+    # that ended there; `membership_pending`: a membership entry this node holds uncommitted.
+    change: ChangeView | None = None
+    last_change: ChangeView | None = None
+    membership_pending: bool = False
+
+
+class NodeChangeResponse(_Response):
+    change: ChangeView | None  # None: nothing to do (already so)
+    nodes: list[NodeView]
 
 
 DrainResponse.model_rebuild()

@@ -15,6 +15,7 @@ does not speak. The voters are `voters()`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import secrets
@@ -31,9 +32,11 @@ from coordinator.core.state import ClusterState
 from coordinator.core.versions import refusal, spoken, version_of
 from coordinator.service.auth import first_cluster_id, raft_password
 from coordinator.service.metrics import Metrics
+from coordinator.service.node_dir import read_join_record, write_join_record
 from replication.identity import ensure_cluster_id
 from replication.log import (
     MachineRead,
+    Member,
     NoLeaderError,
     OutcomeUnknownError,
     QueueFullError,
@@ -85,7 +88,6 @@ class CoordinatorNode:
         self.config = config
         # Parsed once (the config is immutable): registration checks every address with it.
         self.worker_networks = config.worker_network_list()
-        self.spec = config.node(node_id)
         self.node_id = node_id
         # What this node speaks: every command-set version of this release unless the
         # config holds it at an older one (a drill; coordinator/core/versions.spoken).
@@ -93,14 +95,38 @@ class CoordinatorNode:
         self.machine = Machine(speaks=self.speaks)
         self.metrics = Metrics()
         node_dir = config.node_dir(node_id)
+        self.node_dir = node_dir
+        # A node added online knows itself and the voters it joined from its join record; a
+        # configured node from the cluster file. The log's membership entries take over.
+        self.joined = read_join_record(node_dir)
+        if self.joined is not None:
+            me = self.joined.node
+            self.spec = NodeSpec(
+                id=me.id,
+                raft=me.raft,
+                http=me.http,
+                raft_bind=self.joined.raft_bind,
+                scheme="https" if config.tls_cert else "http",
+            )
+            start = (*self.joined.voters, me)
+        else:
+            self.spec = config.node(node_id)
+            start = tuple(Member(id=n.id, raft=n.raft, http=n.http) for n in config.nodes)
+        self._start_ids = frozenset(m.id for m in start if m.id != self.spec.id or not self.joined)
         # The cluster this data directory belongs to (its cluster.id): the Raft handshake
-        # refuses another cluster's nodes, and backups name it.
+        # refuses another cluster's nodes, and backups name it. A joining node's was written
+        # from its join record, a restored or recovered node's by the restore.
         self.cluster_id = ensure_cluster_id(
             node_dir, first_cluster_id(config.cluster_secret), durable=config.fsync
         )
         settings = RaftSettings(
             self_addr=self.spec.raft,
-            partners=tuple(n.raft for n in config.nodes if n.id != node_id),
+            partners=tuple(m.raft for m in start if m.raft != self.spec.raft),
+            members=start,
+            joining=self.joined is not None and not self.joined.admitted,
+            cluster_id=self.cluster_id,
+            transport_version_min=config.raft_transport_version_min,
+            transport_version_max=config.raft_transport_version_max,
             bind_addr=self.spec.raft_listen,
             # Derived with a key of its own: a leaked Raft password gives no worker or
             # call token, and a token gives nothing about the Raft password.
@@ -126,9 +152,58 @@ class CoordinatorNode:
             fsync=config.fsync,
         )
         self.log = ReplicatedLog(settings, self.machine)
+        self.log.on_voter_change(self._voter_changed)
 
     def start(self) -> None:
         self.log.start()
+
+    def _voter_changed(self, voter: bool) -> None:
+        """A node that joined records that the log made it a voter (or undid that), so a
+        restart neither puts a voter back in the joining mode nor lets a node the log never
+        admitted vote."""
+        joined = self.joined
+        if joined is not None and joined.admitted != voter:
+            self.joined = dataclasses.replace(joined, admitted=voter)
+            write_join_record(self.node_dir, self.joined, durable=self.config.fsync)
+
+    # -- membership ------------------------------------------------------------------------
+
+    def spec_of(self, member: Member) -> NodeSpec:
+        """A member of the log as a node of this cluster (its URL with the cluster's scheme)."""
+        return NodeSpec(
+            id=member.id,
+            raft=member.raft,
+            http=member.http,
+            scheme="https" if self.config.tls_cert else "http",
+        )
+
+    def voter_nodes(self) -> tuple[NodeSpec, ...]:
+        """The voters as this node's log says, the change in flight included (stale on a
+        follower, as every local read)."""
+        return tuple(self.spec_of(m) for m in self.log.membership().voters)
+
+    def voters(self) -> tuple[str, ...]:
+        """The ids of the nodes whose votes make a majority, which must all speak a command's
+        version before it is proposed or finalized: the committed voters of the replicated
+        membership, and while a change is in flight the nodes it adds too (a node being added
+        applies every entry after its addition, so it must speak them as well)."""
+        membership = self.log.membership()
+        ids = {m.id for m in membership.committed + membership.voters}
+        # Before the log's first tick publishes its view, the voters it starts from.
+        return tuple(sorted(ids or self._start_ids))
+
+    @property
+    def is_voter(self) -> bool:
+        """False while this node joins (not yet added), and once it learns it was removed."""
+        return self.log.membership().voter
+
+    def node_by_raft(self, raft_addr: str) -> NodeSpec | None:
+        """The node at a Raft address: a voter or learner the log names, else one of the
+        cluster file's (a node removed since, which may still say it leads)."""
+        member = self.log.membership().by_raft(raft_addr)
+        if member is not None:
+            return self.spec_of(member)
+        return self.config.node_by_raft(raft_addr)
 
     def close(self) -> None:
         self.log.close()
@@ -137,9 +212,7 @@ class CoordinatorNode:
 
     def leader_info(self) -> LeaderInfo:
         status = self.log.status()
-        leader = (
-            None if status.leader_addr is None else self.config.node_by_raft(status.leader_addr)
-        )
+        leader = None if status.leader_addr is None else self.node_by_raft(status.leader_addr)
         return LeaderInfo(role=status.role, ready=status.ready, leader=leader, status=status)
 
     @property
@@ -150,11 +223,6 @@ class CoordinatorNode:
     def halted(self) -> str | None:
         """Why this node stopped applying entries and left Raft, or None."""
         return self.log.halted
-
-    def voters(self) -> tuple[str, ...]:
-        """The ids of the nodes whose votes make a majority, which must all speak a command's
-        version before it is proposed: the cluster file's nodes."""
-        return tuple(n.id for n in self.config.nodes)
 
     # -- reads -----------------------------------------------------------------------------
 

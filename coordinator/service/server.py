@@ -22,6 +22,7 @@ from coordinator.config import ClusterConfig, is_loopback, split_host_port
 from coordinator.service.duties import LeaderDuties
 from coordinator.service.front import FrontDoorSite
 from coordinator.service.http.app import create_app
+from coordinator.service.membership import MembershipChanges
 from coordinator.service.node import CoordinatorNode
 from coordinator.service.versions import VersionDuty
 from shared.tls import server_context
@@ -75,7 +76,9 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
     duties = LeaderDuties(node)
     node.log.on_role_change(duties.on_role)
     node.log.on_role_change(lambda _role: node.metrics.on_role(node))
-    app = create_app(node, duties)
+    changes = MembershipChanges(node)
+    node.log.on_role_change(changes.on_role)
+    app = create_app(node, duties, changes)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()
     host, port = split_host_port(node.spec.http, "http")
@@ -129,6 +132,7 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
         log.info("node %s stopping", node_id)
         with contextlib.suppress(Exception):
             await runner.cleanup()
+        await changes.close()
         await duties.close()
         await versions.close()
         node.close()

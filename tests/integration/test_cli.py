@@ -46,6 +46,8 @@ def test_only_heartbeat_timeout_set_starts_and_workers_get_the_derived_timings(
         ["drain", "w1"],
         ["produce", "--generate", "1"],
         ["get", "K"],
+        ["nodes"],
+        ["nodes", "replace", "n1", "--with", "n4", "--raft", "a:1", "--http", "a:2"],
         ["worker", "--worker-id", "w1", "--listen", "127.0.0.1:1", "--store", "file:///x"],
     ],
 )

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from shared.ports import free_ports
 from testkit.cluster import ADMIN, Cluster
 from testkit.http import call
 from testkit.scripted_workers import ScriptedWorkers
@@ -36,6 +37,8 @@ SETTINGS = {
     "total_partitions": PARTITIONS,
     # Long: a worker slowed down by a loaded machine is never declared dead mid-test.
     "heartbeat_timeout_s": 60.0,
+    # The page's membership change in flight: a node that never catches up fails this soon.
+    "membership_catch_up_timeout_s": 12.0,
 }
 UI_WAIT_S = 45.0  # what the page must show, on a loaded 2-core machine
 PAGE_LOAD_S = 30.0
@@ -370,7 +373,22 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     assert term in leader_row.split(), leader_row
     stats = page.text("#stats")
     assert f"Leader\n{leader}" in stats, stats
+    # The voters as the leader's log says them, and the cluster id.
+    page.wait(lambda: "voters: n1, n2, n3" in page.text("#nodes-note"), "the voters")
+    assert "cluster id" in page.text("#nodes-note")
     assert page.text("#cluster-warnings") == ""  # a cluster with a store: nothing to fix
+    # A membership change in flight: an addition whose node never answers (nothing listens
+    # at its Raft port) catches up for membership_catch_up_timeout_s, then fails.
+    ghost = {"id": "n9", "raft": f"127.0.0.1:{free_ports(1)[0]}", "http": "127.0.0.1:1"}
+    started = call("POST", c.url(leader) + "/v1/admin/nodes", ghost, token=ADMIN)
+    assert started.status == 202, started.body
+    page.wait(
+        lambda: "change in flight: add n9 (catching_up)" in page.text("#nodes-note"),
+        "the change in flight",
+    )
+    assert "catching up: n9" in page.text("#nodes-note")
+    page.wait(lambda: "last change: add n9 failed" in page.text("#nodes-note"), "its end")
+    assert "voters: n1, n2, n3" in page.text("#nodes-note")
 
     page.wait(lambda: all("active" in page.worker_row(x) for x in ("w1", "w2", "w3")), "workers")
     assert "3 active of 3" in page.text("#workers-count")

@@ -11,14 +11,18 @@ heartbeat and drain; a planned migration's id into its abort).
 Calls go to the leader (a follower would answer writes with a documented 307). Admin
 operations get the admin token and worker operations a registered worker's token, so the
 generated input reaches the handlers' parsing instead of stopping at the auth check; the
-unauthenticated answers are covered by the negative cases and the security tests.
+unauthenticated answers are covered by the negative cases and the security tests. The
+membership changes (`/v1/admin/nodes...`) go without the token: generated node ids such as
+`n3` name the cluster's own nodes, and a removal (of the leader, even) would change what
+every later call finds; their parsing and refusals are test_nodes.py's.
 
 The cluster sets `worker_networks = 127.0.0.0/8`: generated registrations name random hosts,
 and the leader calls registered workers, so only loopback addresses may be accepted (no call
 leaves the machine). One check is left out where the schema cannot say the whole rule:
 "a schema-valid request is accepted" (positive_data_acceptance) for registration (the
-address must be in worker_networks) and for reassign (moves name partitions and workers that
-must exist, in a state that allows the move). Every other check runs on every operation.
+address must be in worker_networks), for reassign (moves name partitions and workers that
+must exist, in a state that allows the move) and for the membership changes (sent without
+the token, below). Every other check runs on every operation.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ class Live:
         if _headers_mutated(case):
             return {}  # a negative case that dropped or broke the token must go out that way
         path = case.operation.path
+        if path.startswith("/v1/admin/nodes"):
+            return {}  # generated ids name real nodes: a removal would change every later call
         if path.startswith("/v1/admin/") or path.endswith("/drain"):
             return {"Authorization": f"Bearer {ADMIN}"}
         if path.endswith("/heartbeat") or path == "/v1/checkpoints":
@@ -92,7 +98,15 @@ def _headers_mutated(case: Case) -> bool:
 
 
 # Operations whose acceptance depends on more than the request's own shape (see the top).
-STATE_RULES = frozenset({"POST /v1/workers", "POST /v1/admin/reassign"})
+STATE_RULES = frozenset(
+    {
+        "POST /v1/workers",
+        "POST /v1/admin/reassign",
+        "POST /v1/admin/nodes",
+        "DELETE /v1/admin/nodes/{node_id}",
+        "POST /v1/admin/nodes/{node_id}/replace",
+    }
+)
 
 
 @pytest.fixture(scope="module")

@@ -82,10 +82,16 @@ def closed_by_node(s: socket.socket) -> bool:
     return True
 
 
-def authenticate(s: socket.socket, secret: str = SECRET) -> Session:
-    hs = Handshake(dialler=True, key=handshake_key(secret), nonce=os.urandom(32))
+def prove(s: socket.socket, secret: str = SECRET, **hs_kw: Any) -> Handshake:
+    """Dial a handshake through to our proof (sent even if we refuse the node in turn)."""
+    hs = Handshake(dialler=True, key=handshake_key(secret), nonce=os.urandom(32), **hs_kw)
     s.sendall(hs.opening())
     s.sendall(hs.feed(recv_exactly(s, CHALLENGE_BYTES)))
+    return hs
+
+
+def authenticate(s: socket.socket, secret: str = SECRET) -> Session:
+    hs = prove(s, secret)
     assert hs.done
     return hs.session()
 
@@ -313,3 +319,66 @@ async def test_a_node_host_that_did_not_resolve_at_first_is_let_in_soon(
     finally:
         for i in range(3):
             c.stop(i)
+
+
+async def test_a_v2_only_node_and_v3_nodes_form_one_cluster_at_v2(tmp_path: Path) -> None:
+    # A rolling upgrade halfway: node 0 still speaks transport version 2 only.
+    c = Cluster(tmp_path, **FAST)
+    c.start(0, transport_version_max=2)
+    c.start(1)
+    c.start(2)
+    try:
+        await still_commits(c)
+        old, new, newer = c.nodes
+        assert old is not None and new is not None and newer is not None
+        addrs = [f"127.0.0.1:{p}" for p in c.ports]
+        await wait_for(
+            lambda: (
+                set(old.link_versions().values()) == {2}
+                and new.link_versions().get(addrs[0]) == 2
+                and new.link_versions().get(addrs[2]) == 3
+                and newer.link_versions().get(addrs[1]) == 3
+            ),
+            "v2 links to the old node, v3 between the new ones",
+        )
+        for node in c.nodes:
+            assert node is not None
+            assert node.refused_connections()["bad_version"] == 0
+    finally:
+        for i in range(3):
+            c.stop(i)
+
+
+@pytest.mark.parametrize("cluster", [{"transport_version_min": 3}], indirect=True)
+async def test_once_every_node_speaks_v3_a_v2_peer_is_refused(cluster: Cluster) -> None:
+    def old_node() -> None:
+        s = connect(cluster)
+        try:
+            hs = prove(s, versions=(2, 2))  # a plain v2 nonce: no offer to check
+            assert hs.refused is not None and hs.refused.reason == "bad_version"
+            assert closed_by_node(s)
+        finally:
+            s.close()
+
+    await asyncio.to_thread(old_node)
+    await counted(cluster, "bad_version")
+    await still_commits(cluster)
+
+
+@pytest.mark.parametrize("cluster", [{"cluster_id": "restored-cluster"}], indirect=True)
+async def test_a_node_of_another_cluster_is_refused_though_it_holds_the_secret(
+    cluster: Cluster,
+) -> None:
+    # A node of the cluster a backup was restored from: same secret, another cluster id.
+    def old_cluster_node() -> None:
+        s = connect(cluster)
+        try:
+            hs = prove(s, cluster_id="original")
+            assert hs.refused is not None and hs.refused.reason == "wrong_cluster"
+            assert closed_by_node(s)
+        finally:
+            s.close()
+
+    await asyncio.to_thread(old_cluster_node)
+    await counted(cluster, "wrong_cluster")
+    await still_commits(cluster)

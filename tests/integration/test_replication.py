@@ -24,6 +24,7 @@ import pytest
 from pysyncobj import SyncObj
 from pysyncobj.journal import FileJournal, MetaStorer
 
+import replication.durable_journal
 import replication.log
 import replication.raft_node
 import replication.wire
@@ -107,9 +108,11 @@ class Cluster:
         self.nodes: list[ReplicatedLog | None] = [None, None, None]
         self.machines: list[ListMachine] = [ListMachine(), ListMachine(), ListMachine()]
 
-    def start(self, i: int, machine: ListMachine | None = None) -> None:
+    def start(self, i: int, machine: ListMachine | None = None, **kw: object) -> None:
+        """Start node `i` with the cluster's settings, and `kw` on top for this node."""
         self.machines[i] = machine or ListMachine()
-        node = ReplicatedLog(settings_for(self.tmp, self.ports, i, **self.kw), self.machines[i])
+        settings = settings_for(self.tmp, self.ports, i, **{**self.kw, **kw})
+        node = ReplicatedLog(settings, self.machines[i])
         node.start()
         self.nodes[i] = node
 
@@ -359,7 +362,7 @@ def test_importing_the_log_leaves_socket_inet_ntop_working() -> None:
     assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"
 
 
-PYSYNCOBJ_PATCHES = ("raft_node", "transport", "connection", "poller")
+PYSYNCOBJ_PATCHES = ("raft_node", "durable_journal", "transport", "connection", "poller")
 
 
 @pytest.mark.parametrize("module", [f"replication.{m}" for m in PYSYNCOBJ_PATCHES])
@@ -432,7 +435,7 @@ def test_the_durable_acknowledgement_corrections_still_fit_pysyncobj(tmp_path: P
     stored = inspect.getsource(FileJournal.setCurrentTerm)
     assert "self.__metaStorer.storeMeta(self.__meta)" in stored
     assert inspect.getsource(pysyncobj.serializer.Serializer).count("atomicReplace(") == 2
-    assert pysyncobj.serializer.atomicReplace is replication.raft_node._replace_dump
+    assert pysyncobj.serializer.atomicReplace is replication.durable_journal._replace_dump
 
 
 async def test_an_acknowledged_entry_is_on_the_disk_of_a_majority(

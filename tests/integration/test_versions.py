@@ -1,11 +1,15 @@
-"""A rolling upgrade of the command set, on three real coordinator processes under a write
-load: one node is held at the previous command-set version (`--command-set-version-max 1`,
-speaking and advertising only what the previous release spoke) while the others speak the
-newest. A command of the newer version is refused before it is proposed, naming the node
-behind, until that node is restarted without the cap; then the leader finalizes the newer
-version and the command is accepted, with no whole-cluster restart. Every write of the load
-lands and the three replicas stay equal. Held back again after the finalization (a
-downgrade), the node halts loudly rather than diverge, and catches up once upgraded."""
+"""A rolling upgrade of the command set and the Raft transport, on three real coordinator
+processes under a write load: one node is held at the previous command-set version
+(`--command-set-version-max 1`, speaking and advertising only what the previous release
+spoke) and at the previous transport version (`--raft-transport-version-max 2`: a plain
+version-2 handshake, as the previous release makes) while the others speak the newest. Its
+links talk transport version 2, the newer nodes' link between them version 3. A command of
+the newer version is refused before it is proposed, naming the node behind, until that node
+is restarted without the caps; then its links move to version 3, the leader finalizes the
+newer command-set version and the command is accepted, with no whole-cluster restart. Every
+write of the load lands and the three replicas stay equal. Held back again after the
+finalization (a downgrade), the node halts loudly rather than diverge, and catches up once
+upgraded."""
 
 from __future__ import annotations
 
@@ -75,9 +79,29 @@ class WriteLoad:
 
 
 def start_held(cluster: Cluster, node_id: str) -> None:
-    """Start `node_id` held at command-set version 1, as a node of the previous release."""
-    argv = [*coordinator_argv(cluster.config_path, node_id), "--command-set-version-max", "1"]
+    """Start `node_id` held at command-set version 1 and transport version 2, as a node of
+    the previous release."""
+    argv = [
+        *coordinator_argv(cluster.config_path, node_id),
+        "--command-set-version-max",
+        "1",
+        "--raft-transport-version-max",
+        "2",
+    ]
     cluster.spawn(node_id, argv)
+
+
+def links(cluster: Cluster, node_id: str) -> dict[str, int]:
+    """`node_id`'s open Raft links by the transport version they talk (/metrics), and the
+    connections it refused for want of a common version."""
+    samples = parse(str(cluster.get(node_id, "/metrics").body))
+    got = {v: int(value(samples, "ripple_raft_links", version=v) or 0) for v in ("2", "3")}
+    bad = value(samples, "ripple_raft_refused_connections_total", reason="bad_version")
+    return {**got, "bad_version": int(bad or 0)}
+
+
+def links_are(cluster: Cluster, expected: dict[str, dict[str, int]], what: str) -> None:
+    wait_until(lambda: all(links(cluster, n) == want for n, want in expected.items()), what, WAIT_S)
 
 
 def restart(cluster: Cluster, node_id: str, *, held: bool) -> None:
@@ -150,6 +174,17 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
         health = c.health(HELD)
         assert health is not None and health["command_set"] == {"min_version": 1, "max_version": 1}
         assert health["package_version"] == "0.2.0" and health["halted"] is None
+        # The transport: every link to the held node talks version 2, the newer two talk 3
+        # between them, and no connection is refused for want of a common version.
+        links_are(
+            c,
+            {
+                "n1": {"2": 1, "3": 1, "bad_version": 0},
+                "n2": {"2": 1, "3": 1, "bad_version": 0},
+                HELD: {"2": 2, "3": 0, "bad_version": 0},
+            },
+            "n3's links at transport version 2, n1-n2 at 3",
+        )
 
         refused = record_backup(c)
         assert refused.status == 409, refused
@@ -165,6 +200,8 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
 
         # The held node is upgraded: restarted alone, on the same data directory.
         restart(c, HELD, held=False)
+        every_link_at_3 = {"2": 0, "3": 2, "bad_version": 0}
+        links_are(c, dict.fromkeys(NODES, every_link_at_3), "every link at version 3")
         wait_until(
             lambda: status(c)["finalized_command_set_version"] == 2,
             "the leader finalizes version 2 once n3 speaks it",

@@ -6,6 +6,7 @@ nothing."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import struct
@@ -32,6 +33,7 @@ from coordinator.core.model import ChangeReason, MigrationPhase, PartitionStatus
 from coordinator.core.state import ClusterState
 from replication.batch import encode_batch
 from replication.identity import read_cluster_id
+from replication.members import Member, named
 from replication.seed import read_log, seed_node
 from ripple.restore import RestoreError, recover_from_data_dir, restore_from_backup
 from tests.unit.test_core_codec import busy_state
@@ -152,10 +154,15 @@ def test_the_new_cluster_is_fenced_from_the_old_one() -> None:
 def test_a_seeded_data_directory_reads_back_as_its_snapshot(tmp_path: Path) -> None:
     snapshot = encode_state(busy_state())
     journal, dump = str(tmp_path / "n1" / "raft.journal"), str(tmp_path / "n1" / "raft.dump")
-    seed_node(journal, dump, snapshot, index=42, term=3, members=["127.0.0.1:1", "127.0.0.1:2"])
+    members = [Member(id=f"n{i}", raft=f"127.0.0.1:{i}", http=f"127.0.0.1:8{i}") for i in (1, 2)]
+    seed_node(journal, dump, snapshot, index=42, term=3, members=members)
     stored = read_log(journal, dump)
     assert stored.snapshot == snapshot
     assert (stored.snapshot_index, stored.snapshot_term, stored.entries) == (42, 3, ())
+    # The dump's voter set names its members as membership entries do (ids and URLs).
+    with open(dump, "rb") as f, gzip.GzipFile(fileobj=f) as g:
+        cluster = syncobj_pickle.load(g)[3]
+    assert sorted((named(node) for node in cluster), key=str) == members
     with pytest.raises(FileExistsError):
         seed_node(journal, dump, snapshot, index=42, term=3, members=[])
 

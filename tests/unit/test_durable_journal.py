@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pysyncobj.journal import FileJournal
 
-import replication.raft_node
+import replication.durable_journal
 from replication.durability import (
     SYNCED_IMAGE_SUFFIX,
     SYNCED_IMAGES_ENV,
@@ -35,8 +35,8 @@ from replication.durability import (
     durable_replace,
     make_directory,
 )
+from replication.durable_journal import DurableJournal
 from replication.journal import LAST_OFFSET_AT, repair_journal_tail
-from replication.raft_node import DurableJournal
 
 Entry = tuple[bytes, int, int]
 
@@ -291,7 +291,7 @@ def test_the_term_and_vote_are_stored_durably(
 def durable_dump(tmp_path: Path) -> Iterator[tuple[Path, SyncTimes]]:
     path = tmp_path / "raft.dump"
     times = SyncTimes()
-    registry = replication.raft_node._DURABLE_DUMPS  # what a node with fsync on registers
+    registry = replication.durable_journal._DURABLE_DUMPS  # what a node with fsync on registers
     registry[str(path)] = times
     try:
         yield path, times

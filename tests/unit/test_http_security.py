@@ -266,6 +266,10 @@ class _Node:
         self.config = ClusterConfig()
         self.speaks = SPOKEN  # what the node speaks, shown in health
         self.cluster_id = "c1"
+        self.is_voter = True
+
+    def voter_nodes(self) -> tuple[()]:
+        return ()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[ClusterState]:

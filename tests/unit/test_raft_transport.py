@@ -4,6 +4,8 @@ socket side is in tests/integration/test_raft_transport.py."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import struct
@@ -20,7 +22,9 @@ from replication.wire import (
     COMPRESS_MIN_BYTES,
     HELLO_BYTES,
     KEEPALIVE_FRAME,
+    MAGIC,
     PROOF_BYTES,
+    TRANSPORT_VERSION,
     FrameError,
     FrameReader,
     Handshake,
@@ -31,6 +35,7 @@ from replication.wire import (
     encode_frame,
     encode_message,
     handshake_key,
+    parse_offer,
 )
 
 KEY = handshake_key("unit-secret-0123456789")
@@ -120,6 +125,120 @@ def test_the_listeners_own_mac_is_no_dialler_proof() -> None:
     challenge = s.feed(d.opening())
     with pytest.raises(HandshakeError):
         s.feed(challenge[-PROOF_BYTES:])
+
+
+def run(d: Handshake, s: Handshake) -> None:
+    """A whole handshake between two sides; HandshakeError from whichever refuses."""
+    s.feed(d.feed(s.feed(d.opening())))
+
+
+class V2Peer:
+    """A node of transport version 2, written from the wire format in replication/wire.py
+    (not from its code): a random nonce, the two MACs, nothing else."""
+
+    def __init__(self, key: bytes = KEY) -> None:
+        self.key = key
+        self.nonce = os.urandom(32)
+
+    def mac(self, side: bytes, client: bytes, server: bytes) -> bytes:
+        return hmac.new(self.key, side + client + server, hashlib.sha256).digest()
+
+    def hello(self) -> bytes:
+        return b"RRT\x02" + self.nonce
+
+    def challenge(self, hello: bytes) -> bytes:
+        self.client = hello[4:]
+        return b"RRT\x02" + self.nonce + self.mac(b"S", self.client, self.nonce)
+
+    def proof(self, challenge: bytes) -> bytes:
+        server = challenge[4:36]
+        assert challenge[36:] == self.mac(b"S", self.nonce, server), "listener's proof"
+        self.server = server
+        return self.mac(b"C", self.nonce, server)
+
+
+def test_a_v2_peer_and_a_v3_node_talk_at_v2_whichever_dials() -> None:
+    # A rolling upgrade: the v3 node's offer is a nonce like any other to the v2 node.
+    old = V2Peer()
+    listener = Handshake(dialler=False, key=KEY, nonce=os.urandom(32))
+    listener.feed(old.proof(listener.feed(old.hello())))
+    assert listener.done and listener.version == 2
+    frames = Session(key=KEY, client_nonce=old.nonce, server_nonce=old.server, dialler=True)
+    assert listener.session().open(frames.seal(b"\x00hello")) == b"\x00hello"
+
+    old = V2Peer()
+    dialler = Handshake(dialler=True, key=KEY, nonce=os.urandom(32))
+    proof = dialler.feed(old.challenge(dialler.opening()))
+    assert proof == old.mac(b"C", old.client, old.nonce)  # what the v2 listener checks
+    assert dialler.done and dialler.version == 2
+
+
+def test_a_node_limited_to_v2_sends_exactly_the_v2_bytes() -> None:
+    nonce = os.urandom(32)
+    hs = Handshake(dialler=True, key=KEY, nonce=nonce, versions=(2, 2))
+    assert hs.opening() == MAGIC + nonce == b"RRT\x02" + nonce
+    assert parse_offer(nonce) is None
+
+
+def test_two_v3_nodes_talk_at_the_highest_version_both_speak() -> None:
+    d, s = pair()
+    offer = parse_offer(d.opening()[len(MAGIC) :])
+    assert offer is not None and offer[:2] == (2, TRANSPORT_VERSION)
+    run(d, s)
+    assert d.version == s.version == TRANSPORT_VERSION
+    narrow = Handshake(dialler=True, key=KEY, nonce=os.urandom(32), versions=(2, 2))
+    run(narrow, Handshake(dialler=False, key=KEY, nonce=os.urandom(32)))
+    assert narrow.version == 2
+
+
+@pytest.mark.parametrize("v3_dials", [True, False])
+def test_a_node_that_needs_v3_refuses_a_v2_peer(v3_dials: bool) -> None:
+    # After every node speaks v3 the operator raises the lowest version: a v2 node is then
+    # refused (counted as bad_version) on whichever side speaks v3.
+    old = V2Peer()
+    if v3_dials:
+        dialler = Handshake(dialler=True, key=KEY, nonce=os.urandom(32), versions=(3, 3))
+        dialler.feed(old.challenge(dialler.opening()))
+        assert dialler.refused is not None and not dialler.done
+        reason = dialler.refused.reason
+    else:
+        listener = Handshake(dialler=False, key=KEY, nonce=os.urandom(32), versions=(3, 3))
+        challenge = listener.feed(old.hello())
+        with pytest.raises(HandshakeError) as exc:
+            listener.feed(old.proof(challenge))
+        reason = exc.value.reason
+    assert reason == "bad_version"
+
+
+def test_a_peer_of_another_cluster_is_refused_on_both_sides() -> None:
+    # A node of the cluster a backup was restored from, and a node of the restored one.
+    d = Handshake(dialler=True, key=KEY, nonce=os.urandom(32), cluster_id="restored")
+    s = Handshake(dialler=False, key=KEY, nonce=os.urandom(32), cluster_id="original")
+    proof = d.feed(s.feed(d.opening()))
+    # The dialler still proves the secret, so the listener refuses (and counts) it too.
+    assert d.refused is not None and d.refused.reason == "wrong_cluster"
+    assert not d.done and d.wanted == 0 and len(proof) == PROOF_BYTES
+    with pytest.raises(HandshakeError) as exc:
+        s.feed(proof)
+    assert exc.value.reason == "wrong_cluster" and not s.done
+
+
+def test_an_offer_altered_on_the_way_fails_the_proof() -> None:
+    # Downgrade protection: the MACs cover the offers, so rewriting "2..3" into "2..2" (or
+    # stripping the offer) without the secret breaks the handshake instead of downgrading it.
+    d, s = pair()
+    hello = bytearray(d.opening())
+    hello[len(MAGIC) + 5] = 2  # the dialler's highest version
+    challenge = s.feed(bytes(hello))
+    with pytest.raises(HandshakeError) as exc:
+        d.feed(challenge)
+    assert exc.value.reason == "bad_proof"
+
+
+def test_a_handshake_refuses_versions_this_code_does_not_speak() -> None:
+    for versions in [(1, 3), (2, TRANSPORT_VERSION + 1), (3, 2)]:
+        with pytest.raises(ValueError):
+            Handshake(dialler=True, key=KEY, nonce=os.urandom(32), versions=versions)
 
 
 def sessions(key: bytes = KEY) -> tuple[Session, Session]:

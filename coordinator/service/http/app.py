@@ -14,12 +14,13 @@ from aiohttp import web
 
 from coordinator.service import dashboard
 from coordinator.service.auth import Admission
-from coordinator.service.http import admin_routes, views, worker_routes
+from coordinator.service.http import admin_routes, node_routes, views, worker_routes
 from coordinator.service.http.answers import error_response
 from coordinator.service.http.context import (
     ADMISSION_KEY,
     ASSIGNMENT_TEXTS_KEY,
     DUTIES_KEY,
+    MEMBERSHIP_KEY,
     NODE_KEY,
     ORIGINS_KEY,
     Duties,
@@ -27,6 +28,7 @@ from coordinator.service.http.context import (
 from coordinator.service.http.openapi import Handler, Route
 from coordinator.service.http.openapi import openapi_document as document_of
 from coordinator.service.http.request import ApiRequest
+from coordinator.service.membership import MembershipChanges
 from coordinator.service.node import CoordinatorNode
 from coordinator.service.replies import AssignmentTexts
 
@@ -55,7 +57,9 @@ _META_ROUTES: tuple[Route, ...] = (
 )
 
 # Every route, in the order the OpenAPI document lists them.
-ROUTES: tuple[Route, ...] = views.ROUTES + worker_routes.ROUTES + admin_routes.ROUTES + _META_ROUTES
+ROUTES: tuple[Route, ...] = (
+    views.ROUTES + node_routes.ROUTES + worker_routes.ROUTES + admin_routes.ROUTES + _META_ROUTES
+)
 
 
 def openapi_document() -> dict[str, Any]:
@@ -81,20 +85,24 @@ def finish(request: ApiRequest, response: R, route_name: str) -> R:
     return response
 
 
-def create_app(node: CoordinatorNode, duties: Duties) -> web.Application:
+def create_app(
+    node: CoordinatorNode, duties: Duties, changes: MembershipChanges
+) -> web.Application:
     app = web.Application(
         middlewares=[error_middleware], client_max_size=node.config.body_bytes_max
     )
     app[NODE_KEY] = node
     app[DUTIES_KEY] = duties
+    app[MEMBERSHIP_KEY] = changes
     app[ADMISSION_KEY] = Admission.of(node.config)
     app[ASSIGNMENT_TEXTS_KEY] = AssignmentTexts()
-    app[ORIGINS_KEY] = dashboard.node_origins(node.config)
-    node.metrics.attach(node, duties.liveness_of)
+    origins = dashboard.NodeOrigins(node)
+    app[ORIGINS_KEY] = origins
+    node.metrics.attach(node, duties.liveness_of, lambda: changes.in_flight)
     # Grouped by path: aiohttp makes one resource of consecutive routes on one path, and the
     # OPTIONS answer (its Allow header) is per resource, so interleaved routes on one path
     # would name only some of its methods.
     for r in sorted(ROUTES, key=lambda route: route.path):
         app.router.add_route(r.method, r.path, r.handler)
-    dashboard.install(app, node.config)
+    dashboard.install(app, origins)
     return app

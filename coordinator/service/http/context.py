@@ -1,6 +1,6 @@
 """What the HTTP app carries for its handlers: typed keys for the node it serves, the
-leader duties, the admission policy, the heartbeat's assignment texts and the cluster's
-browser origins.
+leader duties, the membership changes, the admission policy, the heartbeat's assignment
+texts and the cluster's browser origins.
 
 Each is set once by `app.create_app` and never replaced, so a handler reads the same
 objects for the app's whole life.
@@ -8,6 +8,7 @@ objects for the app's whole life.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Protocol
 
 from aiohttp import web
@@ -17,6 +18,7 @@ from coordinator.core.model import WorkerId
 from coordinator.core.planner import Planner
 from coordinator.service.auth import Admission
 from coordinator.service.failing import FailingReports
+from coordinator.service.membership import MembershipChanges
 from coordinator.service.node import CoordinatorNode
 from coordinator.service.replies import AssignmentTexts
 
@@ -24,6 +26,7 @@ __all__ = [
     "ADMISSION_KEY",
     "ASSIGNMENT_TEXTS_KEY",
     "DUTIES_KEY",
+    "MEMBERSHIP_KEY",
     "NODE_KEY",
     "ORIGINS_KEY",
     "Duties",
@@ -76,4 +79,7 @@ NODE_KEY = web.AppKey("node", CoordinatorNode)
 DUTIES_KEY: web.AppKey[Duties] = web.AppKey("duties")
 ADMISSION_KEY = web.AppKey("admission", Admission)
 ASSIGNMENT_TEXTS_KEY = web.AppKey("assignment_texts", AssignmentTexts)
-ORIGINS_KEY: web.AppKey[frozenset[str]] = web.AppKey("origins", frozenset)
+MEMBERSHIP_KEY = web.AppKey("membership", MembershipChanges)
+# The origins allowed cross-origin: the cluster's own node URLs (`dashboard.NodeOrigins`,
+# which follows the voter set).
+ORIGINS_KEY: web.AppKey[Container[str]] = web.AppKey("origins")

@@ -50,6 +50,7 @@ _PATH_PARAMS: dict[str, dict[str, Any]] = {
     "{p}": {"type": "integer", "minimum": 0, "maximum": 10**PARTITION_DIGITS_MAX - 1},
     "{worker_id}": {"type": "string", "pattern": m.ID_REGEX},
     "{migration_id}": {"type": "string", "pattern": m.ID_REGEX},
+    "{node_id}": {"type": "string", "pattern": m.ID_REGEX},
 }
 
 
@@ -59,9 +60,11 @@ def _error_responses(
     """Every error status the operation can answer, each with the JSON error shape."""
     statuses = {"400": "Bad input (the field named)"}
     if has_path_params:
-        statuses["404"] = "No such partition, worker or migration"
-    if r.method == "POST":
-        statuses["409"] = "Conflict: fenced, stale epoch or incarnation, wrong state"
+        statuses["404"] = "No such partition, worker, migration or node"
+    if r.method in ("POST", "DELETE"):
+        statuses["409"] = (
+            "Conflict: fenced, stale epoch or incarnation, wrong state, a change in flight"
+        )
     if r.request is not None:
         statuses["413"] = "Body larger than body_bytes_max"
     if r.binary:

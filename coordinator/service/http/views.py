@@ -155,7 +155,7 @@ async def health(request: web.Request) -> web.Response:
             if info.role is RaftRole.LEADER
             else None,
             state_digest=digest,
-            nodes=[m.NodeRef(id=n.id, url=n.url) for n in node.config.nodes],
+            nodes=[m.NodeRef(id=n.id, url=n.url) for n in node.voter_nodes()],
             package_version=PACKAGE_VERSION,
             cluster_id=node.cluster_id,
             command_set=m.VersionRangeView(
@@ -165,6 +165,7 @@ async def health(request: web.Request) -> web.Response:
             halted=st.halted,
             store_set=bool(node.config.store),
             warnings=warnings(node),
+            voter=node.is_voter,
         )
     )
 

@@ -45,6 +45,7 @@
   const S = {
     home: null, // this node's /v1/health
     nodes: [], // [{id, url, health|null, error}]
+    membership: null, // the leader's /v1/nodes (voters, change in flight), or this node's
     partitions: [],
     workers: [],
     workersFromLeader: false,
@@ -261,7 +262,7 @@
     const nodes = listed.length ? listed : [{ id: h.body.node_id, url: "" }];
     const lb = leaderBase();
     const selected = S.selected;
-    const [healths, parts, leaderParts, migs, workers, hist] = await Promise.all([
+    const [healths, parts, leaderParts, migs, workers, hist, members] = await Promise.all([
       Promise.all(
         nodes.map((n) => (n.id === h.body.node_id ? h : getJSON(`${baseOf(n.id, n.url)}/v1/health`))),
       ),
@@ -271,7 +272,10 @@
       getJSON("/v1/migrations"),
       loadWorkers(lb),
       selected === null ? null : getJSON(`/v1/partitions/${selected}/history`),
+      // The voters as the leader's log says, with the membership change in flight there.
+      getJSON(lb !== null && lb !== "" ? `${lb}/v1/nodes` : "/v1/nodes"),
     ]);
+    S.membership = members.ok ? members.body : null;
     S.nodes = nodes.map((n, i) => ({
       id: n.id,
       url: n.url,
@@ -406,6 +410,30 @@
         el("td", {}, h.leader_id || "—"));
     });
     fill($("nodes-table").tBodies[0], rows);
+    fill($("nodes-note"), membershipNote(S.membership));
+  }
+
+  // The voters, the learners being fed, and the membership change in flight (or the last).
+  function membershipNote(m) {
+    if (!m) return "";
+    const nodes = m.nodes || [];
+    const voters = nodes.filter((n) => n.voter).map((n) => n.id);
+    const learners = nodes.filter((n) => !n.voter).map((n) => n.id);
+    const parts = [`voters: ${voters.join(", ") || "—"}`, `cluster id ${m.cluster_id}`];
+    if (learners.length) parts.push(`catching up: ${learners.join(", ")}`);
+    const c = m.change;
+    if (c) {
+      const what = c.kind === "replace" ? `${c.old_node_id} → ${c.node_id || "(added)"}`
+        : (c.node_id || c.old_node_id);
+      parts.push(`change in flight: ${c.kind} ${what} (${c.phase})`);
+    } else if (m.membership_pending) {
+      parts.push("change in flight: a membership entry is not committed yet");
+    } else if (m.last_change) {
+      const l = m.last_change;
+      parts.push(`last change: ${l.kind} ${l.node_id || l.old_node_id} ${l.phase}` +
+        (l.error ? ` (${l.error})` : ""));
+    }
+    return parts.join(" · ");
   }
 
   function stateBadge(state) {
