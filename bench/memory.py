@@ -14,6 +14,9 @@ Two measurements, each labelled in the table:
   `restart_s` = all three stopped (SIGTERM), started again, until a ready leader serves
   `/v1/health` with all 1,000 workers back, restoring from its pysyncobj dump + journal
   (compaction is set to 200 entries so a dump exists). Quick mode registers fewer workers.
+- `churn_retired` and `churn_kept` (`bench/churn.py`): workers come and go under fresh ids
+  (100,000 over the run; 10,000 in quick mode), with the retirement of departed workers and
+  without it: the workers the state holds, its snapshot and a restart's restore of it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import sys
 import time
 
+from bench import churn
 from bench.harness import run_json, scratch
 from testkit.cluster import Cluster
 from testkit.wait import wait_until
@@ -152,6 +156,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
         "machine": {"partitions": PARTITIONS, "workers": WORKERS, **machine},
         "machine_empty": {"partitions": 1, "workers": 1, **empty},
         "node": _node(300 if quick else WORKERS),
+        **churn.rows(quick),
     }
     return rows
 

@@ -189,6 +189,11 @@ class ClusterConfig:
     # move; and how old a partition's reported load may be before placement balances counts.
     balance_tolerance: float = 0.1
     load_stale_s: float = _UNSET
+    # DEAD and LEFT workers leave the replicated state this long after they departed, so
+    # the state, its snapshots and a node's catch-up hold the live workers plus those
+    # departed within it, however many ids come and go (0: kept for ever). A retired id may
+    # register again, as a new incarnation (coordinator/core/retirement.py).
+    retire_after_s: float = 3600.0
     data_dir: str = "./ripple-data"
     placement_strategy: str = "balanced"
     virtual_nodes: int = 128
@@ -365,6 +370,12 @@ class ClusterConfig:
                 f"cap) or a version in 1..{COMMAND_SET_VERSION}",
                 field="command_set_version_max",
             )
+        if not 0 <= self.retire_after_s <= RETIRE_AFTER_S_MAX:
+            raise ConfigError(
+                f"retire_after_s = {self.retire_after_s}: must be 0 (never retire departed "
+                f"workers) or a duration up to {RETIRE_AFTER_S_MAX:g} (a year)",
+                field="retire_after_s",
+            )
         if self.propose_retries_max < 0:
             raise ConfigError(
                 f"propose_retries_max = {self.propose_retries_max}: must be >= 0",
@@ -495,6 +506,10 @@ class ClusterConfig:
             for addr in (n.raft_listen, n.http):  # what this node binds
                 check_bind(addr, "nodes", allow_wildcard=self.allow_wildcard_bind)
 
+
+# The longest retention of departed workers: beyond it the state grows with every id as if
+# they were never retired.
+RETIRE_AFTER_S_MAX = 365 * 86400
 
 # Settings that are a count, a size or a duration: zero or less is never meaningful.
 # The timeout comes first: the timings derived from it would otherwise be blamed for it.

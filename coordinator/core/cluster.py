@@ -2,23 +2,27 @@
 
 Owns `ClusterState`: the workers, partitions, migrations and request results every replica
 holds, the cluster's records about itself (the command-set versions each coordinator node
-speaks, the finalized one, the last backup), plus the indices the leader's every-tick
-questions read (owner -> partitions, source -> in-flight migrations, in-flight migrations in
-creation order, terminal ones in eviction order, workers by state, the owning set's changes,
-the heartbeat replies). Invariant: an index always equals a scan of the records, because
-records are written only through the `put_*` methods here, which keep the indices with them,
-and `reindex` rebuilds them from the records alone (the records about the cluster itself have
-no index). Which writes happen is `coordinator/core/state.py`'s `apply`, the only caller.
+speaks, the finalized one, the last backup, the retired workers' incarnation floor), plus the
+indices the leader's every-tick questions read (owner -> partitions, source -> in-flight
+migrations, in-flight migrations in creation order, terminal ones in eviction order, workers
+by state, departed workers in the order they departed, the owning set's changes, the
+heartbeat replies). Invariant: an index always equals a scan of the records, because records
+are written only through the `put_*` (and `remove_worker`) methods here, which keep the
+indices with them, and `reindex` rebuilds them from the records alone (the records about the
+cluster itself have no index). Which writes happen is `coordinator/core/state.py`'s `apply`,
+the only caller.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import OrderedDict, deque
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 
 from coordinator.core.commands import Result
 from coordinator.core.model import (
+    DEPARTED_WORKER_STATES,
     FIRST_COMMAND_SET_VERSION,
     OWNING_WORKER_STATES,
     TERMINAL_PHASES,
@@ -59,6 +63,7 @@ class ClusterState:
         "_assignments",
         "_assignments_generation",
         "_by_state",
+        "_departed",
         "_in_flight",
         "_owned",
         "_owning_changes",
@@ -68,12 +73,14 @@ class ClusterState:
         "_terminal",
         "finalized_version",
         "generation",
+        "incarnation_floor",
         "last_backup",
         "migration_seq",
         "migrations",
         "node_versions",
         "partitions",
         "requests",
+        "retired_total",
         "total_partitions",
         "workers",
     )
@@ -94,6 +101,11 @@ class ClusterState:
         self.node_versions: dict[str, NodeVersions] = {}
         self.finalized_version: int = FIRST_COMMAND_SET_VERSION
         self.last_backup: BackupRecord | None = None
+        # The highest incarnation of any worker retired from `workers` (RetireWorkers), and
+        # how many were: an id the state does not know registers above the floor, so no token
+        # of a retired incarnation ever names a current one (coordinator/core/retirement.py).
+        self.incarnation_floor: int = 0
+        self.retired_total: int = 0
         self._owned: dict[WorkerId, set[PartitionId]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
         # The non-terminal migrations in creation order (a dict as an ordered set): the
@@ -102,8 +114,11 @@ class ClusterState:
         self._in_flight: dict[MigrationId, None] = {}
         self._terminal: deque[MigrationId] = deque()
         # Worker ids by state, so the leader's every-tick questions (how many are ACTIVE,
-        # who is DRAINING) do not scan every worker ever registered (DEAD and LEFT stay).
+        # who is DRAINING) do not scan every worker the state holds.
         self._by_state: dict[WorkerState, set[WorkerId]] = {s: set() for s in WorkerState}
+        # DEAD and LEFT workers in the order they departed (a dict as an ordered set), so the
+        # leader finds those due for retirement from the front without a scan of them all.
+        self._departed: dict[WorkerId, None] = {}
         # The owning set's changes (see owning_changes_since): `_owning_seq` counts every one
         # ever appended in this era; the deque keeps the newest OWNING_CHANGES_KEPT_MAX.
         self._owning_changes: deque[WorkerId] = deque(maxlen=OWNING_CHANGES_KEPT_MAX)
@@ -127,6 +142,10 @@ class ClusterState:
         self._by_state = {s: set() for s in WorkerState}
         for w in self.workers.values():
             self._by_state[w.state].add(w.worker_id)
+        departed = (w for w in self.workers.values() if w.state in DEPARTED_WORKER_STATES)
+        self._departed = dict.fromkeys(
+            w.worker_id for w in sorted(departed, key=lambda w: (w.updated_at_ms, w.worker_id))
+        )
         self._owning_changes.clear()
         self._owning_seq = 0
         self._owning_era = next(_eras)
@@ -155,6 +174,8 @@ class ClusterState:
         copy.node_versions = dict(self.node_versions)
         copy.finalized_version = self.finalized_version
         copy.last_backup = self.last_backup
+        copy.incarnation_floor = self.incarnation_floor
+        copy.retired_total = self.retired_total
         return copy
 
     # --- reads ---------------------------------------------------------------------------------
@@ -204,9 +225,13 @@ class ClusterState:
             return None, now
         return set(itertools.islice(reversed(self._owning_changes), behind)), now
 
+    def departed(self) -> Iterator[WorkerId]:
+        """DEAD and LEFT workers, the earliest departed first (not a copy: read, do not keep)."""
+        return iter(self._departed)
+
     def put_worker(self, worker: Worker) -> None:
-        """The one way a worker record is written: keeps the by-state index (and the owning
-        set's changes) true."""
+        """The one way a worker record is written: keeps the by-state and departed indices
+        (and the owning set's changes) true."""
         wid = worker.worker_id
         prev = self.workers.get(wid)
         was_owning = False
@@ -215,9 +240,23 @@ class ClusterState:
             was_owning = prev.state in OWNING_WORKER_STATES
         self.workers[wid] = worker
         self._by_state[worker.state].add(wid)
+        if worker.state in DEPARTED_WORKER_STATES:
+            if prev is None or prev.state not in DEPARTED_WORKER_STATES:
+                self._departed[wid] = None
+        else:
+            self._departed.pop(wid, None)
         if was_owning != (worker.state in OWNING_WORKER_STATES):
             self._owning_changes.append(wid)
             self._owning_seq += 1
+
+    def remove_worker(self, worker_id: WorkerId) -> None:
+        """The one way a worker record is dropped (a DEAD or LEFT one that owns nothing, as
+        `apply` checked): keeps the indices true and raises the incarnation floor."""
+        worker = self.workers.pop(worker_id)
+        self._by_state[worker.state].discard(worker_id)
+        self._departed.pop(worker_id, None)
+        self.incarnation_floor = max(self.incarnation_floor, worker.incarnation)
+        self.retired_total += 1
 
     def put_partition(self, new: Partition) -> None:
         """The one way a partition record is written: keeps the owner index true."""

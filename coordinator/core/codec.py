@@ -54,6 +54,7 @@ from coordinator.core.commands import (
     ReportResult,
     ResetResult,
     Result,
+    RetireResult,
     Returns,
     StuckResult,
 )
@@ -351,6 +352,7 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
         "created_at_ms": _int,
         "now_ms": _int,
     },
+    21: {"worker_ids": _array(_worker_id), "departed_by_ms": _int, "now_ms": _int},
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, _Where], Command]] = {
@@ -509,6 +511,7 @@ _RESULT_SHAPES: tuple[_Shape, ...] = (
     _shape(ReportResult, {"node_id": _str(REQUEST_ID_LEN_MAX), "finalized_version": _int}),
     _shape(FinalizeResult, {"finalized_version": _int, "changed": _bool}),
     _shape(BackupResult, {"applied_index": _int, "latest": _bool}),
+    _shape(RetireResult, {"retired": _int, "kept": _int, "incarnation_floor": _int}),
 )
 _SHAPE_OF: dict[type, _Shape] = {
     shape.cls: shape for shape in (_new_migration, _verdict, *_RESULT_SHAPES)
@@ -660,6 +663,8 @@ def _bookkeeping_plain(state: ClusterState) -> dict[str, object]:
             b.created_at_ms,
             b.recorded_at_ms,
         ]
+    if state.retired_total:
+        out["retired"] = [state.incarnation_floor, state.retired_total]
     return out
 
 
@@ -802,11 +807,15 @@ def decode_state(data: bytes) -> ClusterState:
         _decode_command_set(state, obj["command_set"])
     if "last_backup" in obj:
         state.last_backup = _decode_backup(obj["last_backup"])
+    if "retired" in obj:
+        floor, total = _tuple(obj["retired"], 2, "retired")
+        state.incarnation_floor = _int(floor, "retired")
+        state.retired_total = _int(total, "retired")
     state.reindex()
     return state
 
 
-_BOOKKEEPING_KEYS = ("command_set", "last_backup")
+_BOOKKEEPING_KEYS = ("command_set", "last_backup", "retired")
 
 
 def _in_order(present: list[object], allowed: tuple[str, ...]) -> bool:

@@ -201,6 +201,14 @@ class BackupResult:
     latest: bool  # it is now the last backup (False: a newer one was recorded before)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetireResult:
+    # Counts, not ids: results stay in the request table, which must not grow with a batch.
+    retired: int
+    kept: int  # named but not retirable when applied (came back, too recent, still named)
+    incarnation_floor: int  # the state's, after the command
+
+
 CommandResult = (
     BootstrapResult
     | RegisterResult
@@ -220,6 +228,7 @@ CommandResult = (
     | ReportResult
     | FinalizeResult
     | BackupResult
+    | RetireResult
 )
 
 R = TypeVar("R", bound=CommandResult)
@@ -405,6 +414,21 @@ class RecordBackup(Returns[BackupResult]):
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetireWorkers(Returns[RetireResult]):
+    """The leader forgets departed workers (coordinator/core/retirement.py): each of
+    `worker_ids` still DEAD or LEFT since at most `departed_by_ms` and named by no in-flight
+    migration leaves the state, its incarnation kept in the state's incarnation floor.
+    Command-set version 3."""
+
+    TAG: ClassVar[int] = 21
+    worker_ids: tuple[WorkerId, ...]
+    # Only workers whose departure was stamped at or before this are retired: the leader's
+    # clock less the retention window, carried here so every replica decides alike.
+    departed_by_ms: int
+    now_ms: int
+
+
 Command = (
     Bootstrap
     | RegisterWorker
@@ -424,6 +448,7 @@ Command = (
     | ReportVersions
     | FinalizeVersion
     | RecordBackup
+    | RetireWorkers
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -445,6 +470,7 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     ReportVersions,
     FinalizeVersion,
     RecordBackup,
+    RetireWorkers,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"

@@ -6,14 +6,17 @@ the planner's tests check one set of rules. Each check returns its violations as
 (none: it holds) and never raises: the caller adds its context (a seed, a replica, a
 scenario line) and decides what a violation costs.
 
-- `state_violations(state)`: one live owner per partition, migrations and partitions agree,
-  the fallback chain is ordered and bounded, and the derived indices equal a scan;
+- `state_violations(state)`: one live owner per partition, migrations and partitions agree
+  and name workers the state holds, the fallback chain is ordered and bounded, and the
+  derived indices equal a scan;
 - `step_violations(before, state, command)`: every change is an edge of
   `coordinator/core/lifecycle.py`, epochs and the generation only grow, an epoch keeps its
   owner, a checkpoint is accepted only at its partition's current epoch (and, reported, only
-  from its owner);
-- `Ledger`: across a run and any number of replicas, epochs only grow on each replica and no
-  (partition, epoch) ever has two owners;
+  from its owner), only RetireWorkers removes a worker (a DEAD or LEFT one, below the
+  incarnation floor after it), and a new worker registers above the floor;
+- `Ledger`: across a run and any number of replicas, epochs only grow on each replica, no
+  (partition, epoch) ever has two owners, and no (worker, incarnation) is issued twice (a
+  retired id comes back above every incarnation it had);
 - `gate_violations`: no two workers hold an open gate for one partition at one epoch;
 - `settled_violations(state)`: once settled, every migration ended DONE or ABORTED and the
   owned counts add up to every partition, each ONLINE.
@@ -27,9 +30,10 @@ from dataclasses import dataclass
 
 from coordinator.core import lifecycle
 from coordinator.core.cluster import ClusterState
-from coordinator.core.commands import Command, RecordCheckpoints
+from coordinator.core.commands import Command, RecordCheckpoints, RetireWorkers
 from coordinator.core.model import (
     CHECKPOINTS_KEPT_MAX,
+    DEPARTED_WORKER_STATES,
     OWNING_WORKER_STATES,
     TERMINAL_PHASES,
     Checkpoint,
@@ -70,6 +74,7 @@ class View:
     partitions: list[PartitionView]
     migrations: dict[MigrationId, MigrationPhase]
     generation: int
+    incarnation_floor: int = 0
 
 
 def view(state: ClusterState) -> View:
@@ -86,6 +91,7 @@ def view(state: ClusterState) -> View:
         ],
         migrations={m.migration_id: m.phase for m in state.migrations.values()},
         generation=state.generation,
+        incarnation_floor=state.incarnation_floor,
     )
 
 
@@ -111,6 +117,9 @@ def state_violations(state: ClusterState) -> list[str]:
         if p.stuck and p.status is PartitionStatus.ONLINE:
             out.append(f"p{p.partition} is online and marked stuck")
     for m in state.in_flight_migrations():
+        for wid in (m.source, m.target):
+            if wid not in state.workers:
+                out.append(f"{m.migration_id} in flight names {wid}, which the state lacks")
         part = state.partitions[m.partition]
         if part.migration != m.migration_id:
             out.append(f"{m.migration_id} in flight but p{m.partition} points at {part.migration}")
@@ -152,6 +161,9 @@ def _index_violations(state: ClusterState, owned: dict[WorkerId, list[int]]) -> 
         scanned = sorted(w.worker_id for w in state.workers.values() if w.state is ws)
         if state.workers_in(ws) != scanned:
             out.append(f"index of {ws.value} workers {state.workers_in(ws)} != {scanned}")
+    departed = {w.worker_id for w in state.workers.values() if w.state in DEPARTED_WORKER_STATES}
+    if set(state.departed()) != departed:
+        out.append("departed index disagrees with the DEAD and LEFT workers")
     in_flight = [m for m in state.migrations.values() if m.phase not in TERMINAL_PHASES]
     if state.in_flight_migrations() != in_flight:
         out.append("in-flight index disagrees with the migrations it indexes")
@@ -165,6 +177,7 @@ def step_violations(before: View, state: ClusterState, command: Command) -> list
     """What applying `command` to the state `before` describes did that it must not have."""
     name = type(command).__name__
     out = _lifecycle_violations(before, state, name)
+    out += _retirement_violations(before, state, command)
     if state.generation < before.generation:
         out.append(f"{name} took the generation back to {state.generation}")
     for p in state.partitions:
@@ -186,6 +199,31 @@ def step_violations(before: View, state: ClusterState, command: Command) -> list
         elif isinstance(command, RecordCheckpoints) and command.worker_id != was.owner:
             out.append(
                 f"checkpoint p{p.partition} accepted from {command.worker_id}, not its owner"
+            )
+    return out
+
+
+def _retirement_violations(before: View, state: ClusterState, command: Command) -> list[str]:
+    """Workers leave the state only by RetireWorkers, DEAD or LEFT, under the floor after it;
+    a worker new to the state registers above the floor it found."""
+    name = type(command).__name__
+    out = []
+    if state.incarnation_floor < before.incarnation_floor:
+        out.append(f"{name} lowered the incarnation floor to {state.incarnation_floor}")
+    for wid, (was, incarnation) in before.workers.items():
+        if wid in state.workers:
+            continue
+        if not isinstance(command, RetireWorkers):
+            out.append(f"{name} removed worker {wid}")
+        if was not in DEPARTED_WORKER_STATES:
+            out.append(f"{name} retired worker {wid}, which was {was.value}")
+        if incarnation > state.incarnation_floor:
+            out.append(f"retired {wid} incarnation {incarnation} is above the floor")
+    for w in state.workers.values():
+        if w.worker_id not in before.workers and w.incarnation <= before.incarnation_floor:
+            out.append(
+                f"{w.worker_id} registered at incarnation {w.incarnation}, not above the "
+                f"floor {before.incarnation_floor}"
             )
     return out
 
@@ -237,6 +275,10 @@ class Ledger:
         self.max_epoch: dict[str, dict[int, int]] = {}
         self.generation: dict[str, int] = {}
         self.owner_at: dict[tuple[int, int], WorkerId | None] = {}
+        # Per replica, each worker id's highest incarnation seen, retired or not.
+        self.incarnations: dict[str, dict[WorkerId, int]] = {}
+        # Per replica, the ids seen and since retired (absent from the state).
+        self.retired: dict[str, set[WorkerId]] = {}
 
     def observe(self, replica: str, state: ClusterState) -> list[str]:
         out = []
@@ -251,6 +293,19 @@ class Ledger:
             owner = self.owner_at.setdefault((p.partition, p.epoch), p.owner)
             if owner != p.owner:
                 out.append(f"p{p.partition} epoch {p.epoch} has two owners: {owner} and {p.owner}")
+        seen = self.incarnations.setdefault(replica, {})
+        gone = self.retired.setdefault(replica, set())
+        gone.update(w for w in seen if w not in state.workers)
+        for w in state.workers.values():
+            had = seen.get(w.worker_id, 0)
+            back = w.worker_id in gone
+            if w.incarnation < had or (back and w.incarnation == had):
+                out.append(
+                    f"{replica} {w.worker_id} is at incarnation {w.incarnation} after {had}"
+                    f"{' and its retirement' if back else ''}: an old token could act again"
+                )
+            seen[w.worker_id] = w.incarnation
+            gone.discard(w.worker_id)
         return out
 
 

@@ -105,6 +105,9 @@ class ChangeReason(Enum):
 
 # Workers in these states may own partitions; DEAD and LEFT workers own none.
 OWNING_WORKER_STATES = frozenset({WorkerState.ACTIVE, WorkerState.DRAINING})
+# Workers that left the cluster (declared dead, or drained to the end); retired from the
+# state after the retention window (coordinator/core/retirement.py).
+DEPARTED_WORKER_STATES = frozenset({WorkerState.DEAD, WorkerState.LEFT})
 TERMINAL_PHASES = frozenset({MigrationPhase.DONE, MigrationPhase.ABORTED})
 
 

@@ -1,7 +1,8 @@
 """The leader's decisions as a pure planner, in the shape of etcd raft's RawNode/Ready.
 
 Owns every decision the leader makes: failure detection, assignment, rebalance on join,
-migration steps, drains, host retries and checkpoint rounds, plus the admin planning
+migration steps, drains, retirement of departed workers (`coordinator/core/retirement.py`),
+host retries and checkpoint rounds, plus the admin planning
 queries (balance, explicit moves, drain plans, dry runs). It reads no clock, does no I/O and
 takes its randomness from the `Rng` (a `random.Random`) it is given, so the simulation, the
 scenario files and the duty loop (`coordinator/service/duties.py`) run the same decisions.
@@ -33,9 +34,9 @@ Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
    state. Stages run in a fixed order -- results of worker calls (PartitionOnline,
    HandOff), fallbacks for checkpoints that cannot be loaded (FallBack, MarkStuck),
    bootstrap, failure detection, assignment, rebalance on join, migration steps,
-   drains -- and the first stage that has commands ends the batch. Its `wake_at_ms` is then
-   `now_ms`: plan again once the commands are applied, so every later stage sees the state
-   its predecessors produced.
+   drains, retirement -- and the first stage that has commands ends the batch. Its
+   `wake_at_ms` is then `now_ms`: plan again once the commands are applied, so every later
+   stage sees the state its predecessors produced.
 2. Commands are committed in the order given, each after the previous one's outcome is
    known; every command is reported back through `committed` -- the first non-Ok outcome
    stops the batch and the remaining ones are reported SKIPPED (`BatchRun` keeps this rule).
@@ -48,8 +49,9 @@ Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
 5. `wake_at_ms` is the latest time at which `plan` must be called again; calling it earlier
    (say when a result arrives) is always allowed.
 
-Time: `now_ms` is monotonic (liveness, retries, rounds); `wall_ms` is only stamped into
-commands as their timestamp and never compared with anything.
+Time: `now_ms` is monotonic (liveness, retries, rounds); `wall_ms` is stamped into commands
+as their timestamp and compared with nothing but the departure stamps retirement reads
+(a departed worker's record, not a safety decision: coordinator/core/retirement.py).
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ from coordinator.core.model import (
     WorkerState,
 )
 from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy, plan
+from coordinator.core.retirement import RETIRE_BATCH_MAX
+from coordinator.core.retirement import due as retirements_due
 from coordinator.core.rounds import CheckpointRounds
 from coordinator.core.state import check_moves
 from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT, plan_weighted
@@ -138,6 +142,10 @@ class PlannerSettings:
     # before placement falls back to counts (coordinator/core/load.py).
     balance_tolerance: float = BALANCE_TOLERANCE_DEFAULT
     load_stale_ms: int = 15_000
+    # DEAD and LEFT workers leave the state this long after they departed (0: never), at
+    # most retire_batch_max per command (coordinator/config.py's retire_after_s).
+    retire_after_ms: int = 0
+    retire_batch_max: int = RETIRE_BATCH_MAX
 
 
 def _timeless(cmd: Command) -> tuple[object, ...]:
@@ -436,6 +444,7 @@ class Planner:
             self._rebalance_on_join,
             self._migrations,
             self._drains,
+            self._retirements,
         )
         for stage in stages:
             commands = stage(state, now_ms, wall_ms)
@@ -466,6 +475,11 @@ class Planner:
         """Partitions whose owner keeps failing to load their checkpoint walk down the
         fallback chain: an older checkpoint, a full replay, or stuck."""
         return tuple(fallbacks_due(state.partitions, self.unavailable, self.fallback_policy, wall))
+
+    def _retirements(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
+        s = self.settings
+        cmd = retirements_due(state, wall, s.retire_after_ms, s.retire_batch_max)
+        return () if cmd is None else (cmd,)
 
     def _bootstrap(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
         if state.total_partitions > 0:

@@ -71,7 +71,12 @@ class CheckpointRounds:
             self.fresh = owning - self.next_ms.keys()
         else:
             # Per changed worker only: a set minus a dict's keys view walks the whole dict.
-            owning_now = {w for w in changed if state.workers[w].state in OWNING_WORKER_STATES}
+            # A changed worker may be retired since (gone from the state): it owns nothing.
+            owning_now = {
+                w
+                for w in changed
+                if (rec := state.workers.get(w)) is not None and rec.state in OWNING_WORKER_STATES
+            }
             ended = changed - owning_now
             self.fresh.update(w for w in owning_now if w not in self.next_ms)
         # DEAD or LEFT: its round ends with it (a re-registration staggers anew), and so does

@@ -1,7 +1,8 @@
 """The one function that changes the replicated cluster state: ``apply``.
 
 Every change to the replicated state is decided here, by one handler per command (those of
-the cluster's records about itself, in `coordinator/core/bookkeeping.py`); the container it
+the cluster's records about itself, in `coordinator/core/bookkeeping.py`; the retirement of
+departed workers, in `coordinator/core/retirement.py`); the container it
 changes, ``ClusterState`` (`coordinator/core/cluster.py`, re-exported here as
 ``apply``'s argument type), only keeps its indices true. ``apply`` is deterministic (no
 clock, no randomness: both are stamped into commands) and total: every input yields a
@@ -24,7 +25,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Literal
 
-from coordinator.core import bookkeeping, lifecycle
+from coordinator.core import bookkeeping, lifecycle, retirement
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     AbortMigration,
@@ -66,6 +67,7 @@ from coordinator.core.commands import (
     ResetPartition,
     ResetResult,
     Result,
+    RetireWorkers,
     StartRelease,
     StuckResult,
     rejected,
@@ -182,6 +184,8 @@ def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
             return _mark_stuck(state, cmd)
         case ResetPartition():
             return _reset_partition(state, cmd)
+        case RetireWorkers():
+            return retirement.retire(state, cmd), False
         case Barrier():  # handled before dispatch; kept so the match is exhaustive
             return Ok(value=BarrierResult(nonce=cmd.nonce)), False
         case ReportVersions() | FinalizeVersion() | RecordBackup():  # dispatched above
@@ -531,7 +535,8 @@ def _register_worker(state: ClusterState, cmd: RegisterWorker) -> _Outcome:
         worker = Worker(
             worker_id=wid,
             address=cmd.address,
-            incarnation=1,
+            # Above every retired incarnation: a retired id's old tokens never match again.
+            incarnation=retirement.first_incarnation(state),
             state=WorkerState.ACTIVE,
             registered_at_ms=now,
             updated_at_ms=now,

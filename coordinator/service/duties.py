@@ -25,7 +25,13 @@ from collections.abc import Sequence
 import aiohttp
 
 from coordinator.core.cluster import ClusterState
-from coordinator.core.commands import DeclareDead, FallBack, FinalCheckpoint, MarkStuck
+from coordinator.core.commands import (
+    DeclareDead,
+    FallBack,
+    FinalCheckpoint,
+    MarkStuck,
+    RetireWorkers,
+)
 from coordinator.core.effects import (
     CheckpointCall,
     CheckpointDone,
@@ -110,6 +116,7 @@ def planner_settings(node: CoordinatorNode) -> PlannerSettings:
         full_replay_fallback=cfg.full_replay_fallback,
         balance_tolerance=cfg.balance_tolerance,
         load_stale_ms=int(cfg.load_stale_s * 1000),
+        retire_after_ms=int(cfg.retire_after_s * 1000),
     )
 
 
@@ -328,6 +335,13 @@ class LeaderDuties:
                         "declared dead (%d): %s", len(cmd.worker_ids), ids_text(cmd.worker_ids)
                     )
                     self.node.metrics.workers_declared_dead.inc(len(cmd.worker_ids))
+                elif isinstance(cmd, RetireWorkers):
+                    log.info(
+                        "retired %d workers departed before %d: %s",
+                        len(cmd.worker_ids),
+                        cmd.departed_by_ms,
+                        ids_text(cmd.worker_ids),
+                    )
                 elif isinstance(cmd, FallBack | MarkStuck):
                     log.warning("partition %d: %s", cmd.partition, cmd.note)
                     self.node.metrics.fallbacks.labels(to=target_of(cmd)).inc()

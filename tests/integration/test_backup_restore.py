@@ -15,6 +15,7 @@ from typing import Any
 
 from coordinator.core.backup import load_backup
 from coordinator.core.fencing import EPOCH_JUMP_DEFAULT
+from coordinator.core.versions import COMMAND_SET_VERSION
 from replication.identity import read_cluster_id
 from testkit.cli import ripple
 from testkit.cluster import ADMIN, Cluster
@@ -57,8 +58,11 @@ def test_backup_then_refuse_damage_then_restore_into_a_fresh_cluster(tmp_path: P
             WAIT_S,
         )
         wait_until(
-            lambda: consistent(old, "/v1/status")["finalized_command_set_version"] == 2,
-            "command-set version 2 finalized",
+            lambda: (
+                consistent(old, "/v1/status")["finalized_command_set_version"]
+                == COMMAND_SET_VERSION
+            ),
+            "the newest command-set version finalized",
             WAIT_S,
         )
         out = tmp_path / "cluster.backup"
@@ -70,7 +74,7 @@ def test_backup_then_refuse_damage_then_restore_into_a_fresh_cluster(tmp_path: P
         header, state = load_backup(out.read_bytes())
         old_id = old.health("n1")["cluster_id"]  # type: ignore[index]
         assert header.cluster_id == old_id and f"of cluster {old_id}" in done.stdout
-        assert header.applied_index > 0 and header.command_set_version == 2
+        assert header.applied_index > 0 and header.command_set_version == COMMAND_SET_VERSION
         assert {o.owner for o in state.partitions} == {"w1", "w2"}
         assert all(p.checkpoint is not None for p in state.partitions)
         recorded = consistent(old, "/v1/status")["last_backup"]
@@ -136,6 +140,6 @@ def test_backup_then_refuse_damage_then_restore_into_a_fresh_cluster(tmp_path: P
         }
         st = consistent(new, "/v1/status")
         assert st["generation"] == state.generation + 1
-        assert st["finalized_command_set_version"] == 2
+        assert st["finalized_command_set_version"] == COMMAND_SET_VERSION
     finally:
         new.stop_all()

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.core.versions import COMMAND_SET_VERSION
 from ripple.launch import coordinator_argv
 from testkit.cli import ripple
 from testkit.cluster import ADMIN, Cluster
@@ -30,6 +31,7 @@ NODES = ("n1", "n2", "n3")
 HELD = "n3"
 WAIT_S = 30.0
 LOAD_PAUSE_S = 0.01
+NEWEST = f"1..{COMMAND_SET_VERSION}"  # what a node without the cap speaks
 # A backup record as `ripple backup` sends it: RecordBackup, command-set version 2.
 BACKUP = {
     "cluster_id": "c1",
@@ -165,7 +167,7 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
     c = cluster
     with WriteLoad(c, "upgrade") as load:
         wait_until(
-            lambda: speaks(c) == {"n1": "1..2", "n2": "1..2", "n3": "1..1"},
+            lambda: speaks(c) == {"n1": NEWEST, "n2": NEWEST, "n3": "1..1"},
             "every node's versions recorded",
             WAIT_S,
         )
@@ -203,11 +205,11 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
         every_link_at_3 = {"2": 0, "3": 2, "bad_version": 0}
         links_are(c, dict.fromkeys(NODES, every_link_at_3), "every link at version 3")
         wait_until(
-            lambda: status(c)["finalized_command_set_version"] == 2,
-            "the leader finalizes version 2 once n3 speaks it",
+            lambda: status(c)["finalized_command_set_version"] == COMMAND_SET_VERSION,
+            "the leader finalizes the newest version once n3 speaks it",
             WAIT_S,
         )
-        assert speaks(c) == {"n1": "1..2", "n2": "1..2", "n3": "1..2"}
+        assert speaks(c) == {"n1": NEWEST, "n2": NEWEST, "n3": NEWEST}
         accepted = record_backup(c)
         assert accepted.status == 200, accepted
         assert accepted.body == {"applied_index": 10, "latest": True}
@@ -220,7 +222,8 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
     # rather than skip what it cannot apply, says why, and leaves Raft; the others go on.
     restart(c, HELD, held=True)
     halted = wait_until(lambda: (c.health(HELD) or {}).get("halted"), "n3 halts", WAIT_S)
-    assert "finalized at command-set version 2" in halted and "speaks 1..1" in halted
+    assert f"finalized at command-set version {COMMAND_SET_VERSION}" in halted
+    assert "speaks 1..1" in halted
     metrics = parse(str(c.get(HELD, "/metrics").body))
     assert value(metrics, "ripple_apply_halted") == 1
     refused_here = c.post(HELD, "/v1/admin/backups", BACKUP, token=ADMIN)
@@ -232,4 +235,4 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
     restart(c, HELD, held=False)
     wait_until(lambda: (c.health(HELD) or {}).get("halted", "") is None, "n3 runs", WAIT_S)
     one_state(c, NODES)
-    assert status(c)["finalized_command_set_version"] == 2
+    assert status(c)["finalized_command_set_version"] == COMMAND_SET_VERSION

@@ -51,11 +51,14 @@ from coordinator.core.commands import (
     DrainWorker,
     FallBack,
     FinalCheckpoint,
+    FinalizeVersion,
     Ok,
     PlanMigrations,
     RecordCheckpoints,
     RegisterWorker,
     Rejected,
+    ReportVersions,
+    RetireWorkers,
     StartRelease,
 )
 from coordinator.core.effects import (
@@ -93,6 +96,7 @@ from coordinator.core.planner import (
     PlannerSettings,
 )
 from coordinator.core.state import ClusterState
+from coordinator.core.versions import COMMAND_SET_VERSION
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
 
@@ -146,6 +150,15 @@ class SimSettings:
     # The store loses one accepted checkpoint object (an emptied or damaged store): hosts
     # from it answer checkpoint_unavailable and the planner must walk the fallback chain.
     p_lose_checkpoint: float = 0.01
+    # Churn (off unless set): per step, one live worker departs for good and a worker under
+    # a fresh id joins. Half the departed crash and never return; the other half pause past
+    # their retirement and come back as zombies with their old incarnation, gates and
+    # reports, which must all be fenced. The leader retires departed workers after
+    # retire_after_ms (0: never), which needs command-set version 3, so such a run first
+    # reports and finalizes the versions as the real nodes do.
+    p_worker_churn: float = 0.0
+    retire_after_ms: int = 0
+    zombie_ms_max: int = 3_000
     # Network partitions: one node (a replica or a worker) cut off from everyone for up to
     # cut_ms_max; a cut-off leader is deposed with this chance per step (election timeout).
     p_cut: float = 0.02
@@ -243,6 +256,8 @@ class SimWorker:
         self.registered = False
         self.alive = True
         self.paused_until_ms = -1
+        # Departed for good (churn): never restarted, not even at the heal.
+        self.gone = False
         self.gates: dict[int, dict[str, int | bool]] = {}
         self.next_heartbeat_ms = 0
         # Down for a restart it announced: when the process starts again (None: not one).
@@ -275,6 +290,7 @@ class Proposer:
         # When the batch being committed was planned (its commands are what the planner
         # decided then: a hold that began while they go through the log is not theirs).
         self.planned_at = now_ms
+        self.versions_sent = False
 
     @property
     def ready(self) -> bool:
@@ -334,11 +350,35 @@ class Proposer:
         self._admin(planner, now)
         if self.current is not None:
             return
+        self._finalize_versions(now)
         self.planned_at = now
         self.run = BatchRun(planner, planner.plan(self.state, now, now))
         if self._commit_step(now):
             for call in self.run.calls():
                 self._send_call(call, now)
+
+    def _finalize_versions(self, now: int) -> None:
+        """What each real node and its leader do (coordinator/service/node.py): report the
+        versions it speaks, then finalize the newest every voter speaks. Only in a run that
+        retires: RetireWorkers needs the newest version."""
+        sim = self.sim
+        if not sim.s.retire_after_ms or self.versions_sent:
+            return
+        if self.state.finalized_version >= COMMAND_SET_VERSION:
+            return
+        self.versions_sent = True
+        names = tuple(r.name for r in sim.replicas)
+        for name in names:
+            self.submit(
+                ReportVersions(
+                    node_id=name,
+                    min_version=1,
+                    max_version=COMMAND_SET_VERSION,
+                    package_version="sim",
+                    now_ms=now,
+                )
+            )
+        self.submit(FinalizeVersion(version=COMMAND_SET_VERSION, voters=names, now_ms=now))
 
     def _commit_step(self, now: int) -> bool:
         """Advance the batch being committed; True when nothing of it is left in flight."""
@@ -541,6 +581,9 @@ class Simulation:
         self.request_seq = 0
         self.proposer = Proposer(self, self.replicas[0], self.term, 0)
         self.workers = [SimWorker(f"w{i}") for i in range(self.s.workers)]
+        self.worker_by_id = {w.wid: w for w in self.workers}
+        # (worker, incarnation) pairs retired from the state: none may act again.
+        self.retired: set[tuple[str, int]] = set()
         self.faults_on = True
         # Checker memory.
         self.hash_at: dict[int, str] = {}
@@ -558,6 +601,7 @@ class Simulation:
         ranks = list(range(1, self.s.total_partitions + 1))
         self.rng.shuffle(ranks)
         self.rates = [100.0 * r**-self.s.rate_exponent for r in ranks]
+        self.stats |= {"churned": 0, "zombies": 0, "retired": 0, "retired_reports_fenced": 0}
         # Group commit: where the leader's run of entries appended since it last replicated
         # starts (None: nothing new). Replication packs such a run into ONE batch entry, as
         # replication/log.py does with proposals that queue while an entry is in flight.
@@ -579,6 +623,7 @@ class Simulation:
             tick_ms=s.step_ms,
             rebalance_on_join=s.rebalance_on_join,
             load_stale_ms=s.load_stale_ms,
+            retire_after_ms=s.retire_after_ms,
         )
 
     # -- log ---------------------------------------------------------------------------------
@@ -723,10 +768,23 @@ class Simulation:
         """One command applied on c0, against the state just before it: every step invariant
         (coordinator/core/invariants.py: lifecycle edges, epochs, checkpoint fencing)."""
         _, cmd = decode_command(entry)
-        problems = step_violations(before, self.replicas[0].machine.state, cmd)
+        state = self.replicas[0].machine.state
+        problems = step_violations(before, state, cmd)
         if problems:
             self.fail("; ".join(problems))
         result = decode_result(result_bytes)
+        if isinstance(cmd, RecordCheckpoints) and (cmd.worker_id, cmd.incarnation) in self.retired:
+            accepted = isinstance(result, Ok) and any(
+                v.status == "accepted"
+                for v in result.value.results  # type: ignore[union-attr]
+            )
+            if accepted:
+                self.fail(f"retired {cmd.worker_id} incarnation {cmd.incarnation} checkpointed")
+            self.stats["retired_reports_fenced"] += 1
+        if isinstance(cmd, RetireWorkers):
+            gone = [(w, inc) for w, (_, inc) in before.workers.items() if w not in state.workers]
+            self.retired.update(gone)
+            self.stats["retired"] += len(gone)
         if not isinstance(result, Ok):
             return
         if isinstance(cmd, FallBack):
@@ -885,8 +943,33 @@ class Simulation:
         if self.leader_name() in self.net.cut and self.rng.random() < self.s.p_cut_leader_deposed:
             self.change_leader()
 
+    def inject_churn(self) -> None:
+        """One live worker departs for good and one under a fresh id joins."""
+        if self.rng.random() >= self.s.p_worker_churn:
+            return
+        live = [w for w in self.workers if w.alive and not w.gone and not w.paused(self.now_ms)]
+        if len(live) <= self.s.min_cluster_size:
+            return
+        w = self.rng.choice(live)
+        w.gone = True
+        self.stats["churned"] += 1
+        if self.rng.random() < 0.5:
+            w.alive = False
+            w.gates.clear()
+        else:
+            # Back after its retirement, as the incarnation it was: everything it says is
+            # fenced, and what it is told to do (register again) makes it a new incarnation.
+            back = self.s.dead_after_ms + self.s.retire_after_ms
+            w.paused_until_ms = self.now_ms + back + self.rng.randint(0, self.s.zombie_ms_max)
+            self.stats["zombies"] += 1
+        fresh = SimWorker(f"w{len(self.workers)}")
+        self.workers.append(fresh)
+        self.worker_by_id[fresh.wid] = fresh
+
     def inject_worker_faults(self) -> None:
         for w in self.workers:
+            if w.gone:
+                continue
             if not w.alive and w.back_at_ms is not None and w.back_at_ms <= self.now_ms:
                 self.restart_worker(w)  # the same command started again
                 continue
@@ -956,8 +1039,7 @@ class Simulation:
                     # leader (see ``answer_registrations``).
                     self.pending_registrations.append((self.term, msg.body["worker"], rid))
             else:
-                w = next(x for x in self.workers if x.wid == msg.dst)
-                self.worker_receive(w, msg.kind, msg.body)
+                self.worker_receive(self.worker_by_id[msg.dst], msg.kind, msg.body)
 
     def answer_registrations(self) -> None:
         lead = self.replicas[self.leader]
@@ -987,6 +1069,7 @@ class Simulation:
                 self.change_leader()
             self.inject_cuts()
             self.inject_worker_faults()
+            self.inject_churn()
             self.inject_store_faults()
         for w in self.workers:
             self.worker_step(w)
@@ -1018,7 +1101,7 @@ class Simulation:
         self.net.cut.clear()
         self.cut_until.clear()
         for w in self.workers:
-            if not w.alive:
+            if not w.alive and not w.gone:
                 self.restart_worker(w)
             w.paused_until_ms = -1
         for _ in range(self.s.heal_steps_max):

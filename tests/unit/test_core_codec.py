@@ -63,6 +63,8 @@ from coordinator.core.commands import (
     ReportVersions,
     ResetPartition,
     ResetResult,
+    RetireResult,
+    RetireWorkers,
     StartRelease,
     StuckResult,
 )
@@ -237,6 +239,14 @@ GOLDEN: list[tuple[str, Command, str]] = [
         "626162616261626162616261626162616261626162616261626162616261626162616261626162aa7369"
         "7a655f6279746573cd1000ad637265617465645f61745f6d73cd03faa66e6f775f6d73cd03fb",
     ),
+    (
+        "r-21",
+        RetireWorkers(
+            worker_ids=(WorkerId("w4"), WorkerId("w9.x")), departed_by_ms=1020, now_ms=1021
+        ),
+        "940115a4722d323183aa776f726b65725f69647392a27734a477392e78ae64657061727465645f62795f"
+        "6d73cd03fca66e6f775f6d73cd03fd",
+    ),
 ]
 
 
@@ -246,7 +256,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 19))
+    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 19), 21]
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
@@ -318,6 +328,12 @@ commands: st.SearchStrategy[Command] = st.one_of(
     ),
     st.builds(MarkStuck, partition=small, epoch=nats, note=short_text, now_ms=nats),
     st.builds(ResetPartition, partition=small, note=short_text, now_ms=nats),
+    st.builds(
+        RetireWorkers,
+        worker_ids=st.lists(worker_ids, max_size=4).map(tuple),
+        departed_by_ms=nats,
+        now_ms=nats,
+    ),
 )
 
 json_like = st.recursive(
@@ -396,6 +412,7 @@ result_values: st.SearchStrategy[CommandResult] = st.one_of(
     ),
     st.builds(StuckResult, partition=small, stuck=short_text),
     st.builds(ResetResult, partition=small, epoch=nats),
+    st.builds(RetireResult, retired=nats, kept=nats, incarnation_floor=nats),
 )
 results = st.builds(Ok, value=result_values) | st.builds(
     Rejected,
@@ -763,6 +780,21 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
         ),
         "9301a26f6b82ad6170706c6965645f696e6465784da66c6174657374c3",
     ),
+    (
+        ReportVersions(
+            node_id="n1", min_version=1, max_version=3, package_version="0.3.0", now_ms=34
+        ),
+        "9301a26f6b82a76e6f64655f6964a26e31b166696e616c697a65645f76657273696f6e02",
+    ),
+    (
+        FinalizeVersion(version=3, voters=("n1",), now_ms=35),
+        "9301a26f6b82b166696e616c697a65645f76657273696f6e03a76368616e676564c3",
+    ),
+    # w3 (DEAD since 17) and w4 (LEFT since 26) are retired; w1 is ACTIVE and kept.
+    (
+        RetireWorkers(worker_ids=(W3, W4, W1), departed_by_ms=30, now_ms=36),
+        "9301a26f6b83a77265746972656402a46b65707401b1696e6361726e6174696f6e5f666c6f6f7201",
+    ),
 ]
 
 
@@ -890,6 +922,29 @@ def test_fallback_fields_round_trip() -> None:
     restored = decode_state(data)
     assert restored.partitions == s.partitions
     assert encode_state(restored) == data
+
+
+def test_retired_fields_round_trip() -> None:
+    """The incarnation floor and the retired count survive a snapshot; a state that retired
+    nobody encodes without them (the golden state above)."""
+    s = busy_state()
+    steps: list[Command] = [
+        ReportVersions(node_id="n1", min_version=1, max_version=3, package_version="x", now_ms=9),
+        FinalizeVersion(version=3, voters=("n1",), now_ms=9),
+        RegisterWorker(worker_id=W4, address="http://d", now_ms=9),
+        DrainWorker(worker_id=W4, moves=(), now_ms=10),  # owns nothing: LEFT at once
+        RetireWorkers(worker_ids=(W4,), departed_by_ms=10, now_ms=11),
+    ]
+    for i, cmd in enumerate(steps):
+        assert isinstance(apply(s, f"y{i}", cmd), Ok), cmd
+    assert W4 not in s.workers and (s.incarnation_floor, s.retired_total) == (1, 1)
+    data = encode_state(s)
+    restored = decode_state(data)
+    assert encode_state(restored) == data
+    assert (restored.incarnation_floor, restored.retired_total) == (1, 1)
+    back = apply(restored, "y-back", RegisterWorker(worker_id=W4, address="http://d", now_ms=12))
+    assert isinstance(back, Ok) and isinstance(back.value, RegisterResult)
+    assert back.value.incarnation == 2
 
 
 def test_empty_state_round_trip() -> None:
