@@ -23,6 +23,7 @@ from coordinator.core.model import (
     OWNING_WORKER_STATES,
     TERMINAL_PHASES,
     BackupRecord,
+    MaintenanceRecord,
     Migration,
     MigrationId,
     NodeVersions,
@@ -69,6 +70,7 @@ class ClusterState:
         "finalized_version",
         "generation",
         "last_backup",
+        "maintenance",
         "migration_seq",
         "migrations",
         "node_versions",
@@ -94,6 +96,8 @@ class ClusterState:
         self.node_versions: dict[str, NodeVersions] = {}
         self.finalized_version: int = FIRST_COMMAND_SET_VERSION
         self.last_backup: BackupRecord | None = None
+        # Maintenance mode (MaintenanceOn/Off, coordinator/core/maintenance.py): None is off.
+        self.maintenance: MaintenanceRecord | None = None
         self._owned: dict[WorkerId, set[PartitionId]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
         # The non-terminal migrations in creation order (a dict as an ordered set): the
@@ -155,6 +159,7 @@ class ClusterState:
         copy.node_versions = dict(self.node_versions)
         copy.finalized_version = self.finalized_version
         copy.last_backup = self.last_backup
+        copy.maintenance = self.maintenance
         return copy
 
     # --- reads ---------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from coordinator.core.commands import (
     FinalCheckpoint,
     FinalizeResult,
     HandOffResult,
+    MaintenanceResult,
     Move,
     NewMigration,
     Ok,
@@ -64,6 +65,7 @@ from coordinator.core.model import (
     FIRST_COMMAND_SET_VERSION,
     HISTORY_PER_PARTITION_MAX,
     INT_VALUE_MAX,
+    MAINTENANCE_BY_LEN_MAX,
     NODE_VERSIONS_MAX,
     NONCE_LEN_MAX,
     NOTE_LEN_MAX,
@@ -76,6 +78,7 @@ from coordinator.core.model import (
     ChangeReason,
     Checkpoint,
     Epoch,
+    MaintenanceRecord,
     Migration,
     MigrationId,
     MigrationPhase,
@@ -351,6 +354,18 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
         "created_at_ms": _int,
         "now_ms": _int,
     },
+    19: {
+        "by": _str(MAINTENANCE_BY_LEN_MAX),
+        "reason": _str(NOTE_LEN_MAX),
+        "until_ms": _optional(_int),
+        "now_ms": _int,
+    },
+    20: {
+        "by": _str(MAINTENANCE_BY_LEN_MAX),
+        "reason": _str(NOTE_LEN_MAX),
+        "since_ms": _optional(_int),
+        "now_ms": _int,
+    },
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, _Where], Command]] = {
@@ -509,6 +524,7 @@ _RESULT_SHAPES: tuple[_Shape, ...] = (
     _shape(ReportResult, {"node_id": _str(REQUEST_ID_LEN_MAX), "finalized_version": _int}),
     _shape(FinalizeResult, {"finalized_version": _int, "changed": _bool}),
     _shape(BackupResult, {"applied_index": _int, "latest": _bool}),
+    _shape(MaintenanceResult, {"maintenance": _bool, "changed": _bool}),
 )
 _SHAPE_OF: dict[type, _Shape] = {
     shape.cls: shape for shape in (_new_migration, _verdict, *_RESULT_SHAPES)
@@ -660,6 +676,9 @@ def _bookkeeping_plain(state: ClusterState) -> dict[str, object]:
             b.created_at_ms,
             b.recorded_at_ms,
         ]
+    mm = state.maintenance
+    if mm is not None:
+        out["maintenance"] = [mm.by, mm.reason, mm.since_ms, mm.until_ms]
     return out
 
 
@@ -802,11 +821,13 @@ def decode_state(data: bytes) -> ClusterState:
         _decode_command_set(state, obj["command_set"])
     if "last_backup" in obj:
         state.last_backup = _decode_backup(obj["last_backup"])
+    if "maintenance" in obj:
+        state.maintenance = _decode_maintenance(obj["maintenance"])
     state.reindex()
     return state
 
 
-_BOOKKEEPING_KEYS = ("command_set", "last_backup")
+_BOOKKEEPING_KEYS = ("command_set", "last_backup", "maintenance")
 
 
 def _in_order(present: list[object], allowed: tuple[str, ...]) -> bool:
@@ -840,6 +861,16 @@ def _decode_backup(value: object) -> BackupRecord:
         size_bytes=_int(size, "last_backup"),
         created_at_ms=_int(created, "last_backup"),
         recorded_at_ms=_int(recorded, "last_backup"),
+    )
+
+
+def _decode_maintenance(value: object) -> MaintenanceRecord:
+    by, reason, since, until = _tuple(value, 4, "maintenance")
+    return MaintenanceRecord(
+        by=_str(MAINTENANCE_BY_LEN_MAX, empty_ok=False)(by, "maintenance"),
+        reason=_str(NOTE_LEN_MAX, empty_ok=False)(reason, "maintenance"),
+        since_ms=_int(since, "maintenance"),
+        until_ms=_optional(_int)(until, "maintenance"),
     )
 
 

@@ -46,6 +46,9 @@ from coordinator.core.commands import (
     FinalizeVersion,
     HandOff,
     HandOffResult,
+    MaintenanceOff,
+    MaintenanceOn,
+    MaintenanceResult,
     MarkStuck,
     Move,
     NewMigration,
@@ -237,6 +240,18 @@ GOLDEN: list[tuple[str, Command, str]] = [
         "626162616261626162616261626162616261626162616261626162616261626162616261626162aa7369"
         "7a655f6279746573cd1000ad637265617465645f61745f6d73cd03faa66e6f775f6d73cd03fb",
     ),
+    (
+        "r-19",
+        MaintenanceOn(by="admin", reason="kernel upgrade", until_ms=1_700_003_600_000, now_ms=1019),
+        "940113a4722d313984a26279a561646d696ea6726561736f6eae6b65726e656c2075706772616465a875"
+        "6e74696c5f6d73cf0000018bd01c5680a66e6f775f6d73cd03fb",
+    ),
+    (
+        "r-20",
+        MaintenanceOff(by="leader", reason="its time was up (--for)", since_ms=1019, now_ms=1020),
+        "940114a4722d323084a26279a66c6561646572a6726561736f6eb76974732074696d6520776173207570"
+        "20282d2d666f7229a873696e63655f6d73cd03fba66e6f775f6d73cd03fc",
+    ),
 ]
 
 
@@ -246,7 +261,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 19))
+    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 21))
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
@@ -318,6 +333,12 @@ commands: st.SearchStrategy[Command] = st.one_of(
     ),
     st.builds(MarkStuck, partition=small, epoch=nats, note=short_text, now_ms=nats),
     st.builds(ResetPartition, partition=small, note=short_text, now_ms=nats),
+    st.builds(
+        MaintenanceOn, by=short_text, reason=short_text, until_ms=st.none() | nats, now_ms=nats
+    ),
+    st.builds(
+        MaintenanceOff, by=short_text, reason=short_text, since_ms=st.none() | nats, now_ms=nats
+    ),
 )
 
 json_like = st.recursive(
@@ -396,6 +417,7 @@ result_values: st.SearchStrategy[CommandResult] = st.one_of(
     ),
     st.builds(StuckResult, partition=small, stuck=short_text),
     st.builds(ResetResult, partition=small, epoch=nats),
+    st.builds(MaintenanceResult, maintenance=st.booleans(), changed=st.booleans()),
 )
 results = st.builds(Ok, value=result_values) | st.builds(
     Rejected,
@@ -762,6 +784,25 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
             now_ms=33,
         ),
         "9301a26f6b82ad6170706c6965645f696e6465784da66c6174657374c3",
+    ),
+    # Maintenance mode is of command-set version 3: the node reports it, the leader finalizes.
+    (
+        ReportVersions(
+            node_id="n1", min_version=1, max_version=3, package_version="0.3.0", now_ms=34
+        ),
+        "9301a26f6b82a76e6f64655f6964a26e31b166696e616c697a65645f76657273696f6e02",
+    ),
+    (
+        FinalizeVersion(version=3, voters=("n1",), now_ms=35),
+        "9301a26f6b82b166696e616c697a65645f76657273696f6e03a76368616e676564c3",
+    ),
+    (
+        MaintenanceOn(by="admin", reason="upgrade", until_ms=None, now_ms=36),
+        "9301a26f6b82ab6d61696e74656e616e6365c3a76368616e676564c3",
+    ),
+    (
+        MaintenanceOff(by="admin", reason="done", since_ms=36, now_ms=37),
+        "9301a26f6b82ab6d61696e74656e616e6365c2a76368616e676564c3",
     ),
 ]
 
