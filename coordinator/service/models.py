@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from coordinator.core.model import INT_VALUE_MAX
+from coordinator.core.model import INT_VALUE_MAX, NOTE_LEN_MAX
 
 ID_REGEX = r"^[A-Za-z0-9._-]{1,64}$"
 ADDRESS_LEN_MAX = 512
@@ -330,6 +330,34 @@ class AbortResponse(_Response):
     phase: str
 
 
+# The longest `ripple maintenance on --for`: a maintenance meant to last longer is turned off
+# by hand (a forgotten one would otherwise pause balancing for months).
+MAINTENANCE_FOR_S_MAX = 7 * 86400
+
+
+class MaintenanceRequest(_Request):
+    """Turn maintenance mode on (a reason is required; `for_s`: it ends by itself) or off."""
+
+    on: bool
+    reason: Annotated[str, Field(min_length=1, max_length=NOTE_LEN_MAX)] | None = None
+    for_s: Annotated[float, Field(gt=0, le=MAINTENANCE_FOR_S_MAX)] | None = None
+
+
+class MaintenanceView(_Response):
+    """Maintenance mode as the replicated state records it (wall times, ms since the epoch;
+    `until_ms` None: until turned off)."""
+
+    by: str
+    reason: str
+    since_ms: int
+    until_ms: int | None
+
+
+class MaintenanceResponse(_Response):
+    maintenance: MaintenanceView | None  # None: off
+    changed: bool  # false: it already was as asked
+
+
 class ResetResponse(_Response):
     partition: int
     epoch: int  # the new epoch: the owner hosts it from offset 0
@@ -405,6 +433,8 @@ class HealthResponse(_Response):
     store_set: bool = True
     # What an operator should fix about this cluster's settings, in words (empty: nothing).
     warnings: list[str] = []
+    # Maintenance mode as this node's state has it (None: off); the dashboard shows it.
+    maintenance: MaintenanceView | None = None
 
 
 class CoordinatorVersions(_Response):
@@ -447,6 +477,8 @@ class StatusResponse(_Response):
     coordinators: list[CoordinatorVersions]
     # The newest backup `ripple backup` stored and recorded; None before the first.
     last_backup: BackupView | None = None
+    # Maintenance mode: no automatic balance while it is on (None: off).
+    maintenance: MaintenanceView | None = None
     warnings: list[str] = []  # as in /v1/health
 
 

@@ -1,5 +1,5 @@
 """The operator's routes: reassign, abort a migration, reset a partition, take and record a
-backup, a barrier.
+backup, maintenance mode, a barrier.
 
 Each is leader-only and needs the admin token, checked before the body is read. A plan is
 made by the leader's planner (a pure query) and proposed whole; a dry run or an empty plan
@@ -11,6 +11,7 @@ chunks (`coordinator/core/backup.py` is its format).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from aiohttp import web
 
@@ -19,6 +20,8 @@ from coordinator.core.codec import encode_state
 from coordinator.core.commands import (
     AbortMigration,
     Barrier,
+    MaintenanceOff,
+    MaintenanceOn,
     PlanMigrations,
     RecordBackup,
     ResetPartition,
@@ -157,6 +160,34 @@ async def record_backup(request: web.Request) -> web.Response:
     )
 
 
+async def maintenance(request: web.Request) -> web.Response:
+    """Maintenance mode on (the leader proposes no automatic balance until it ends; failure
+    recovery goes on) or off. Its commands are of command-set version 3: refused (409,
+    naming the node behind) until every voter speaks it."""
+    node = require_leader(request)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
+    body = await parse(request, m.MaintenanceRequest)
+    now = now_ms()
+    cmd: MaintenanceOn | MaintenanceOff
+    if body.on:
+        if body.reason is None:
+            raise RequestError("a reason is required to turn maintenance on", field="reason")
+        until = None if body.for_s is None else now + round(body.for_s * 1000)
+        cmd = MaintenanceOn(by=admin.scope, reason=body.reason, until_ms=until, now_ms=now)
+    else:
+        if body.for_s is not None:
+            raise RequestError("for_s goes with on only", field="for_s")
+        reason = body.reason or "turned off by an operator"
+        cmd = MaintenanceOff(by=admin.scope, reason=reason, since_ms=None, now_ms=now)
+    done = await node.submit(
+        cmd, idempotency_key(request, admin.scope, f"maintenance:{'on' if body.on else 'off'}")
+    )
+    with node.read() as state:
+        record = state.maintenance
+    view = None if record is None else m.MaintenanceView(**dataclasses.asdict(record))
+    return json_reply(m.MaintenanceResponse(maintenance=view, changed=done.changed))
+
+
 async def admin_barrier(request: web.Request) -> web.Response:
     node = require_leader(request)
     request.app[ADMISSION_KEY].admit_admin(request.headers)
@@ -210,6 +241,16 @@ ROUTES: tuple[Route, ...] = (
         summary="Record a backup that `ripple backup` stored (command-set version 2)",
         request=m.RecordBackupRequest,
         response=m.RecordBackupResponse,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="POST",
+        path="/v1/admin/maintenance",
+        handler=maintenance,
+        summary="Maintenance mode on or off: no automatic balance while on (command-set version 3)",
+        request=m.MaintenanceRequest,
+        response=m.MaintenanceResponse,
         leader_only=True,
         auth="admin",
     ),
