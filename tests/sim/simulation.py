@@ -51,11 +51,15 @@ from coordinator.core.commands import (
     DrainWorker,
     FallBack,
     FinalCheckpoint,
+    FinalizeVersion,
+    MaintenanceOff,
+    MaintenanceOn,
     Ok,
     PlanMigrations,
     RecordCheckpoints,
     RegisterWorker,
     Rejected,
+    ReportVersions,
     StartRelease,
 )
 from coordinator.core.effects import (
@@ -83,6 +87,8 @@ from coordinator.core.invariants import (
 )
 from coordinator.core.machine import Machine
 from coordinator.core.model import (
+    MaintenanceRecord,
+    MigrationPhase,
     MigrationReason,
     PartitionStatus,
     WorkerId,
@@ -93,6 +99,7 @@ from coordinator.core.planner import (
     PlannerSettings,
 )
 from coordinator.core.state import ClusterState
+from coordinator.core.versions import COMMAND_SET_VERSION
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
 
@@ -122,6 +129,16 @@ class SimSettings:
     # A worker call with no answer by then fails (the executor's HTTP timeout).
     call_timeout_ms: int = 1_000
     max_concurrent_migrations: int = 2
+    max_migrations_per_worker: int = 1
+    # Automatic balance (what maintenance mode pauses) runs, so pausing it is checked.
+    rebalance_on_join: bool = True
+    # The operator turns maintenance mode on or off (per step, fault phase); an "on" ends by
+    # itself after up to maintenance_ms_max half of the time.
+    p_maintenance: float = 0.02
+    # Until the cluster is finalized at the command-set version of maintenance mode, the
+    # chance per step that the leader takes the next step there (a report, the finalize).
+    p_upgrade: float = 0.1
+    maintenance_ms_max: int = 5_000
     # Fault probabilities per step (fault phase only).
     p_leader_change: float = 0.02
     p_worker_crash: float = 0.005
@@ -153,6 +170,9 @@ class SimSettings:
     # A deliberately broken Raft (any replica may win an election), so a test can show the
     # checker catches lost committed entries. Never set outside that test.
     unsafe_election: bool = False
+
+
+_PLANNED = MigrationPhase.PLANNED
 
 
 class SafetyViolation(AssertionError):
@@ -268,6 +288,8 @@ class Proposer:
         # When the batch being committed was planned (its commands are what the planner
         # decided then: a hold that began while they go through the log is not theirs).
         self.planned_at = now_ms
+        # Maintenance mode as the planner saw it when it planned the batch being committed.
+        self.paused_at_plan: MaintenanceRecord | None = None
 
     @property
     def ready(self) -> bool:
@@ -279,7 +301,41 @@ class Proposer:
 
     def submit(self, cmd: Command, planned_at: int | None = None) -> str:
         self.check_holds(cmd, self.sim.now_ms if planned_at is None else planned_at)
+        if planned_at is not None:  # the planner's, not the operator's
+            self.check_maintenance(cmd)
+            self.check_throttles(cmd)
         return self.sim.append(cmd)
+
+    def check_maintenance(self, cmd: Command) -> None:
+        """While maintenance mode is on the planner proposes no balance move (it saw the mode
+        when it planned, and the mode is still that one), and it ends a timed one only once
+        its time is up (the simulation's wall and monotonic clocks are one)."""
+        record = self.state.maintenance
+        if isinstance(cmd, PlanMigrations):
+            if self.paused_at_plan is not None and record == self.paused_at_plan:
+                self.sim.fail("PlanMigrations (automatic balance) while maintenance mode is on")
+            self.sim.stats["balance_plans"] += 1
+        elif isinstance(cmd, MaintenanceOff) and record is not None:
+            if cmd.since_ms == record.since_ms and (
+                record.until_ms is None or self.sim.now_ms < record.until_ms
+            ):
+                self.sim.fail("the leader ended maintenance mode before its time")
+            self.sim.stats["maintenance_expired"] += 1
+
+    def check_throttles(self, cmd: Command) -> None:
+        """A migration starts only within the caps on migrations past PLANNED."""
+        if not isinstance(cmd, StartRelease):
+            return
+        mig = self.state.migrations.get(cmd.migration_id)
+        if mig is None:
+            return
+        active = [m for m in self.state.in_flight_migrations() if m.phase is not _PLANNED]
+        per_worker = self.sim.s.max_migrations_per_worker
+        busy = [w for w in (mig.source, mig.target) for m in active if w in (m.source, m.target)]
+        if len(active) >= self.sim.s.max_concurrent_migrations or any(
+            busy.count(w) >= per_worker for w in (mig.source, mig.target)
+        ):
+            self.sim.fail(f"StartRelease {cmd.migration_id} beyond the move throttles")
 
     def check_holds(self, cmd: Command, planned_at: int) -> None:
         """What the leader proposes leaves a worker held for its restart alone: it is not
@@ -328,6 +384,7 @@ class Proposer:
         if self.current is not None:
             return
         self.planned_at = now
+        self.paused_at_plan = self.state.maintenance
         self.run = BatchRun(planner, planner.plan(self.state, now, now))
         if self._commit_step(now):
             for call in self.run.calls():
@@ -402,6 +459,10 @@ class Proposer:
         sim, state = self.sim, self.state
         if not sim.faults_on or self.current is not None:
             return
+        upgraded = state.finalized_version >= COMMAND_SET_VERSION
+        if sim.rng.random() < (sim.s.p_maintenance if upgraded else sim.s.p_upgrade):
+            self._maintenance(now)
+            return
         if sim.rng.random() < sim.s.p_admin_moves:
             eligible = state.active_workers()
             wanted = []
@@ -430,6 +491,37 @@ class Proposer:
             if in_flight:
                 m = sim.rng.choice(in_flight)
                 self.submit(AbortMigration(migration_id=m.migration_id, note="admin", now_ms=now))
+
+    def _maintenance(self, now: int) -> None:
+        """The operator turns maintenance mode on (timed or not) or off; the first time, the
+        cluster is brought to the command-set version that has it, as its leader would."""
+        sim, state = self.sim, self.state
+        names = [r.name for r in sim.replicas]
+        if state.finalized_version < COMMAND_SET_VERSION:
+            missing = [n for n in names if n not in state.node_versions]
+            if missing:
+                self.submit(
+                    ReportVersions(
+                        node_id=missing[0],
+                        min_version=1,
+                        max_version=COMMAND_SET_VERSION,
+                        package_version="sim",
+                        now_ms=now,
+                    )
+                )
+            else:
+                self.submit(
+                    FinalizeVersion(version=COMMAND_SET_VERSION, voters=tuple(names), now_ms=now)
+                )
+            return
+        if state.maintenance is None:
+            until = None
+            if sim.rng.random() < 0.5:
+                until = now + sim.rng.randint(1, sim.s.maintenance_ms_max)
+            self.submit(MaintenanceOn(by="admin", reason="sim", until_ms=until, now_ms=now))
+            sim.stats["maintenance_on"] += 1
+        else:
+            self.submit(MaintenanceOff(by="admin", reason="sim", since_ms=None, now_ms=now))
 
     # -- messages from workers ------------------------------------------------------------------
 
@@ -543,6 +635,7 @@ class Simulation:
         # Objects the store lost: never found again (the heal does not bring them back).
         self.lost_checkpoints: set[str] = set()
         self.stats |= {"lost_checkpoints": 0, "fallbacks": 0}
+        self.stats |= {"maintenance_on": 0, "maintenance_expired": 0, "balance_plans": 0}
         # Group commit: where the leader's run of entries appended since it last replicated
         # starts (None: nothing new). Replication packs such a run into ONE batch entry, as
         # replication/log.py does with proposals that queue while an entry is in flight.
@@ -555,6 +648,8 @@ class Simulation:
             total_partitions=s.total_partitions,
             min_cluster_size=s.min_cluster_size,
             max_concurrent_migrations=s.max_concurrent_migrations,
+            max_migrations_per_worker=s.max_migrations_per_worker,
+            rebalance_on_join=s.rebalance_on_join,
             suspect_after_ms=s.suspect_after_ms,
             dead_after_ms=s.dead_after_ms,
             rejoin_grace_ms=s.rejoin_grace_ms,
