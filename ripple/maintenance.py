@@ -36,8 +36,8 @@ def parse_duration_s(text: str) -> float:
                 field="for",
             ) from None
         seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    if not seconds > 0:
-        raise RippleError("--for must be longer than 0", code="usage", status=2, field="for")
+    if not seconds >= 1:
+        raise RippleError("--for must be at least 1s", code="usage", status=2, field="for")
     return seconds
 
 
@@ -58,7 +58,7 @@ def maintenance_line(record: dict[str, Any] | None) -> str:
 
 
 async def maintenance_command(args: argparse.Namespace, client: CoordinatorClient) -> int:
-    payload: dict[str, Any] = {"on": args.state == "on"}
+    payload: dict[str, Any] = {}
     if args.reason is not None:
         payload["reason"] = args.reason
     if getattr(args, "for_", None) is not None:
@@ -67,6 +67,6 @@ async def maintenance_command(args: argparse.Namespace, client: CoordinatorClien
         payload["for_s"] = parse_duration_s(args.for_)
     elif args.state == "on" and args.reason is None:
         raise RippleError("--reason is required with `on`", code="usage", status=2, field="reason")
-    body = await client.post("/v1/admin/maintenance", payload)
+    body = await client.post(f"/v1/admin/maintenance/{args.state}", payload)
     print(maintenance_line(body["maintenance"]) + ("" if body["changed"] else " (unchanged)"))
     return 0

@@ -335,12 +335,15 @@ class AbortResponse(_Response):
 MAINTENANCE_FOR_S_MAX = 7 * 86400
 
 
-class MaintenanceRequest(_Request):
-    """Turn maintenance mode on (a reason is required; `for_s`: it ends by itself) or off."""
+class MaintenanceOnRequest(_Request):
+    """Turn maintenance mode on, why, and (`for_s`) for how long; absent: until turned off."""
 
-    on: bool
+    reason: Annotated[str, Field(min_length=1, max_length=NOTE_LEN_MAX)]
+    for_s: Annotated[float, Field(ge=1, le=MAINTENANCE_FOR_S_MAX)] | None = None
+
+
+class MaintenanceOffRequest(_Request):
     reason: Annotated[str, Field(min_length=1, max_length=NOTE_LEN_MAX)] | None = None
-    for_s: Annotated[float, Field(gt=0, le=MAINTENANCE_FOR_S_MAX)] | None = None
 
 
 class MaintenanceView(_Response):

@@ -92,11 +92,12 @@ def ripple(c: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def switch(c: Cluster, body: dict[str, Any]) -> dict[str, Any]:
-    """POST /v1/admin/maintenance; right after start the leader may not have finalized
+    """POST /v1/admin/maintenance/on|off; right after start the leader may not have finalized
     command-set version 3 yet (503 version_not_finalized): retried until it has."""
 
     def attempt() -> dict[str, Any] | None:
-        r = c.write_via_any("/v1/admin/maintenance", body, token=ADMIN)
+        path = "/v1/admin/maintenance/" + ("on" if body["on"] else "off")
+        r = c.write_via_any(path, {k: v for k, v in body.items() if k != "on"}, token=ADMIN)
         if r.status == 503 and r.body.get("error") == "version_not_finalized":
             return None
         assert r.status == 200, r
@@ -119,7 +120,7 @@ def test_maintenance_pauses_balance_not_recovery_and_ends_by_itself(
     on = switch(c, {"on": True, "reason": "kernel upgrade"})
     assert on["changed"] and on["maintenance"]["reason"] == "kernel upgrade"
     assert on["maintenance"]["by"] == "admin" and on["maintenance"]["until_ms"] is None
-    bad = c.write_via_any("/v1/admin/maintenance", {"on": True}, token=ADMIN)
+    bad = c.write_via_any("/v1/admin/maintenance/on", {}, token=ADMIN)
     assert bad.status == 400 and bad.body["field"] == "reason", bad
     w.start("w4")
     wait_until(lambda: len(c.get(c.leader(), "/v1/workers").body["workers"]) == 4, "w4")

@@ -34,7 +34,7 @@ from coordinator.service.http.context import ADMISSION_KEY, DUTIES_KEY, ORIGINS_
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import idempotency_key, parse, path_partition
-from coordinator.service.node import new_request_id, now_ms
+from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
 from shared.errors import RequestError
 from shared.version import PACKAGE_VERSION
 
@@ -160,28 +160,34 @@ async def record_backup(request: web.Request) -> web.Response:
     )
 
 
-async def maintenance(request: web.Request) -> web.Response:
-    """Maintenance mode on (the leader proposes no automatic balance until it ends; failure
-    recovery goes on) or off. Its commands are of command-set version 3: refused (409,
-    naming the node behind) until every voter speaks it."""
+async def maintenance_on(request: web.Request) -> web.Response:
+    """Maintenance mode on: the leader proposes no automatic balance until it ends (failure
+    recovery goes on). Its commands are of command-set version 3: refused (409, naming the
+    node behind) until every voter speaks it."""
     node = require_leader(request)
     admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
-    body = await parse(request, m.MaintenanceRequest)
+    body = await parse(request, m.MaintenanceOnRequest)
     now = now_ms()
-    cmd: MaintenanceOn | MaintenanceOff
-    if body.on:
-        if body.reason is None:
-            raise RequestError("a reason is required to turn maintenance on", field="reason")
-        until = None if body.for_s is None else now + round(body.for_s * 1000)
-        cmd = MaintenanceOn(by=admin.scope, reason=body.reason, until_ms=until, now_ms=now)
-    else:
-        if body.for_s is not None:
-            raise RequestError("for_s goes with on only", field="for_s")
-        reason = body.reason or "turned off by an operator"
-        cmd = MaintenanceOff(by=admin.scope, reason=reason, since_ms=None, now_ms=now)
-    done = await node.submit(
-        cmd, idempotency_key(request, admin.scope, f"maintenance:{'on' if body.on else 'off'}")
-    )
+    until = None if body.for_s is None else now + round(body.for_s * 1000)
+    cmd = MaintenanceOn(by=admin.scope, reason=body.reason, until_ms=until, now_ms=now)
+    request_id = idempotency_key(request, admin.scope, "maintenance:on")
+    return await _maintenance_reply(node, cmd, request_id)
+
+
+async def maintenance_off(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
+    body = await parse(request, m.MaintenanceOffRequest)
+    reason = body.reason or "turned off by an operator"
+    cmd = MaintenanceOff(by=admin.scope, reason=reason, since_ms=None, now_ms=now_ms())
+    request_id = idempotency_key(request, admin.scope, "maintenance:off")
+    return await _maintenance_reply(node, cmd, request_id)
+
+
+async def _maintenance_reply(
+    node: CoordinatorNode, cmd: MaintenanceOn | MaintenanceOff, request_id: str
+) -> web.Response:
+    done = await node.submit(cmd, request_id)
     with node.read() as state:
         record = state.maintenance
     view = None if record is None else m.MaintenanceView(**dataclasses.asdict(record))
@@ -246,10 +252,20 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         method="POST",
-        path="/v1/admin/maintenance",
-        handler=maintenance,
-        summary="Maintenance mode on or off: no automatic balance while on (command-set version 3)",
-        request=m.MaintenanceRequest,
+        path="/v1/admin/maintenance/on",
+        handler=maintenance_on,
+        summary="Maintenance mode on: no automatic balance until it ends (command-set version 3)",
+        request=m.MaintenanceOnRequest,
+        response=m.MaintenanceResponse,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="POST",
+        path="/v1/admin/maintenance/off",
+        handler=maintenance_off,
+        summary="Maintenance mode off: automatic balance resumes (command-set version 3)",
+        request=m.MaintenanceOffRequest,
         response=m.MaintenanceResponse,
         leader_only=True,
         auth="admin",
