@@ -102,6 +102,12 @@ def check_bind(text: str, field: str, *, allow_wildcard: bool) -> tuple[str, int
 # beyond ten times the mean, load-aware placement would never move anything.
 BALANCE_TOLERANCE_MAX = 10.0
 
+
+def per_worker_migrations(max_concurrent_migrations: int) -> int:
+    """max_migrations_per_worker when it is not set: half the cluster's cap, rounded up."""
+    return max(1, math.ceil(max_concurrent_migrations / 2))
+
+
 # Unset worker timings are these fractions of `heartbeat_timeout_s` (see the module doc).
 DERIVED_TIMINGS = {
     "heartbeat_interval_s": 1 / 6,
@@ -199,6 +205,12 @@ class ClusterConfig:
     virtual_nodes: int = 128
     rebalance_on_join: bool = False
     max_concurrent_migrations: int = 8
+    # Migrations past PLANNED with any one worker as their source or target (the move
+    # throttle, coordinator/core/throttle.py). 0 (unset): half of max_concurrent_migrations,
+    # rounded up, so one worker's drain or a new worker's fill leaves room for moves elsewhere
+    # and no worker loads or checkpoints more partitions at once than half the cluster's
+    # budget. Failure recovery is not a migration and is never held back by either cap.
+    max_migrations_per_worker: int = 0
     max_keys_per_partition: int = 2000
     body_bytes_max: int = 1_048_576
     # The HTTP front door (coordinator/service/front.py): workers' heartbeats, registrations
@@ -273,6 +285,9 @@ class ClusterConfig:
             if math.isnan(getattr(self, key)):
                 # Frozen: __post_init__ is the one place a derived value may be filled in.
                 object.__setattr__(self, key, self.heartbeat_timeout_s * fraction)
+        if self.max_migrations_per_worker == 0:
+            derived = per_worker_migrations(self.max_concurrent_migrations)
+            object.__setattr__(self, "max_migrations_per_worker", derived)
         # With a certificate every node URL (redirects, CLI, workers) is https://.
         scheme = "https" if self.tls_cert else "http"
         if any(n.scheme != scheme for n in self.nodes):
@@ -375,6 +390,13 @@ class ClusterConfig:
                 f"retire_after_s = {self.retire_after_s}: must be 0 (never retire departed "
                 f"workers) or a duration up to {RETIRE_AFTER_S_MAX:g} (a year)",
                 field="retire_after_s",
+            )
+        if not 1 <= self.max_migrations_per_worker <= self.max_concurrent_migrations:
+            raise ConfigError(
+                f"max_migrations_per_worker = {self.max_migrations_per_worker}: must be in "
+                f"1..max_concurrent_migrations = {self.max_concurrent_migrations} (0 or unset: "
+                "half of max_concurrent_migrations)",
+                field="max_migrations_per_worker",
             )
         if self.propose_retries_max < 0:
             raise ConfigError(
@@ -655,6 +677,10 @@ def render_toml(config: ClusterConfig) -> str:
             # Left out, it is derived again on load and keeps following heartbeat_timeout_s
             # when the environment or a flag changes the timeout.
             continue
+        if key == "max_migrations_per_worker" and value == per_worker_migrations(
+            config.max_concurrent_migrations
+        ):
+            continue  # derived again on load, from max_concurrent_migrations alike
         if isinstance(value, bool):
             lines.append(f"{key} = {'true' if value else 'false'}")
         elif isinstance(value, int | float):

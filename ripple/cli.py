@@ -7,6 +7,7 @@
   ripple reassign [--dry-run] [--move P:WORKER]     admin: balance or explicit moves
   ripple drain WORKER                               admin: move a worker's partitions away
   ripple nodes [add|remove|replace ID ...]          the coordinator voters; admin: change them
+  ripple maintenance on|off --reason TEXT [--for D] admin: pause automatic balance moves
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log
   ripple get KEY                                    a key's state from its owning worker
@@ -194,6 +195,13 @@ async def cmd_drain(args: argparse.Namespace) -> int:
         body = await client.post(f"/v1/workers/{args.worker}/drain", {})
     print(f"{body['worker_id']}: {body['state']}, {len(body['migrations'])} migrations planned")
     return 0
+
+
+async def cmd_maintenance(args: argparse.Namespace) -> int:
+    from ripple.maintenance import maintenance_command
+
+    async with _client(args, token=_admin_token(args)) as client:
+        return await maintenance_command(args, client)
 
 
 # -- backups --------------------------------------------------------------------------------
@@ -510,6 +518,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("worker")
     d.add_argument("--admin-token")
 
+    mm = sub.add_parser(
+        "maintenance", help="admin: maintenance mode (no automatic balance; recovery goes on)"
+    )
+    client_args(mm)
+    mm.add_argument("state", choices=("on", "off"))
+    mm.add_argument("--reason", help="why (required with on); recorded in the log")
+    mm.add_argument(
+        "--for",
+        dest="for_",
+        metavar="DURATION",
+        help="on only: it ends by itself after this long (90s, 30m, 1h30m, 2d)",
+    )
+    mm.add_argument("--admin-token")
+
     b = sub.add_parser("backup", help="admin: a backup of the state at one applied index")
     client_args(b)
     b.add_argument("--admin-token")
@@ -552,6 +574,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cmd_reassign(args))
         if args.command == "drain":
             return asyncio.run(cmd_drain(args))
+        if args.command == "maintenance":
+            return asyncio.run(cmd_maintenance(args))
         if args.command == "worker":
             return cmd_worker(args)
         if args.command == "produce":

@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from ripple.maintenance import maintenance_line
+
 __all__ = [
     "render_membership",
     "render_migrations",
@@ -59,6 +61,7 @@ def render_status(s: dict[str, Any]) -> str:
             f"last backup: applied index {b['applied_index']}, term {b['term']}, taken "
             f"{taken:%Y-%m-%d %H:%M:%S} UTC, cluster {b['cluster_id']}, {b['size_bytes']} bytes"
         )
+    lines.append(maintenance_line(s.get("maintenance")))
     lines += [f"warning: {w}" for w in s.get("warnings", [])]
     return "\n".join(lines)
 

@@ -27,6 +27,7 @@ from coordinator.core.model import (
     OWNING_WORKER_STATES,
     TERMINAL_PHASES,
     BackupRecord,
+    MaintenanceRecord,
     Migration,
     MigrationId,
     NodeVersions,
@@ -75,6 +76,7 @@ class ClusterState:
         "generation",
         "incarnation_floor",
         "last_backup",
+        "maintenance",
         "migration_seq",
         "migrations",
         "node_versions",
@@ -106,6 +108,8 @@ class ClusterState:
         # of a retired incarnation ever names a current one (coordinator/core/retirement.py).
         self.incarnation_floor: int = 0
         self.retired_total: int = 0
+        # Maintenance mode (MaintenanceOn/Off, coordinator/core/maintenance.py): None is off.
+        self.maintenance: MaintenanceRecord | None = None
         self._owned: dict[WorkerId, set[PartitionId]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
         # The non-terminal migrations in creation order (a dict as an ordered set): the
@@ -176,6 +180,7 @@ class ClusterState:
         copy.last_backup = self.last_backup
         copy.incarnation_floor = self.incarnation_floor
         copy.retired_total = self.retired_total
+        copy.maintenance = self.maintenance
         return copy
 
     # --- reads ---------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from coordinator.core.commands import (
     FinalCheckpoint,
     FinalizeResult,
     HandOffResult,
+    MaintenanceResult,
     Move,
     NewMigration,
     Ok,
@@ -65,6 +66,7 @@ from coordinator.core.model import (
     FIRST_COMMAND_SET_VERSION,
     HISTORY_PER_PARTITION_MAX,
     INT_VALUE_MAX,
+    MAINTENANCE_BY_LEN_MAX,
     NODE_VERSIONS_MAX,
     NONCE_LEN_MAX,
     NOTE_LEN_MAX,
@@ -77,6 +79,7 @@ from coordinator.core.model import (
     ChangeReason,
     Checkpoint,
     Epoch,
+    MaintenanceRecord,
     Migration,
     MigrationId,
     MigrationPhase,
@@ -352,6 +355,18 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
         "created_at_ms": _int,
         "now_ms": _int,
     },
+    19: {
+        "by": _str(MAINTENANCE_BY_LEN_MAX),
+        "reason": _str(NOTE_LEN_MAX),
+        "until_ms": _optional(_int),
+        "now_ms": _int,
+    },
+    20: {
+        "by": _str(MAINTENANCE_BY_LEN_MAX),
+        "reason": _str(NOTE_LEN_MAX),
+        "since_ms": _optional(_int),
+        "now_ms": _int,
+    },
     21: {"worker_ids": _array(_worker_id), "departed_by_ms": _int, "now_ms": _int},
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
@@ -512,6 +527,7 @@ _RESULT_SHAPES: tuple[_Shape, ...] = (
     _shape(FinalizeResult, {"finalized_version": _int, "changed": _bool}),
     _shape(BackupResult, {"applied_index": _int, "latest": _bool}),
     _shape(RetireResult, {"retired": _int, "kept": _int, "incarnation_floor": _int}),
+    _shape(MaintenanceResult, {"maintenance": _bool, "changed": _bool}),
 )
 _SHAPE_OF: dict[type, _Shape] = {
     shape.cls: shape for shape in (_new_migration, _verdict, *_RESULT_SHAPES)
@@ -665,6 +681,9 @@ def _bookkeeping_plain(state: ClusterState) -> dict[str, object]:
         ]
     if state.retired_total:
         out["retired"] = [state.incarnation_floor, state.retired_total]
+    mm = state.maintenance
+    if mm is not None:
+        out["maintenance"] = [mm.by, mm.reason, mm.since_ms, mm.until_ms]
     return out
 
 
@@ -811,11 +830,13 @@ def decode_state(data: bytes) -> ClusterState:
         floor, total = _tuple(obj["retired"], 2, "retired")
         state.incarnation_floor = _int(floor, "retired")
         state.retired_total = _int(total, "retired")
+    if "maintenance" in obj:
+        state.maintenance = _decode_maintenance(obj["maintenance"])
     state.reindex()
     return state
 
 
-_BOOKKEEPING_KEYS = ("command_set", "last_backup", "retired")
+_BOOKKEEPING_KEYS = ("command_set", "last_backup", "retired", "maintenance")
 
 
 def _in_order(present: list[object], allowed: tuple[str, ...]) -> bool:
@@ -849,6 +870,16 @@ def _decode_backup(value: object) -> BackupRecord:
         size_bytes=_int(size, "last_backup"),
         created_at_ms=_int(created, "last_backup"),
         recorded_at_ms=_int(recorded, "last_backup"),
+    )
+
+
+def _decode_maintenance(value: object) -> MaintenanceRecord:
+    by, reason, since, until = _tuple(value, 4, "maintenance")
+    return MaintenanceRecord(
+        by=_str(MAINTENANCE_BY_LEN_MAX, empty_ok=False)(by, "maintenance"),
+        reason=_str(NOTE_LEN_MAX, empty_ok=False)(reason, "maintenance"),
+        since_ms=_int(since, "maintenance"),
+        until_ms=_optional(_int)(until, "maintenance"),
     )
 
 

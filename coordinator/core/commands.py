@@ -209,6 +209,12 @@ class RetireResult:
     incarnation_floor: int  # the state's, after the command
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaintenanceResult:
+    maintenance: bool  # whether maintenance mode is on after the command
+    changed: bool  # False: the command found it as it asked (or ended another one)
+
+
 CommandResult = (
     BootstrapResult
     | RegisterResult
@@ -229,6 +235,7 @@ CommandResult = (
     | FinalizeResult
     | BackupResult
     | RetireResult
+    | MaintenanceResult
 )
 
 R = TypeVar("R", bound=CommandResult)
@@ -429,6 +436,33 @@ class RetireWorkers(Returns[RetireResult]):
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaintenanceOn(Returns[MaintenanceResult]):
+    """An operator turns maintenance mode on (or replaces the one that is on): the leader
+    proposes no automatic balance move until it ends; failure recovery goes on
+    (`coordinator/core/maintenance.py`). `until_ms` (wall) is when it ends by itself, None
+    for never. Command-set version 3."""
+
+    TAG: ClassVar[int] = 19
+    by: str
+    reason: str
+    until_ms: int | None
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaintenanceOff(Returns[MaintenanceResult]):
+    """Maintenance mode ends: an operator's, or the leader's once its time is up. With
+    `since_ms` it ends only the maintenance that began then, so an expiry planned against
+    one that an operator has since replaced ends nothing. Command-set version 3."""
+
+    TAG: ClassVar[int] = 20
+    by: str
+    reason: str
+    since_ms: int | None
+    now_ms: int
+
+
 Command = (
     Bootstrap
     | RegisterWorker
@@ -449,6 +483,8 @@ Command = (
     | FinalizeVersion
     | RecordBackup
     | RetireWorkers
+    | MaintenanceOn
+    | MaintenanceOff
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -471,6 +507,8 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     FinalizeVersion,
     RecordBackup,
     RetireWorkers,
+    MaintenanceOn,
+    MaintenanceOff,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"

@@ -50,6 +50,9 @@ SHA256_HEX_LEN = 64
 # Coordinator nodes whose command-set versions the state records: far more than any voter
 # set, so a record is never refused for room while bounding what a hostile entry can add.
 NODE_VERSIONS_MAX = 64
+# Who turned maintenance mode on or off (the admin caller's identity, or the leader's own
+# name for an expiry): a label shown to operators, not an id anything is looked up by.
+MAINTENANCE_BY_LEN_MAX = 64
 # msgpack carries integers up to 2**64-1, but Python-side consumers (JSON, SQL, metrics)
 # commonly assume signed 64-bit; refusing larger values keeps every replica's numbers portable.
 INT_VALUE_MAX = 2**63 - 1
@@ -195,3 +198,16 @@ class BackupRecord:
     size_bytes: int
     created_at_ms: int
     recorded_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaintenanceRecord:
+    """Maintenance mode is on (MaintenanceOn): who turned it on, why and when (wall ms), and
+    when it ends by itself (wall ms, None: when turned off). `until_ms` is shown to
+    operators; the leader times the end on its monotonic clock
+    (`coordinator/core/maintenance_timer.py`)."""
+
+    by: str
+    reason: str
+    since_ms: int
+    until_ms: int | None

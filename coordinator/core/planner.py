@@ -33,10 +33,10 @@ Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
 1. A batch carries the commands of ONE planning stage, all computed from the same applied
    state. Stages run in a fixed order -- results of worker calls (PartitionOnline,
    HandOff), fallbacks for checkpoints that cannot be loaded (FallBack, MarkStuck),
-   bootstrap, failure detection, assignment, rebalance on join, migration steps,
-   drains, retirement -- and the first stage that has commands ends the batch. Its
-   `wake_at_ms` is then `now_ms`: plan again once the commands are applied, so every later
-   stage sees the state its predecessors produced.
+   bootstrap, failure detection, assignment, the end of a timed maintenance, rebalance on
+   join, migration steps, drains, retirement -- and the first stage that has commands ends
+   the batch. Its `wake_at_ms` is then `now_ms`: plan again once the commands are applied,
+   so every later stage sees the state its predecessors produced.
 2. Commands are committed in the order given, each after the previous one's outcome is
    known; every command is reported back through `committed` -- the first non-Ok outcome
    stops the batch and the remaining ones are reported SKIPPED (`BatchRun` keeps this rule).
@@ -93,6 +93,8 @@ from coordinator.core.effects import (
 from coordinator.core.fallback import FallbackPolicy, UnavailableCounts, fallbacks_due
 from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.load import LoadBook
+from coordinator.core.maintenance import balance_paused
+from coordinator.core.maintenance_timer import MaintenanceTimer
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
     MigrationId,
@@ -108,6 +110,7 @@ from coordinator.core.retirement import RETIRE_BATCH_MAX
 from coordinator.core.retirement import due as retirements_due
 from coordinator.core.rounds import CheckpointRounds
 from coordinator.core.state import check_moves
+from coordinator.core.throttle import startable
 from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT, plan_weighted
 
 __all__ = ["Planner", "PlannerSettings"]
@@ -122,6 +125,9 @@ class PlannerSettings:
     min_cluster_size: int = 1
     rebalance_on_join: bool = False
     max_concurrent_migrations: int = 8
+    # Migrations past PLANNED with one worker as source or target (coordinator/config.py's
+    # max_migrations_per_worker says why it defaults to half the cluster's cap).
+    max_migrations_per_worker: int = 4
     strategy: PlacementStrategy = PlacementStrategy.BALANCED
     virtual_nodes: int = DEFAULT_VIRTUAL_NODES
     suspect_after_ms: int = 2_000
@@ -188,6 +194,7 @@ class Planner:
         )
         self.rounds = CheckpointRounds(interval_ms=settings.checkpoint_interval_ms)
         self.loads = LoadBook(stale_after_ms=settings.load_stale_ms, now_ms=now_ms)
+        self.maintenance_timer = MaintenanceTimer()
         self.in_flight: set[tuple[str, object]] = set()
         self._pending: list[_Pending] = []
         # The last batch's commands without timestamps, and how often a stage repeated them.
@@ -378,6 +385,13 @@ class Planner:
         """The moves of an admin reassign (balance, or explicit (partition, to) pairs),
         checked against the state exactly as PlanMigrations' apply will check them."""
         if balance:
+            if balance_paused(state):
+                return rejected(
+                    "conflict",
+                    "maintenance mode is on: balancing waits until it ends (explicit moves "
+                    "are allowed; `ripple maintenance off` ends it)",
+                    "strategy",
+                )
             if state.in_flight_migrations():
                 return rejected(
                     "conflict", "migrations are in flight; balance when they finish", "strategy"
@@ -441,6 +455,7 @@ class Planner:
             self._bootstrap,
             self._detect_failures,
             self._assign_unassigned,
+            self._maintenance_expiry,
             self._rebalance_on_join,
             self._migrations,
             self._drains,
@@ -555,9 +570,12 @@ class Planner:
         )
         return (AssignPartitions(assignments=assignments, now_ms=wall),) if assignments else ()
 
+    def _maintenance_expiry(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
+        return self.maintenance_timer.expiry(state, now, wall)
+
     def _rebalance_on_join(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
-        if not self.settings.rebalance_on_join:
-            return ()
+        if not self.settings.rebalance_on_join or balance_paused(state):
+            return ()  # maintenance mode: no automatic balance (recovery ran before this)
         if state.in_flight_migrations() or any(
             p.status is not PartitionStatus.ONLINE for p in state.partitions
         ):
@@ -573,11 +591,9 @@ class Planner:
         return (PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=wall),)
 
     def _migrations(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
-        """Abort what lost its target, then start PLANNED ones up to the concurrency limit
-        (not one touching a held worker: its source would close its gate for nobody)."""
+        """Abort what lost its target, then start PLANNED ones within the move throttles
+        (`coordinator/core/throttle.py`)."""
         in_flight = state.in_flight_migrations()
-        active = [x for x in in_flight if x.phase is not MigrationPhase.PLANNED]
-        room = max(0, self.settings.max_concurrent_migrations - len(active))
         aborts: list[Command] = []
         aborted: set[MigrationId] = set()
         for x in in_flight:
@@ -591,12 +607,12 @@ class Planner:
                     )
                 )
                 aborted.add(x.migration_id)
-        holds = self.detector.holds(now)
-        to_start = [
-            x.migration_id
-            for x in in_flight
-            if x.phase is MigrationPhase.PLANNED and not holds & {x.source, x.target}
-        ][:room]
+        to_start = startable(
+            in_flight,
+            held=self.detector.holds(now),
+            cluster_max=self.settings.max_concurrent_migrations,
+            per_worker_max=self.settings.max_migrations_per_worker,
+        )
         starts: list[Command] = [
             StartRelease(migration_id=mid, now_ms=wall) for mid in to_start if mid not in aborted
         ]

@@ -1,8 +1,9 @@
 """The one function that changes the replicated cluster state: ``apply``.
 
 Every change to the replicated state is decided here, by one handler per command (those of
-the cluster's records about itself, in `coordinator/core/bookkeeping.py`; the retirement of
-departed workers, in `coordinator/core/retirement.py`); the container it
+the cluster's records about itself, in `coordinator/core/bookkeeping.py`; of maintenance
+mode, in `coordinator/core/maintenance.py`; the retirement of departed workers, in
+`coordinator/core/retirement.py`); the container it
 changes, ``ClusterState`` (`coordinator/core/cluster.py`, re-exported here as
 ``apply``'s argument type), only keeps its indices true. ``apply`` is deterministic (no
 clock, no randomness: both are stamped into commands) and total: every input yields a
@@ -25,7 +26,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Literal
 
-from coordinator.core import bookkeeping, lifecycle, retirement
+from coordinator.core import bookkeeping, lifecycle, maintenance, retirement
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     AbortMigration,
@@ -49,6 +50,8 @@ from coordinator.core.commands import (
     FinalizeVersion,
     HandOff,
     HandOffResult,
+    MaintenanceOff,
+    MaintenanceOn,
     MarkStuck,
     Move,
     NewMigration,
@@ -155,6 +158,10 @@ def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
         return bookkeeping.finalize_version(state, cmd), False
     if isinstance(cmd, RecordBackup):
         return bookkeeping.record_backup(state, cmd), False
+    if isinstance(cmd, MaintenanceOn):
+        return maintenance.maintenance_on(state, cmd), False
+    if isinstance(cmd, MaintenanceOff):
+        return maintenance.maintenance_off(state, cmd), False
     if state.total_partitions == 0:
         return rejected("not_bootstrapped", "the cluster is not bootstrapped yet"), False
     match cmd:
@@ -189,6 +196,8 @@ def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
         case Barrier():  # handled before dispatch; kept so the match is exhaustive
             return Ok(value=BarrierResult(nonce=cmd.nonce)), False
         case ReportVersions() | FinalizeVersion() | RecordBackup():  # dispatched above
+            return rejected("internal", "dispatched before the partition table"), False
+        case MaintenanceOn() | MaintenanceOff():  # dispatched above
             return rejected("internal", "dispatched before the partition table"), False
 
 

@@ -11,7 +11,7 @@ a command it does not speak; one that does stops applying (`coordinator/core/mac
 
 Version 1 is the first numbered set: the fifteen commands of release 0.1.0 (which numbered
 none and advertised nothing) and the two through which nodes advertise and finalize
-versions. Version 2 adds RecordBackup; version 3 adds RetireWorkers.
+versions. Version 2 adds RecordBackup; version 3 MaintenanceOn, MaintenanceOff and RetireWorkers.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     COMMAND_BY_TAG,
     FinalizeVersion,
+    MaintenanceOff,
+    MaintenanceOn,
     RecordBackup,
     Rejected,
     ReportVersions,
@@ -52,6 +54,8 @@ INTRODUCED_IN: dict[int, int] = {
     ReportVersions.TAG: 1,
     FinalizeVersion.TAG: 1,
     RecordBackup.TAG: 2,
+    MaintenanceOn.TAG: 3,
+    MaintenanceOff.TAG: 3,
     RetireWorkers.TAG: 3,
 }
 assert INTRODUCED_IN.keys() == COMMAND_BY_TAG.keys(), "every command tag has a version"

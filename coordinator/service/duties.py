@@ -104,6 +104,7 @@ def planner_settings(node: CoordinatorNode) -> PlannerSettings:
         min_cluster_size=cfg.min_cluster_size,
         rebalance_on_join=cfg.rebalance_on_join,
         max_concurrent_migrations=cfg.max_concurrent_migrations,
+        max_migrations_per_worker=cfg.max_migrations_per_worker,
         strategy=PlacementStrategy(cfg.placement_strategy),
         virtual_nodes=cfg.virtual_nodes,
         suspect_after_ms=int(cfg.suspect_after_s * 1000),

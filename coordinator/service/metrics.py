@@ -437,6 +437,7 @@ class ClusterCollector(Collector):
         wall_ms = SYSTEM_CLOCK.wall_ms()
         with node.read() as state:
             yield from self._versions(state)
+            yield from _maintenance(state, wall_ms)
             yield from self._state(state, wall_ms)
             if leader:
                 yield from self._leader_view(state, wall_ms)
@@ -565,3 +566,22 @@ class ClusterCollector(Collector):
 
     def _per_partition(self, state: ClusterState) -> bool:
         return bool(len(state.partitions) <= self.node.config.metrics_partition_series_max)
+
+
+def _maintenance(state: ClusterState, wall_ms: int) -> Iterator[Metric]:
+    record = state.maintenance
+    yield GaugeMetricFamily(
+        "ripple_maintenance_mode",
+        "1 while maintenance mode is on (no automatic balance moves; recovery goes on)",
+        value=0 if record is None else 1,
+    )
+    # Shown to operators, not a decision: the leader times the end on its monotonic clock.
+    left_s = 0.0
+    if record is not None and record.until_ms is not None:
+        left_s = max(0.0, (record.until_ms - wall_ms) / 1000)
+    yield GaugeMetricFamily(
+        "ripple_maintenance_remaining_seconds",
+        "Seconds until maintenance mode ends by itself, by the recorded end (0: off, or on "
+        "until turned off)",
+        value=left_s,
+    )

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from coordinator.core.load import RATE_PER_S_MAX
-from coordinator.core.model import INT_VALUE_MAX
+from coordinator.core.model import INT_VALUE_MAX, NOTE_LEN_MAX
 
 ID_REGEX = r"^[A-Za-z0-9._-]{1,64}$"
 ADDRESS_LEN_MAX = 512
@@ -334,6 +334,37 @@ class AbortResponse(_Response):
     phase: str
 
 
+# The longest `ripple maintenance on --for`: a maintenance meant to last longer is turned off
+# by hand (a forgotten one would otherwise pause balancing for months).
+MAINTENANCE_FOR_S_MAX = 7 * 86400
+
+
+class MaintenanceOnRequest(_Request):
+    """Turn maintenance mode on, why, and (`for_s`) for how long; absent: until turned off."""
+
+    reason: Annotated[str, Field(min_length=1, max_length=NOTE_LEN_MAX)]
+    for_s: Annotated[float, Field(ge=1, le=MAINTENANCE_FOR_S_MAX)] | None = None
+
+
+class MaintenanceOffRequest(_Request):
+    reason: Annotated[str, Field(min_length=1, max_length=NOTE_LEN_MAX)] | None = None
+
+
+class MaintenanceView(_Response):
+    """Maintenance mode as the replicated state records it (wall times, ms since the epoch;
+    `until_ms` None: until turned off)."""
+
+    by: str
+    reason: str
+    since_ms: int
+    until_ms: int | None
+
+
+class MaintenanceResponse(_Response):
+    maintenance: MaintenanceView | None  # None: off
+    changed: bool  # false: it already was as asked
+
+
 class ResetResponse(_Response):
     partition: int
     epoch: int  # the new epoch: the owner hosts it from offset 0
@@ -411,6 +442,8 @@ class HealthResponse(_Response):
     warnings: list[str] = []
     # Whether this node votes: false while it joins (not yet added), and once removed.
     voter: bool = True
+    # Maintenance mode as this node's state has it (None: off); the dashboard shows it.
+    maintenance: MaintenanceView | None = None
 
 
 class CoordinatorVersions(_Response):
@@ -453,6 +486,8 @@ class StatusResponse(_Response):
     coordinators: list[CoordinatorVersions]
     # The newest backup `ripple backup` stored and recorded; None before the first.
     last_backup: BackupView | None = None
+    # Maintenance mode: no automatic balance while it is on (None: off).
+    maintenance: MaintenanceView | None = None
     warnings: list[str] = []  # as in /v1/health
 
 

@@ -342,6 +342,38 @@ def test_a_cluster_without_a_store_says_so_in_the_page(browser: Any, tmp_path: P
         c.stop_all()
 
 
+def test_maintenance_mode_shows_in_the_page(browser: Any, tmp_path: Path) -> None:
+    """Maintenance mode on: a banner says who, why and what it means; off: it goes."""
+    c = Cluster(tmp_path, nodes=1)
+    c.start_all()
+    try:
+        leader = c.ready()
+        page = Page(browser)
+        browser.get(c.url(leader) + "/ui")
+        page.wait(lambda: page.count("#nodes-table tbody tr[data-node]") == 1, "the node")
+        assert not browser.find_element("css selector", "#maintenance").is_displayed()
+
+        def switch(body: dict[str, Any]) -> bool:
+            path = "/v1/admin/maintenance/" + ("on" if body["on"] else "off")
+            r = c.write_via_any(path, {k: v for k, v in body.items() if k != "on"}, token=ADMIN)
+            assert r.status in (200, 503), r  # 503: version 3 not finalized yet
+            return r.status == 200
+
+        wait_until(lambda: switch({"on": True, "reason": "rack 3 kernel"}), "on", 20)
+        page.wait(lambda: "rack 3 kernel" in page.text("#maintenance"), "the banner")
+        shown = page.text("#maintenance")
+        assert "Maintenance mode on" in shown and "by admin" in shown, shown
+        assert "no automatic balance moves" in shown and "until turned off" in shown, shown
+        save_full_page(browser, screenshot_dir(tmp_path) / "dashboard-maintenance.png")
+        assert switch({"on": False})
+        page.wait(
+            lambda: not browser.find_element("css selector", "#maintenance").is_displayed(),
+            "the banner gone",
+        )
+    finally:
+        c.stop_all()
+
+
 def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path) -> None:
     c, w = env
     page = Page(browser)

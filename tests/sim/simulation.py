@@ -52,6 +52,8 @@ from coordinator.core.commands import (
     FallBack,
     FinalCheckpoint,
     FinalizeVersion,
+    MaintenanceOff,
+    MaintenanceOn,
     Ok,
     PlanMigrations,
     RecordCheckpoints,
@@ -86,6 +88,8 @@ from coordinator.core.invariants import (
 )
 from coordinator.core.machine import Machine
 from coordinator.core.model import (
+    MaintenanceRecord,
+    MigrationPhase,
     MigrationReason,
     PartitionStatus,
     WorkerId,
@@ -129,10 +133,19 @@ class SimSettings:
     # Load-aware placement: each partition's input rate is a Zipf weight (its rank's, the
     # ranks shuffled by the seed) that drifts by up to rate_drift per heartbeat; workers
     # report it, and the leader rebalances on its own, by load when every rate is fresh.
+    # Automatic balance is what maintenance mode pauses, so pausing it is checked too.
     rebalance_on_join: bool = True
     rate_exponent: float = 1.0
     rate_drift: float = 0.2
     load_stale_ms: int = 1_500
+    max_migrations_per_worker: int = 1
+    # The operator turns maintenance mode on or off (per step, fault phase); an "on" ends by
+    # itself after up to maintenance_ms_max half of the time.
+    p_maintenance: float = 0.02
+    # Until the cluster is finalized at the command-set version of maintenance mode, the
+    # chance per step that the leader takes the next step there (a report, the finalize).
+    p_upgrade: float = 0.1
+    maintenance_ms_max: int = 5_000
     # Fault probabilities per step (fault phase only).
     p_leader_change: float = 0.02
     p_worker_crash: float = 0.005
@@ -173,6 +186,9 @@ class SimSettings:
     # A deliberately broken Raft (any replica may win an election), so a test can show the
     # checker catches lost committed entries. Never set outside that test.
     unsafe_election: bool = False
+
+
+_PLANNED = MigrationPhase.PLANNED
 
 
 class SafetyViolation(AssertionError):
@@ -291,6 +307,8 @@ class Proposer:
         # decided then: a hold that began while they go through the log is not theirs).
         self.planned_at = now_ms
         self.versions_sent = False
+        # Maintenance mode as the planner saw it when it planned the batch being committed.
+        self.paused_at_plan: MaintenanceRecord | None = None
 
     @property
     def ready(self) -> bool:
@@ -302,7 +320,41 @@ class Proposer:
 
     def submit(self, cmd: Command, planned_at: int | None = None) -> str:
         self.check_holds(cmd, self.sim.now_ms if planned_at is None else planned_at)
+        if planned_at is not None:  # the planner's, not the operator's
+            self.check_maintenance(cmd)
+            self.check_throttles(cmd)
         return self.sim.append(cmd)
+
+    def check_maintenance(self, cmd: Command) -> None:
+        """While maintenance mode is on the planner proposes no balance move (it saw the mode
+        when it planned, and the mode is still that one), and it ends a timed one only once
+        its time is up (the simulation's wall and monotonic clocks are one)."""
+        record = self.state.maintenance
+        if isinstance(cmd, PlanMigrations):
+            if self.paused_at_plan is not None and record == self.paused_at_plan:
+                self.sim.fail("PlanMigrations (automatic balance) while maintenance mode is on")
+            self.sim.stats["balance_plans"] += 1
+        elif isinstance(cmd, MaintenanceOff) and record is not None:
+            if cmd.since_ms == record.since_ms and (
+                record.until_ms is None or self.sim.now_ms < record.until_ms
+            ):
+                self.sim.fail("the leader ended maintenance mode before its time")
+            self.sim.stats["maintenance_expired"] += 1
+
+    def check_throttles(self, cmd: Command) -> None:
+        """A migration starts only within the caps on migrations past PLANNED."""
+        if not isinstance(cmd, StartRelease):
+            return
+        mig = self.state.migrations.get(cmd.migration_id)
+        if mig is None:
+            return
+        active = [m for m in self.state.in_flight_migrations() if m.phase is not _PLANNED]
+        per_worker = self.sim.s.max_migrations_per_worker
+        busy = [w for w in (mig.source, mig.target) for m in active if w in (m.source, m.target)]
+        if len(active) >= self.sim.s.max_concurrent_migrations or any(
+            busy.count(w) >= per_worker for w in (mig.source, mig.target)
+        ):
+            self.sim.fail(f"StartRelease {cmd.migration_id} beyond the move throttles")
 
     def check_holds(self, cmd: Command, planned_at: int) -> None:
         """What the leader proposes leaves a worker held for its restart alone: it is not
@@ -352,6 +404,7 @@ class Proposer:
             return
         self._finalize_versions(now)
         self.planned_at = now
+        self.paused_at_plan = self.state.maintenance
         self.run = BatchRun(planner, planner.plan(self.state, now, now))
         if self._commit_step(now):
             for call in self.run.calls():
@@ -449,6 +502,10 @@ class Proposer:
         sim, state = self.sim, self.state
         if not sim.faults_on or self.current is not None:
             return
+        upgraded = state.finalized_version >= COMMAND_SET_VERSION
+        if sim.rng.random() < (sim.s.p_maintenance if upgraded else sim.s.p_upgrade):
+            self._maintenance(now)
+            return
         if sim.rng.random() < sim.s.p_admin_moves:
             eligible = state.active_workers()
             wanted = []
@@ -477,6 +534,37 @@ class Proposer:
             if in_flight:
                 m = sim.rng.choice(in_flight)
                 self.submit(AbortMigration(migration_id=m.migration_id, note="admin", now_ms=now))
+
+    def _maintenance(self, now: int) -> None:
+        """The operator turns maintenance mode on (timed or not) or off; the first time, the
+        cluster is brought to the command-set version that has it, as its leader would."""
+        sim, state = self.sim, self.state
+        names = [r.name for r in sim.replicas]
+        if state.finalized_version < COMMAND_SET_VERSION:
+            missing = [n for n in names if n not in state.node_versions]
+            if missing:
+                self.submit(
+                    ReportVersions(
+                        node_id=missing[0],
+                        min_version=1,
+                        max_version=COMMAND_SET_VERSION,
+                        package_version="sim",
+                        now_ms=now,
+                    )
+                )
+            else:
+                self.submit(
+                    FinalizeVersion(version=COMMAND_SET_VERSION, voters=tuple(names), now_ms=now)
+                )
+            return
+        if state.maintenance is None:
+            until = None
+            if sim.rng.random() < 0.5:
+                until = now + sim.rng.randint(1, sim.s.maintenance_ms_max)
+            self.submit(MaintenanceOn(by="admin", reason="sim", until_ms=until, now_ms=now))
+            sim.stats["maintenance_on"] += 1
+        else:
+            self.submit(MaintenanceOff(by="admin", reason="sim", since_ms=None, now_ms=now))
 
     # -- messages from workers ------------------------------------------------------------------
 
@@ -602,6 +690,7 @@ class Simulation:
         self.rng.shuffle(ranks)
         self.rates = [100.0 * r**-self.s.rate_exponent for r in ranks]
         self.stats |= {"churned": 0, "zombies": 0, "retired": 0, "retired_reports_fenced": 0}
+        self.stats |= {"maintenance_on": 0, "maintenance_expired": 0, "balance_plans": 0}
         # Group commit: where the leader's run of entries appended since it last replicated
         # starts (None: nothing new). Replication packs such a run into ONE batch entry, as
         # replication/log.py does with proposals that queue while an entry is in flight.
@@ -614,6 +703,8 @@ class Simulation:
             total_partitions=s.total_partitions,
             min_cluster_size=s.min_cluster_size,
             max_concurrent_migrations=s.max_concurrent_migrations,
+            max_migrations_per_worker=s.max_migrations_per_worker,
+            rebalance_on_join=s.rebalance_on_join,
             suspect_after_ms=s.suspect_after_ms,
             dead_after_ms=s.dead_after_ms,
             rejoin_grace_ms=s.rejoin_grace_ms,
@@ -621,7 +712,6 @@ class Simulation:
             host_retry_cap_ms=s.host_retry_cap_ms,
             checkpoint_interval_ms=s.checkpoint_interval_ms,
             tick_ms=s.step_ms,
-            rebalance_on_join=s.rebalance_on_join,
             load_stale_ms=s.load_stale_ms,
             retire_after_ms=s.retire_after_ms,
         )

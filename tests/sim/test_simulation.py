@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.core import planner as planner_module
 from coordinator.core import retirement
 from coordinator.core import state as core_state
 from coordinator.core.commands import CheckpointsResult, CheckpointVerdict, Ok, RecordCheckpoints
@@ -97,6 +98,23 @@ def test_checker_catches_a_planner_that_ignores_holds(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(Detector, "dead", dead_regardless)
     with pytest.raises(SafetyViolation, match="touches held workers"):
+        for seed in range(30):
+            run_seed(seed)
+
+
+def test_maintenance_pauses_balance_and_the_checker_sees_a_planner_that_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator turns maintenance mode on and off at random (some on for a time, which
+    the leader ends); automatic balances happen while it is off. A planner that ignores the
+    mode is reported, with its seed."""
+    totals: Counter[str] = Counter()
+    for seed in range(5):
+        totals.update(run_seed(seed))
+    assert totals["maintenance_on"] > 0 and totals["maintenance_expired"] > 0, dict(totals)
+    assert totals["balance_plans"] > 0, dict(totals)
+    monkeypatch.setattr(planner_module, "balance_paused", lambda _state: False)
+    with pytest.raises(SafetyViolation, match="while maintenance mode is on"):
         for seed in range(30):
             run_seed(seed)
 

@@ -37,8 +37,15 @@ Directives:
                             restart's hold, as the drain route does)
   abort <id>                an operator's AbortMigration
   reset <p>                 an operator's ResetPartition (discards its checkpoints)
+  maintenance on [for=<ms>] <reason...> | off [<reason...>]
+                            an operator's MaintenanceOn (ends by itself after <ms> of wall
+                            time, which runs with the monotonic clock here) or MaintenanceOff;
+                            the first one finalizes command-set version 3 (ReportVersions,
+                            FinalizeVersion) as the leader of a cluster that speaks it would
+  wall-step <ms>            step the wall clock alone (a clock that jumps: the monotonic one
+                            times maintenance, so nothing may change)
   new-leader                a fresh planner built from the state (a failover)
-  state                     partitions, workers, in-flight migrations
+  state                     partitions, workers, in-flight migrations, maintenance mode
 """
 
 from __future__ import annotations
@@ -58,12 +65,16 @@ from coordinator.core.commands import (
     DrainWorker,
     FallBack,
     FinalCheckpoint,
+    FinalizeVersion,
     HandOff,
+    MaintenanceOff,
+    MaintenanceOn,
     Ok,
     PlanMigrations,
     RecordCheckpoints,
     RegisterWorker,
     Rejected,
+    ReportVersions,
     ResetPartition,
 )
 from coordinator.core.effects import (
@@ -87,6 +98,7 @@ from coordinator.core.planner import (
     PlannerSettings,
 )
 from coordinator.core.state import ClusterState, apply
+from coordinator.core.versions import COMMAND_SET_VERSION
 
 WALL_OFFSET_MS = 1_700_000_000_000  # wall time is stamped only; keep it far from monotonic
 RUN_BATCHES_MAX = 20
@@ -161,6 +173,12 @@ def fmt_command(cmd: Command) -> str:
         ck = cmd.checkpoint
         to = "replay from 0" if ck is None else f"ck={ck.offset}"
         return f"{name} p{cmd.partition} e{cmd.epoch} {to}: {cmd.note}"
+    if isinstance(cmd, MaintenanceOn):
+        until = "-" if cmd.until_ms is None else cmd.until_ms - WALL_OFFSET_MS
+        return f"{name} by={cmd.by} until={until}: {cmd.reason}"
+    if isinstance(cmd, MaintenanceOff):
+        since = "-" if cmd.since_ms is None else cmd.since_ms - WALL_OFFSET_MS
+        return f"{name} by={cmd.by} since={since}: {cmd.reason}"
     skip = {"now_ms"}
     args = " ".join(f"{f.name}={getattr(cmd, f.name)}" for f in fields(cmd) if f.name not in skip)
     return f"{name} {args}".rstrip()
@@ -188,10 +206,11 @@ class Harness:
         self.planner = Planner(settings, random.Random(seed), self.state, self.now)
         self.outstanding: dict[str, WorkerCall] = {}
         self.seq = 0
+        self.wall_step = 0
 
     @property
     def wall(self) -> int:
-        return WALL_OFFSET_MS + self.now
+        return WALL_OFFSET_MS + self.now + self.wall_step
 
     def apply(self, cmd: Command) -> Ok | Rejected:
         self.seq += 1
@@ -440,6 +459,36 @@ class Harness:
         result = self.apply(cmd)
         return ["ok" if isinstance(result, Ok) else f"{result.code}: {result.message}"]
 
+    def do_maintenance(self, args: list[str], kv: dict[str, str]) -> list[str]:
+        if self.state.finalized_version < COMMAND_SET_VERSION:
+            for cmd in (
+                ReportVersions(
+                    node_id="n1",
+                    min_version=1,
+                    max_version=COMMAND_SET_VERSION,
+                    package_version="test",
+                    now_ms=self.wall,
+                ),
+                FinalizeVersion(version=COMMAND_SET_VERSION, voters=("n1",), now_ms=self.wall),
+            ):
+                assert isinstance(self.apply(cmd), Ok)
+        words = [a for a in args[1:] if "=" not in a]
+        cmd: MaintenanceOn | MaintenanceOff
+        if args[0] == "on":
+            until = self.wall + int(kv["for"]) if "for" in kv else None
+            cmd = MaintenanceOn(
+                by="admin", reason=" ".join(words), until_ms=until, now_ms=self.wall
+            )
+        else:
+            reason = " ".join(words) or "done"
+            cmd = MaintenanceOff(by="admin", reason=reason, since_ms=None, now_ms=self.wall)
+        result = self.apply(cmd)
+        return [f"{fmt_command(cmd)} -> " + ("ok" if isinstance(result, Ok) else result.code)]
+
+    def do_wall_step(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        self.wall_step += int(args[0])
+        return [f"wall {self.wall - WALL_OFFSET_MS}"]
+
     def do_new_leader(self, _args: list[str], _kv: dict[str, str]) -> list[str]:
         self.planner = Planner(self.settings, random.Random(self.seed + 1), self.state, self.now)
         self.outstanding.clear()  # calls of the old leader: their replies are dropped
@@ -459,6 +508,11 @@ class Harness:
             out.append(f"{w.worker_id} {w.state.value} {'-' if live is None else live.value}")
         for m in self.state.in_flight_migrations():
             out.append(f"{m.migration_id} p{m.partition} {m.source}>{m.target} {m.phase.value}")
+        mm = self.state.maintenance
+        if mm is not None:
+            until = "-" if mm.until_ms is None else mm.until_ms - WALL_OFFSET_MS
+            since = mm.since_ms - WALL_OFFSET_MS
+            out.append(f"maintenance by={mm.by} since={since} until={until}: {mm.reason}")
         return out
 
 

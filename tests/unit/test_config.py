@@ -163,6 +163,12 @@ def test_render_leaves_derived_timings_out_so_they_keep_following(tmp_path: Path
         ("command_set_version_max = 4", "command_set_version_max", "1..3"),
         ("retire_after_s = -1", "retire_after_s", "0 (never retire"),
         ("retire_after_s = 40000000", "retire_after_s", "a year"),
+        (
+            "max_migrations_per_worker = 9",
+            "max_migrations_per_worker",
+            "1..max_concurrent_migrations = 8",
+        ),
+        ("max_migrations_per_worker = -1", "max_migrations_per_worker", "(0 or unset"),
         ("command_set_version_max = -1", "command_set_version_max", "0 (no cap)"),
     ],
 )
@@ -198,3 +204,24 @@ def test_raft_transport_settings_come_from_the_environment() -> None:
         None, env={**env}, overrides={"cluster_secret": SECRET, "admin_token": ADMIN}
     )
     assert (loaded.raft_frame_bytes_max, loaded.raft_handshake_timeout_s) == (8388608, 0.75)
+
+
+def test_the_per_worker_move_cap_follows_the_cluster_cap_unless_set(tmp_path: Path) -> None:
+    assert ClusterConfig().max_migrations_per_worker == 4  # half of max_concurrent_migrations
+    assert (
+        load_config(
+            write(tmp_path, "max_concurrent_migrations = 3"), env={}
+        ).max_migrations_per_worker
+        == 2
+    )
+    assert (
+        load_config(
+            write(tmp_path, "max_concurrent_migrations = 1"), env={}
+        ).max_migrations_per_worker
+        == 1
+    )
+    chosen = load_config(write(tmp_path, "max_migrations_per_worker = 1"), env={})
+    assert (chosen.max_concurrent_migrations, chosen.max_migrations_per_worker) == (8, 1)
+    derived = ClusterConfig(cluster_secret=SECRET, admin_token=ADMIN, max_concurrent_migrations=6)
+    assert "max_migrations_per_worker" not in render_toml(derived)
+    assert "max_migrations_per_worker = 1" in render_toml(chosen)

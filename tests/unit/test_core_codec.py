@@ -46,6 +46,9 @@ from coordinator.core.commands import (
     FinalizeVersion,
     HandOff,
     HandOffResult,
+    MaintenanceOff,
+    MaintenanceOn,
+    MaintenanceResult,
     MarkStuck,
     Move,
     NewMigration,
@@ -240,6 +243,16 @@ GOLDEN: list[tuple[str, Command, str]] = [
         "7a655f6279746573cd1000ad637265617465645f61745f6d73cd03faa66e6f775f6d73cd03fb",
     ),
     (
+        "r-19",
+        MaintenanceOn(by="admin", reason="kernel upgrade", until_ms=1_700_003_600_000, now_ms=1019),
+        "940113a4722d313984a26279a561646d696ea6726561736f6eae6b65726e656c2075706772616465a875"
+        "6e74696c5f6d73cf0000018bd01c5680a66e6f775f6d73cd03fb",
+    ),
+    (
+        "r-20",
+        MaintenanceOff(by="leader", reason="its time was up (--for)", since_ms=1019, now_ms=1020),
+        "940114a4722d323084a26279a66c6561646572a6726561736f6eb76974732074696d6520776173207570"
+        "20282d2d666f7229a873696e63655f6d73cd03fba66e6f775f6d73cd03fc",
         "r-21",
         RetireWorkers(
             worker_ids=(WorkerId("w4"), WorkerId("w9.x")), departed_by_ms=1020, now_ms=1021
@@ -256,7 +269,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 19), 21]
+    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 22))
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
@@ -333,6 +346,12 @@ commands: st.SearchStrategy[Command] = st.one_of(
         worker_ids=st.lists(worker_ids, max_size=4).map(tuple),
         departed_by_ms=nats,
         now_ms=nats,
+    ),
+    st.builds(
+        MaintenanceOn, by=short_text, reason=short_text, until_ms=st.none() | nats, now_ms=nats
+    ),
+    st.builds(
+        MaintenanceOff, by=short_text, reason=short_text, since_ms=st.none() | nats, now_ms=nats
     ),
 )
 
@@ -413,6 +432,7 @@ result_values: st.SearchStrategy[CommandResult] = st.one_of(
     st.builds(StuckResult, partition=small, stuck=short_text),
     st.builds(ResetResult, partition=small, epoch=nats),
     st.builds(RetireResult, retired=nats, kept=nats, incarnation_floor=nats),
+    st.builds(MaintenanceResult, maintenance=st.booleans(), changed=st.booleans()),
 )
 results = st.builds(Ok, value=result_values) | st.builds(
     Rejected,
@@ -780,6 +800,7 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
         ),
         "9301a26f6b82ad6170706c6965645f696e6465784da66c6174657374c3",
     ),
+    # Maintenance mode is of command-set version 3: the node reports it, the leader finalizes.
     (
         ReportVersions(
             node_id="n1", min_version=1, max_version=3, package_version="0.3.0", now_ms=34
@@ -794,6 +815,14 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
     (
         RetireWorkers(worker_ids=(W3, W4, W1), departed_by_ms=30, now_ms=36),
         "9301a26f6b83a77265746972656402a46b65707401b1696e6361726e6174696f6e5f666c6f6f7201",
+    ),
+    (
+        MaintenanceOn(by="admin", reason="upgrade", until_ms=None, now_ms=36),
+        "9301a26f6b82ab6d61696e74656e616e6365c3a76368616e676564c3",
+    ),
+    (
+        MaintenanceOff(by="admin", reason="done", since_ms=36, now_ms=37),
+        "9301a26f6b82ab6d61696e74656e616e6365c2a76368616e676564c3",
     ),
 ]
 

@@ -23,6 +23,8 @@ from coordinator.core.commands import (
     Bootstrap,
     Command,
     FinalizeVersion,
+    MaintenanceOff,
+    MaintenanceOn,
     Ok,
     RecordBackup,
     RegisterWorker,
@@ -75,7 +77,9 @@ def test_every_tag_has_the_version_that_introduced_it() -> None:
     assert {cls.TAG for cls in COMMAND_TYPES} == set(INTRODUCED_IN)
     assert INTRODUCED_IN[Bootstrap.TAG] == 1 and INTRODUCED_IN[RecordBackup.TAG] == 2
     assert version_of(backup(1)) == 2 and INTRODUCED_IN[RetireWorkers.TAG] == 3
-    assert COMMAND_SET_VERSION == 3
+    on = MaintenanceOn(by="admin", reason="upgrade", until_ms=None, now_ms=1)
+    off = MaintenanceOff(by="admin", reason="done", since_ms=None, now_ms=2)
+    assert version_of(on) == version_of(off) == 3 == COMMAND_SET_VERSION
     assert VersionRange(min_version=1, max_version=3) == SPOKEN
     assert spoken(0) == SPOKEN and spoken(1) == VersionRange(min_version=1, max_version=1)
     for bad in (-1, 4):

@@ -1,5 +1,5 @@
 """The operator's routes: reassign, abort a migration, reset a partition, take and record a
-backup, a barrier.
+backup, maintenance mode, a barrier.
 
 Each is leader-only and needs the admin token, checked before the body is read. A plan is
 made by the leader's planner (a pure query) and proposed whole; a dry run or an empty plan
@@ -11,6 +11,7 @@ chunks (`coordinator/core/backup.py` is its format).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from aiohttp import web
 
@@ -19,6 +20,8 @@ from coordinator.core.codec import encode_state
 from coordinator.core.commands import (
     AbortMigration,
     Barrier,
+    MaintenanceOff,
+    MaintenanceOn,
     PlanMigrations,
     RecordBackup,
     ResetPartition,
@@ -31,7 +34,7 @@ from coordinator.service.http.context import ADMISSION_KEY, DUTIES_KEY, ORIGINS_
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import idempotency_key, parse, path_partition
-from coordinator.service.node import new_request_id, now_ms
+from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
 from shared.errors import RequestError
 from shared.version import PACKAGE_VERSION
 
@@ -157,6 +160,40 @@ async def record_backup(request: web.Request) -> web.Response:
     )
 
 
+async def maintenance_on(request: web.Request) -> web.Response:
+    """Maintenance mode on: the leader proposes no automatic balance until it ends (failure
+    recovery goes on). Its commands are of command-set version 3: refused (409, naming the
+    node behind) until every voter speaks it."""
+    node = require_leader(request)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
+    body = await parse(request, m.MaintenanceOnRequest)
+    now = now_ms()
+    until = None if body.for_s is None else now + round(body.for_s * 1000)
+    cmd = MaintenanceOn(by=admin.scope, reason=body.reason, until_ms=until, now_ms=now)
+    request_id = idempotency_key(request, admin.scope, "maintenance:on")
+    return await _maintenance_reply(node, cmd, request_id)
+
+
+async def maintenance_off(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
+    body = await parse(request, m.MaintenanceOffRequest)
+    reason = body.reason or "turned off by an operator"
+    cmd = MaintenanceOff(by=admin.scope, reason=reason, since_ms=None, now_ms=now_ms())
+    request_id = idempotency_key(request, admin.scope, "maintenance:off")
+    return await _maintenance_reply(node, cmd, request_id)
+
+
+async def _maintenance_reply(
+    node: CoordinatorNode, cmd: MaintenanceOn | MaintenanceOff, request_id: str
+) -> web.Response:
+    done = await node.submit(cmd, request_id)
+    with node.read() as state:
+        record = state.maintenance
+    view = None if record is None else m.MaintenanceView(**dataclasses.asdict(record))
+    return json_reply(m.MaintenanceResponse(maintenance=view, changed=done.changed))
+
+
 async def admin_barrier(request: web.Request) -> web.Response:
     node = require_leader(request)
     request.app[ADMISSION_KEY].admit_admin(request.headers)
@@ -210,6 +247,26 @@ ROUTES: tuple[Route, ...] = (
         summary="Record a backup that `ripple backup` stored (command-set version 2)",
         request=m.RecordBackupRequest,
         response=m.RecordBackupResponse,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="POST",
+        path="/v1/admin/maintenance/on",
+        handler=maintenance_on,
+        summary="Maintenance mode on: no automatic balance until it ends (command-set version 3)",
+        request=m.MaintenanceOnRequest,
+        response=m.MaintenanceResponse,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="POST",
+        path="/v1/admin/maintenance/off",
+        handler=maintenance_off,
+        summary="Maintenance mode off: automatic balance resumes (command-set version 3)",
+        request=m.MaintenanceOffRequest,
+        response=m.MaintenanceResponse,
         leader_only=True,
         auth="admin",
     ),

@@ -131,6 +131,7 @@ async def health(request: web.Request) -> web.Response:
     with node.read() as state:
         cluster = summary(state)
         finalized = state.finalized_version
+        record = state.maintenance
         # The copy and this applied_index belong together (both taken under the apply lock,
         # except in the instant between an entry's apply and pysyncobj's counter bump); the
         # encoding happens after the lock is released.
@@ -166,6 +167,7 @@ async def health(request: web.Request) -> web.Response:
             store_set=bool(node.config.store),
             warnings=warnings(node),
             voter=node.is_voter,
+            maintenance=None if record is None else m.MaintenanceView(**dataclasses.asdict(record)),
         )
     )
 
@@ -207,6 +209,9 @@ async def status(request: web.Request) -> web.Response:
             last_backup=None
             if state.last_backup is None
             else m.BackupView(**dataclasses.asdict(state.last_backup)),
+            maintenance=None
+            if state.maintenance is None
+            else m.MaintenanceView(**dataclasses.asdict(state.maintenance)),
             warnings=warnings(view.node),
         )
     return json_reply(body)

@@ -246,6 +246,14 @@
     }
   }
 
+  function maintenanceText(mm) {
+    const ends = mm.until_ms === null || mm.until_ms === undefined
+      ? "until turned off"
+      : `ends ${fmtTime(mm.until_ms)}`;
+    return `Maintenance mode on since ${fmtTime(mm.since_ms)} by ${mm.by}, ${ends}: ` +
+      `${mm.reason} · no automatic balance moves; failure recovery goes on`;
+  }
+
   async function load() {
     const h = await getJSON("/v1/health");
     if (!h.ok || !h.body) {
@@ -258,6 +266,10 @@
     const warned = Array.isArray(h.body.warnings) ? h.body.warnings : [];
     fill($("cluster-warnings"), warned.join(" · "));
     $("cluster-warnings").hidden = !warned.length;
+    // Maintenance mode: no automatic balance moves until it ends; recovery goes on.
+    const mm = h.body.maintenance;
+    fill($("maintenance"), mm ? maintenanceText(mm) : "");
+    $("maintenance").hidden = !mm;
     const listed = Array.isArray(h.body.nodes) && h.body.nodes.length ? h.body.nodes : [];
     const nodes = listed.length ? listed : [{ id: h.body.node_id, url: "" }];
     const lb = leaderBase();
