@@ -482,9 +482,9 @@ Command = (
     | ReportVersions
     | FinalizeVersion
     | RecordBackup
-    | RetireWorkers
     | MaintenanceOn
     | MaintenanceOff
+    | RetireWorkers
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -506,9 +506,9 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     ReportVersions,
     FinalizeVersion,
     RecordBackup,
-    RetireWorkers,
     MaintenanceOn,
     MaintenanceOff,
+    RetireWorkers,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"

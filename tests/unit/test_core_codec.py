@@ -253,6 +253,8 @@ GOLDEN: list[tuple[str, Command, str]] = [
         MaintenanceOff(by="leader", reason="its time was up (--for)", since_ms=1019, now_ms=1020),
         "940114a4722d323084a26279a66c6561646572a6726561736f6eb76974732074696d6520776173207570"
         "20282d2d666f7229a873696e63655f6d73cd03fba66e6f775f6d73cd03fc",
+    ),
+    (
         "r-21",
         RetireWorkers(
             worker_ids=(WorkerId("w4"), WorkerId("w9.x")), departed_by_ms=1020, now_ms=1021
