@@ -17,8 +17,8 @@ WorkerId = NewType("WorkerId", str)
 # calls carry it: made by Bootstrap and by the codec (apply still checks a command's against
 # the state); a number from outside (a request, a worker's report) is an int until then.
 PartitionId = NewType("PartitionId", int)
-# The fencing token: made at Bootstrap, where a partition is (re)assigned (state.py's
-# _reassign) and by the codec, so mypy shows any other place that would invent one.
+# The fencing token: made at Bootstrap, where a partition is (re)assigned (edits.py's
+# reassign) and by the codec, so mypy shows any other place that would invent one.
 Epoch = NewType("Epoch", int)
 MigrationId = NewType("MigrationId", str)
 # One partition at one epoch: what a host call, its retries and its failures are about.

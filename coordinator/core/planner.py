@@ -77,6 +77,7 @@ from coordinator.core.commands import (
     StartRelease,
     rejected,
 )
+from coordinator.core.edits import check_moves
 from coordinator.core.effects import (
     Batch,
     CheckpointCall,
@@ -109,7 +110,6 @@ from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy,
 from coordinator.core.retirement import RETIRE_BATCH_MAX
 from coordinator.core.retirement import due as retirements_due
 from coordinator.core.rounds import CheckpointRounds
-from coordinator.core.state import check_moves
 from coordinator.core.throttle import startable
 from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT, plan_weighted
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from coordinator.core import partition_commands, retirement
 from coordinator.core import planner as planner_module
-from coordinator.core import retirement
-from coordinator.core import state as core_state
 from coordinator.core.commands import CheckpointsResult, CheckpointVerdict, Ok, RecordCheckpoints
 from coordinator.core.liveness import Detector, Liveness
+from coordinator.core.model import Checkpoint
 from coordinator.core.state import ClusterState
 from tests.sim.simulation import SafetyViolation, SimSettings, Simulation, run_seed
 
@@ -62,8 +62,8 @@ def test_checker_catches_a_stale_checkpoint(monkeypatch: pytest.MonkeyPatch) -> 
             part = state.partitions[e.partition]
             ok = part.owner == cmd.worker_id
             if ok:
-                ck = core_state.Checkpoint(offset=e.offset, uri=e.uri, epoch=e.epoch, at_ms=0)
-                state.put_partition(core_state.replace(part, checkpoint=ck))
+                ck = Checkpoint(offset=e.offset, uri=e.uri, epoch=e.epoch, at_ms=0)
+                state.put_partition(replace(part, checkpoint=ck))
             results.append(
                 CheckpointVerdict(
                     partition=e.partition,
@@ -73,7 +73,7 @@ def test_checker_catches_a_stale_checkpoint(monkeypatch: pytest.MonkeyPatch) -> 
             )
         return Ok(value=CheckpointsResult(results=tuple(results))), False
 
-    monkeypatch.setattr(core_state, "_record_checkpoints", unfenced)
+    monkeypatch.setattr(partition_commands, "record_checkpoints", unfenced)
     with pytest.raises(SafetyViolation, match="stale epoch"):
         for seed in range(30):
             run_seed(seed)

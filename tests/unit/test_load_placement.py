@@ -4,6 +4,7 @@ the planner's fall-back to counts, the worker's input-rate estimate and the sett
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from coordinator.core.load import LoadBook
 from coordinator.core.model import PartitionId, PartitionStatus, WorkerId
 from coordinator.core.placement import moves, moves_lower_bound, plan_balanced
 from coordinator.core.planner import Planner, PlannerSettings
-from coordinator.core.state import ClusterState, apply, replace
+from coordinator.core.state import ClusterState, apply
 from coordinator.core.weighted import plan_weighted, weighted_spread
 from coordinator.service import models as m
 from coordinator.service.http.request import parse_body
