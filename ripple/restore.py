@@ -23,9 +23,10 @@ from pathlib import Path
 
 from coordinator.config import ClusterConfig, load_config
 from coordinator.core.backup import BackupError, load_backup
-from coordinator.core.codec import CodecError, encode_state
+from coordinator.core.codec import CodecError
 from coordinator.core.fencing import fence_for_new_cluster
 from coordinator.core.machine import Machine
+from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import SPOKEN
 from replication.durability import sync_directory

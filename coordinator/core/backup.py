@@ -2,7 +2,7 @@
 
 Owns the file's bytes and every check that refuses a damaged one (docs/design.md §10). A
 backup is the whole replicated state at ONE applied index, in the snapshot codec
-(`coordinator/core/codec.encode_state`), behind a header:
+(`coordinator/core/snapshot.encode_state`), behind a header:
 
     MAGIC (8 bytes) | header length (u32, big-endian) | header (UTF-8 JSON) | body
 
@@ -21,7 +21,8 @@ import struct
 from dataclasses import asdict, dataclass, fields
 
 from coordinator.core.cluster import ClusterState
-from coordinator.core.codec import CodecError, decode_state
+from coordinator.core.codec import CodecError
+from coordinator.core.snapshot import decode_state
 
 __all__ = [
     "BACKUP_FORMAT",

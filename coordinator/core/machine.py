@@ -14,15 +14,9 @@ layer stops the node's Raft (no vote, no dump of the frozen state) while it answ
 
 from __future__ import annotations
 
-from coordinator.core.codec import (
-    CodecError,
-    NewerCommandError,
-    decode_command,
-    decode_state,
-    encode_result,
-    encode_state,
-)
+from coordinator.core.codec import CodecError, NewerCommandError, decode_command, encode_result
 from coordinator.core.commands import Ok, Rejected, Result, rejected
+from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.versions import SPOKEN, VersionRange, version_of
 

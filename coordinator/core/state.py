@@ -8,8 +8,8 @@ maintenance mode in `maintenance.py`, the retirement of departed workers in
 `retirement.py`. The container they change, ``ClusterState`` (`coordinator/core/cluster.py`,
 re-exported here as ``apply``'s argument type), only keeps its indices true. ``apply`` is
 deterministic (no clock, no randomness: both are stamped into commands) and total: every
-input yields a Result value. Each handler validates completely before its first mutation, so a Rejected
-never changes the state; that includes asking the lifecycle tables
+input yields a Result value. Each handler validates completely before its first mutation,
+so a Rejected never changes the state; that includes asking the lifecycle tables
 (`coordinator/core/lifecycle.py`) about every worker, partition and migration change it is
 about to make. Invariants kept (`coordinator/core/invariants.py` checks them in the property
 tests and the simulation):

@@ -18,8 +18,8 @@ import pytest
 
 from coordinator.core.backup import load_backup
 from coordinator.core.cluster import ClusterState
-from coordinator.core.codec import encode_state
 from coordinator.core.model import REQUESTS_RETAINED_MAX
+from coordinator.core.snapshot import encode_state
 from testkit.cli import ripple
 from testkit.cluster import ADMIN, Cluster
 from testkit.wait import wait_until

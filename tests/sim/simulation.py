@@ -39,7 +39,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.core.codec import decode_command, decode_result, encode_command, encode_state
+from coordinator.core.codec import decode_command, decode_result, encode_command
 from coordinator.core.commands import (
     AbortMigration,
     AssignPartitions,
@@ -99,6 +99,7 @@ from coordinator.core.planner import (
     Planner,
     PlannerSettings,
 )
+from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import COMMAND_SET_VERSION
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch

@@ -24,12 +24,13 @@ from coordinator.core.backup import (
     load_backup,
     read_backup,
 )
-from coordinator.core.codec import decode_state, encode_command, encode_state
+from coordinator.core.codec import encode_command
 from coordinator.core.commands import FinalizeVersion, ReportVersions
 from coordinator.core.fencing import fence_for_new_cluster
 from coordinator.core.invariants import state_violations
 from coordinator.core.machine import Machine
 from coordinator.core.model import ChangeReason, MigrationPhase, PartitionStatus
+from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState
 from replication.batch import encode_batch
 from replication.identity import read_cluster_id

@@ -14,10 +14,8 @@ from coordinator.core.codec import (
     CodecError,
     decode_command,
     decode_result,
-    decode_state,
     encode_command,
     encode_result,
-    encode_state,
 )
 from coordinator.core.commands import (
     COMMAND_BY_TAG,
@@ -81,6 +79,7 @@ from coordinator.core.model import (
     WorkerId,
     WorkerState,
 )
+from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 
 W1, W2, W3, W4 = WorkerId("w1"), WorkerId("w2"), WorkerId("w3"), WorkerId("w4")

@@ -9,14 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from coordinator.core.codec import (
-    FORMAT_VERSION,
-    decode_result,
-    decode_state,
-    encode_command,
-    encode_result,
-    encode_state,
-)
+from coordinator.core.codec import FORMAT_VERSION, decode_result, encode_command, encode_result
 from coordinator.core.commands import (
     STATUS_BY_CODE,
     AbortMigration,
@@ -56,6 +49,7 @@ from coordinator.core.model import (
     WorkerId,
     WorkerState,
 )
+from coordinator.core.snapshot import decode_state, encode_state
 from tests.unit.test_core_codec import commands, json_like, request_ids
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.core import cluster as cluster_module
 from coordinator.core import state as state_module
-from coordinator.core.codec import encode_result, encode_state
+from coordinator.core.codec import encode_result
 from coordinator.core.commands import (
     AbortMigration,
     Assignment,
@@ -44,6 +44,7 @@ from coordinator.core.model import (
     WorkerId,
     WorkerState,
 )
+from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState, apply
 
 W1, W2, W3, W4 = WorkerId("w1"), WorkerId("w2"), WorkerId("w3"), WorkerId("w4")

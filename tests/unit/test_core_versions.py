@@ -10,14 +10,7 @@ from dataclasses import replace
 import msgpack
 import pytest
 
-from coordinator.core.codec import (
-    FORMAT_VERSION,
-    CodecError,
-    decode_result,
-    decode_state,
-    encode_command,
-    encode_state,
-)
+from coordinator.core.codec import FORMAT_VERSION, CodecError, decode_result, encode_command
 from coordinator.core.commands import (
     COMMAND_TYPES,
     Bootstrap,
@@ -35,6 +28,7 @@ from coordinator.core.commands import (
 )
 from coordinator.core.machine import Machine
 from coordinator.core.model import WorkerId
+from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.versions import (
     COMMAND_SET_VERSION,

@@ -39,7 +39,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from coordinator.config import ClusterConfig, NodeSpec, is_wildcard, load_config, split_host_port
-from coordinator.core.codec import encode_state
+from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import SPOKEN
 from coordinator.service import address as address_module

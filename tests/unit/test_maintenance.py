@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.core.codec import CodecError, decode_state, encode_state
+from coordinator.core.codec import CodecError
 from coordinator.core.commands import (
     FinalizeVersion,
     MaintenanceOff,
@@ -29,6 +29,7 @@ from coordinator.core.model import (
     PartitionId,
     WorkerId,
 )
+from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.throttle import startable
 

@@ -9,7 +9,6 @@ import random
 
 import pytest
 
-from coordinator.core.codec import decode_state, encode_state
 from coordinator.core.commands import (
     Assignment,
     AssignPartitions,
@@ -34,6 +33,7 @@ from coordinator.core.invariants import Ledger, step_violations, view
 from coordinator.core.model import MigrationId, MigrationReason, WorkerId, WorkerState
 from coordinator.core.planner import Planner, PlannerSettings
 from coordinator.core.retirement import RETIRE_LOOKAHEAD_MAX, due
+from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 from coordinator.service.auth import Admission, call_token
 from shared.errors import RequestError

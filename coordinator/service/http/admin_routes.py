@@ -16,7 +16,6 @@ import dataclasses
 from aiohttp import web
 
 from coordinator.core.backup import encode_backup
-from coordinator.core.codec import encode_state
 from coordinator.core.commands import (
     AbortMigration,
     Barrier,
@@ -27,6 +26,7 @@ from coordinator.core.commands import (
     ResetPartition,
 )
 from coordinator.core.model import MigrationId, MigrationReason, valid_id
+from coordinator.core.snapshot import encode_state
 from coordinator.service import dashboard
 from coordinator.service import models as m
 from coordinator.service.http.answers import json_reply, migration_refs, raise_rejected

@@ -17,8 +17,8 @@ from typing import TypedDict
 
 from aiohttp import web
 
-from coordinator.core.codec import encode_state
 from coordinator.core.model import MigrationPhase, Partition, PartitionStatus, WorkerState
+from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.service import models as m
 from coordinator.service.failing import FailingReports
