@@ -420,6 +420,9 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     rates = {n: x.get("rate_per_s") for n, x in ((x["partition"], x) for x in table(c))}
     assert all(rates[n] == 12.5 for n in owned3), rates
     assert all(r is None for n, r in rates.items() if n not in owned3), rates
+    listed = c.get(c.leader(), "/v1/workers").body["workers"]
+    by_worker = {x["worker_id"]: x.get("rate_per_s") for x in listed}
+    assert by_worker == {"w1": None, "w2": None, lagging: 12.5 * len(owned3)}, by_worker
     title = browser.execute_script(
         f"return document.querySelector(\"#grid .cell[data-partition='{bad}']\").title"
     )
