@@ -1,6 +1,8 @@
-"""The tables the `ripple` read commands print: one renderer per answer (status,
-partitions, workers, migrations, nodes), each taking the JSON body the HTTP API returns. A missing
-value prints as "-"; columns are padded to their widest cell.
+"""The tables the `ripple` read commands print: one renderer per answer (status, partitions,
+workers, migrations, nodes), each taking the JSON body the HTTP API returns. A missing value
+prints as "-"; columns are padded to their widest cell. A rate prints as "12.5/s"; a
+worker's load is its summed rate when the leader has every one of its partitions' fresh,
+else its partition count as "count=3", so a reader sees which the figure is.
 """
 
 from __future__ import annotations
@@ -75,15 +77,25 @@ def render_partitions(s: dict[str, Any]) -> str:
             p["status"],
             p.get("migration"),
             None if p["checkpoint"] is None else p["checkpoint"]["offset"],
+            p.get("lag_records"),
+            _rate_cell(p.get("rate_per_s")),
             _failing_cell(p.get("failing")),
             None if not p.get("stuck") else p["stuck"][:80],
         ]
         for p in s["partitions"]
     ]
-    return table(
-        rows,
-        ["PARTITION", "OWNER", "EPOCH", "STATUS", "MIGRATION", "CKPT_OFFSET", "FAILING", "STUCK"],
-    )
+    header = ["PARTITION", "OWNER", "EPOCH", "STATUS", "MIGRATION", "CKPT_OFFSET", "LAG"]
+    return table(rows, [*header, "RATE", "FAILING", "STUCK"])
+
+
+def _rate_cell(rate_per_s: float | None) -> str | None:
+    return None if rate_per_s is None else f"{rate_per_s:.1f}/s"
+
+
+def _load_cell(w: dict[str, Any]) -> str:
+    """The worker's summed rate when the leader knows it, else its partition count."""
+    rate = _rate_cell(w.get("rate_per_s"))
+    return rate if rate is not None else f"count={w['partitions']}"
 
 
 def _failing_cell(failing: dict[str, Any] | None) -> str | None:
@@ -99,15 +111,15 @@ def render_workers(s: dict[str, Any]) -> str:
             w["incarnation"],
             w["partitions"],
             w.get("liveness"),
-            w.get("load"),
+            _load_cell(w),
+            w.get("lag_records"),
             w.get("failing_partitions"),
             w["address"],
         ]
         for w in s["workers"]
     ]
-    return table(
-        rows, ["WORKER", "STATE", "INC", "PARTITIONS", "LIVENESS", "LOAD", "FAILING", "ADDRESS"]
-    )
+    header = ["WORKER", "STATE", "INC", "PARTITIONS", "LIVENESS", "LOAD", "LAG", "FAILING"]
+    return table(rows, [*header, "ADDRESS"])
 
 
 def render_migrations(s: dict[str, Any]) -> str:

@@ -8,9 +8,10 @@ host / release / checkpoint calls (verifying the coordinator's bearer token), an
 a test can make it fall silent without killing it), `POST /test/release-uri {"uri"}` (name
 this object in release replies, as a compromised worker could), `POST /test/refuse-release
 {"refuse"}` (answer release calls 503, as a worker whose store is down) and `POST /test/progress
-{"lag_records", "failing": {p: error}}` (heartbeats then report a source log that far ahead
-and partitions whose batches fail), `POST /test/lose-checkpoints {"lost"}` (answer every host
-call that names a checkpoint 503 `checkpoint_unavailable`, as a worker whose store lost them),
+{"lag_records", "failing": {p: error}, "rate"}` (heartbeats then report a source log that far
+ahead, partitions whose batches fail, and each open partition's input rate),
+`POST /test/lose-checkpoints {"lost"}` (answer every host call that names a checkpoint 503
+`checkpoint_unavailable`, as a worker whose store lost them),
 `POST /test/restart {"notice"}` (stop as a restarting process does: tell the leader when
 `notice`, go silent, forget every gate, keep the token as a process keeps it on disk) and
 `POST /test/rejoin {"with_token"}` (register again, presenting the kept token or not; the
@@ -87,6 +88,7 @@ class ScriptedWorker:
         # Set through POST /test/progress: what heartbeats say beyond epoch and offset.
         self.lag_records: int | None = None  # report source_end = offset + this
         self.failing: dict[int, str] = {}  # partition -> error its batches "fail" with
+        self.rate: float | None = None  # records per second reported for each partition
         self.generation = -1
 
     async def register(self, headers: dict[str, str] | None = None) -> None:
@@ -252,13 +254,18 @@ class ScriptedWorker:
             report["source_end"] = gate["offset"] + self.lag_records
         if p in self.failing:
             report["failures"], report["error"] = 3, self.failing[p]
+        if self.rate is not None:
+            report["rate"] = self.rate
         return report
 
     async def set_progress(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.lag_records = body.get("lag_records")
         self.failing = {int(p): str(e) for p, e in body.get("failing", {}).items()}
-        return web.json_response({"lag_records": self.lag_records, "failing": self.failing})
+        self.rate = body.get("rate")
+        return web.json_response(
+            {"lag_records": self.lag_records, "failing": self.failing, "rate": self.rate}
+        )
 
     async def set_heartbeats(self, request: web.Request) -> web.Response:
         self.heartbeats_enabled = bool((await request.json())["enabled"])

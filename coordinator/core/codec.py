@@ -1,10 +1,11 @@
 """The byte formats of the replicated log's commands and their results (msgpack).
 
 With coordinator/core/snapshot.py (the state's snapshots) it owns every byte that crosses
-the replication boundary; the primitives both use are coordinator/core/wire_fields.py's. Encoding is deterministic (fields in
-declared order, enums as their str value, tuples as arrays), so the same command is the same
-bytes on every node and in the golden tests. Decoding trusts nothing: any malformed input
-raises ``CodecError`` (a ``ValueError``) naming the offending field, never anything else.
+the replication boundary; the primitives both use are coordinator/core/wire_fields.py's.
+Encoding is deterministic (fields in declared order, enums as their str value, tuples as
+arrays), so the same command is the same bytes on every node and in the golden tests.
+Decoding trusts nothing: any malformed input raises ``CodecError`` (a ``ValueError``) naming
+the offending field, never anything else.
 
 Command envelope: ``[FORMAT_VERSION, TAG, request_id, {field: value, ...}]``.
 Result: ``[FORMAT_VERSION, "ok", value]`` or

@@ -258,6 +258,14 @@ class LeaderDuties:
     def load_of(self, worker_id: str) -> float | None:
         return None if self.planner is None else self.planner.load(worker_id)
 
+    def rate_of(self, partition: int) -> float | None:
+        if self.planner is None:
+            return None
+        book = self.planner.loads
+        seen = book.of(partition)
+        fresh = seen is not None and book.fresh(partition, self.clock.monotonic_ms())
+        return seen.rate_per_s if fresh and seen is not None else None
+
     # -- the loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:

@@ -187,6 +187,9 @@ class WorkerView(_Response):
     # Leader only: records its partitions have not processed yet, summed over those whose
     # last heartbeat said where the source log ends.
     lag_records: int | None = None
+    # Leader only: the summed input rate of its partitions (records per second), when every
+    # one of them has a fresh rate (load_stale_s); else null and its load is its count.
+    rate_per_s: float | None = None
 
 
 class WorkersResponse(_Response):
@@ -237,6 +240,9 @@ class PartitionView(_Response):
     # and how many records the source log holds past it (null until the owner says).
     offset: int | None = None
     lag_records: int | None = None
+    # Leader only: records per second arriving, as the owner last reported it within
+    # load_stale_s (what load-aware placement weighs); null when stale or never reported.
+    rate_per_s: float | None = None
     # Why the partition cannot come online without an operator (no lossless fallback left:
     # POST /v1/admin/partitions/{p}/reset); null when it is not stuck.
     stuck: str | None = None

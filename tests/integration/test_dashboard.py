@@ -4,7 +4,9 @@
 (files, redirect, CSP, the CORS rules the page relies on) over plain HTTP.
 `test_dashboard_in_a_browser` drives Debian's headless Chromium through Selenium +
 chromedriver on a follower's page and checks what a person sees: nodes, workers, the
-partition grid, lag and failing batches (whose error text is markup, shown as text), a
+partition grid, lag, input rates (a worker's load is its summed rate once every partition of
+it reports one, else its count) and failing batches (whose error text is markup, shown as
+text), a
 partition's timeline, read-only without the admin token, and with it a previewed reassign,
 an abort and a drain, each seen in the page and confirmed through the API; then a kill -9 of
 the leader seen from the follower's page, and the new leader's own page. It saves
@@ -71,12 +73,20 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Scr
         c.stop_all()
 
 
-def progress(w: ScriptedWorkers, wid: str, *, lag_records: int, failing: dict[int, str]) -> None:
-    """Make a scripted worker's heartbeats report lag and failing batches."""
+def progress(
+    w: ScriptedWorkers,
+    wid: str,
+    *,
+    lag_records: int,
+    failing: dict[int, str],
+    rate: float | None = None,
+) -> None:
+    """Make a scripted worker's heartbeats report lag, failing batches and input rates."""
+    failing_text = {str(p): e for p, e in failing.items()}
     r = call(
         "POST",
         f"http://127.0.0.1:{w.ports[wid]}/test/progress",
-        {"lag_records": lag_records, "failing": {str(p): e for p, e in failing.items()}},
+        {"lag_records": lag_records, "failing": failing_text, "rate": rate},
     )
     assert r.status == 200, r
 
@@ -444,13 +454,29 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     lagging = "w3"
     owned3 = sorted(n for n, x in api.items() if x["owner"] == lagging)
     bad = owned3[0]
+    # No rate reported yet: a worker's load is its partition count, labelled as one.
+    assert f"{len(owned3)} (count)" in page.worker_row(lagging), page.worker_row(lagging)
     hostile = '<img src=x onerror="window.__xss=1">batch failed'
-    progress(w, lagging, lag_records=25, failing={bad: hostile})
+    progress(w, lagging, lag_records=25, failing={bad: hostile}, rate=12.5)
     page.wait(
         lambda: fmt(25 * len(owned3)) in page.worker_row(lagging).split(),
         f"{lagging}'s lag ({25 * len(owned3)} records)",
     )
     page.wait(lambda: "1 failing" in page.worker_row(lagging), f"{lagging}'s failing partition")
+    # Its load is now its partitions' summed input rate, and each partition shows its own.
+    summed = f"{12.5 * len(owned3):,.1f}".removesuffix(".0") + "/s"
+    page.wait(lambda: summed in page.worker_row(lagging).split(), f"{lagging}'s rate {summed}")
+    assert "(count)" in page.worker_row("w1"), page.worker_row("w1")
+    rates = {n: x.get("rate_per_s") for n, x in ((x["partition"], x) for x in table(c))}
+    assert all(rates[n] == 12.5 for n in owned3), rates
+    assert all(r is None for n, r in rates.items() if n not in owned3), rates
+    listed = c.get(c.leader(), "/v1/workers").body["workers"]
+    by_worker = {x["worker_id"]: x.get("rate_per_s") for x in listed}
+    assert by_worker == {"w1": None, "w2": None, lagging: 12.5 * len(owned3)}, by_worker
+    title = browser.execute_script(
+        f"return document.querySelector(\"#grid .cell[data-partition='{bad}']\").title"
+    )
+    assert "12.5/s" in title, title
     page.wait(lambda: "failing" in page.cells()[bad]["class"], f"partition {bad} marked failing")
     lag_panel = page.text("#lag")
     assert hostile in lag_panel, lag_panel
@@ -461,7 +487,7 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
         "Py4JJavaError: An error occurred while calling o412.collectToPython: "
         "java.io.FileNotFoundException: segment 000000000420.parquet"
     )
-    progress(w, lagging, lag_records=25, failing={bad: realistic})
+    progress(w, lagging, lag_records=25, failing={bad: realistic}, rate=12.5)
     page.wait(lambda: realistic in page.text("#lag"), "the new error text")
 
     # -- read-only without a token -------------------------------------------------------------
@@ -476,6 +502,9 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     page.wait(lambda: "assigned" in page.text("#detail .timeline"), "the first assignment")
     assert page.text("#detail-title") == str(p)
     assert f"{owner} since" in page.text("#detail .why")
+    # Partition 7's input rate, as its owner reports it (w3 alone reports rates).
+    rate_text = "12.5/s" if owner == lagging else "not reported"
+    page.wait(lambda: rate_text in page.text("#detail .kv"), f"partition {p}'s rate")
     assert page.count("#move-preview") == 0  # no write control while read-only
 
     # -- a wrong token stays read-only ---------------------------------------------------------

@@ -104,6 +104,7 @@ from coordinator.core.state import ClusterState
 from coordinator.core.versions import COMMAND_SET_VERSION
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
+from tests.sim.balance_check import ShadowLoads, round_violations
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
 
@@ -310,6 +311,8 @@ class Proposer:
         self.versions_sent = False
         # Maintenance mode as the planner saw it when it planned the batch being committed.
         self.paused_at_plan: MaintenanceRecord | None = None
+        # The checker's own record of the load this leader accepted (balance_check.py).
+        self.shadow = ShadowLoads(sim.s.load_stale_ms)
 
     @property
     def ready(self) -> bool:
@@ -387,6 +390,20 @@ class Proposer:
         if touched & held:
             self.sim.fail(f"{type(cmd).__name__} touches held workers {sorted(touched & held)}")
 
+    def check_balance_round(self, planner: Planner, cmd: PlanMigrations, now: int) -> None:
+        """A balance round by load when every partition's is fresh keeps the busiest worker
+        no busier; one with any stale load balances counts (balance_check.py)."""
+        state = self.state
+        kind = round_violations(
+            [p.owner for p in state.partitions],
+            cmd.moves,
+            planner.eligible(state, now),
+            self.shadow.weights(state.total_partitions, now),
+        )
+        self.sim.stats["weighted_rounds" if kind.weighted else "count_rounds"] += 1
+        if kind.problems:
+            self.sim.fail("; ".join(kind.problems))
+
     def send(self, dst: str, kind: str, body: dict[str, Any]) -> None:
         self.sim.net.send(self.sim.now_ms, self.sim.leader_name(), dst, kind, body)
 
@@ -406,7 +423,11 @@ class Proposer:
         self._finalize_versions(now)
         self.planned_at = now
         self.paused_at_plan = self.state.maintenance
-        self.run = BatchRun(planner, planner.plan(self.state, now, now))
+        batch = planner.plan(self.state, now, now)
+        for cmd in batch.commands:
+            if isinstance(cmd, PlanMigrations):  # the planner's own: a balance round
+                self.check_balance_round(planner, cmd, now)
+        self.run = BatchRun(planner, batch)
         if self._commit_step(now):
             for call in self.run.calls():
                 self._send_call(call, now)
@@ -602,6 +623,10 @@ class Proposer:
             due = planner.heartbeat(WorkerId(wid), 0.1, now)
             rates = self.sim.rates_of(wid)
             planner.partition_loads(state, WorkerId(wid), rates, now)
+            for p, epoch, rate, _lag in rates:
+                part = state.partitions[p]
+                if part.owner == wid and part.epoch == epoch:
+                    self.shadow.accept(p, rate, now)
             if planner.loads.weights(state.total_partitions, now) is not None:
                 self.sim.stats["weighted_heartbeats"] += 1
             self.send(
@@ -687,6 +712,7 @@ class Simulation:
         self.lost_checkpoints: set[str] = set()
         self.stats |= {"lost_checkpoints": 0, "fallbacks": 0}
         self.stats |= {"weighted_heartbeats": 0, "stale_load_reports": 0}
+        self.stats |= {"weighted_rounds": 0, "count_rounds": 0}
         ranks = list(range(1, self.s.total_partitions + 1))
         self.rng.shuffle(ranks)
         self.rates = [100.0 * r**-self.s.rate_exponent for r in ranks]

@@ -6,6 +6,7 @@ A failure message names the seed; ``Simulation(seed).run()`` replays it exactly.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +16,7 @@ from coordinator.core import partition_commands, retirement
 from coordinator.core import planner as planner_module
 from coordinator.core.commands import CheckpointsResult, CheckpointVerdict, Ok, RecordCheckpoints
 from coordinator.core.liveness import Detector, Liveness
+from coordinator.core.load import LoadBook
 from coordinator.core.model import Checkpoint
 from coordinator.core.state import ClusterState
 from tests.sim.simulation import SafetyViolation, SimSettings, Simulation, run_seed
@@ -115,6 +117,55 @@ def test_maintenance_pauses_balance_and_the_checker_sees_a_planner_that_does_not
     assert totals["balance_plans"] > 0, dict(totals)
     monkeypatch.setattr(planner_module, "balance_paused", lambda _state: False)
     with pytest.raises(SafetyViolation, match="while maintenance mode is on"):
+        for seed in range(30):
+            run_seed(seed)
+
+
+def test_balance_rounds_by_load_and_by_counts() -> None:
+    """The drifting rates make the leader rebalance by load while every rate is fresh and by
+    counts while some is stale; both kinds of round are checked as they are planned."""
+    totals: Counter[str] = Counter()
+    for seed in range(5):
+        totals.update(run_seed(seed))
+    assert totals["weighted_rounds"] > 0 and totals["count_rounds"] > 0, dict(totals)
+    assert totals["weighted_heartbeats"] > 0 and totals["stale_load_reports"] > 0, dict(totals)
+
+
+def test_checker_catches_a_round_that_raises_the_busiest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A weighted placement that then hands the heaviest partition to the busiest worker
+    makes it busier: the balance check reports it, with its seed."""
+    real = planner_module.plan_weighted
+
+    def piled(
+        owners: Sequence[str | None], eligible: Sequence[str], weights: Sequence[float], **kw: Any
+    ) -> list[str | None]:
+        out = real(owners, eligible, weights, **kw)
+        loads: Counter[str] = Counter()
+        for p, owner in enumerate(owners):
+            if owner is not None:
+                loads[owner] += weights[p]
+        busiest = max(sorted(loads), key=lambda w: loads[w], default=None)
+        if busiest is not None and busiest in eligible:
+            heaviest = max(range(len(weights)), key=lambda p: weights[p])
+            out[heaviest] = busiest if owners[heaviest] != busiest else out[heaviest]
+        return out
+
+    monkeypatch.setattr(planner_module, "plan_weighted", piled)
+    with pytest.raises(SafetyViolation, match="raised the busiest"):
+        for seed in range(30):
+            run_seed(seed)
+
+
+def test_checker_catches_a_round_on_stale_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load book that answers with rates however old they are makes the planner balance
+    load it no longer knows instead of counts: the balance check reports it."""
+
+    def any_age(self: LoadBook, total_partitions: int, now_ms: int) -> list[float] | None:
+        seen = [self.of(p) for p in range(total_partitions)]
+        return None if any(s is None for s in seen) else [s.rate_per_s for s in seen if s]
+
+    monkeypatch.setattr(LoadBook, "weights", any_age)
+    with pytest.raises(SafetyViolation, match="stale load left counts unbalanced"):
         for seed in range(30):
             run_seed(seed)
 

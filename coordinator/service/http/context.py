@@ -74,6 +74,9 @@ class Duties(Protocol):
 
     def load_of(self, worker_id: str, /) -> float | None: ...
 
+    def rate_of(self, partition: int, /) -> float | None:
+        """The partition's input rate as last reported, while fresh; else None."""
+
 
 NODE_KEY = web.AppKey("node", CoordinatorNode)
 DUTIES_KEY: web.AppKey[Duties] = web.AppKey("duties")

@@ -72,7 +72,10 @@ async def read_view(request: web.Request) -> ReadView:
 
 
 def partition_view(
-    p: Partition, failing: FailingReports | None = None, progress: ProgressReports | None = None
+    p: Partition,
+    failing: FailingReports | None = None,
+    progress: ProgressReports | None = None,
+    rate_per_s: float | None = None,
 ) -> m.PartitionView:
     ck = p.checkpoint
     report = None if failing is None else failing.of(p.partition, p.owner, p.epoch)
@@ -91,6 +94,7 @@ def partition_view(
         else m.FailingView(failures=report.failures, error=report.error),
         offset=None if seen is None else seen.offset,
         lag_records=None if seen is None else lag_of(seen),
+        rate_per_s=rate_per_s,
         stuck=p.stuck or None,
     )
 
@@ -102,6 +106,11 @@ def lag_of(seen: PartitionProgress) -> int | None:
 def _progress(node: CoordinatorNode) -> ProgressReports | None:
     """The leader's heartbeat progress reports; None on a follower (it hears none)."""
     return node.metrics.progress if node.is_ready_leader else None
+
+
+def _rate(request: web.Request, node: CoordinatorNode, partition: int) -> float | None:
+    """The partition's fresh input rate; None on a follower (it hears no heartbeats)."""
+    return request.app[DUTIES_KEY].rate_of(partition) if node.is_ready_leader else None
 
 
 def _failing(request: web.Request, node: CoordinatorNode) -> FailingReports | None:
@@ -224,7 +233,9 @@ async def partitions(request: web.Request) -> web.Response:
         body = m.PartitionsResponse(
             **view.envelope(state),
             partitions=[
-                partition_view(p, _failing(request, node), _progress(node))
+                partition_view(
+                    p, _failing(request, node), _progress(node), _rate(request, node, p.partition)
+                )
                 for p in state.partitions
             ],
         )
@@ -235,8 +246,9 @@ async def partition(request: web.Request) -> web.Response:
     view = await read_view(request)
     node = view.node
     with node.read() as state:
+        p = path_partition(request, state)
         one = partition_view(
-            path_partition(request, state), _failing(request, node), _progress(node)
+            p, _failing(request, node), _progress(node), _rate(request, node, p.partition)
         )
         body = m.PartitionResponse(**view.envelope(state), **one.model_dump())
     return json_reply(body)
@@ -283,6 +295,15 @@ async def workers(request: web.Request) -> web.Response:
                 lag = None if seen is None else lag_of(seen)
                 if p.owner is not None and lag is not None:
                     lags[p.owner] = lags.get(p.owner, 0) + lag
+        # A worker's rate is the sum of its partitions' only when every one is fresh: a
+        # partial sum would understate it (the reader then sees its count instead, as for a
+        # worker that owns nothing).
+        rates: dict[str, float | None] = {}
+        if node.is_ready_leader:
+            for p in state.partitions:
+                if p.owner is not None:
+                    rate, sofar = duties.rate_of(p.partition), rates.get(p.owner, 0.0)
+                    rates[p.owner] = None if rate is None or sofar is None else sofar + rate
         views = [
             m.WorkerView(
                 worker_id=w.worker_id,
@@ -297,6 +318,7 @@ async def workers(request: web.Request) -> web.Response:
                 if failing is None
                 else failing.count(w.worker_id, owned.get(w.worker_id, {})),
                 lag_records=lags.get(w.worker_id),
+                rate_per_s=rates.get(w.worker_id),
             )
             for w in sorted(state.workers.values(), key=lambda w: w.worker_id)
         ]

@@ -37,10 +37,10 @@
   // failures, ... added by newer versions) is shown as-is in the pipeline panel.
   const WORKER_FIELDS = new Set([
     "worker_id", "address", "incarnation", "state", "registered_at_ms", "partitions",
-    "liveness", "load", "failing_partitions", "lag_records",
+    "liveness", "load", "failing_partitions", "lag_records", "rate_per_s",
   ]);
   const HISTORY_FIELDS = new Set(["epoch", "owner", "reason", "at_ms"]);
-  const LEADER_PARTITION_FIELDS = ["failing", "offset", "lag_records"];
+  const LEADER_PARTITION_FIELDS = ["failing", "offset", "lag_records", "rate_per_s"];
 
   const S = {
     home: null, // this node's /v1/health
@@ -102,6 +102,11 @@
 
   function fmtInt(n) {
     return typeof n === "number" ? n.toLocaleString("en-US") : "—";
+  }
+
+  // An input rate in records per second, as the owners report them in heartbeats.
+  function fmtRate(r) {
+    return `${r.toLocaleString("en-US", { maximumFractionDigits: 1 })}/s`;
   }
 
   function fmtAgo(ms) {
@@ -463,6 +468,16 @@
     return el("td", { class: "nowrap" }, el("span", { class: `dot dot-${kind}` }), ` ${w.liveness}`);
   }
 
+  // A worker's load: its partitions' summed input rate while the leader has every one of
+  // them fresh, else its partition count, labelled so the two are never confused.
+  function loadCell(w) {
+    if (typeof w.rate_per_s === "number") {
+      return el("td", { class: "num", title: "summed input rate of its partitions" }, fmtRate(w.rate_per_s));
+    }
+    return el("td", { class: "num muted", title: "no fresh input rate for all its partitions: its partition count" },
+      `${fmtInt(w.partitions)} (count)`);
+  }
+
   // partition -> the newest checkpoint age per owner, for "oldest checkpoint" per worker.
   function oldestCheckpointByOwner() {
     const now = Date.now();
@@ -496,7 +511,7 @@
         el("td", {}, stateBadge(w.state),
           w.failing_partitions ? badge(`${w.failing_partitions} failing`, "bad") : null),
         livenessCell(w),
-        el("td", { class: "num" }, typeof w.load === "number" ? w.load.toFixed(2) : "—"),
+        loadCell(w),
         el("td", { class: "num" }, fmtInt(w.partitions)),
         el("td", { class: "num", title: "records not processed yet (reported in heartbeats)" },
           typeof w.lag_records === "number" ? fmtInt(w.lag_records) : "—"),
@@ -548,7 +563,8 @@
       cell.firstChild.textContent = String(p.partition);
       cell.lastChild.textContent = `e${p.epoch}`;
       const moving = m ? ` · moving ${m.source} → ${m.target} (${m.phase})` : "";
-      const lag = typeof p.lag_records === "number" ? ` · lag ${fmtInt(p.lag_records)}` : "";
+      const lag = (typeof p.lag_records === "number" ? ` · lag ${fmtInt(p.lag_records)}` : "")
+        + (typeof p.rate_per_s === "number" ? ` · ${fmtRate(p.rate_per_s)}` : "");
       const failing = p.failing ? ` · batches failing (${p.failing.failures}x)` : "";
       cell.title = `partition ${p.partition} · ${p.owner || "no owner"} · ${p.status} · epoch ${p.epoch}${moving}${lag}${failing}`;
     });
@@ -615,6 +631,8 @@
       kv("Processed", typeof p.offset === "number"
         ? `offset ${fmtInt(p.offset)}${typeof p.lag_records === "number" ? ` · ${fmtInt(p.lag_records)} records behind the source` : ""}`
         : el("span", { class: "muted", title: "the leader learns it from the owner's heartbeats" }, "not reported")),
+      kv("Input rate", typeof p.rate_per_s === "number" ? fmtRate(p.rate_per_s)
+        : el("span", { class: "muted", title: "reported in the owner's heartbeats; stale after load_stale_s" }, "not reported")),
       p.failing ? kv("Batches", el("span", { class: "error-text" },
         `failing (${p.failing.failures} in a row): ${p.failing.error}`)) : null,
       kv("Migration", active ? `${active.id}: ${active.source} → ${active.target} (${active.phase})` : "none in flight"));
