@@ -2,7 +2,7 @@
 
 Both are real processes on 127.0.0.1 free ports, started lazily by the first test that
 asks, tracked by PID and stopped by that PID at the end of the session. `--soak` enables
-the long chaos runs (tests marked `soak`).
+the long chaos runs (tests marked `soak`). Hypothesis runs without per-example deadlines.
 """
 
 from __future__ import annotations
@@ -14,12 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from shared.ports import free_ports
 from testkit.process import Proc
 from testkit.wait import wait_until
 
 MOTO_START_TIMEOUT_S = 60.0
+
+# No per-example deadline: the property tests judge results, never speed, and on a shared
+# machine one example can stall for a second behind the other processes' work.
+settings.register_profile("ripple", deadline=None)
+settings.load_profile("ripple")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
