@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -26,6 +26,9 @@ REDIRECTS_MAX = 5
 UNAVAILABLE_RETRIES_MAX = 20
 RETRY_AFTER_MAX_S = 2.0
 REQUEST_TIMEOUT_S = 10.0
+DOWNLOAD_CHUNK_BYTES = 1024 * 1024
+
+_T = TypeVar("_T")
 
 
 class CoordinatorClient:
@@ -82,6 +85,33 @@ class CoordinatorClient:
         headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """One API call with leader-following, node failover and bounded retries."""
+        return await self._call(method, path, json, token, headers, _body)
+
+    async def download(self, path: str, *, bytes_max: int, token: str | None = None) -> bytes:
+        """A GET whose answer is a file of at most `bytes_max` bytes (a backup), with the
+        same leader-following and retries as `request`."""
+
+        async def read(resp: aiohttp.ClientResponse) -> bytes:
+            if resp.content_length is not None and resp.content_length > bytes_max:
+                raise _too_large(path, bytes_max)
+            data = bytearray()
+            async for chunk in resp.content.iter_chunked(DOWNLOAD_CHUNK_BYTES):
+                data += chunk
+                if len(data) > bytes_max:
+                    raise _too_large(path, bytes_max)
+            return bytes(data)
+
+        return await self._call("GET", path, None, token, None, read)
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        json: Any,
+        token: str | None,
+        headers: dict[str, str] | None,
+        read: Callable[[aiohttp.ClientResponse], Awaitable[_T]],
+    ) -> _T:
         deadline = time.monotonic() + self.deadline_s
         hdrs = dict(headers or {})
         bearer = token or self.token
@@ -97,22 +127,22 @@ class CoordinatorClient:
                         async with self._http().request(
                             method, url, json=json, headers=hdrs, allow_redirects=False
                         ) as resp:
-                            body = await _body(resp)
                             if resp.status == 307 and "Location" in resp.headers:
                                 url = resp.headers["Location"]
                                 continue
                             if resp.status == 503:
                                 unavailable += 1
-                                last = _error(resp.status, body)
+                                last = _error(resp.status, await _body(resp))
                                 wait = float(resp.headers.get("Retry-After", "0.2") or 0.2)
                                 await asyncio.sleep(min(wait, RETRY_AFTER_MAX_S) / 4)
                                 break
                             if resp.status >= 400:
-                                raise _error(resp.status, body)
+                                raise _error(resp.status, await _body(resp))
+                            value = await read(resp)
                             self._preferred = (
                                 url[: len(url) - len(path)] if url.endswith(path) else base
                             )
-                            return body
+                            return value
                     except (aiohttp.ClientError, TimeoutError) as exc:
                         last = exc
                         break
@@ -144,6 +174,12 @@ async def _body(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     except (ValueError, aiohttp.ContentTypeError):
         return {"message": (await resp.text())[:200]}
     return data if isinstance(data, dict) else {"value": data}
+
+
+def _too_large(path: str, bytes_max: int) -> ClientError:
+    return ClientError(
+        f"the answer to GET {path} is over {bytes_max} bytes", code="too_large", status=413
+    )
 
 
 def _error(status: int, body: dict[str, Any]) -> ClientError:

@@ -5,9 +5,11 @@ variable < command-line flag. The node list (`[[nodes]]`) comes from the file on
 bound the coordinator enforces is a named key here, so an operator can see and change it.
 
 The worker timings follow `heartbeat_timeout_s` unless set: `heartbeat_interval_s` =
-timeout / 6, `suspect_after_s` = timeout / 2, `lease_s` = timeout * 2 / 3 (5, 15 and 20 s
-at the default 30 s). So changing the one timeout alone always gives a valid set, and the
-order the validation demands (interval < lease < timeout, suspect < timeout) holds.
+timeout / 6, `suspect_after_s` = timeout / 2, `lease_s` = timeout * 2 / 3 and
+`rejoin_grace_s` = timeout * 2 (5, 15, 20 and 60 s at the default 30 s). So changing the one
+timeout alone gives a valid set (up to a sixth of `worker_token_lifetime_s`, 600 s at its
+default: a rejoining worker's saved token must outlast timeout + grace), and the order the
+validation demands (interval < lease < timeout, suspect < timeout) holds.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinator.core.versions import COMMAND_SET_VERSION
 from replication import settings as rs
 from shared.checkpoint_ref import store_base
 from shared.errors import ConfigError
@@ -99,6 +102,10 @@ DERIVED_TIMINGS = {
     "heartbeat_interval_s": 1 / 6,
     "suspect_after_s": 1 / 2,
     "lease_s": 2 / 3,
+    # How long the leader holds the partitions of a worker that said it is restarting. Twice
+    # the timeout: a restart that never comes back costs one timeout more than a crash, and
+    # one that does (a process restart, a pod rescheduled with its volume) fits with room.
+    "rejoin_grace_s": 2.0,
 }
 # "Not set": NaN cannot come from a file, the environment or a flag (`_coerce` refuses
 # non-finite numbers), so it cannot be mistaken for a value an operator chose.
@@ -159,11 +166,15 @@ class ClusterConfig:
     tls_ca: str = ""
     total_partitions: int = 128
     min_cluster_size: int = 1
-    # The three `_UNSET` timings are derived from heartbeat_timeout_s in __post_init__.
+    # The `_UNSET` timings are derived from heartbeat_timeout_s in __post_init__.
     heartbeat_interval_s: float = _UNSET
     suspect_after_s: float = _UNSET
     heartbeat_timeout_s: float = 30.0
     lease_s: float = _UNSET
+    # A worker that announced a restart (POST /v1/workers/{id}/restarting) keeps its
+    # partitions this long: no death verdict, no reassignment, no balance move of them; back
+    # within it (re-registered with its own token) it gets them again under new epochs.
+    rejoin_grace_s: float = _UNSET
     checkpoint_interval_s: float = 10.0
     data_dir: str = "./ripple-data"
     placement_strategy: str = "balanced"
@@ -218,6 +229,14 @@ class ClusterConfig:
     # acknowledged only once a majority has synced it to disk. false, for throwaway clusters
     # only: nothing is synced, and a power cut of a majority can lose acknowledged writes.
     fsync: bool = True
+    # Caps the command-set versions this node speaks and advertises (0: every version this
+    # release speaks, coordinator/core/versions.py). A node held below the newest refuses
+    # newer commands as a node of an older release would: for upgrade drills and tests, set
+    # for one node (RIPPLE_COMMAND_SET_VERSION_MAX, --command-set-version-max).
+    command_set_version_max: int = 0
+    # The largest backup a node serves (GET /v1/admin/backup): its state's snapshot is held
+    # in memory while it is sent, so this bounds the memory one backup takes.
+    backup_bytes_max: int = 1024 * 1024 * 1024
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -287,6 +306,16 @@ class ClusterConfig:
                 f"heartbeat_timeout_s = {self.heartbeat_timeout_s} and <= 604800 (a week)",
                 field="worker_token_lifetime_s",
             )
+        if self.heartbeat_timeout_s + self.rejoin_grace_s > self.worker_token_lifetime_s / 2:
+            # A heartbeat renews the token once half its lifetime is gone, so a stopped
+            # worker's saved token has at least half left, less the silence before it
+            # stopped (at most the timeout): it must still be good when the worker rejoins.
+            raise ConfigError(
+                f"rejoin_grace_s = {self.rejoin_grace_s}: heartbeat_timeout_s + rejoin_grace_s "
+                f"must be <= worker_token_lifetime_s / 2 = {self.worker_token_lifetime_s / 2:g} "
+                "(a restarted worker proves itself with the token it saved)",
+                field="rejoin_grace_s",
+            )
         try:
             self.worker_network_list()
         except ValueError as exc:
@@ -306,6 +335,12 @@ class ClusterConfig:
         for key in _POSITIVE_KEYS:
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{key} = {getattr(self, key)}: must be > 0", field=key)
+        if not 0 <= self.command_set_version_max <= COMMAND_SET_VERSION:
+            raise ConfigError(
+                f"command_set_version_max = {self.command_set_version_max}: must be 0 (no "
+                f"cap) or a version in 1..{COMMAND_SET_VERSION}",
+                field="command_set_version_max",
+            )
         if self.propose_retries_max < 0:
             raise ConfigError(
                 f"propose_retries_max = {self.propose_retries_max}: must be >= 0",
@@ -416,6 +451,7 @@ _POSITIVE_KEYS = (
     "heartbeat_interval_s",
     "suspect_after_s",
     "lease_s",
+    "rejoin_grace_s",
     "checkpoint_interval_s",
     "virtual_nodes",
     "max_concurrent_migrations",
@@ -441,6 +477,7 @@ _POSITIVE_KEYS = (
     "group_commit_in_flight_max",
     "proposals_queued_max",
     "proposals_queued_bytes_max",
+    "backup_bytes_max",
 )
 
 

@@ -2,7 +2,9 @@
 
 Invariant: a periodic checkpoint is written and reported only with a valid lease, only for
 partitions open at their runtime's epoch, and under the batch lock, so the state it holds
-is the state at its offset; each is named after the epoch that wrote it. A checkpoint the
+is the state at its offset; each is named after the epoch that wrote it. A restart's last
+checkpoints (`close_for_restart`) are written the same way and their gates closed under the
+same lock, so nothing is processed after the offset they record. A checkpoint the
 leader sends with a host call is loaded only if it is the canonical object of that
 partition, epoch and offset in this worker's own store and holds exactly those, so no other
 partition's checkpoint can stand in for this one's.
@@ -41,31 +43,51 @@ class Checkpointer:
     async def write_checkpoints(self) -> list[CheckpointEntry]:
         """Checkpoint every open partition whose offset moved since its last checkpoint;
         the entries to report, one per open partition."""
-        entries: list[CheckpointEntry] = []
+        async with self.holdings.batch_lock:
+            return await self._write_open()
+
+    async def close_for_restart(self) -> list[CheckpointEntry]:
+        """The process is stopping to start again: once the batch in flight is done,
+        checkpoint every open partition (only with a valid lease: without one another worker
+        may own it by now) and close every gate, so nothing more is processed here and the
+        restarted process resumes from these offsets. The entries to report."""
         holdings = self.holdings
         async with holdings.batch_lock:
-            if not self.session.lease_valid():
-                return []
-            for p, rt in sorted(holdings.open_now().items()):
-                if rt.checkpoint_offset != rt.offset or not rt.checkpoint_uri:
-                    rt.checkpoint_uri = await asyncio.to_thread(
-                        self.checkpoints.write, p, rt.epoch, rt.offset, dict(rt.state)
-                    )
-                    rt.checkpoint_offset = rt.offset
-                    self.stats["checkpoints"] += 1
-                rt.covered_at_s = time.monotonic()
-                entries.append(
-                    {
-                        "partition": p,
-                        "epoch": rt.epoch,
-                        "offset": rt.offset,
-                        "uri": rt.checkpoint_uri,
-                    }
+            holdings.stopping = True
+            entries = await self._write_open()
+            for p, rt in list(holdings.open_now().items()):
+                holdings.gates.close(p, rt.epoch)
+                holdings.drop(p, rt)
+        return entries
+
+    async def _write_open(self) -> list[CheckpointEntry]:
+        """Under the batch lock: write what moved, and the entries of every open partition."""
+        entries: list[CheckpointEntry] = []
+        if not self.session.lease_valid():
+            return entries
+        for p, rt in sorted(self.holdings.open_now().items()):
+            if rt.checkpoint_offset != rt.offset or not rt.checkpoint_uri:
+                rt.checkpoint_uri = await asyncio.to_thread(
+                    self.checkpoints.write, p, rt.epoch, rt.offset, dict(rt.state)
                 )
+                rt.checkpoint_offset = rt.offset
+                self.stats["checkpoints"] += 1
+            rt.covered_at_s = time.monotonic()
+            entries.append(
+                {
+                    "partition": p,
+                    "epoch": rt.epoch,
+                    "offset": rt.offset,
+                    "uri": rt.checkpoint_uri,
+                }
+            )
         return entries
 
     async def checkpoint_and_report(self) -> None:
-        entries = await self.write_checkpoints()
+        await self.report(await self.write_checkpoints())
+
+    async def report(self, entries: list[CheckpointEntry]) -> None:
+        """Report written checkpoints; log the fenced ones."""
         if not entries:
             return
         verdicts = await self.session.report_checkpoints(entries)

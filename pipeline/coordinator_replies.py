@@ -19,6 +19,7 @@ __all__ = [
     "Registration",
     "checkpoint_verdicts",
     "partition_owner",
+    "store_set",
     "total_partitions",
 ]
 
@@ -131,6 +132,12 @@ def checkpoint_verdicts(body: Body) -> list[CheckpointVerdict]:
 def total_partitions(health: Body) -> int:
     """The cluster's partition count, from `GET /v1/health`."""
     return _int(_object(health.get("cluster"), "cluster"), "total_partitions")
+
+
+def store_set(health: Body) -> bool:
+    """Whether the cluster file sets `store` (`GET /v1/health`; a coordinator that does not
+    say counts as setting it)."""
+    return health.get("store_set") is not False
 
 
 def partition_owner(body: Body) -> str | None:

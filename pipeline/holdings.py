@@ -46,6 +46,8 @@ class Holdings:
     def __init__(self) -> None:
         self.gates = Gates()
         self.parts: dict[int, PartitionRuntime] = {}
+        # The process is stopping to start again: no partition is opened here any more.
+        self.stopping = False
         # One writer of partition state at a time: a micro-batch, a checkpoint round, a release.
         self.batch_lock = asyncio.Lock()
 

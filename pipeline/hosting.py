@@ -49,6 +49,9 @@ class Hosting:
     async def host(self, call: HostRequest) -> HostReply:
         """Open the partition at the call's epoch, from the sent checkpoint or offset 0."""
         p, epoch = call.partition, call.epoch
+        if self.holdings.stopping:
+            # Its last checkpoints are written: the leader hosts it on the restarted process.
+            raise UnavailableError("the worker is stopping to restart", code="stopping")
         gates, parts = self.holdings.gates, self.holdings.parts
         # Check the gate without changing it: it opens only once the checkpoint is loaded,
         # so a failed load leaves the epoch open to the leader's retry.
@@ -72,6 +75,9 @@ class Hosting:
             self.holdings.drop(p, rt)
             log.exception("loading checkpoint for partition %d failed", p)
             raise _unavailable(str(exc)) from None
+        if self.holdings.stopping:
+            self.holdings.drop(p, rt)
+            raise UnavailableError("the worker is stopping to restart", code="stopping")
         # Gates read again after the load: a re-registration meanwhile replaces them.
         result = self.holdings.gates.host(p, epoch)
         if isinstance(result, Refused) or parts.get(p) is not rt:

@@ -45,6 +45,7 @@ PARTITION_DIGITS_MAX = 7  # total_partitions is at most 1_000_000
 NOT_FOUND = 404
 CONFLICT = 409
 INTERNAL = 500
+UNAVAILABLE = 503
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -66,6 +67,7 @@ class WorkerApi:
         hosting: Hosting,
         schedule_checkpoint: Callable[[], None],
         health: Callable[[], dict[str, object]],
+        not_ready: Callable[[], str | None],
         metrics: Callable[[], bytes],
     ) -> None:
         self.settings = settings
@@ -74,6 +76,7 @@ class WorkerApi:
         self.hosting = hosting
         self.schedule_checkpoint = schedule_checkpoint
         self.health = health
+        self.not_ready = not_ready
         self.metrics = metrics
 
     def app(self) -> web.Application:
@@ -84,6 +87,7 @@ class WorkerApi:
         app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
         app.router.add_get("/v1/partitions/{p}/state", self.handle_state)
         app.router.add_get("/v1/health", self.handle_health)
+        app.router.add_get("/v1/ready", self.handle_ready)
         app.router.add_get("/metrics", self.handle_metrics)
         return app
 
@@ -187,6 +191,14 @@ class WorkerApi:
 
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.json_response(self.health())
+
+    async def handle_ready(self, request: web.Request) -> web.Response:
+        """200 once the worker is back at work (a readiness probe, a rolling restart's
+        wait); 503 with the reason until then."""
+        reason = self.not_ready()
+        if reason is None:
+            return web.json_response({"ready": True})
+        return web.json_response({"ready": False, "reason": reason}, status=UNAVAILABLE)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         """Prometheus text, computed from the worker's state at scrape time."""

@@ -6,7 +6,9 @@ renewed only from the send time of a heartbeat the leader acknowledged, on the m
 clock, so a worker that has not heard from the leader for `lease_s` holds no lease (and
 pauses) before the coordinator's `heartbeat_timeout_s` lets anyone else take its
 partitions. A (re-)registration drops every partition held: the coordinator has already
-given them new epochs.
+given them new epochs. With a state directory, the current worker token is saved whenever
+it changes and presented when the process registers again, so a restarted worker rejoins as
+the member it was (`pipeline/token_file.py`).
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ from pipeline.coordinator_replies import (
     Registration,
     checkpoint_verdicts,
     partition_owner,
+    store_set,
     total_partitions,
 )
 from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN, Holdings, PartitionRuntime
 from pipeline.lease import Lease
-from pipeline.settings import WorkerSettings
+from pipeline.settings import StartRefused, WorkerSettings
+from pipeline.token_file import TokenFile
 from shared.clock import Clock
 from shared.errors import ClientError
+from shared.worker_calls import WORKER_TOKEN_HEADER
 
 __all__ = ["CheckpointEntry", "PartitionReport", "Session", "partition_report"]
 
@@ -38,6 +43,8 @@ log = logging.getLogger(__name__)
 
 # Coordinator error codes that mean "this incarnation is over": register again.
 SESSION_LOST_CODES = ("unknown_worker", "stale_incarnation", "unauthorized")
+# Registration refusals that trying again cannot mend: the worker stops and says why.
+REFUSED_CODES = ("store_mismatch",)
 
 
 class PartitionReport(TypedDict):
@@ -94,23 +101,52 @@ class Session:
         self.incarnation = 0
         self.total_partitions = 0
         self.draining = False
+        # What the leader's last heartbeat reply assigned here (partition -> epoch).
+        self.assigned: dict[int, int] = {}
+        # Why the coordinator refused this worker for good (the worker exits with it).
+        self.refused: StartRefused | None = None
+        # The token kept across restarts (None without a state directory).
+        self.token_file = (
+            None
+            if settings.state_dir is None
+            else TokenFile(settings.state_dir, settings.worker_id)
+        )
 
     def lease_valid(self) -> bool:
         return self.lease.valid(self.clock.monotonic_ms())
 
     async def cluster_partitions(self) -> int:
-        """The cluster's partition count, from any coordinator's health."""
-        return total_partitions(await self.client.get("/v1/health"))
+        """The cluster's partition count, from any coordinator's health (which also says
+        when the cluster cannot record checkpoints at all)."""
+        health = await self.client.get("/v1/health")
+        if not store_set(health):
+            log.warning(
+                "the cluster file sets no store: every checkpoint this worker writes is "
+                "fenced, and its partitions recover only by replaying the source log"
+            )
+        return total_partitions(health)
 
     async def register(self) -> None:
-        body = await self.client.post(
+        # The saved token of the previous process under this id, if any: with it the leader
+        # lets this one take over the id while it still holds the old one's partitions.
+        saved = None if self.token_file is None else await asyncio.to_thread(self.token_file.load)
+        request: dict[str, str] = {
+            "worker_id": self.settings.worker_id,
+            "address": self.settings.address,
+        }
+        if self.settings.store_uri is not None:
+            request["store"] = self.settings.store_uri
+        body = await self.client.request(
+            "POST",
             "/v1/workers",
-            {"worker_id": self.settings.worker_id, "address": self.settings.address},
+            json=request,
             token=self.settings.join_token,
+            headers={WORKER_TOKEN_HEADER: saved} if saved else None,
         )
         registration = Registration.from_json(body)
         self.holdings.reset()
-        self.token = registration.token
+        self.assigned = {}
+        await self._keep(registration.token)
         self.call_token = registration.call_token
         self.incarnation = registration.incarnation
         self.heartbeat_interval_s = registration.heartbeat_interval_s
@@ -131,12 +167,28 @@ class Session:
         )
         self.lease = self.lease.renewed(sent_at)
         reply = HeartbeatReply.from_json(body)
-        if reply.token is not None:
-            self.token = reply.token
+        if reply.token is not None and reply.token != self.token:
+            await self._keep(reply.token)
+        self.assigned = dict(reply.assignment)
         for p, epoch in self.holdings.close_unassigned(reply.assignment).items():
             log.info("partition %d epoch %d no longer assigned here; closed", p, epoch)
         if reply.checkpoint_due:
             self.checkpoint_due()
+
+    async def _keep(self, token: str) -> None:
+        """Use `token` from now on, and save it for the next process under this id."""
+        self.token = token
+        if self.token_file is None:
+            return
+        try:
+            await asyncio.to_thread(self.token_file.save, token)
+        except OSError as exc:
+            log.warning(
+                "could not save the worker token in %s (%s): a restart will not rejoin as "
+                "this member",
+                self.token_file.path,
+                exc.strerror,
+            )
 
     async def heartbeat_loop(self) -> None:
         while not self.stopped.is_set():
@@ -147,6 +199,11 @@ class Session:
                     await self.register()
                 await self.heartbeat_once()
             except ClientError as exc:
+                if exc.code in REFUSED_CODES:
+                    log.error("the coordinator refuses this worker: %s", exc.message)
+                    self.refused = StartRefused(exc.message)
+                    self.stopped.set()
+                    return
                 if exc.code in SESSION_LOST_CODES:
                     if self.draining:
                         log.info("coordinator no longer knows us (%s): drained", exc.message)
@@ -155,7 +212,8 @@ class Session:
                     log.warning("re-registering: %s", exc.message)
                     self.token = ""
                 else:
-                    log.warning("heartbeat failed: %s", exc.message)
+                    what = "heartbeat" if self.token else "registration"
+                    log.warning("%s failed: %s", what, exc.message)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopped.wait(), self.heartbeat_interval_s)
 
@@ -170,6 +228,29 @@ class Session:
         except ClientError as exc:
             log.warning("drain request failed (%s); stopping anyway", exc.message)
             return False
+        return True
+
+    async def announce_restart(self) -> bool:
+        """Tell the leader this process stops to start again under the same id, so it holds
+        this worker's partitions for its rejoin grace; False when it could not be told."""
+        try:
+            body = await self.client.post(
+                f"/v1/workers/{self.settings.worker_id}/restarting",
+                {"incarnation": self.incarnation},
+                token=self.token,
+            )
+        except ClientError as exc:
+            log.warning(
+                "restart notice failed (%s): the leader moves this worker's partitions after "
+                "heartbeat_timeout_s unless it is back by then",
+                exc.message,
+            )
+            return False
+        log.info(
+            "restart announced: the leader holds %s partitions for %s s",
+            body.get("partitions"),
+            body.get("rejoin_grace_s"),
+        )
         return True
 
     async def report_checkpoints(self, entries: list[CheckpointEntry]) -> list[CheckpointVerdict]:

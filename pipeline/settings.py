@@ -15,6 +15,8 @@ __all__ = [
     "BATCH_INTERVAL_S_DEFAULT",
     "DRAIN_TIMEOUT_S",
     "PROBE_TIMEOUT_S_DEFAULT",
+    "STOP_TIMEOUT_S",
+    "StartRefused",
     "WorkerSettings",
 ]
 
@@ -23,6 +25,14 @@ BATCH_INTERVAL_S_DEFAULT = 0.5
 # and never runs it.
 PROBE_TIMEOUT_S_DEFAULT = 120.0
 DRAIN_TIMEOUT_S = 120.0
+# A restart's stop (final checkpoints, their report, the notice to the leader) gives up after
+# this: well inside the 30 s a Kubernetes pod or `docker stop` waits before SIGKILL.
+STOP_TIMEOUT_S = 20.0
+
+
+class StartRefused(Exception):
+    """The worker will not run with these settings (its message says why and what to fix):
+    `ripple worker` prints it and exits 2, as for a failed start-up probe."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +46,16 @@ class WorkerSettings:
     max_keys_per_partition: int = MAX_KEYS_PER_PARTITION_DEFAULT
     staging_dir: str | None = None
     drain_timeout_s: float = DRAIN_TIMEOUT_S
+    stop_timeout_s: float = STOP_TIMEOUT_S
+    # Where the worker keeps its current token (pipeline/token_file.py), so that a process
+    # started again under this id rejoins as the same member. None: nothing is kept, and a
+    # restarted worker registers anew once the leader has given up on the old one.
+    state_dir: str | None = None
+    # SIGTERM leaves (drains: its partitions move away, then it exits) instead of restarting.
+    leave_on_sigterm: bool = False
+    # The --store URI, sent at registration: a cluster whose store is another refuses the
+    # worker (its checkpoints would all be fenced). None: not sent, not checked.
+    store_uri: str | None = None
     join_token: str | None = None
     data_path: str | None = None  # files | arrow | direct; None: default_data_path
     arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT

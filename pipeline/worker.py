@@ -11,9 +11,11 @@ served as the owner unless the gate is open and the lease holds, and the coordin
 anyone else starts.
 
 Invariant kept here: nothing is processed before the start-up probe passed (a worker whose
-Spark cannot read its input never registers); SIGTERM drains (the leader moves the
-partitions away first), SIGINT stops at once; every task the worker starts is cancelled
-when it stops.
+Spark cannot read its input never registers); SIGTERM restarts (the last checkpoints are
+written and reported, every gate closed, the leader told to hold the partitions for the
+process started again under this id: `stop_for_restart`), or with `leave_on_sigterm` drains
+(the leader moves the partitions away first); SIGINT stops at once; every task the worker
+starts is cancelled when it stops.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from pipeline.lease import Lease
 from pipeline.metrics import WorkerMetrics, new_stats
 from pipeline.processing import Processor
 from pipeline.session import Session
-from pipeline.settings import BATCH_INTERVAL_S_DEFAULT, WorkerSettings
+from pipeline.settings import BATCH_INTERVAL_S_DEFAULT, StartRefused, WorkerSettings
 from pipeline.store import ObjectStore
 from shared.clock import Clock
 from shared.system_clock import SYSTEM_CLOCK
@@ -97,9 +99,12 @@ class Worker:
             self.hosting,
             self.schedule_checkpoint,
             self.health,
+            self.not_ready,
             self.metrics.render,
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._heartbeats: asyncio.Task[None] | None = None
+        self._stopping = False  # a SIGTERM is being handled (a second one changes nothing)
 
     # -- the handles tests and tools reach for -------------------------------------------------
 
@@ -157,6 +162,7 @@ class Worker:
             "incarnation": session.incarnation,
             "lease_valid": session.lease_valid(),
             "draining": session.draining,
+            "stopping": holdings.stopping,
             "partitions": {
                 str(p): {
                     "epoch": rt.epoch,
@@ -173,12 +179,70 @@ class Worker:
             "batch_seconds": {k: round(v, 3) for k, v in self.processor.batch_seconds.items()},
         }
 
+    def not_ready(self) -> str | None:
+        """Why this worker is not back at work, or None when it is: registered, holding a
+        lease, and every partition the leader's last heartbeat reply assigned here open at
+        its epoch. What a rolling restart waits for before it stops the next worker."""
+        session, holdings = self.session, self.holdings
+        if holdings.stopping or session.draining:
+            return "stopping"
+        if not session.token:
+            return "not registered"
+        if not session.lease_valid():
+            return "no lease (no heartbeat acknowledged lately)"
+        waiting = sorted(
+            p
+            for p, epoch in session.assigned.items()
+            if holdings.held(p) is None or holdings.parts[p].epoch != epoch
+        )
+        if waiting:
+            return f"{len(waiting)} assigned partitions not open yet (first: {waiting[0]})"
+        return None
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.append(task)
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def on_sigterm(self) -> None:
+        """What SIGTERM means: a restart (the default), or a leave (`leave_on_sigterm`)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._spawn(self.drain() if self.settings.leave_on_sigterm else self.stop_for_restart())
+
+    async def stop_for_restart(self) -> None:
+        """Stop so that the process started again under this id gets the same partitions:
+        last checkpoints written and reported (the restarted process replays little), every
+        gate closed, heartbeats stopped, the leader told to hold the partitions for its
+        rejoin grace. Bounded by `stop_timeout_s`; the worker exits in any case."""
+        try:
+            await asyncio.wait_for(self._hand_back(), self.settings.stop_timeout_s)
+        except TimeoutError:
+            log.warning(
+                "stopping for a restart took over %g s; exiting anyway",
+                self.settings.stop_timeout_s,
+            )
+        finally:
+            self.stopped.set()
+
+    async def _hand_back(self) -> None:
+        entries = await self.checkpointer.close_for_restart()
+        if not self.session.token:
+            return  # never registered: the leader holds nothing of ours
+        await self.checkpointer.report(entries)
+        if self._heartbeats is not None:
+            # Before the notice: a heartbeat after it must not find a worker still running.
+            self._heartbeats.cancel()
+            await asyncio.gather(self._heartbeats, return_exceptions=True)
+        await self.session.announce_restart()
+        log.info(
+            "stopped for a restart at %d checkpointed partitions; start again with the same "
+            "--worker-id and --state-dir to rejoin",
+            len(entries),
+        )
 
     async def drain(self) -> None:
         """Graceful leave: ask the leader to move our partitions, wait until they are gone."""
@@ -200,11 +264,20 @@ class Worker:
         await runner.setup()
         await self.site(runner).start()
         loop = asyncio.get_running_loop()
-        # SIGTERM is a graceful leave (drain, then exit); SIGINT stops at once, which is what
-        # `ripple up` uses when the whole local cluster goes down (nowhere to drain to).
-        loop.add_signal_handler(signal.SIGTERM, lambda: self._spawn(self.drain()))
+        # SIGTERM is a restart (or with leave_on_sigterm a graceful leave); SIGINT stops at
+        # once, which is what `ripple up` uses when the whole local cluster goes down.
+        loop.add_signal_handler(signal.SIGTERM, self.on_sigterm)
         loop.add_signal_handler(signal.SIGINT, self.stopped.set)
         try:
+            token_file = self.session.token_file
+            if token_file is not None:
+                # Before anything else: a worker that cannot keep its token cannot rejoin.
+                try:
+                    await asyncio.to_thread(token_file.prepare)
+                except OSError as exc:
+                    raise StartRefused(
+                        f"cannot use --state-dir {token_file.dir}: {exc.strerror or exc}"
+                    ) from None
             self.session.total_partitions = await self.session.cluster_partitions()
             # Before registering: a worker whose Spark cannot read its input must never
             # take partitions (they would stay ONLINE and silently never move).
@@ -217,25 +290,28 @@ class Worker:
                 self.settings.spark_remote,
                 self.processor.data_path.value,
             )
-            tasks = [
-                loop.create_task(self.session.heartbeat_loop()),
-                loop.create_task(self.processor.loop(self.stopped)),
-            ]
+            self._heartbeats = loop.create_task(self.session.heartbeat_loop())
+            tasks = [self._heartbeats, loop.create_task(self.processor.loop(self.stopped))]
             await self.stopped.wait()
             for t in tasks + self._tasks:
                 t.cancel()
+            if self.session.refused is not None:
+                raise self.session.refused
         finally:
             await self.client.close()
             await runner.cleanup()
             await self.processor.close()
+            if self.session.token_file is not None:
+                self.session.token_file.release()
 
 
 def run_worker(settings: WorkerSettings, store: ObjectStore, transform: Transform) -> int:
-    """Run until stopped; 0, or 2 when the start-up probe refused (message on stderr)."""
+    """Run until stopped; 0, or 2 when it refused to start (the start-up probe failed, its
+    state directory cannot be used...; the message on stderr)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
         asyncio.run(Worker(settings, store, transform).run())
-    except ProbeFailed as exc:
+    except (ProbeFailed, StartRefused) as exc:
         log.error("refusing to start: %s", exc)
         print(f"ripple worker: refusing to start: {exc}", file=sys.stderr)
         return 2

@@ -11,6 +11,9 @@ pysyncobj writes into its dump (`SnapshotCell`). Invariants:
   never sees.
 - The dump holds the machine's own snapshot bytes, never a machine object: pysyncobj's
   dump is pickle, and a domain object in it would tie the file to the classes of the day.
+- No dump is ever written of a halted machine (one that met an entry it could neither apply
+  nor skip, `StateMachine.halted`): its state lags the index pysyncobj would label it with,
+  and a restart must replay the journal from the last good dump instead.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Protocol
 from replication.batch import BatchFormatError, decode_batch, encode_results, is_batch
 
 __all__ = [
+    "MachineHaltedError",
     "PendingSnapshot",
     "SnapshotCell",
     "StateMachine",
@@ -34,13 +38,22 @@ log = logging.getLogger(__name__)
 
 
 class StateMachine(Protocol):
-    """What the log drives. `apply` must be deterministic and should not raise."""
+    """What the log drives. `apply` must be deterministic and should not raise. `halted`
+    says why the machine stopped applying entries (one it must neither apply nor skip, such
+    as a command of a newer release), None while it applies them: the log then stops this
+    node's Raft (`replication.log`)."""
 
     def apply(self, entry: bytes) -> bytes: ...
 
     def snapshot(self) -> bytes: ...
 
     def restore(self, data: bytes) -> None: ...
+
+    def halted(self) -> str | None: ...
+
+
+class MachineHaltedError(Exception):
+    """A dump was asked of a halted machine: refused, so none is written."""
 
 
 def machine_error_result(exc: BaseException) -> bytes:
@@ -107,4 +120,9 @@ class SnapshotCell:
         self.machine = machine
 
     def __reduce__(self) -> tuple[Callable[[bytes], PendingSnapshot], tuple[bytes]]:
+        reason = self.machine.halted()
+        if reason is not None:
+            # pysyncobj writes the dump in a forked child, which exits with an error on this:
+            # no file replaces the last good dump, and the journal is not trimmed.
+            raise MachineHaltedError(reason)
         return (unpickle_snapshot, (self.machine.snapshot(),))

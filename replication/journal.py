@@ -25,6 +25,7 @@ __all__ = [
     "FIRST_RECORD_OFFSET",
     "LAST_OFFSET_AT",
     "encode_journal",
+    "read_journal",
     "repair_journal_tail",
     "sync_writes",
 ]
@@ -50,7 +51,31 @@ def repair_journal_tail(path: str) -> int:
     if len(data) < FIRST_RECORD_OFFSET:
         return -1
     (end,) = _U32.unpack_from(data, LAST_OFFSET_AT)
-    offset, kept = FIRST_RECORD_OFFSET, 0
+    records, offset = _whole_records(data)
+    if offset == end:
+        return -1
+    log.warning("journal %s: torn tail cut at byte %d (header said %d)", path, offset, end)
+    with open(path, "r+b") as f:
+        f.seek(LAST_OFFSET_AT)
+        f.write(_U32.pack(offset))
+    return len(records)
+
+
+def read_journal(path: str) -> list[tuple[bytes, int, int]]:
+    """The records ((command, idx, term), in order) of the journal at `path` that a start
+    would keep: its longest run of whole records. Reads only; a torn tail is left as it is."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < FIRST_RECORD_OFFSET:
+        return []
+    return _whole_records(data)[0]
+
+
+def _whole_records(data: bytes) -> tuple[list[tuple[bytes, int, int]], int]:
+    """The whole records up to the header's end offset, and where they end."""
+    (end,) = _U32.unpack_from(data, LAST_OFFSET_AT)
+    offset = FIRST_RECORD_OFFSET
+    records: list[tuple[bytes, int, int]] = []
     while offset < end:
         if offset + 4 > len(data):
             break
@@ -60,14 +85,10 @@ def repair_journal_tail(path: str) -> int:
             break
         if _U32.unpack_from(data, offset + 4 + size)[0] != size:
             break
-        offset, kept = stop, kept + 1
-    if offset == end:
-        return -1
-    log.warning("journal %s: torn tail cut at byte %d (header said %d)", path, offset, end)
-    with open(path, "r+b") as f:
-        f.seek(LAST_OFFSET_AT)
-        f.write(_U32.pack(offset))
-    return kept
+        idx, term = _IDX_TERM.unpack_from(data, offset + 4)
+        records.append((data[offset + 4 + _IDX_TERM.size : offset + 4 + size], idx, term))
+        offset = stop
+    return records, offset
 
 
 def encode_journal(header: bytes, records: Iterable[tuple[bytes, int, int]]) -> bytes:

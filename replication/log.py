@@ -22,6 +22,11 @@ The invariants this module keeps itself:
 - The machine is mutated only inside a tick, under the apply lock; `read()` takes the same
   lock, so a reader never observes a half-applied entry (or half of a batch).
 - Role listeners run on the event loop thread, whichever thread ticked.
+- A node whose machine halts (`StateMachine.halted`) leaves Raft at once: it stops ticking
+  and closes its Raft port and journal, so it neither votes nor leads nor writes a dump of
+  its frozen state; it keeps its data directory as it was, answers `status` with the reason,
+  and refuses proposals. Restarted on code that can apply the entry, it replays its journal
+  from its last dump and catches up.
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ class RaftStatus:
     commit_index: int
     applied_index: int
     ready: bool  # leader whose own entry of this term has been applied
+    halted: str | None = None  # why the machine stopped applying (the node left Raft)
 
 
 def _itself(machine: StateMachine) -> StateMachine:
@@ -136,6 +142,9 @@ class ReplicatedLog:
         for path in (settings.journal_path, settings.dump_path):
             make_directory(os.path.dirname(os.path.abspath(path)), durable=settings.fsync)
         self._settings = settings
+        self._machine = machine
+        self._halted: str | None = None
+        self._closed = False
         self._lock = threading.Lock()  # the apply lock: the machine's, for ticks and reads
         self._role = RaftRole.FOLLOWER
         self._ready_term = -1
@@ -146,6 +155,7 @@ class ReplicatedLog:
         self._refusals = Refusals()
         self._sync_times = SyncTimes()
         raft_lock = threading.Lock()
+        self._raft_lock = raft_lock
         self._poller = LoopPoller(raft_lock)
         self._node = RaftNode(
             settings,
@@ -157,7 +167,7 @@ class ReplicatedLog:
             self._sync_times,
         )
         self._ticker = Ticker(
-            self._node, self._poller, raft_lock, self._lock, after_tick=self._check_readiness
+            self._node, self._poller, raft_lock, self._lock, after_tick=self._after_tick
         )
         self._group = GroupCommit(
             settings.group_commit_limits(),
@@ -174,7 +184,9 @@ class ReplicatedLog:
 
     def close(self) -> None:
         """Stop ticking and close the Raft port and the journal (on the event loop's thread)."""
-        self._ticker.close()
+        if not self._closed:
+            self._closed = True
+            self._ticker.close()
 
     @property
     def guard_ticks(self) -> int:
@@ -188,6 +200,8 @@ class ReplicatedLog:
         self._role_listeners.append(listener)
 
     def _on_role(self, role: RaftRole) -> None:
+        if self._halted is not None:
+            role = RaftRole.FOLLOWER  # leaving Raft: no listener hears of a role it holds
         self._role = role
         if role is not RaftRole.LEADER:
             self._ready_term = -1
@@ -196,9 +210,38 @@ class ReplicatedLog:
             for listener in self._role_listeners:
                 loop.call_soon_threadsafe(listener, role)
 
+    def _after_tick(self) -> None:
+        """After every tick (the Raft lock held, on the loop or the guard)."""
+        if self._halted is not None:
+            return
+        reason = self._machine.halted()
+        if reason is not None:
+            self._halt(reason)
+            return
+        self._check_readiness()
+
+    def _halt(self, reason: str) -> None:
+        """The machine stopped applying: leave Raft (on the loop, which owns closing)."""
+        self._halted = reason
+        self._role = RaftRole.FOLLOWER
+        log.critical(
+            "HALTED: the state machine stopped applying entries at index %d and this node "
+            "leaves Raft until it is restarted on a release that can apply them: %s",
+            int(self._node.raftLastApplied),
+            reason,
+        )
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._leave_raft)
+
+    def _leave_raft(self) -> None:
+        self.close()
+        for listener in self._role_listeners:
+            listener(RaftRole.FOLLOWER)
+
     def _check_readiness(self) -> None:
-        """After every tick: a new leader proposes one empty entry of its own; once that
-        entry is applied, so is everything committed before it (Raft's no-op rule)."""
+        """A new leader proposes one empty entry of its own; once that entry is applied, so
+        is everything committed before it (Raft's no-op rule)."""
         if self._role is not RaftRole.LEADER:
             return
         term = self._node.raftCurrentTerm
@@ -220,7 +263,8 @@ class ReplicatedLog:
 
     def status(self) -> RaftStatus:
         node = self._node
-        leader = node._getLeader()
+        halted = self._halted
+        leader = None if halted is not None else node._getLeader()
         role = self._role
         return RaftStatus(
             role=role,
@@ -228,8 +272,16 @@ class ReplicatedLog:
             term=int(node.raftCurrentTerm),
             commit_index=int(node.raftCommitIndex),
             applied_index=int(node.raftLastApplied),
-            ready=role is RaftRole.LEADER and self._ready_term == node.raftCurrentTerm,
+            ready=halted is None
+            and role is RaftRole.LEADER
+            and self._ready_term == node.raftCurrentTerm,
+            halted=halted,
         )
+
+    @property
+    def halted(self) -> str | None:
+        """Why this node's machine stopped applying entries (it left Raft), or None."""
+        return self._halted
 
     def sync_stats(self) -> SyncStats:
         """The journal syncs and other synced writes of this node (so far; any thread)."""
@@ -241,7 +293,11 @@ class ReplicatedLog:
 
     @property
     def is_ready_leader(self) -> bool:
-        return self._role is RaftRole.LEADER and self._ready_term == self._node.raftCurrentTerm
+        return (
+            self._role is RaftRole.LEADER
+            and self._ready_term == self._node.raftCurrentTerm
+            and self._halted is None
+        )
 
     @property
     def settings(self) -> RaftSettings:
@@ -258,6 +314,22 @@ class ReplicatedLog:
         never torn: a context manager holding the apply lock."""
         return MachineRead(self._lock, self._node.machine, view or _itself)
 
+    def read_at(self, view: Callable[[StateMachine], V]) -> tuple[V, int, int]:
+        """`view(machine)` with the exact log position it reflects: (value, applied index,
+        term of that entry). Holds the Raft lock too, so no tick is between an entry's apply
+        and pysyncobj counting it: a snapshot taken this way is of exactly that index. Keep
+        `view` short (a copy, not an encoding): every tick waits for it."""
+        with self._raft_lock, self._lock:
+            value = view(self._node.machine())
+            applied = int(self._node.raftLastApplied)
+            journal = self._node.journal()
+            first = int(journal[0][1]) if len(journal) else applied + 1
+            if first <= applied < first + len(journal):
+                term = int(journal[applied - first][2])
+            else:
+                term = int(self._node.raftCurrentTerm)
+        return value, applied, term
+
     # -- writes ------------------------------------------------------------------------
 
     async def propose(self, entry: bytes, timeout_s: float = DEFAULT_PROPOSE_TIMEOUT_S) -> bytes:
@@ -269,6 +341,8 @@ class ReplicatedLog:
         `group_commit_in_flight_max` batches are in flight, everything queued (up to the
         batch bounds) goes out as one log entry. One client alone sees no extra wait: its
         proposal finds nothing in flight and goes out at once, as itself."""
+        if self._halted is not None:
+            raise NoLeaderError(f"this node halted and left Raft: {self._halted}")
         return await self._group.propose(entry, timeout_s)
 
     def _append(self, payload: bytes, callback: Callable[[Any, int], None]) -> None:

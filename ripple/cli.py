@@ -8,6 +8,10 @@
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log
   ripple get KEY                                    a key's state from its owning worker
+  ripple backup --out FILE | --store URI            admin: a backup of the cluster's state
+  ripple restore --backup FILE --config FILE        a NEW cluster's data dirs from a backup
+  ripple recover --from-data-dir DIR --config FILE  a NEW cluster from one survivor's data dir
+  ripple --version                                  the release (shared/version.py)
 
 Every subcommand that talks to the coordinators takes `--coordinator URL` (repeatable;
 `--url` is the same flag). URLs and the admin token default to `RIPPLE_URL` (comma-separated)
@@ -29,6 +33,7 @@ from typing import Any
 
 from coordinator.client import CoordinatorClient
 from coordinator.config import SCALAR_KEYS, ClusterConfig, check_bind, load_config
+from coordinator.core.fencing import EPOCH_JUMP_DEFAULT
 from ripple.local_cluster import cluster_file, up
 from ripple.tables import (
     render_migrations,
@@ -38,6 +43,7 @@ from ripple.tables import (
     table,
 )
 from shared.errors import ConfigError, RippleError
+from shared.version import PACKAGE_VERSION
 
 WATCH_MAX_S = 3600.0
 WATCH_EVERY_S = 0.5
@@ -171,6 +177,23 @@ async def cmd_drain(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- backups --------------------------------------------------------------------------------
+
+BACKUP_TIMEOUT_S = 300.0
+
+
+async def cmd_backup(args: argparse.Namespace) -> int:
+    from ripple.backups import backup_command
+
+    if args.out is None and args.store is None:
+        raise RippleError("give --out FILE, --store URI or both", code="usage", status=2)
+    client = CoordinatorClient(
+        _urls(args), token=_admin_token(args), ca_file=_tls_ca(args), timeout_s=BACKUP_TIMEOUT_S
+    )
+    async with client:
+        return await backup_command(args, client)
+
+
 # -- pipeline ---------------------------------------------------------------------------------
 
 
@@ -269,6 +292,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_ca=_tls_ca(args),
+        state_dir=args.state_dir or None,
+        store_uri=args.store,
+        leave_on_sigterm=args.leave_on_sigterm,
     )
     transform = load_transform(args.transform) if args.transform else identity
     return run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
@@ -312,6 +338,7 @@ def coordinator_arg(sp: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ripple", description="Ripple partition coordinator")
+    p.add_argument("--version", action="version", version=f"ripple {PACKAGE_VERSION}")
     p.add_argument("--log-level", default=os.environ.get("RIPPLE_LOG_LEVEL", "INFO"))
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -380,6 +407,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("RIPPLE_JOIN_TOKEN"),
         help="the cluster's join token, if it has one (env RIPPLE_JOIN_TOKEN)",
     )
+    w.add_argument(
+        "--state-dir",
+        default=os.environ.get("RIPPLE_STATE_DIR"),
+        metavar="DIR",
+        help="where the worker keeps its current token (mode 600), so that the same command "
+        "started again rejoins to the same partitions (env RIPPLE_STATE_DIR; none: a restart "
+        "waits until the leader gives the old process up, and its partitions move)",
+    )
+    w.add_argument(
+        "--leave-on-sigterm",
+        action="store_true",
+        help="SIGTERM leaves (drains: partitions move away, then exit) instead of restarting "
+        "(the default: partitions held for the process started again, rejoin_grace_s)",
+    )
     w.add_argument("--batch-interval-s", type=float, default=0.5)
     w.add_argument("--max-keys-per-partition", type=int, default=2000)
     w.add_argument("--staging-dir", help="where S3 segments are staged for a local Spark")
@@ -419,6 +460,29 @@ def build_parser() -> argparse.ArgumentParser:
     client_args(d)
     d.add_argument("worker")
     d.add_argument("--admin-token")
+
+    b = sub.add_parser("backup", help="admin: a backup of the state at one applied index")
+    client_args(b)
+    b.add_argument("--admin-token")
+    b.add_argument("--out", metavar="FILE", help="write it to this file (never replaced)")
+    b.add_argument("--store", metavar="URI", help="put it under backups/ in this store")
+    b.add_argument("--s3-endpoint")
+    b.add_argument("--bytes-max", type=int, default=ClusterConfig().backup_bytes_max, metavar="N")
+    for name, source in (("restore", "--backup"), ("recover", "--from-data-dir")):
+        r = sub.add_parser(
+            name,
+            help="make a NEW cluster's data directories from a backup"
+            if name == "restore"
+            else "make a NEW cluster from one survivor's data directory (lost majority)",
+        )
+        r.add_argument(source, required=True, metavar="FILE" if name == "restore" else "DIR")
+        r.add_argument("--config", required=True, help="the new cluster's file")
+        r.add_argument(
+            "--epoch-jump",
+            type=int,
+            default=EPOCH_JUMP_DEFAULT,
+            help="every partition's epoch grows by this (fences the old cluster's workers)",
+        )
     return p
 
 
@@ -445,6 +509,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_produce(args)
         if args.command == "get":
             return asyncio.run(cmd_get(args))
+        if args.command == "backup":
+            return asyncio.run(cmd_backup(args))
+        if args.command in ("restore", "recover"):
+            from ripple.restore import restore_command
+
+            return restore_command(args)
         render = {
             "status": render_status,
             "partitions": render_partitions,

@@ -39,6 +39,7 @@ def worker_argv(
     batch_interval_s: float | None = None,
     max_keys_per_partition: int | None = None,
     s3_endpoint: str | None = None,
+    state_dir: str | Path | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """`ripple worker` serving on `listen` (HOST:PORT). A setting left None is the worker's
@@ -64,6 +65,8 @@ def worker_argv(
         argv += ["--max-keys-per-partition", str(max_keys_per_partition)]
     if s3_endpoint:
         argv += ["--s3-endpoint", s3_endpoint]
+    if state_dir is not None:
+        argv += ["--state-dir", str(state_dir)]
     argv += extra
     for url in coordinators:
         argv += ["--coordinator", url]

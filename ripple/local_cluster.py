@@ -183,6 +183,8 @@ def _start_pipeline(
             spark_remote=spark_url,
             coordinators=urls,
             max_keys_per_partition=config.max_keys_per_partition,
+            # Kept across `ripple up` runs: a worker started again rejoins as itself.
+            state_dir=Path(config.data_dir) / "workers" / f"w{i + 1}",
         )
         env = {"PYSPARK_PYTHON": sys.executable, "RIPPLE_JOIN_TOKEN": config.join_token}
         # SIGINT: a worker stops without draining (the whole local cluster is going down).

@@ -5,6 +5,7 @@ value prints as "-"; columns are padded to their widest cell.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 __all__ = ["render_migrations", "render_partitions", "render_status", "render_workers", "table"]
@@ -27,7 +28,30 @@ def render_status(s: dict[str, Any]) -> str:
         f"migrations in flight: {s['migrations_in_flight']}",
         "partitions by status: "
         + ", ".join(f"{k}={v}" for k, v in sorted(s["partitions_by_status"].items())),
+        f"command set: finalized at version {s['finalized_command_set_version']}",
     ]
+    records = {c["node_id"]: c for c in s["coordinators"]}
+    rows = [
+        [
+            node_id,
+            "yes" if node_id in s["voters"] else "no",
+            None if c is None else c["package_version"],
+            None if c is None else f"{c['min_version']}..{c['max_version']}",
+        ]
+        for node_id in sorted({*s["voters"], *records})
+        for c in [records.get(node_id)]
+    ]
+    lines.append(table(rows, ["COORDINATOR", "VOTER", "RIPPLE", "COMMAND SET"]))
+    b = s.get("last_backup")
+    if b is None:
+        lines.append("last backup: none recorded")
+    else:
+        taken = datetime.datetime.fromtimestamp(b["created_at_ms"] / 1000, datetime.UTC)
+        lines.append(
+            f"last backup: applied index {b['applied_index']}, term {b['term']}, taken "
+            f"{taken:%Y-%m-%d %H:%M:%S} UTC, cluster {b['cluster_id']}, {b['size_bytes']} bytes"
+        )
+    lines += [f"warning: {w}" for w in s.get("warnings", [])]
     return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
 """What the coordinator, its client and the pipeline share, and nothing else: the clock
 protocol and the real clock, the error hierarchy, key routing, checkpoint naming, TLS
-contexts and free local ports. It imports no other Ripple package, so every package may
-import it without a cycle (pyproject.toml's import contracts hold it to that)."""
+contexts, free local ports and the package version. It imports no other Ripple package, so
+every package may import it without a cycle (pyproject.toml's import contracts hold it to
+that)."""

@@ -7,6 +7,9 @@ partition, epoch, offset)`: no other file, bucket, path or partition's object ca
 a partition's checkpoint by whoever holds a worker token. The pipeline names its objects
 with these same functions, so the two sides cannot drift apart.
 
+`store_mismatch` says why a worker's store is not the cluster's (its checkpoints would all
+be fenced), naming both without whatever user information a URI might carry.
+
 Pure: string work only (the store URI is parsed, never opened).
 """
 
@@ -16,7 +19,14 @@ import functools
 import posixpath
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["canonical_uri", "checkpoint_key", "reference_problem", "store_base"]
+__all__ = [
+    "canonical_uri",
+    "checkpoint_key",
+    "reference_problem",
+    "shown_store",
+    "store_base",
+    "store_mismatch",
+]
 
 STORE_BASES_CACHED_MAX = 16  # a process uses one store; tests and tools a few
 
@@ -49,6 +59,29 @@ def store_base(store: str) -> str:
         prefix = parts.path.strip("/")
         return f"s3://{parts.netloc}/" + (prefix + "/" if prefix else "")
     raise ValueError(f"unsupported store URI {store!r} (file:///dir or s3://bucket/prefix)")
+
+
+def shown_store(store: str) -> str:
+    """`store` fit for a message or a log: user information (`s3://key:secret@bucket`, which
+    no Ripple store needs, but an operator may have written) is left out."""
+    parts = urlsplit(store)
+    if "@" not in parts.netloc:
+        return store
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+
+
+def store_mismatch(cluster_store: str, worker_store: str) -> str | None:
+    """Why a worker whose store is `worker_store` cannot checkpoint in a cluster whose
+    `store` setting is `cluster_store`, or None when it can (or the cluster has no store to
+    compare with). ValueError when `worker_store` is not a store URI."""
+    worker_base = store_base(worker_store)
+    if not cluster_store or store_base(cluster_store) == worker_base:
+        return None
+    return (
+        f"this worker's store {shown_store(worker_store)} is not the cluster's store "
+        f"{shown_store(cluster_store)}: every checkpoint it writes would be fenced. Start it "
+        "with the cluster's store (--store), or fix the cluster file's store setting"
+    )
 
 
 def canonical_uri(store: str, partition: int, epoch: int, offset: int) -> str:

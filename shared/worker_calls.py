@@ -1,5 +1,6 @@
 """The leader's calls to a worker, written once: paths, bodies, replies, status codes, the
-call token's header and the error shape (docs/design.md §5 and §6).
+call token's header and the error shape (docs/design.md §5 and §6); and the one header a
+worker adds to its own registration, `WORKER_TOKEN_HEADER`.
 
 The leader sends them (`coordinator/service/duties.py`), a worker answers them
 (`pipeline/http_api.py`) and so does the scripted test worker; all of them build and read
@@ -40,6 +41,7 @@ __all__ = [
     "STATUS_STALE",
     "STATUS_UNAUTHORIZED",
     "STATUS_UNAVAILABLE",
+    "WORKER_TOKEN_HEADER",
     "CheckpointReply",
     "CheckpointRequest",
     "ErrorReply",
@@ -57,6 +59,11 @@ __all__ = [
 ]
 
 JsonObject = dict[str, object]
+
+# Where a registration presents the worker id's current worker token: a live id is
+# re-registered only by its holder (or the admin), which is how a restarted worker proves it
+# is the member it was (docs/security.md).
+WORKER_TOKEN_HEADER = "Ripple-Worker-Token"
 
 EPOCH_MAX = 2**63 - 1  # what the coordinator's codec carries
 

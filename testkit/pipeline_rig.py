@@ -97,12 +97,24 @@ class PipelineRig:
             coordinators=[s.url for s in self.cluster.specs],
             batch_interval_s=batch_interval_s,
             s3_endpoint=self.worker_s3_endpoint,
+            # The same directory every time: a worker started again rejoins as itself.
+            state_dir=self.cluster.root / "worker-state" / wid,
             extra=[*self.worker_args, *extra],
         )
         proc = Proc(
             argv, self.cluster.root / "logs" / f"{wid}.log", env={"PYSPARK_PYTHON": sys.executable}
         )
         self.workers[wid], self.ports[wid] = proc, port
+        return proc
+
+    def restart_worker(self, wid: str) -> Proc:
+        """Start `wid` again with exactly the command line of its last process (same port,
+        same state directory), as a supervisor restarts a service; that one has exited."""
+        old = self.workers[wid]
+        assert not old.alive(), f"{wid} is still running (pid {old.pid})"
+        old.stop()  # closes its log
+        proc = Proc(old.argv, old.log_path, env={"PYSPARK_PYTHON": sys.executable})
+        self.workers[wid] = proc
         return proc
 
     def worker_url(self, wid: str) -> str:

@@ -9,8 +9,12 @@ a test can make it fall silent without killing it), `POST /test/release-uri {"ur
 this object in release replies, as a compromised worker could), `POST /test/refuse-release
 {"refuse"}` (answer release calls 503, as a worker whose store is down) and `POST /test/progress
 {"lag_records", "failing": {p: error}}` (heartbeats then report a source log that far ahead
-and partitions whose batches fail) and `POST /test/lose-checkpoints {"lost"}` (answer every host
-call that names a checkpoint 503 `checkpoint_unavailable`, as a worker whose store lost them).
+and partitions whose batches fail), `POST /test/lose-checkpoints {"lost"}` (answer every host
+call that names a checkpoint 503 `checkpoint_unavailable`, as a worker whose store lost them),
+`POST /test/restart {"notice"}` (stop as a restarting process does: tell the leader when
+`notice`, go silent, forget every gate, keep the token as a process keeps it on disk) and
+`POST /test/rejoin {"with_token"}` (register again, presenting the kept token or not; the
+answer's status and body come back).
 Offsets advance by one per
 heartbeat for each open gate, standing in for processed input.
 """
@@ -37,6 +41,7 @@ from shared.worker_calls import (
     STATUS_STALE,
     STATUS_UNAUTHORIZED,
     STATUS_UNAVAILABLE,
+    WORKER_TOKEN_HEADER,
     CheckpointReply,
     ErrorReply,
     HostReply,
@@ -84,9 +89,12 @@ class ScriptedWorker:
         self.failing: dict[int, str] = {}  # partition -> error its batches "fail" with
         self.generation = -1
 
-    async def register(self) -> None:
-        body = await self.client.post(
-            "/v1/workers", {"worker_id": self.worker_id, "address": self.address}
+    async def register(self, headers: dict[str, str] | None = None) -> None:
+        body = await self.client.request(
+            "POST",
+            "/v1/workers",
+            json={"worker_id": self.worker_id, "address": self.address},
+            headers=headers,
         )
         self.token, self.incarnation = body["token"], body["incarnation"]
         self.call_token = body["call_token"]
@@ -268,6 +276,32 @@ class ScriptedWorker:
         self.release_uri = (await request.json())["uri"]
         return web.json_response({"uri": self.release_uri})
 
+    async def restart(self, request: web.Request) -> web.Response:
+        """Stop like a restarting process: the notice (when asked), then nothing."""
+        notice = bool((await request.json())["notice"])
+        answer: dict[str, Any] = {}
+        if notice:
+            answer = await self.client.post(
+                f"/v1/workers/{self.worker_id}/restarting",
+                {"incarnation": self.incarnation},
+                token=self.token,
+            )
+        self.heartbeats_enabled = False
+        self.gates.clear()
+        self.calls.append({"call": "restart", "notice": notice})
+        return web.json_response(answer)
+
+    async def rejoin(self, request: web.Request) -> web.Response:
+        """Register again as a restarted process would, with its kept token or without."""
+        with_token = bool((await request.json())["with_token"])
+        headers = {WORKER_TOKEN_HEADER: self.token} if with_token and self.token else None
+        try:
+            await self.register(headers)
+        except ClientError as exc:
+            return web.json_response({"error": exc.code, "message": exc.message}, status=exc.status)
+        self.heartbeats_enabled = True
+        return web.json_response({"incarnation": self.incarnation})
+
     async def report_now(self, request: web.Request) -> web.Response:
         return web.json_response({"results": await self.report_checkpoints()})
 
@@ -292,6 +326,8 @@ async def main(args: argparse.Namespace) -> None:
     app.router.add_post("/test/release-uri", w.set_release_uri)
     app.router.add_post("/test/refuse-release", w.set_refuse_release)
     app.router.add_post("/test/lose-checkpoints", w.set_checkpoints_lost)
+    app.router.add_post("/test/restart", w.restart)
+    app.router.add_post("/test/rejoin", w.rejoin)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", args.port, ssl_context=ssl_context).start()

@@ -2,8 +2,9 @@
 coordinator cluster, each tracked by PID.
 
 A worker started again keeps its port, so the address it registers does not change. Its
-`/test/*` endpoints let a test read what it was told (`state`) and make it fall silent
-without killing it (`silence`).
+`/test/*` endpoints let a test read what it was told (`state`), make it fall silent
+without killing it (`silence`), and stop it as a restarting process stops and register it
+again as the restarted one (`restart`, `rejoin`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,29 @@ class ScriptedWorkers:
             {"enabled": False},
             timeout_s=self.call_timeout_s,
         )
+
+    def restart(self, wid: str, *, notice: bool = True) -> dict[str, Any]:
+        """`wid` stops as a restarting process (telling the leader when `notice`); the
+        leader's answer to the notice."""
+        r = call(
+            "POST",
+            self.url(wid) + "/test/restart",
+            {"notice": notice},
+            timeout_s=self.call_timeout_s,
+        )
+        assert r.status == 200, r
+        return r.body  # type: ignore[no-any-return]
+
+    def rejoin(self, wid: str, *, with_token: bool = True) -> tuple[int, dict[str, Any]]:
+        """`wid` registers again as its restarted process, presenting its kept token or not:
+        the registration's status and body."""
+        r = call(
+            "POST",
+            self.url(wid) + "/test/rejoin",
+            {"with_token": with_token},
+            timeout_s=self.call_timeout_s,
+        )
+        return r.status, r.body
 
     def stop_all(self) -> None:
         for p in self.procs.values():

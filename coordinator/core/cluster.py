@@ -1,12 +1,14 @@
 """The replicated cluster state as a container: the records and the indices derived from them.
 
 Owns `ClusterState`: the workers, partitions, migrations and request results every replica
-holds, plus the indices the leader's every-tick questions read (owner -> partitions, source
--> in-flight migrations, in-flight migrations in creation order, terminal ones in eviction
-order, workers by state, the owning set's changes, the heartbeat replies). Invariant: an
-index always equals a scan of the records, because records are written only through the
-`put_*` methods here, which keep the indices with them, and `reindex` rebuilds them from the
-records alone. Which writes happen is `coordinator/core/state.py`'s `apply`, the only caller.
+holds, the cluster's records about itself (the command-set versions each coordinator node
+speaks, the finalized one, the last backup), plus the indices the leader's every-tick
+questions read (owner -> partitions, source -> in-flight migrations, in-flight migrations in
+creation order, terminal ones in eviction order, workers by state, the owning set's changes,
+the heartbeat replies). Invariant: an index always equals a scan of the records, because
+records are written only through the `put_*` methods here, which keep the indices with them,
+and `reindex` rebuilds them from the records alone (the records about the cluster itself have
+no index). Which writes happen is `coordinator/core/state.py`'s `apply`, the only caller.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from collections.abc import Set as AbstractSet
 
 from coordinator.core.commands import Result
 from coordinator.core.model import (
+    FIRST_COMMAND_SET_VERSION,
     OWNING_WORKER_STATES,
     TERMINAL_PHASES,
+    BackupRecord,
     Migration,
     MigrationId,
+    NodeVersions,
     Partition,
     PartitionEpoch,
     PartitionId,
@@ -61,9 +66,12 @@ class ClusterState:
         "_owning_seq",
         "_sourcing",
         "_terminal",
+        "finalized_version",
         "generation",
+        "last_backup",
         "migration_seq",
         "migrations",
+        "node_versions",
         "partitions",
         "requests",
         "total_partitions",
@@ -80,6 +88,12 @@ class ClusterState:
         self.migrations: dict[MigrationId, Migration] = {}
         self.migration_seq: int = 0
         self.requests: OrderedDict[str, Result] = OrderedDict()
+        # Coordinator node id -> the command-set versions it speaks (ReportVersions), the
+        # version every voter speaks and the leader finalized (FinalizeVersion), and the
+        # newest backup an operator's tool stored (RecordBackup): coordinator/core/versions.py.
+        self.node_versions: dict[str, NodeVersions] = {}
+        self.finalized_version: int = FIRST_COMMAND_SET_VERSION
+        self.last_backup: BackupRecord | None = None
         self._owned: dict[WorkerId, set[PartitionId]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
         # The non-terminal migrations in creation order (a dict as an ordered set): the
@@ -138,6 +152,9 @@ class ClusterState:
         copy.migration_seq = self.migration_seq
         copy._in_flight = dict(self._in_flight)
         copy.requests = OrderedDict(self.requests)
+        copy.node_versions = dict(self.node_versions)
+        copy.finalized_version = self.finalized_version
+        copy.last_backup = self.last_backup
         return copy
 
     # --- reads ---------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ Command envelope: ``[FORMAT_VERSION, TAG, request_id, {field: value, ...}]``.
 Result: ``[FORMAT_VERSION, "ok", value]`` or
 ``[FORMAT_VERSION, "rejected", code, message, status, field]``; an Ok's typed value is a map
 whose ordered keys name its type (see ``_RESULT_SHAPES``).
-State: a map, see ``encode_state``.
+State: a map, see ``encode_state``; keys added since the first format trail it and are
+written only when used, so an older state keeps its bytes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from coordinator.core.commands import (
     AbortResult,
     Assignment,
     AssignResult,
+    BackupResult,
     BarrierResult,
     BootstrapResult,
     CheckpointReport,
@@ -39,6 +41,7 @@ from coordinator.core.commands import (
     DrainResult,
     FallBackResult,
     FinalCheckpoint,
+    FinalizeResult,
     HandOffResult,
     Move,
     NewMigration,
@@ -48,6 +51,7 @@ from coordinator.core.commands import (
     RegisterResult,
     Rejected,
     ReleaseResult,
+    ReportResult,
     ResetResult,
     Result,
     Returns,
@@ -57,13 +61,18 @@ from coordinator.core.model import (
     ADDRESS_LEN_MAX,
     BATCH_ITEMS_MAX,
     CHECKPOINTS_KEPT_MAX,
+    FIRST_COMMAND_SET_VERSION,
     HISTORY_PER_PARTITION_MAX,
     INT_VALUE_MAX,
+    NODE_VERSIONS_MAX,
     NONCE_LEN_MAX,
     NOTE_LEN_MAX,
+    PACKAGE_VERSION_LEN_MAX,
     REQUEST_ID_LEN_MAX,
+    SHA256_HEX_LEN,
     TOTAL_PARTITIONS_MAX,
     URI_LEN_MAX,
+    BackupRecord,
     ChangeReason,
     Checkpoint,
     Epoch,
@@ -71,6 +80,7 @@ from coordinator.core.model import (
     MigrationId,
     MigrationPhase,
     MigrationReason,
+    NodeVersions,
     OwnershipChange,
     Partition,
     PartitionId,
@@ -84,6 +94,7 @@ from coordinator.core.model import (
 __all__ = [
     "FORMAT_VERSION",
     "CodecError",
+    "NewerCommandError",
     "decode_command",
     "decode_result",
     "decode_state",
@@ -106,6 +117,13 @@ class CodecError(ValueError):
         super().__init__(message)
         self.message = message
         self.field = field
+
+
+class NewerCommandError(CodecError):
+    """A well-formed entry this code cannot read: a command tag it does not know, or an
+    envelope format newer than FORMAT_VERSION. Only a newer release writes one, so a
+    replica must not skip it as malformed (the others apply it): coordinator/core/machine.py
+    halts on it."""
 
 
 # --- encoding ----------------------------------------------------------------------------------
@@ -312,6 +330,27 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
     },
     14: {"partition": _partition_id, "epoch": _epoch, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
     15: {"partition": _partition_id, "note": _str(NOTE_LEN_MAX), "now_ms": _int},
+    16: {
+        "node_id": _str(REQUEST_ID_LEN_MAX, empty_ok=False),
+        "min_version": _int,
+        "max_version": _int,
+        "package_version": _str(PACKAGE_VERSION_LEN_MAX),
+        "now_ms": _int,
+    },
+    17: {
+        "version": _int,
+        "voters": _array(_str(REQUEST_ID_LEN_MAX, empty_ok=False), NODE_VERSIONS_MAX),
+        "now_ms": _int,
+    },
+    18: {
+        "cluster_id": _str(REQUEST_ID_LEN_MAX, empty_ok=False),
+        "applied_index": _int,
+        "term": _int,
+        "sha256": _str(SHA256_HEX_LEN, empty_ok=False),
+        "size_bytes": _int,
+        "created_at_ms": _int,
+        "now_ms": _int,
+    },
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, _Where], Command]] = {
@@ -325,13 +364,15 @@ def decode_command(data: bytes) -> tuple[str, Command]:
     if not isinstance(envelope, list) or len(envelope) != 4:
         raise CodecError("entry must be [version, tag, request_id, fields]")
     version, tag, request_id, body = envelope
+    if type(version) is int and version > FORMAT_VERSION:
+        raise NewerCommandError(f"unsupported format version {version!r}", "version")
     if type(version) is not int or version != FORMAT_VERSION:
         raise CodecError(f"unsupported format version {version!r}", "version")
     if type(tag) is not int:
         raise CodecError("command tag must be an integer", "tag")
     decoder = _COMMAND_DECODERS.get(tag)
     if decoder is None:
-        raise CodecError(f"unknown command tag {tag}", "tag")
+        raise NewerCommandError(f"unknown command tag {tag}", "tag")
     if not isinstance(request_id, str) or not request_id or len(request_id) > REQUEST_ID_LEN_MAX:
         raise CodecError(
             f"request_id must be a string of 1..{REQUEST_ID_LEN_MAX} chars", "request_id"
@@ -465,6 +506,9 @@ _RESULT_SHAPES: tuple[_Shape, ...] = (
     ),
     _shape(StuckResult, {"partition": _int, "stuck": _str(NOTE_LEN_MAX)}),
     _shape(ResetResult, {"partition": _int, "epoch": _int}),
+    _shape(ReportResult, {"node_id": _str(REQUEST_ID_LEN_MAX), "finalized_version": _int}),
+    _shape(FinalizeResult, {"finalized_version": _int, "changed": _bool}),
+    _shape(BackupResult, {"applied_index": _int, "latest": _bool}),
 )
 _SHAPE_OF: dict[type, _Shape] = {
     shape.cls: shape for shape in (_new_migration, _verdict, *_RESULT_SHAPES)
@@ -588,8 +632,35 @@ def encode_state(state: ClusterState) -> bytes:
                 for m in state.migrations.values()
             ],
             "requests": [[rid, _result_plain(r)] for rid, r in state.requests.items()],
+            **_bookkeeping_plain(state),
         }
     )
+
+
+def _bookkeeping_plain(state: ClusterState) -> dict[str, object]:
+    """The cluster's records about itself, as trailing keys written only when in use: a
+    state without them encodes to the bytes of the format before them."""
+    out: dict[str, object] = {}
+    if state.node_versions or state.finalized_version != FIRST_COMMAND_SET_VERSION:
+        out["command_set"] = [
+            state.finalized_version,
+            [
+                [n.node_id, n.min_version, n.max_version, n.package_version, n.reported_at_ms]
+                for n in state.node_versions.values()
+            ],
+        ]
+    b = state.last_backup
+    if b is not None:
+        out["last_backup"] = [
+            b.cluster_id,
+            b.applied_index,
+            b.term,
+            b.sha256,
+            b.size_bytes,
+            b.created_at_ms,
+            b.recorded_at_ms,
+        ]
+    return out
 
 
 def _tuple(value: object, n: int, where: _Where, *, optional: int = 0) -> list[object]:
@@ -693,8 +764,18 @@ def decode_state(data: bytes) -> ClusterState:
         "migrations",
         "requests",
     ]
-    if not isinstance(obj, dict) or list(obj) != keys:
-        raise CodecError("state must be a map of " + ", ".join(keys))
+    if (
+        not isinstance(obj, dict)
+        or list(obj)[: len(keys)] != keys
+        or not _in_order(list(obj)[len(keys) :], _BOOKKEEPING_KEYS)
+    ):
+        raise CodecError(
+            "state must be a map of "
+            + ", ".join(keys)
+            + " (then, optionally, "
+            + ", ".join(_BOOKKEEPING_KEYS)
+            + ")"
+        )
     if obj["format"] != FORMAT_VERSION or type(obj["format"]) is not int:
         raise CodecError(f"unsupported state format {obj['format']!r}", "format")
     state = ClusterState()
@@ -717,8 +798,49 @@ def decode_state(data: bytes) -> ClusterState:
         rid, result = _tuple(value, 2, "requests")
         requests[_str(REQUEST_ID_LEN_MAX)(rid, "requests")] = _result_from_plain(result)
     state.requests = requests
+    if "command_set" in obj:
+        _decode_command_set(state, obj["command_set"])
+    if "last_backup" in obj:
+        state.last_backup = _decode_backup(obj["last_backup"])
     state.reindex()
     return state
+
+
+_BOOKKEEPING_KEYS = ("command_set", "last_backup")
+
+
+def _in_order(present: list[object], allowed: tuple[str, ...]) -> bool:
+    """`present` is some of `allowed`, each at most once, in `allowed`'s order."""
+    positions = [allowed.index(k) for k in present if isinstance(k, str) and k in allowed]
+    return len(positions) == len(present) and positions == sorted(set(positions))
+
+
+def _decode_command_set(state: ClusterState, value: object) -> None:
+    finalized, records = _tuple(value, 2, "command_set")
+    state.finalized_version = _int(finalized, "command_set")
+    for row in _array(lambda v, w: v, NODE_VERSIONS_MAX)(records, "command_set"):
+        node_id, low, high, package, at_ms = _tuple(row, 5, "command_set")
+        record = NodeVersions(
+            node_id=_worker_id(node_id, "command_set"),
+            min_version=_int(low, "command_set"),
+            max_version=_int(high, "command_set"),
+            package_version=_str(PACKAGE_VERSION_LEN_MAX)(package, "command_set"),
+            reported_at_ms=_int(at_ms, "command_set"),
+        )
+        state.node_versions[record.node_id] = record
+
+
+def _decode_backup(value: object) -> BackupRecord:
+    cluster_id, index, term, sha, size, created, recorded = _tuple(value, 7, "last_backup")
+    return BackupRecord(
+        cluster_id=_str(REQUEST_ID_LEN_MAX, empty_ok=False)(cluster_id, "last_backup"),
+        applied_index=_int(index, "last_backup"),
+        term=_int(term, "last_backup"),
+        sha256=_str(SHA256_HEX_LEN, empty_ok=False)(sha, "last_backup"),
+        size_bytes=_int(size, "last_backup"),
+        created_at_ms=_int(created, "last_backup"),
+        recorded_at_ms=_int(recorded, "last_backup"),
+    )
 
 
 def _list(value: object, where: _Where) -> list[object]:

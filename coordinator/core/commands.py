@@ -183,6 +183,24 @@ class ResetResult:
     epoch: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportResult:
+    node_id: str
+    finalized_version: int  # the cluster's, after the report
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinalizeResult:
+    finalized_version: int
+    changed: bool  # False: it was finalized at that version already
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackupResult:
+    applied_index: int
+    latest: bool  # it is now the last backup (False: a newer one was recorded before)
+
+
 CommandResult = (
     BootstrapResult
     | RegisterResult
@@ -199,6 +217,9 @@ CommandResult = (
     | FallBackResult
     | StuckResult
     | ResetResult
+    | ReportResult
+    | FinalizeResult
+    | BackupResult
 )
 
 R = TypeVar("R", bound=CommandResult)
@@ -345,6 +366,45 @@ class ResetPartition(Returns[ResetResult]):
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportVersions(Returns[ReportResult]):
+    """A coordinator node says which command-set versions it speaks and which release it runs
+    (proposed by the node itself whenever its record in the state is missing or differs)."""
+
+    TAG: ClassVar[int] = 16
+    node_id: str
+    min_version: int
+    max_version: int
+    package_version: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinalizeVersion(Returns[FinalizeResult]):
+    """The leader raises the cluster's finalized command-set version: every one of `voters`
+    (the voter set when it was proposed) speaks it. Never lowers it."""
+
+    TAG: ClassVar[int] = 17
+    version: int
+    voters: tuple[str, ...]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordBackup(Returns[BackupResult]):
+    """An operator's tool stored a backup (`ripple backup`): the state keeps the newest one,
+    so `ripple status` and a metric can say how old it is. Command-set version 2."""
+
+    TAG: ClassVar[int] = 18
+    cluster_id: str
+    applied_index: int
+    term: int
+    sha256: str
+    size_bytes: int
+    created_at_ms: int
+    now_ms: int
+
+
 Command = (
     Bootstrap
     | RegisterWorker
@@ -361,6 +421,9 @@ Command = (
     | FallBack
     | MarkStuck
     | ResetPartition
+    | ReportVersions
+    | FinalizeVersion
+    | RecordBackup
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -379,6 +442,9 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     FallBack,
     MarkStuck,
     ResetPartition,
+    ReportVersions,
+    FinalizeVersion,
+    RecordBackup,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"
@@ -411,6 +477,13 @@ STATUS_BY_CODE: dict[str, int] = {
     "stale_epoch": 409,
     "fenced": 409,
     "not_bootstrapped": 503,
+    # The command's command-set version is above the cluster's finalized one: every voter
+    # speaks it and the leader finalizes it shortly (coordinator/core/versions.py).
+    "version_not_finalized": 503,
+    # Some voter does not speak the command's command-set version (it runs an older release).
+    "version_unsupported": 409,
+    # This node has stopped applying entries (an entry of a command set it does not speak).
+    "halted": 503,
     "internal": 500,
 }
 

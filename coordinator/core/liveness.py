@@ -1,11 +1,14 @@
 """Heartbeat failure detector: last-seen time and load per worker, on the leader only.
 
-Owns the ALIVE -> SUSPECTED -> DEAD judgement from elapsed time since the last heartbeat.
-It is not replicated (heartbeats carry compact, non-durable load: docs/design.md §3), so a
-new leader starts empty and must `seed` every ACTIVE worker as seen "now".
+Owns the ALIVE -> SUSPECTED -> DEAD judgement from elapsed time since the last heartbeat,
+and the holds of workers that said they are restarting: RESTARTING until the hold's end,
+judged by their last heartbeat again after it. It is not replicated (heartbeats carry
+compact, non-durable load: docs/design.md §3), so a new leader starts empty and must `seed`
+every ACTIVE worker as seen "now".
 
-Invariants: a worker's last-seen time never moves backwards, and a worker this detector has
-never heard of is never reported dead -- a failover must not mass-kill healthy workers.
+Invariants: a worker's last-seen time never moves backwards, a worker this detector has
+never heard of is never reported dead -- a failover must not mass-kill healthy workers --
+and a held worker is never reported dead before its hold ends.
 Workers are kept in last-seen order, so `evaluate` reads only the workers past the suspect
 threshold and one more (the leader evaluates every duty tick, and a scan of every worker
 would grow with all the workers ever registered).
@@ -26,11 +29,14 @@ class Liveness(Enum):
     ALIVE = "alive"
     SUSPECTED = "suspected"
     DEAD = "dead"
+    # Said it is restarting and is held for its rejoin grace: neither judged nor given work.
+    RESTARTING = "restarting"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
-    """Workers past a threshold at one instant; `dead` and `suspected` are disjoint."""
+    """Workers past a threshold at one instant; `dead` and `suspected` are disjoint, and
+    neither holds a worker held for its restart."""
 
     suspected: frozenset[str]
     dead: frozenset[str]
@@ -46,7 +52,7 @@ class _Seen:
 class Detector:
     """Mutable but pure: time comes in as `now_ms`, nothing here reads a clock."""
 
-    __slots__ = ("_newest_ms", "_seen", "dead_after_ms", "suspect_after_ms")
+    __slots__ = ("_holds", "_newest_ms", "_seen", "dead_after_ms", "suspect_after_ms")
 
     def __init__(self, *, suspect_after_ms: int, dead_after_ms: int) -> None:
         if not 0 < suspect_after_ms < dead_after_ms:
@@ -59,6 +65,9 @@ class Detector:
         self._seen: OrderedDict[str, _Seen] = OrderedDict()
         # The latest last-seen time ever put (an upper bound of the newest in `_seen`).
         self._newest_ms = -(2**63)
+        # Workers held for a restart -> when the hold ends (monotonic ms). At most one per
+        # known worker: `forget` and `unhold` drop it, and an ended hold is dropped when read.
+        self._holds: dict[str, int] = {}
 
     def _put(self, worker_id: str, seen: _Seen) -> None:
         """Insert or update, keeping `_seen` ordered by last-seen time, oldest first."""
@@ -97,6 +106,34 @@ class Detector:
 
     def forget(self, worker_id: str) -> None:
         self._seen.pop(worker_id, None)
+        self._holds.pop(worker_id, None)
+
+    def hold(self, worker_id: str, until_ms: int) -> None:
+        """Hold a known worker (it said it is restarting) until `until_ms`: RESTARTING, and
+        never dead, until then. A worker never observed or seeded is not held."""
+        if worker_id in self._seen:
+            self._holds[worker_id] = until_ms
+
+    def unhold(self, worker_id: str) -> None:
+        """End a hold early (the worker registered again, or an operator drained it)."""
+        self._holds.pop(worker_id, None)
+
+    def held(self, worker_id: str, now_ms: int) -> bool:
+        """Whether `worker_id` is held at `now_ms`; an ended hold is dropped here."""
+        until = self._holds.get(worker_id)
+        if until is None:
+            return False
+        if now_ms < until:
+            return True
+        del self._holds[worker_id]
+        return False
+
+    def holds(self, now_ms: int) -> frozenset[str]:
+        """Every worker held at `now_ms`."""
+        return frozenset(w for w in list(self._holds) if self.held(w, now_ms))
+
+    def hold_ends_ms(self, worker_id: str) -> int | None:
+        return self._holds.get(worker_id)
 
     def _judge(self, seen: _Seen, now_ms: int) -> Liveness:
         # Time is assumed monotonic; if it is not, a clock step must not kill anyone.
@@ -111,28 +148,34 @@ class Detector:
     def status(self, worker_id: str, now_ms: int) -> Liveness | None:
         """None for a worker never observed or seeded: unknown is neither alive nor dead."""
         seen = self._seen.get(worker_id)
-        return None if seen is None else self._judge(seen, now_ms)
+        if seen is None:
+            return None
+        if self._holds and self.held(worker_id, now_ms):
+            return Liveness.RESTARTING
+        return self._judge(seen, now_ms)
 
     def evaluate(self, now_ms: int) -> Verdict:
         suspected: set[str] = set()
         dead: set[str] = set()
         for worker_id, seen in self._seen.items():  # oldest first
             verdict = self._judge(seen, now_ms)
-            if verdict is Liveness.DEAD:
-                dead.add(worker_id)
-            elif verdict is Liveness.SUSPECTED:
-                suspected.add(worker_id)
-            else:
+            if verdict is Liveness.ALIVE:
                 break  # everyone after it was seen later: alive too
+            if self._holds and self.held(worker_id, now_ms):
+                continue
+            (dead if verdict is Liveness.DEAD else suspected).add(worker_id)
         return Verdict(suspected=frozenset(suspected), dead=frozenset(dead))
 
     def dead(self, now_ms: int) -> frozenset[str]:
-        """`evaluate(now_ms).dead` reading only the dead and one more: the planner asks every
-        tick, and the suspected (who may be many) need no answer there."""
+        """`evaluate(now_ms).dead` reading only the dead (held ones passed over) and one more:
+        the planner asks every tick, and the suspected (who may be many) need no answer
+        there."""
         dead: list[str] = []
         for worker_id, seen in self._seen.items():  # oldest first
             if self._judge(seen, now_ms) is not Liveness.DEAD:
                 break
+            if self._holds and self.held(worker_id, now_ms):
+                continue
             dead.append(worker_id)
         return frozenset(dead)
 

@@ -42,6 +42,14 @@ REQUEST_ID_LEN_MAX = 64
 TOTAL_PARTITIONS_MAX = 1_000_000
 NOTE_LEN_MAX = 256
 NONCE_LEN_MAX = 64
+PACKAGE_VERSION_LEN_MAX = 64
+# The first numbered command-set version (coordinator/core/versions.py): what a cluster is
+# finalized at until its leader raises it.
+FIRST_COMMAND_SET_VERSION = 1
+SHA256_HEX_LEN = 64
+# Coordinator nodes whose command-set versions the state records: far more than any voter
+# set, so a record is never refused for room while bounding what a hostile entry can add.
+NODE_VERSIONS_MAX = 64
 # msgpack carries integers up to 2**64-1, but Python-side consumers (JSON, SQL, metrics)
 # commonly assume signed 64-bit; refusing larger values keeps every replica's numbers portable.
 INT_VALUE_MAX = 2**63 - 1
@@ -90,6 +98,9 @@ class ChangeReason(Enum):
     FALLBACK = "fallback"
     # An operator discarded the partition's checkpoints (POST /v1/admin/partitions/{p}/reset).
     RESET = "reset"
+    # The cluster was made anew from a backup or a survivor's data directory (`ripple
+    # restore`, `ripple recover`): every epoch jumped, so nothing of the old cluster fences in.
+    RESTORE = "restore"
 
 
 # Workers in these states may own partitions; DEAD and LEFT workers own none.
@@ -156,3 +167,28 @@ class Migration:
     updated_at_ms: int
     # Why it was aborted; "" otherwise.
     note: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeVersions:
+    """What one coordinator node said it speaks: the command-set versions (a range) and its
+    release (docs/design.md §10)."""
+
+    node_id: str
+    min_version: int
+    max_version: int
+    package_version: str
+    reported_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackupRecord:
+    """The newest backup an operator's tool stored (`ripple backup`), as it reported it."""
+
+    cluster_id: str
+    applied_index: int
+    term: int
+    sha256: str  # of the backup's body, hex
+    size_bytes: int
+    created_at_ms: int
+    recorded_at_ms: int

@@ -10,9 +10,17 @@ What it hands out and gets back (Batch, worker calls and their results, commit o
 
 What it keeps in memory (never replicated; a new leader builds a fresh Planner and rolls
 forward whatever the applied state says is pending): heartbeat liveness and load (seeded
-with every owning worker at construction, so a failover never kills anyone), retry
-schedules, checkpoint rounds (`coordinator/core/rounds.py`) and the worker calls it has
-handed out and not yet heard back.
+with every owning worker at construction, so a failover never kills anyone), the holds of
+workers that said they are restarting, retry schedules, checkpoint rounds
+(`coordinator/core/rounds.py`) and the worker calls it has handed out and not yet heard
+back.
+
+A restarting worker is held for `rejoin_grace_ms` (`restarting`): no death verdict, no
+calls, nothing new placed on it, no balance or admin move of its partitions or into it, and
+no migration touching it started, so when it registers again (the state machine re-hosts
+what it owns under new epochs) it has exactly what it had. The hold ends at its
+registration, at an operator's drain (`left`), or at the grace's end, after which its last
+heartbeat judges it as any other worker's would.
 
 Driving it: `plan` returns a Batch; `coordinator/core/executor.py`'s `BatchRun` commits its
 commands, reports each outcome back through `committed` and hands out its calls, whose
@@ -112,6 +120,9 @@ class PlannerSettings:
     virtual_nodes: int = DEFAULT_VIRTUAL_NODES
     suspect_after_ms: int = 2_000
     dead_after_ms: int = 5_000
+    # How long a worker that said it is restarting is held (coordinator/config.py's
+    # rejoin_grace_s says why it defaults to twice the timeout).
+    rejoin_grace_ms: int = 10_000
     host_retry_base_ms: int = 200
     host_retry_cap_ms: int = 10_000
     checkpoint_interval_ms: int = 10_000
@@ -175,8 +186,26 @@ class Planner:
     # -- events -------------------------------------------------------------------------------
 
     def registered(self, worker_id: WorkerId, now_ms: int) -> None:
-        """A (re)registration counts as being heard from, with no load reported yet."""
+        """A (re)registration counts as being heard from, with no load reported yet; it
+        ends a restart's hold (the state machine re-hosted the worker's partitions)."""
         self.detector.observe(worker_id, now_ms, 0.0)
+        self.detector.unhold(worker_id)
+
+    def restarting(self, worker_id: WorkerId, now_ms: int) -> int:
+        """The worker said it is restarting: hold it and its partitions for the rejoin
+        grace. Returns when the hold ends (monotonic ms). The caller checked that the worker
+        is ACTIVE at its current incarnation (a DRAINING one is leaving, not restarting)."""
+        until = now_ms + self.settings.rejoin_grace_ms
+        if self.detector.status(worker_id, now_ms) is None:
+            # Not heard of yet (a leader newer than its last heartbeat): it is, just now.
+            self.detector.seed((worker_id,), now_ms)
+        self.detector.hold(worker_id, until)
+        return until
+
+    def left(self, worker_id: WorkerId) -> None:
+        """An operator drained the worker: a leave ends its restart's hold, so its last
+        heartbeat judges it again (and if it is gone, its partitions move now)."""
+        self.detector.unhold(worker_id)
 
     def heartbeat(self, worker_id: WorkerId, load: float, now_ms: int) -> bool:
         """Record a heartbeat; True when the reply must ask for a checkpoint (the leader's
@@ -262,6 +291,13 @@ class Planner:
             if w not in skip and self.detector.status(w, now_ms) is Liveness.ALIVE
         ]
 
+    def _held(self, state: ClusterState, now_ms: int) -> list[WorkerId]:
+        """ACTIVE workers held for their restart (what they own stays theirs)."""
+        holds = self.detector.holds(now_ms)
+        if not holds:
+            return []
+        return [w for w in state.active_workers() if w in holds]
+
     def _placement(self, state: ClusterState, eligible: list[WorkerId]) -> list[str | None]:
         owners = [p.owner for p in state.partitions]
         s = self.settings
@@ -273,11 +309,18 @@ class Planner:
         eligible = self.eligible(state, now_ms)
         if not eligible:
             return ()
-        target = self._placement(state, eligible)
+        # A held worker counts as the owner it is (its partitions are not up for grabs), and
+        # no move takes from it or gives to it.
+        held = set(self._held(state, now_ms))
+        target = self._placement(state, [*eligible, *held])
         return tuple(
             Move(partition=p.partition, source=p.owner, target=WorkerId(new))
             for p in state.partitions
-            if p.owner is not None and (new := target[p.partition]) is not None and new != p.owner
+            if p.owner is not None
+            and (new := target[p.partition]) is not None
+            and new != p.owner
+            and p.owner not in held
+            and new not in held
         )
 
     def plan_reassign(
@@ -310,6 +353,16 @@ class Planner:
                     )
                 out.append(Move(partition=part.partition, source=part.owner, target=WorkerId(to)))
             planned = tuple(out)
+            held = set(self._held(state, now_ms))
+            for i, mv in enumerate(planned):
+                if held & {mv.source, mv.target}:
+                    who = mv.source if mv.source in held else mv.target
+                    return rejected(
+                        "conflict",
+                        f"moves[{i}]: {who} is restarting and keeps its partitions until it "
+                        "rejoins or its grace ends (drain it to move them now)",
+                        "to" if who == mv.target else "partition",
+                    )
         problem = check_moves(state, planned, None)
         return planned if problem is None else problem
 
@@ -459,15 +512,16 @@ class Planner:
             p.status is not PartitionStatus.ONLINE for p in state.partitions
         ):
             return ()
-        if state.count_in(WorkerState.DRAINING):
-            return ()
+        if state.count_in(WorkerState.DRAINING) or self.detector.holds(now):
+            return ()  # no balancing while a member is away: it comes back to what it had
         moves = self.balance_moves(state, now)
         if not moves:
             return ()
         return (PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=wall),)
 
-    def _migrations(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
-        """Abort what lost its target, then start PLANNED ones up to the concurrency limit."""
+    def _migrations(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
+        """Abort what lost its target, then start PLANNED ones up to the concurrency limit
+        (not one touching a held worker: its source would close its gate for nobody)."""
         in_flight = state.in_flight_migrations()
         active = [x for x in in_flight if x.phase is not MigrationPhase.PLANNED]
         room = max(0, self.settings.max_concurrent_migrations - len(active))
@@ -484,7 +538,12 @@ class Planner:
                     )
                 )
                 aborted.add(x.migration_id)
-        to_start = [x.migration_id for x in in_flight if x.phase is MigrationPhase.PLANNED][:room]
+        holds = self.detector.holds(now)
+        to_start = [
+            x.migration_id
+            for x in in_flight
+            if x.phase is MigrationPhase.PLANNED and not holds & {x.source, x.target}
+        ][:room]
         starts: list[Command] = [
             StartRelease(migration_id=mid, now_ms=wall) for mid in to_start if mid not in aborted
         ]
@@ -529,6 +588,8 @@ class Planner:
                 continue  # the migrations stage aborts it
             if self._paused(x.source, now) or not self.release_retry.due(x.migration_id, now):
                 continue
+            if self.detector.held(x.target, now):
+                continue  # the source keeps its gate open until the target is back
             source = state.workers[x.source]
             call = ReleaseCall(
                 migration_id=x.migration_id,

@@ -1,7 +1,8 @@
 """The one function that changes the replicated cluster state: ``apply``.
 
-Every change to the replicated state is decided here, by one handler per command; the
-container it changes, ``ClusterState`` (`coordinator/core/cluster.py`, re-exported here as
+Every change to the replicated state is decided here, by one handler per command (those of
+the cluster's records about itself, in `coordinator/core/bookkeeping.py`); the container it
+changes, ``ClusterState`` (`coordinator/core/cluster.py`, re-exported here as
 ``apply``'s argument type), only keeps its indices true. ``apply`` is deterministic (no
 clock, no randomness: both are stamped into commands) and total: every input yields a
 Result value. Each handler validates completely before its first mutation, so a Rejected
@@ -23,7 +24,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Literal
 
-from coordinator.core import lifecycle
+from coordinator.core import bookkeeping, lifecycle
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     AbortMigration,
@@ -44,6 +45,7 @@ from coordinator.core.commands import (
     DrainWorker,
     FallBack,
     FallBackResult,
+    FinalizeVersion,
     HandOff,
     HandOffResult,
     MarkStuck,
@@ -54,11 +56,13 @@ from coordinator.core.commands import (
     PartitionOnline,
     PlanMigrations,
     PlanResult,
+    RecordBackup,
     RecordCheckpoints,
     RegisterResult,
     RegisterWorker,
     Rejected,
     ReleaseResult,
+    ReportVersions,
     ResetPartition,
     ResetResult,
     Result,
@@ -93,6 +97,7 @@ from coordinator.core.model import (
     WorkerState,
     valid_id,
 )
+from coordinator.core.versions import INTRODUCED_IN
 
 __all__ = ["ClusterState", "apply", "check_moves"]
 
@@ -107,12 +112,22 @@ def apply(state: ClusterState, request_id: str, cmd: Command) -> Result:
     Only Ok results are recorded: a Rejected changed nothing, so re-evaluating a retried
     rejected command can at most apply it once, and rejected junk cannot flush the table.
     Barrier bypasses the table: it is a read fence, retrying it must really go through the log.
+    A command of a command-set version above the finalized one is rejected as the leader's
+    gate would have refused it (coordinator/core/versions.py), on every replica alike.
     """
     if isinstance(cmd, Barrier):
         return Ok(value=BarrierResult(nonce=cmd.nonce))
     recorded = state.requests.get(request_id)
     if recorded is not None:
         return recorded
+    version = INTRODUCED_IN[cmd.TAG]
+    if version > state.finalized_version:
+        return rejected(
+            "version_not_finalized",
+            f"{type(cmd).__name__} needs command-set version {version}; the cluster is "
+            f"finalized at {state.finalized_version}",
+            "command_set_version",
+        )
     result, ownership_changed = _dispatch(state, cmd)
     if isinstance(result, Ok):
         if ownership_changed:
@@ -130,6 +145,14 @@ _Outcome = tuple[Result, bool]  # (result, whether some partition's (owner, epoc
 def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
     if isinstance(cmd, Bootstrap):
         return _bootstrap(state, cmd)
+    # The cluster's records about itself need no partition table: a node reports its
+    # versions as soon as it starts, before the first leader has bootstrapped.
+    if isinstance(cmd, ReportVersions):
+        return bookkeeping.report_versions(state, cmd), False
+    if isinstance(cmd, FinalizeVersion):
+        return bookkeeping.finalize_version(state, cmd), False
+    if isinstance(cmd, RecordBackup):
+        return bookkeeping.record_backup(state, cmd), False
     if state.total_partitions == 0:
         return rejected("not_bootstrapped", "the cluster is not bootstrapped yet"), False
     match cmd:
@@ -161,6 +184,8 @@ def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
             return _reset_partition(state, cmd)
         case Barrier():  # handled before dispatch; kept so the match is exhaustive
             return Ok(value=BarrierResult(nonce=cmd.nonce)), False
+        case ReportVersions() | FinalizeVersion() | RecordBackup():  # dispatched above
+            return rejected("internal", "dispatched before the partition table"), False
 
 
 # --- changes built from the container's writers --------------------------------------------------

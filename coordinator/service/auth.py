@@ -45,6 +45,7 @@ from coordinator.config import ClusterConfig
 from coordinator.core.model import WorkerId, WorkerState
 from coordinator.core.state import ClusterState
 from shared.errors import RequestError
+from shared.worker_calls import WORKER_TOKEN_HEADER
 
 __all__ = [
     "TOKEN_LEN_MAX",
@@ -57,6 +58,7 @@ __all__ = [
     "bearer",
     "call_token",
     "derive_key",
+    "first_cluster_id",
     "issue_token",
     "raft_password",
     "read_worker_token",
@@ -71,6 +73,7 @@ EXPIRY_DIGITS_MAX = 15
 WORKER_TOKEN_INFO = b"ripple/worker-token/v1"
 CALL_TOKEN_INFO = b"ripple/leader-call/v1"
 RAFT_PASSWORD_INFO = b"ripple/raft-password/v1"
+CLUSTER_ID_INFO = b"ripple/cluster-id/v1"
 # Derived keys and their HMAC pad states kept: (secret, purpose) pairs, a handful per
 # process (tests and tools use a few secrets).
 DERIVED_KEYS_CACHED_MAX = 32
@@ -86,6 +89,13 @@ def derive_key(secret: str, info: bytes) -> bytes:
 def raft_password(secret: str) -> str:
     """What pysyncobj gets as `password`: neither the secret nor any token key."""
     return derive_key(secret, RAFT_PASSWORD_INFO).hex()
+
+
+def first_cluster_id(secret: str) -> str:
+    """The cluster id a node writes at its first start (`replication/identity.py`): derived
+    from the secret, so the nodes of a new cluster agree on it without talking, and telling
+    nothing of it. A restored or recovered cluster gets a random one instead."""
+    return derive_key(secret, CLUSTER_ID_INFO)[:16].hex()
 
 
 _SHA256_BLOCK_BYTES = 64
@@ -227,9 +237,6 @@ def verify_token(expected: str, header: str | None, what: str) -> None:
 
 
 # -- admission ---------------------------------------------------------------------------------
-
-# The header a registration presents a live worker id's current token in, to take it over.
-WORKER_TOKEN_HEADER = "Ripple-Worker-Token"
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,6 +101,7 @@ def planner_settings(node: CoordinatorNode) -> PlannerSettings:
         virtual_nodes=cfg.virtual_nodes,
         suspect_after_ms=int(cfg.suspect_after_s * 1000),
         dead_after_ms=int(cfg.heartbeat_timeout_s * 1000),
+        rejoin_grace_ms=int(cfg.rejoin_grace_s * 1000),
         host_retry_base_ms=cfg.host_retry_base_ms,
         host_retry_cap_ms=cfg.host_retry_cap_ms,
         checkpoint_interval_ms=int(cfg.checkpoint_interval_s * 1000),
@@ -209,6 +210,16 @@ class LeaderDuties:
     def registered(self, worker_id: WorkerId) -> None:
         if self.planner is not None:
             self.planner.registered(worker_id, self.clock.monotonic_ms())
+
+    def restarting(self, worker_id: WorkerId) -> int:
+        """Hold a worker that said it is restarting; milliseconds until the hold ends."""
+        planner, now = self.query()
+        return planner.restarting(worker_id, now) - now
+
+    def left(self, worker_id: WorkerId) -> None:
+        """An operator drained the worker: its restart's hold, if any, ends."""
+        if self.planner is not None:
+            self.planner.left(worker_id)
 
     def heartbeat(self, worker_id: WorkerId, load: float) -> bool:
         """Feed a heartbeat to the planner; True when its reply must ask for a checkpoint."""

@@ -54,7 +54,7 @@ OVERFLOW_LABELS = ("other", "other", "other")
 PROPOSAL_SERIES_MAX = 1024
 PROPOSAL_OVERFLOW_LABELS = ("other", "other")
 PROPOSAL_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
-LIVENESS = ("alive", "suspected", "dead", "unknown")
+LIVENESS = ("alive", "suspected", "restarting", "dead", "unknown")
 IN_FLIGHT_PHASES = tuple(
     p for p in MigrationPhase if p not in (MigrationPhase.DONE, MigrationPhase.ABORTED)
 )
@@ -395,13 +395,38 @@ class ClusterCollector(Collector):
             value=group.queue_full,
         )
         yield from _syncs(node.log.sync_stats())
+        yield GaugeMetricFamily(
+            "ripple_apply_halted",
+            "1 when this node stopped applying entries (a command set it does not speak) "
+            "and left Raft",
+            value=0 if status.halted is None else 1,
+        )
         leader = node.is_ready_leader
         # An age shown to operators, not a decision: checkpoint times are wall-clock stamps.
         wall_ms = SYSTEM_CLOCK.wall_ms()
         with node.read() as state:
+            yield from self._versions(state)
             yield from self._state(state, wall_ms)
             if leader:
                 yield from self._leader_view(state, wall_ms)
+
+    def _versions(self, state: ClusterState) -> Iterator[Metric]:
+        versions = _gauge(
+            "ripple_command_set_version",
+            "The cluster's finalized command-set version (this node's state) and the range "
+            "this node speaks",
+            ["kind"],
+        )
+        versions.add_metric(["finalized"], state.finalized_version)
+        versions.add_metric(["speaks_min"], self.node.speaks.min_version)
+        versions.add_metric(["speaks_max"], self.node.speaks.max_version)
+        yield versions
+        backup = state.last_backup
+        yield GaugeMetricFamily(
+            "ripple_last_backup_timestamp_seconds",
+            "When the newest recorded backup was taken (seconds since the epoch; 0: none)",
+            value=0 if backup is None else backup.created_at_ms / 1000,
+        )
 
     def _state(self, state: ClusterState, wall_ms: int) -> Iterator[Metric]:
         by_status = {s.value: 0 for s in PartitionStatus}

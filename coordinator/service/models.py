@@ -80,6 +80,9 @@ class RegisterRequest(_Request):
             json_schema_extra={"pattern": ADDRESS_PATTERN},
         ),
     ]
+    # The worker's --store: refused (409 store_mismatch) when it is not the cluster's store,
+    # whose checkpoint references would all be fenced. Absent: not checked.
+    store: Annotated[str, Field(min_length=1, max_length=URI_LEN_MAX)] | None = None
 
 
 class RegisterResponse(_Response):
@@ -131,6 +134,19 @@ class HeartbeatResponse(_Response):
     token_expires_at_ms: int | None = None
 
 
+class RestartingRequest(_Request):
+    incarnation: Positive
+
+
+class RestartingResponse(_Response):
+    worker_id: str
+    incarnation: int
+    # Partitions the leader holds for the worker (it gets them back if it registers again in
+    # time, with its saved token), and how long it holds them.
+    partitions: int
+    rejoin_grace_s: float
+
+
 class CheckpointEntry(_Request):
     partition: NonNeg
     epoch: NonNeg
@@ -161,7 +177,7 @@ class WorkerView(_Response):
     state: str
     registered_at_ms: int
     partitions: int
-    liveness: str | None = None  # leader only: alive | suspected | dead
+    liveness: str | None = None  # leader only: alive | suspected | dead | restarting
     load: float | None = None
     failing_partitions: int | None = None  # leader only: owned partitions whose batches fail
     # Leader only: records its partitions have not processed yet, summed over those whose
@@ -319,6 +335,22 @@ class ResetResponse(_Response):
     epoch: int  # the new epoch: the owner hosts it from offset 0
 
 
+class RecordBackupRequest(_Request):
+    """A backup an operator's tool stored, as its header says (`ripple backup` sends it)."""
+
+    cluster_id: Id
+    applied_index: NonNeg
+    term: NonNeg
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    size_bytes: NonNeg
+    created_at_ms: NonNeg
+
+
+class RecordBackupResponse(_Response):
+    applied_index: int
+    latest: bool  # it is now the last backup (false: one of a higher index was recorded)
+
+
 # -- cluster -------------------------------------------------------------------------------
 
 
@@ -332,6 +364,11 @@ class ClusterSummary(_Response):
 class NodeRef(_Response):
     id: str
     url: str
+
+
+class VersionRangeView(_Response):
+    min_version: int
+    max_version: int
 
 
 class HealthResponse(_Response):
@@ -352,6 +389,43 @@ class HealthResponse(_Response):
     state_digest: str | None = None
     # Every node of the cluster file, so a client (the dashboard) can reach the others.
     nodes: list[NodeRef] = []
+    # This node's release, the command-set versions it speaks, and the cluster's finalized
+    # command-set version as this node's state has it (docs/design.md §10).
+    package_version: str
+    # The cluster this node's data directory belongs to (its cluster.id): a restored or
+    # recovered cluster has a new one.
+    cluster_id: str
+    command_set: VersionRangeView
+    finalized_command_set_version: int
+    # Why this node stopped applying entries and left Raft (an entry of a command set it
+    # does not speak); None while it applies them. Alert on it.
+    halted: str | None = None
+    # Whether the cluster file sets `store`: without it every checkpoint is fenced, and
+    # partitions recover only by replaying the source log from the start.
+    store_set: bool = True
+    # What an operator should fix about this cluster's settings, in words (empty: nothing).
+    warnings: list[str] = []
+
+
+class CoordinatorVersions(_Response):
+    """One coordinator node's record in the replicated state (ReportVersions)."""
+
+    node_id: str
+    package_version: str
+    min_version: int
+    max_version: int
+    reported_at_ms: int
+    voter: bool
+
+
+class BackupView(_Response):
+    cluster_id: str
+    applied_index: int
+    term: int
+    sha256: str
+    size_bytes: int
+    created_at_ms: int
+    recorded_at_ms: int
 
 
 class StatusResponse(_Response):
@@ -366,6 +440,14 @@ class StatusResponse(_Response):
     partitions_by_status: dict[str, int]
     workers_by_state: dict[str, int]
     migrations_in_flight: int
+    # The command-set versions: the finalized one, the voters, and what each coordinator
+    # node said it speaks and runs (a voter missing here has not reported yet).
+    finalized_command_set_version: int
+    voters: list[str]
+    coordinators: list[CoordinatorVersions]
+    # The newest backup `ripple backup` stored and recorded; None before the first.
+    last_backup: BackupView | None = None
+    warnings: list[str] = []  # as in /v1/health
 
 
 DrainResponse.model_rebuild()

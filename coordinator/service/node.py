@@ -6,6 +6,11 @@ commit, and turns the machine's result back into the command's own result type o
 `RequestError`. It is the
 only place that touches the wall clock for commands: `now_ms()` is stamped into each
 command by the proposer, so `apply` stays deterministic on every replica.
+
+It is also the one gate of command-set versions (docs/design.md §10): `submit` refuses a
+command above the cluster's finalized version before it is proposed, naming the voter that
+does not speak it (`coordinator/core/versions.refusal`), so no replica meets a command it
+does not speak. The voters are `voters()`.
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ from coordinator.config import ClusterConfig, NodeSpec
 from coordinator.core.codec import decode_result, encode_command
 from coordinator.core.commands import CommandResult, Ok, Returns, result_type
 from coordinator.core.machine import Machine
+from coordinator.core.model import FIRST_COMMAND_SET_VERSION
 from coordinator.core.state import ClusterState
-from coordinator.service.auth import raft_password
+from coordinator.core.versions import refusal, spoken, version_of
+from coordinator.service.auth import first_cluster_id, raft_password
 from coordinator.service.metrics import Metrics
+from replication.identity import ensure_cluster_id
 from replication.log import (
     MachineRead,
     NoLeaderError,
@@ -79,9 +87,17 @@ class CoordinatorNode:
         self.worker_networks = config.worker_network_list()
         self.spec = config.node(node_id)
         self.node_id = node_id
-        self.machine = Machine()
+        # What this node speaks: every command-set version of this release unless the
+        # config holds it at an older one (a drill; coordinator/core/versions.spoken).
+        self.speaks = spoken(config.command_set_version_max)
+        self.machine = Machine(speaks=self.speaks)
         self.metrics = Metrics()
         node_dir = config.node_dir(node_id)
+        # The cluster this data directory belongs to (its cluster.id): the Raft handshake
+        # refuses another cluster's nodes, and backups name it.
+        self.cluster_id = ensure_cluster_id(
+            node_dir, first_cluster_id(config.cluster_secret), durable=config.fsync
+        )
         settings = RaftSettings(
             self_addr=self.spec.raft,
             partners=tuple(n.raft for n in config.nodes if n.id != node_id),
@@ -130,11 +146,26 @@ class CoordinatorNode:
     def is_ready_leader(self) -> bool:
         return self.log.is_ready_leader
 
+    @property
+    def halted(self) -> str | None:
+        """Why this node stopped applying entries and left Raft, or None."""
+        return self.log.halted
+
+    def voters(self) -> tuple[str, ...]:
+        """The ids of the nodes whose votes make a majority, which must all speak a command's
+        version before it is proposed: the cluster file's nodes."""
+        return tuple(n.id for n in self.config.nodes)
+
     # -- reads -----------------------------------------------------------------------------
 
     def read(self) -> MachineRead[ClusterState]:
         """Local state, never torn; stale on followers (the caller says so)."""
         return self.log.read(_state_of)
+
+    def snapshot_at(self) -> tuple[ClusterState, int, int]:
+        """A copy of the state to encode outside the lock (`ClusterState.detached`), with the
+        exact applied index and term it is of: what a backup holds."""
+        return self.log.read_at(lambda machine: _state_of(machine).detached())
 
     async def barrier(self) -> None:
         try:
@@ -150,6 +181,17 @@ class CoordinatorNode:
         in time."""
         rid = request_id or new_request_id()
         name = type(command).__name__
+        version = version_of(command)
+        if version > FIRST_COMMAND_SET_VERSION:  # every voter speaks the first
+            with self.read() as state:
+                refused = refusal(state, name, version, self.voters())
+            if refused is not None:
+                self.metrics.proposed(name, "refused", 0.0)
+                if refused.status == 503:
+                    raise UnavailableError(refused.message, code=refused.code, field=refused.field)
+                raise RequestError(
+                    refused.message, code=refused.code, status=refused.status, field=refused.field
+                )
         entry = encode_command(command, rid)
         started = time.monotonic()
         outcome = "unknown"

@@ -1,7 +1,8 @@
 """Process wiring for one coordinator node: Raft log + leader duties + HTTP server.
 
-`serve()` runs until SIGTERM or SIGINT, then stops the HTTP server, the duties and the
-Raft node in that order (so no request is answered from a closed log).
+`serve()` runs until SIGTERM or SIGINT, then stops the HTTP server, the duties (the
+leader's and the version records') and the Raft node in that order (so no request is
+answered from a closed log).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from coordinator.service.duties import LeaderDuties
 from coordinator.service.front import FrontDoorSite
 from coordinator.service.http.app import create_app
 from coordinator.service.node import CoordinatorNode
+from coordinator.service.versions import VersionDuty
 from shared.tls import server_context
+from shared.version import PACKAGE_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +102,13 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
     else:
         site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
     node.start()
+    versions = VersionDuty(node)
+    versions.start()
     await site.start()
     loop = asyncio.get_running_loop()
+    log.info(
+        "node %s runs ripple %s, command-set versions %s", node_id, PACKAGE_VERSION, node.speaks
+    )
     log.info(
         "node %s: raft %s, http %s%s, event loop %s, GIL switch interval %g ms, gc thresholds %s",
         node_id,
@@ -122,4 +130,5 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
         with contextlib.suppress(Exception):
             await runner.cleanup()
         await duties.close()
+        await versions.close()
         node.close()

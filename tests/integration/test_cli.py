@@ -4,26 +4,13 @@ as `--coordinator` (with `--url` kept as an alias)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ripple.cli import build_parser, main
+from testkit.cli import ripple
 from testkit.cluster import Cluster
-
-CLI_TIMEOUT_S = 60.0
-
-
-def ripple(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ripple.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        env={"PATH": "/usr/bin:/bin"},  # no RIPPLE_URL from the caller's environment
-    )
 
 
 def test_only_heartbeat_timeout_set_starts_and_workers_get_the_derived_timings(

@@ -323,6 +323,22 @@ def test_dashboard_in_a_browser(
         raise
 
 
+def test_a_cluster_without_a_store_says_so_in_the_page(browser: Any, tmp_path: Path) -> None:
+    """Without `store` every checkpoint is fenced: the page says so, in view, on every node."""
+    c = Cluster(tmp_path, nodes=1, store="")
+    c.start_all()
+    try:
+        leader = c.ready()
+        page = Page(browser)
+        browser.get(c.url(leader) + "/ui")
+        page.wait(lambda: "sets no store" in page.text("#cluster-warnings"), "the warning")
+        shown = page.text("#cluster-warnings")
+        assert "every checkpoint is fenced" in shown and "--store" in shown, shown
+        save_full_page(browser, screenshot_dir(tmp_path) / "dashboard-no-store.png")
+    finally:
+        c.stop_all()
+
+
 def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path) -> None:
     c, w = env
     page = Page(browser)
@@ -354,6 +370,7 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     assert term in leader_row.split(), leader_row
     stats = page.text("#stats")
     assert f"Leader\n{leader}" in stats, stats
+    assert page.text("#cluster-warnings") == ""  # a cluster with a store: nothing to fix
 
     page.wait(lambda: all("active" in page.worker_row(x) for x in ("w1", "w2", "w3")), "workers")
     assert "3 active of 3" in page.text("#workers-count")

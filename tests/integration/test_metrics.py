@@ -263,6 +263,8 @@ tests:
         values: '0+60x20'
       - series: 'ripple_partitions_stuck{instance="n1"}'
         values: '2x20'
+      - series: 'ripple_apply_halted{instance="n3"}'
+        values: '1x20'
     alert_rule_test:
       - eval_time: 5m
         alertname: RippleNoLeader
@@ -289,6 +291,11 @@ tests:
         exp_alerts:
           - exp_labels: {severity: page}
             exp_annotations: {summary: "2 Ripple partitions are stuck: reset them"}
+      - eval_time: 5m
+        alertname: RippleNodeHalted
+        exp_alerts:
+          - exp_labels: {severity: page, instance: n3}
+            exp_annotations: {summary: "Ripple node n3 halted: restart it on a newer release"}
   - interval: 1m
     input_series:
       - series: 'ripple_raft_role{role="leader", instance="n1"}'
@@ -301,10 +308,13 @@ tests:
         values: '10x20'
       - series: 'ripple_partitions_stuck{instance="n1"}'
         values: '0x20'
+      - series: 'ripple_apply_halted{instance="n3"}'
+        values: '0x20'
     alert_rule_test:
       - {eval_time: 15m, alertname: RippleNoLeader, exp_alerts: []}
       - {eval_time: 15m, alertname: RipplePartitionsNotOnline, exp_alerts: []}
       - {eval_time: 35m, alertname: RipplePipelineLagGrowing, exp_alerts: []}
       - {eval_time: 15m, alertname: RippleCheckpointsOld, exp_alerts: []}
       - {eval_time: 15m, alertname: RipplePartitionStuck, exp_alerts: []}
+      - {eval_time: 15m, alertname: RippleNodeHalted, exp_alerts: []}
 """

@@ -115,7 +115,8 @@ def test_paused_worker_is_fenced_and_never_double_processes(pipeline: PipelineRi
     if p.s3_endpoint:
         pytest.skip("the fencing path does not depend on the store; run once, on local")
     for wid in ("w1", "w2", "w3"):
-        p.start_worker(wid)
+        # w2 leaves on SIGTERM below; a restart is the default (the rolling restart test).
+        p.start_worker(wid, *(["--leave-on-sigterm"] if wid == "w2" else []))
     p.producer.produce(generate(2000, 30, seed=5))
     p.check_equal_to_batch_job()
     before = {x["partition"]: x for x in p.table() if x["owner"] == "w1"}
@@ -146,8 +147,9 @@ def test_paused_worker_is_fenced_and_never_double_processes(pipeline: PipelineRi
             if ck is not None and ck["epoch"] == before[x["partition"]]["epoch"]:
                 assert ck["at_ms"] < resumed_ms, (x, resumed_ms)
 
-    # SIGTERM is a graceful leave: the worker asks for a drain, waits until its partitions
-    # moved (final checkpoints handed over), then exits; nothing is lost.
+    # With --leave-on-sigterm, SIGTERM is a graceful leave: the worker asks for a drain,
+    # waits until its partitions moved (final checkpoints handed over), then exits; nothing
+    # is lost.
     p.workers["w2"].signal(signal.SIGTERM)
     wait_until(lambda: not p.workers["w2"].alive(), "w2 exits after draining", 60)
     states = {

@@ -44,18 +44,30 @@ WAIT_S = 15.0
 
 
 class ListMachine:
-    """Appends entries; raises on b"boom" to prove the log survives a raising machine."""
+    """Appends entries; raises on b"boom" to prove the log survives a raising machine. One
+    made with `halts_on` halts at that entry, as a node of an older release meets a command
+    of a newer one: it applies nothing from then on."""
 
-    def __init__(self) -> None:
+    def __init__(self, halts_on: bytes | None = None) -> None:
         self.entries: list[bytes] = []
         self.threads: set[int] = set()  # the threads apply ran on
+        self.halts_on = halts_on
+        self.reason: str | None = None
 
     def apply(self, entry: bytes) -> bytes:
         self.threads.add(threading.get_ident())
+        if self.reason is not None:
+            return b"halted"
+        if entry == self.halts_on:
+            self.reason = f"cannot apply {entry!r}"
+            return b"halted"
         if entry == b"boom":
             raise RuntimeError("machine bug")
         self.entries.append(entry)
         return b"ok:%d" % len(self.entries)
+
+    def halted(self) -> str | None:
+        return self.reason
 
     def snapshot(self) -> bytes:
         return b"\n".join(self.entries)
@@ -95,8 +107,8 @@ class Cluster:
         self.nodes: list[ReplicatedLog | None] = [None, None, None]
         self.machines: list[ListMachine] = [ListMachine(), ListMachine(), ListMachine()]
 
-    def start(self, i: int) -> None:
-        self.machines[i] = ListMachine()
+    def start(self, i: int, machine: ListMachine | None = None) -> None:
+        self.machines[i] = machine or ListMachine()
         node = ReplicatedLog(settings_for(self.tmp, self.ports, i, **self.kw), self.machines[i])
         node.start()
         self.nodes[i] = node
@@ -227,6 +239,56 @@ async def test_restart_recovers_from_journal_and_dump(tmp_path: Path) -> None:
         await wait_for(
             lambda: all(m.entries == expected for m in c.machines), "state after restart"
         )
+    finally:
+        for i in range(3):
+            c.stop(i)
+
+
+async def test_a_halted_node_leaves_raft_keeps_its_last_dump_and_catches_up_later(
+    tmp_path: Path,
+) -> None:
+    """A node whose machine halts (an entry it can neither apply nor skip) stops ticking:
+    the other two go on committing and compacting, its dump stays the last good one, and
+    restarted with a machine that applies the entry it replays its journal and catches up."""
+    c = Cluster(tmp_path, log_compaction_min_entries=5, log_compaction_min_time_s=0.5)
+    for i in range(3):
+        c.start(i)
+    try:
+        leader = await c.leader()
+        held = next(i for i, n in enumerate(c.nodes) if n is not leader)
+        c.stop(held)
+        c.start(held, ListMachine(halts_on=b"newer"))
+        up = [i for i in range(3) if i != held]
+        first = [b"e%d" % k for k in range(12)]
+        for entry in first:
+            await leader.propose(entry)
+        held_dump = tmp_path / f"n{held}" / "dump"
+        await wait_for(lambda: held_dump.exists(), "a dump on the node before it halts")
+        await leader.propose(b"newer")
+        node = c.nodes[held]
+        assert node is not None
+        reason = await wait_for(lambda: node.status().halted, "the node halts")
+        assert reason == "cannot apply b'newer'"
+        st = node.status()
+        assert (st.role, st.ready, st.leader_addr) == (RaftRole.FOLLOWER, False, None)
+        assert not node.is_ready_leader
+        with pytest.raises(NoLeaderError, match="halted"):
+            await node.propose(b"x")
+        frozen = held_dump.read_bytes()
+        dumps_before = {i: (tmp_path / f"n{i}" / "dump").read_bytes() for i in up}
+        rest = [b"f%d" % k for k in range(12)]
+        for entry in rest:  # the other two are a majority
+            await leader.propose(entry)
+        await wait_for(
+            lambda: all((tmp_path / f"n{i}" / "dump").read_bytes() != dumps_before[i] for i in up),
+            "the running nodes compact again",
+        )
+        assert held_dump.read_bytes() == frozen
+        assert c.machines[held].entries == first
+        c.stop(held)
+        c.start(held)
+        expected = [*first, b"newer", *rest]
+        await wait_for(lambda: c.machines[held].entries == expected, "the node caught up", 30.0)
     finally:
         for i in range(3):
             c.stop(i)

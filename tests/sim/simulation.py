@@ -42,10 +42,12 @@ from typing import Any
 from coordinator.core.codec import decode_command, decode_result, encode_command, encode_state
 from coordinator.core.commands import (
     AbortMigration,
+    AssignPartitions,
     Barrier,
     CheckpointReport,
     CheckpointsResult,
     Command,
+    DeclareDead,
     DrainWorker,
     FallBack,
     FinalCheckpoint,
@@ -54,6 +56,7 @@ from coordinator.core.commands import (
     RecordCheckpoints,
     RegisterWorker,
     Rejected,
+    StartRelease,
 )
 from coordinator.core.effects import (
     CheckpointCall,
@@ -111,6 +114,8 @@ class SimSettings:
     heartbeat_interval_ms: int = 300
     suspect_after_ms: int = 1_000
     dead_after_ms: int = 2_500
+    # How long the leader holds a worker that said it is restarting.
+    rejoin_grace_ms: int = 4_000
     checkpoint_interval_ms: int = 1_000
     host_retry_base_ms: int = 200
     host_retry_cap_ms: int = 2_000
@@ -122,6 +127,11 @@ class SimSettings:
     p_worker_crash: float = 0.005
     p_worker_pause: float = 0.008
     p_worker_restart: float = 0.03
+    # A worker stops as SIGTERM stops it: its last checkpoints reported, the restart notice
+    # sent, down; it comes back (registering as itself) after up to restart_ms_max, which
+    # is longer than the grace, so some come back in time and some do not.
+    p_worker_graceful_restart: float = 0.004
+    restart_ms_max: int = 6_000
     p_admin_moves: float = 0.03
     p_admin_abort: float = 0.01
     p_admin_drain: float = 0.004
@@ -228,6 +238,8 @@ class SimWorker:
         self.paused_until_ms = -1
         self.gates: dict[int, dict[str, int | bool]] = {}
         self.next_heartbeat_ms = 0
+        # Down for a restart it announced: when the process starts again (None: not one).
+        self.back_at_ms: int | None = None
 
     def paused(self, now_ms: int) -> bool:
         return now_ms < self.paused_until_ms
@@ -253,6 +265,9 @@ class Proposer:
         self.current: tuple[str, Command] | None = None
         # Calls sent and not answered: a reply after the deadline is a timed-out call.
         self.outstanding: dict[tuple[str, object], tuple[WorkerCall, int]] = {}
+        # When the batch being committed was planned (its commands are what the planner
+        # decided then: a hold that began while they go through the log is not theirs).
+        self.planned_at = now_ms
 
     @property
     def ready(self) -> bool:
@@ -262,8 +277,39 @@ class Proposer:
     def state(self) -> ClusterState:
         return self.replica.machine.state
 
-    def submit(self, cmd: Command) -> str:
+    def submit(self, cmd: Command, planned_at: int | None = None) -> str:
+        self.check_holds(cmd, self.sim.now_ms if planned_at is None else planned_at)
         return self.sim.append(cmd)
+
+    def check_holds(self, cmd: Command, planned_at: int) -> None:
+        """What the leader proposes leaves a worker held for its restart alone: it is not
+        declared dead, given partitions, made a migration's source or target, and no
+        migration touching it is started (the planner's hold; docs/design.md §10). Held
+        means held since before the command was planned and still now."""
+        planner = self.planner
+        if planner is None:
+            return
+        now, grace = self.sim.now_ms, self.sim.s.rejoin_grace_ms
+        held = {
+            w
+            for w in self.state.active_workers()
+            if planner.detector.held(w, now)
+            and (planner.detector.hold_ends_ms(w) or 0) - grace <= planned_at
+        }
+        if not held:
+            return
+        touched: set[str] = set()
+        if isinstance(cmd, DeclareDead):
+            touched = set(cmd.worker_ids) | {a.owner for a in cmd.assignments if a.owner}
+        elif isinstance(cmd, AssignPartitions):
+            touched = {a.owner for a in cmd.assignments if a.owner}
+        elif isinstance(cmd, PlanMigrations | DrainWorker):
+            touched = {w for mv in cmd.moves for w in (mv.source, mv.target)}
+        elif isinstance(cmd, StartRelease):
+            m = self.state.migrations.get(cmd.migration_id)
+            touched = set() if m is None else {m.source, m.target}
+        if touched & held:
+            self.sim.fail(f"{type(cmd).__name__} touches held workers {sorted(touched & held)}")
 
     def send(self, dst: str, kind: str, body: dict[str, Any]) -> None:
         self.sim.net.send(self.sim.now_ms, self.sim.leader_name(), dst, kind, body)
@@ -281,6 +327,7 @@ class Proposer:
         self._admin(planner, now)
         if self.current is not None:
             return
+        self.planned_at = now
         self.run = BatchRun(planner, planner.plan(self.state, now, now))
         if self._commit_step(now):
             for call in self.run.calls():
@@ -304,7 +351,7 @@ class Proposer:
         cmd = run.next_command()
         if cmd is None:
             return True
-        self.current = (self.submit(cmd), cmd)
+        self.current = (self.submit(cmd, self.planned_at), cmd)
         return False
 
     def _send_call(self, call: WorkerCall, now: int) -> None:
@@ -374,6 +421,7 @@ class Proposer:
                 wid = sim.rng.choice(active)
                 drain = planner.plan_drain(state, wid, now)
                 if not isinstance(drain, Rejected):
+                    planner.left(wid)  # as the drain route does: a leave ends a hold
                     self.submit(DrainWorker(worker_id=wid, moves=drain, now_ms=now))
                     sim.stats["drains"] += 1
                     return
@@ -392,7 +440,20 @@ class Proposer:
             return None  # the real node answers 503 until its log is applied
         state = self.state
         wid = b["worker"]
+        if kind == "restarting":
+            # The route's checks: ACTIVE, at its current incarnation (the token's).
+            held = state.workers.get(WorkerId(wid))
+            if (
+                held is not None
+                and held.state is WorkerState.ACTIVE
+                and held.incarnation == b["incarnation"]
+            ):
+                planner.restarting(WorkerId(wid), now)
+                self.sim.stats["holds"] += 1
+            return None
         if kind == "register":
+            if planner.detector.held(wid, now):
+                self.sim.stats["rejoined_in_grace"] += 1
             planner.registered(WorkerId(wid), now)
             return self.submit(
                 RegisterWorker(worker_id=WorkerId(wid), address=f"sim://{wid}", now_ms=now)
@@ -478,6 +539,7 @@ class Simulation:
         self.cut_until: dict[str, int] = {}
         self.stats |= {"accepted": 0, "entries": 0, "stale_reports": 0, "drains": 0}
         self.stats |= {"batches": 0, "batched_commands": 0}
+        self.stats |= {"graceful_restarts": 0, "holds": 0, "rejoined_in_grace": 0}
         # Objects the store lost: never found again (the heal does not bring them back).
         self.lost_checkpoints: set[str] = set()
         self.stats |= {"lost_checkpoints": 0, "fallbacks": 0}
@@ -495,6 +557,7 @@ class Simulation:
             max_concurrent_migrations=s.max_concurrent_migrations,
             suspect_after_ms=s.suspect_after_ms,
             dead_after_ms=s.dead_after_ms,
+            rejoin_grace_ms=s.rejoin_grace_ms,
             host_retry_base_ms=s.host_retry_base_ms,
             host_retry_cap_ms=s.host_retry_cap_ms,
             checkpoint_interval_ms=s.checkpoint_interval_ms,
@@ -791,9 +854,19 @@ class Simulation:
 
     def inject_worker_faults(self) -> None:
         for w in self.workers:
+            if not w.alive and w.back_at_ms is not None and w.back_at_ms <= self.now_ms:
+                self.restart_worker(w)  # the same command started again
+                continue
             r = self.rng.random()
             alive_count = sum(1 for x in self.workers if x.alive and not x.paused(self.now_ms))
-            if w.alive and r < self.s.p_worker_crash and alive_count > self.s.min_cluster_size:
+            if (
+                w.alive
+                and w.registered
+                and not w.paused(self.now_ms)
+                and r < self.s.p_worker_graceful_restart
+            ):
+                self.stop_for_restart(w)
+            elif w.alive and r < self.s.p_worker_crash and alive_count > self.s.min_cluster_size:
                 w.alive = False
                 w.gates.clear()
                 self.stats["crashes"] += 1
@@ -817,11 +890,24 @@ class Simulation:
             self.lost_checkpoints.add(self.rng.choice(uris))
             self.stats["lost_checkpoints"] += 1
 
+    def stop_for_restart(self, w: SimWorker) -> None:
+        """SIGTERM's stop (pipeline/worker.py): report the last checkpoints, tell the leader
+        it restarts, go down; the process starts again after a while."""
+        reply_to = self.leader_name()
+        self.report_checkpoints(w, reply_to)
+        notice = {"worker": w.wid, "incarnation": w.incarnation}
+        self.net.send(self.now_ms, w.wid, reply_to, "restarting", notice)
+        w.alive = False
+        w.gates.clear()
+        w.back_at_ms = self.now_ms + self.rng.randint(200, self.s.restart_ms_max)
+        self.stats["graceful_restarts"] += 1
+
     def restart_worker(self, w: SimWorker) -> None:
         w.alive = True
         w.registered = False
         w.gates.clear()
         w.paused_until_ms = -1
+        w.back_at_ms = None
         self.stats["restarts"] += 1
 
     # -- the loop ----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 
 from coordinator.core import state as core_state
 from coordinator.core.commands import CheckpointsResult, CheckpointVerdict, Ok, RecordCheckpoints
+from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.state import ClusterState
 from tests.sim.simulation import SafetyViolation, SimSettings, Simulation, run_seed
 
@@ -72,6 +73,29 @@ def test_checker_catches_a_stale_checkpoint(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(core_state, "_record_checkpoints", unfenced)
     with pytest.raises(SafetyViolation, match="stale epoch"):
+        for seed in range(30):
+            run_seed(seed)
+
+
+def test_restarts_are_held_and_rejoin() -> None:
+    """Workers stop as SIGTERM stops them and come back: the leader holds some (the notice
+    got through) and some rejoin while held; the holds are checked on every proposal."""
+    totals: Counter[str] = Counter()
+    for seed in range(5):
+        totals.update(run_seed(seed))
+    assert totals["holds"] > 0 and totals["rejoined_in_grace"] > 0, dict(totals)
+
+
+def test_checker_catches_a_planner_that_ignores_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure detector that judges held workers like any other declares a restarting
+    worker dead during its grace: the hold check reports it, with its seed."""
+
+    def dead_regardless(self: Detector, now_ms: int) -> frozenset[str]:
+        judged = {w: self._judge(self._seen[w], now_ms) for w in self.known()}
+        return frozenset(w for w, verdict in judged.items() if verdict is Liveness.DEAD)
+
+    monkeypatch.setattr(Detector, "dead", dead_regardless)
+    with pytest.raises(SafetyViolation, match="touches held workers"):
         for seed in range(30):
             run_seed(seed)
 

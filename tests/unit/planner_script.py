@@ -17,6 +17,8 @@ Directives:
   register w1 w2            RegisterWorker (applied) and the planner hears of each worker
   report <w> p=<p> offset=<n> [e=<e>]   the worker reports a checkpoint (RecordCheckpoints)
   heartbeat w1 w2           a heartbeat from each; prints checkpoint_due when it is set
+  restarting w1             the worker says it is restarting: the leader holds it (and what it
+                            owns) for the rejoin grace; prints when the hold ends
   tick <ms>                 advance the monotonic clock
   plan                      one batch, run by the executor (coordinator/core/executor.py:
                             commands in order, the first rejection skips the rest, then the
@@ -28,7 +30,8 @@ Directives:
   release <id> ok [offset=<n>] | refused | failed     the outstanding release call's answer
   checkpoint <w> ok|fail    the outstanding checkpoint call's answer
   reassign balance | <p>:<w> ...  [dry-run]   the admin query; committed unless dry-run
-  drain <w>                 the admin drain query, committed as DrainWorker
+  drain <w>                 the admin drain query, committed as DrainWorker (which ends a
+                            restart's hold, as the drain route does)
   abort <id>                an operator's AbortMigration
   reset <p>                 an operator's ResetPartition (discards its checkpoints)
   new-leader                a fresh planner built from the state (a failover)
@@ -290,6 +293,9 @@ class Harness:
         due = [w for w in args if self.planner.heartbeat(WorkerId(w), 0.1, self.now)]
         return [f"checkpoint_due {w}" for w in due]
 
+    def do_restarting(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        return [f"{w} held until {self.planner.restarting(WorkerId(w), self.now)}" for w in args]
+
     def do_tick(self, args: list[str], _kv: dict[str, str]) -> list[str]:
         self.now += int(args[0])
         return [f"now {self.now}"]
@@ -385,6 +391,8 @@ class Harness:
         if isinstance(planned, Rejected):
             return [f"rejected {planned.code}: {planned.message}"]
         result = self.apply(DrainWorker(worker_id=w, moves=planned, now_ms=self.wall))
+        if isinstance(result, Ok):
+            self.planner.left(w)
         return [
             f"{fmt_command(DrainWorker(worker_id=w, moves=planned, now_ms=0))} -> "
             + ("ok" if isinstance(result, Ok) else result.code)

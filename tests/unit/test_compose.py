@@ -207,6 +207,7 @@ def pipeline_problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
         if str(spark_ports[name]) not in {str(e) for e in svc.get("expose") or []}:
             out.append(f"{name}: Spark Connect port {spark_ports[name]} is not exposed")
     coordinator_urls = sorted(n.url for n in config.nodes)
+    state_volumes: dict[str, str] = {}
     for name, svc in sorted(workers.items()):
         command = svc["command"]
         urls = sorted(_flags(command, "--coordinator"))
@@ -234,7 +235,25 @@ def pipeline_problems(doc: dict[str, Any], config: ClusterConfig) -> list[str]:
             if key not in env:
                 out.append(f"{name}: {key} is not passed from the environment")
         out += _store_problems(name, svc, sparks, declared_volumes, config)
+        out += _state_problems(name, svc, declared_volumes, state_volumes)
     return out
+
+
+def _state_problems(
+    name: str, svc: dict[str, Any], declared_volumes: set[str], claimed: dict[str, str]
+) -> list[str]:
+    """The worker keeps its token in a state directory on a named volume of its own, so the
+    container started again or recreated (an upgrade) rejoins as the member it was."""
+    state = _flag(svc["command"], "--state-dir") or _env(svc).get("RIPPLE_STATE_DIR")
+    if not state:
+        return [f"{name}: no --state-dir (RIPPLE_STATE_DIR): a restart cannot rejoin as itself"]
+    under = [m for m in _mounts(svc) if len(m) >= 2 and m[1] == state]
+    if len(under) != 1 or under[0][2:] not in ([], ["rw"]) or under[0][0] not in declared_volumes:
+        return [f"{name}: the state directory {state} is not one writable named volume"]
+    first = claimed.setdefault(under[0][0], name)
+    if first != name:
+        return [f"{name}: shares its state volume {under[0][0]!r} with {first}"]
+    return []
 
 
 def _store_problems(
@@ -544,3 +563,16 @@ def test_detects_an_anonymous_store_volume() -> None:
 
     found = _mutated(mutate)
     assert "w1: store volume 'store' is not a declared named volume" in found
+
+
+def test_detects_a_missing_or_shared_state_volume() -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["services"]["w1"]["environment"] = {"RIPPLE_JOIN_TOKEN": "x"}
+        doc["services"]["w3"]["volumes"] = [
+            "store:/var/lib/ripple-store",
+            "w2-state:/var/lib/ripple-worker",
+        ]
+
+    found = _mutated(mutate)
+    assert "w1: no --state-dir (RIPPLE_STATE_DIR): a restart cannot rejoin as itself" in found
+    assert "w3: shares its state volume 'w2-state' with w2" in found

@@ -20,6 +20,7 @@ from coordinator.core.codec import (
     encode_state,
 )
 from coordinator.core.commands import (
+    COMMAND_BY_TAG,
     COMMAND_TYPES,
     AbortMigration,
     AbortResult,
@@ -42,6 +43,7 @@ from coordinator.core.commands import (
     FallBack,
     FallBackResult,
     FinalCheckpoint,
+    FinalizeVersion,
     HandOff,
     HandOffResult,
     MarkStuck,
@@ -52,11 +54,13 @@ from coordinator.core.commands import (
     PartitionOnline,
     PlanMigrations,
     PlanResult,
+    RecordBackup,
     RecordCheckpoints,
     RegisterResult,
     RegisterWorker,
     Rejected,
     ReleaseResult,
+    ReportVersions,
     ResetPartition,
     ResetResult,
     StartRelease,
@@ -203,6 +207,36 @@ GOLDEN: list[tuple[str, Command, str]] = [
         "94010fa4722d313583a9706172746974696f6e03a46e6f7465b17265736574206279206f7065726174"
         "6f72a66e6f775f6d73cd03f7",
     ),
+    (
+        "r-16",
+        ReportVersions(
+            node_id="n1", min_version=1, max_version=2, package_version="0.2.0", now_ms=1016
+        ),
+        "940110a4722d313685a76e6f64655f6964a26e31ab6d696e5f76657273696f6e01ab6d61785f76657273"
+        "696f6e02af7061636b6167655f76657273696f6ea5302e322e30a66e6f775f6d73cd03f8",
+    ),
+    (
+        "r-17",
+        FinalizeVersion(version=2, voters=("n1", "n2", "n3"), now_ms=1017),
+        "940111a4722d313783a776657273696f6e02a6766f7465727393a26e31a26e32a26e33a66e6f775f6d73"
+        "cd03f9",
+    ),
+    (
+        "r-18",
+        RecordBackup(
+            cluster_id="c0ffee",
+            applied_index=1234,
+            term=3,
+            sha256="ab" * 32,
+            size_bytes=4096,
+            created_at_ms=1018,
+            now_ms=1019,
+        ),
+        "940112a4722d313887aa636c75737465725f6964a6633066666565ad6170706c6965645f696e646578cd"
+        "04d2a47465726d03a6736861323536d94061626162616261626162616261626162616261626162616261"
+        "626162616261626162616261626162616261626162616261626162616261626162616261626162aa7369"
+        "7a655f6279746573cd1000ad637265617465645f61745f6d73cd03faa66e6f775f6d73cd03fb",
+    ),
 ]
 
 
@@ -212,7 +246,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 16))
+    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 19))
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
@@ -414,7 +448,7 @@ def test_version_tag_and_request_id() -> None:
     assert _field_of(_envelope(12, body, version=True)) == "version"
     with pytest.raises(CodecError, match="unknown command tag 99"):
         decode_command(_envelope(99, body))
-    assert _field_of(_envelope(16, body)) == "tag"
+    assert _field_of(_envelope(max(COMMAND_BY_TAG) + 1, body)) == "tag"
     assert _field_of(_envelope(12, body, request_id=7)) == "request_id"
     assert _field_of(_envelope(12, body, request_id="")) == "request_id"
     assert _field_of(_envelope(12, body, request_id="x" * (REQUEST_ID_LEN_MAX + 1))) == "request_id"
@@ -707,6 +741,28 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
         ),
     ),
     (Barrier(nonce="n-1"), "9301a26f6b81a56e6f6e6365a36e2d31"),
+    (
+        ReportVersions(
+            node_id="n1", min_version=1, max_version=2, package_version="0.2.0", now_ms=30
+        ),
+        "9301a26f6b82a76e6f64655f6964a26e31b166696e616c697a65645f76657273696f6e01",
+    ),
+    (
+        FinalizeVersion(version=2, voters=("n1",), now_ms=31),
+        "9301a26f6b82b166696e616c697a65645f76657273696f6e02a76368616e676564c3",
+    ),
+    (
+        RecordBackup(
+            cluster_id="c1",
+            applied_index=77,
+            term=2,
+            sha256="0f" * 32,
+            size_bytes=99,
+            created_at_ms=32,
+            now_ms=33,
+        ),
+        "9301a26f6b82ad6170706c6965645f696e6465784da66c6174657374c3",
+    ),
 ]
 
 

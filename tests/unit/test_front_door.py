@@ -46,6 +46,7 @@ def _fake_node() -> SimpleNamespace:
     info = SimpleNamespace(role=RaftRole.FOLLOWER, ready=False, leader=None)
     return SimpleNamespace(
         is_ready_leader=False,
+        halted=None,
         node_id="n1",
         leader_info=lambda: info,
         metrics=SimpleNamespace(requests=_Counts(), front_door=FrontDoorCounts()),

@@ -14,6 +14,8 @@ from replication.entry import apply_entry
 
 BOOT = encode_command(Bootstrap(total_partitions=4, now_ms=1000), "boot")
 UNKNOWN_TAG = b"\x94\x01\x63\xa1x\x80"  # [1, 99, "x", {}]: no command has tag 99
+# [1, 2, "x", {}]: a RegisterWorker without its fields, malformed on every replica alike.
+MALFORMED = b"\x94\x01\x02\xa1x\x80"
 
 
 def register(wid: str, rid: str) -> bytes:
@@ -31,7 +33,7 @@ def test_each_command_of_a_batch_in_order_with_its_own_result() -> None:
     machine = Machine()
     apply_entry(machine, BOOT)  # a single entry, as a lone proposal leaves it
     results = apply_batch(
-        machine, [register("a", "ra"), UNKNOWN_TAG, register("b", "rb"), b"\x00junk"]
+        machine, [register("a", "ra"), MALFORMED, register("b", "rb"), b"\x00junk"]
     )
     assert isinstance(results[0], Ok) and results[0].value.worker_id == "a"
     assert isinstance(results[1], Rejected) and results[1].code == "invalid"
@@ -55,7 +57,7 @@ def test_a_retried_request_id_applies_once_inside_and_across_batches() -> None:
 
 
 def test_a_batch_leaves_the_state_single_entries_leave() -> None:
-    items = [register(f"w{i % 7}", f"r{i % 11}") for i in range(40)] + [UNKNOWN_TAG]
+    items = [register(f"w{i % 7}", f"r{i % 11}") for i in range(40)] + [MALFORMED]
     singles, batched = Machine(), Machine()
     apply_entry(singles, BOOT)
     apply_entry(batched, BOOT)
@@ -71,3 +73,16 @@ def test_a_malformed_batch_is_an_error_value_and_changes_nothing() -> None:
     result = apply_entry(machine, encode_batch([register("a", "ra")])[:-3])
     assert result.startswith(b"\xc0")  # machine_error_result
     assert machine.snapshot() == before
+
+
+def test_an_unknown_tag_in_a_batch_halts_the_machine_for_the_rest() -> None:
+    """A tag this code does not know comes only from a newer release, whose other replicas
+    apply it: skipping it would diverge, so the machine stops applying at it."""
+    machine = Machine()
+    apply_entry(machine, BOOT)
+    results = apply_batch(machine, [register("a", "ra"), UNKNOWN_TAG, register("b", "rb")])
+    assert isinstance(results[0], Ok)
+    assert isinstance(results[1], Rejected) and results[1].code == "invalid"
+    assert isinstance(results[2], Rejected) and results[2].code == "halted"
+    assert list(machine.state.workers) == ["a"]
+    assert "unknown command tag 99" in (machine.halted() or "")

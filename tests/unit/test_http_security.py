@@ -13,6 +13,7 @@ Probe -> test:
 - cluster file briefly world-readable              test_cluster_file_is_private_from_creation
 - new owner loaded another partition's checkpoint  test_new_owner_loads_only_what_it_was_sent
 - coordinator and pipeline name objects alike      test_store_base_is_how_the_stores_name_objects
+- a store mismatch message leaks user information  test_store_mismatch_names_stores_without_userinfo
 - addresses restricted to configured networks      test_worker_networks_restrict_addresses
   (the coordinator side of the checkpoint references is tests/integration/test_duties.py:
   test_checkpoints_fenced_by_epoch_owner_and_offset, test_release_reply_with_a_foreign_...)
@@ -40,6 +41,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from coordinator.config import ClusterConfig, NodeSpec, is_wildcard, load_config, split_host_port
 from coordinator.core.codec import encode_state
 from coordinator.core.state import ClusterState
+from coordinator.core.versions import SPOKEN
 from coordinator.service import address as address_module
 from coordinator.service.address import HOST_VERDICTS_CACHED_MAX, check_address
 from coordinator.service.auth import (
@@ -56,7 +58,13 @@ from pipeline.lease import Lease
 from pipeline.state import KeyState
 from pipeline.store import LocalStore, open_store
 from pipeline.worker import Worker
-from shared.checkpoint_ref import canonical_uri, checkpoint_key, store_base
+from shared.checkpoint_ref import (
+    canonical_uri,
+    checkpoint_key,
+    shown_store,
+    store_base,
+    store_mismatch,
+)
 from shared.errors import ConfigError, RequestError
 from testkit.process import python_argv
 from tests.unit.test_pipeline_worker import offline_settings
@@ -256,6 +264,8 @@ class _Node:
         self.locked = False
         self.node_id = "n1"
         self.config = ClusterConfig()
+        self.speaks = SPOKEN  # what the node speaks, shown in health
+        self.cluster_id = "c1"
 
     @contextlib.contextmanager
     def read(self) -> Iterator[ClusterState]:
@@ -397,6 +407,22 @@ def test_s3_store_base_matches_the_s3_store() -> None:
     for bad in ("http://x/y", "s3:///p", "file://host/x", "file:relative", "s3://b/p?x=1"):
         with pytest.raises(ValueError):
             store_base(bad)
+
+
+def test_store_mismatch_names_stores_without_userinfo() -> None:
+    """Two spellings of one store match; another store is named in the refusal, and
+    whatever user information a URI carries is not (the message goes to the registrant and
+    into the leader's log)."""
+    assert store_mismatch("s3://b/p", "s3://b/p/") is None
+    assert store_mismatch("file:///tmp/rs", "file://localhost/tmp/a/../rs") is None
+    assert store_mismatch("", "s3://anything") is None  # nothing to compare with
+    problem = store_mismatch("s3://key:secret@b/p", "s3://KEY2:pw2@c/p")
+    assert problem is not None
+    assert "s3://***@b/p" in problem and "s3://***@c/p" in problem
+    assert not any(word in problem for word in ("secret", "key:", "KEY2", "pw2"))
+    assert shown_store("file:///tmp/rs") == "file:///tmp/rs"
+    with pytest.raises(ValueError):
+        store_mismatch("s3://b/p", "ftp://x/y")
 
 
 async def test_new_owner_loads_only_what_it_was_sent(tmp_path: Path) -> None:

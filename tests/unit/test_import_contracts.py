@@ -91,7 +91,11 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
         ("ripple/demo.py", "import tests.conftest", "product code imports no benchmark"),
         ("ripple/cli.py", "import testkit.process", "product code imports no benchmark"),
         ("pipeline/worker.py", "import testkit.wait", "product code imports no benchmark"),
-        ("coordinator/service/api.py", "import bench.harness", "product code imports no benchmark"),
+        (
+            "coordinator/service/http/app.py",
+            "import bench.harness",
+            "product code imports no benchmark",
+        ),
         ("testkit/nodes.py", "import tests.chaos.history", "testkit imports neither tests nor"),
         ("testkit/cluster.py", "import bench.harness", "testkit imports neither tests nor"),
         ("bench/failover.py", "import tests.conftest", "bench imports no test"),

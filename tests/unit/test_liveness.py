@@ -1,4 +1,5 @@
-"""Failure detector: thresholds against a fake clock, failover seeding, observe resets."""
+"""Failure detector: thresholds against a fake clock, failover seeding, observe resets, the
+holds of restarting workers."""
 
 from __future__ import annotations
 
@@ -85,6 +86,39 @@ def test_unknown_and_forgotten_workers_have_no_status() -> None:
     assert d.evaluate(100_000) == Verdict(suspected=frozenset(), dead=frozenset())
 
 
+def test_a_held_worker_is_restarting_until_its_hold_ends_then_judged_again() -> None:
+    d = make()
+    d.observe("w1", 0, 0.5)
+    d.observe("w2", 0, 0.5)
+    d.hold("w1", 60_000)
+    assert d.status("w1", 31_000) is Liveness.RESTARTING
+    assert d.evaluate(31_000) == Verdict(suspected=frozenset(), dead=frozenset({"w2"}))
+    assert d.dead(31_000) == frozenset({"w2"})
+    assert d.holds(59_999) == frozenset({"w1"}) and d.held("w1", 59_999)
+    # A heartbeat during the hold does not end it (only a registration or a drain does).
+    d.observe("w1", 40_000, 0.1)
+    assert d.status("w1", 59_999) is Liveness.RESTARTING
+    # At its end the last heartbeat judges it: seen at 40 s, so suspected at 60 s...
+    assert d.status("w1", 60_000) is Liveness.SUSPECTED
+    assert d.holds(60_000) == frozenset() and d.hold_ends_ms("w1") is None
+    # ... and dead once 30 s have passed since that heartbeat.
+    assert d.dead(70_001) == frozenset({"w1", "w2"})
+
+
+def test_unhold_and_forget_end_a_hold_and_an_unknown_worker_is_never_held() -> None:
+    d = make()
+    d.hold("ghost", 10**9)
+    assert d.status("ghost", 0) is None and d.holds(0) == frozenset()
+    d.observe("w1", 0, 0.0)
+    d.hold("w1", 100_000)
+    d.unhold("w1")
+    assert d.dead(31_000) == frozenset({"w1"})
+    d.hold("w1", 100_000)
+    d.forget("w1")
+    d.observe("w1", 50_000, 0.0)
+    assert d.status("w1", 90_000) is Liveness.DEAD  # the forgotten hold did not come back
+
+
 def test_rejects_bad_thresholds_and_load() -> None:
     with pytest.raises(ValueError):
         Detector(suspect_after_ms=30_000, dead_after_ms=30_000)
@@ -96,7 +130,7 @@ def test_rejects_bad_thresholds_and_load() -> None:
 
 _OPS = st.lists(
     st.tuples(
-        st.sampled_from(["observe", "seed", "forget"]),
+        st.sampled_from(["observe", "seed", "forget", "hold", "unhold"]),
         st.sampled_from(["w1", "w2", "w3", "w4", "w5"]),
         st.integers(min_value=0, max_value=5_000),  # any order: a caller's clock may step back
     ),
@@ -114,6 +148,10 @@ def test_evaluate_reads_only_the_oldest_but_judges_like_a_full_scan(
             d.observe(wid, t, 0.5)
         elif op == "seed":
             d.seed([wid], t)
+        elif op == "hold":
+            d.hold(wid, t + 2_000)
+        elif op == "unhold":
+            d.unhold(wid)
         else:
             d.forget(wid)
     full = {w: d.status(w, now) for w in d.known()}
@@ -121,3 +159,4 @@ def test_evaluate_reads_only_the_oldest_but_judges_like_a_full_scan(
     assert verdict.dead == {w for w, s in full.items() if s is Liveness.DEAD}
     assert verdict.suspected == {w for w, s in full.items() if s is Liveness.SUSPECTED}
     assert d.dead(now) == verdict.dead
+    assert d.holds(now) == {w for w, s in full.items() if s is Liveness.RESTARTING}

@@ -1,10 +1,12 @@
 """`CoordinatorNode.submit` turns a committed result into the proposed command's own result
-type, or into the request's error. The log is a fake that answers each proposal with the
+type, or into the request's error, and refuses a command above the finalized command-set
+version before proposing it. The log is a fake that answers each proposal with the
 bytes a machine would; Raft itself is tests/integration's.
 """
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -12,18 +14,23 @@ import pytest
 from coordinator.config import ClusterConfig
 from coordinator.core.codec import decode_command, encode_result
 from coordinator.core.commands import (
+    BackupResult,
     Barrier,
     BarrierResult,
+    FinalizeVersion,
     Ok,
+    RecordBackup,
     RegisterResult,
     RegisterWorker,
+    ReportVersions,
     Result,
     rejected,
 )
 from coordinator.core.model import WorkerId
+from coordinator.core.state import ClusterState, apply
 from coordinator.service.metrics import Metrics
 from coordinator.service.node import CoordinatorNode
-from shared.errors import RequestError
+from shared.errors import RequestError, UnavailableError
 
 W1 = WorkerId("w1")
 REGISTER = RegisterWorker(worker_id=W1, address="http://w1:1", now_ms=1)
@@ -70,3 +77,49 @@ async def test_a_rejection_is_the_requests_error() -> None:
     with pytest.raises(RequestError) as exc:
         await CoordinatorNode.submit(node, REGISTER)  # type: ignore[arg-type]
     assert (exc.value.status, exc.value.code, exc.value.field) == (404, "not_found", "worker_id")
+
+
+def _state_with(*reports: tuple[str, int]) -> ClusterState:
+    state = ClusterState()
+    for i, (node_id, high) in enumerate(reports):
+        cmd = ReportVersions(
+            node_id=node_id, min_version=1, max_version=high, package_version="0.2.0", now_ms=1
+        )
+        assert isinstance(apply(state, f"v{i}", cmd), Ok)
+    return state
+
+
+async def test_a_command_above_the_finalized_version_is_refused_before_it_is_proposed() -> None:
+    backup = RecordBackup(
+        cluster_id="c1",
+        applied_index=3,
+        term=1,
+        sha256="ab" * 32,
+        size_bytes=1,
+        created_at_ms=1,
+        now_ms=1,
+    )
+    state = _state_with(("n1", 2), ("n2", 1))
+    node = _node(Ok(value=BackupResult(applied_index=3, latest=True)))
+    node.read = lambda: contextlib.nullcontext(state)
+    node.voters = lambda: ("n1", "n2")
+    with pytest.raises(RequestError) as behind:
+        await CoordinatorNode.submit(node, backup)  # type: ignore[arg-type]
+    assert (behind.value.status, behind.value.code) == (409, "version_unsupported")
+    assert "n2 speaks 1..1" in behind.value.message
+    apply(
+        state,
+        "v-n2",
+        ReportVersions(
+            node_id="n2", min_version=1, max_version=2, package_version="0.2.0", now_ms=2
+        ),
+    )
+    with pytest.raises(UnavailableError) as soon:
+        await CoordinatorNode.submit(node, backup)  # type: ignore[arg-type]
+    assert soon.value.code == "version_not_finalized"
+    assert node.log.request_ids == []  # neither was proposed
+    apply(state, "f", FinalizeVersion(version=2, voters=("n1", "n2"), now_ms=3))
+    assert await CoordinatorNode.submit(node, backup, "rid-b") == BackupResult(  # type: ignore[arg-type]
+        applied_index=3, latest=True
+    )
+    assert node.log.request_ids == ["rid-b"]

@@ -5,9 +5,10 @@ as pysyncobj writes it, and reads back as a snapshot waiting to be restored."""
 from __future__ import annotations
 
 import pysyncobj.pickle as syncobj_pickle
+import pytest
 
 import replication.log
-from replication.entry import PendingSnapshot, SnapshotCell
+from replication.entry import MachineHaltedError, PendingSnapshot, SnapshotCell
 
 # pysyncobj's dump of {"_cell": SnapshotCell(machine)} whose snapshot is b"state-bytes".
 DUMPED = bytes.fromhex(
@@ -27,6 +28,14 @@ class Snapshotting:
     def restore(self, data: bytes) -> None:
         raise AssertionError("a dump never restores")
 
+    def halted(self) -> str | None:
+        return None
+
+
+class Halted(Snapshotting):
+    def halted(self) -> str | None:
+        return "an entry of a newer command set"
+
 
 def test_the_dump_format_stays_byte_for_byte() -> None:
     assert syncobj_pickle.dumps({"_cell": SnapshotCell(Snapshotting())}) == DUMPED
@@ -36,3 +45,10 @@ def test_a_dump_reads_back_as_a_pending_snapshot() -> None:
     cell = syncobj_pickle.loads(DUMPED)["_cell"]
     assert isinstance(cell, PendingSnapshot) and cell.data == b"state-bytes"
     assert callable(replication.log._unpickle_snapshot)  # the name the dump carries
+
+
+def test_a_halted_machine_is_never_dumped() -> None:
+    """Its state lags the index pysyncobj would give the dump: the dump must fail (pysyncobj
+    then keeps the last good one and the journal after it)."""
+    with pytest.raises(MachineHaltedError, match="newer command set"):
+        syncobj_pickle.dumps({"_cell": SnapshotCell(Halted())})

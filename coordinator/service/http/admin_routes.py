@@ -1,26 +1,43 @@
-"""The operator's routes: reassign, abort a migration, reset a partition, a barrier.
+"""The operator's routes: reassign, abort a migration, reset a partition, take and record a
+backup, a barrier.
 
-Each is a leader-only write that needs the admin token, checked before the body is read.
-A plan is made by the leader's planner (a pure query) and proposed whole; a dry run or an
-empty plan proposes nothing.
+Each is leader-only and needs the admin token, checked before the body is read. A plan is
+made by the leader's planner (a pure query) and proposed whole; a dry run or an empty plan
+proposes nothing. A backup is the state at one applied index, after a barrier (so it holds
+every write acknowledged before the request), encoded outside the apply lock and sent in
+chunks (`coordinator/core/backup.py` is its format).
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
-from coordinator.core.commands import AbortMigration, Barrier, PlanMigrations, ResetPartition
+from coordinator.core.backup import encode_backup
+from coordinator.core.codec import encode_state
+from coordinator.core.commands import (
+    AbortMigration,
+    Barrier,
+    PlanMigrations,
+    RecordBackup,
+    ResetPartition,
+)
 from coordinator.core.model import MigrationId, MigrationReason, valid_id
+from coordinator.service import dashboard
 from coordinator.service import models as m
 from coordinator.service.http.answers import json_reply, migration_refs, raise_rejected
-from coordinator.service.http.context import ADMISSION_KEY, DUTIES_KEY
+from coordinator.service.http.context import ADMISSION_KEY, DUTIES_KEY, ORIGINS_KEY
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import idempotency_key, parse, path_partition
 from coordinator.service.node import new_request_id, now_ms
 from shared.errors import RequestError
+from shared.version import PACKAGE_VERSION
 
-__all__ = ["ROUTES"]
+__all__ = ["BACKUP_CHUNK_BYTES", "ROUTES"]
+
+BACKUP_CHUNK_BYTES = 1024 * 1024  # one write of a backup to the socket
 
 
 async def reassign(request: web.Request) -> web.Response:
@@ -83,6 +100,63 @@ async def reset_partition(request: web.Request) -> web.Response:
     return json_reply(m.ResetResponse(partition=reset.partition, epoch=reset.epoch))
 
 
+async def backup(request: web.Request) -> web.StreamResponse:
+    node = require_leader(request)
+    request.app[ADMISSION_KEY].admit_admin(request.headers)
+    await node.barrier()
+    state, applied_index, term = node.snapshot_at()
+    body = await asyncio.to_thread(encode_state, state)
+    limit = node.config.backup_bytes_max
+    if len(body) > limit:
+        raise RequestError(
+            f"the state is {len(body)} bytes, over backup_bytes_max = {limit}",
+            code="too_large",
+            status=413,
+            field="backup_bytes_max",
+        )
+    header, data = encode_backup(
+        body,
+        cluster_id=node.cluster_id,
+        applied_index=applied_index,
+        term=term,
+        package_version=PACKAGE_VERSION,
+        command_set_version=state.finalized_version,
+        created_at_ms=now_ms(),
+    )
+    name = f"ripple-{header.cluster_id}-{header.applied_index}.backup"
+    resp = web.StreamResponse(
+        headers={
+            "Content-Type": "application/octet-stream",
+            "Content-Disposition": f'attachment; filename="{name}"',
+            "X-Content-Type-Options": "nosniff",
+        }
+    )
+    resp.content_length = len(data)
+    # Sent before the first chunk: `finish` adds its CORS headers too late for a stream.
+    dashboard.cors_headers(request, resp, request.app[ORIGINS_KEY])
+    await resp.prepare(request)
+    for start in range(0, len(data), BACKUP_CHUNK_BYTES):
+        await resp.write(data[start : start + BACKUP_CHUNK_BYTES])
+    await resp.write_eof()
+    return resp
+
+
+async def record_backup(request: web.Request) -> web.Response:
+    """The cluster learns of a backup once the operator's tool has stored it. RecordBackup is
+    of command-set version 2: refused (409, naming the node behind) until every voter
+    speaks it."""
+    node = require_leader(request)
+    admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
+    body = await parse(request, m.RecordBackupRequest)
+    recorded = await node.submit(
+        RecordBackup(**body.model_dump(), now_ms=now_ms()),
+        idempotency_key(request, admin.scope, f"backup:{body.sha256}"),
+    )
+    return json_reply(
+        m.RecordBackupResponse(applied_index=recorded.applied_index, latest=recorded.latest)
+    )
+
+
 async def admin_barrier(request: web.Request) -> web.Response:
     node = require_leader(request)
     request.app[ADMISSION_KEY].admit_admin(request.headers)
@@ -117,6 +191,25 @@ ROUTES: tuple[Route, ...] = (
         handler=reset_partition,
         summary="Forget an ASSIGNING partition's checkpoints; its owner replays it from offset 0",
         response=m.ResetResponse,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="GET",
+        path="/v1/admin/backup",
+        handler=backup,
+        summary="The state at one applied index, after a barrier: a backup file",
+        leader_only=True,
+        auth="admin",
+        binary=True,
+    ),
+    Route(
+        method="POST",
+        path="/v1/admin/backups",
+        handler=record_backup,
+        summary="Record a backup that `ripple backup` stored (command-set version 2)",
+        request=m.RecordBackupRequest,
+        response=m.RecordBackupResponse,
         leader_only=True,
         auth="admin",
     ),

@@ -47,6 +47,13 @@ class Duties(Protocol):
 
     def registered(self, worker_id: WorkerId, /) -> None: ...
 
+    def restarting(self, worker_id: WorkerId, /) -> int:
+        """Hold a worker that said it is restarting; milliseconds until the hold ends (503
+        when the duties are not running)."""
+
+    def left(self, worker_id: WorkerId, /) -> None:
+        """An operator drained the worker (a leave ends a restart's hold)."""
+
     def heartbeat(self, worker_id: WorkerId, load: float, /) -> bool:
         """Feed one heartbeat; True when the reply must ask for a checkpoint."""
 

@@ -1,7 +1,8 @@
 """Which node serves a write: the ready leader, and no other.
 
 A follower answers 307 with the leader's URL (`LeaderRedirect`); a node that knows no
-leader, or a leader still applying its committed log, answers 503 with Retry-After. Reads
+leader, a leader still applying its committed log, or a node that halted (it met a command
+it does not speak, and left Raft) answers 503 with Retry-After. Reads
 come here only when they ask for `consistent=true`.
 """
 
@@ -30,6 +31,10 @@ def require_leader(request: ApiRequest) -> CoordinatorNode:
     node = request.app[NODE_KEY]
     if node.is_ready_leader:  # the common case, without building a status
         return node
+    if node.halted is not None:
+        raise UnavailableError(
+            f"this node halted and left Raft: {node.halted}", code="halted", retry_after_s=1
+        )
     info = node.leader_info()
     if info.role is RaftRole.LEADER:
         if info.ready:

@@ -40,6 +40,8 @@ class Route:
     status: int = 200
     leader_only: bool = False
     auth: Auth | None = None
+    # The answer is a file (application/octet-stream), bounded by a setting (413 past it).
+    binary: bool = False
 
 
 # Path parameters as the handlers parse them (request.path_partition, request.path_worker,
@@ -62,6 +64,8 @@ def _error_responses(
         statuses["409"] = "Conflict: fenced, stale epoch or incarnation, wrong state"
     if r.request is not None:
         statuses["413"] = "Body larger than body_bytes_max"
+    if r.binary:
+        statuses["413"] = "Answer larger than its bound (backup_bytes_max)"
     if r.auth:
         statuses["401"] = "Missing or invalid token"
         statuses["403"] = "A valid token that may not do this"
@@ -129,6 +133,9 @@ def openapi_document(routes: Sequence[Route]) -> dict[str, Any]:
         ok: dict[str, Any] = {"description": "OK"}
         if r.response is not None:
             ok["content"] = {"application/json": {"schema": {"$ref": ref[r.response]}}}
+        elif r.binary:
+            binary = {"type": "string", "contentMediaType": "application/octet-stream"}
+            ok["content"] = {"application/octet-stream": {"schema": binary}}
         if (r.method, r.path) in _LINKS:
             ok["links"] = {
                 name: {"operationId": target, "parameters": params}
@@ -138,7 +145,12 @@ def openapi_document(routes: Sequence[Route]) -> dict[str, Any]:
         query = None
         if r.path == "/v1/health":
             query = "digest"
-        elif r.method == "GET" and r.path.startswith("/v1/") and r.path != "/v1/openapi.json":
+        elif (
+            r.method == "GET"
+            and r.path.startswith("/v1/")
+            and not r.path.startswith("/v1/admin/")  # always through the leader's barrier
+            and r.path != "/v1/openapi.json"
+        ):
             query = "consistent"
         params = [
             {"name": part[1:-1], "in": "path", "required": True, "schema": _PATH_PARAMS[part]}

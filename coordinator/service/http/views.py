@@ -10,6 +10,7 @@ batches are the leader's memory (no follower hears heartbeats): a follower leave
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import TypedDict
@@ -30,6 +31,7 @@ from coordinator.service.metrics import PartitionProgress, ProgressReports
 from coordinator.service.node import CoordinatorNode
 from replication.log import RaftRole
 from shared.errors import RequestError
+from shared.version import PACKAGE_VERSION
 
 __all__ = ["ROUTES", "lag_of", "partition_view"]
 
@@ -111,11 +113,24 @@ def summary(state: ClusterState) -> m.ClusterSummary:
     return m.ClusterSummary(**state.summary())
 
 
+NO_STORE_WARNING = (
+    "the cluster file sets no store: every checkpoint is fenced, so a partition that changes "
+    "owner or restarts is rebuilt by replaying its whole source log; set store to the "
+    "workers' --store"
+)
+
+
+def warnings(node: CoordinatorNode) -> list[str]:
+    """What an operator should fix about the cluster's settings (empty: nothing)."""
+    return [] if node.config.store else [NO_STORE_WARNING]
+
+
 async def health(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     want_digest = query_bool(request, "digest")
     with node.read() as state:
         cluster = summary(state)
+        finalized = state.finalized_version
         # The copy and this applied_index belong together (both taken under the apply lock,
         # except in the instant between an entry's apply and pysyncobj's counter bump); the
         # encoding happens after the lock is released.
@@ -141,6 +156,15 @@ async def health(request: web.Request) -> web.Response:
             else None,
             state_digest=digest,
             nodes=[m.NodeRef(id=n.id, url=n.url) for n in node.config.nodes],
+            package_version=PACKAGE_VERSION,
+            cluster_id=node.cluster_id,
+            command_set=m.VersionRangeView(
+                min_version=node.speaks.min_version, max_version=node.speaks.max_version
+            ),
+            finalized_command_set_version=finalized,
+            halted=st.halted,
+            store_set=bool(node.config.store),
+            warnings=warnings(node),
         )
     )
 
@@ -148,6 +172,7 @@ async def health(request: web.Request) -> web.Response:
 async def status(request: web.Request) -> web.Response:
     view = await read_view(request)
     info = view.node.leader_info()
+    voters = view.node.voters()
     with view.node.read() as state:
         by_status = {s.value: 0 for s in PartitionStatus}
         for p in state.partitions:
@@ -165,6 +190,23 @@ async def status(request: web.Request) -> web.Response:
             partitions_by_status=by_status,
             workers_by_state=by_state,
             migrations_in_flight=len(state.in_flight_migrations()),
+            finalized_command_set_version=state.finalized_version,
+            voters=list(voters),
+            coordinators=[
+                m.CoordinatorVersions(
+                    node_id=r.node_id,
+                    package_version=r.package_version,
+                    min_version=r.min_version,
+                    max_version=r.max_version,
+                    reported_at_ms=r.reported_at_ms,
+                    voter=r.node_id in voters,
+                )
+                for r in sorted(state.node_versions.values(), key=lambda r: r.node_id)
+            ],
+            last_backup=None
+            if state.last_backup is None
+            else m.BackupView(**dataclasses.asdict(state.last_backup)),
+            warnings=warnings(view.node),
         )
     return json_reply(body)
 

@@ -1,7 +1,8 @@
-"""The workers' routes: register, heartbeat, checkpoint acks and drain.
+"""The workers' routes: register, heartbeat, checkpoint acks, restarting and drain.
 
-All are served by the leader only, and all but the heartbeat propose a command (a heartbeat
-feeds the planner's liveness and load and answers the worker's assignment). Each handler
+All are served by the leader only, and all but the heartbeat and the restart notice propose
+a command (those two feed the planner's memory: liveness and load, and the hold of a worker
+that said it is restarting). Each handler
 reads top-down: the caller is admitted from its headers before the body is read (so
 307/401/403 come first), the body is parsed, the principal checked against the state, the
 command proposed and its committed result answered. The front door
@@ -11,10 +12,12 @@ its own `PlainRequest`, so these handlers use only what that shim has.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     CheckpointReport,
     CheckpointVerdict,
@@ -22,7 +25,7 @@ from coordinator.core.commands import (
     RecordCheckpoints,
     RegisterWorker,
 )
-from coordinator.core.model import WorkerId
+from coordinator.core.model import WorkerId, WorkerState
 from coordinator.service import models as m
 from coordinator.service.address import check_address
 from coordinator.service.auth import Admission, WorkerClaims
@@ -43,10 +46,12 @@ from coordinator.service.http.request import (
 from coordinator.service.metrics import PartitionProgress
 from coordinator.service.node import CoordinatorNode, now_ms
 from coordinator.service.replies import heartbeat_body
-from shared.checkpoint_ref import reference_problem
+from shared.checkpoint_ref import reference_problem, store_mismatch
 from shared.errors import RequestError
 
 __all__ = ["ROUTES", "checkpoints", "heartbeat_now", "register"]
+
+log = logging.getLogger(__name__)
 
 
 async def register(request: ApiRequest) -> web.Response:
@@ -55,6 +60,7 @@ async def register(request: ApiRequest) -> web.Response:
     registrant = admission.admit_registration(request.headers)  # before the body is read
     body = await parse(request, m.RegisterRequest)
     check_address(body.address, node.worker_networks)
+    check_store(node.config.store, body.store)
     wid = WorkerId(body.worker_id)
     with node.read() as state:
         admission.admit_id(registrant, state, wid, now_ms())
@@ -77,6 +83,22 @@ async def register(request: ApiRequest) -> web.Response:
             lease_s=cfg.lease_s,
         )
     )
+
+
+def check_store(cluster_store: str, worker_store: str | None) -> None:
+    """A worker whose store is not the cluster's is refused: every checkpoint it wrote would
+    be fenced, and nobody would see why."""
+    if worker_store is None:
+        return
+    try:
+        problem = store_mismatch(cluster_store, worker_store)
+    except ValueError:
+        raise RequestError(
+            "store must be file:///dir or s3://bucket/prefix", field="store"
+        ) from None
+    if problem is not None:
+        log.warning("registration refused: %s", problem)
+        raise RequestError(problem, code="store_mismatch", status=409, field="store")
 
 
 async def heartbeat(request: ApiRequest) -> web.Response:
@@ -110,6 +132,22 @@ def heartbeat_caller(request: ApiRequest) -> HeartbeatCaller:
     return HeartbeatCaller(wid, node, admission, now, claims)
 
 
+def sent_incarnation(
+    admission: Admission, state: ClusterState, claims: WorkerClaims, sent: int
+) -> int:
+    """The token's incarnation, current (`Admission.current_incarnation`) and the one the
+    body names too; 409 `stale_incarnation` otherwise."""
+    incarnation = admission.current_incarnation(state, claims)
+    if sent != incarnation:
+        raise RequestError(
+            "body incarnation does not match the token",
+            field="incarnation",
+            code="stale_incarnation",
+            status=409,
+        )
+    return incarnation
+
+
 def heartbeat_reply(request: ApiRequest, caller: HeartbeatCaller, raw: bytes) -> web.Response:
     wid, node, claims = caller.worker_id, caller.node, caller.claims
     body = parse_body(raw, m.HeartbeatRequest)
@@ -117,14 +155,7 @@ def heartbeat_reply(request: ApiRequest, caller: HeartbeatCaller, raw: bytes) ->
         raise RequestError("too many partitions in one heartbeat", field="partitions")
     duties = request.app[DUTIES_KEY]
     with node.read() as state:
-        incarnation = caller.admission.current_incarnation(state, claims)
-        if body.incarnation != incarnation:
-            raise RequestError(
-                "body incarnation does not match the token",
-                field="incarnation",
-                code="stale_incarnation",
-                status=409,
-            )
+        incarnation = sent_incarnation(caller.admission, state, claims, body.incarnation)
         generation = state.generation
         assignment = request.app[ASSIGNMENT_TEXTS_KEY].text(state, wid)
     # The partitions' positions go to the progress and failing reports below; the planner
@@ -206,6 +237,36 @@ async def checkpoints(request: ApiRequest) -> web.Response:
     return json_reply(m.CheckpointsResponse(results=results))
 
 
+async def restarting(request: web.Request) -> web.Response:
+    """The worker is stopping to start again under the same id: the leader holds what it
+    owns for `rejoin_grace_s` (no death verdict, no reassignment, no balance move of it)."""
+    wid = path_worker(request)
+    node = require_leader(request)
+    admission = request.app[ADMISSION_KEY]
+    claims = admission.admit_worker(request.headers, now_ms(), wid)  # before the body
+    body = await parse(request, m.RestartingRequest)
+    duties = request.app[DUTIES_KEY]
+    with node.read() as state:
+        incarnation = sent_incarnation(admission, state, claims, body.incarnation)
+        worker = state.workers[wid]
+        if worker.state is not WorkerState.ACTIVE:
+            # A DRAINING worker is leaving: holding its partitions would stall the drain.
+            raise RequestError(
+                f"worker {wid} is {worker.state.value}: a leaving worker is not held",
+                code="conflict",
+                status=409,
+                field="worker_id",
+            )
+        owned = len(state.owned_by(wid))
+        hold_ms = duties.restarting(wid)
+    return json_reply(
+        m.RestartingResponse(
+            worker_id=wid, incarnation=incarnation, partitions=owned, rejoin_grace_s=hold_ms / 1000
+        ),
+        status=202,
+    )
+
+
 async def drain(request: web.Request) -> web.Response:
     wid = path_worker(request)
     node = require_leader(request)
@@ -224,6 +285,7 @@ async def drain(request: web.Request) -> web.Response:
         moves = raise_rejected(planner.plan_drain(state, wid, now))
     rid = idempotency_key(request, caller.scope, f"drain:{wid}")
     drained = await node.submit(DrainWorker(worker_id=wid, moves=moves, now_ms=now_ms()), rid)
+    request.app[DUTIES_KEY].left(wid)  # a leave, even of a worker held for its restart
     return json_reply(
         m.DrainResponse(
             worker_id=wid,
@@ -262,6 +324,17 @@ ROUTES: tuple[Route, ...] = (
         summary="Checkpoint acks; each accepted or fenced",
         request=m.CheckpointsRequest,
         response=m.CheckpointsResponse,
+        leader_only=True,
+        auth="worker",
+    ),
+    Route(
+        method="POST",
+        path="/v1/workers/{worker_id}/restarting",
+        handler=restarting,
+        summary="The worker restarts: hold its partitions for rejoin_grace_s",
+        request=m.RestartingRequest,
+        response=m.RestartingResponse,
+        status=202,
         leader_only=True,
         auth="worker",
     ),

@@ -253,6 +253,10 @@
       return;
     }
     S.home = h.body;
+    // What the cluster's settings lack (say no store: every checkpoint fenced), kept in view.
+    const warned = Array.isArray(h.body.warnings) ? h.body.warnings : [];
+    fill($("cluster-warnings"), warned.join(" · "));
+    $("cluster-warnings").hidden = !warned.length;
     const listed = Array.isArray(h.body.nodes) && h.body.nodes.length ? h.body.nodes : [];
     const nodes = listed.length ? listed : [{ id: h.body.node_id, url: "" }];
     const lb = leaderBase();
@@ -413,7 +417,9 @@
     if (w.liveness === null || w.liveness === undefined) {
       return el("td", { class: "muted", title: "liveness is known to the leader only" }, "—");
     }
-    const kind = { alive: "ok", suspected: "warn", dead: "bad" }[w.liveness] || "muted";
+    // restarting: the leader holds its partitions until it rejoins (rejoin_grace_s).
+    const kinds = { alive: "ok", suspected: "warn", restarting: "wait", dead: "bad" };
+    const kind = kinds[w.liveness] || "muted";
     return el("td", { class: "nowrap" }, el("span", { class: `dot dot-${kind}` }), ` ${w.liveness}`);
   }
 
