@@ -8,8 +8,9 @@ default batch interval (0.5 s, what `ripple up` runs). The peer is bench/streami
 one Structured Streaming query on its own session of the same server, reading the segment
 files the producer writes, its state under its own checkpoint, at Spark's default trigger
 (the next micro-batch as soon as the last one ends). While one system is measured the other
-does nothing: the workers are stopped (SIGSTOP), the query is stopped (its checkpoint keeps
-its place). Each system then catches up, untimed, on what it missed before its next measure.
+does nothing (bench/contenders.py): the workers are stopped (SIGSTOP), the query is stopped
+(its checkpoint keeps its place); each catches up, untimed, on what it missed before its
+next measure.
 
 - `backlog`: the producer appends `rows` records (one segment per partition per `chunk`)
   while neither runs; then each system in turn processes them: Ripple from the workers'
@@ -27,20 +28,23 @@ its place). Each system then catches up, untimed, on what it missed before its n
 
 Rounds alternate which system goes first. `ratio` is Ripple's figure over the peer's in the
 same run (throughput: above 1 is Ripple faster; freshness p50: below 1 is Ripple fresher).
-The `batch/...` rows say where each system's micro-batches spend their time, per batch.
-At the end both systems' aggregates are compared key by key: they must be equal.
+The `cost/...` rows say where the time went: per micro-batch, by stage (`Tally.cost_rows`),
+and the cores each group of processes kept busy over the measures (CPU seconds from /proc
+over wall seconds). At the end both systems' aggregates are compared key by key: they must
+be equal, or the run fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
-import signal
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from bench.contenders import GROUPS, STAGES, Contenders
 from bench.freshness import LOAD_EVERY_S, LOAD_KEYS, LOAD_ROWS, POLL_S, VISIBLE_TIMEOUT_S
 from bench.freshness import probe_s as ripple_probe_s
 from bench.harness import CATCH_UP_TIMEOUT_S, caught_up_s, percentile, pipeline_rig, scratch
@@ -48,11 +52,10 @@ from bench.pipeline import SETTINGS as PIPELINE_SETTINGS
 from bench.pipeline import produce_s
 from bench.streaming_query import Batch, StreamingAggregation, phase_means
 from pipeline.source import generate
+from pipeline.spark_server import SparkConnectServer
 from pipeline.worker import BATCH_INTERVAL_S_DEFAULT
 from testkit.http import call
-from testkit.pipeline_rig import PARTITIONS, PipelineRig
-from testkit.prom import parse, value
-from testkit.wait import wait_until
+from testkit.pipeline_rig import PipelineRig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,7 +85,6 @@ QUICK = Sizes(
 )
 FINAL_ROWS = 1_000  # the last input, so the peer's last run has a batch to show in its sink
 LOOKUPS = 10  # timed lookups of one key per block, for `lookup_s`
-REACHED_POLL_S = 0.05
 LOAD_JOIN_TIMEOUT_S = 30.0
 SETTINGS = {
     **PIPELINE_SETTINGS,
@@ -90,100 +92,41 @@ SETTINGS = {
     "suspect_after_s": 300.0,
     "heartbeat_timeout_s": 600.0,
 }
-STAGES = ("plan", "spark", "merge")
+SYSTEMS = ("ripple", "ss")
 
 Rows = dict[str, dict[str, float]]
 
 
-class Contenders:
-    """Ripple's three workers and the peer's query on one rig; the workers are paused
-    (SIGSTOP) whenever the peer is measured, the query stopped whenever Ripple is."""
-
-    def __init__(self, rig: PipelineRig, ss: StreamingAggregation) -> None:
-        self.rig = rig
-        self.ss = ss
-        self.paused = False
-
-    def pause_ripple(self) -> None:
-        if not self.paused:
-            for proc in self.rig.workers.values():
-                proc.signal(signal.SIGSTOP)
-            self.paused = True
-
-    def resume_ripple(self) -> None:
-        if self.paused:
-            for proc in self.rig.workers.values():
-                proc.signal(signal.SIGCONT)
-            self.paused = False
-
-    def ends(self) -> dict[int, int]:
-        return {p: self.rig.source.end_offset(p) for p in range(PARTITIONS)}
-
-    def total_rows(self) -> int:
-        return sum(self.ends().values())
-
-    def ripple_reached(self, ends: dict[int, int]) -> None:
-        """Until every partition's owner has processed at least to `ends` (bounded): caught
-        up with what was there, while a producer keeps appending."""
-
-        def reached() -> bool:
-            parts = self.rig.table()
-            healths = {w: self.rig.health(w) for w in self.rig.workers}
-            for p in parts:
-                held = (healths.get(p["owner"]) or {}).get("partitions", {})
-                mine = held.get(str(p["partition"]))
-                if p["status"] != "online" or mine is None or mine["epoch"] != p["epoch"]:
-                    return False
-                if mine["offset"] < ends[p["partition"]]:
-                    return False
-            return True
-
-        wait_until(reached, "Ripple caught up", CATCH_UP_TIMEOUT_S, REACHED_POLL_S)
-
-    def ripple_work(self) -> dict[str, float]:
-        """The workers' micro-batches so far and their seconds by stage, summed."""
-        out = dict.fromkeys(("batches", *STAGES), 0.0)
-        for wid in self.rig.workers:
-            samples = parse(str(call("GET", self.rig.worker_url(wid) + "/metrics").body))
-            out["batches"] += value(samples, "ripple_worker_batches_total") or 0.0
-            for stage in STAGES:
-                found = value(samples, "ripple_worker_batch_seconds_total", stage=stage)
-                out[stage] += found or 0.0
-        return out
-
-    def ss_caught_up(self) -> list[Batch]:
-        """The peer's availableNow run over what it has not seen (none when it has seen every
-        row); checks it took every row."""
-        if self.ss.rows_processed == self.total_rows():
-            return []
-        batches = self.ss.run_available_now()
-        self.check_ss_rows()
-        return batches
-
-    def check_ss_rows(self) -> None:
-        total = self.total_rows()
-        if self.ss.rows_processed != total:
-            raise RuntimeError(f"the query took {self.ss.rows_processed} rows; the log has {total}")
-
-
-def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    return {k: after[k] - before[k] for k in after}
-
-
 class Tally:
-    """What the measures of one kind (backlog, streaming, freshness) gathered over the run:
-    each system's figures (rows/s), the micro-batches that did the work, other figures."""
+    """One kind of measure (backlog, streaming, freshness) over the run: each system's
+    figures, the micro-batches that did the work, what the processes spent meanwhile."""
 
     def __init__(self) -> None:
-        self.ripple: list[float] = []
-        self.ss: list[float] = []
+        self.figures: dict[str, list[float]] = {who: [] for who in SYSTEMS}
         self.ripple_work = dict.fromkeys(("batches", *STAGES), 0.0)
         self.ss_batches: list[Batch] = []
+        self.wall_s = dict.fromkeys(SYSTEMS, 0.0)
+        self.cpu_s = {who: dict.fromkeys(GROUPS, 0.0) for who in SYSTEMS}
         self.extra: dict[str, list[float]] = {}
 
-    def add_ripple_work(self, work: dict[str, float]) -> None:
-        for k, v in work.items():
-            self.ripple_work[k] += v
+    @contextlib.contextmanager
+    def spending(
+        self, c: Contenders, who: str, work: dict[str, float] | None = None
+    ) -> Iterator[None]:
+        """Counts the block's time and every group's CPU to `who`'s measure; with Ripple
+        also the workers' micro-batches since `work` (their counters, read now if not
+        given: the workers must be running when they are read)."""
+        if who == "ripple" and work is None:
+            work = c.ripple_work()
+        before = c.usage()
+        yield
+        spent = c.usage().since(before)
+        self.wall_s[who] += spent.at_s
+        for group, seconds in spent.cpu_s.items():
+            self.cpu_s[who][group] += seconds
+        if work is not None:
+            for k, v in c.ripple_work().items():
+                self.ripple_work[k] += v - work[k]
 
     def note(self, name: str, figure: float) -> None:
         self.extra.setdefault(name, []).append(figure)
@@ -191,26 +134,38 @@ class Tally:
     def median(self, name: str) -> float:
         return statistics.median(self.extra[name])
 
-    def batch_rows(self, kind: str) -> Rows:
-        """Per micro-batch, where each system's time went, in shared columns: `input_s`
+    def rates(self, who: str) -> dict[str, float]:
+        """Median, min and max rows/s of `who`; `ratio` over the peer's median."""
+        values, base = self.figures[who], statistics.median(self.figures["ss"])
+        median = statistics.median(values)
+        return {
+            "rows_per_s": median,
+            "min_rows_per_s": min(values),
+            "max_rows_per_s": max(values),
+            "ratio": median / base if base else 0.0,
+        }
+
+    def cost_rows(self, kind: str) -> Rows:
+        """Where each system's time went. Per micro-batch, in shared columns: `input_s`
         finding and reading in new input (Ripple: listing the store, fetching segments; the
         peer: listing the files, building the batch over them), `job_s` the Spark job
         (Ripple: the aggregation collected to the worker; the peer: planning and running
         it, state store and sink included), `state_s` keeping the state (Ripple: merging
         into memory; the peer: committing its state store, part of `job_s`), `commit_s`
-        the peer's offset and commit logs (Ripple checkpoints outside its batches)."""
+        the peer's offset and commit logs (Ripple checkpoints outside its batches). Then
+        each group of processes' CPU over the measures' time: `<group>_cores`."""
         n = self.ripple_work["batches"]
         per = {s: self.ripple_work[s] / n if n else 0.0 for s in STAGES}
         phases = phase_means(self.ss_batches)
-        return {
-            f"batch/{kind}/ripple": {
+        batches = {
+            "ripple": {
                 "batches": n,
                 "s_per_batch": sum(per.values()),
                 "input_s": per["plan"],
                 "job_s": per["spark"],
                 "state_s": per["merge"],
             },
-            f"batch/{kind}/ss": {
+            "ss": {
                 "batches": len(self.ss_batches),
                 "s_per_batch": phases["trigger"],
                 "input_s": phases["latest_offset"] + phases["get_batch"],
@@ -219,36 +174,33 @@ class Tally:
                 "commit_s": phases["wal_commit"] + phases["commit_offsets"],
             },
         }
-
-
-def _rates(values: list[float], base: float) -> dict[str, float]:
-    median = statistics.median(values)
-    return {
-        "rows_per_s": median,
-        "min_rows_per_s": min(values),
-        "max_rows_per_s": max(values),
-        "ratio": median / base if base else 0.0,
-    }
+        out: Rows = {}
+        for who in SYSTEMS:
+            wall = self.wall_s[who]
+            cores = {f"{g}_cores": self.cpu_s[who][g] / wall if wall else 0.0 for g in GROUPS}
+            out[f"cost/{kind}/{who}"] = {**batches[who], **cores}
+        return out
 
 
 def backlog_round(
     c: Contenders, rows: int, chunk: int, seed: int, ss_first: bool, t: Tally
 ) -> None:
     """Append `rows` while neither system runs; then each processes them, timed."""
-    before = c.ripple_work()  # the workers are idle, caught up: nothing else moves this
+    work = c.ripple_work()  # the workers are idle and caught up: nothing moves it till resumed
     c.pause_ripple()
     produce_s(c.rig, rows, chunk, seed)
 
     def ripple() -> None:
-        c.resume_ripple()
-        t.ripple.append(rows / caught_up_s(c.rig))
-        t.add_ripple_work(_delta(c.ripple_work(), before))
+        with t.spending(c, "ripple", work):
+            c.resume_ripple()
+            t.figures["ripple"].append(rows / caught_up_s(c.rig))
 
     def ss() -> None:
         c.pause_ripple()
-        t0 = time.monotonic()
-        batches = c.ss_caught_up()
-        t.ss.append(rows / (time.monotonic() - t0))
+        with t.spending(c, "ss"):
+            t0 = time.monotonic()
+            batches = c.ss_caught_up()
+            t.figures["ss"].append(rows / (time.monotonic() - t0))
         t.ss_batches.extend(batches)
         t.note("batch_rows_per_s", rows / sum(b.seconds["trigger"] for b in batches))
 
@@ -267,12 +219,11 @@ def streaming_round(
     def ripple() -> None:
         c.resume_ripple()
         caught_up_s(c.rig)
-        before = c.ripple_work()
-        t0 = time.monotonic()
-        t.note("produce_rows_per_s", rows / produce_s(c.rig, rows, chunk, seed))
-        caught_up_s(c.rig)
-        t.ripple.append(rows / (time.monotonic() - t0))
-        t.add_ripple_work(_delta(c.ripple_work(), before))
+        with t.spending(c, "ripple"):
+            t0 = time.monotonic()
+            t.note("produce_rows_per_s", rows / produce_s(c.rig, rows, chunk, seed))
+            caught_up_s(c.rig)
+            t.figures["ripple"].append(rows / (time.monotonic() - t0))
 
     def ss() -> None:
         c.pause_ripple()
@@ -280,14 +231,14 @@ def streaming_round(
         first = len(c.ss.batches)
         c.ss.start()
         try:
-            t0 = time.monotonic()
-            t.note("produce_rows_per_s", rows / produce_s(c.rig, rows, chunk, seed + 1))
-            c.ss.wait_rows(c.total_rows(), CATCH_UP_TIMEOUT_S)
-            seconds = time.monotonic() - t0
+            with t.spending(c, "ss"):
+                t0 = time.monotonic()
+                t.note("produce_rows_per_s", rows / produce_s(c.rig, rows, chunk, seed + 1))
+                c.ss.wait_rows(c.total_rows(), CATCH_UP_TIMEOUT_S)
+                t.figures["ss"].append(rows / (time.monotonic() - t0))
         finally:
             c.ss.stop()
         c.check_ss_rows()
-        t.ss.append(rows / seconds)
         t.ss_batches.extend(c.ss.batches[first:])
 
     for step in (ss, ripple) if ss_first else (ripple, ss):
@@ -353,7 +304,8 @@ def ss_probe_s(c: Contenders, n: int) -> float:
 
 
 class Freshness:
-    """The probes of both systems, block by block, under one steady load."""
+    """The probes of both systems, block by block, under one steady load; each probe's
+    seconds are its system's figures in `tally`."""
 
     def __init__(self, c: Contenders, load: Load, settle_s: float) -> None:
         self.c = c
@@ -361,20 +313,18 @@ class Freshness:
         self.settle_s = settle_s
         self.rng = random.Random(7)
         self.next_key = 0
-        self.seconds: dict[str, list[float]] = {"ripple": [], "ss": []}
-        self.window_s = {"ripple": 0.0, "ss": 0.0}
-        self.load_rows = {"ripple": 0, "ss": 0}
-        self.lookup_s: dict[str, list[float]] = {"ripple": [], "ss": []}
+        self.load_rows = dict.fromkeys(SYSTEMS, 0)
+        self.lookup_s: dict[str, list[float]] = {who: [] for who in SYSTEMS}
         self.tally = Tally()
 
     def _probes(self, who: str, probes: int, probe: Callable[[int], float]) -> None:
-        produced, t0 = self.load.produced, time.monotonic()
-        for _ in range(probes):
-            self.seconds[who].append(probe(self.next_key))
-            self.next_key += 1
-            self.c.ss.poll()
-            time.sleep(self.rng.uniform(0.0, 0.3))  # probes not in phase with the batches
-        self.window_s[who] += time.monotonic() - t0
+        produced = self.load.produced
+        with self.tally.spending(self.c, who):
+            for _ in range(probes):
+                self.tally.figures[who].append(probe(self.next_key))
+                self.next_key += 1
+                self.c.ss.poll()
+                time.sleep(self.rng.uniform(0.0, 0.3))  # probes not in phase with the batches
         self.load_rows[who] += self.load.produced - produced
 
     def ripple_block(self, probes: int) -> None:
@@ -383,9 +333,7 @@ class Freshness:
         c.ripple_reached(c.ends())
         time.sleep(self.settle_s)
         owners = {x["partition"]: x["owner"] for x in c.rig.table()}
-        before = c.ripple_work()
         self._probes("ripple", probes, lambda n: ripple_probe_s(c.rig, n, owners))
-        self.tally.add_ripple_work(_delta(c.ripple_work(), before))
         p = next(iter(owners))
         url = c.rig.worker_url(owners[p]) + f"/v1/partitions/{p}/keys/none"
         self.lookup_s["ripple"].append(_lookup_s(lambda: call("GET", url)))
@@ -408,14 +356,14 @@ class Freshness:
 
     def rows(self) -> Rows:
         out: Rows = {}
-        for who in ("ripple", "ss"):
-            seconds = self.seconds[who]
+        for who in SYSTEMS:
+            seconds = self.tally.figures[who]
             out[f"freshness/{who}"] = {
                 "probes": len(seconds),
                 "p50_s": percentile(seconds, 50),
                 "p99_s": percentile(seconds, 99),
                 "max_s": max(seconds),
-                "load_rows_per_s": self.load_rows[who] / self.window_s[who],
+                "load_rows_per_s": self.load_rows[who] / self.tally.wall_s[who],
                 "lookup_s": statistics.median(self.lookup_s[who]),
             }
         base = out["freshness/ss"]["p50_s"]
@@ -465,36 +413,41 @@ def _measure(c: Contenders, sizes: Sizes) -> Rows:
         load.stop()
     check_equal(c)
 
-    ss_backlog, ss_streaming = statistics.median(backlog.ss), statistics.median(streaming.ss)
     produce = {"produce_rows_per_s": streaming.median("produce_rows_per_s")}
-    batch_rows = {"batch_rows_per_s": backlog.median("batch_rows_per_s")}
     return {
-        "backlog/ripple": {"rows": rows, **_rates(backlog.ripple, ss_backlog)},
-        "backlog/ss": {"rows": rows, **_rates(backlog.ss, ss_backlog), **batch_rows},
-        "streaming/ripple": {"rows": rows, **_rates(streaming.ripple, ss_streaming), **produce},
-        "streaming/ss": {"rows": rows, **_rates(streaming.ss, ss_streaming), **produce},
+        "backlog/ripple": {"rows": rows, **backlog.rates("ripple")},
+        "backlog/ss": {
+            "rows": rows,
+            **backlog.rates("ss"),
+            "batch_rows_per_s": backlog.median("batch_rows_per_s"),
+        },
+        "streaming/ripple": {"rows": rows, **streaming.rates("ripple"), **produce},
+        "streaming/ss": {"rows": rows, **streaming.rates("ss"), **produce},
         **fresh.rows(),
-        **backlog.batch_rows("backlog"),
-        **streaming.batch_rows("streaming"),
-        **fresh.tally.batch_rows("freshness"),
+        **backlog.cost_rows("backlog"),
+        **streaming.cost_rows("streaming"),
+        **fresh.tally.cost_rows("freshness"),
     }
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    with scratch("structured-streaming") as root, pipeline_rig(root, SETTINGS) as rig:
-        for wid in ("w1", "w2", "w3"):
-            rig.start_worker(wid, batch_interval_s=BATCH_INTERVAL_S_DEFAULT)
-        caught_up_s(rig)
-        source = rig.store.local_path("source")
-        if source is None:
-            raise RuntimeError("the peer reads the store's files: needs a local store")
-        # The glob names the partition directories (pipeline.source's layout), each listed
-        # as one directory: a glob of the files themselves is one path per file, which Spark
-        # lists with a job of its own on every trigger once there are more than 32.
-        ss = StreamingAggregation(rig.spark, f"{source}/p*", str(root / "ss-checkpoint"))
-        c = Contenders(rig, ss)
-        try:
-            return _measure(c, QUICK if quick else FULL)
-        finally:
-            c.resume_ripple()
-            ss.close()
+    with scratch("structured-streaming") as root:
+        server = SparkConnectServer(str(root / "spark"))
+        with pipeline_rig(root, SETTINGS, spark=server) as rig:
+            for wid in ("w1", "w2", "w3"):
+                rig.start_worker(wid, batch_interval_s=BATCH_INTERVAL_S_DEFAULT)
+            caught_up_s(rig)
+            source = rig.store.local_path("source")
+            if source is None or server.pid is None:
+                raise RuntimeError("the peer reads the store's files: needs a local store")
+            # The glob names the partition directories (pipeline.source's layout), each
+            # listed as one directory: a glob of the files themselves is one path per file,
+            # which Spark lists with a job of its own on every trigger once there are more
+            # than 32.
+            ss = StreamingAggregation(rig.spark, f"{source}/p*", str(root / "ss-checkpoint"))
+            c = Contenders(rig, ss, server.pid)
+            try:
+                return _measure(c, QUICK if quick else FULL)
+            finally:
+                c.resume_ripple()
+                ss.close()
