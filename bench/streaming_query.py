@@ -1,10 +1,11 @@
 """The peer of the `structured_streaming` benchmark: one Spark Structured Streaming query doing
 the pipeline's aggregation over the source log's own segment files, on a Spark Connect server.
 
-The query reads every segment of the store (the glob `source/p*/*.parquet`, listed again on
-every trigger; the store's temp files have hidden names, which Spark skips), groups by key
-(count, sum, min, max and last = `max_by(value, offset)`, as `pipeline.aggregate` does) and
-writes to Spark's memory sink in complete mode under a checkpoint directory of its own.
+The query reads every segment of the store (the glob `source/p*`, its partition directories,
+listed again on every trigger; the store's temp files have hidden names, which Spark skips),
+groups by key (count, sum, min, max and last = `max_by(value, offset)`, as
+`pipeline.aggregate` does) and writes to Spark's memory sink in complete mode under a
+checkpoint directory of its own.
 Complete mode because the memory sink recovers from a checkpoint in no other mode, and the
 benchmark stops and restarts the query between its phases.
 
