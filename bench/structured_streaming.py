@@ -86,11 +86,16 @@ QUICK = Sizes(
 FINAL_ROWS = 1_000  # the last input, so the peer's last run has a batch to show in its sink
 LOOKUPS = 10  # timed lookups of one key per block, for `lookup_s`
 LOAD_JOIN_TIMEOUT_S = 30.0
+# Liveness far longer than a block of the peer's probes, which on a loaded machine (probes of
+# 10 s and more) has outlasted a 300 s lease, so that the paused workers are never taken
+# for dead; the token outlives the timeout plus the grace twice over, as config requires.
 SETTINGS = {
     **PIPELINE_SETTINGS,
-    "lease_s": 300.0,
-    "suspect_after_s": 300.0,
-    "heartbeat_timeout_s": 600.0,
+    "lease_s": 1800.0,
+    "suspect_after_s": 1800.0,
+    "heartbeat_timeout_s": 2400.0,
+    "rejoin_grace_s": 60.0,
+    "worker_token_lifetime_s": 7200.0,
 }
 SYSTEMS = ("ripple", "ss")
 
