@@ -36,7 +36,9 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _probe(rig: PipelineRig, n: int, owners: dict[int, str]) -> float:
+def probe_s(rig: PipelineRig, n: int, owners: dict[int, str]) -> float:
+    """Produce one record of the fresh key `FRESH{n}`: seconds until its owner's key
+    endpoint shows it (polled every `POLL_S`, at most `VISIBLE_TIMEOUT_S`)."""
     key = f"FRESH{n:06d}"
     p = partition_for_key(key, PARTITIONS)
     value = float(n)
@@ -73,7 +75,7 @@ def _measure(rig: PipelineRig, probes: int, first: int, loaded: bool) -> dict[st
     try:
         seconds = []
         for i in range(probes):
-            seconds.append(_probe(rig, first + i, owners))
+            seconds.append(probe_s(rig, first + i, owners))
             time.sleep(rng.uniform(0.0, 0.3))  # probes not in phase with the batches
     finally:
         stop.set()

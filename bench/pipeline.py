@@ -48,7 +48,9 @@ SETTINGS = {
 }
 
 
-def _produce(rig: PipelineRig, rows: int, chunk: int, seed: int) -> float:
+def produce_s(rig: PipelineRig, rows: int, chunk: int, seed: int) -> float:
+    """Append `rows` generated records over `KEYS` keys, `chunk` per produce call (one
+    segment per partition per call): the seconds it took."""
     data = generate(rows, KEYS, seed=seed)
     t0 = time.monotonic()
     for start in range(0, len(data), chunk):
@@ -69,7 +71,7 @@ def backlog_rows_per_s(rig: PipelineRig, rows: int, chunk: int, seed: int) -> fl
     for proc in rig.workers.values():
         proc.signal(signal.SIGSTOP)
     try:
-        _produce(rig, rows, chunk, seed)
+        produce_s(rig, rows, chunk, seed)
     finally:
         for proc in rig.workers.values():
             proc.signal(signal.SIGCONT)
@@ -80,7 +82,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     rows_per_round, chunk = (50_000, 10_000) if quick else (1_000_000, 50_000)
     streaming: list[float] = []
     backlog: list[float] = []
-    produce_s: list[float] = []
+    produce_times: list[float] = []
     batch: list[float] = []
     batch_all: list[float] = []
     with scratch("pipeline") as root, pipeline_rig(root, SETTINGS) as rig:
@@ -88,7 +90,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
         total = 0
         for r in range(QUICK_REPEATS if quick else REPEATS):
             t0 = time.monotonic()
-            produce_s.append(_produce(rig, rows_per_round, chunk, seed=100 + r))
+            produce_times.append(produce_s(rig, rows_per_round, chunk, seed=100 + r))
             caught_up_s(rig)
             streaming.append(rows_per_round / (time.monotonic() - t0))
 
@@ -105,7 +107,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             streaming,
             base,
             base_all,
-            produce_rows_per_s=rows_per_round / summary(produce_s)["median"],
+            produce_rows_per_s=rows_per_round / summary(produce_times)["median"],
         ),
         "batch_job_same_input": baseline_row(batch, base_all),
         "batch_job_all_input": baseline_row(batch_all, base_all, base=base),

@@ -61,3 +61,22 @@ def test_a_bounded_plan_still_lists_each_partitions_source_end(tmp_path: Path) -
     assert batch.ends == {0: 2}  # one segment of two records fits the bound
     assert batch.heads == {0: 6}  # the log's end, all three segments
     assert feed.plan({0: 6}).heads == {0: 6}  # caught up: the end is the offset itself
+
+
+async def test_batch_seconds_are_exported_per_stage_as_they_grow(tmp_path: Path) -> None:
+    # The processing loop adds to `processor.batch_seconds` in place; the scrape reads the
+    # same dict, so each stage's counter is the time spent so far.
+    worker = Worker(offline_settings(tmp_path, "w1"), LocalStore(str(tmp_path / "store")))
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            samples = parse(await (await client.get("/metrics")).text())
+            for stage in ("plan", "spark", "merge"):
+                assert value(samples, "ripple_worker_batch_seconds_total", stage=stage) == 0
+            worker.processor.batch_seconds["spark"] += 1.5
+            worker.processor.batch_seconds["merge"] += 0.25
+            samples = parse(await (await client.get("/metrics")).text())
+            assert value(samples, "ripple_worker_batch_seconds_total", stage="plan") == 0
+            assert value(samples, "ripple_worker_batch_seconds_total", stage="spark") == 1.5
+            assert value(samples, "ripple_worker_batch_seconds_total", stage="merge") == 0.25
+    finally:
+        await worker.client.close()
