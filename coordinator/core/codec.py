@@ -351,6 +351,7 @@ _COMMAND_SPECS: dict[int, dict[str, _Decoder]] = {
         "created_at_ms": _int,
         "now_ms": _int,
     },
+    23: {"migration_id": _migration_id, "now_ms": _int},
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, _Where], Command]] = {

@@ -73,6 +73,7 @@ from coordinator.core.commands import (
     PlanMigrations,
     Rejected,
     StartRelease,
+    StartWarm,
     rejected,
 )
 from coordinator.core.effects import (
@@ -84,6 +85,8 @@ from coordinator.core.effects import (
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
+    WarmCall,
+    WarmDone,
     WorkerCall,
     WorkerResult,
     call_key,
@@ -103,6 +106,7 @@ from coordinator.core.model import (
 from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy, plan
 from coordinator.core.rounds import CheckpointRounds
 from coordinator.core.state import check_moves
+from coordinator.core.warmups import COLD_MOVES, WarmPolicy, WarmUps
 
 __all__ = ["Planner", "PlannerSettings"]
 
@@ -131,6 +135,8 @@ class PlannerSettings:
     full_replay_fallback: bool = True
     tick_ms: int = TICK_MS_DEFAULT
     calls_max: int = CALLS_IN_FLIGHT_MAX
+    # Warm hand-offs (coordinator/core/warmups.py); off unless the shell turns them on.
+    warm: WarmPolicy = COLD_MOVES
 
 
 def _timeless(cmd: Command) -> tuple[object, ...]:
@@ -172,6 +178,7 @@ class Planner:
             full_replay=settings.full_replay_fallback,
         )
         self.rounds = CheckpointRounds(interval_ms=settings.checkpoint_interval_ms)
+        self.warmups = WarmUps(settings.warm)
         self.in_flight: set[tuple[str, object]] = set()
         self._pending: list[_Pending] = []
         # The last batch's commands without timestamps, and how often a stage repeated them.
@@ -240,6 +247,9 @@ class Planner:
                 migration_id=result.call.migration_id, checkpoint=result.checkpoint, now_ms=wall_ms
             )
             self._pending.append(_Pending(command=cmd, key=key))
+        elif isinstance(result, WarmDone):
+            self.in_flight.discard(key)
+            self.warmups.observe(result, now_ms)
         else:
             self.in_flight.discard(key)
             if not result.ok:
@@ -419,6 +429,7 @@ class Planner:
         calls = [
             *self._release_calls(state, now_ms),
             *self._host_calls(state, now_ms),
+            *self._warm_calls(state, now_ms),
             *self._checkpoint_calls(state, now_ms),
         ]
         return Batch(calls=tuple(calls), wake_at_ms=now_ms + self.settings.tick_ms)
@@ -470,7 +481,8 @@ class Planner:
                 if (
                     mig.source == p.owner
                     and mig.target in eligible
-                    and mig.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING)
+                    and mig.phase
+                    in (MigrationPhase.PLANNED, MigrationPhase.WARMING, MigrationPhase.RELEASING)
                 ):
                     new_owner = mig.target
             assignments.append(
@@ -521,14 +533,18 @@ class Planner:
 
     def _migrations(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
         """Abort what lost its target, then start PLANNED ones up to the concurrency limit
-        (not one touching a held worker: its source would close its gate for nobody)."""
+        (not one touching a held worker: its source would close its gate for nobody). With
+        warm hand-offs, PLANNED ones start warming within the warm-up bounds and release once
+        warm (or cold, past the deadline); a warm-up does not count against the limit, since
+        its source still serves."""
         in_flight = state.in_flight_migrations()
-        active = [x for x in in_flight if x.phase is not MigrationPhase.PLANNED]
+        waiting = (MigrationPhase.PLANNED, MigrationPhase.WARMING)
+        active = [x for x in in_flight if x.phase not in waiting]
         room = max(0, self.settings.max_concurrent_migrations - len(active))
         aborts: list[Command] = []
         aborted: set[MigrationId] = set()
         for x in in_flight:
-            if x.phase not in (MigrationPhase.PLANNED, MigrationPhase.RELEASING):
+            if x.phase not in (*waiting, MigrationPhase.RELEASING):
                 continue
             target = state.workers.get(x.target)
             if target is None or target.state is not WorkerState.ACTIVE:
@@ -539,13 +555,23 @@ class Planner:
                 )
                 aborted.add(x.migration_id)
         holds = self.detector.holds(now)
-        to_start = [
-            x.migration_id
+        free = [
+            x
             for x in in_flight
-            if x.phase is MigrationPhase.PLANNED and not holds & {x.source, x.target}
-        ][:room]
+            if x.migration_id not in aborted and not holds & {x.source, x.target}
+        ]
+        if self.settings.warm.enabled:
+            warming = [x for x in in_flight if x.phase is MigrationPhase.WARMING]
+            done = set(self.warmups.releasable(warming, now))
+            to_start = [x.migration_id for x in free if x.migration_id in done][:room]
+            planned = [x for x in free if x.phase is MigrationPhase.PLANNED]
+            warms = self.warmups.starts(planned, warming)
+        else:
+            to_start = [x.migration_id for x in free if x.phase is MigrationPhase.PLANNED][:room]
+            warms = []
         starts: list[Command] = [
-            StartRelease(migration_id=mid, now_ms=wall) for mid in to_start if mid not in aborted
+            *(StartRelease(migration_id=mid, now_ms=wall) for mid in to_start),
+            *(StartWarm(migration_id=x.migration_id, now_ms=wall) for x in warms),
         ]
         return (*aborts, *starts)
 
@@ -639,6 +665,29 @@ class Planner:
         for key in self.host_retry.pending():
             if key not in live_keys:
                 self.host_retry.forget(key)
+        return out
+
+    def _warm_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
+        """Ask each WARMING migration's target how far it is (the first ask starts it)."""
+        out: list[WorkerCall] = []
+        for x in state.in_flight_migrations():
+            if x.phase is not MigrationPhase.WARMING:
+                continue
+            target = state.workers.get(x.target)
+            if target is None or target.state is not WorkerState.ACTIVE:
+                continue  # the migrations stage aborts it
+            if self._paused(x.target, now) or not self.warmups.poll_due(x.migration_id, now):
+                continue
+            call = WarmCall(
+                migration_id=x.migration_id,
+                partition=x.partition,
+                worker_id=target.worker_id,
+                address=target.address,
+                incarnation=target.incarnation,
+                checkpoint=state.partitions[x.partition].checkpoint,
+            )
+            if self._claim(call):
+                out.append(call)
         return out
 
     def _checkpoint_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:

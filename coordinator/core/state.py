@@ -67,6 +67,7 @@ from coordinator.core.commands import (
     ResetResult,
     Result,
     StartRelease,
+    StartWarm,
     StuckResult,
     rejected,
 )
@@ -168,6 +169,8 @@ def _dispatch(state: ClusterState, cmd: Command) -> _Outcome:
             return _plan_migrations(state, cmd)
         case StartRelease():
             return _start_release(state, cmd)
+        case StartWarm():
+            return _start_warm(state, cmd)
         case HandOff():
             return _hand_off(state, cmd)
         case AbortMigration():
@@ -615,7 +618,12 @@ def _declare_dead(state: ClusterState, cmd: DeclareDead) -> _Outcome:
     aborted: list[tuple[Migration, str]] = []
     reopen: list[Migration] = []
     for m in state.in_flight_migrations():
-        releasing_or_planned = m.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING)
+        # The source's gate is open (PLANNED, WARMING) or closing (RELEASING).
+        releasing_or_planned = m.phase in (
+            MigrationPhase.PLANNED,
+            MigrationPhase.WARMING,
+            MigrationPhase.RELEASING,
+        )
         if m.source in dead and releasing_or_planned:
             if new_owner[m.partition] == m.target:
                 # The dead-source hand-off: the target resumes from the last accepted checkpoint.
@@ -804,6 +812,22 @@ def _start_release(state: ClusterState, cmd: StartRelease) -> _Outcome:
     if problem is not None:
         return problem, False
     state.put_migration(replace(m, phase=MigrationPhase.RELEASING, updated_at_ms=cmd.now_ms))
+    return Ok(value=replace(value, changed=True)), False
+
+
+def _start_warm(state: ClusterState, cmd: StartWarm) -> _Outcome:
+    m = _migration_or_reject(state, cmd.migration_id)
+    if isinstance(m, Rejected):
+        return m, False
+    value = ReleaseResult(migration_id=m.migration_id, phase=MigrationPhase.WARMING, changed=False)
+    if m.phase is MigrationPhase.WARMING:
+        return Ok(value=value), False
+    problem = _lifecycle_problem(
+        state, "StartWarm", migrations=((m.migration_id, MigrationPhase.WARMING),)
+    )
+    if problem is not None:
+        return problem, False
+    state.put_migration(replace(m, phase=MigrationPhase.WARMING, updated_at_ms=cmd.now_ms))
     return Ok(value=replace(value, changed=True)), False
 
 

@@ -11,7 +11,7 @@ a command it does not speak; one that does stops applying (`coordinator/core/mac
 
 Version 1 is the first numbered set: the fifteen commands of release 0.1.0 (which numbered
 none and advertised nothing) and the two through which nodes advertise and finalize
-versions. Version 2 adds RecordBackup.
+versions. Version 2 adds RecordBackup; version 3 StartWarm (warm hand-offs).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from coordinator.core.commands import (
     Rejected,
     ReportVersions,
     Returns,
+    StartWarm,
     rejected,
 )
 from coordinator.core.model import FIRST_COMMAND_SET_VERSION, NodeVersions
@@ -43,7 +44,7 @@ __all__ = [
     "version_of",
 ]
 
-COMMAND_SET_VERSION = 2  # the newest version this code speaks
+COMMAND_SET_VERSION = 3  # the newest version this code speaks
 
 # Tag -> the command-set version that introduced it. Append only: a tag never moves.
 INTRODUCED_IN: dict[int, int] = {
@@ -51,6 +52,7 @@ INTRODUCED_IN: dict[int, int] = {
     ReportVersions.TAG: 1,
     FinalizeVersion.TAG: 1,
     RecordBackup.TAG: 2,
+    StartWarm.TAG: 3,
 }
 assert INTRODUCED_IN.keys() == COMMAND_BY_TAG.keys(), "every command tag has a version"
 assert max(INTRODUCED_IN.values()) == COMMAND_SET_VERSION

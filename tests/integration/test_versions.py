@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.core.versions import COMMAND_SET_VERSION
 from ripple.launch import coordinator_argv
 from testkit.cli import ripple
 from testkit.cluster import ADMIN, Cluster
@@ -24,6 +25,7 @@ from testkit.wait import wait_until
 
 NODES = ("n1", "n2", "n3")
 HELD = "n3"
+NEWEST = f"1..{COMMAND_SET_VERSION}"  # what an unheld node speaks
 WAIT_S = 30.0
 LOAD_PAUSE_S = 0.01
 # A backup record as `ripple backup` sends it: RecordBackup, command-set version 2.
@@ -141,7 +143,7 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
     c = cluster
     with WriteLoad(c, "upgrade") as load:
         wait_until(
-            lambda: speaks(c) == {"n1": "1..2", "n2": "1..2", "n3": "1..1"},
+            lambda: speaks(c) == {"n1": NEWEST, "n2": NEWEST, "n3": "1..1"},
             "every node's versions recorded",
             WAIT_S,
         )
@@ -166,11 +168,11 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
         # The held node is upgraded: restarted alone, on the same data directory.
         restart(c, HELD, held=False)
         wait_until(
-            lambda: status(c)["finalized_command_set_version"] == 2,
-            "the leader finalizes version 2 once n3 speaks it",
+            lambda: status(c)["finalized_command_set_version"] == COMMAND_SET_VERSION,
+            "the leader finalizes the newest version once n3 speaks it",
             WAIT_S,
         )
-        assert speaks(c) == {"n1": "1..2", "n2": "1..2", "n3": "1..2"}
+        assert speaks(c) == {"n1": NEWEST, "n2": NEWEST, "n3": NEWEST}
         accepted = record_backup(c)
         assert accepted.status == 200, accepted
         assert accepted.body == {"applied_index": 10, "latest": True}
@@ -179,11 +181,12 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
     print(f"\n{load.landed} writes landed during the upgrade")
     one_state(c, NODES)
 
-    # Held back again after version 2 was finalized (a downgrade): the node halts at once
+    # Held back again after the newest version was finalized (a downgrade): the node halts at once
     # rather than skip what it cannot apply, says why, and leaves Raft; the others go on.
     restart(c, HELD, held=True)
     halted = wait_until(lambda: (c.health(HELD) or {}).get("halted"), "n3 halts", WAIT_S)
-    assert "finalized at command-set version 2" in halted and "speaks 1..1" in halted
+    assert f"finalized at command-set version {COMMAND_SET_VERSION}" in halted
+    assert "speaks 1..1" in halted
     metrics = parse(str(c.get(HELD, "/metrics").body))
     assert value(metrics, "ripple_apply_halted") == 1
     refused_here = c.post(HELD, "/v1/admin/backups", BACKUP, token=ADMIN)
@@ -195,4 +198,4 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
     restart(c, HELD, held=False)
     wait_until(lambda: (c.health(HELD) or {}).get("halted", "") is None, "n3 runs", WAIT_S)
     one_state(c, NODES)
-    assert status(c)["finalized_command_set_version"] == 2
+    assert status(c)["finalized_command_set_version"] == COMMAND_SET_VERSION

@@ -152,7 +152,7 @@ def test_render_leaves_derived_timings_out_so_they_keep_following(tmp_path: Path
         ('heartbeat_timeout_s = "soon"', "heartbeat_timeout_s", "finite number"),
         ("min_cluster_size = 1.5", "min_cluster_size", "int"),
         ("no_such_key = 1", "no_such_key", "unknown config key"),
-        ("command_set_version_max = 3", "command_set_version_max", "1..2"),
+        ("command_set_version_max = 4", "command_set_version_max", "1..3"),
         ("command_set_version_max = -1", "command_set_version_max", "0 (no cap)"),
     ],
 )

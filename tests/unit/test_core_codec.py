@@ -64,6 +64,7 @@ from coordinator.core.commands import (
     ResetPartition,
     ResetResult,
     StartRelease,
+    StartWarm,
     StuckResult,
 )
 from coordinator.core.model import (
@@ -237,6 +238,11 @@ GOLDEN: list[tuple[str, Command, str]] = [
         "626162616261626162616261626162616261626162616261626162616261626162616261626162aa7369"
         "7a655f6279746573cd1000ad637265617465645f61745f6d73cd03faa66e6f775f6d73cd03fb",
     ),
+    (
+        "r-23",
+        StartWarm(migration_id=MigrationId("m-7"), now_ms=1023),
+        "940117a4722d323382ac6d6967726174696f6e5f6964a36d2d37a66e6f775f6d73cd03ff",
+    ),
 ]
 
 
@@ -246,7 +252,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 19))
+    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 19), 23]
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])

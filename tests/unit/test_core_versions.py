@@ -29,9 +29,10 @@ from coordinator.core.commands import (
     Rejected,
     ReportVersions,
     Result,
+    StartWarm,
 )
 from coordinator.core.machine import Machine
-from coordinator.core.model import WorkerId
+from coordinator.core.model import MigrationId, WorkerId
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.versions import (
     COMMAND_SET_VERSION,
@@ -73,10 +74,12 @@ def run(state: ClusterState, *cmds: Command) -> list[Result]:
 def test_every_tag_has_the_version_that_introduced_it() -> None:
     assert {cls.TAG for cls in COMMAND_TYPES} == set(INTRODUCED_IN)
     assert INTRODUCED_IN[Bootstrap.TAG] == 1 and INTRODUCED_IN[RecordBackup.TAG] == 2
-    assert version_of(backup(1)) == 2 == COMMAND_SET_VERSION
-    assert VersionRange(min_version=1, max_version=2) == SPOKEN
+    assert version_of(backup(1)) == 2
+    warm = StartWarm(migration_id=MigrationId("m-1"), now_ms=0)
+    assert version_of(warm) == 3 == COMMAND_SET_VERSION
+    assert VersionRange(min_version=1, max_version=3) == SPOKEN
     assert spoken(0) == SPOKEN and spoken(1) == VersionRange(min_version=1, max_version=1)
-    for bad in (-1, 3):
+    for bad in (-1, 4):
         with pytest.raises(ValueError):
             spoken(bad)
 
