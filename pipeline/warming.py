@@ -134,7 +134,7 @@ class Warming:
             # Dead-letter rows are the owner's to write: a copy that would write some ends.
             copy.failed = f"{len(dead)} keys over max_keys_per_partition"
             return 0
-        copy.state, copy.offset = new_state, end
+        copy.state, copy.offset, copy.head = new_state, end, max(copy.head, head)
         copy.caught_up = end >= head
         return sum(s.count for s in part.values())
 

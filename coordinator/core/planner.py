@@ -106,6 +106,7 @@ from coordinator.core.model import (
 from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy, plan
 from coordinator.core.rounds import CheckpointRounds
 from coordinator.core.state import check_moves
+from coordinator.core.versions import version_of
 from coordinator.core.warmups import COLD_MOVES, WarmPolicy, WarmUps
 
 __all__ = ["Planner", "PlannerSettings"]
@@ -137,6 +138,11 @@ class PlannerSettings:
     calls_max: int = CALLS_IN_FLIGHT_MAX
     # Warm hand-offs (coordinator/core/warmups.py); off unless the shell turns them on.
     warm: WarmPolicy = COLD_MOVES
+
+
+# A cluster not yet finalized at StartWarm's command-set version moves cold (a voter of an
+# older release would not apply it).
+_WARM_VERSION = version_of(StartWarm(migration_id=MigrationId("-"), now_ms=0))
 
 
 def _timeless(cmd: Command) -> tuple[object, ...]:
@@ -560,7 +566,7 @@ class Planner:
             for x in in_flight
             if x.migration_id not in aborted and not holds & {x.source, x.target}
         ]
-        if self.settings.warm.enabled:
+        if self.settings.warm.enabled and state.finalized_version >= _WARM_VERSION:
             warming = [x for x in in_flight if x.phase is MigrationPhase.WARMING]
             done = set(self.warmups.releasable(warming, now))
             to_start = [x.migration_id for x in free if x.migration_id in done][:room]
