@@ -8,6 +8,9 @@ needs, the resulting spread, and the time to compute the plan.
 full scan of every partition takes minutes, so it times a sample of lookups and
 extrapolates `plan_s`; its moves and spread come from the bisect ring, whose lookups it is
 checked to agree with on the sample.
+
+The skewed case (Zipf keys: load-aware placement beside count-based) is
+`bench/placement_skew.py`'s, run here too.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from functools import partial
 
 import mmh3
 
+from bench import placement_skew
 from coordinator.core.placement import (
     DEFAULT_VIRTUAL_NODES,
     NaiveRing,
@@ -151,4 +155,5 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
         "previous plan; the rings move fewer only because they never reach balance "
         "(see spread_max_min)"
     )
+    results.update(placement_skew.run(quick))
     return results

@@ -6,11 +6,14 @@
   the reply.
 - ripple_aiohttp: the same with `http_front_door = false`, every request through aiohttp's
   request machinery (the A/B of coordinator/service/front.py).
+- ripple_nofsync: the same with `fsync = false`: a write is acknowledged once a majority
+  holds it in the page cache, not on disk (the throwaway-cluster setting); beside `ripple`
+  it shows what durable acknowledgements cost.
 - ripple_1: the same with `group_commit_entries_max = 1`, one pysyncobj entry per write
   (Ripple without group commit).
-- raw: `POST /write` to the leader of three `bench.raw_node` processes: the same
-  ReplicatedLog and Raft settings with a counting machine and a bare handler, one entry per
-  write (group commit off): the bare per-entry pysyncobj node every ratio is against.
+- raw: `POST /write` to the leader of three `bench.raw_node` processes: pysyncobj as it
+  comes (a plain `SyncObj` on its own tick thread, its journal never synced) behind a bare
+  handler, one entry per write: the baseline every ratio is against.
 
 The client is `wrk` (Debian's package, `bench/wrk/writes.lua`: C connections, keep-alive,
 each request a new worker id, no redirects: aimed at the leader) for `wrk_duration_s` per
@@ -59,7 +62,10 @@ SETTINGS: dict[str, Any] = {
     "heartbeat_interval_s": 5.0,
     "lease_s": 20.0,
     "suspect_after_s": 1500.0,
-    "heartbeat_timeout_s": 3000.0,  # < worker_token_lifetime_s (3600)
+    "heartbeat_timeout_s": 3000.0,
+    # A restarting worker's saved token must outlast the timeout and the rejoin grace
+    # (twice the timeout): config validation holds the lifetime to at least twice both.
+    "worker_token_lifetime_s": 21600.0,
 }
 SETTLE_TIMEOUT_S = 60.0
 
@@ -70,7 +76,7 @@ def _counts(quick: bool) -> dict[int, int]:
     return {1: 1000, 16: 4000, 64: 8000, 256: 16000}
 
 
-CASES = ("ripple", "ripple_aiohttp", "ripple_1", "raw")
+CASES = ("ripple", "ripple_nofsync", "ripple_aiohttp", "ripple_1", "raw")
 
 
 def _one(
@@ -111,19 +117,23 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
         (root / "ripple").mkdir()
         (root / "ripple_1").mkdir()
         (root / "ripple_aiohttp").mkdir()
+        (root / "ripple_nofsync").mkdir()
         ripple = Cluster(root / "ripple", **SETTINGS)
+        nofsync = Cluster(root / "ripple_nofsync", **SETTINGS, fsync=False)
         plain = Cluster(root / "ripple_aiohttp", **SETTINGS, http_front_door=False)
         per_entry = Cluster(root / "ripple_1", **SETTINGS, group_commit_entries_max=1)
         raw = raw_cluster(root / "raw")
         try:
-            for c in (ripple, plain, per_entry, raw):
+            for c in (ripple, nofsync, plain, per_entry, raw):
                 c.start_all()
             ripple.ready(SETTLE_TIMEOUT_S)
+            nofsync.ready(SETTLE_TIMEOUT_S)
             plain.ready(SETTLE_TIMEOUT_S)
             per_entry.ready(SETTLE_TIMEOUT_S)
             raw.leader(SETTLE_TIMEOUT_S)
             clusters: dict[str, NodeCluster] = {
                 "ripple": ripple,
+                "ripple_nofsync": nofsync,
                 "ripple_aiohttp": plain,
                 "ripple_1": per_entry,
                 "raw": raw,
@@ -146,7 +156,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                                 result = _one(url, conc, count, register, tag, quick, with_wrk)
                             runs.setdefault(f"{name}_c{conc}", []).append(result)
         finally:
-            for c in (ripple, plain, per_entry, raw):
+            for c in (ripple, nofsync, plain, per_entry, raw):
                 c.stop_all()
 
     rows: dict[str, dict[str, float]] = {}

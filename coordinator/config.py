@@ -5,8 +5,9 @@ variable < command-line flag. The node list (`[[nodes]]`) comes from the file on
 bound the coordinator enforces is a named key here, so an operator can see and change it.
 
 The worker timings follow `heartbeat_timeout_s` unless set: `heartbeat_interval_s` =
-timeout / 6, `suspect_after_s` = timeout / 2, `lease_s` = timeout * 2 / 3 and
-`rejoin_grace_s` = timeout * 2 (5, 15, 20 and 60 s at the default 30 s). So changing the one
+timeout / 6, `suspect_after_s` = timeout / 2, `lease_s` = timeout * 2 / 3,
+`rejoin_grace_s` = timeout * 2 and `load_stale_s` = timeout / 2 (5, 15, 20, 60 and 15 s at
+the default 30 s). So changing the one
 timeout alone gives a valid set (up to a sixth of `worker_token_lifetime_s`, 600 s at its
 default: a rejoining worker's saved token must outlast timeout + grace), and the order the
 validation demands (interval < lease < timeout, suspect < timeout) holds.
@@ -97,6 +98,10 @@ def check_bind(text: str, field: str, *, allow_wildcard: bool) -> tuple[str, int
     return host, port
 
 
+# The most a worker's load may exceed the mean (as a fraction of it) before partitions move:
+# beyond ten times the mean, load-aware placement would never move anything.
+BALANCE_TOLERANCE_MAX = 10.0
+
 # Unset worker timings are these fractions of `heartbeat_timeout_s` (see the module doc).
 DERIVED_TIMINGS = {
     "heartbeat_interval_s": 1 / 6,
@@ -106,6 +111,9 @@ DERIVED_TIMINGS = {
     # the timeout: a restart that never comes back costs one timeout more than a crash, and
     # one that does (a process restart, a pod rescheduled with its volume) fits with room.
     "rejoin_grace_s": 2.0,
+    # How old a partition's reported load may be before placement balances counts instead:
+    # three heartbeat intervals, so one or two late heartbeats do not flip the placement.
+    "load_stale_s": 1 / 2,
 }
 # "Not set": NaN cannot come from a file, the environment or a flag (`_coerce` refuses
 # non-finite numbers), so it cannot be mistaken for a value an operator chose.
@@ -176,6 +184,11 @@ class ClusterConfig:
     # within it (re-registered with its own token) it gets them again under new epochs.
     rejoin_grace_s: float = _UNSET
     checkpoint_interval_s: float = 10.0
+    # Load-aware placement (docs/design.md §4): how far from the mean, as a fraction of it,
+    # a worker's load (the summed input rates of its partitions) may be before partitions
+    # move; and how old a partition's reported load may be before placement balances counts.
+    balance_tolerance: float = 0.1
+    load_stale_s: float = _UNSET
     data_dir: str = "./ripple-data"
     placement_strategy: str = "balanced"
     virtual_nodes: int = 128
@@ -369,6 +382,12 @@ class ClusterConfig:
                 f"= {self.host_retry_base_ms}",
                 field="host_retry_cap_ms",
             )
+        if not 0 < self.balance_tolerance <= BALANCE_TOLERANCE_MAX:
+            raise ConfigError(
+                f"balance_tolerance = {self.balance_tolerance}: must be > 0 and <= "
+                f"{BALANCE_TOLERANCE_MAX:g} (a fraction of the mean load)",
+                field="balance_tolerance",
+            )
         if self.placement_strategy not in ("balanced", "hash_ring"):
             raise ConfigError(
                 f"placement_strategy = {self.placement_strategy!r}: must be balanced or hash_ring",
@@ -400,6 +419,13 @@ class ClusterConfig:
                 f"{self.lease_s} (a worker heartbeats before its lease runs out; unset, it "
                 "is heartbeat_timeout_s / 6)",
                 field="heartbeat_interval_s",
+            )
+        if not self.load_stale_s > self.heartbeat_interval_s:
+            raise ConfigError(
+                f"load_stale_s = {self.load_stale_s}: must be > heartbeat_interval_s = "
+                f"{self.heartbeat_interval_s} (a load is reported every heartbeat; unset, it "
+                "is heartbeat_timeout_s / 2)",
+                field="load_stale_s",
             )
 
     def _validate_raft(self) -> None:
@@ -467,6 +493,7 @@ _POSITIVE_KEYS = (
     "suspect_after_s",
     "lease_s",
     "rejoin_grace_s",
+    "load_stale_s",
     "checkpoint_interval_s",
     "virtual_nodes",
     "max_concurrent_migrations",

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pipeline.gate import Gates
+from pipeline.input_rate import InputRate
 from pipeline.state import PartitionState
 
 __all__ = ["BATCH_FAILURES_REPORTED_MIN", "Holdings", "PartitionRuntime"]
@@ -35,6 +36,8 @@ class PartitionRuntime:
     failures: int = 0  # micro-batches in a row that failed with this partition in them
     error: str = ""  # the last failure's first line
     source_end: int | None = None  # the source log's end when last listed (lag metric)
+    # How fast the source grows (heartbeats report it: load-aware placement).
+    input_rate: InputRate = field(default_factory=InputRate)
     # Monotonic time the state was last covered by a checkpoint: loaded from one, or one
     # written or confirmed for the leader (checkpoint age metric).
     covered_at_s: float = field(default_factory=time.monotonic)

@@ -135,9 +135,11 @@ class Processor:
                 batch = await asyncio.to_thread(
                     feed.plan, warm | {p: rt.offset for p, rt in open_now.items()}
                 )
+                listed = time.monotonic()
                 for p, head in batch.heads.items():
                     if p in open_now:
                         open_now[p].source_end = head
+                        open_now[p].input_rate.observe(head, listed)
                     elif self.warming is not None:
                         self.warming.saw_head(p, head)
                 planned = time.monotonic()

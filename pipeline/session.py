@@ -53,6 +53,7 @@ class PartitionReport(TypedDict):
     epoch: int
     offset: int
     source_end: NotRequired[int]  # the source log's end as last listed
+    rate: NotRequired[float]  # records per second arriving, smoothed (pipeline/input_rate.py)
     failures: NotRequired[int]  # only once failing batches are worth reporting
     error: NotRequired[str]
 
@@ -70,6 +71,8 @@ def partition_report(rt: PartitionRuntime) -> PartitionReport:
     report: PartitionReport = {"epoch": rt.epoch, "offset": rt.offset}
     if rt.source_end is not None:
         report["source_end"] = rt.source_end
+    if rt.input_rate.rate_per_s is not None:
+        report["rate"] = round(rt.input_rate.rate_per_s, 3)
     if rt.failures >= BATCH_FAILURES_REPORTED_MIN:
         report["failures"] = rt.failures
         report["error"] = rt.error

@@ -20,7 +20,7 @@ from typing import Any
 
 from testkit.http import Reply, call
 from testkit.process import Proc
-from testkit.wait import wait_until
+from testkit.wait import GiveUp, wait_until
 
 __all__ = ["HEALTH_TIMEOUT_S", "Healths", "NodeCluster", "NodeProgram"]
 
@@ -115,6 +115,11 @@ class NodeCluster:
         `among`) agrees on."""
 
         def agreed() -> str | None:
+            if among is None and self.procs and not self.alive():
+                # Every node exited (a refused config, a port taken): say why at once
+                # rather than wait out the timeout for a leader that cannot come.
+                tails = {n: p.output()[-600:] for n, p in self.procs.items()}
+                raise GiveUp(f"every node exited before electing a leader: {tails}")
             healths = {n: self.health(n) for n in among or self.alive()}
             answered = {n: h for n, h in healths.items() if h is not None}
             if len(answered) != len(healths):

@@ -10,9 +10,14 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["wait_until"]
+__all__ = ["GiveUp", "wait_until"]
 
 T = TypeVar("T")
+
+
+class GiveUp(AssertionError):
+    """Raised by a condition that can no longer come true (the process it waits on exited):
+    ends the wait at once with its message instead of at the timeout."""
 
 
 def wait_until(
@@ -26,6 +31,8 @@ def wait_until(
             value = pred()
             if value:
                 return value
+        except GiveUp:
+            raise
         except Exception as exc:
             last_exc = exc
         time.sleep(every_s)

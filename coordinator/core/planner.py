@@ -93,6 +93,7 @@ from coordinator.core.effects import (
 )
 from coordinator.core.fallback import FallbackPolicy, UnavailableCounts, fallbacks_due
 from coordinator.core.liveness import Detector, Liveness
+from coordinator.core.load import LoadBook
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
     MigrationId,
@@ -108,6 +109,7 @@ from coordinator.core.rounds import CheckpointRounds
 from coordinator.core.state import check_moves
 from coordinator.core.versions import version_of
 from coordinator.core.warmups import COLD_MOVES, WarmPolicy, WarmUps
+from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT, plan_weighted
 
 __all__ = ["Planner", "PlannerSettings"]
 
@@ -138,6 +140,11 @@ class PlannerSettings:
     calls_max: int = CALLS_IN_FLIGHT_MAX
     # Warm hand-offs (coordinator/core/warmups.py); off unless the shell turns them on.
     warm: WarmPolicy = COLD_MOVES
+    # Load-aware placement (coordinator/core/weighted.py): how far from the mean a worker's
+    # load may be before partitions move, and how old a partition's reported load may be
+    # before placement falls back to counts (coordinator/core/load.py).
+    balance_tolerance: float = BALANCE_TOLERANCE_DEFAULT
+    load_stale_ms: int = 15_000
 
 
 # A cluster not yet finalized at StartWarm's command-set version moves cold (a voter of an
@@ -185,6 +192,7 @@ class Planner:
         )
         self.rounds = CheckpointRounds(interval_ms=settings.checkpoint_interval_ms)
         self.warmups = WarmUps(settings.warm)
+        self.loads = LoadBook(stale_after_ms=settings.load_stale_ms, now_ms=now_ms)
         self.in_flight: set[tuple[str, object]] = set()
         self._pending: list[_Pending] = []
         # The last batch's commands without timestamps, and how often a stage repeated them.
@@ -203,6 +211,7 @@ class Planner:
         ends a restart's hold (the state machine re-hosted the worker's partitions)."""
         self.detector.observe(worker_id, now_ms, 0.0)
         self.detector.unhold(worker_id)
+        self.loads.heard(worker_id)
 
     def restarting(self, worker_id: WorkerId, now_ms: int) -> int:
         """The worker said it is restarting: hold it and its partitions for the rejoin
@@ -224,7 +233,27 @@ class Planner:
         """Record a heartbeat; True when the reply must ask for a checkpoint (the leader's
         last request to this worker did not get through)."""
         self.detector.observe(worker_id, now_ms, load)
+        self.loads.heard(worker_id)
         return self.rounds.heard(worker_id)
+
+    def partition_loads(
+        self,
+        state: ClusterState,
+        worker_id: WorkerId,
+        reports: Iterable[tuple[int, int, float, int | None]],
+        now_ms: int,
+    ) -> int:
+        """A heartbeat's (partition, epoch, rate, lag) reports; only the owner's, at the
+        current epoch, are kept. Returns how many were."""
+        kept = 0
+        for partition, epoch, rate, lag in reports:
+            if not 0 <= partition < state.total_partitions:
+                continue
+            part = state.partitions[partition]
+            if part.owner == worker_id and part.epoch == epoch:
+                self.loads.record(partition, rate, lag, now_ms)
+                kept += 1
+        return kept
 
     def on_result(self, result: WorkerResult, now_ms: int, wall_ms: int) -> None:
         key = call_key(result.call)
@@ -314,9 +343,16 @@ class Planner:
             return []
         return [w for w in state.active_workers() if w in holds]
 
-    def _placement(self, state: ClusterState, eligible: list[WorkerId]) -> list[str | None]:
+    def _placement(
+        self, state: ClusterState, eligible: list[WorkerId], now_ms: int
+    ) -> list[str | None]:
         owners = [p.owner for p in state.partitions]
         s = self.settings
+        if s.strategy is PlacementStrategy.BALANCED:
+            # By load only when every partition's is fresh; else by counts (load.py).
+            weights = self.loads.weights(state.total_partitions, now_ms)
+            if weights is not None:
+                return plan_weighted(owners, eligible, weights, tolerance=s.balance_tolerance)
         return plan(s.strategy, owners, eligible, virtual_nodes=s.virtual_nodes)
 
     # -- admin queries (pure: the API commits what they return) -------------------------------
@@ -328,7 +364,7 @@ class Planner:
         # A held worker counts as the owner it is (its partitions are not up for grabs), and
         # no move takes from it or gives to it.
         held = set(self._held(state, now_ms))
-        target = self._placement(state, [*eligible, *held])
+        target = self._placement(state, [*eligible, *held], now_ms)
         return tuple(
             Move(partition=p.partition, source=p.owner, target=WorkerId(new))
             for p in state.partitions
@@ -394,7 +430,7 @@ class Planner:
             return rejected(
                 "conflict", "no other ACTIVE worker can take its partitions", "worker_id"
             )
-        target = self._placement(state, eligible)
+        target = self._placement(state, eligible, now_ms)
         return tuple(
             Move(
                 partition=p.partition,
@@ -477,7 +513,7 @@ class Planner:
         # nothing (say thousands registered and never heard from) reads no liveness of
         # every ACTIVE worker.
         eligible = self.eligible(state, now, dead) if orphaned else []
-        target = self._placement(state, eligible) if eligible else []
+        target = self._placement(state, eligible, now) if eligible else []
         for p in orphaned:
             new_owner: str | None = target[p.partition] if eligible else None
             if p.migration is not None:
@@ -515,7 +551,7 @@ class Planner:
         eligible = self.eligible(state, now)
         if len(eligible) < self.settings.min_cluster_size:
             return ()
-        target = self._placement(state, eligible)
+        target = self._placement(state, eligible, now)
         assignments = tuple(
             Assignment(partition=p, owner=WorkerId(o))
             for p in unassigned
@@ -532,6 +568,9 @@ class Planner:
             return ()
         if state.count_in(WorkerState.DRAINING) or self.detector.holds(now):
             return ()  # no balancing while a member is away: it comes back to what it had
+        owners = {p.owner for p in state.partitions if p.owner is not None}
+        if self.loads.listening(owners, now):
+            return ()  # a new leader: the workers' loads are on their way (load.py)
         moves = self.balance_moves(state, now)
         if not moves:
             return ()

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import aiohttp
 
+from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     DeclareDead,
     FallBack,
@@ -126,6 +127,8 @@ def planner_settings(node: CoordinatorNode) -> PlannerSettings:
             in_flight_max=cfg.warmups_max,
             per_worker_max=cfg.warmups_per_worker_max,
         ),
+        balance_tolerance=cfg.balance_tolerance,
+        load_stale_ms=int(cfg.load_stale_s * 1000),
     )
 
 
@@ -245,6 +248,16 @@ class LeaderDuties:
         if self.planner is None:
             return False  # a planner built later seeds every owning worker as seen
         return self.planner.heartbeat(worker_id, load, self.clock.monotonic_ms())
+
+    def partition_loads(
+        self,
+        state: ClusterState,
+        worker_id: WorkerId,
+        reports: list[tuple[int, int, float, int | None]],
+    ) -> None:
+        """Feed a heartbeat's per-partition load to the planner (the owner's only)."""
+        if self.planner is not None:
+            self.planner.partition_loads(state, worker_id, reports, self.clock.monotonic_ms())
 
     def liveness_of(self, worker_id: str, _wall_ms: int | None = None) -> str | None:
         """The planner's verdict now, on the monotonic clock (a caller's time is ignored:

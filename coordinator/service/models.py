@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from coordinator.core.load import RATE_PER_S_MAX
 from coordinator.core.model import INT_VALUE_MAX
 
 ID_REGEX = r"^[A-Za-z0-9._-]{1,64}$"
@@ -106,6 +107,9 @@ class PartitionReport(_Request):
     # The source log's end offset as the worker last saw it (lag = source_end - offset);
     # absent until the worker has looked.
     source_end: NonNeg | None = None
+    # Records per second arriving for the partition, smoothed by the worker; absent until
+    # it has seen the source grow (load-aware placement, docs/design.md §4).
+    rate: Annotated[float, Field(ge=0.0, le=RATE_PER_S_MAX, allow_inf_nan=False)] | None = None
 
 
 class HeartbeatRequest(_Request):

@@ -127,6 +127,13 @@ class SimSettings:
     # A worker call with no answer by then fails (the executor's HTTP timeout).
     call_timeout_ms: int = 1_000
     max_concurrent_migrations: int = 2
+    # Load-aware placement: each partition's input rate is a Zipf weight (its rank's, the
+    # ranks shuffled by the seed) that drifts by up to rate_drift per heartbeat; workers
+    # report it, and the leader rebalances on its own, by load when every rate is fresh.
+    rebalance_on_join: bool = True
+    rate_exponent: float = 1.0
+    rate_drift: float = 0.2
+    load_stale_ms: int = 1_500
     # Fault probabilities per step (fault phase only).
     p_leader_change: float = 0.02
     p_worker_crash: float = 0.005
@@ -489,6 +496,10 @@ class Proposer:
                 self.send(wid, "reregister", {"incarnation": b["incarnation"]})
                 return None
             due = planner.heartbeat(WorkerId(wid), 0.1, now)
+            rates = self.sim.rates_of(wid)
+            planner.partition_loads(state, WorkerId(wid), rates, now)
+            if planner.loads.weights(state.total_partitions, now) is not None:
+                self.sim.stats["weighted_heartbeats"] += 1
             self.send(
                 wid,
                 "assignment",
@@ -580,6 +591,10 @@ class Simulation:
         # Objects the store lost: never found again (the heal does not bring them back).
         self.lost_checkpoints: set[str] = set()
         self.stats |= {"lost_checkpoints": 0, "fallbacks": 0}
+        self.stats |= {"weighted_heartbeats": 0, "stale_load_reports": 0}
+        ranks = list(range(1, self.s.total_partitions + 1))
+        self.rng.shuffle(ranks)
+        self.rates = [100.0 * r**-self.s.rate_exponent for r in ranks]
         # Group commit: where the leader's run of entries appended since it last replicated
         # starts (None: nothing new). Replication packs such a run into ONE batch entry, as
         # replication/log.py does with proposals that queue while an entry is in flight.
@@ -611,6 +626,8 @@ class Simulation:
                 per_worker_max=s.warmups_per_worker_max,
                 poll_ms=s.step_ms * 3,
             ),
+            rebalance_on_join=s.rebalance_on_join,
+            load_stale_ms=s.load_stale_ms,
         )
 
     # -- log ---------------------------------------------------------------------------------
@@ -815,6 +832,22 @@ class Simulation:
                     "entries": [[p, epoch, int(g["offset"]), f"mem://{w.wid}/{p}/{epoch}"]],
                 },
             )
+
+    def rates_of(self, wid: str) -> list[tuple[int, int, float, int | None]]:
+        """What the worker's heartbeat says of each partition it holds: its rate, drifted;
+        now and then at an epoch it no longer holds (the leader must drop that one)."""
+        w = next(x for x in self.workers if x.wid == wid)
+        out = []
+        for p, g in sorted(w.gates.items()):
+            if not g["open"]:
+                continue
+            rate = self.rates[p] * (1 + self.rng.uniform(-self.s.rate_drift, self.s.rate_drift))
+            epoch = int(g["epoch"])
+            if self.faults_on and self.rng.random() < self.s.p_stale_report:
+                epoch = max(0, epoch - 1)
+                self.stats["stale_load_reports"] += 1
+            out.append((p, epoch, rate, None))
+        return out
 
     def worker_receive(self, w: SimWorker, kind: str, b: dict[str, Any]) -> None:
         now = self.now_ms

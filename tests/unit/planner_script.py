@@ -18,6 +18,9 @@ Directives:
   register w1 w2            RegisterWorker (applied) and the planner hears of each worker
   report <w> p=<p> offset=<n> [e=<e>]   the worker reports a checkpoint (RecordCheckpoints)
   heartbeat w1 w2           a heartbeat from each; prints checkpoint_due when it is set
+  load <w> <p>=<rate> ...   a heartbeat from w reporting each partition's input rate (at the
+                            partition's current epoch); prints how many the leader kept
+  loads                     each worker's summed fresh rate, or why placement counts instead
   restarting w1             the worker says it is restarting: the leader holds it (and what it
                             owns) for the rejoin grace; prints when the hold ends
   tick <ms>                 advance the monotonic clock
@@ -284,7 +287,10 @@ class Harness:
                 continue
             if k not in types:
                 raise ValueError(f"unknown setting {k}")
-            values[k] = v == "true" if types[k] == "bool" else int(v)
+            if types[k] == "bool":
+                values[k] = v == "true"
+            else:
+                values[k] = float(v) if types[k] == "float" else int(v)
         values["warm"] = WarmPolicy(**warm)  # type: ignore[arg-type]
         self.reset(PlannerSettings(**values), seed)  # type: ignore[arg-type]
         return []
@@ -324,6 +330,32 @@ class Harness:
     def do_heartbeat(self, args: list[str], _kv: dict[str, str]) -> list[str]:
         due = [w for w in args if self.planner.heartbeat(WorkerId(w), 0.1, self.now)]
         return [f"checkpoint_due {w}" for w in due]
+
+    def do_load(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        w = WorkerId(args[0])
+        due = self.planner.heartbeat(w, 0.1, self.now)
+        reports = []
+        for a in args[1:]:
+            p, rate = a.split("=")
+            epoch = self.state.partitions[int(p)].epoch
+            reports.append((int(p), int(epoch), float(rate), None))
+        kept = self.planner.partition_loads(self.state, w, reports, self.now)
+        return [f"kept {kept} of {len(reports)}", *([f"checkpoint_due {w}"] if due else [])]
+
+    def do_loads(self, _args: list[str], _kv: dict[str, str]) -> list[str]:
+        weights = self.planner.loads.weights(self.state.total_partitions, self.now)
+        if weights is None:
+            stale = [
+                f"p{p}"
+                for p in range(self.state.total_partitions)
+                if not self.planner.loads.fresh(p, self.now)
+            ]
+            return [f"counts (no fresh load: {' '.join(stale)})"]
+        per: dict[str, float] = {}
+        for p in self.state.partitions:
+            if p.owner is not None:
+                per[p.owner] = per.get(p.owner, 0.0) + weights[p.partition]
+        return [f"{w} {per[w]:g}" for w in sorted(per)]
 
     def do_restarting(self, args: list[str], _kv: dict[str, str]) -> list[str]:
         return [f"{w} held until {self.planner.restarting(WorkerId(w), self.now)}" for w in args]

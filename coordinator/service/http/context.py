@@ -12,6 +12,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from coordinator.core.cluster import ClusterState
 from coordinator.core.model import WorkerId
 from coordinator.core.planner import Planner
 from coordinator.service.auth import Admission
@@ -56,6 +57,15 @@ class Duties(Protocol):
 
     def heartbeat(self, worker_id: WorkerId, load: float, /) -> bool:
         """Feed one heartbeat; True when the reply must ask for a checkpoint."""
+
+    def partition_loads(
+        self,
+        state: ClusterState,
+        worker_id: WorkerId,
+        reports: list[tuple[int, int, float, int | None]],
+        /,
+    ) -> None:
+        """Feed a heartbeat's (partition, epoch, input rate, lag) reports to placement."""
 
     def liveness_of(self, worker_id: str, wall_ms: int | None = None, /) -> str | None: ...
 

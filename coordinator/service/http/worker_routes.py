@@ -158,6 +158,18 @@ def heartbeat_reply(request: ApiRequest, caller: HeartbeatCaller, raw: bytes) ->
         incarnation = sent_incarnation(caller.admission, state, claims, body.incarnation)
         generation = state.generation
         assignment = request.app[ASSIGNMENT_TEXTS_KEY].text(state, wid)
+        rates = [
+            (
+                int(k),
+                v.epoch,
+                v.rate,
+                None if v.source_end is None else max(0, v.source_end - v.offset),
+            )
+            for k, v in body.partitions.items()
+            if v.rate is not None
+        ]
+        if rates:
+            duties.partition_loads(state, wid, rates)
     # The partitions' positions go to the progress and failing reports below; the planner
     # decides on liveness and load only.
     due = duties.heartbeat(wid, body.load)
