@@ -612,7 +612,9 @@ class Planner:
             planned = [x for x in free if x.phase is MigrationPhase.PLANNED]
             warms = self.warmups.starts(planned, warming)
         else:
-            to_start = [x.migration_id for x in free if x.phase is MigrationPhase.PLANNED][:room]
+            # A WARMING one (a leader with warm moves on planned it) goes on cold: nobody here
+            # asks its target how far it is.
+            to_start = [x.migration_id for x in free if x.phase in waiting][:room]
             warms = []
         starts: list[Command] = [
             *(StartRelease(migration_id=mid, now_ms=wall) for mid in to_start),

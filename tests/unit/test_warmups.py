@@ -118,8 +118,8 @@ def _planned_cluster(finalized: int) -> ClusterState:
     return s
 
 
-@pytest.mark.parametrize(("finalized", "warm"), [(1, False), (2, False), (3, True)])
-def test_moves_stay_cold_until_the_cluster_speaks_start_warm(finalized: int, warm: bool) -> None:
+def _moving_cluster(finalized: int) -> ClusterState:
+    """`_planned_cluster` with partition 0 online on a and a PLANNED move of it to b."""
     from coordinator.core.commands import Assignment, AssignPartitions, PartitionOnline
 
     s = _planned_cluster(finalized)
@@ -137,9 +137,29 @@ def test_moves_stay_cold_until_the_cluster_speaks_start_warm(finalized: int, war
         ]
     ):
         assert isinstance(apply(s, f"x{i}", cmd), Ok)  # type: ignore[arg-type]
+    return s
+
+
+@pytest.mark.parametrize(("finalized", "warm"), [(1, False), (2, False), (3, True)])
+def test_moves_stay_cold_until_the_cluster_speaks_start_warm(finalized: int, warm: bool) -> None:
+    s = _moving_cluster(finalized)
     settings = PlannerSettings(total_partitions=1, warm=POLICY)
     batch = Planner(settings, random.Random(0), s, 0).plan(s, 0, 0)
     assert [type(c) is StartWarm for c in batch.commands] == [warm], batch
+
+
+def test_a_leader_with_warm_moves_off_releases_a_warming_migration_cold() -> None:
+    """A leader whose settings turn warm moves off (the cluster file changed) still moves
+    what a previous leader left WARMING: it releases at once instead of waiting forever."""
+    from coordinator.core.commands import StartRelease
+
+    s = _moving_cluster(3)
+    (m,) = s.in_flight_migrations()
+    assert isinstance(apply(s, "w", StartWarm(migration_id=m.migration_id, now_ms=0)), Ok)
+    batch = Planner(PlannerSettings(total_partitions=1), random.Random(0), s, 0).plan(s, 0, 0)
+    assert [c for c in batch.commands if isinstance(c, (StartRelease, StartWarm))] == [
+        StartRelease(migration_id=m.migration_id, now_ms=0)
+    ], batch
 
 
 # -- the worker's warm copies ----------------------------------------------------------------
