@@ -107,6 +107,10 @@ class Warming:
             return
         copy.head, copy.loaded = copy.offset, True
 
+    def counts(self) -> dict[str, int]:
+        """The copies held now and how many were started, used and dropped (for /metrics)."""
+        return {"held": len(self.copies), **self.stats}
+
     def offsets(self) -> dict[int, int]:
         """Where each loaded warm copy reads next (what a micro-batch plans for them)."""
         self.expire()

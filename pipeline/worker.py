@@ -98,7 +98,11 @@ class Worker:
         self.processor.warming = self.warming
         self.hosting = Hosting(self.holdings, self.checkpointer, self.warming)
         self.metrics = WorkerMetrics(
-            self.stats, self.processor.batch_seconds, self.holdings, self.session.lease_valid
+            self.stats,
+            self.processor.batch_seconds,
+            self.holdings,
+            self.session.lease_valid,
+            self.warming.counts,
         )
         self.api = WorkerApi(
             settings,
