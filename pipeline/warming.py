@@ -40,13 +40,19 @@ class WarmCopy:
     offset: int = 0  # the next source offset it would read
     head: int = 0  # the source log's end when last listed
     loaded: bool = False
+    # A micro-batch has listed the log's end for it since the load: until then `head` is
+    # only the checkpoint's offset, and a lag of 0 would say nothing.
+    listed: bool = False
     # Its last merged batch reached the log's end its plan listed: within one micro-batch.
     caught_up: bool = False
     failed: str = ""
 
     def reply(self, partition: int) -> WarmReply:
         return WarmReply(
-            partition=partition, loaded=self.loaded, offset=self.offset, head=self.head
+            partition=partition,
+            loaded=self.loaded and self.listed,
+            offset=self.offset,
+            head=self.head,
         )
 
 
@@ -122,8 +128,8 @@ class Warming:
 
     def saw_head(self, p: int, head: int) -> None:
         copy = self.copies.get(p)
-        if copy is not None:
-            copy.head = max(copy.head, head)
+        if copy is not None and copy.loaded:
+            copy.head, copy.listed = max(copy.head, head), True
 
     def merge(
         self, p: int, start: int, end: int, head: int, part: PartitionState, max_keys: int
@@ -139,6 +145,7 @@ class Warming:
             copy.failed = f"{len(dead)} keys over max_keys_per_partition"
             return 0
         copy.state, copy.offset, copy.head = new_state, end, max(copy.head, head)
+        copy.listed = True
         copy.caught_up = end >= head
         return sum(s.count for s in part.values())
 

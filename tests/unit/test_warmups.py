@@ -186,6 +186,9 @@ def test_a_warm_copy_follows_the_log_and_a_host_starts_from_it_once_caught_up() 
         assert w.warm(req) == WarmReply(partition=3, loaded=False, offset=0, head=0)
         await asyncio.sleep(0)  # the load (nothing sent: offset 0)
         assert w.offsets() == {3: 0}
+        # Loaded, but no micro-batch has listed the log's end for it yet: not reported loaded,
+        # so a lag of 0 cannot pass for caught up.
+        assert w.warm(req) == WarmReply(partition=3, loaded=False, offset=0, head=0)
         assert w.merge(3, 0, 5, 9, {"k": _ks(1.0, 0)}, 100) == 1
         assert w.warm(req) == WarmReply(partition=3, loaded=True, offset=5, head=9)
         assert w.merge(3, 4, 9, 9, {"k": _ks(2.0, 4)}, 100) == 0  # not where it started
