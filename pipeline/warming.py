@@ -40,8 +40,8 @@ class WarmCopy:
     offset: int = 0  # the next source offset it would read
     head: int = 0  # the source log's end when last listed
     loaded: bool = False
-    # A micro-batch has listed the log's end for it since the load: until then `head` is
-    # only the checkpoint's offset, and a lag of 0 would say nothing.
+    # Since the load, a micro-batch has merged records into it or listed nothing new for it:
+    # until then `head - offset` is the tail since the checkpoint, not a replaying copy's lag.
     listed: bool = False
     # Its last merged batch reached the log's end its plan listed: within one micro-batch.
     caught_up: bool = False
@@ -129,7 +129,8 @@ class Warming:
     def saw_head(self, p: int, head: int) -> None:
         copy = self.copies.get(p)
         if copy is not None and copy.loaded:
-            copy.head, copy.listed = max(copy.head, head), True
+            copy.head = max(copy.head, head)
+            copy.listed = copy.listed or head <= copy.offset
 
     def merge(
         self, p: int, start: int, end: int, head: int, part: PartitionState, max_keys: int

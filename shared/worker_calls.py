@@ -330,7 +330,8 @@ class WarmRequest:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WarmReply:
     partition: int
-    loaded: bool  # the checkpoint is in and a micro-batch has listed the log's end for the copy
+    # The checkpoint is in and a micro-batch has replayed into the copy (or had nothing to).
+    loaded: bool
     offset: int  # the next source offset the warm copy would read
     head: int  # the source log's end when the copy last listed it
 

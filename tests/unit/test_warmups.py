@@ -186,9 +186,11 @@ def test_a_warm_copy_follows_the_log_and_a_host_starts_from_it_once_caught_up() 
         assert w.warm(req) == WarmReply(partition=3, loaded=False, offset=0, head=0)
         await asyncio.sleep(0)  # the load (nothing sent: offset 0)
         assert w.offsets() == {3: 0}
-        # Loaded, but no micro-batch has listed the log's end for it yet: not reported loaded,
-        # so a lag of 0 cannot pass for caught up.
+        # Loaded, but no micro-batch has replayed into it yet: not reported loaded, so the
+        # checkpoint's offset cannot pass for a lag of 0, nor a listed tail for a replayed one.
         assert w.warm(req) == WarmReply(partition=3, loaded=False, offset=0, head=0)
+        w.saw_head(3, 9)
+        assert w.warm(req) == WarmReply(partition=3, loaded=False, offset=0, head=9)
         assert w.merge(3, 0, 5, 9, {"k": _ks(1.0, 0)}, 100) == 1
         assert w.warm(req) == WarmReply(partition=3, loaded=True, offset=5, head=9)
         assert w.merge(3, 4, 9, 9, {"k": _ks(2.0, 4)}, 100) == 0  # not where it started
@@ -223,5 +225,18 @@ def test_warm_copies_are_bounded_refused_when_hosted_and_end_rather_than_dead_le
         with pytest.raises(UnavailableError) as failed:
             w.warm(WarmRequest(partition=1, migration_id="m-1"))
         assert failed.value.code == "warm_failed" and w.copies == {}
+
+    asyncio.run(go())
+
+
+def test_a_warm_copy_with_nothing_to_replay_is_loaded_once_a_batch_lists_its_log() -> None:
+    async def go() -> None:
+        w, _ = _warming()
+        req = WarmRequest(partition=5, migration_id="m-1")
+        w.warm(req)
+        await asyncio.sleep(0)  # the load (nothing sent: offset 0)
+        assert w.warm(req).loaded is False
+        w.saw_head(5, 0)  # the log holds nothing past the copy
+        assert w.warm(req) == WarmReply(partition=5, loaded=True, offset=0, head=0)
 
     asyncio.run(go())
