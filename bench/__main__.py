@@ -32,6 +32,7 @@ REGISTRY: dict[str, str] = {
     "freshness": "bench.freshness",
     "driver_heap": "bench.driver_heap",
     "memory": "bench.memory",
+    "moves": "bench.moves",
 }
 
 
