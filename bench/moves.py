@@ -56,8 +56,9 @@ PRODUCE_BATCHES_MAX = 20_000
 POLL_S = 0.02
 HEALTH_TIMEOUT_S = 5.0
 # A move, from the request to the target's first batch: a warm-up's deadline (60 s by
-# default) plus a cold load and replay, with room for a loaded machine.
-MOVE_TIMEOUT_S = 180.0
+# default), the release, a cold load and replay, with room for a machine whose micro-batches
+# take tens of seconds under other load.
+MOVE_TIMEOUT_S = 600.0
 SYNC_TIMEOUT_S = 30.0
 OUTCOMES = ("warm", "refused", "timed_out", "cold")
 MODES = {"warm": True, "cold": False}
