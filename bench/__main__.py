@@ -33,6 +33,7 @@ REGISTRY: dict[str, str] = {
     "driver_heap": "bench.driver_heap",
     "memory": "bench.memory",
     "structured_streaming": "bench.structured_streaming",
+    "moves": "bench.moves",
 }
 
 

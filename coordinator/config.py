@@ -205,12 +205,22 @@ class ClusterConfig:
     virtual_nodes: int = 128
     rebalance_on_join: bool = False
     max_concurrent_migrations: int = 8
-    # Migrations past PLANNED with any one worker as their source or target (the move
+    # Migrations releasing or handed off with any one worker as source or target (the move
     # throttle, coordinator/core/throttle.py). 0 (unset): half of max_concurrent_migrations,
     # rounded up, so one worker's drain or a new worker's fill leaves room for moves elsewhere
     # and no worker loads or checkpoints more partitions at once than half the cluster's
     # budget. Failure recovery is not a migration and is never held back by either cap.
     max_migrations_per_worker: int = 0
+    # Warm hand-offs (docs/design.md §4): a move's target loads the checkpoint and follows
+    # the source log while the source still serves; the source releases once the target is
+    # within warmup_lag_records_max records of the log's end, or cold after
+    # warmup_timeout_s. At most warmups_max warm-ups in the cluster, warmups_per_worker_max
+    # into one worker. false: every move is cold.
+    warm_moves: bool = True
+    warmup_timeout_s: float = 60.0
+    warmup_lag_records_max: int = 10_000
+    warmups_max: int = 8
+    warmups_per_worker_max: int = 2
     max_keys_per_partition: int = 2000
     body_bytes_max: int = 1_048_576
     # The HTTP front door (coordinator/service/front.py): workers' heartbeats, registrations
@@ -398,6 +408,11 @@ class ClusterConfig:
                 "half of max_concurrent_migrations)",
                 field="max_migrations_per_worker",
             )
+        if self.warmup_lag_records_max < 0:
+            raise ConfigError(
+                f"warmup_lag_records_max = {self.warmup_lag_records_max}: must be >= 0",
+                field="warmup_lag_records_max",
+            )
         if self.propose_retries_max < 0:
             raise ConfigError(
                 f"propose_retries_max = {self.propose_retries_max}: must be >= 0",
@@ -546,6 +561,9 @@ _POSITIVE_KEYS = (
     "checkpoint_interval_s",
     "virtual_nodes",
     "max_concurrent_migrations",
+    "warmup_timeout_s",
+    "warmups_max",
+    "warmups_per_worker_max",
     "max_keys_per_partition",
     "body_bytes_max",
     "heartbeat_partitions_max",

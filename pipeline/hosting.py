@@ -15,6 +15,7 @@ import logging
 from pipeline.checkpointing import Checkpointer
 from pipeline.gate import Refused
 from pipeline.holdings import Holdings, PartitionRuntime
+from pipeline.warming import Warming
 from shared.errors import RequestError, UnavailableError
 from shared.worker_calls import (
     STATUS_STALE,
@@ -42,9 +43,12 @@ def _unavailable(message: str) -> UnavailableError:
 
 
 class Hosting:
-    def __init__(self, holdings: Holdings, checkpointer: Checkpointer) -> None:
+    def __init__(
+        self, holdings: Holdings, checkpointer: Checkpointer, warming: Warming | None = None
+    ) -> None:
         self.holdings = holdings
         self.checkpointer = checkpointer
+        self.warming = warming
 
     async def host(self, call: HostRequest) -> HostReply:
         """Open the partition at the call's epoch, from the sent checkpoint or offset 0."""
@@ -64,8 +68,14 @@ class Hosting:
             return HostReply(partition=p, epoch=epoch, offset=rt.offset)
         rt = PartitionRuntime(epoch=epoch)
         parts[p] = rt
+        sent = None if call.checkpoint is None else call.checkpoint.offset
+        warm = None if self.warming is None else self.warming.take(p, sent)
         try:
-            if call.checkpoint is not None:
+            if warm is not None:
+                # A warm copy is the partition's state at its offset (replay is
+                # deterministic): only the tail after it is replayed, nothing is loaded.
+                rt.state, rt.offset = warm.state, warm.offset
+            elif call.checkpoint is not None:
                 data = await asyncio.to_thread(self.checkpointer.load_sent, p, call.checkpoint)
                 # The loaded object is named after the epoch that wrote it: this epoch's
                 # first report writes its own, so every checkpoint the coordinator records
@@ -85,7 +95,13 @@ class Hosting:
             self.holdings.drop(p, rt)
             raise _stale(f"partition {p} moved on while loading")
         rt.loaded.set()
-        log.info("hosting partition %d at epoch %d from offset %d", p, epoch, rt.offset)
+        log.info(
+            "hosting partition %d at epoch %d from offset %d (%s)",
+            p,
+            epoch,
+            rt.offset,
+            "its warm copy" if warm is not None else "the sent checkpoint",
+        )
         return HostReply(partition=p, epoch=epoch, offset=rt.offset)
 
     async def release(self, call: ReleaseRequest) -> ReleaseReply:

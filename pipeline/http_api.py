@@ -21,7 +21,7 @@ from pipeline.session import Session
 from pipeline.settings import WorkerSettings
 from pipeline.source import KEY_CHARS_MAX
 from pipeline.state import KeyState
-from shared.errors import RequestError, RippleError
+from shared.errors import RequestError, RippleError, UnavailableError
 from shared.tls import server_context
 from shared.worker_calls import (
     CHECKPOINT_ROUTE,
@@ -29,10 +29,12 @@ from shared.worker_calls import (
     RELEASE_ROUTE,
     STATUS_SCHEDULED,
     STATUS_UNAUTHORIZED,
+    WARM_ROUTE,
     CheckpointReply,
     ErrorReply,
     HostRequest,
     ReleaseRequest,
+    WarmRequest,
     authorized,
 )
 
@@ -84,6 +86,7 @@ class WorkerApi:
         app.router.add_post(HOST_ROUTE, self.handle_host)
         app.router.add_post(RELEASE_ROUTE, self.handle_release)
         app.router.add_post(CHECKPOINT_ROUTE, self.handle_checkpoint)
+        app.router.add_post(WARM_ROUTE, self.handle_warm)
         app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
         app.router.add_get("/v1/partitions/{p}/state", self.handle_state)
         app.router.add_get("/v1/health", self.handle_health)
@@ -138,6 +141,13 @@ class WorkerApi:
         call = ReleaseRequest.from_json(self._partition(request), await self._json(request))
         reply = await self.hosting.release(call)
         return web.json_response(reply.to_json())
+
+    async def handle_warm(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        call = WarmRequest.from_json(self._partition(request), await self._json(request))
+        if self.hosting.warming is None:
+            raise UnavailableError("this worker does not warm partitions up", code="warm_refused")
+        return web.json_response(self.hosting.warming.warm(call).to_json())
 
     async def handle_checkpoint(self, request: web.Request) -> web.Response:
         self._authorize(request)

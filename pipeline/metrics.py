@@ -50,8 +50,11 @@ class WorkerMetrics(Collector):
         batch_seconds: Mapping[str, float],
         holdings: Holdings,
         lease_valid: Callable[[], bool],
+        warm_copies: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.stats = stats
+        # The warm copies' counters (pipeline/warming.py) with `held`, the copies now.
+        self.warm_copies = warm_copies
         self.batch_seconds = batch_seconds
         self.holdings = holdings
         self.lease_valid = lease_valid
@@ -91,6 +94,20 @@ class WorkerMetrics(Collector):
             "Partitions whose recent micro-batches failed in a row (reported to the leader)",
             value=len(holdings.failing()),
         )
+        warm = dict(self.warm_copies())
+        yield GaugeMetricFamily(
+            "ripple_worker_warm_copies_held",
+            "Warm copies held for moves into this worker",
+            value=warm.pop("held", 0),
+        )
+        copies = CounterMetricFamily(
+            "ripple_worker_warm_copy_outcomes",
+            "Warm copies by what became of them: started, used by a host, dropped",
+            labels=["outcome"],
+        )
+        for outcome, count in sorted(warm.items()):
+            copies.add_metric([outcome], count)
+        yield copies
         now = time.monotonic()
         lags = {
             p: max(0, rt.source_end - rt.offset)

@@ -25,6 +25,7 @@ from pipeline.settings import WorkerSettings
 from pipeline.source import SourceLog
 from pipeline.state import PartitionState, merge_batch
 from pipeline.store import ObjectStore
+from pipeline.warming import Warming
 
 __all__ = ["Processor"]
 
@@ -68,6 +69,8 @@ class Processor:
         # job (plan, scan or upload, join, aggregate, collect), merging into the state.
         self.batch_seconds = {"plan": 0.0, "spark": 0.0, "merge": 0.0}
         self._batch_failures_in_row = 0
+        # Warm copies ride along in every micro-batch, read-only (pipeline/warming.py).
+        self.warming: Warming | None = None
 
     async def start(self, total_partitions: int) -> None:
         """Open the Spark session and the feed, then prove the data path (ProbeFailed)."""
@@ -120,7 +123,8 @@ class Processor:
                 self.stats["lease_pauses"] += 1
                 return 0
             open_now = self.holdings.open_now()
-            if not open_now:
+            warm = {} if self.warming is None else self.warming.offsets()
+            if not open_now and not warm:
                 return 0
             epochs = {p: rt.epoch for p, rt in open_now.items()}
             began = time.monotonic()
@@ -129,15 +133,20 @@ class Processor:
                 # Per-partition offsets only advance for segments read whole: a batch never
                 # splits a segment.
                 batch = await asyncio.to_thread(
-                    feed.plan, {p: rt.offset for p, rt in open_now.items()}
+                    feed.plan, warm | {p: rt.offset for p, rt in open_now.items()}
                 )
                 listed = time.monotonic()
                 for p, head in batch.heads.items():
-                    open_now[p].source_end = head
-                    open_now[p].input_rate.observe(head, listed)
+                    if p in open_now:
+                        open_now[p].source_end = head
+                        open_now[p].input_rate.observe(head, listed)
+                    elif self.warming is not None:
+                        self.warming.saw_head(p, head)
                 planned = time.monotonic()
                 self.batch_seconds["plan"] += planned - began
                 if not batch:
+                    # Nothing new: warm copies at the log's end have caught up.
+                    self._merge_warm(batch, {}, warm)
                     return 0
                 # One Spark job for every open partition's new records.
                 results = await asyncio.to_thread(feed.run, aggregator, batch)
@@ -150,6 +159,7 @@ class Processor:
             self.batch_seconds["spark"] += merging - planned
             feed.done(batch)
             merged = await self._merge(batch, results, epochs)
+            merged += self._merge_warm(batch, results, warm)
             self.batch_seconds["merge"] += time.monotonic() - merging
             return merged
 
@@ -181,6 +191,8 @@ class Processor:
         merged = 0
         max_keys = self.settings.max_keys_per_partition
         for p, end in batch.ends.items():
+            if p not in epochs:
+                continue  # a warm copy's
             rt = self.holdings.parts.get(p)
             if rt is None or rt.epoch != epochs[p] or not self.holdings.gates.admits(p, rt.epoch):
                 continue
@@ -203,6 +215,20 @@ class Processor:
             rt.state, rt.offset = new_state, end
         self.stats["batches"] += 1
         self.stats["records"] += merged
+        return merged
+
+    def _merge_warm(
+        self, batch: PlannedBatch, results: dict[int, PartitionState], starts: dict[int, int]
+    ) -> int:
+        if self.warming is None:
+            return 0
+        merged = 0
+        for p, start in starts.items():
+            end = batch.ends.get(p, start)
+            head = batch.heads.get(p, end)
+            merged += self.warming.merge(
+                p, start, end, head, results.get(p, {}), self.settings.max_keys_per_partition
+            )
         return merged
 
     async def loop(self, stopped: asyncio.Event) -> None:

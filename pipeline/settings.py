@@ -16,6 +16,8 @@ __all__ = [
     "DRAIN_TIMEOUT_S",
     "PROBE_TIMEOUT_S_DEFAULT",
     "STOP_TIMEOUT_S",
+    "WARM_COPIES_MAX_DEFAULT",
+    "WARM_COPY_IDLE_S_DEFAULT",
     "StartRefused",
     "WorkerSettings",
 ]
@@ -25,6 +27,9 @@ BATCH_INTERVAL_S_DEFAULT = 0.5
 # and never runs it.
 PROBE_TIMEOUT_S_DEFAULT = 120.0
 DRAIN_TIMEOUT_S = 120.0
+WARM_COPIES_MAX_DEFAULT = 4
+# Longer than a warm-up's deadline plus the release and hand-off that follow it.
+WARM_COPY_IDLE_S_DEFAULT = 180.0
 # A restart's stop (final checkpoints, their report, the notice to the leader) gives up after
 # this: well inside the 30 s a Kubernetes pod or `docker stop` waits before SIGKILL.
 STOP_TIMEOUT_S = 20.0
@@ -61,6 +66,10 @@ class WorkerSettings:
     arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT
     arrow_batch_bytes_max: int = ARROW_BATCH_BYTES_MAX_DEFAULT
     probe_timeout_s: float = PROBE_TIMEOUT_S_DEFAULT
+    # Warm copies for moves into this worker (pipeline/warming.py): at most this many at
+    # once, and one the leader stopped asking about is dropped after warm_copy_idle_s.
+    warm_copies_max: int = WARM_COPIES_MAX_DEFAULT
+    warm_copy_idle_s: float = WARM_COPY_IDLE_S_DEFAULT
     # TLS: serve the worker API with this certificate and key (the advertised address is
     # then https://); verify https:// coordinators against tls_ca (None: system roots).
     tls_cert: str | None = None

@@ -45,6 +45,7 @@ from pipeline.processing import Processor
 from pipeline.session import Session
 from pipeline.settings import BATCH_INTERVAL_S_DEFAULT, StartRefused, WorkerSettings
 from pipeline.store import ObjectStore
+from pipeline.warming import Warming
 from shared.clock import Clock
 from shared.system_clock import SYSTEM_CLOCK
 
@@ -88,9 +89,20 @@ class Worker:
         self.processor = Processor(
             settings, store, transform, checkpoints, self.holdings, self.session, self.stats
         )
-        self.hosting = Hosting(self.holdings, self.checkpointer)
+        self.warming = Warming(
+            self.holdings,
+            self.checkpointer,
+            copies_max=settings.warm_copies_max,
+            idle_s=settings.warm_copy_idle_s,
+        )
+        self.processor.warming = self.warming
+        self.hosting = Hosting(self.holdings, self.checkpointer, self.warming)
         self.metrics = WorkerMetrics(
-            self.stats, self.processor.batch_seconds, self.holdings, self.session.lease_valid
+            self.stats,
+            self.processor.batch_seconds,
+            self.holdings,
+            self.session.lease_valid,
+            self.warming.counts,
         )
         self.api = WorkerApi(
             settings,

@@ -305,6 +305,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
     check_bind(args.listen, "listen", allow_wildcard=args.allow_wildcard_bind)
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together", field="tls_cert")
+    warm: dict[str, Any] = {}  # unset: WorkerSettings' defaults
+    if args.warm_copies_max is not None:
+        if args.warm_copies_max < 0:
+            raise ConfigError("--warm-copies-max must be >= 0", field="warm_copies_max")
+        warm["warm_copies_max"] = args.warm_copies_max
+    if args.warm_copy_idle_s is not None:
+        if not args.warm_copy_idle_s > 0:
+            raise ConfigError("--warm-copy-idle-s must be > 0", field="warm_copy_idle_s")
+        warm["warm_copy_idle_s"] = args.warm_copy_idle_s
     settings = WorkerSettings(
         coordinators=tuple(_urls(args)),
         worker_id=args.worker_id,
@@ -322,6 +331,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         state_dir=args.state_dir or None,
         store_uri=args.store,
         leave_on_sigterm=args.leave_on_sigterm,
+        **warm,
     )
     transform = load_transform(args.transform) if args.transform else identity
     return run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
@@ -479,6 +489,19 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--batch-interval-s", type=float, default=0.5)
     w.add_argument("--max-keys-per-partition", type=int, default=2000)
     w.add_argument("--staging-dir", help="where S3 segments are staged for a local Spark")
+    w.add_argument(
+        "--warm-copies-max",
+        type=int,
+        metavar="N",
+        help="warm copies kept at once for moves into this worker (docs/pipeline.md); past "
+        "it a warm call is refused and the move goes cold (0: every move into it is cold)",
+    )
+    w.add_argument(
+        "--warm-copy-idle-s",
+        type=float,
+        metavar="S",
+        help="a warm copy the leader has not asked about for this long is dropped",
+    )
     w.add_argument(
         "--tls-cert",
         metavar="PEM",

@@ -12,6 +12,10 @@ this JSON only through these types, so no side can drift from the others::
     release     POST /v1/partitions/{p}/release  ReleaseRequest {epoch, migration_id?}
                 -> 200 ReleaseReply {partition, epoch, checkpoint: {offset, uri}}
     checkpoint  POST /v1/checkpoint              {} -> 202 {"scheduled": true}
+    warm        POST /v1/partitions/{p}/warm     WarmRequest {migration_id, checkpoint:
+                                                 {offset, uri, epoch} | null}
+                -> 200 WarmReply {partition, loaded, offset, head}; 409 the worker hosts
+                the partition, 503 it cannot warm it up (the move goes cold)
     failure     ErrorReply {error, message, field?}: 400 a bad body (the field named),
                 401 not the call token, 409 the worker does not hold that epoch,
                 503 a checkpoint could not be loaded or written (the leader retries)
@@ -41,6 +45,7 @@ __all__ = [
     "STATUS_STALE",
     "STATUS_UNAUTHORIZED",
     "STATUS_UNAVAILABLE",
+    "WARM_ROUTE",
     "WORKER_TOKEN_HEADER",
     "CheckpointReply",
     "CheckpointRequest",
@@ -53,6 +58,8 @@ __all__ = [
     "ReleaseRequest",
     "ReleasedCheckpoint",
     "SentCheckpoint",
+    "WarmReply",
+    "WarmRequest",
     "WorkerRequest",
     "authorization",
     "authorized",
@@ -78,6 +85,8 @@ STATUS_UNAVAILABLE = 503  # a checkpoint could not be loaded or written: retry
 HOST_ROUTE = "/v1/partitions/{p}/host"
 RELEASE_ROUTE = "/v1/partitions/{p}/release"
 CHECKPOINT_ROUTE = "/v1/checkpoint"
+WARM_ROUTE = "/v1/partitions/{p}/warm"
+MIGRATION_ID_LEN_MAX = 64
 
 
 class InvalidCallBody(RequestError):
@@ -277,7 +286,75 @@ class CheckpointReply:
         return {"scheduled": self.scheduled}
 
 
-WorkerRequest = HostRequest | ReleaseRequest | CheckpointRequest
+# -- warm ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarmRequest:
+    """Warm `partition` up for migration `migration_id`: load `checkpoint` (None: from offset
+    0) and follow the source log, read-only, until hosted or idle; repeated, it answers how
+    far the warm copy is."""
+
+    partition: int  # in the path, not the body
+    migration_id: str
+    checkpoint: SentCheckpoint | None = None
+
+    @property
+    def path(self) -> str:
+        return WARM_ROUTE.format(p=self.partition)
+
+    def to_json(self) -> JsonObject:
+        ck = self.checkpoint
+        return {
+            "migration_id": self.migration_id,
+            "checkpoint": None if ck is None else ck.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, partition: int, body: object) -> WarmRequest:
+        fields = _fields(body)
+        mid = fields.get("migration_id")
+        if not isinstance(mid, str) or not 1 <= len(mid) <= MIGRATION_ID_LEN_MAX:
+            raise InvalidCallBody(
+                f"migration_id must be a string of 1..{MIGRATION_ID_LEN_MAX} chars",
+                "migration_id",
+            )
+        ck = fields.get("checkpoint")
+        return cls(
+            partition=partition,
+            migration_id=mid,
+            checkpoint=None if ck is None else SentCheckpoint.from_json(ck),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarmReply:
+    partition: int
+    # The checkpoint is in and a micro-batch has replayed into the copy (or had nothing to).
+    loaded: bool
+    offset: int  # the next source offset the warm copy would read
+    head: int  # the source log's end when the copy last listed it
+
+    def to_json(self) -> JsonObject:
+        return {
+            "partition": self.partition,
+            "loaded": self.loaded,
+            "offset": self.offset,
+            "head": self.head,
+        }
+
+    @staticmethod
+    def from_json(body: object) -> WarmReply | None:
+        """The reply's progress, or None when it is not well-formed (asked again later)."""
+        if not isinstance(body, dict):
+            return None
+        p, loaded, offset, head = (body.get(k) for k in ("partition", "loaded", "offset", "head"))
+        if _is_int(p) and isinstance(loaded, bool) and _is_int(offset) and _is_int(head):
+            return WarmReply(partition=p, loaded=loaded, offset=offset, head=head)
+        return None
+
+
+WorkerRequest = HostRequest | ReleaseRequest | CheckpointRequest | WarmRequest
 
 
 # -- failures --------------------------------------------------------------------------------

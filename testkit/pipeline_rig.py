@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,14 @@ from testkit.process import Proc
 from testkit.prom import parse, value
 from testkit.wait import wait_until
 
-__all__ = ["BATCH_INTERVAL_S", "CATCH_UP_TIMEOUT_S", "PARTITIONS", "SETTINGS", "PipelineRig"]
+__all__ = [
+    "BATCH_INTERVAL_S",
+    "CATCH_UP_TIMEOUT_S",
+    "PARTITIONS",
+    "SETTINGS",
+    "START_TIMEOUT_S",
+    "PipelineRig",
+]
 
 PARTITIONS = 8
 # Short timeouts, so a failure is detected and healed in seconds rather than minutes.
@@ -44,6 +52,9 @@ SETTINGS: dict[str, Any] = {
     "checkpoint_interval_s": 1.0,
 }
 CATCH_UP_TIMEOUT_S = 90.0
+# A worker's start (Python, the Spark Connect session, the start-up probe) when other Spark
+# jobs share the cores.
+START_TIMEOUT_S = 300.0
 BATCH_INTERVAL_S = 0.2
 WORKER_CALL_TIMEOUT_S = 3.0
 
@@ -126,6 +137,19 @@ class PipelineRig:
         except OSError:
             return None
         return r.body if r.status == 200 else None
+
+    def ready(self, wid: str) -> bool:
+        """`wid` answers its readiness probe: registered, leased, its partitions open."""
+        try:
+            r = call("GET", self.worker_url(wid) + "/v1/ready", timeout_s=WORKER_CALL_TIMEOUT_S)
+        except OSError:
+            return False
+        return r.status == 200
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Every started worker ready (a worker's start on a loaded machine takes minutes)."""
+        for wid in self.workers:
+            wait_until(partial(self.ready, wid), f"{wid} ready", timeout_s, 0.5)
 
     def table(self) -> list[dict[str, Any]]:
         leader = self.cluster.leader()

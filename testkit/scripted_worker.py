@@ -3,7 +3,7 @@ calls through `shared/worker_calls.py`, as a real worker does), computes nothing
 
 Run as `python -m testkit.scripted_worker --coordinator URL ... --worker-id W --port P`.
 It registers (following redirects), heartbeats with its gates' epochs and offsets, obeys
-host / release / checkpoint calls (verifying the coordinator's bearer token), and exposes
+host / release / checkpoint / warm calls (verifying the coordinator's bearer token), and exposes
 `GET /test/state` (gates and a log of every call), `POST /test/heartbeats {"enabled"}` (so
 a test can make it fall silent without killing it), `POST /test/release-uri {"uri"}` (name
 this object in release replies, as a compromised worker could), `POST /test/refuse-release
@@ -15,7 +15,10 @@ ahead, partitions whose batches fail, and each open partition's input rate),
 `POST /test/restart {"notice"}` (stop as a restarting process does: tell the leader when
 `notice`, go silent, forget every gate, keep the token as a process keeps it on disk) and
 `POST /test/rejoin {"with_token"}` (register again, presenting the kept token or not; the
-answer's status and body come back).
+answer's status and body come back), `POST /test/warm-hold {"hold"}` (answer warm calls
+"still loading", so a move stays WARMING until the hold is lifted or its deadline passes).
+A warm call is otherwise answered at once as a copy loaded at the sent checkpoint and level
+with the log, so moves into a scripted worker go warm, as into a real one.
 Offsets advance by one per
 heartbeat for each open gate, standing in for processed input.
 """
@@ -42,6 +45,7 @@ from shared.worker_calls import (
     STATUS_STALE,
     STATUS_UNAUTHORIZED,
     STATUS_UNAVAILABLE,
+    WARM_ROUTE,
     WORKER_TOKEN_HEADER,
     CheckpointReply,
     ErrorReply,
@@ -51,6 +55,8 @@ from shared.worker_calls import (
     ReleasedCheckpoint,
     ReleaseReply,
     ReleaseRequest,
+    WarmReply,
+    WarmRequest,
     authorized,
 )
 
@@ -75,6 +81,7 @@ class ScriptedWorker:
         self.release_uri: str | None = None
         self.refuse_release = False  # answer release calls 503, as a worker whose store is down
         self.checkpoints_lost = False  # answer host calls naming a checkpoint 503
+        self.warm_hold = False  # answer warm calls "still loading"
         self.client = CoordinatorClient(urls, deadline_s=5.0, timeout_s=3.0)
         self.worker_id = worker_id
         self.address = f"http://127.0.0.1:{port}"
@@ -225,6 +232,29 @@ class ScriptedWorker:
             ReleaseReply(partition=p, epoch=gate["epoch"], checkpoint=final).to_json()
         )
 
+    async def warm(self, request: web.Request) -> web.Response:
+        if not self.authorized(request):
+            return error_response(STATUS_UNAUTHORIZED, "unauthorized", "bad token")
+        try:
+            call = WarmRequest.from_json(int(request.match_info["p"]), await request.json())
+        except InvalidCallBody as exc:
+            return invalid_response(exc)
+        p, ck = call.partition, call.checkpoint
+        gate = self.gates.get(p)
+        if gate is not None and gate["open"]:
+            return error_response(STATUS_STALE, "hosted", f"partition {p} is hosted here")
+        self.calls.append(
+            {
+                "call": "warm",
+                "partition": p,
+                "migration_id": call.migration_id,
+                "checkpoint": None if ck is None else ck.to_json(),
+            }
+        )
+        offset = 0 if ck is None else ck.offset
+        reply = WarmReply(partition=p, loaded=not self.warm_hold, offset=offset, head=offset)
+        return web.json_response(reply.to_json())
+
     async def checkpoint(self, request: web.Request) -> web.Response:
         if not self.authorized(request):
             return error_response(STATUS_UNAUTHORIZED, "unauthorized", "bad token")
@@ -279,6 +309,10 @@ class ScriptedWorker:
         self.checkpoints_lost = bool((await request.json())["lost"])
         return web.json_response({"lost": self.checkpoints_lost})
 
+    async def set_warm_hold(self, request: web.Request) -> web.Response:
+        self.warm_hold = bool((await request.json())["hold"])
+        return web.json_response({"hold": self.warm_hold})
+
     async def set_release_uri(self, request: web.Request) -> web.Response:
         self.release_uri = (await request.json())["uri"]
         return web.json_response({"uri": self.release_uri})
@@ -326,6 +360,7 @@ async def main(args: argparse.Namespace) -> None:
     app.router.add_post(HOST_ROUTE, w.host)
     app.router.add_post(RELEASE_ROUTE, w.release)
     app.router.add_post(CHECKPOINT_ROUTE, w.checkpoint)
+    app.router.add_post(WARM_ROUTE, w.warm)
     app.router.add_get("/test/state", w.state)
     app.router.add_post("/test/heartbeats", w.set_heartbeats)
     app.router.add_post("/test/progress", w.set_progress)
@@ -333,6 +368,7 @@ async def main(args: argparse.Namespace) -> None:
     app.router.add_post("/test/release-uri", w.set_release_uri)
     app.router.add_post("/test/refuse-release", w.set_refuse_release)
     app.router.add_post("/test/lose-checkpoints", w.set_checkpoints_lost)
+    app.router.add_post("/test/warm-hold", w.set_warm_hold)
     app.router.add_post("/test/restart", w.restart)
     app.router.add_post("/test/rejoin", w.rejoin)
     runner = web.AppRunner(app, access_log=None)

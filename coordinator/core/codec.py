@@ -217,6 +217,7 @@ _COMMAND_SPECS: dict[int, dict[str, Decoder]] = {
         "now_ms": int_value,
     },
     21: {"worker_ids": array(worker_id_value), "departed_by_ms": int_value, "now_ms": int_value},
+    23: {"migration_id": migration_id_value, "now_ms": int_value},
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, Where], Command]] = {

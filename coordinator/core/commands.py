@@ -308,6 +308,18 @@ class StartRelease(Returns[ReleaseResult]):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StartWarm(Returns[ReleaseResult]):
+    """A PLANNED migration's target may warm up: load the partition's checkpoint and follow
+    its source log while the source still serves it (read-only: the target holds no epoch).
+    StartRelease follows once the target is warm or its warm-up deadline passes.
+    Command-set version 3."""
+
+    TAG: ClassVar[int] = 23
+    migration_id: MigrationId
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HandOff(Returns[HandOffResult]):
     TAG: ClassVar[int] = 8
     migration_id: MigrationId
@@ -485,6 +497,7 @@ Command = (
     | MaintenanceOn
     | MaintenanceOff
     | RetireWorkers
+    | StartWarm
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -509,6 +522,7 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     MaintenanceOn,
     MaintenanceOff,
     RetireWorkers,
+    StartWarm,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"

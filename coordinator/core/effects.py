@@ -25,6 +25,8 @@ __all__ = [
     "ReleaseCall",
     "ReleaseDone",
     "ReleaseOutcome",
+    "WarmCall",
+    "WarmDone",
     "WorkerCall",
     "WorkerResult",
     "call_key",
@@ -62,7 +64,20 @@ class CheckpointCall:
     incarnation: int
 
 
-WorkerCall = HostCall | ReleaseCall | CheckpointCall
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarmCall:
+    """Ask a WARMING migration's target to warm the partition up (or how far it is): load
+    `checkpoint` (None: from offset 0) and follow the source log, read-only."""
+
+    migration_id: MigrationId
+    partition: PartitionId
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+    checkpoint: Checkpoint | None
+
+
+WorkerCall = HostCall | ReleaseCall | CheckpointCall | WarmCall
 
 
 # --- results of worker calls (what the executor feeds back) ---------------------------------
@@ -96,7 +111,20 @@ class CheckpointDone:
     ok: bool
 
 
-WorkerResult = HostDone | ReleaseDone | CheckpointDone
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarmDone:
+    call: WarmCall
+    # 200: the target holds a warm copy; `loaded` once its checkpoint is in, then `offset`
+    # (the next record it would read) against `head` (the source log's end it last listed).
+    ok: bool
+    loaded: bool = False
+    offset: int = 0
+    head: int = 0
+    # The worker's error code when it refused (say "warm_refused"): go cold at once.
+    code: str | None = None
+
+
+WorkerResult = HostDone | ReleaseDone | CheckpointDone | WarmDone
 
 
 class CommitOutcome(Enum):
@@ -119,4 +147,6 @@ def call_key(call: WorkerCall) -> tuple[str, object]:
         return ("host", (call.partition, call.epoch))
     if isinstance(call, ReleaseCall):
         return ("release", call.migration_id)
+    if isinstance(call, WarmCall):
+        return ("warm", call.migration_id)
     return ("checkpoint", call.worker_id)

@@ -48,7 +48,7 @@ def fence_for_new_cluster(state: ClusterState, *, epoch_jump: int, now_ms: int, 
         raise ValueError(f"epoch_jump {epoch_jump} takes an epoch past {INT_VALUE_MAX}")
     note = note[:NOTE_LEN_MAX]
     for m in state.in_flight_migrations():
-        if m.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING):
+        if m.phase in (MigrationPhase.PLANNED, MigrationPhase.WARMING, MigrationPhase.RELEASING):
             state.put_migration(
                 replace(m, phase=MigrationPhase.ABORTED, note=note, updated_at_ms=now_ms)
             )

@@ -16,8 +16,10 @@ HandOff straight from PLANNED is deliberately NOT an edge. A PLANNED migration's
 not been asked to release: its gate is still open, so a hand-off would start the target while
 the source still processes at the old epoch (fenced, but wasted and noisy), it would skip the
 source's final checkpoint (a longer replay), and it would bypass `max_concurrent_migrations`,
-which counts only migrations past PLANNED. The one way from PLANNED to HANDED_OFF is
-DeclareDead when the source itself is dead: there is no gate left to close.
+which counts only migrations releasing or handed off. The one way from PLANNED (or WARMING)
+to HANDED_OFF is DeclareDead when the source itself is dead: there is no gate left to close.
+WARMING never changes a partition: the target's warm copy holds no epoch, so every edge
+into or out of it that keeps the migration alive leaves owner, epoch and status as they are.
 """
 
 from __future__ import annotations
@@ -96,11 +98,19 @@ PARTITION_EDGES: Edges[PartitionStatus] = _edges(  # type: ignore[assignment]
 MIGRATION_EDGES: Edges[MigrationPhase] = _edges(  # type: ignore[assignment]
     (None, M.PLANNED, "PlanMigrations DrainWorker"),
     (M.PLANNED, M.RELEASING, "StartRelease"),
+    # A warm hand-off: the target warms up while the source serves, then the source releases
+    # (once the target is warm, or cold when its warm-up deadline passed).
+    (M.PLANNED, M.WARMING, "StartWarm"),
+    (M.WARMING, M.RELEASING, "StartRelease"),
     (M.RELEASING, M.HANDED_OFF, "HandOff DeclareDead"),
     # Only when the source is dead (see the module doc: not HandOff).
     (M.PLANNED, M.HANDED_OFF, "DeclareDead"),
+    (M.WARMING, M.HANDED_OFF, "DeclareDead"),
     (M.HANDED_OFF, M.DONE, "PartitionOnline"),
     (M.PLANNED, M.ABORTED, "AbortMigration DeclareDead RegisterWorker"),
+    # The target died or restarted while warming (its warm copy is gone): the source, which
+    # never stopped serving, keeps the partition.
+    (M.WARMING, M.ABORTED, "AbortMigration DeclareDead RegisterWorker"),
     (M.RELEASING, M.ABORTED, "AbortMigration DeclareDead RegisterWorker"),
     # The target owns it since the hand-off but died or never came online; or a new move of
     # the partition (PlanMigrations, DrainWorker) supersedes it.

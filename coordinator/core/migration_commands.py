@@ -1,4 +1,4 @@
-"""`apply`'s handlers of a migration's steps: PlanMigrations, StartRelease, HandOff and
+"""`apply`'s handlers of a migration's steps: PlanMigrations, StartWarm, StartRelease, HandOff and
 AbortMigration. Each validates completely, asks the lifecycle tables, then changes the state
 (coordinator/core/state.py's contract).
 """
@@ -20,6 +20,7 @@ from coordinator.core.commands import (
     Rejected,
     ReleaseResult,
     StartRelease,
+    StartWarm,
     rejected,
 )
 from coordinator.core.edits import Outcome
@@ -33,7 +34,7 @@ from coordinator.core.model import (
     WorkerState,
 )
 
-__all__ = ["abort_migration", "hand_off", "plan_migrations", "start_release"]
+__all__ = ["abort_migration", "hand_off", "plan_migrations", "start_release", "start_warm"]
 
 
 def plan_migrations(state: ClusterState, cmd: PlanMigrations) -> Outcome:
@@ -78,6 +79,22 @@ def start_release(state: ClusterState, cmd: StartRelease) -> Outcome:
     if problem is not None:
         return problem, False
     state.put_migration(replace(m, phase=MigrationPhase.RELEASING, updated_at_ms=cmd.now_ms))
+    return Ok(value=replace(value, changed=True)), False
+
+
+def start_warm(state: ClusterState, cmd: StartWarm) -> Outcome:
+    m = edits.migration_or_reject(state, cmd.migration_id)
+    if isinstance(m, Rejected):
+        return m, False
+    value = ReleaseResult(migration_id=m.migration_id, phase=MigrationPhase.WARMING, changed=False)
+    if m.phase is MigrationPhase.WARMING:
+        return Ok(value=value), False
+    problem = edits.lifecycle_problem(
+        state, "StartWarm", migrations=((m.migration_id, MigrationPhase.WARMING),)
+    )
+    if problem is not None:
+        return problem, False
+    state.put_migration(replace(m, phase=MigrationPhase.WARMING, updated_at_ms=cmd.now_ms))
     return Ok(value=replace(value, changed=True)), False
 
 

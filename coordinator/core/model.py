@@ -78,6 +78,9 @@ class PartitionStatus(Enum):
 
 class MigrationPhase(Enum):
     PLANNED = "planned"
+    # The target loads the partition's checkpoint and follows its source log, read-only,
+    # while the source still owns and serves it (docs/design.md §4, warm hand-offs).
+    WARMING = "warming"
     RELEASING = "releasing"
     HANDED_OFF = "handed_off"
     DONE = "done"

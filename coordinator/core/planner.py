@@ -75,6 +75,7 @@ from coordinator.core.commands import (
     PlanMigrations,
     Rejected,
     StartRelease,
+    StartWarm,
     rejected,
 )
 from coordinator.core.edits import check_moves
@@ -87,6 +88,8 @@ from coordinator.core.effects import (
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
+    WarmCall,
+    WarmDone,
     WorkerCall,
     WorkerResult,
     call_key,
@@ -98,6 +101,7 @@ from coordinator.core.maintenance import balance_paused
 from coordinator.core.maintenance_timer import MaintenanceTimer
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
+    Migration,
     MigrationId,
     MigrationPhase,
     MigrationReason,
@@ -111,6 +115,8 @@ from coordinator.core.retirement import RETIRE_BATCH_MAX
 from coordinator.core.retirement import due as retirements_due
 from coordinator.core.rounds import CheckpointRounds
 from coordinator.core.throttle import startable
+from coordinator.core.versions import version_of
+from coordinator.core.warmups import COLD_MOVES, WarmPolicy, WarmUps
 from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT, plan_weighted
 
 __all__ = ["Planner", "PlannerSettings"]
@@ -125,8 +131,9 @@ class PlannerSettings:
     min_cluster_size: int = 1
     rebalance_on_join: bool = False
     max_concurrent_migrations: int = 8
-    # Migrations past PLANNED with one worker as source or target (coordinator/config.py's
-    # max_migrations_per_worker says why it defaults to half the cluster's cap).
+    # Migrations releasing or handed off with one worker as source or target
+    # (coordinator/config.py's max_migrations_per_worker says why it defaults to half the
+    # cluster's cap).
     max_migrations_per_worker: int = 4
     strategy: PlacementStrategy = PlacementStrategy.BALANCED
     virtual_nodes: int = DEFAULT_VIRTUAL_NODES
@@ -143,6 +150,8 @@ class PlannerSettings:
     full_replay_fallback: bool = True
     tick_ms: int = TICK_MS_DEFAULT
     calls_max: int = CALLS_IN_FLIGHT_MAX
+    # Warm hand-offs (coordinator/core/warmups.py); off unless the shell turns them on.
+    warm: WarmPolicy = COLD_MOVES
     # Load-aware placement (coordinator/core/weighted.py): how far from the mean a worker's
     # load may be before partitions move, and how old a partition's reported load may be
     # before placement falls back to counts (coordinator/core/load.py).
@@ -152,6 +161,11 @@ class PlannerSettings:
     # most retire_batch_max per command (coordinator/config.py's retire_after_s).
     retire_after_ms: int = 0
     retire_batch_max: int = RETIRE_BATCH_MAX
+
+
+# A cluster not yet finalized at StartWarm's command-set version moves cold (a voter of an
+# older release would not apply it).
+_WARM_VERSION = version_of(StartWarm(migration_id=MigrationId("-"), now_ms=0))
 
 
 def _timeless(cmd: Command) -> tuple[object, ...]:
@@ -193,6 +207,7 @@ class Planner:
             full_replay=settings.full_replay_fallback,
         )
         self.rounds = CheckpointRounds(interval_ms=settings.checkpoint_interval_ms)
+        self.warmups = WarmUps(settings.warm)
         self.loads = LoadBook(stale_after_ms=settings.load_stale_ms, now_ms=now_ms)
         self.maintenance_timer = MaintenanceTimer()
         self.in_flight: set[tuple[str, object]] = set()
@@ -284,6 +299,9 @@ class Planner:
                 migration_id=result.call.migration_id, checkpoint=result.checkpoint, now_ms=wall_ms
             )
             self._pending.append(_Pending(command=cmd, key=key))
+        elif isinstance(result, WarmDone):
+            self.in_flight.discard(key)
+            self.warmups.observe(result, now_ms)
         else:
             self.in_flight.discard(key)
             if not result.ok:
@@ -479,6 +497,7 @@ class Planner:
         calls = [
             *self._release_calls(state, now_ms),
             *self._host_calls(state, now_ms),
+            *self._warm_calls(state, now_ms),
             *self._checkpoint_calls(state, now_ms),
         ]
         return Batch(calls=tuple(calls), wake_at_ms=now_ms + self.settings.tick_ms)
@@ -535,7 +554,8 @@ class Planner:
                 if (
                     mig.source == p.owner
                     and mig.target in eligible
-                    and mig.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING)
+                    and mig.phase
+                    in (MigrationPhase.PLANNED, MigrationPhase.WARMING, MigrationPhase.RELEASING)
                 ):
                     new_owner = mig.target
             assignments.append(
@@ -591,13 +611,16 @@ class Planner:
         return (PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=wall),)
 
     def _migrations(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
-        """Abort what lost its target, then start PLANNED ones within the move throttles
-        (`coordinator/core/throttle.py`)."""
+        """Abort what lost its target, then start releases within the move throttles
+        (`coordinator/core/throttle.py`). With warm hand-offs, PLANNED ones start warming
+        within the warm-up bounds and release once warm (or cold, past the deadline); a
+        warm-up holds no throttle slot, since its source still serves."""
         in_flight = state.in_flight_migrations()
+        waiting = (MigrationPhase.PLANNED, MigrationPhase.WARMING)
         aborts: list[Command] = []
         aborted: set[MigrationId] = set()
         for x in in_flight:
-            if x.phase not in (MigrationPhase.PLANNED, MigrationPhase.RELEASING):
+            if x.phase not in (*waiting, MigrationPhase.RELEASING):
                 continue
             target = state.workers.get(x.target)
             if target is None or target.state is not WorkerState.ACTIVE:
@@ -607,14 +630,33 @@ class Planner:
                     )
                 )
                 aborted.add(x.migration_id)
+        holds = self.detector.holds(now)
+        ready: set[MigrationId] | None = None  # None: every PLANNED or WARMING one
+        warms: list[Migration] = []
+        if self.settings.warm.enabled and state.finalized_version >= _WARM_VERSION:
+            warming = [x for x in in_flight if x.phase is MigrationPhase.WARMING]
+            ready = set(self.warmups.releasable(warming, now))
+            planned = [
+                x
+                for x in in_flight
+                if x.phase is MigrationPhase.PLANNED
+                and x.migration_id not in aborted
+                and not holds & {x.source, x.target}
+            ]
+            warms = self.warmups.starts(planned, warming)
+        # Otherwise a WARMING one (a leader with warm moves on planned it) goes on cold:
+        # nobody here asks its target how far it is.
         to_start = startable(
             in_flight,
-            held=self.detector.holds(now),
+            held=holds,
             cluster_max=self.settings.max_concurrent_migrations,
             per_worker_max=self.settings.max_migrations_per_worker,
+            ready=ready,
+            excluded=aborted,
         )
         starts: list[Command] = [
-            StartRelease(migration_id=mid, now_ms=wall) for mid in to_start if mid not in aborted
+            *(StartRelease(migration_id=mid, now_ms=wall) for mid in to_start),
+            *(StartWarm(migration_id=x.migration_id, now_ms=wall) for x in warms),
         ]
         return (*aborts, *starts)
 
@@ -708,6 +750,29 @@ class Planner:
         for key in self.host_retry.pending():
             if key not in live_keys:
                 self.host_retry.forget(key)
+        return out
+
+    def _warm_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
+        """Ask each WARMING migration's target how far it is (the first ask starts it)."""
+        out: list[WorkerCall] = []
+        for x in state.in_flight_migrations():
+            if x.phase is not MigrationPhase.WARMING:
+                continue
+            target = state.workers.get(x.target)
+            if target is None or target.state is not WorkerState.ACTIVE:
+                continue  # the migrations stage aborts it
+            if self._paused(x.target, now) or not self.warmups.poll_due(x.migration_id, now):
+                continue
+            call = WarmCall(
+                migration_id=x.migration_id,
+                partition=x.partition,
+                worker_id=target.worker_id,
+                address=target.address,
+                incarnation=target.incarnation,
+                checkpoint=state.partitions[x.partition].checkpoint,
+            )
+            if self._claim(call):
+                out.append(call)
         return out
 
     def _checkpoint_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:

@@ -58,6 +58,7 @@ from coordinator.core.commands import (
     Result,
     RetireWorkers,
     StartRelease,
+    StartWarm,
     rejected,
 )
 from coordinator.core.edits import Outcome
@@ -137,6 +138,8 @@ def _dispatch(state: ClusterState, cmd: Command) -> Outcome:
             return migration_commands.plan_migrations(state, cmd)
         case StartRelease():
             return migration_commands.start_release(state, cmd)
+        case StartWarm():
+            return migration_commands.start_warm(state, cmd)
         case HandOff():
             return migration_commands.hand_off(state, cmd)
         case AbortMigration():

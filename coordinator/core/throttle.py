@@ -1,6 +1,7 @@
 """Move throttles: which PLANNED migrations may start now.
 
-Owns the caps on migrations in flight (past PLANNED: RELEASING or HANDED_OFF): at most
+Owns the caps on migrations in flight (past PLANNED and WARMING: RELEASING or HANDED_OFF;
+a warm-up's source still serves, so it holds no slot): at most
 `cluster_max` in the cluster (`max_concurrent_migrations`) and at most `per_worker_max` with
 any one worker as their source or target (`max_migrations_per_worker`), so a drain, a new
 worker's fill or a balance cannot have one worker checkpointing, loading and replaying more
@@ -22,20 +23,27 @@ from coordinator.core.model import Migration, MigrationId, MigrationPhase, Worke
 __all__ = ["startable"]
 
 
+_WAITING = (MigrationPhase.PLANNED, MigrationPhase.WARMING)
+
+
 def startable(
     in_flight: Iterable[Migration],
     *,
     held: AbstractSet[str],
     cluster_max: int,
     per_worker_max: int,
+    ready: AbstractSet[MigrationId] | None = None,
+    excluded: AbstractSet[MigrationId] = frozenset(),
 ) -> list[MigrationId]:
-    """The PLANNED migrations of `in_flight` (creation order) that may start now, none
-    touching a `held` worker (one restarting: its source would close its gate for nobody)."""
+    """The PLANNED or WARMING migrations of `in_flight` (creation order) whose release may
+    start now: those in `ready` (None: every one; the warm-up policy names the warm ones),
+    none `excluded` (being aborted) and none touching a `held` worker (one restarting: its
+    source would close its gate for nobody)."""
     migrations = list(in_flight)
     busy: Counter[WorkerId] = Counter()
     active = 0
     for x in migrations:
-        if x.phase is not MigrationPhase.PLANNED:
+        if x.phase not in _WAITING:
             active += 1
             busy[x.source] += 1
             busy[x.target] += 1
@@ -43,7 +51,9 @@ def startable(
     for x in migrations:
         if active >= cluster_max:
             break
-        if x.phase is not MigrationPhase.PLANNED or held & {x.source, x.target}:
+        if x.phase not in _WAITING or held & {x.source, x.target}:
+            continue
+        if x.migration_id in excluded or (ready is not None and x.migration_id not in ready):
             continue
         if busy[x.source] >= per_worker_max or busy[x.target] >= per_worker_max:
             continue

@@ -11,7 +11,8 @@ a command it does not speak; one that does stops applying (`coordinator/core/mac
 
 Version 1 is the first numbered set: the fifteen commands of release 0.1.0 (which numbered
 none and advertised nothing) and the two through which nodes advertise and finalize
-versions. Version 2 adds RecordBackup; version 3 MaintenanceOn, MaintenanceOff and RetireWorkers.
+versions. Version 2 adds RecordBackup; version 3 MaintenanceOn, MaintenanceOff,
+RetireWorkers and StartWarm (warm hand-offs).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from coordinator.core.commands import (
     ReportVersions,
     RetireWorkers,
     Returns,
+    StartWarm,
     rejected,
 )
 from coordinator.core.model import FIRST_COMMAND_SET_VERSION, NodeVersions
@@ -57,6 +59,7 @@ INTRODUCED_IN: dict[int, int] = {
     MaintenanceOn.TAG: 3,
     MaintenanceOff.TAG: 3,
     RetireWorkers.TAG: 3,
+    StartWarm.TAG: 3,
 }
 assert INTRODUCED_IN.keys() == COMMAND_BY_TAG.keys(), "every command tag has a version"
 assert max(INTRODUCED_IN.values()) == COMMAND_SET_VERSION

@@ -159,7 +159,12 @@ def declare_dead(state: ClusterState, cmd: DeclareDead) -> Outcome:
     aborted: list[tuple[Migration, str]] = []
     reopen: list[Migration] = []
     for m in state.in_flight_migrations():
-        releasing_or_planned = m.phase in (MigrationPhase.PLANNED, MigrationPhase.RELEASING)
+        # The source's gate is open (PLANNED, WARMING) or closing (RELEASING).
+        releasing_or_planned = m.phase in (
+            MigrationPhase.PLANNED,
+            MigrationPhase.WARMING,
+            MigrationPhase.RELEASING,
+        )
         if m.source in dead and releasing_or_planned:
             if new_owner[m.partition] == m.target:
                 # The dead-source hand-off: the target resumes from the last accepted checkpoint.

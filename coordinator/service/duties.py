@@ -31,6 +31,8 @@ from coordinator.core.commands import (
     FinalCheckpoint,
     MarkStuck,
     RetireWorkers,
+    StartRelease,
+    StartWarm,
 )
 from coordinator.core.effects import (
     CheckpointCall,
@@ -41,6 +43,8 @@ from coordinator.core.effects import (
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
+    WarmCall,
+    WarmDone,
     WorkerCall,
     WorkerResult,
 )
@@ -52,6 +56,7 @@ from coordinator.core.planner import (
     Planner,
     PlannerSettings,
 )
+from coordinator.core.warmups import WarmPolicy
 from coordinator.service.auth import call_token
 from coordinator.service.failing import FailingReports
 from coordinator.service.node import CoordinatorNode
@@ -73,6 +78,8 @@ from shared.worker_calls import (
     ReleaseReply,
     ReleaseRequest,
     SentCheckpoint,
+    WarmReply,
+    WarmRequest,
     WorkerRequest,
     authorization,
 )
@@ -115,6 +122,13 @@ def planner_settings(node: CoordinatorNode) -> PlannerSettings:
         checkpoint_interval_ms=int(cfg.checkpoint_interval_s * 1000),
         fallback_after_failures=cfg.fallback_after_failures,
         full_replay_fallback=cfg.full_replay_fallback,
+        warm=WarmPolicy(
+            enabled=cfg.warm_moves,
+            timeout_ms=int(cfg.warmup_timeout_s * 1000),
+            lag_records_max=cfg.warmup_lag_records_max,
+            in_flight_max=cfg.warmups_max,
+            per_worker_max=cfg.warmups_per_worker_max,
+        ),
         balance_tolerance=cfg.balance_tolerance,
         load_stale_ms=int(cfg.load_stale_s * 1000),
         retire_after_ms=int(cfg.retire_after_s * 1000),
@@ -354,11 +368,24 @@ class LeaderDuties:
                 elif isinstance(cmd, FallBack | MarkStuck):
                     log.warning("partition %d: %s", cmd.partition, cmd.note)
                     self.node.metrics.fallbacks.labels(to=target_of(cmd)).inc()
+                elif isinstance(cmd, StartWarm | StartRelease):
+                    self._moved(cmd)
                 continue
             run.outcome(cmd, outcome, self.clock.monotonic_ms())
             log.info("%s not committed (%s): %s", type(cmd).__name__, outcome.value, error.message)
             if outcome is CommitOutcome.UNKNOWN:
                 raise error
+
+    def _moved(self, cmd: StartWarm | StartRelease) -> None:
+        """Log a warm-up's start and end, and count how each release began."""
+        planner = self.planner
+        if isinstance(cmd, StartWarm):
+            log.info("%s: the target warms up", cmd.migration_id)
+            return
+        ended = None if planner is None else planner.warmups.outcome(cmd.migration_id)
+        how = "cold" if ended is None else ended.value
+        log.info("%s: the source releases (%s)", cmd.migration_id, how)
+        self.node.metrics.releases.labels(warm_up=how).inc()
 
     # -- calls to workers ------------------------------------------------------------------------
 
@@ -418,6 +445,8 @@ class LeaderDuties:
             else:
                 log.info("release %s of p%d failed (%s)", call.migration_id, call.partition, status)
                 result = ReleaseDone(call=call, outcome=ReleaseOutcome.FAILED)
+        elif isinstance(call, WarmCall):
+            result = await self._warm(call)
         else:
             assert isinstance(call, CheckpointCall)
             status, _ = await self._post(call, CheckpointRequest())
@@ -425,3 +454,28 @@ class LeaderDuties:
         if planner is self.planner:  # a reply to a previous leadership changes nothing
             planner.on_result(result, self.clock.monotonic_ms(), self.clock.wall_ms())
             self._wake.set()
+
+    async def _warm(self, call: WarmCall) -> WarmDone:
+        ck = call.checkpoint
+        sent = None if ck is None else SentCheckpoint(offset=ck.offset, uri=ck.uri, epoch=ck.epoch)
+        request = WarmRequest(
+            partition=call.partition, migration_id=call.migration_id, checkpoint=sent
+        )
+        status, body = await self._post(call, request)
+        reply = WarmReply.from_json(body) if status == STATUS_OK else None
+        if reply is not None:
+            return WarmDone(
+                call=call, ok=True, loaded=reply.loaded, offset=reply.offset, head=reply.head
+            )
+        if status == NO_ANSWER:
+            return WarmDone(call=call, ok=False)  # unreachable: its liveness decides
+        error = ErrorReply.from_json(body)
+        log.info(
+            "warm-up %s of p%d on %s refused (%s %s): the move goes cold",
+            call.migration_id,
+            call.partition,
+            call.worker_id,
+            status,
+            error.message,
+        )
+        return WarmDone(call=call, ok=False, code=error.error or str(status))

@@ -142,6 +142,14 @@ class Metrics:
             ["to"],
             registry=r,
         )
+        # Committed by the leader when a move's source is asked to release: after its target
+        # warmed up (warm), gave up warming (refused, timed_out) or without a warm-up (cold).
+        self.releases = Counter(
+            "ripple_migration_releases",
+            "Moves whose source was asked to release, by how the target's warm-up ended",
+            ["warm_up"],
+            registry=r,
+        )
         self._led_term = -1
         self._collector: ClusterCollector | None = None
 
@@ -487,6 +495,16 @@ class ClusterCollector(Collector):
         for name, count in sorted(by_phase.items()):
             migs.add_metric([name], count)
         yield migs
+
+        cfg = self.node.config
+        bounds = _gauge(
+            "ripple_warmups_max",
+            "Warm-ups in flight allowed, in the cluster and into one worker (0: moves are cold)",
+            ["scope"],
+        )
+        bounds.add_metric(["cluster"], cfg.warmups_max if cfg.warm_moves else 0)
+        bounds.add_metric(["per_worker"], cfg.warmups_per_worker_max if cfg.warm_moves else 0)
+        yield bounds
 
         ages = {
             p.partition: max(0.0, (wall_ms - p.checkpoint.at_ms) / 1000)

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from coordinator.core.load import RATE_PER_S_MAX
-from coordinator.core.model import INT_VALUE_MAX, NOTE_LEN_MAX
+from coordinator.core.model import INT_VALUE_MAX, NOTE_LEN_MAX, MigrationPhase
 
 ID_REGEX = r"^[A-Za-z0-9._-]{1,64}$"
 ADDRESS_LEN_MAX = 512
@@ -279,12 +279,16 @@ class HistoryResponse(_Response):
     history: list[HistoryEntry]
 
 
+# A migration's phase as the API names it (docs/design.md §4 has the lifecycle).
+Phase = Annotated[str, Field(description=" | ".join(p.value for p in MigrationPhase))]
+
+
 class MigrationView(_Response):
     id: str
     partition: int
     source: str
     target: str
-    phase: str
+    phase: Phase
     reason: str
     created_at_ms: int
     updated_at_ms: int
@@ -337,7 +341,7 @@ class ReassignResponse(_Response):
 
 class AbortResponse(_Response):
     id: str
-    phase: str
+    phase: Phase
 
 
 # The longest `ripple maintenance on --for`: a maintenance meant to last longer is turned off

@@ -538,10 +538,14 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     assert f"(from {owner})" in page.text("#detail .why")
 
     # -- abort: a worker that cannot release keeps its migration RELEASING; abort it --------
+    # The target first answers its warm calls "still loading", so the move shows WARMING and
+    # the warm-up in flight until the hold is lifted.
     quiet = next(x for x in ("w1", "w2", "w3") if x != target)
     q = next(n for n, x in sorted(api.items()) if x["owner"] == quiet and n != p)
     refuse = f"http://127.0.0.1:{w.ports[quiet]}/test/refuse-release"
     assert call("POST", refuse, {"refuse": True}).status == 200
+    hold = f"http://127.0.0.1:{w.ports[target]}/test/warm-hold"
+    assert call("POST", hold, {"hold": True}).status == 200
     page.click(f"#grid .cell[data-partition='{q}']")
     page.wait(
         lambda: page.text("#detail-title") == str(q) and page.count("#move-target option") == 2,
@@ -554,6 +558,10 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     page.wait(lambda: page.count("#migrations .mig button.danger") == 1, "a migration in flight")
     assert f"partition {q}" in page.text("#migrations .mig")
     page.wait(lambda: "migrating" in page.cells()[q]["class"], "the moving cell marked")
+    page.wait(lambda: page.text("#migrations .mig .step-now") == "WARMING", "WARMING")
+    page.wait(lambda: "1 warm-up in flight" in page.text("#migrations"), "the warm-up counted")
+    assert page.cells()[q]["owner"] == quiet  # the source serves while the target warms up
+    assert call("POST", hold, {"hold": False}).status == 200
     page.wait(lambda: page.text("#migrations .mig .step-now") == "RELEASING", "RELEASING")
     save_full_page(browser, shots / "dashboard.png")  # the one in docs/
     abort = "#migrations .mig button.danger"

@@ -29,6 +29,7 @@ from testkit.wait import wait_until
 
 NODES = ("n1", "n2", "n3")
 HELD = "n3"
+NEWEST = f"1..{COMMAND_SET_VERSION}"  # what an unheld node speaks
 WAIT_S = 30.0
 LOAD_PAUSE_S = 0.01
 NEWEST = f"1..{COMMAND_SET_VERSION}"  # what a node without the cap speaks
@@ -218,7 +219,7 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
     print(f"\n{load.landed} writes landed during the upgrade")
     one_state(c, NODES)
 
-    # Held back again after version 2 was finalized (a downgrade): the node halts at once
+    # Held back again after the newest version was finalized (a downgrade): the node halts at once
     # rather than skip what it cannot apply, says why, and leaves Raft; the others go on.
     restart(c, HELD, held=True)
     halted = wait_until(lambda: (c.health(HELD) or {}).get("halted"), "n3 halts", WAIT_S)

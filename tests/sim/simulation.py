@@ -62,6 +62,7 @@ from coordinator.core.commands import (
     ReportVersions,
     RetireWorkers,
     StartRelease,
+    StartWarm,
 )
 from coordinator.core.effects import (
     CheckpointCall,
@@ -72,6 +73,8 @@ from coordinator.core.effects import (
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
+    WarmCall,
+    WarmDone,
     WorkerCall,
     WorkerResult,
     call_key,
@@ -102,6 +105,7 @@ from coordinator.core.planner import (
 from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import COMMAND_SET_VERSION
+from coordinator.core.warmups import WarmPolicy
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
 from tests.sim.balance_check import ShadowLoads, round_violations
@@ -159,6 +163,15 @@ class SimSettings:
     p_worker_graceful_restart: float = 0.004
     restart_ms_max: int = 6_000
     p_admin_moves: float = 0.03
+    # Warm hand-offs (coordinator/core/warmups.py): seeds alternate warm and cold moves. A
+    # warming target answers "loading" first, then a lag that is within the bound with
+    # p_warm_caught_up per answer, and refuses with p_warm_refused.
+    warm_timeout_ms: int = 3_000
+    warm_lag_records_max: int = 10
+    warmups_max: int = 2
+    warmups_per_worker_max: int = 1
+    p_warm_caught_up: float = 0.5
+    p_warm_refused: float = 0.05
     p_admin_abort: float = 0.01
     p_admin_drain: float = 0.004
     p_stale_report: float = 0.05
@@ -280,6 +293,8 @@ class SimWorker:
         self.next_heartbeat_ms = 0
         # Down for a restart it announced: when the process starts again (None: not one).
         self.back_at_ms: int | None = None
+        # Migrations it holds a warm copy for (read-only: no gate, no epoch).
+        self.warm: set[str] = set()
 
     def paused(self, now_ms: int) -> bool:
         return now_ms < self.paused_until_ms
@@ -384,7 +399,7 @@ class Proposer:
             touched = {a.owner for a in cmd.assignments if a.owner}
         elif isinstance(cmd, PlanMigrations | DrainWorker):
             touched = {w for mv in cmd.moves for w in (mv.source, mv.target)}
-        elif isinstance(cmd, StartRelease):
+        elif isinstance(cmd, StartRelease | StartWarm):
             m = self.state.migrations.get(cmd.migration_id)
             touched = set() if m is None else {m.source, m.target}
         if touched & held:
@@ -496,6 +511,13 @@ class Proposer:
                 "migration_id": call.migration_id,
             }
             self.send(call.worker_id, "release", body)
+        elif isinstance(call, WarmCall):
+            body = {
+                "partition": call.partition,
+                "incarnation": call.incarnation,
+                "migration_id": call.migration_id,
+            }
+            self.send(call.worker_id, "warm", body)
         else:
             self.send(call.worker_id, "checkpoint", {"incarnation": call.incarnation})
 
@@ -510,6 +532,8 @@ class Proposer:
                 result = HostDone(call=call, ok=False, message="timed out")
             elif isinstance(call, ReleaseCall):
                 result = ReleaseDone(call=call, outcome=ReleaseOutcome.FAILED)
+            elif isinstance(call, WarmCall):
+                result = WarmDone(call=call, ok=False)
             else:
                 result = CheckpointDone(call=call, ok=False)
             planner.on_result(result, now, now)
@@ -654,6 +678,18 @@ class Proposer:
                 final = FinalCheckpoint(offset=b["offset"], uri=b["uri"], epoch=b["epoch"])
                 done = ReleaseDone(call=call, outcome=ReleaseOutcome.RELEASED, checkpoint=final)
                 planner.on_result(done, now, now)
+        elif kind == "warmed":
+            call = self._answer(("warm", b["migration_id"]), now)
+            if isinstance(call, WarmCall) and call.worker_id == wid:
+                done_warm = WarmDone(
+                    call=call,
+                    ok=b["code"] is None,
+                    loaded=b["loaded"],
+                    offset=b["offset"],
+                    head=b["head"],
+                    code=b["code"],
+                )
+                planner.on_result(done_warm, now, now)
         elif kind == "checkpoint_ack":
             call = self._answer(("checkpoint", wid), now)
             if isinstance(call, CheckpointCall):
@@ -722,6 +758,10 @@ class Simulation:
         # starts (None: nothing new). Replication packs such a run into ONE batch entry, as
         # replication/log.py does with proposals that queue while an entry is in flight.
         self.unsent_from: int | None = None
+        self.stats |= {"warm_starts": 0, "warm_answers": 0}
+        # A cluster finalized at the newest command-set version, as a running one is.
+        for r in self.replicas:
+            r.machine.state.finalized_version = COMMAND_SET_VERSION
 
     @property
     def planner_settings(self) -> PlannerSettings:
@@ -739,6 +779,14 @@ class Simulation:
             host_retry_cap_ms=s.host_retry_cap_ms,
             checkpoint_interval_ms=s.checkpoint_interval_ms,
             tick_ms=s.step_ms,
+            warm=WarmPolicy(
+                enabled=self.seed % 2 == 0,
+                timeout_ms=s.warm_timeout_ms,
+                lag_records_max=s.warm_lag_records_max,
+                in_flight_max=s.warmups_max,
+                per_worker_max=s.warmups_per_worker_max,
+                poll_ms=s.step_ms * 3,
+            ),
             load_stale_ms=s.load_stale_ms,
             retire_after_ms=s.retire_after_ms,
         )
@@ -1025,6 +1073,23 @@ class Simulation:
                 g["open"] = False
                 body |= {"offset": g["offset"], "uri": f"mem://{w.wid}/{p}", "epoch": g["epoch"]}
             self.net.send(now, w.wid, reply_to, "released", body)
+        elif kind == "warm":
+            # A warm copy is read-only: it never touches a gate (check_gates holds it to that).
+            p, mid = b["partition"], b["migration_id"]
+            body = {"worker": w.wid, "migration_id": mid, "code": None, "loaded": False}
+            body |= {"offset": 0, "head": 0}
+            if p in w.gates and w.gates[p]["open"]:
+                body["code"] = "hosted"
+            elif self.rng.random() < self.s.p_warm_refused:
+                body["code"] = "warm_refused"
+            elif mid in w.warm:
+                lag = 0 if self.rng.random() < self.s.p_warm_caught_up else 1_000
+                body |= {"loaded": True, "offset": 1_000, "head": 1_000 + lag}
+            else:
+                w.warm.add(mid)
+                self.stats["warm_starts"] += 1
+            self.stats["warm_answers"] += 1
+            self.net.send(now, w.wid, reply_to, "warmed", body)
         elif kind == "checkpoint":
             # 202 at once; the reports follow on their own request.
             self.net.send(now, w.wid, reply_to, "checkpoint_ack", {"worker": w.wid})
@@ -1139,6 +1204,7 @@ class Simulation:
         w.alive = True
         w.registered = False
         w.gates.clear()
+        w.warm.clear()
         w.paused_until_ms = -1
         w.back_at_ms = None
         self.stats["restarts"] += 1

@@ -13,7 +13,8 @@ on a fake monotonic clock, with a seeded `random.Random`; the output of every di
 what the planner did, so `--rewrite-testdata` can regenerate the expectations.
 
 Directives:
-  settings k=v ...          a fresh cluster and planner (PlannerSettings fields, plus seed)
+  settings k=v ...          a fresh cluster and planner (PlannerSettings fields, plus seed;
+                            warm_<f>=v sets the WarmPolicy's field f, say warm_enabled=true)
   register w1 w2            RegisterWorker (applied) and the planner hears of each worker
   report <w> p=<p> offset=<n> [e=<e>]   the worker reports a checkpoint (RecordCheckpoints)
   heartbeat w1 w2           a heartbeat from each; prints checkpoint_due when it is set
@@ -32,6 +33,9 @@ Directives:
   host-fail p=<p> [code=c]  ... answered an error (the worker's code, say checkpoint_unavailable)
   release <id> ok [offset=<n>] | refused | failed     the outstanding release call's answer
   checkpoint <w> ok|fail    the outstanding checkpoint call's answer
+  warm <id> loading | at offset=<n> head=<n> | refused | silent
+                            the outstanding warm call's answer: 200 loading, 200 with the
+                            warm copy's position, an error code, or no answer at all
   reassign balance | <p>:<w> ...  [dry-run]   the admin query; committed unless dry-run
   drain <w>                 the admin drain query, committed as DrainWorker (which ends a
                             restart's hold, as the drain route does)
@@ -87,6 +91,8 @@ from coordinator.core.effects import (
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
+    WarmCall,
+    WarmDone,
     WorkerCall,
     WorkerResult,
 )
@@ -99,6 +105,7 @@ from coordinator.core.planner import (
 )
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.versions import COMMAND_SET_VERSION
+from coordinator.core.warmups import WarmPolicy
 
 WALL_OFFSET_MS = 1_700_000_000_000  # wall time is stamped only; keep it far from monotonic
 RUN_BATCHES_MAX = 20
@@ -190,6 +197,9 @@ def fmt_call(call: WorkerCall) -> str:
         return f"call host p{call.partition} e{call.epoch} {call.worker_id} ck={ck}"
     if isinstance(call, ReleaseCall):
         return f"call release {call.migration_id} p{call.partition} e{call.epoch} {call.worker_id}"
+    if isinstance(call, WarmCall):
+        ck = "none" if call.checkpoint is None else str(call.checkpoint.offset)
+        return f"call warm {call.migration_id} p{call.partition} {call.worker_id} ck={ck}"
     return f"call checkpoint {call.worker_id}"
 
 
@@ -203,6 +213,19 @@ class Harness:
         self.seed = seed
         self.now = 0
         self.state = ClusterState()
+        # A cluster finalized at the newest command-set version, as a running one is.
+        voters = ("n1",)
+        for cmd in (
+            ReportVersions(
+                node_id="n1",
+                min_version=1,
+                max_version=COMMAND_SET_VERSION,
+                package_version="test",
+                now_ms=0,
+            ),
+            FinalizeVersion(version=COMMAND_SET_VERSION, voters=voters, now_ms=0),
+        ):
+            assert isinstance(apply(self.state, f"v{cmd.TAG}", cmd), Ok)
         self.planner = Planner(settings, random.Random(seed), self.state, self.now)
         self.outstanding: dict[str, WorkerCall] = {}
         self.seq = 0
@@ -271,14 +294,20 @@ class Harness:
     def do_settings(self, _args: list[str], kv: dict[str, str]) -> list[str]:
         seed = int(kv.pop("seed", "0"))
         types = {f.name: f.type for f in fields(PlannerSettings)}
+        warm_types = {f"warm_{f.name}": f.type for f in fields(WarmPolicy)}
         values: dict[str, object] = {}
+        warm: dict[str, object] = {}
         for k, v in kv.items():
+            if k in warm_types:
+                warm[k.removeprefix("warm_")] = v == "true" if warm_types[k] == "bool" else int(v)
+                continue
             if k not in types:
                 raise ValueError(f"unknown setting {k}")
             if types[k] == "bool":
                 values[k] = v == "true"
             else:
                 values[k] = float(v) if types[k] == "float" else int(v)
+        values["warm"] = WarmPolicy(**warm)  # type: ignore[arg-type]
         self.reset(PlannerSettings(**values), seed)  # type: ignore[arg-type]
         return []
 
@@ -406,6 +435,22 @@ class Harness:
         else:
             outcome = ReleaseOutcome.REFUSED if answer == "refused" else ReleaseOutcome.FAILED
             self.feed(ReleaseDone(call=call, outcome=outcome))
+        return []
+
+    def do_warm(self, args: list[str], kv: dict[str, str]) -> list[str]:
+        mid, answer = args[0], args[1]
+        call = self.find(WarmCall, lambda c: isinstance(c, WarmCall) and c.migration_id == mid)
+        assert isinstance(call, WarmCall)
+        if answer == "at":
+            offset, head = int(kv["offset"]), int(kv["head"])
+            result = WarmDone(call=call, ok=True, loaded=True, offset=offset, head=head)
+        elif answer == "loading":
+            result = WarmDone(call=call, ok=True)
+        elif answer == "refused":
+            result = WarmDone(call=call, ok=False, code="warm_refused")
+        else:
+            result = WarmDone(call=call, ok=False)
+        self.feed(result)
         return []
 
     def do_checkpoint(self, args: list[str], _kv: dict[str, str]) -> list[str]:

@@ -67,6 +67,7 @@ from coordinator.core.commands import (
     RetireResult,
     RetireWorkers,
     StartRelease,
+    StartWarm,
     StuckResult,
 )
 from coordinator.core.model import (
@@ -261,6 +262,11 @@ GOLDEN: list[tuple[str, Command, str]] = [
         "940115a4722d323183aa776f726b65725f69647392a27734a477392e78ae64657061727465645f62795f"
         "6d73cd03fca66e6f775f6d73cd03fd",
     ),
+    (
+        "r-23",
+        StartWarm(migration_id=MigrationId("m-7"), now_ms=1023),
+        "940117a4722d323382ac6d6967726174696f6e5f6964a36d2d37a66e6f775f6d73cd03ff",
+    ),
 ]
 
 
@@ -270,7 +276,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == list(range(1, 22))
+    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), 23]
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])

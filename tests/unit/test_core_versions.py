@@ -25,9 +25,10 @@ from coordinator.core.commands import (
     ReportVersions,
     Result,
     RetireWorkers,
+    StartWarm,
 )
 from coordinator.core.machine import Machine
-from coordinator.core.model import WorkerId
+from coordinator.core.model import MigrationId, WorkerId
 from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.versions import (
@@ -73,7 +74,8 @@ def test_every_tag_has_the_version_that_introduced_it() -> None:
     assert version_of(backup(1)) == 2 and INTRODUCED_IN[RetireWorkers.TAG] == 3
     on = MaintenanceOn(by="admin", reason="upgrade", until_ms=None, now_ms=1)
     off = MaintenanceOff(by="admin", reason="done", since_ms=None, now_ms=2)
-    assert version_of(on) == version_of(off) == 3 == COMMAND_SET_VERSION
+    warm = StartWarm(migration_id=MigrationId("m-1"), now_ms=0)
+    assert version_of(on) == version_of(off) == version_of(warm) == 3 == COMMAND_SET_VERSION
     assert VersionRange(min_version=1, max_version=3) == SPOKEN
     assert spoken(0) == SPOKEN and spoken(1) == VersionRange(min_version=1, max_version=1)
     for bad in (-1, 4):

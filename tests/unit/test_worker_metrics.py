@@ -15,6 +15,7 @@ from pipeline.lease import Lease
 from pipeline.session import partition_report
 from pipeline.source import Producer, SourceLog
 from pipeline.store import LocalStore
+from pipeline.warming import WarmCopy
 from pipeline.worker import Worker
 from testkit.prom import parse, value
 from tests.unit.test_pipeline_worker import offline_settings
@@ -78,5 +79,20 @@ async def test_batch_seconds_are_exported_per_stage_as_they_grow(tmp_path: Path)
             assert value(samples, "ripple_worker_batch_seconds_total", stage="plan") == 0
             assert value(samples, "ripple_worker_batch_seconds_total", stage="spark") == 1.5
             assert value(samples, "ripple_worker_batch_seconds_total", stage="merge") == 0.25
+    finally:
+        await worker.client.close()
+
+
+async def test_warm_copies_are_counted_by_outcome_and_held(tmp_path: Path) -> None:
+    worker = Worker(offline_settings(tmp_path, "w1"), LocalStore(str(tmp_path / "store")))
+    worker.warming.copies[4] = WarmCopy(migration_id="m1", asked_at_s=time.monotonic())
+    worker.warming.stats.update(started=3, used=1, dropped=1)
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            samples = parse(await (await client.get("/metrics")).text())
+            assert value(samples, "ripple_worker_warm_copies_held") == 1
+            for outcome, count in (("started", 3), ("used", 1), ("dropped", 1)):
+                got = value(samples, "ripple_worker_warm_copy_outcomes_total", outcome=outcome)
+                assert got == count, outcome
     finally:
         await worker.client.close()

@@ -22,7 +22,7 @@
     "#2563eb", "#16a34a", "#ea580c", "#7c3aed", "#0891b2",
     "#db2777", "#65a30d", "#b45309", "#4f46e5", "#0d9488",
   ];
-  const STEPS = ["planned", "releasing", "handed_off", "done"];
+  const STEPS = ["planned", "warming", "releasing", "handed_off", "done"];
   const REASONS = {
     assigned: "placed by the leader while it had no owner",
     failure: "its previous owner was declared dead",
@@ -698,7 +698,7 @@
   }
 
   function phaseKind(phase) {
-    return { done: "ok", aborted: "bad", planned: "muted", releasing: "warn", handed_off: "info" }[phase] || "muted";
+    return { done: "ok", aborted: "bad", planned: "muted", warming: "info", releasing: "warn", handed_off: "info" }[phase] || "muted";
   }
 
   function progress(m) {
@@ -714,9 +714,12 @@
     const admin = !!S.token;
     const box = [];
     if (!inFlight.length) box.push(el("p", { class: "muted" }, "No migration in flight."));
+    // Warm-ups: targets loading and following the source log while the source still serves.
+    const warming = inFlight.filter((m) => m.phase === "warming").length;
+    if (warming) box.push(el("p", { class: "small", data: { warmups: String(warming) } }, `${warming} warm-up${warming === 1 ? "" : "s"} in flight`));
     for (const m of inFlight) {
       let action = null;
-      if (admin && (m.phase === "planned" || m.phase === "releasing")) {
+      if (admin && ["planned", "warming", "releasing"].includes(m.phase)) {
         action = confirmButton(`abort:${m.id}`, "Abort", `Abort ${m.id}?`, () =>
           adminPost(`/v1/admin/migrations/${encodeURIComponent(m.id)}/abort`, null,
             (r) => `migration ${m.id}: ${r.phase}`));
