@@ -32,15 +32,23 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from coordinator.client import CoordinatorClient
-from coordinator.config import SCALAR_KEYS, ClusterConfig, check_bind, load_config
+from coordinator.config import SCALAR_KEYS, ClusterConfig, load_config
 from coordinator.core.fencing import EPOCH_JUMP_DEFAULT
 from coordinator.service.node_dir import JOIN_FILE
-from ripple.local_cluster import cluster_file, up
+from ripple.connect import (
+    DEFAULT_DATA_DIR,
+    admin_token,
+    client_for,
+    coordinator_arg,
+    coordinator_urls,
+    tls_ca,
+)
+from ripple.local_cluster import up
 from ripple.nodes import add_nodes_parser, cmd_nodes, prepare_join
+from ripple.pipeline_commands import add_pipeline_parsers, cmd_get, cmd_produce, cmd_worker
 from ripple.tables import (
     render_membership,
     render_migrations,
@@ -49,62 +57,14 @@ from ripple.tables import (
     render_workers,
     table,
 )
-from shared.errors import ClientError, ConfigError, RippleError
+from shared.errors import ClientError, RippleError
 from shared.version import PACKAGE_VERSION
 
 WATCH_MAX_S = 3600.0
 WATCH_EVERY_S = 0.5
-DEFAULT_DATA_DIR = "./ripple-data"
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _urls(args: argparse.Namespace) -> list[str]:
-    if args.coordinator:
-        return list(args.coordinator)
-    env = os.environ.get("RIPPLE_URL")
-    if env:
-        return [u for u in env.split(",") if u]
-    data_dir = getattr(args, "data_dir", None)  # `ripple worker` has no cluster file
-    path = cluster_file(data_dir) if data_dir else None
-    if path is not None and path.exists():
-        cfg = load_config(path, env={}, validate=False)
-        return [n.url for n in cfg.nodes]
-    raise RippleError(
-        "no coordinator URL: pass --coordinator URL, set RIPPLE_URL, or run `ripple up` first",
-        code="usage",
-        status=2,
-        field="coordinator",
-    )
-
-
-def _tls_ca(args: argparse.Namespace) -> str | None:
-    """The CA bundle https:// coordinators are verified against: --tls-ca (RIPPLE_TLS_CA),
-    else the local cluster file's tls_ca, else the system's roots (None)."""
-    if getattr(args, "tls_ca", None):
-        return str(args.tls_ca)
-    data_dir = getattr(args, "data_dir", None)
-    path = cluster_file(data_dir) if data_dir else None
-    if path is not None and path.exists():
-        return load_config(path, env={}, validate=False).tls_ca or None
-    return None
-
-
-def _client(args: argparse.Namespace, token: str | None = None) -> CoordinatorClient:
-    return CoordinatorClient(_urls(args), token=token, ca_file=_tls_ca(args))
-
-
-def _admin_token(args: argparse.Namespace) -> str:
-    token = getattr(args, "admin_token", None) or os.environ.get("RIPPLE_ADMIN_TOKEN")
-    if token:
-        return str(token)
-    path = cluster_file(args.data_dir)
-    if path.exists():
-        return load_config(path, env={}, validate=False).admin_token
-    raise RippleError(
-        "admin token needed: --admin-token or RIPPLE_ADMIN_TOKEN", code="usage", status=2
-    )
 
 
 def _print(obj: dict[str, Any], as_json: bool, render: Any) -> None:
@@ -118,7 +78,7 @@ def _print(obj: dict[str, Any], as_json: bool, render: Any) -> None:
 
 
 async def _read(args: argparse.Namespace, path: str, render: Any) -> int:
-    async with _client(args) as client:
+    async with client_for(args) as client:
         body = await client.get(path, consistent=args.consistent)
         if path == "/v1/status":  # with the voters and any membership change in flight
             nodes = None
@@ -141,7 +101,7 @@ async def cmd_migrations(args: argparse.Namespace) -> int:
     if not args.watch:
         return await _read(args, "/v1/migrations", render_migrations)
     deadline = time.monotonic() + WATCH_MAX_S
-    async with _client(args) as client:
+    async with client_for(args) as client:
         total = None
         while time.monotonic() < deadline:
             body = await client.get("/v1/migrations")
@@ -178,7 +138,7 @@ async def cmd_reassign(args: argparse.Namespace) -> int:
         payload["moves"] = moves
     else:
         payload["strategy"] = "balance"
-    async with _client(args, token=_admin_token(args)) as client:
+    async with client_for(args, token=admin_token(args)) as client:
         body = await client.post("/v1/admin/reassign", payload)
     if args.json:
         print(json.dumps(body, indent=2))
@@ -191,7 +151,7 @@ async def cmd_reassign(args: argparse.Namespace) -> int:
 
 
 async def cmd_drain(args: argparse.Namespace) -> int:
-    async with _client(args, token=_admin_token(args)) as client:
+    async with client_for(args, token=admin_token(args)) as client:
         body = await client.post(f"/v1/workers/{args.worker}/drain", {})
     print(f"{body['worker_id']}: {body['state']}, {len(body['migrations'])} migrations planned")
     return 0
@@ -200,7 +160,7 @@ async def cmd_drain(args: argparse.Namespace) -> int:
 async def cmd_maintenance(args: argparse.Namespace) -> int:
     from ripple.maintenance import maintenance_command
 
-    async with _client(args, token=_admin_token(args)) as client:
+    async with client_for(args, token=admin_token(args)) as client:
         return await maintenance_command(args, client)
 
 
@@ -215,126 +175,13 @@ async def cmd_backup(args: argparse.Namespace) -> int:
     if args.out is None and args.store is None:
         raise RippleError("give --out FILE, --store URI or both", code="usage", status=2)
     client = CoordinatorClient(
-        _urls(args), token=_admin_token(args), ca_file=_tls_ca(args), timeout_s=BACKUP_TIMEOUT_S
+        coordinator_urls(args),
+        token=admin_token(args),
+        ca_file=tls_ca(args),
+        timeout_s=BACKUP_TIMEOUT_S,
     )
     async with client:
         return await backup_command(args, client)
-
-
-# -- pipeline ---------------------------------------------------------------------------------
-
-
-def _store_uri(args: argparse.Namespace) -> str:
-    if args.store:
-        return str(args.store)
-    return f"file://{(Path(args.data_dir) / 'store').resolve()}"
-
-
-async def _total_partitions(args: argparse.Namespace) -> int:
-    if getattr(args, "partitions", None):
-        return int(args.partitions)
-    async with _client(args) as client:
-        return int((await client.get("/v1/health"))["cluster"]["total_partitions"])
-
-
-def cmd_produce(args: argparse.Namespace) -> int:
-    from pipeline.source import Producer, generate, load_jsonl
-    from pipeline.store import open_store
-
-    if (args.file is None) == (args.generate is None):
-        raise RippleError("give exactly one of --file or --generate", code="usage", status=2)
-    total = asyncio.run(_total_partitions(args))
-    store = open_store(_store_uri(args), args.s3_endpoint)
-    records = (
-        list(load_jsonl(args.file))
-        if args.file is not None
-        else generate(args.generate, args.keys, args.seed)
-    )
-    firsts = Producer(store, total).produce(records)
-    print(
-        f"produced {len(records)} records into {len(firsts)} partitions of {total} "
-        f"({_store_uri(args)})"
-    )
-    return 0
-
-
-async def cmd_get(args: argparse.Namespace) -> int:
-    from coordinator.client import KeyRouter
-
-    async with _client(args) as client:
-        body = await KeyRouter(client).get(args.key)
-    if args.json:
-        print(json.dumps(body, sort_keys=True))
-    else:
-        print(
-            table(
-                [
-                    [
-                        body[k]
-                        for k in (
-                            "key",
-                            "count",
-                            "sum",
-                            "min",
-                            "max",
-                            "last",
-                            "partition",
-                            "epoch",
-                            "offset",
-                        )
-                    ]
-                ],
-                ["KEY", "COUNT", "SUM", "MIN", "MAX", "LAST", "PARTITION", "EPOCH", "OFFSET"],
-            )
-        )
-    return 0
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    from pipeline.aggregate import identity, load_transform
-    from pipeline.store import open_store
-    from pipeline.worker import WorkerSettings, run_worker
-
-    if not args.spark_remote:
-        raise RippleError(
-            "--spark-remote sc://HOST:PORT is required (ripple up starts a local "
-            "Spark Connect server and passes it)",
-            code="usage",
-            status=2,
-        )
-    check_bind(args.listen, "listen", allow_wildcard=args.allow_wildcard_bind)
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise ConfigError("--tls-cert and --tls-key go together", field="tls_cert")
-    warm: dict[str, Any] = {}  # unset: WorkerSettings' defaults
-    if args.warm_copies_max is not None:
-        if args.warm_copies_max < 0:
-            raise ConfigError("--warm-copies-max must be >= 0", field="warm_copies_max")
-        warm["warm_copies_max"] = args.warm_copies_max
-    if args.warm_copy_idle_s is not None:
-        if not args.warm_copy_idle_s > 0:
-            raise ConfigError("--warm-copy-idle-s must be > 0", field="warm_copy_idle_s")
-        warm["warm_copy_idle_s"] = args.warm_copy_idle_s
-    settings = WorkerSettings(
-        coordinators=tuple(_urls(args)),
-        worker_id=args.worker_id,
-        listen=args.listen,
-        spark_remote=args.spark_remote,
-        advertise=args.advertise,
-        batch_interval_s=args.batch_interval_s,
-        max_keys_per_partition=args.max_keys_per_partition,
-        staging_dir=args.staging_dir,
-        join_token=args.join_token,
-        data_path=args.data_path,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_ca=_tls_ca(args),
-        state_dir=args.state_dir or None,
-        store_uri=args.store,
-        leave_on_sigterm=args.leave_on_sigterm,
-        **warm,
-    )
-    transform = load_transform(args.transform) if args.transform else identity
-    return run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -353,7 +200,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             raft=args.raft,
             http=args.http,
             raft_bind=args.raft_bind,
-            ca_file=_tls_ca(args) or config.tls_ca or None,
+            ca_file=tls_ca(args) or config.tls_ca or None,
         )
     else:
         config.node(args.node_id)
@@ -362,32 +209,12 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 
 async def _nodes(args: argparse.Namespace) -> int:
-    token = None if (args.action or "list") == "list" else _admin_token(args)
-    async with _client(args, token=token) as client:
+    token = None if (args.action or "list") == "list" else admin_token(args)
+    async with client_for(args, token=token) as client:
         return await cmd_nodes(args, client)
 
 
 # -- parser -----------------------------------------------------------------------------------
-
-
-def coordinator_arg(sp: argparse.ArgumentParser) -> None:
-    """The one flag for coordinator URLs, on every subcommand that needs them. `--url` is
-    kept as an alias: the read, admin, produce and get commands used to spell it that way."""
-    sp.add_argument(
-        "--coordinator",
-        "--url",
-        dest="coordinator",
-        action="append",
-        metavar="URL",
-        help="coordinator URL (repeatable; default RIPPLE_URL, comma-separated)",
-    )
-    sp.add_argument(
-        "--tls-ca",
-        default=os.environ.get("RIPPLE_TLS_CA"),
-        metavar="PEM",
-        help="CA bundle to verify https:// coordinators (and workers) against "
-        "(env RIPPLE_TLS_CA; default: the cluster file's tls_ca, else the system's roots)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -458,81 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--move", action="append", metavar="P:WORKER")
     r.add_argument("--admin-token")
 
-    w = sub.add_parser("worker", help="run one pipeline worker")
-    coordinator_arg(w)
-    w.add_argument("--worker-id", required=True)
-    w.add_argument("--listen", required=True, help="HOST:PORT to serve on")
-    w.add_argument("--advertise", help="URL the coordinator uses (default http://LISTEN)")
-    w.add_argument("--store", required=True, help="file:///dir or s3://bucket/prefix")
-    w.add_argument("--s3-endpoint", help="endpoint URL of an S3-compatible store")
-    w.add_argument("--spark-remote", help="sc://HOST:PORT of a Spark Connect server")
-    w.add_argument("--transform", help="module:function taking and returning a DataFrame")
-    w.add_argument(
-        "--join-token",
-        default=os.environ.get("RIPPLE_JOIN_TOKEN"),
-        help="the cluster's join token, if it has one (env RIPPLE_JOIN_TOKEN)",
-    )
-    w.add_argument(
-        "--state-dir",
-        default=os.environ.get("RIPPLE_STATE_DIR"),
-        metavar="DIR",
-        help="where the worker keeps its current token (mode 600), so that the same command "
-        "started again rejoins to the same partitions (env RIPPLE_STATE_DIR; none: a restart "
-        "waits until the leader gives the old process up, and its partitions move)",
-    )
-    w.add_argument(
-        "--leave-on-sigterm",
-        action="store_true",
-        help="SIGTERM leaves (drains: partitions move away, then exit) instead of restarting "
-        "(the default: partitions held for the process started again, rejoin_grace_s)",
-    )
-    w.add_argument("--batch-interval-s", type=float, default=0.5)
-    w.add_argument("--max-keys-per-partition", type=int, default=2000)
-    w.add_argument("--staging-dir", help="where S3 segments are staged for a local Spark")
-    w.add_argument(
-        "--warm-copies-max",
-        type=int,
-        metavar="N",
-        help="warm copies kept at once for moves into this worker (docs/pipeline.md); past "
-        "it a warm call is refused and the move goes cold (0: every move into it is cold)",
-    )
-    w.add_argument(
-        "--warm-copy-idle-s",
-        type=float,
-        metavar="S",
-        help="a warm copy the leader has not asked about for this long is dropped",
-    )
-    w.add_argument(
-        "--tls-cert",
-        metavar="PEM",
-        help="serve the worker API over TLS with this certificate chain (then --tls-key)",
-    )
-    w.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
-    w.add_argument(
-        "--allow-wildcard-bind",
-        action="store_true",
-        help="allow --listen on every interface (0.0.0.0, ::); refused otherwise",
-    )
-    w.add_argument(
-        "--data-path",
-        choices=("files", "arrow", "direct"),
-        help="how Spark gets the input (docs/pipeline.md); default: files for a Spark on "
-        "127.0.0.1/localhost, arrow otherwise",
-    )
-
-    pr = sub.add_parser("produce", help="append records to the source log")
-    client_args(pr)
-    pr.add_argument("--file", help='JSON Lines of {"key": str, "value": number}')
-    pr.add_argument("--generate", type=int, help="generate N market-data style records")
-    pr.add_argument("--keys", type=int, default=100)
-    pr.add_argument("--seed", type=int, default=1)
-    pr.add_argument("--store", help="default: file://<data-dir>/store")
-    pr.add_argument("--s3-endpoint")
-    pr.add_argument("--partitions", type=int, help="default: asked from the coordinator")
-
-    g = sub.add_parser("get", help="a key's state, from the worker that owns it")
-    client_args(g)
-    g.add_argument("key")
+    add_pipeline_parsers(sub, client_args)
 
     add_nodes_parser(sub, client_args)
 

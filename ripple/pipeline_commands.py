@@ -1,0 +1,213 @@
+"""The `ripple` subcommands of the pipeline: `worker` (run one pipeline worker), `produce`
+(append records to the source log) and `get` (a key's state from the worker that owns it),
+with their flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from coordinator.config import check_bind
+from ripple.connect import client_for, coordinator_arg, coordinator_urls, tls_ca
+from ripple.tables import table
+from shared.errors import ConfigError, RippleError
+
+__all__ = ["add_pipeline_parsers", "cmd_get", "cmd_produce", "cmd_worker"]
+
+
+def add_pipeline_parsers(sub: Any, client_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    """The worker, produce and get subcommands on `sub` (argparse's subparsers)."""
+    w = sub.add_parser("worker", help="run one pipeline worker")
+    coordinator_arg(w)
+    w.add_argument("--worker-id", required=True)
+    w.add_argument("--listen", required=True, help="HOST:PORT to serve on")
+    w.add_argument("--advertise", help="URL the coordinator uses (default http://LISTEN)")
+    w.add_argument("--store", required=True, help="file:///dir or s3://bucket/prefix")
+    w.add_argument("--s3-endpoint", help="endpoint URL of an S3-compatible store")
+    w.add_argument("--spark-remote", help="sc://HOST:PORT of a Spark Connect server")
+    w.add_argument("--transform", help="module:function taking and returning a DataFrame")
+    w.add_argument(
+        "--join-token",
+        default=os.environ.get("RIPPLE_JOIN_TOKEN"),
+        help="the cluster's join token, if it has one (env RIPPLE_JOIN_TOKEN)",
+    )
+    w.add_argument(
+        "--state-dir",
+        default=os.environ.get("RIPPLE_STATE_DIR"),
+        metavar="DIR",
+        help="where the worker keeps its current token (mode 600), so that the same command "
+        "started again rejoins to the same partitions (env RIPPLE_STATE_DIR; none: a restart "
+        "waits until the leader gives the old process up, and its partitions move)",
+    )
+    w.add_argument(
+        "--leave-on-sigterm",
+        action="store_true",
+        help="SIGTERM leaves (drains: partitions move away, then exit) instead of restarting "
+        "(the default: partitions held for the process started again, rejoin_grace_s)",
+    )
+    w.add_argument("--batch-interval-s", type=float, default=0.5)
+    w.add_argument("--max-keys-per-partition", type=int, default=2000)
+    w.add_argument("--staging-dir", help="where S3 segments are staged for a local Spark")
+    w.add_argument(
+        "--warm-copies-max",
+        type=int,
+        metavar="N",
+        help="warm copies kept at once for moves into this worker (docs/pipeline.md); past "
+        "it a warm call is refused and the move goes cold (0: every move into it is cold)",
+    )
+    w.add_argument(
+        "--warm-copy-idle-s",
+        type=float,
+        metavar="S",
+        help="a warm copy the leader has not asked about for this long is dropped",
+    )
+    w.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="serve the worker API over TLS with this certificate chain (then --tls-key)",
+    )
+    w.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    w.add_argument(
+        "--allow-wildcard-bind",
+        action="store_true",
+        help="allow --listen on every interface (0.0.0.0, ::); refused otherwise",
+    )
+    w.add_argument(
+        "--data-path",
+        choices=("files", "arrow", "direct"),
+        help="how Spark gets the input (docs/pipeline.md); default: files for a Spark on "
+        "127.0.0.1/localhost, arrow otherwise",
+    )
+
+    pr = sub.add_parser("produce", help="append records to the source log")
+    client_args(pr)
+    pr.add_argument("--file", help='JSON Lines of {"key": str, "value": number}')
+    pr.add_argument("--generate", type=int, help="generate N market-data style records")
+    pr.add_argument("--keys", type=int, default=100)
+    pr.add_argument("--seed", type=int, default=1)
+    pr.add_argument("--store", help="default: file://<data-dir>/store")
+    pr.add_argument("--s3-endpoint")
+    pr.add_argument("--partitions", type=int, help="default: asked from the coordinator")
+
+    g = sub.add_parser("get", help="a key's state, from the worker that owns it")
+    client_args(g)
+    g.add_argument("key")
+
+
+def _store_uri(args: argparse.Namespace) -> str:
+    if args.store:
+        return str(args.store)
+    return f"file://{(Path(args.data_dir) / 'store').resolve()}"
+
+
+async def _total_partitions(args: argparse.Namespace) -> int:
+    if getattr(args, "partitions", None):
+        return int(args.partitions)
+    async with client_for(args) as client:
+        return int((await client.get("/v1/health"))["cluster"]["total_partitions"])
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from pipeline.source import Producer, generate, load_jsonl
+    from pipeline.store import open_store
+
+    if (args.file is None) == (args.generate is None):
+        raise RippleError("give exactly one of --file or --generate", code="usage", status=2)
+    total = asyncio.run(_total_partitions(args))
+    store = open_store(_store_uri(args), args.s3_endpoint)
+    records = (
+        list(load_jsonl(args.file))
+        if args.file is not None
+        else generate(args.generate, args.keys, args.seed)
+    )
+    firsts = Producer(store, total).produce(records)
+    print(
+        f"produced {len(records)} records into {len(firsts)} partitions of {total} "
+        f"({_store_uri(args)})"
+    )
+    return 0
+
+
+async def cmd_get(args: argparse.Namespace) -> int:
+    from coordinator.client import KeyRouter
+
+    async with client_for(args) as client:
+        body = await KeyRouter(client).get(args.key)
+    if args.json:
+        print(json.dumps(body, sort_keys=True))
+    else:
+        print(
+            table(
+                [
+                    [
+                        body[k]
+                        for k in (
+                            "key",
+                            "count",
+                            "sum",
+                            "min",
+                            "max",
+                            "last",
+                            "partition",
+                            "epoch",
+                            "offset",
+                        )
+                    ]
+                ],
+                ["KEY", "COUNT", "SUM", "MIN", "MAX", "LAST", "PARTITION", "EPOCH", "OFFSET"],
+            )
+        )
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from pipeline.aggregate import identity, load_transform
+    from pipeline.store import open_store
+    from pipeline.worker import WorkerSettings, run_worker
+
+    if not args.spark_remote:
+        raise RippleError(
+            "--spark-remote sc://HOST:PORT is required (ripple up starts a local "
+            "Spark Connect server and passes it)",
+            code="usage",
+            status=2,
+        )
+    check_bind(args.listen, "listen", allow_wildcard=args.allow_wildcard_bind)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together", field="tls_cert")
+    warm: dict[str, Any] = {}  # unset: WorkerSettings' defaults
+    if args.warm_copies_max is not None:
+        if args.warm_copies_max < 0:
+            raise ConfigError("--warm-copies-max must be >= 0", field="warm_copies_max")
+        warm["warm_copies_max"] = args.warm_copies_max
+    if args.warm_copy_idle_s is not None:
+        if not args.warm_copy_idle_s > 0:
+            raise ConfigError("--warm-copy-idle-s must be > 0", field="warm_copy_idle_s")
+        warm["warm_copy_idle_s"] = args.warm_copy_idle_s
+    settings = WorkerSettings(
+        coordinators=tuple(coordinator_urls(args)),
+        worker_id=args.worker_id,
+        listen=args.listen,
+        spark_remote=args.spark_remote,
+        advertise=args.advertise,
+        batch_interval_s=args.batch_interval_s,
+        max_keys_per_partition=args.max_keys_per_partition,
+        staging_dir=args.staging_dir,
+        join_token=args.join_token,
+        data_path=args.data_path,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=tls_ca(args),
+        state_dir=args.state_dir or None,
+        store_uri=args.store,
+        leave_on_sigterm=args.leave_on_sigterm,
+        **warm,
+    )
+    transform = load_transform(args.transform) if args.transform else identity
+    return run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
