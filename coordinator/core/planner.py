@@ -60,6 +60,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from coordinator.core.backoff import BackoffPolicy, RetrySchedule, Rng
+from coordinator.core.call_plans import CallPlans
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     AbortMigration,
@@ -76,21 +77,14 @@ from coordinator.core.commands import (
     Rejected,
     StartRelease,
     StartWarm,
-    rejected,
 )
-from coordinator.core.edits import check_moves
 from coordinator.core.effects import (
     Batch,
-    CheckpointCall,
     CommitOutcome,
-    HostCall,
     HostDone,
-    ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
-    WarmCall,
     WarmDone,
-    WorkerCall,
     WorkerResult,
     call_key,
 )
@@ -110,14 +104,15 @@ from coordinator.core.model import (
     WorkerId,
     WorkerState,
 )
-from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy, plan
+from coordinator.core.move_plans import MovePlans
+from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy
 from coordinator.core.retirement import RETIRE_BATCH_MAX
 from coordinator.core.retirement import due as retirements_due
 from coordinator.core.rounds import CheckpointRounds
 from coordinator.core.throttle import startable
 from coordinator.core.versions import version_of
 from coordinator.core.warmups import COLD_MOVES, WarmPolicy, WarmUps
-from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT, plan_weighted
+from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT
 
 __all__ = ["Planner", "PlannerSettings"]
 
@@ -210,7 +205,24 @@ class Planner:
         self.warmups = WarmUps(settings.warm)
         self.loads = LoadBook(stale_after_ms=settings.load_stale_ms, now_ms=now_ms)
         self.maintenance_timer = MaintenanceTimer()
-        self.in_flight: set[tuple[str, object]] = set()
+        self.moves = MovePlans(
+            strategy=settings.strategy,
+            virtual_nodes=settings.virtual_nodes,
+            balance_tolerance=settings.balance_tolerance,
+            detector=self.detector,
+            loads=self.loads,
+        )
+        self.calls = CallPlans(
+            calls_max=settings.calls_max,
+            detector=self.detector,
+            host_retry=self.host_retry,
+            release_retry=self.release_retry,
+            warmups=self.warmups,
+            rounds=self.rounds,
+            rng=rng,
+        )
+        # The calls in flight, keyed by call_key: the call plans' set, shared.
+        self.in_flight = self.calls.in_flight
         self._pending: list[_Pending] = []
         # The last batch's commands without timestamps, and how often a stage repeated them.
         self._last_shape: tuple[tuple[object, ...], ...] = ()
@@ -341,56 +353,15 @@ class Planner:
     def _paused(self, worker_id: str, now_ms: int) -> bool:
         return self.detector.status(worker_id, now_ms) is not Liveness.ALIVE
 
+    # -- admin queries (pure: the API commits what they return; coordinator/core/move_plans.py)
+
     def eligible(
         self, state: ClusterState, now_ms: int, exclude: Iterable[str] = ()
     ) -> list[WorkerId]:
-        """ACTIVE workers the leader currently hears from: a worker that registered but went
-        quiet (SUSPECTED) receives nothing new until it heartbeats again."""
-        skip = set(exclude)
-        return [
-            w
-            for w in state.active_workers()
-            if w not in skip and self.detector.status(w, now_ms) is Liveness.ALIVE
-        ]
-
-    def _held(self, state: ClusterState, now_ms: int) -> list[WorkerId]:
-        """ACTIVE workers held for their restart (what they own stays theirs)."""
-        holds = self.detector.holds(now_ms)
-        if not holds:
-            return []
-        return [w for w in state.active_workers() if w in holds]
-
-    def _placement(
-        self, state: ClusterState, eligible: list[WorkerId], now_ms: int
-    ) -> list[str | None]:
-        owners = [p.owner for p in state.partitions]
-        s = self.settings
-        if s.strategy is PlacementStrategy.BALANCED:
-            # By load only when every partition's is fresh; else by counts (load.py).
-            weights = self.loads.weights(state.total_partitions, now_ms)
-            if weights is not None:
-                return plan_weighted(owners, eligible, weights, tolerance=s.balance_tolerance)
-        return plan(s.strategy, owners, eligible, virtual_nodes=s.virtual_nodes)
-
-    # -- admin queries (pure: the API commits what they return) -------------------------------
+        return self.moves.eligible(state, now_ms, exclude)
 
     def balance_moves(self, state: ClusterState, now_ms: int) -> tuple[Move, ...]:
-        eligible = self.eligible(state, now_ms)
-        if not eligible:
-            return ()
-        # A held worker counts as the owner it is (its partitions are not up for grabs), and
-        # no move takes from it or gives to it.
-        held = set(self._held(state, now_ms))
-        target = self._placement(state, [*eligible, *held], now_ms)
-        return tuple(
-            Move(partition=p.partition, source=p.owner, target=WorkerId(new))
-            for p in state.partitions
-            if p.owner is not None
-            and (new := target[p.partition]) is not None
-            and new != p.owner
-            and p.owner not in held
-            and new not in held
-        )
+        return self.moves.balance_moves(state, now_ms)
 
     def plan_reassign(
         self,
@@ -400,69 +371,12 @@ class Planner:
         balance: bool,
         moves: Iterable[tuple[int, str]] = (),
     ) -> tuple[Move, ...] | Rejected:
-        """The moves of an admin reassign (balance, or explicit (partition, to) pairs),
-        checked against the state exactly as PlanMigrations' apply will check them."""
-        if balance:
-            if balance_paused(state):
-                return rejected(
-                    "conflict",
-                    "maintenance mode is on: balancing waits until it ends (explicit moves "
-                    "are allowed; `ripple maintenance off` ends it)",
-                    "strategy",
-                )
-            if state.in_flight_migrations():
-                return rejected(
-                    "conflict", "migrations are in flight; balance when they finish", "strategy"
-                )
-            planned = self.balance_moves(state, now_ms)
-        else:
-            out = []
-            for i, (partition, to) in enumerate(moves):
-                if not 0 <= partition < state.total_partitions:
-                    return rejected(
-                        "invalid", f"moves[{i}]: partition {partition} does not exist", "partition"
-                    )
-                part = state.partitions[partition]
-                if part.owner is None:
-                    return rejected(
-                        "conflict", f"moves[{i}]: partition {partition} has no owner", "partition"
-                    )
-                out.append(Move(partition=part.partition, source=part.owner, target=WorkerId(to)))
-            planned = tuple(out)
-            held = set(self._held(state, now_ms))
-            for i, mv in enumerate(planned):
-                if held & {mv.source, mv.target}:
-                    who = mv.source if mv.source in held else mv.target
-                    return rejected(
-                        "conflict",
-                        f"moves[{i}]: {who} is restarting and keeps its partitions until it "
-                        "rejoins or its grace ends (drain it to move them now)",
-                        "to" if who == mv.target else "partition",
-                    )
-        problem = check_moves(state, planned, None)
-        return planned if problem is None else problem
+        return self.moves.plan_reassign(state, now_ms, balance=balance, moves=moves)
 
     def plan_drain(
         self, state: ClusterState, worker_id: WorkerId, now_ms: int
     ) -> tuple[Move, ...] | Rejected:
-        """Moves that take `worker_id`'s partitions (not already moving) to the others."""
-        owned = [p for p in state.partitions if p.owner == worker_id and p.migration is None]
-        if not owned:
-            return ()
-        eligible = self.eligible(state, now_ms, (worker_id,))
-        if not eligible:
-            return rejected(
-                "conflict", "no other ACTIVE worker can take its partitions", "worker_id"
-            )
-        target = self._placement(state, eligible, now_ms)
-        return tuple(
-            Move(
-                partition=p.partition,
-                source=worker_id,
-                target=WorkerId(target[p.partition] or eligible[0]),
-            )
-            for p in owned
-        )
+        return self.moves.plan_drain(state, worker_id, now_ms)
 
     # -- the batch ----------------------------------------------------------------------------
 
@@ -495,10 +409,10 @@ class Planner:
             return Batch(commands=commands, wake_at_ms=now_ms)
         self._last_shape = ()
         calls = [
-            *self._release_calls(state, now_ms),
-            *self._host_calls(state, now_ms),
-            *self._warm_calls(state, now_ms),
-            *self._checkpoint_calls(state, now_ms),
+            *self.calls.release_calls(state, now_ms),
+            *self.calls.host_calls(state, now_ms),
+            *self.calls.warm_calls(state, now_ms),
+            *self.calls.checkpoint_calls(state, now_ms),
         ]
         return Batch(calls=tuple(calls), wake_at_ms=now_ms + self.settings.tick_ms)
 
@@ -544,7 +458,7 @@ class Planner:
         # nothing (say thousands registered and never heard from) reads no liveness of
         # every ACTIVE worker.
         eligible = self.eligible(state, now, dead) if orphaned else []
-        target = self._placement(state, eligible, now) if eligible else []
+        target = self.moves.placement(state, eligible, now) if eligible else []
         for p in orphaned:
             new_owner: str | None = target[p.partition] if eligible else None
             if p.migration is not None:
@@ -582,7 +496,7 @@ class Planner:
         eligible = self.eligible(state, now)
         if len(eligible) < self.settings.min_cluster_size:
             return ()
-        target = self._placement(state, eligible, now)
+        target = self.moves.placement(state, eligible, now)
         assignments = tuple(
             Assignment(partition=p, owner=WorkerId(o))
             for p in unassigned
@@ -679,112 +593,3 @@ class Planner:
         return tuple(out)
 
     # -- calls ----------------------------------------------------------------------------------
-
-    def _claim(self, call: WorkerCall) -> bool:
-        key = call_key(call)
-        if key in self.in_flight or len(self.in_flight) >= self.settings.calls_max:
-            return False
-        self.in_flight.add(key)
-        return True
-
-    def _release_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
-        out: list[WorkerCall] = []
-        releasing = set()
-        for x in state.in_flight_migrations():
-            if x.phase is not MigrationPhase.RELEASING:
-                continue
-            releasing.add(x.migration_id)
-            target = state.workers.get(x.target)
-            if target is None or target.state is not WorkerState.ACTIVE:
-                continue  # the migrations stage aborts it
-            if self._paused(x.source, now) or not self.release_retry.due(x.migration_id, now):
-                continue
-            if self.detector.held(x.target, now):
-                continue  # the source keeps its gate open until the target is back
-            source = state.workers[x.source]
-            call = ReleaseCall(
-                migration_id=x.migration_id,
-                partition=x.partition,
-                epoch=state.partitions[x.partition].epoch,
-                worker_id=source.worker_id,
-                address=source.address,
-                incarnation=source.incarnation,
-            )
-            if self._claim(call):
-                out.append(call)
-        # A migration that ended some other way (its source died, an abort) after a failed
-        # release: its schedule would otherwise stay for the whole leadership.
-        for mid in self.release_retry.pending():
-            if mid not in releasing:
-                self.release_retry.forget(mid)
-        return out
-
-    def _host_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
-        out: list[WorkerCall] = []
-        live_keys = set()
-        for p in state.partitions:
-            if p.status is not PartitionStatus.ASSIGNING:
-                continue
-            key = (p.partition, p.epoch)
-            live_keys.add(key)
-            if p.owner is None or not self.host_retry.due(key, now):
-                continue
-            worker = state.workers.get(p.owner)
-            if worker is None or worker.state not in OWNING_WORKER_STATES:
-                continue
-            if self._paused(p.owner, now):
-                continue  # SUSPECTED: wait; DEAD: the failure stage takes it over
-            call = HostCall(
-                partition=p.partition,
-                epoch=p.epoch,
-                worker_id=worker.worker_id,
-                address=worker.address,
-                incarnation=worker.incarnation,
-                checkpoint=p.checkpoint,
-            )
-            if ("host", key) in self.in_flight:
-                continue
-            if not self._claim(call):
-                break
-            out.append(call)
-        for key in self.host_retry.pending():
-            if key not in live_keys:
-                self.host_retry.forget(key)
-        return out
-
-    def _warm_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
-        """Ask each WARMING migration's target how far it is (the first ask starts it)."""
-        out: list[WorkerCall] = []
-        for x in state.in_flight_migrations():
-            if x.phase is not MigrationPhase.WARMING:
-                continue
-            target = state.workers.get(x.target)
-            if target is None or target.state is not WorkerState.ACTIVE:
-                continue  # the migrations stage aborts it
-            if self._paused(x.target, now) or not self.warmups.poll_due(x.migration_id, now):
-                continue
-            call = WarmCall(
-                migration_id=x.migration_id,
-                partition=x.partition,
-                worker_id=target.worker_id,
-                address=target.address,
-                incarnation=target.incarnation,
-                checkpoint=state.partitions[x.partition].checkpoint,
-            )
-            if self._claim(call):
-                out.append(call)
-        return out
-
-    def _checkpoint_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
-        out: list[WorkerCall] = []
-        for wid in self.rounds.scan(state, now, self.rng, lambda w: self._paused(w, now)):
-            w = state.workers[wid]
-            call = CheckpointCall(worker_id=wid, address=w.address, incarnation=w.incarnation)
-            if self._claim(call):
-                out.append(call)
-            elif call_key(call) not in self.in_flight:
-                # Refused by the in-flight cap (say a failover's host calls fill it): the
-                # round was spent, so without this the worker would wait a whole interval.
-                # Its next heartbeat reply asks instead, which costs no call at all.
-                self.rounds.missed.add(wid)
-        return out

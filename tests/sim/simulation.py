@@ -361,13 +361,15 @@ class Proposer:
             self.sim.stats["maintenance_expired"] += 1
 
     def check_throttles(self, cmd: Command) -> None:
-        """A migration starts only within the caps on migrations past PLANNED."""
+        """A migration's release starts only within the caps on migrations releasing or handed
+        off (PLANNED and WARMING ones hold no slot: a warm-up's source still serves)."""
         if not isinstance(cmd, StartRelease):
             return
         mig = self.state.migrations.get(cmd.migration_id)
         if mig is None:
             return
-        active = [m for m in self.state.in_flight_migrations() if m.phase is not _PLANNED]
+        waiting = (_PLANNED, MigrationPhase.WARMING)
+        active = [m for m in self.state.in_flight_migrations() if m.phase not in waiting]
         per_worker = self.sim.s.max_migrations_per_worker
         busy = [w for w in (mig.source, mig.target) for m in active if w in (m.source, m.target)]
         if len(active) >= self.sim.s.max_concurrent_migrations or any(

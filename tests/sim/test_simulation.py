@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.core import partition_commands, retirement
+from coordinator.core import move_plans, partition_commands, retirement
 from coordinator.core import planner as planner_module
 from coordinator.core.commands import CheckpointsResult, CheckpointVerdict, Ok, RecordCheckpoints
 from coordinator.core.liveness import Detector, Liveness
@@ -134,7 +134,7 @@ def test_balance_rounds_by_load_and_by_counts() -> None:
 def test_checker_catches_a_round_that_raises_the_busiest(monkeypatch: pytest.MonkeyPatch) -> None:
     """A weighted placement that then hands the heaviest partition to the busiest worker
     makes it busier: the balance check reports it, with its seed."""
-    real = planner_module.plan_weighted
+    real = move_plans.plan_weighted
 
     def piled(
         owners: Sequence[str | None], eligible: Sequence[str], weights: Sequence[float], **kw: Any
@@ -150,7 +150,7 @@ def test_checker_catches_a_round_that_raises_the_busiest(monkeypatch: pytest.Mon
             out[heaviest] = busiest if owners[heaviest] != busiest else out[heaviest]
         return out
 
-    monkeypatch.setattr(planner_module, "plan_weighted", piled)
+    monkeypatch.setattr(move_plans, "plan_weighted", piled)
     with pytest.raises(SafetyViolation, match="raised the busiest"):
         for seed in range(30):
             run_seed(seed)
