@@ -1,4 +1,7 @@
-"""Cluster configuration: one TOML file, each key overridable by env and by CLI flag.
+"""Cluster configuration: every key of the cluster file, its default and its validation.
+
+The file is read by coordinator/config_file.py; addresses are parsed by
+coordinator/addresses.py.
 
 Precedence, lowest to highest: built-in default < TOML file < `RIPPLE_<KEY>` environment
 variable < command-line flag. The node list (`[[nodes]]`) comes from the file only. Every
@@ -18,84 +21,16 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import math
-import os
-import socket
-import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from coordinator.addresses import Network, check_bind, split_host_port
 from coordinator.core.versions import COMMAND_SET_VERSION
 from replication import settings as rs
 from shared.checkpoint_ref import store_base
 from shared.errors import ConfigError
 
-__all__ = [
-    "DERIVED_TIMINGS",
-    "SCALAR_KEYS",
-    "ClusterConfig",
-    "Network",
-    "NodeSpec",
-    "check_bind",
-    "load_config",
-    "split_host_port",
-]
-
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def split_host_port(text: str, field: str) -> tuple[str, int]:
-    """`host:port` or `[v6]:port` -> (host, port); ConfigError naming `field` otherwise."""
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port_text = text.rpartition(":")
-        if ":" in host:
-            raise ConfigError(f"{field}: write an IPv6 address as [addr]:port", field=field)
-    if not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
-        raise ConfigError(f"{field}: {text!r} is not host:port (port 1..65535)", field=field)
-    return host, int(port_text)
-
-
-def is_wildcard(host: str) -> bool:
-    """True when binding `host` listens on every interface. Parsed, not string-compared:
-    the OS reads '0', '0.0', '0x0' and '::0' as the unspecified address too."""
-    if host in ("", "*"):
-        return True
-    try:
-        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host)
-    except ValueError:
-        try:
-            # The legacy numeric forms inet_aton (and so bind) accepts: '0', '0x0', '0.0'.
-            address = ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return False  # a host name: bound to what it resolves to, never a wildcard
-    return address.is_unspecified
-
-
-def is_loopback(host: str) -> bool:
-    """True for a loopback IP literal or `localhost` (where clear-text HTTP stays local)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind(text: str, field: str, *, allow_wildcard: bool) -> tuple[str, int]:
-    """A bind address as (host, port), refusing the wildcard unless allowed explicitly."""
-    host, port = split_host_port(text, field)
-    if is_wildcard(host) and not allow_wildcard:
-        raise ConfigError(
-            f"{field}: {text!r} binds every interface; give an explicit address (or set "
-            "allow_wildcard_bind = true when that is really meant)",
-            field=field,
-        )
-    return host, port
+__all__ = ["DERIVED_TIMINGS", "ClusterConfig", "NodeSpec", "per_worker_migrations"]
 
 
 # The most a worker's load may exceed the mean (as a fraction of it) before partitions move:
@@ -589,125 +524,3 @@ _POSITIVE_KEYS = (
     "membership_catch_up_timeout_s",
     "backup_bytes_max",
 )
-
-
-_FIELDS = {f.name: f for f in dataclasses.fields(ClusterConfig)}
-SCALAR_KEYS = tuple(k for k in _FIELDS if k != "nodes")
-
-
-def _coerce(key: str, raw: Any) -> Any:
-    """Coerce a TOML/env/flag value to the field's type, with a clear error."""
-    default = getattr(ClusterConfig(), key)
-    try:
-        if isinstance(default, bool):
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        if isinstance(default, int):
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise ValueError(raw)  # int(1.5) would silently make it 1
-            return int(raw)
-        if isinstance(default, float):
-            if isinstance(raw, bool):
-                raise ValueError(raw)
-            number = float(raw)
-            if not math.isfinite(number):
-                raise ValueError(raw)
-            return number
-        return str(raw)
-    except (TypeError, ValueError) as exc:
-        kind = "finite number" if isinstance(default, float) else type(default).__name__
-        raise ConfigError(f"{key}: cannot use {raw!r}, need a {kind}", field=key) from exc
-
-
-NODE_KEYS = frozenset({"id", "raft", "http", "raft_bind"})
-
-
-def _parse_nodes(raw: Any) -> tuple[NodeSpec, ...]:
-    if not isinstance(raw, list):
-        raise ConfigError("nodes must be an array of tables", field="nodes")
-    nodes = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict) or not {"id", "raft", "http"} <= set(item) <= NODE_KEYS:
-            raise ConfigError(
-                f"nodes[{i}] needs id, raft and http (and optionally raft_bind)", field="nodes"
-            )
-        bind = item.get("raft_bind")
-        nodes.append(
-            NodeSpec(
-                id=str(item["id"]),
-                raft=str(item["raft"]),
-                http=str(item["http"]),
-                raft_bind=None if bind is None else str(bind),
-            )
-        )
-    return tuple(nodes)
-
-
-def load_config(
-    path: str | os.PathLike[str] | None,
-    *,
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    validate: bool = True,
-) -> ClusterConfig:
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            with open(path, "rb") as f:
-                doc = tomllib.load(f)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config {path}: {exc.strerror}", field="config") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config {path} is not valid TOML: {exc}", field="config") from exc
-        for key, raw in doc.items():
-            if key == "nodes":
-                values["nodes"] = _parse_nodes(raw)
-            elif key in _FIELDS:
-                values[key] = _coerce(key, raw)
-            else:
-                raise ConfigError(f"unknown config key {key!r}", field=key)
-    env = os.environ if env is None else env
-    for key in SCALAR_KEYS:
-        env_key = f"RIPPLE_{key.upper()}"
-        if env_key in env:
-            values[key] = _coerce(key, env[env_key])
-    for key, raw in (overrides or {}).items():
-        if raw is not None:
-            values[key] = _coerce(key, raw)
-    config = ClusterConfig(**values)
-    if validate:
-        config.validate()
-    return config
-
-
-def render_toml(config: ClusterConfig) -> str:
-    """The config as a TOML document (used by `ripple up` to write its cluster file)."""
-    lines = []
-    for key in SCALAR_KEYS:
-        value = getattr(config, key)
-        if key in DERIVED_TIMINGS and value == config.heartbeat_timeout_s * DERIVED_TIMINGS[key]:
-            # Left out, it is derived again on load and keeps following heartbeat_timeout_s
-            # when the environment or a flag changes the timeout.
-            continue
-        if key == "max_migrations_per_worker" and value == per_worker_migrations(
-            config.max_concurrent_migrations
-        ):
-            continue  # derived again on load, from max_concurrent_migrations alike
-        if isinstance(value, bool):
-            lines.append(f"{key} = {'true' if value else 'false'}")
-        elif isinstance(value, int | float):
-            lines.append(f"{key} = {value}")
-        else:
-            escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
-            lines.append(f'{key} = "{escaped}"')
-    for n in config.nodes:
-        lines += ["", "[[nodes]]", f'id = "{n.id}"', f'raft = "{n.raft}"', f'http = "{n.http}"']
-        if n.raft_bind is not None:
-            lines.append(f'raft_bind = "{n.raft_bind}"')
-    return "\n".join(lines) + "\n"

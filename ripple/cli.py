@@ -35,7 +35,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from coordinator.client import CoordinatorClient
-from coordinator.config import SCALAR_KEYS, ClusterConfig, load_config
+from coordinator.config import ClusterConfig
+from coordinator.config_file import SCALAR_KEYS, load_config
 from coordinator.core.fencing import EPOCH_JUMP_DEFAULT
 from coordinator.service.node_dir import JOIN_FILE
 from ripple.connect import (

@@ -9,7 +9,7 @@ import argparse
 import os
 
 from coordinator.client import CoordinatorClient
-from coordinator.config import load_config
+from coordinator.config_file import load_config
 from ripple.local_cluster import cluster_file
 from shared.errors import RippleError
 

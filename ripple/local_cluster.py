@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.client import CoordinatorClient
-from coordinator.config import ClusterConfig, NodeSpec, load_config, render_toml
+from coordinator.config import ClusterConfig, NodeSpec
+from coordinator.config_file import load_config, render_toml
 from ripple.launch import coordinator_argv, worker_argv
 from ripple.supervisor import Children
 from ripple.tables import render_status

@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from coordinator.addresses import split_host_port
 from coordinator.client import CoordinatorClient
-from coordinator.config import ClusterConfig, split_host_port
+from coordinator.config import ClusterConfig
 from coordinator.service.node_dir import JoinRecord, read_join_record, write_join_record
 from replication.identity import write_cluster_id
 from replication.members import Member

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coordinator.config import check_bind
+from coordinator.addresses import check_bind
 from ripple.connect import client_for, coordinator_arg, coordinator_urls, tls_ca
 from ripple.tables import table
 from shared.errors import ConfigError, RippleError

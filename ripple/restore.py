@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.config import ClusterConfig, load_config
+from coordinator.config import ClusterConfig
+from coordinator.config_file import load_config
 from coordinator.core.backup import BackupError, load_backup
 from coordinator.core.codec import CodecError
 from coordinator.core.fencing import fence_for_new_cluster

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coordinator.config import ClusterConfig, NodeSpec, render_toml
+from coordinator.config import ClusterConfig, NodeSpec
+from coordinator.config_file import render_toml
 from coordinator.service.auth import issue_token
 from ripple.launch import coordinator_argv
 from shared.ports import free_ports

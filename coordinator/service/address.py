@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from coordinator.config import Network
+from coordinator.addresses import Network
 from shared.errors import RequestError
 
 __all__ = ["HOST_VERDICTS_CACHED_MAX", "check_address"]

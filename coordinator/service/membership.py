@@ -30,7 +30,7 @@ import secrets
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from coordinator.config import check_bind, is_wildcard, split_host_port
+from coordinator.addresses import check_bind, is_wildcard, split_host_port
 from coordinator.core.model import valid_id
 from coordinator.service.node import CoordinatorNode, now_ms
 from replication.log import Member, RaftRole

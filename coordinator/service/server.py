@@ -18,7 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinator.config import ClusterConfig, is_loopback, split_host_port
+from coordinator.addresses import is_loopback, split_host_port
+from coordinator.config import ClusterConfig
 from coordinator.service.duties import LeaderDuties
 from coordinator.service.front import FrontDoorSite
 from coordinator.service.http.app import create_app

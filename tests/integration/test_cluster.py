@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.config import render_toml
+from coordinator.config_file import render_toml
 from testkit.cluster import ADMIN, Cluster, worker_token
 from testkit.http import call
 from testkit.wait import wait_until

@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from coordinator.config import ClusterConfig, load_config
+from coordinator.config import ClusterConfig
+from coordinator.config_file import load_config
 
 COMPOSE_DIR = Path(__file__).resolve().parents[2] / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.config import ClusterConfig, NodeSpec, load_config, render_toml
+from coordinator.config import ClusterConfig, NodeSpec
+from coordinator.config_file import load_config, render_toml
 from shared.errors import ConfigError
 
 SECRET = "unit-secret-0123456789abcdef"

@@ -38,7 +38,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from coordinator.config import ClusterConfig, NodeSpec, is_wildcard, load_config, split_host_port
+from coordinator.addresses import is_wildcard, split_host_port
+from coordinator.config import ClusterConfig, NodeSpec
+from coordinator.config_file import load_config
 from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import SPOKEN

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import placement_skew
-from coordinator.config import load_config
+from coordinator.config_file import load_config
 from coordinator.core.commands import Assignment, AssignPartitions, Bootstrap, RegisterWorker
 from coordinator.core.load import LoadBook
 from coordinator.core.model import PartitionId, PartitionStatus, WorkerId
