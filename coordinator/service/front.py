@@ -33,6 +33,7 @@ from typing import cast
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from coordinator.service.event_metrics import FrontDoorCounts
 from coordinator.service.front_reader import (
     BODY_BYTES_MAX,
     HEAD_BYTES_MAX,
@@ -48,7 +49,6 @@ from coordinator.service.http.app import finish
 from coordinator.service.http.context import NODE_KEY
 from coordinator.service.http.request import ApiRequest, PlainRequest
 from coordinator.service.http.worker_routes import checkpoints, heartbeat_now, register
-from coordinator.service.metrics import FrontDoorCounts
 from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = [

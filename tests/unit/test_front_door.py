@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.service import front
+from coordinator.service.event_metrics import FrontDoorCounts
 from coordinator.service.http.context import NODE_KEY, ORIGINS_KEY
-from coordinator.service.metrics import FrontDoorCounts
 from replication.log import RaftRole
 from shared.ports import free_ports
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from coordinator.service import metrics as metrics_module
+from coordinator.service import event_metrics as metrics_module
 from coordinator.service.metrics import Metrics
 
 
