@@ -22,6 +22,7 @@ import pytest
 
 from coordinator.core.versions import COMMAND_SET_VERSION
 from ripple.launch import coordinator_argv
+from shared.version import PACKAGE_VERSION
 from testkit.cli import ripple
 from testkit.cluster import ADMIN, Cluster
 from testkit.prom import parse, value
@@ -176,7 +177,7 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
         assert st["finalized_command_set_version"] == 1 and st["voters"] == list(NODES)
         health = c.health(HELD)
         assert health is not None and health["command_set"] == {"min_version": 1, "max_version": 1}
-        assert health["package_version"] == "0.2.0" and health["halted"] is None
+        assert health["package_version"] == PACKAGE_VERSION and health["halted"] is None
         # The transport: every link to the held node talks version 2, the newer two talk 3
         # between them, and no connection is refused for want of a common version.
         links_are(
@@ -192,13 +193,13 @@ def test_a_newer_command_waits_for_the_held_node_then_lands_with_no_full_restart
         refused = record_backup(c)
         assert refused.status == 409, refused
         assert refused.body["error"] == "version_unsupported"
-        assert "n3 speaks 1..1 (ripple 0.2.0)" in refused.body["message"]
+        assert f"n3 speaks 1..1 (ripple {PACKAGE_VERSION})" in refused.body["message"]
         assert "n1" not in refused.body["message"] and "n2" not in refused.body["message"]
         cli = ripple("status", "--coordinator", c.url("n1"))
         assert cli.returncode == 0, cli.stderr
         assert "command set: finalized at version 1" in cli.stdout
         assert [ln.split() for ln in cli.stdout.splitlines() if ln.startswith("n3 ")] == [
-            ["n3", "yes", "0.2.0", "1..1"]
+            ["n3", "yes", PACKAGE_VERSION, "1..1"]
         ]
 
         # The held node is upgraded: restarted alone, on the same data directory.
