@@ -38,6 +38,7 @@ __all__ = [
     "BatchInput",
     "Transform",
     "identity",
+    "key_state_of_row",
     "load_transform",
     "stage",
 ]
@@ -131,8 +132,9 @@ def _files_schema() -> StructType:
     )
 
 
-def _key_state(row: dict[str, Any]) -> KeyState:
-    # A row as pyarrow's (untyped) to_pylist gives it: converted field by field, here only.
+def key_state_of_row(row: dict[str, Any]) -> KeyState:
+    """A key's state from one aggregated row as pyarrow's (untyped) to_pylist gives it:
+    converted field by field, here only."""
     return KeyState(
         count=int(row["count"]),
         sum=float(row["sum"]),
@@ -278,7 +280,7 @@ class Aggregator:
         for row in self._aggregate(self.transform(df), ["partition", "key"]):
             if row["partition"] is None:
                 raise AggregateError(f"rows of an unrecognised file path; inputs: {inputs[:3]}")
-            result.setdefault(int(row["partition"]), {})[str(row["key"])] = _key_state(row)
+            result.setdefault(int(row["partition"]), {})[str(row["key"])] = key_state_of_row(row)
         return result
 
     def batch_job(self, paths: Sequence[str]) -> PartitionState:
@@ -288,7 +290,9 @@ class Aggregator:
         if not paths:
             return {}
         df = self._read(paths).withColumn("partition", F.lit(None).cast("int"))
-        return {str(r["key"]): _key_state(r) for r in self._aggregate(self.transform(df), ["key"])}
+        return {
+            str(r["key"]): key_state_of_row(r) for r in self._aggregate(self.transform(df), ["key"])
+        }
 
     def batch_job_table(self, table: pa.Table) -> PartitionState:
         """``batch_job`` over rows read by the caller (key, value, offset): the oracle on a
@@ -298,7 +302,9 @@ class Aggregator:
         if table.num_rows == 0:
             return {}
         df = self.spark.createDataFrame(table).withColumn("partition", F.lit(None).cast("int"))
-        return {str(r["key"]): _key_state(r) for r in self._aggregate(self.transform(df), ["key"])}
+        return {
+            str(r["key"]): key_state_of_row(r) for r in self._aggregate(self.transform(df), ["key"])
+        }
 
     def close(self) -> None:
         self.spark.stop()

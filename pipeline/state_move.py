@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from pipeline.aggregate import key_state_of_row
 from pipeline.state import (
     MAX_KEYS_PER_PARTITION_DEFAULT,
     KeyState,
@@ -139,15 +140,7 @@ def move_on_spark(
     ranked = merged.withColumn("admitted", F.row_number().over(order) <= F.lit(max_keys))
     rows: list[dict[str, Any]] = ranked.toArrow().to_pylist()
     for row in rows:
-        st = KeyState(
-            count=int(row["count"]),
-            sum=float(row["sum"]),
-            min=float(row["min"]),
-            max=float(row["max"]),
-            last=float(row["last"]),
-            last_offset=int(row["last_offset"]),
-            first_offset=int(row["first_offset"]),
-        )
+        st = key_state_of_row(row)
         moved = out[int(row["partition"])]
         (moved.state if row["admitted"] else moved.dead)[str(row["key"])] = st
     return out
