@@ -116,6 +116,8 @@ def test_a_warm_move_under_load_and_one_whose_target_dies_while_warming(
         used_before = worker_metric(p, "w2", USED, outcome="used")
         mid = move(p, part, "w2")
         wait_until(lambda: migration(p, mid)["phase"] == "done", "the warm move", MOVE_TIMEOUT_S)
+        # The watcher polls on its own thread: it may see "done" a poll after the check above.
+        wait_until(lambda: phases.of(mid)[-1:] == ["done"], "the watcher sees it done", 30.0)
         seen = phases.of(mid)
         assert "warming" in seen and seen[-1] == "done", seen
         assert seen == sorted(seen, key=PHASES.index), seen
@@ -139,6 +141,7 @@ def test_a_warm_move_under_load_and_one_whose_target_dies_while_warming(
         wait_until(
             lambda: migration(p, mid)["phase"] == "aborted", "the move aborted", MOVE_TIMEOUT_S
         )
+        wait_until(lambda: phases.of(mid)[-1:] == ["aborted"], "the watcher sees it abort", 30.0)
         assert "releasing" not in phases.of(mid), phases.of(mid)
         after = partition(p, part)
         assert (after["owner"], after["epoch"]) == (source["owner"], source["epoch"])
