@@ -102,6 +102,11 @@ class Warming:
         log.info("warming partition %d up for %s", p, call.migration_id)
         return copy.reply(p)
 
+    async def loads_done(self) -> None:
+        """Until every checkpoint load started so far has ended (its copy loaded, or failed:
+        the copy says so)."""
+        await asyncio.gather(*self._loads, return_exceptions=True)
+
     async def _load(self, p: int, copy: WarmCopy, call: WarmRequest) -> None:
         try:
             if call.checkpoint is not None:

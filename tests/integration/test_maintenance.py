@@ -30,8 +30,10 @@ SETTINGS: dict[str, Any] = {
     "checkpoint_interval_s": 1.0,
     "rebalance_on_join": True,
 }
-# The leader plans every 0.1 s: this long without a move is many chances to make one.
-QUIET_S = 1.5
+# Commands the leader proposes after a new worker is alive before the test looks for a move:
+# two checkpoint rounds of three owners, each round planned by the planner (1 s rounds, a
+# planning pass every 0.1 s), so many passes have had the chance to balance onto it.
+QUIET_COMMANDS = 6
 CLI_TIMEOUT_S = 60
 # How long the second maintenance lasts: room for a death verdict, a worker's start and the
 # quiet spell above, all while it is on.
@@ -68,6 +70,25 @@ def settled_on(c: Cluster, workers: set[str]) -> dict[str, int]:
         lambda: o if (o := owners(c)) is not None and set(o) == workers else None,
         f"partitions settled on {sorted(workers)}",
         40,
+    )
+
+
+def planned_past(c: Cluster, worker: str) -> None:
+    """Until `worker` is alive on the leader and the leader has since proposed QUIET_COMMANDS
+    more commands: a balance onto it, if one were coming, would have been proposed."""
+
+    def alive() -> bool:
+        workers = c.get(c.leader(), "/v1/workers").body["workers"]
+        return any(x["worker_id"] == worker and x["liveness"] == "alive" for x in workers)
+
+    wait_until(alive, f"{worker} alive on the leader", 30)
+    leader = c.leader()
+    start = c.proposed(leader)
+    assert start is not None
+    wait_until(
+        lambda: (now := c.proposed(leader)) is not None and now[1] >= start[1] + QUIET_COMMANDS,
+        "the leader's next planning passes",
+        30,
     )
 
 
@@ -123,8 +144,7 @@ def test_maintenance_pauses_balance_not_recovery_and_ends_by_itself(
     bad = c.write_via_any("/v1/admin/maintenance/on", {}, token=ADMIN)
     assert bad.status == 400 and bad.body["field"] == "reason", bad
     w.start("w4")
-    wait_until(lambda: len(c.get(c.leader(), "/v1/workers").body["workers"]) == 4, "w4")
-    time.sleep(QUIET_S)
+    planned_past(c, "w4")
     assert settled_on(c, {"w1", "w2", "w3"}) == {"w1": 4, "w2": 4, "w3": 4}
     assert status(c)["maintenance"]["reason"] == "kernel upgrade"
     assert maintenance_gauge(c) == 1
@@ -151,8 +171,7 @@ def test_maintenance_pauses_balance_not_recovery_and_ends_by_itself(
     after = settled_on(c, {"w2", "w3", "w4"})  # w1's three went to the others
     assert after == {"w2": 4, "w3": 4, "w4": 4}
     w.start("w5")
-    wait_until(lambda: len(c.get(c.leader(), "/v1/workers").body["workers"]) == 5, "w5")
-    time.sleep(QUIET_S)
+    planned_past(c, "w5")
     assert owners(c) == {"w2": 4, "w3": 4, "w4": 4}  # w5 waits for the end
     assert time.monotonic() - began < FOR_S, "all of it happened while maintenance was on"
     assert status(c)["maintenance"] is not None

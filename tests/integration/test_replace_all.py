@@ -85,7 +85,7 @@ class Writer(Background):
                 return  # the run is over: this write is neither acknowledged nor counted
             nodes = self.cluster.alive()
             if not nodes:
-                time.sleep(RETRY_S)
+                self._stop.wait(RETRY_S)
                 continue
             url = self.cluster.url(self.rng.choice(nodes)) + "/v1/workers"
             try:
@@ -100,7 +100,7 @@ class Writer(Background):
                     )
             except OSError as exc:  # a node stopping, or a proposal that may have landed
                 self.writes.saw(type(exc).__name__)
-                time.sleep(RETRY_S)
+                self._stop.wait(RETRY_S)
                 continue
             if r.status == 200:
                 with self.writes.lock:
@@ -112,7 +112,7 @@ class Writer(Background):
                 with self.writes.lock:
                     self.writes.failed.append(f"{wid}: {r.status} {r.body}")
                 return  # a failed write: the test fails on it
-            time.sleep(RETRY_S)
+            self._stop.wait(RETRY_S)
         self.writes.gave_up.append(wid)
 
 

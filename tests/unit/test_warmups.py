@@ -184,7 +184,7 @@ def test_a_warm_copy_follows_the_log_and_a_host_starts_from_it_once_caught_up() 
         w, _ = _warming()
         req = WarmRequest(partition=3, migration_id="m-1")
         assert w.warm(req) == WarmReply(partition=3, loaded=False, offset=0, head=0)
-        await asyncio.sleep(0)  # the load (nothing sent: offset 0)
+        await w.loads_done()  # the load (nothing sent: offset 0)
         assert w.offsets() == {3: 0}
         # Loaded, but no micro-batch has replayed into it yet: not reported loaded, so the
         # checkpoint's offset cannot pass for a lag of 0, nor a listed tail for a replayed one.
@@ -198,7 +198,7 @@ def test_a_warm_copy_follows_the_log_and_a_host_starts_from_it_once_caught_up() 
         copy = w.take(3, 7)
         assert copy is None and w.copies == {}
         w.warm(req)
-        await asyncio.sleep(0)
+        await w.loads_done()
         w.merge(3, 0, 9, 9, {"k": _ks(1.0, 0)}, 100)  # reached the head it listed
         copy = w.take(3, 50)
         assert copy is not None and copy.offset == 9 and copy.state["k"].count == 1
@@ -219,7 +219,7 @@ def test_warm_copies_are_bounded_refused_when_hosted_and_end_rather_than_dead_le
         with pytest.raises(RequestError) as hosted:
             w.warm(WarmRequest(partition=2, migration_id="m-2"))
         assert hosted.value.status == 409
-        await asyncio.sleep(0)
+        await w.loads_done()
         two = {"a": _ks(1.0, 0), "b": _ks(1.0, 1)}
         assert w.merge(1, 0, 2, 2, two, 1) == 0  # one key over the limit: the copy ends
         with pytest.raises(UnavailableError) as failed:
@@ -234,7 +234,7 @@ def test_a_warm_copy_with_nothing_to_replay_is_loaded_once_a_batch_lists_its_log
         w, _ = _warming()
         req = WarmRequest(partition=5, migration_id="m-1")
         w.warm(req)
-        await asyncio.sleep(0)  # the load (nothing sent: offset 0)
+        await w.loads_done()  # the load (nothing sent: offset 0)
         assert w.warm(req).loaded is False
         w.saw_head(5, 0)  # the log holds nothing past the copy
         assert w.warm(req) == WarmReply(partition=5, loaded=True, offset=0, head=0)
