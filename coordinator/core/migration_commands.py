@@ -28,6 +28,7 @@ from coordinator.core.model import (
     TERMINAL_PHASES,
     ChangeReason,
     Checkpoint,
+    MigrationId,
     MigrationPhase,
     MigrationReason,
     PartitionStatus,
@@ -65,36 +66,28 @@ def plan_migrations(state: ClusterState, cmd: PlanMigrations) -> Outcome:
 
 
 def start_release(state: ClusterState, cmd: StartRelease) -> Outcome:
-    m = edits.migration_or_reject(state, cmd.migration_id)
-    if isinstance(m, Rejected):
-        return m, False
-    value = ReleaseResult(
-        migration_id=m.migration_id, phase=MigrationPhase.RELEASING, changed=False
-    )
-    if m.phase is MigrationPhase.RELEASING:
-        return Ok(value=value), False
-    problem = edits.lifecycle_problem(
-        state, "StartRelease", migrations=((m.migration_id, MigrationPhase.RELEASING),)
-    )
-    if problem is not None:
-        return problem, False
-    state.put_migration(replace(m, phase=MigrationPhase.RELEASING, updated_at_ms=cmd.now_ms))
-    return Ok(value=replace(value, changed=True)), False
+    return _enter(state, cmd.migration_id, MigrationPhase.RELEASING, "StartRelease", cmd.now_ms)
 
 
 def start_warm(state: ClusterState, cmd: StartWarm) -> Outcome:
-    m = edits.migration_or_reject(state, cmd.migration_id)
+    return _enter(state, cmd.migration_id, MigrationPhase.WARMING, "StartWarm", cmd.now_ms)
+
+
+def _enter(
+    state: ClusterState, mid: MigrationId, phase: MigrationPhase, command: str, now_ms: int
+) -> Outcome:
+    """A migration into `phase` (a step that changes no owner or epoch); already there: Ok
+    with changed false, so a retried step is harmless."""
+    m = edits.migration_or_reject(state, mid)
     if isinstance(m, Rejected):
         return m, False
-    value = ReleaseResult(migration_id=m.migration_id, phase=MigrationPhase.WARMING, changed=False)
-    if m.phase is MigrationPhase.WARMING:
+    value = ReleaseResult(migration_id=m.migration_id, phase=phase, changed=False)
+    if m.phase is phase:
         return Ok(value=value), False
-    problem = edits.lifecycle_problem(
-        state, "StartWarm", migrations=((m.migration_id, MigrationPhase.WARMING),)
-    )
+    problem = edits.lifecycle_problem(state, command, migrations=((m.migration_id, phase),))
     if problem is not None:
         return problem, False
-    state.put_migration(replace(m, phase=MigrationPhase.WARMING, updated_at_ms=cmd.now_ms))
+    state.put_migration(replace(m, phase=phase, updated_at_ms=now_ms))
     return Ok(value=replace(value, changed=True)), False
 
 
