@@ -11,7 +11,6 @@ batch job over all the input.
 from __future__ import annotations
 
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from pipeline.source import generate
+from testkit.background import Background
 from testkit.cluster import ADMIN
 from testkit.http import call
 from testkit.pipeline_rig import PipelineRig
@@ -38,35 +38,27 @@ def rig(tmp_path: Path, spark_remote: str) -> Iterator[PipelineRig]:
     yield from PipelineRig(tmp_path, f"file://{tmp_path / 'store'}", spark_remote).running()
 
 
-class Phases:
+class Phases(Background):
     """Polls the leader's migrations in a thread: every phase seen per migration id, in
     order of first sight."""
 
+    every_s = POLL_EVERY_S
+
     def __init__(self, rig: PipelineRig) -> None:
+        super().__init__()
         self.rig = rig
         self.seen: dict[str, list[str]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Phases:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
+    def step(self) -> None:
         c = self.rig.cluster
-        while not self._stop.wait(POLL_EVERY_S):
-            try:
-                migrations = c.get(c.leader(), "/v1/migrations").body["migrations"]
-            except (OSError, KeyError, TypeError):
-                continue  # a slow answer: the next poll sees the phase, or a later one
-            for m in migrations:
-                phases = self.seen.setdefault(m["id"], [])
-                if not phases or phases[-1] != m["phase"]:
-                    phases.append(m["phase"])
+        try:
+            migrations = c.get(c.leader(), "/v1/migrations").body["migrations"]
+        except (OSError, KeyError, TypeError, AssertionError):
+            return  # a slow answer: the next poll sees the phase, or a later one
+        for m in migrations:
+            phases = self.seen.setdefault(m["id"], [])
+            if not phases or phases[-1] != m["phase"]:
+                phases.append(m["phase"])
 
     def of(self, mid: str) -> list[str]:
         return list(self.seen.get(mid, []))

@@ -12,7 +12,6 @@ Spark batch job over all the input.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from pipeline.source import generate
+from testkit.background import Background
 from testkit.cluster import ADMIN
 from testkit.http import call
 from testkit.pipeline_rig import SETTINGS, PipelineRig
@@ -48,64 +48,54 @@ def rig(tmp_path: Path, spark_remote: str) -> Iterator[PipelineRig]:
     ).running()
 
 
-class Watch:
+class Watch(Background):
     """Polls the leader's partition table and migrations in a thread: every owner seen,
     with when it was seen (monotonic), and the most migrations ever in flight."""
 
+    every_s = POLL_EVERY_S
+
     def __init__(self, rig: PipelineRig) -> None:
+        super().__init__()
         self.rig = rig
         self.seen: list[tuple[float, dict[int, str | None]]] = []
         self.migrations_max = 0
         self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._leader: str | None = None
 
-    def __enter__(self) -> Watch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
+    def step(self) -> None:
         c = self.rig.cluster
-        leader = c.leader()
-        while not self._stop.wait(POLL_EVERY_S):
-            try:
-                parts = c.get(leader, "/v1/partitions").body["partitions"]
-                moving = c.get(leader, "/v1/migrations").body["in_flight"]
-            except (OSError, KeyError, TypeError) as exc:
-                self.errors.append(repr(exc))
-                continue
-            self.seen.append((time.monotonic(), {p["partition"]: p["owner"] for p in parts}))
-            self.migrations_max = max(self.migrations_max, moving)
+        try:
+            # The leader the watch began with: a rolling restart of workers changes none.
+            self._leader = self._leader or c.leader()
+            leader = self._leader
+            parts = c.get(leader, "/v1/partitions").body["partitions"]
+            moving = c.get(leader, "/v1/migrations").body["in_flight"]
+        except (OSError, KeyError, TypeError, AssertionError) as exc:
+            self.errors.append(repr(exc))
+            return
+        self.seen.append((time.monotonic(), {p["partition"]: p["owner"] for p in parts}))
+        self.migrations_max = max(self.migrations_max, moving)
 
     def owners_between(self, start: float, end: float) -> list[dict[int, str | None]]:
         return [owners for t, owners in self.seen if start <= t <= end]
 
 
-class Producer:
+class Producer(Background):
     """Appends records all along, in a thread, until stopped."""
 
+    every_s = PRODUCE_EVERY_S
+    steps_max = PRODUCE_BATCHES_MAX
+
     def __init__(self, rig: PipelineRig) -> None:
+        super().__init__()
         self.rig = rig
-        self.batches = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Producer:
-        self._thread.start()
-        return self
+    @property
+    def batches(self) -> int:
+        return self.steps
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        while self.batches < PRODUCE_BATCHES_MAX and not self._stop.wait(PRODUCE_EVERY_S):
-            self.rig.producer.produce(generate(100, 40, seed=1000 + self.batches))
-            self.batches += 1
+    def step(self) -> None:
+        self.rig.producer.produce(generate(100, 40, seed=1000 + self.steps))
 
 
 def workers(rig: PipelineRig) -> dict[str, dict[str, Any]]:
