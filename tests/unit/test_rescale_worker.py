@@ -352,3 +352,15 @@ async def test_one_build_at_a_time_and_a_failed_one_starts_again(tmp_path: Path)
     assert len(runs) == 2
     assert done.done and [c.partition for c in done.checkpoints] == list(range(NEW))
     assert rebuild.build(call) == done and len(runs) == 2  # kept, not run again
+
+
+def test_the_routing_a_worker_reads_from_the_coordinators_health() -> None:
+    from pipeline.coordinator_replies import routing
+    from shared.errors import ClientError
+
+    assert routing({"cluster": {"total_partitions": 4}}) == (4,)
+    assert routing({"cluster": {"total_partitions": 6, "routing": [4, 6]}}) == (4, 6)
+    for bad in ([], [4, 0], [4, True], "4", [4, "6"]):
+        with pytest.raises(ClientError) as info:
+            routing({"cluster": {"total_partitions": 6, "routing": bad}})
+        assert info.value.field == "routing"
