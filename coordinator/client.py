@@ -20,7 +20,7 @@ from urllib.parse import quote
 import aiohttp
 
 from shared.errors import ClientError
-from shared.routing import partition_for_key
+from shared.routing import Routing
 from shared.tls import client_context
 
 __all__ = ["CoordinatorClient", "KeyRouter"]
@@ -234,10 +234,15 @@ TABLE_CHECK_S = 2.0
 class KeyRouter:
     """Routes key lookups to the worker that owns the key's partition.
 
-    The partition table and worker addresses are cached from any coordinator node. The
-    cache is refreshed when the cluster's generation changes (checked at most every
+    The partition table, worker addresses and routing generations (`cluster.routing` of
+    `/v1/health`; one generation when a coordinator does not say) are cached from any
+    coordinator node. A key routes by the newest routing generation, and its read names
+    that generation, so a worker hosting another generation's partition under the same
+    number answers 409 `stale_generation` rather than another key set's answer. The cache
+    is refreshed when the cluster's generation changes (checked at most every
     `TABLE_CHECK_S` through `/v1/health`), and at once when a worker answers 409 (it no
-    longer owns the partition) or cannot be reached. Bounded: `LOOKUP_ATTEMPTS_MAX` tries.
+    longer owns the partition, or the routing moved on) or cannot be reached. Bounded:
+    `LOOKUP_ATTEMPTS_MAX` tries.
     """
 
     def __init__(self, client: CoordinatorClient) -> None:
@@ -245,14 +250,18 @@ class KeyRouter:
         self.generation = -1
         self.owners: list[str | None] = []
         self.addresses: dict[str, str] = {}
+        self.routing = Routing(generation=0, partitions=1)
         self._checked_at = 0.0
 
     async def refresh(self) -> None:
+        health = await self.client.get("/v1/health")
         table = await self.client.get("/v1/partitions")
         workers = await self.client.get("/v1/workers")
         self.owners = [p["owner"] for p in table["partitions"]]
         self.addresses = {w["worker_id"]: w["address"] for w in workers["workers"]}
         self.generation = int(table["generation"])
+        counts = health["cluster"].get("routing") or [len(self.owners)]
+        self.routing = Routing(generation=len(counts) - 1, partitions=int(counts[-1]))
         self._checked_at = time.monotonic()
 
     async def _fresh(self) -> None:
@@ -265,8 +274,9 @@ class KeyRouter:
             self._checked_at = time.monotonic()
 
     def route(self, key: str) -> tuple[int, str | None]:
-        p = partition_for_key(key, len(self.owners))
-        owner = self.owners[p]
+        p = self.routing.partition_for(key)
+        # The table and the routing were read apart: a table of another count is stale.
+        owner = self.owners[p] if len(self.owners) == self.routing.partitions else None
         return p, None if owner is None else self.addresses.get(owner)
 
     async def get(self, key: str) -> dict[str, Any]:
@@ -280,7 +290,10 @@ class KeyRouter:
                 last = f"partition {p} has no owner yet"
                 await asyncio.sleep(0.2 * (attempt + 1))
                 continue
-            url = f"{address}/v1/partitions/{p}/keys/{quote(key, safe='')}"
+            url = (
+                f"{address}/v1/partitions/{p}/keys/{quote(key, safe='')}"
+                f"?generation={self.routing.generation}"
+            )
             try:
                 async with self.client._http().get(url) as resp:
                     body = await _body(resp)

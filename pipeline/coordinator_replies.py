@@ -19,6 +19,7 @@ __all__ = [
     "Registration",
     "checkpoint_verdicts",
     "partition_owner",
+    "routing",
     "store_set",
     "total_partitions",
 ]
@@ -132,6 +133,22 @@ def checkpoint_verdicts(body: Body) -> list[CheckpointVerdict]:
 def total_partitions(health: Body) -> int:
     """The cluster's partition count, from `GET /v1/health`."""
     return _int(_object(health.get("cluster"), "cluster"), "total_partitions")
+
+
+def routing(health: Body) -> tuple[int, ...]:
+    """Every routing generation's partition count, from `GET /v1/health`'s
+    `cluster.routing`; a coordinator that does not say has one generation:
+    `[total_partitions]`."""
+    counts = _object(health.get("cluster"), "cluster").get("routing")
+    if counts is None:
+        return (total_partitions(health),)
+    if not (
+        isinstance(counts, list)
+        and counts
+        and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in counts)
+    ):
+        raise _invalid("routing")
+    return tuple(counts)
 
 
 def store_set(health: Body) -> bool:

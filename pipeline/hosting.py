@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from pipeline.checkpointing import Checkpointer
 from pipeline.gate import Refused
+from pipeline.generations import Generations
 from pipeline.holdings import Holdings, PartitionRuntime
+from pipeline.source import generation_of
 from pipeline.warming import Warming
-from shared.errors import RequestError, UnavailableError
+from shared.errors import ClientError, RequestError, UnavailableError
 from shared.worker_calls import (
     STATUS_STALE,
     HostReply,
@@ -24,6 +27,7 @@ from shared.worker_calls import (
     ReleasedCheckpoint,
     ReleaseReply,
     ReleaseRequest,
+    SentCheckpoint,
 )
 
 __all__ = ["HOST_LOAD_WAIT_S", "Hosting"]
@@ -44,11 +48,48 @@ def _unavailable(message: str) -> UnavailableError:
 
 class Hosting:
     def __init__(
-        self, holdings: Holdings, checkpointer: Checkpointer, warming: Warming | None = None
+        self,
+        holdings: Holdings,
+        checkpointer: Checkpointer,
+        warming: Warming | None = None,
+        *,
+        generations: Generations | None = None,
+        cluster_routing: Callable[[], Awaitable[tuple[int, ...]]] | None = None,
     ) -> None:
         self.holdings = holdings
         self.checkpointer = checkpointer
         self.warming = warming
+        self.generations = Generations() if generations is None else generations
+        # Asked when a checkpoint names a generation no call has told this worker of.
+        self.cluster_routing = cluster_routing
+
+    async def learn_routing(
+        self, partition: int, routing: tuple[int, ...] | None, checkpoint: SentCheckpoint | None
+    ) -> None:
+        """Know the generation `checkpoint`'s offset names before hosting or warming from it:
+        from the call's `routing`, else from the coordinator's health (a call without one)."""
+        if routing is not None:
+            self.generations.learn(routing)
+        needed = 0 if checkpoint is None else generation_of(checkpoint.offset)
+        if needed == 0:
+            return  # generation 0 needs no routing beyond the worker's own
+        if needed > self.generations.current and self.cluster_routing is not None:
+            try:
+                self.generations.learn(await self.cluster_routing())
+            except ClientError as exc:
+                raise UnavailableError(str(exc), code="routing_unknown") from None
+        if needed > self.generations.current:
+            raise UnavailableError(
+                f"the checkpoint names routing generation {needed}; this worker knows up to "
+                f"{self.generations.current}",
+                code="routing_unknown",
+            )
+        count = self.generations.counts[needed]
+        if partition >= count:
+            raise RequestError(
+                f"partition {partition} is not in generation {needed} ({count} partitions)",
+                field="partition",
+            )
 
     async def host(self, call: HostRequest) -> HostReply:
         """Open the partition at the call's epoch, from the sent checkpoint or offset 0."""
@@ -56,6 +97,7 @@ class Hosting:
         if self.holdings.stopping:
             # Its last checkpoints are written: the leader hosts it on the restarted process.
             raise UnavailableError("the worker is stopping to restart", code="stopping")
+        await self.learn_routing(p, call.routing, call.checkpoint)
         gates, parts = self.holdings.gates, self.holdings.parts
         # Check the gate without changing it: it opens only once the checkpoint is loaded,
         # so a failed load leaves the epoch open to the leader's retry.

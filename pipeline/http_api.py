@@ -4,33 +4,40 @@ Each handler reads top-down: check who is asking, parse, act through hosting, th
 checkpoint schedule or the holdings, serialize; none of them holds partition logic.
 Invariant: every failed request answers the JSON error shape (`{"error", "message",
 "field"?}`) with its status and never a stack trace; bad input is a 400 naming the field;
-the leader's calls (host, release, checkpoint) need its call token, compared in constant
-time, or get a 401.
+the leader's calls (host, release, checkpoint, warm, cut, build) need its call token,
+compared in constant time, or get a 401.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from pipeline.cutting import Cutting
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.hosting import Hosting
+from pipeline.rebuild import Rebuild
 from pipeline.session import Session
 from pipeline.settings import WorkerSettings
-from pipeline.source import KEY_CHARS_MAX
+from pipeline.source import KEY_CHARS_MAX, generation_of
 from pipeline.state import KeyState
 from shared.errors import RequestError, RippleError, UnavailableError
 from shared.tls import server_context
 from shared.worker_calls import (
+    BUILD_ROUTE,
     CHECKPOINT_ROUTE,
+    CUT_ROUTE,
     HOST_ROUTE,
     RELEASE_ROUTE,
     STATUS_SCHEDULED,
     STATUS_UNAUTHORIZED,
     WARM_ROUTE,
+    BuildRequest,
     CheckpointReply,
+    CutRequest,
     ErrorReply,
     HostRequest,
     ReleaseRequest,
@@ -43,7 +50,12 @@ __all__ = ["BODY_BYTES_MAX", "WorkerApi", "key_json"]
 log = logging.getLogger(__name__)
 
 BODY_BYTES_MAX = 64 * 1024
+# A build names one cut per old partition (up to CUTS_MAX, about 150 bytes each); every
+# other body keeps BODY_BYTES_MAX.
+BUILD_BODY_BYTES_MAX = 160 * 1024 * 1024
+PAYLOAD_TOO_LARGE = 413
 PARTITION_DIGITS_MAX = 7  # total_partitions is at most 1_000_000
+GENERATION_DIGITS_MAX = 7  # a key read's ?generation= (ROUTING_GENERATIONS_MAX is far below)
 NOT_FOUND = 404
 CONFLICT = 409
 INTERNAL = 500
@@ -71,6 +83,8 @@ class WorkerApi:
         health: Callable[[], dict[str, object]],
         not_ready: Callable[[], str | None],
         metrics: Callable[[], bytes],
+        cutting: Cutting,
+        rebuild: Rebuild,
     ) -> None:
         self.settings = settings
         self.session = session
@@ -80,13 +94,17 @@ class WorkerApi:
         self.health = health
         self.not_ready = not_ready
         self.metrics = metrics
+        self.cutting = cutting
+        self.rebuild = rebuild
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[_error_middleware])
+        app = web.Application(client_max_size=BUILD_BODY_BYTES_MAX, middlewares=[_error_middleware])
         app.router.add_post(HOST_ROUTE, self.handle_host)
         app.router.add_post(RELEASE_ROUTE, self.handle_release)
         app.router.add_post(CHECKPOINT_ROUTE, self.handle_checkpoint)
         app.router.add_post(WARM_ROUTE, self.handle_warm)
+        app.router.add_post(CUT_ROUTE, self.handle_cut)
+        app.router.add_post(BUILD_ROUTE, self.handle_build)
         app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
         app.router.add_get("/v1/partitions/{p}/state", self.handle_state)
         app.router.add_get("/v1/health", self.handle_health)
@@ -116,14 +134,28 @@ class WorkerApi:
         if (
             not (text.isascii() and text.isdigit())
             or len(text) > PARTITION_DIGITS_MAX
-            or int(text) >= max(self.session.total_partitions, 1)
+            or int(text)
+            >= max(self.session.total_partitions, self.session.generations.partitions_max, 1)
         ):
             raise _invalid("partition out of range", "partition")
         return int(text)
 
-    async def _json(self, request: web.Request) -> object:
+    async def _json(self, request: web.Request, bytes_max: int = BODY_BYTES_MAX) -> object:
+        raw = bytearray()
+        while len(raw) <= bytes_max:  # read() may return less than asked: loop to the bound
+            chunk = await request.content.read(bytes_max + 1 - len(raw))
+            if not chunk:
+                break
+            raw += chunk
+        if len(raw) > bytes_max:
+            raise RequestError(
+                f"body over {bytes_max} bytes",
+                field="body",
+                code="too_large",
+                status=PAYLOAD_TOO_LARGE,
+            )
         try:
-            body: object = await request.json()
+            body: object = json.loads(raw)
         except ValueError:
             raise _invalid("body is not valid JSON", "body") from None
         return body
@@ -147,7 +179,18 @@ class WorkerApi:
         call = WarmRequest.from_json(self._partition(request), await self._json(request))
         if self.hosting.warming is None:
             raise UnavailableError("this worker does not warm partitions up", code="warm_refused")
+        await self.hosting.learn_routing(call.partition, call.routing, call.checkpoint)
         return web.json_response(self.hosting.warming.warm(call).to_json())
+
+    async def handle_cut(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        call = CutRequest.from_json(self._partition(request), await self._json(request))
+        return web.json_response((await self.cutting.cut(call)).to_json())
+
+    async def handle_build(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        call = BuildRequest.from_json(await self._json(request, BUILD_BODY_BYTES_MAX))
+        return web.json_response(self.rebuild.build(call).to_json())
 
     async def handle_checkpoint(self, request: web.Request) -> web.Response:
         self._authorize(request)
@@ -168,14 +211,34 @@ class WorkerApi:
             status=CONFLICT,
         )
 
+    def _generation(self, request: web.Request) -> int | None:
+        text = request.query.get("generation")
+        if text is None:
+            return None
+        if not (text.isascii() and text.isdigit()) or len(text) > GENERATION_DIGITS_MAX:
+            raise _invalid("generation must be a non-negative integer", "generation")
+        return int(text)
+
     async def handle_key(self, request: web.Request) -> web.Response:
         p = self._partition(request)
         key = request.match_info["key"]
         if len(key) > KEY_CHARS_MAX:
             raise _invalid("key too long", "key")
+        generation = self._generation(request)
         rt = self._served(p)
         if rt is None:
             return await self._not_owner(p)
+        hosted = generation_of(rt.offset)
+        if generation is not None and generation != hosted:
+            # The client routed by another generation: its partition p holds other keys.
+            raise RequestError(
+                f"partition {p} here is of routing generation {hosted}; the client routed by "
+                f"generation {generation}; current generation is "
+                f"{max(hosted, self.session.generations.current)}",
+                field="generation",
+                code="stale_generation",
+                status=CONFLICT,
+            )
         ks = rt.state.get(key)
         if ks is None:
             raise RequestError(

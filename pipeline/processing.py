@@ -15,6 +15,7 @@ import contextlib
 import logging
 import tempfile
 import time
+from collections.abc import Sequence
 
 from pipeline.aggregate import Aggregator, Transform
 from pipeline.checkpoint import CheckpointStore
@@ -72,8 +73,9 @@ class Processor:
         # Warm copies ride along in every micro-batch, read-only (pipeline/warming.py).
         self.warming: Warming | None = None
 
-    async def start(self, total_partitions: int) -> None:
-        """Open the Spark session and the feed, then prove the data path (ProbeFailed)."""
+    async def start(self, total_partitions: int | Sequence[int]) -> None:
+        """Open the Spark session and the feed, then prove the data path (ProbeFailed).
+        `total_partitions`: generation 0's count, or every routing generation's."""
         self.source = SourceLog(self.store, total_partitions)
         self.aggregator = await asyncio.to_thread(
             Aggregator, self.settings.spark_remote, self.transform
@@ -113,10 +115,21 @@ class Processor:
                 f"{self.settings.probe_timeout_s:g} s (does the cluster have executors?)"
             ) from None
 
+    def follow_generations(self) -> None:
+        """Read the source log of every routing generation the session knows (a host call
+        of a partition of a new generation taught it one)."""
+        counts = self.session.generations.counts
+        if self.source is None or len(counts) <= len(self.source.routings):
+            return
+        self.source = SourceLog(self.store, counts)
+        if self.feed is not None:
+            self.feed.source = self.source
+
     async def process_once(self) -> int:
         """One micro-batch over every open partition; returns records merged."""
         if self.aggregator is None or self.feed is None:
             return 0
+        self.follow_generations()
         feed, aggregator = self.feed, self.aggregator
         async with self.holdings.batch_lock:
             if not self.session.lease_valid():

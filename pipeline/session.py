@@ -26,9 +26,10 @@ from pipeline.coordinator_replies import (
     Registration,
     checkpoint_verdicts,
     partition_owner,
+    routing,
     store_set,
-    total_partitions,
 )
+from pipeline.generations import Generations
 from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN, Holdings, PartitionRuntime
 from pipeline.lease import Lease
 from pipeline.settings import StartRefused, WorkerSettings
@@ -103,6 +104,8 @@ class Session:
         self.call_token = ""  # what the leader presents to us
         self.incarnation = 0
         self.total_partitions = 0
+        # The routing generations known (docs/pipeline.md "Rescaling"); grows by host calls.
+        self.generations = Generations()
         self.draining = False
         # What the leader's last heartbeat reply assigned here (partition -> epoch).
         self.assigned: dict[int, int] = {}
@@ -121,13 +124,17 @@ class Session:
     async def cluster_partitions(self) -> int:
         """The cluster's partition count, from any coordinator's health (which also says
         when the cluster cannot record checkpoints at all)."""
+        return (await self.cluster_routing())[-1]
+
+    async def cluster_routing(self) -> tuple[int, ...]:
+        """Every routing generation's partition count, from any coordinator's health."""
         health = await self.client.get("/v1/health")
         if not store_set(health):
             log.warning(
                 "the cluster file sets no store: every checkpoint this worker writes is "
                 "fenced, and its partitions recover only by replaying the source log"
             )
-        return total_partitions(health)
+        return routing(health)
 
     async def register(self) -> None:
         # The saved token of the previous process under this id, if any: with it the leader

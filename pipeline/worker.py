@@ -35,6 +35,7 @@ from coordinator.client import CoordinatorClient
 from pipeline.aggregate import Transform, identity
 from pipeline.checkpoint import CheckpointStore
 from pipeline.checkpointing import Checkpointer
+from pipeline.cutting import Cutting
 from pipeline.datapath import ProbeFailed
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.hosting import Hosting
@@ -42,8 +43,10 @@ from pipeline.http_api import WorkerApi
 from pipeline.lease import Lease
 from pipeline.metrics import WorkerMetrics, new_stats
 from pipeline.processing import Processor
+from pipeline.rebuild import Move, Rebuild, spark_move
 from pipeline.session import Session
 from pipeline.settings import BATCH_INTERVAL_S_DEFAULT, StartRefused, WorkerSettings
+from pipeline.state_move import move_states
 from pipeline.store import ObjectStore
 from pipeline.warming import Warming
 from shared.clock import Clock
@@ -96,7 +99,17 @@ class Worker:
             idle_s=settings.warm_copy_idle_s,
         )
         self.processor.warming = self.warming
-        self.hosting = Hosting(self.holdings, self.checkpointer, self.warming)
+        self.hosting = Hosting(
+            self.holdings,
+            self.checkpointer,
+            self.warming,
+            generations=self.session.generations,
+            cluster_routing=self.session.cluster_routing,
+        )
+        self.cutting = Cutting(
+            store, self.holdings, self.checkpointer, self.session.generations, self.lease_valid
+        )
+        self.rebuild = Rebuild(checkpoints, self._move, settings.max_keys_per_partition)
         self.metrics = WorkerMetrics(
             self.stats,
             self.processor.batch_seconds,
@@ -113,6 +126,8 @@ class Worker:
             self.health,
             self.not_ready,
             self.metrics.render,
+            self.cutting,
+            self.rebuild,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._heartbeats: asyncio.Task[None] | None = None
@@ -162,6 +177,12 @@ class Worker:
         return self.api.site(runner)
 
     # -- what the parts share ------------------------------------------------------------------
+
+    def _move(self) -> Move:
+        """A rescale's state move: on Spark once the worker has its session, else here."""
+        if self.processor.aggregator is None:
+            return move_states
+        return spark_move(self.settings.spark_remote)
 
     def schedule_checkpoint(self) -> None:
         """Checkpoint and report in the background (the leader asked, or a heartbeat did)."""
@@ -290,10 +311,12 @@ class Worker:
                     raise StartRefused(
                         f"cannot use --state-dir {token_file.dir}: {exc.strerror or exc}"
                     ) from None
-            self.session.total_partitions = await self.session.cluster_partitions()
+            routing = await self.session.cluster_routing()
+            self.session.generations.learn(routing)
+            self.session.total_partitions = routing[-1]
             # Before registering: a worker whose Spark cannot read its input must never
             # take partitions (they would stay ONLINE and silently never move).
-            await self.processor.start(self.session.total_partitions)
+            await self.processor.start(self.session.generations.counts)
             log.info(
                 "worker %s on %s: %d partitions, spark %s, data path %s (probe passed)",
                 self.settings.worker_id,
@@ -307,6 +330,7 @@ class Worker:
             await self.stopped.wait()
             for t in tasks + self._tasks:
                 t.cancel()
+            self.rebuild.close()
             if self.session.refused is not None:
                 raise self.session.refused
         finally:

@@ -7,15 +7,23 @@ The leader sends them (`coordinator/service/duties.py`), a worker answers them
 this JSON only through these types, so no side can drift from the others::
 
     host        POST /v1/partitions/{p}/host     HostRequest {epoch, checkpoint: {offset, uri,
-                                                 epoch} | null}
+                                                 epoch} | null, routing?: [counts]}
                 -> 200 HostReply {partition, epoch, offset}
     release     POST /v1/partitions/{p}/release  ReleaseRequest {epoch, migration_id?}
                 -> 200 ReleaseReply {partition, epoch, checkpoint: {offset, uri}}
     checkpoint  POST /v1/checkpoint              {} -> 202 {"scheduled": true}
     warm        POST /v1/partitions/{p}/warm     WarmRequest {migration_id, checkpoint:
-                                                 {offset, uri, epoch} | null}
+                                                 {offset, uri, epoch} | null, routing?}
                 -> 200 WarmReply {partition, loaded, offset, head}; 409 the worker hosts
                 the partition, 503 it cannot warm it up (the move goes cold)
+    cut         POST /v1/partitions/{p}/cut      CutRequest {epoch, generation, partitions,
+                                                 routing: [counts of generations 0..g]}
+                -> 200 CutReply {partition, epoch, offset, done, uri | null}; 409 the
+                worker does not host p at that epoch; repeated until done
+    build       POST /v1/rescale/build           BuildRequest {generation, routing, epoch,
+                                                 cuts: [{partition, offset, uri, epoch}]}
+                -> 200 BuildReply {generation, done, checkpoints: [{partition, offset,
+                uri}]}; 409 another generation's build is running; repeated until done
     failure     ErrorReply {error, message, field?}: 400 a bad body (the field named),
                 401 not the call token, 409 the worker does not hold that epoch,
                 503 a checkpoint could not be loaded or written (the leader retries)
@@ -23,7 +31,9 @@ this JSON only through these types, so no side can drift from the others::
 Every call carries `Authorization: Bearer <call token>`; a worker compares it in constant
 time. Invariant: a request's `from_json` accepts exactly what its `to_json` writes (integers
 are never booleans, epochs lie in 1..EPOCH_MAX) and raises `InvalidCallBody` naming the field
-for anything else. Pure: no I/O.
+for anything else; a reply's reader is lenient (None when malformed: asked again later).
+`routing` is the partition count of each routing generation, index = generation
+(docs/pipeline.md "Rescaling"). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -33,12 +43,18 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeGuard
 
 from shared.errors import RequestError
+from shared.routing import KEY_GROUPS
 
 __all__ = [
+    "BUILD_ROUTE",
     "CHECKPOINT_ROUTE",
+    "CUTS_MAX",
+    "CUT_ROUTE",
     "EPOCH_MAX",
+    "GENERATION0_PARTITIONS_MAX",
     "HOST_ROUTE",
     "RELEASE_ROUTE",
+    "ROUTING_GENERATIONS_MAX",
     "STATUS_INVALID",
     "STATUS_OK",
     "STATUS_SCHEDULED",
@@ -47,8 +63,14 @@ __all__ = [
     "STATUS_UNAVAILABLE",
     "WARM_ROUTE",
     "WORKER_TOKEN_HEADER",
+    "BuildReply",
+    "BuildRequest",
+    "BuiltCheckpoint",
     "CheckpointReply",
     "CheckpointRequest",
+    "CutCheckpoint",
+    "CutReply",
+    "CutRequest",
     "ErrorReply",
     "HostReply",
     "HostRequest",
@@ -86,7 +108,15 @@ HOST_ROUTE = "/v1/partitions/{p}/host"
 RELEASE_ROUTE = "/v1/partitions/{p}/release"
 CHECKPOINT_ROUTE = "/v1/checkpoint"
 WARM_ROUTE = "/v1/partitions/{p}/warm"
+CUT_ROUTE = "/v1/partitions/{p}/cut"
+BUILD_ROUTE = "/v1/rescale/build"
 MIGRATION_ID_LEN_MAX = 64
+# Bounds of a `routing` list: generations a cluster may have made, generation 0's count
+# (the coordinator's TOTAL_PARTITIONS_MAX) and a key-group generation's (KEY_GROUPS).
+ROUTING_GENERATIONS_MAX = 64
+GENERATION0_PARTITIONS_MAX = 1_000_000
+# Cut checkpoints one build reads: one per old partition.
+CUTS_MAX = GENERATION0_PARTITIONS_MAX
 
 
 class InvalidCallBody(RequestError):
@@ -134,6 +164,48 @@ def _epoch(fields: dict[str, object]) -> int:
     return epoch
 
 
+def _count_max(generation: int) -> int:
+    return GENERATION0_PARTITIONS_MAX if generation == 0 else KEY_GROUPS
+
+
+def _is_routing(value: object) -> TypeGuard[list[int]]:
+    return (
+        isinstance(value, list)
+        and 1 <= len(value) <= ROUTING_GENERATIONS_MAX
+        and all(_is_int(n) and 1 <= n <= _count_max(g) for g, n in enumerate(value))
+    )
+
+
+def _routing(fields: dict[str, object], generations: int | None = None) -> tuple[int, ...]:
+    """The `routing` field: 1..ROUTING_GENERATIONS_MAX counts, each in its generation's
+    bounds, exactly `generations` of them when given."""
+    value = fields.get("routing")
+    if not _is_routing(value) or (generations is not None and len(value) != generations):
+        raise InvalidCallBody(
+            f"routing must be a list of up to {ROUTING_GENERATIONS_MAX} partition counts "
+            f"(generation 0: 1..{GENERATION0_PARTITIONS_MAX}, later: 1..{KEY_GROUPS})"
+            + ("" if generations is None else f", one per generation 0..{generations - 1}"),
+            "routing",
+        )
+    return tuple(value)
+
+
+def _optional_routing(fields: dict[str, object]) -> tuple[int, ...] | None:
+    return None if fields.get("routing") is None else _routing(fields)
+
+
+def _with_routing(body: JsonObject, routing: tuple[int, ...] | None) -> JsonObject:
+    # Absent rather than null when there is none, so a call without a rescale is the JSON
+    # it always was.
+    if routing is not None:
+        body["routing"] = list(routing)
+    return body
+
+
+def _is_offset(value: object) -> TypeGuard[int]:
+    return _is_int(value) and 0 <= value <= EPOCH_MAX
+
+
 # -- host ------------------------------------------------------------------------------------
 
 
@@ -165,6 +237,9 @@ class HostRequest:
     partition: int  # in the path, not the body
     epoch: int
     checkpoint: SentCheckpoint | None = None
+    # Every routing generation's count (None: the worker's own, as before any rescale); a
+    # checkpoint offset of generation g >= 1 needs it to read that generation's source log.
+    routing: tuple[int, ...] | None = None
 
     @property
     def path(self) -> str:
@@ -172,7 +247,8 @@ class HostRequest:
 
     def to_json(self) -> JsonObject:
         ck = self.checkpoint
-        return {"epoch": self.epoch, "checkpoint": None if ck is None else ck.to_json()}
+        body: JsonObject = {"epoch": self.epoch, "checkpoint": None if ck is None else ck.to_json()}
+        return _with_routing(body, self.routing)
 
     @classmethod
     def from_json(cls, partition: int, body: object) -> HostRequest:
@@ -183,6 +259,7 @@ class HostRequest:
             partition=partition,
             epoch=epoch,
             checkpoint=None if ck is None else SentCheckpoint.from_json(ck),
+            routing=_optional_routing(fields),
         )
 
 
@@ -298,6 +375,7 @@ class WarmRequest:
     partition: int  # in the path, not the body
     migration_id: str
     checkpoint: SentCheckpoint | None = None
+    routing: tuple[int, ...] | None = None  # as HostRequest.routing
 
     @property
     def path(self) -> str:
@@ -305,10 +383,11 @@ class WarmRequest:
 
     def to_json(self) -> JsonObject:
         ck = self.checkpoint
-        return {
+        body: JsonObject = {
             "migration_id": self.migration_id,
             "checkpoint": None if ck is None else ck.to_json(),
         }
+        return _with_routing(body, self.routing)
 
     @classmethod
     def from_json(cls, partition: int, body: object) -> WarmRequest:
@@ -324,6 +403,7 @@ class WarmRequest:
             partition=partition,
             migration_id=mid,
             checkpoint=None if ck is None else SentCheckpoint.from_json(ck),
+            routing=_optional_routing(fields),
         )
 
 
@@ -354,7 +434,217 @@ class WarmReply:
         return None
 
 
-WorkerRequest = HostRequest | ReleaseRequest | CheckpointRequest | WarmRequest
+# -- cut (a rescale ends an old partition's generation) ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutRequest:
+    """Seal `partition` of `generation` for the next one (`partitions` of them), process up
+    to the seal and checkpoint exactly there; repeated, it answers whether that is done."""
+
+    partition: int  # in the path, not the body
+    epoch: int
+    generation: int  # the generation that ends
+    partitions: int  # the next generation's partition count
+    routing: tuple[int, ...]  # counts of generations 0..generation
+
+    @property
+    def path(self) -> str:
+        return CUT_ROUTE.format(p=self.partition)
+
+    def to_json(self) -> JsonObject:
+        return {
+            "epoch": self.epoch,
+            "generation": self.generation,
+            "partitions": self.partitions,
+            "routing": list(self.routing),
+        }
+
+    @classmethod
+    def from_json(cls, partition: int, body: object) -> CutRequest:
+        fields = _fields(body)
+        epoch = _epoch(fields)
+        generation = fields.get("generation")
+        if not _is_int(generation) or not 0 <= generation < ROUTING_GENERATIONS_MAX - 1:
+            raise InvalidCallBody(
+                f"generation must be an integer in 0..{ROUTING_GENERATIONS_MAX - 2}", "generation"
+            )
+        partitions = fields.get("partitions")
+        if not _is_int(partitions) or not 1 <= partitions <= KEY_GROUPS:
+            raise InvalidCallBody(f"partitions must be an integer in 1..{KEY_GROUPS}", "partitions")
+        routing = _routing(fields, generation + 1)
+        return cls(
+            partition=partition,
+            epoch=epoch,
+            generation=generation,
+            partitions=partitions,
+            routing=routing,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutReply:
+    partition: int
+    epoch: int
+    offset: int  # the cut: the seal's offset
+    done: bool  # a checkpoint at exactly (partition, epoch, offset) is written
+    uri: str | None  # that checkpoint, once done
+
+    def to_json(self) -> JsonObject:
+        return {
+            "partition": self.partition,
+            "epoch": self.epoch,
+            "offset": self.offset,
+            "done": self.done,
+            "uri": self.uri,
+        }
+
+    @staticmethod
+    def from_json(body: object) -> CutReply | None:
+        """The reply, or None when it is not well-formed (done needs a uri)."""
+        if not isinstance(body, dict):
+            return None
+        p, epoch, offset = body.get("partition"), body.get("epoch"), body.get("offset")
+        done, uri = body.get("done"), body.get("uri")
+        if not (_is_int(p) and _is_epoch(epoch) and _is_offset(offset)):
+            return None
+        if not isinstance(done, bool) or not (uri is None or isinstance(uri, str)):
+            return None
+        if done and uri is None:
+            return None
+        return CutReply(partition=p, epoch=epoch, offset=offset, done=done, uri=uri)
+
+
+# -- build (a rescale's state move) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutCheckpoint:
+    """One old partition's cut: its checkpoint at `offset`, written at `epoch`."""
+
+    partition: int
+    offset: int
+    uri: str
+    epoch: int
+
+    def to_json(self) -> JsonObject:
+        return {
+            "partition": self.partition,
+            "offset": self.offset,
+            "uri": self.uri,
+            "epoch": self.epoch,
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> CutCheckpoint:
+        if isinstance(value, dict):
+            p, offset = value.get("partition"), value.get("offset")
+            uri, epoch = value.get("uri"), value.get("epoch")
+            if (
+                _is_int(p)
+                and p >= 0
+                and _is_offset(offset)
+                and _is_epoch(epoch)
+                and isinstance(uri, str)
+                and uri
+            ):
+                return cls(partition=p, offset=offset, uri=uri, epoch=epoch)
+        raise InvalidCallBody("each cut must be {partition, offset, uri, epoch}", "cuts")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuiltCheckpoint:
+    """A new partition's starting checkpoint, written by a build."""
+
+    partition: int
+    offset: int
+    uri: str
+
+    def to_json(self) -> JsonObject:
+        return {"partition": self.partition, "offset": self.offset, "uri": self.uri}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildRequest:
+    """Build generation `generation`'s starting checkpoints from `cuts`, one per partition of
+    the generation before it, writing them at `epoch`; repeated, it answers progress."""
+
+    path: ClassVar[str] = BUILD_ROUTE
+
+    generation: int  # the new generation (>= 1)
+    routing: tuple[int, ...]  # counts of generations 0..generation
+    epoch: int  # the rescale's base epoch
+    cuts: tuple[CutCheckpoint, ...]  # by old partition 0..routing[generation - 1] - 1
+
+    def to_json(self) -> JsonObject:
+        return {
+            "generation": self.generation,
+            "routing": list(self.routing),
+            "epoch": self.epoch,
+            "cuts": [c.to_json() for c in self.cuts],
+        }
+
+    @classmethod
+    def from_json(cls, body: object) -> BuildRequest:
+        fields = _fields(body)
+        generation = fields.get("generation")
+        if not _is_int(generation) or not 1 <= generation < ROUTING_GENERATIONS_MAX:
+            raise InvalidCallBody(
+                f"generation must be an integer in 1..{ROUTING_GENERATIONS_MAX - 1}", "generation"
+            )
+        routing = _routing(fields, generation + 1)
+        epoch = _epoch(fields)
+        raw = fields.get("cuts")
+        if not isinstance(raw, list) or len(raw) > CUTS_MAX:
+            raise InvalidCallBody(f"cuts must be a list of at most {CUTS_MAX}", "cuts")
+        cuts = tuple(sorted((CutCheckpoint.from_json(c) for c in raw), key=lambda c: c.partition))
+        previous = routing[generation - 1]
+        if [c.partition for c in cuts] != list(range(previous)):
+            raise InvalidCallBody(
+                f"cuts must name each partition 0..{previous - 1} of generation "
+                f"{generation - 1} exactly once",
+                "cuts",
+            )
+        return cls(generation=generation, routing=routing, epoch=epoch, cuts=cuts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildReply:
+    generation: int
+    done: bool
+    checkpoints: tuple[BuiltCheckpoint, ...]  # one per new partition once done, else empty
+
+    def to_json(self) -> JsonObject:
+        return {
+            "generation": self.generation,
+            "done": self.done,
+            "checkpoints": [c.to_json() for c in self.checkpoints],
+        }
+
+    @staticmethod
+    def from_json(body: object) -> BuildReply | None:
+        """The reply, or None when it is not well-formed."""
+        if not isinstance(body, dict):
+            return None
+        generation, done, raw = body.get("generation"), body.get("done"), body.get("checkpoints")
+        if not (_is_int(generation) and isinstance(done, bool) and isinstance(raw, list)):
+            return None
+        checkpoints: list[BuiltCheckpoint] = []
+        for ck in raw:
+            q = ck.get("partition") if isinstance(ck, dict) else None
+            offset = ck.get("offset") if isinstance(ck, dict) else None
+            uri = ck.get("uri") if isinstance(ck, dict) else None
+            if not (_is_int(q) and _is_offset(offset) and isinstance(uri, str)):
+                return None
+            checkpoints.append(BuiltCheckpoint(partition=q, offset=offset, uri=uri))
+        if done and not checkpoints:
+            return None
+        return BuildReply(generation=generation, done=done, checkpoints=tuple(checkpoints))
+
+
+WorkerRequest = (
+    HostRequest | ReleaseRequest | CheckpointRequest | WarmRequest | CutRequest | BuildRequest
+)
 
 
 # -- failures --------------------------------------------------------------------------------
