@@ -20,8 +20,8 @@ scenario line) and decides what a violation costs.
   (partition, epoch) ever has two owners, and no (worker, incarnation) is issued twice (a
   retired id comes back above every incarnation it had);
 - `gate_violations`: no two workers hold an open gate for one partition at one epoch;
-- `settled_violations(state)`: once settled, every migration ended DONE or ABORTED and the
-  owned counts add up to every partition, each ONLINE.
+- `settled_violations(state)`: once settled, every migration ended DONE or ABORTED, a
+  rescale ended DONE, and the owned counts add up to every partition, each ONLINE.
 """
 
 from __future__ import annotations
@@ -409,6 +409,9 @@ def settled_violations(state: ClusterState) -> list[str]:
         for p in state.partitions
         if p.status is not PartitionStatus.ONLINE
     ]
+    r = state.rescale
+    if r is not None and r.phase is not RescalePhase.DONE:
+        out.append(f"the rescale to generation {r.generation} ended {r.phase.value}")
     owned = sum(len(state.owned_by(w)) for w in state.workers)
     if owned != state.total_partitions:
         out.append(f"workers own {owned} partitions of {state.total_partitions}")

@@ -456,7 +456,7 @@ class LeaderDuties:
         elif isinstance(call, WarmCall):
             result = await self._warm(call)
         elif isinstance(call, CutCall | BuildCall):
-            result = await rescale_call(self._post, call)
+            result = await rescale_call(self._post, self.node.config.store, call)
         else:
             assert isinstance(call, CheckpointCall)
             status, _ = await self._post(call, CheckpointRequest())

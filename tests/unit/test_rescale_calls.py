@@ -12,6 +12,7 @@ from coordinator.core.commands import BuiltCheckpoint
 from coordinator.core.effects import BuildCall, BuildDone, CutCall, CutDone, WorkerCall
 from coordinator.core.model import Checkpoint, Epoch, PartitionId, WorkerId
 from coordinator.service.rescale_calls import rescale_call
+from shared.checkpoint_ref import canonical_uri
 from shared.worker_calls import (
     BUILD_ROUTE,
     BuildReply,
@@ -28,6 +29,7 @@ from shared.worker_calls import (
     WorkerRequest,
 )
 
+STORE = "s3://bucket/cp"
 CUT = CutRequest(partition=3, epoch=2, generation=0, partitions=6, routing=(4,))
 BUILD = BuildRequest(
     generation=1,
@@ -134,14 +136,22 @@ def answering(status: int, body: JsonObject) -> tuple[list[WorkerRequest], objec
 
 
 def test_a_cut_reply_becomes_its_result() -> None:
-    reply = CutReply(partition=3, epoch=2, offset=40, done=True, uri="//c3").to_json()
+    uri = canonical_uri(STORE, 3, 2, 40)
+    reply = CutReply(partition=3, epoch=2, offset=40, done=True, uri=uri).to_json()
     sent, post = answering(200, reply)
-    done = asyncio.run(rescale_call(post, CUT_CALL))  # type: ignore[arg-type]
+    done = asyncio.run(rescale_call(post, STORE, CUT_CALL))  # type: ignore[arg-type]
     assert sent == [CUT]
-    assert done == CutDone(call=CUT_CALL, ok=True, done=True, offset=40, uri="//c3")
-    for status, body in [(200, {**reply, "epoch": 1}), (409, reply), (200, {"x": 1})]:
+    assert done == CutDone(call=CUT_CALL, ok=True, done=True, offset=40, uri=uri)
+    pending = {**reply, "done": False, "uri": None}
+    _, post = answering(200, pending)
+    assert asyncio.run(rescale_call(post, STORE, CUT_CALL)) == CutDone(  # type: ignore[arg-type]
+        call=CUT_CALL, ok=True, done=False, offset=40, uri=""
+    )
+    bad = [(200, {**reply, "epoch": 1}), (409, reply), (200, {"x": 1})]
+    bad.append((200, {**reply, "uri": "s3://elsewhere/x"}))  # not the canonical object
+    for status, body in bad:
         _, post = answering(status, body)
-        assert asyncio.run(rescale_call(post, CUT_CALL)) == CutDone(call=CUT_CALL, ok=False)  # type: ignore[arg-type]
+        assert asyncio.run(rescale_call(post, STORE, CUT_CALL)) == CutDone(call=CUT_CALL, ok=False)  # type: ignore[arg-type]
 
 
 def test_a_build_reply_becomes_its_result() -> None:
@@ -149,15 +159,23 @@ def test_a_build_reply_becomes_its_result() -> None:
         generation=1,
         done=True,
         checkpoints=tuple(
-            BuiltCheckpointReply(partition=q, offset=1 << 40, uri=f"//n{q}") for q in range(6)
+            BuiltCheckpointReply(
+                partition=q, offset=1 << 40, uri=canonical_uri(STORE, q, 3, 1 << 40)
+            )
+            for q in range(6)
         ),
     ).to_json()
     sent, post = answering(200, reply)
-    done = asyncio.run(rescale_call(post, BUILD_CALL))  # type: ignore[arg-type]
+    done = asyncio.run(rescale_call(post, STORE, BUILD_CALL))  # type: ignore[arg-type]
     (request,) = sent
     assert isinstance(request, BuildRequest) and request.epoch == 3
     assert request.cuts == (CutCheckpoint(partition=0, offset=9, uri="//c0", epoch=2),)
     assert isinstance(done, BuildDone) and done.ok and done.done
-    assert done.checkpoints[5] == BuiltCheckpoint(partition=5, offset=1 << 40, uri="//n5")
-    _, post = answering(503, {})
-    assert asyncio.run(rescale_call(post, BUILD_CALL)) == BuildDone(call=BUILD_CALL, ok=False)  # type: ignore[arg-type]
+    assert done.checkpoints[5] == BuiltCheckpoint(
+        partition=5, offset=1 << 40, uri=canonical_uri(STORE, 5, 3, 1 << 40)
+    )
+    elsewhere = {**reply, "checkpoints": [{"partition": 0, "offset": 1, "uri": "s3://x/y"}]}
+    for status, body in [(503, {}), (200, elsewhere)]:
+        _, post = answering(status, body)
+        failed = asyncio.run(rescale_call(post, STORE, BUILD_CALL))  # type: ignore[arg-type]
+        assert failed == BuildDone(call=BUILD_CALL, ok=False)
