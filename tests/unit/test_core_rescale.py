@@ -345,3 +345,21 @@ def test_invariants_catch_a_broken_rescale() -> None:
     s.rescale = r
     s.routing = (P, 6)
     assert any("routing" in v for v in state_violations(s))
+
+
+def test_a_migration_of_a_replaced_table_is_refused_not_crashed_on() -> None:
+    """A hand-off (or any step) of a migration StatesBuilt aborted names a partition the new
+    table may not have: it is refused like any finished migration's."""
+    from coordinator.core.commands import HandOff, StartRelease
+    from coordinator.core.model import MigrationId
+
+    s = online_cluster()
+    move = Move(partition=P - 1, source=W2, target=W1)
+    step(s, PlanMigrations(moves=(move,), reason=MigrationReason.ADMIN, now_ms=4))
+    step(s, StartRelease(migration_id=MigrationId("m-1"), now_ms=4))
+    step(s, StartRescale(partitions=2, by="admin", now_ms=5))
+    for p in range(P):
+        step(s, cut(p))
+    step(s, built(2))
+    late = HandOff(migration_id=MigrationId("m-1"), checkpoint=None, now_ms=30)
+    rejects(s, late, "conflict", "migration_id", match="aborted")
