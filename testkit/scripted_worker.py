@@ -18,7 +18,11 @@ ahead, partitions whose batches fail, and each open partition's input rate),
 answer's status and body come back), `POST /test/warm-hold {"hold"}` (answer warm calls
 "still loading", so a move stays WARMING until the hold is lifted or its deadline passes).
 A warm call is otherwise answered at once as a copy loaded at the sent checkpoint and level
-with the log, so moves into a scripted worker go warm, as into a real one.
+with the log, so moves into a scripted worker go warm, as into a real one. A rescale's cut
+call seals the hosted partition at its current offset (it advances no further) and answers
+done at once, naming the canonical checkpoint there; a build call answers done at once with
+one checkpoint per new partition at the generation's base offset (2^40 per generation),
+named canonically at the sent epoch, so the same call gives the same answer anywhere.
 Offsets advance by one per
 heartbeat for each open gate, standing in for processed input.
 """
@@ -38,7 +42,9 @@ from shared.checkpoint_ref import canonical_uri
 from shared.errors import ClientError
 from shared.tls import server_context
 from shared.worker_calls import (
+    BUILD_ROUTE,
     CHECKPOINT_ROUTE,
+    CUT_ROUTE,
     HOST_ROUTE,
     RELEASE_ROUTE,
     STATUS_SCHEDULED,
@@ -47,7 +53,12 @@ from shared.worker_calls import (
     STATUS_UNAVAILABLE,
     WARM_ROUTE,
     WORKER_TOKEN_HEADER,
+    BuildReply,
+    BuildRequest,
+    BuiltCheckpoint,
     CheckpointReply,
+    CutReply,
+    CutRequest,
     ErrorReply,
     HostReply,
     HostRequest,
@@ -117,7 +128,7 @@ class ScriptedWorker:
                     if not self.token:
                         await self.register()
                     for g in self.gates.values():
-                        if g["open"]:
+                        if g["open"] and not g.get("sealed"):
                             g["offset"] += 1
                     body = await self.client.post(
                         f"/v1/workers/{self.worker_id}/heartbeat",
@@ -255,6 +266,41 @@ class ScriptedWorker:
         reply = WarmReply(partition=p, loaded=not self.warm_hold, offset=offset, head=offset)
         return web.json_response(reply.to_json())
 
+    async def cut(self, request: web.Request) -> web.Response:
+        if not self.authorized(request):
+            return error_response(STATUS_UNAUTHORIZED, "unauthorized", "bad token")
+        try:
+            call = CutRequest.from_json(int(request.match_info["p"]), await request.json())
+        except InvalidCallBody as exc:
+            return invalid_response(exc)
+        p = call.partition
+        gate = self.gates.get(p)
+        if gate is None or not gate["open"] or gate["epoch"] != call.epoch:
+            return error_response(STATUS_STALE, "stale_epoch", "not hosted at that epoch")
+        gate["sealed"] = True
+        self.calls.append({"call": "cut", "partition": p, "epoch": call.epoch})
+        uri = canonical_uri(self.store, p, gate["epoch"], gate["offset"])
+        reply = CutReply(partition=p, epoch=call.epoch, offset=gate["offset"], done=True, uri=uri)
+        return web.json_response(reply.to_json())
+
+    async def build(self, request: web.Request) -> web.Response:
+        if not self.authorized(request):
+            return error_response(STATUS_UNAUTHORIZED, "unauthorized", "bad token")
+        try:
+            call = BuildRequest.from_json(await request.json())
+        except InvalidCallBody as exc:
+            return invalid_response(exc)
+        self.calls.append({"call": "build", "generation": call.generation})
+        base = call.generation << 40
+        built = tuple(
+            BuiltCheckpoint(
+                partition=q, offset=base, uri=canonical_uri(self.store, q, call.epoch, base)
+            )
+            for q in range(call.routing[-1])
+        )
+        reply = BuildReply(generation=call.generation, done=True, checkpoints=built)
+        return web.json_response(reply.to_json())
+
     async def checkpoint(self, request: web.Request) -> web.Response:
         if not self.authorized(request):
             return error_response(STATUS_UNAUTHORIZED, "unauthorized", "bad token")
@@ -361,6 +407,8 @@ async def main(args: argparse.Namespace) -> None:
     app.router.add_post(RELEASE_ROUTE, w.release)
     app.router.add_post(CHECKPOINT_ROUTE, w.checkpoint)
     app.router.add_post(WARM_ROUTE, w.warm)
+    app.router.add_post(CUT_ROUTE, w.cut)
+    app.router.add_post(BUILD_ROUTE, w.build)
     app.router.add_get("/test/state", w.state)
     app.router.add_post("/test/heartbeats", w.set_heartbeats)
     app.router.add_post("/test/progress", w.set_progress)

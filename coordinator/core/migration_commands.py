@@ -95,6 +95,12 @@ def hand_off(state: ClusterState, cmd: HandOff) -> Outcome:
     m = edits.migration_or_reject(state, cmd.migration_id)
     if isinstance(m, Rejected):
         return m, False
+    if not edits.in_range(state, m.partition):
+        # A migration of a partition table a rescale replaced: it ended with that table.
+        problem = edits.lifecycle_problem(
+            state, "HandOff", migrations=((m.migration_id, MigrationPhase.HANDED_OFF),)
+        )
+        return problem or rejected("internal", "a migration in flight beyond the table"), False
     part = state.partitions[m.partition]
     if m.phase is MigrationPhase.HANDED_OFF:
         value = HandOffResult(

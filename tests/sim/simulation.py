@@ -44,6 +44,7 @@ from coordinator.core.commands import (
     AbortMigration,
     AssignPartitions,
     Barrier,
+    BuiltCheckpoint,
     CheckpointReport,
     CheckpointsResult,
     Command,
@@ -62,12 +63,17 @@ from coordinator.core.commands import (
     ReportVersions,
     RetireWorkers,
     StartRelease,
+    StartRescale,
     StartWarm,
 )
 from coordinator.core.effects import (
+    BuildCall,
+    BuildDone,
     CheckpointCall,
     CheckpointDone,
     CommitOutcome,
+    CutCall,
+    CutDone,
     HostCall,
     HostDone,
     ReleaseCall,
@@ -102,6 +108,7 @@ from coordinator.core.planner import (
     Planner,
     PlannerSettings,
 )
+from coordinator.core.rescale import in_flight as rescale_in_flight
 from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import COMMAND_SET_VERSION
@@ -173,6 +180,13 @@ class SimSettings:
     p_warm_caught_up: float = 0.5
     p_warm_refused: float = 0.05
     p_admin_abort: float = 0.01
+    # The operator rescales to a random count up to rescale_partitions_max (per step, fault
+    # phase, once the cluster speaks command-set version 4 and no rescale is in flight).
+    # Workers seal at their current offset, process up to it and answer the cut once there;
+    # a build answers "not yet" with p_build_pending, then deterministic checkpoints.
+    p_rescale: float = 0.01
+    rescale_partitions_max: int = 12
+    p_build_pending: float = 0.5
     p_admin_drain: float = 0.004
     p_stale_report: float = 0.05
     # The store loses one accepted checkpoint object (an emptied or damaged store): hosts
@@ -204,6 +218,7 @@ class SimSettings:
 
 
 _PLANNED = MigrationPhase.PLANNED
+RESCALE_STREAM = 1_000_003  # offset of the rescale stream's seed from the run's
 
 
 class SafetyViolation(AssertionError):
@@ -326,6 +341,8 @@ class Proposer:
         self.versions_sent = False
         # Maintenance mode as the planner saw it when it planned the batch being committed.
         self.paused_at_plan: MaintenanceRecord | None = None
+        # The rescale in flight when the batch was planned (None: none was).
+        self.rescaling_at_plan: int | None = None
         # The checker's own record of the load this leader accepted (balance_check.py).
         self.shadow = ShadowLoads(sim.s.load_stale_ms)
 
@@ -352,6 +369,14 @@ class Proposer:
         if isinstance(cmd, PlanMigrations):
             if self.paused_at_plan is not None and record == self.paused_at_plan:
                 self.sim.fail("PlanMigrations (automatic balance) while maintenance mode is on")
+            r = self.state.rescale
+            if (
+                self.rescaling_at_plan is not None
+                and rescale_in_flight(self.state)
+                and r is not None
+                and r.generation == self.rescaling_at_plan
+            ):
+                self.sim.fail("PlanMigrations (automatic balance) while a rescale is in flight")
             self.sim.stats["balance_plans"] += 1
         elif isinstance(cmd, MaintenanceOff) and record is not None:
             if cmd.since_ms == record.since_ms and (
@@ -440,6 +465,8 @@ class Proposer:
         self._finalize_versions(now)
         self.planned_at = now
         self.paused_at_plan = self.state.maintenance
+        r = self.state.rescale
+        self.rescaling_at_plan = r.generation if rescale_in_flight(self.state) and r else None
         batch = planner.plan(self.state, now, now)
         for cmd in batch.commands:
             if isinstance(cmd, PlanMigrations):  # the planner's own: a balance round
@@ -520,6 +547,21 @@ class Proposer:
                 "migration_id": call.migration_id,
             }
             self.send(call.worker_id, "warm", body)
+        elif isinstance(call, CutCall):
+            body = {
+                "partition": call.partition,
+                "epoch": call.epoch,
+                "incarnation": call.incarnation,
+                "generation": call.generation,
+            }
+            self.send(call.worker_id, "cut", body)
+        elif isinstance(call, BuildCall):
+            body = {
+                "generation": call.generation,
+                "incarnation": call.incarnation,
+                "partitions": call.routing[-1],
+            }
+            self.send(call.worker_id, "build", body)
         else:
             self.send(call.worker_id, "checkpoint", {"incarnation": call.incarnation})
 
@@ -536,6 +578,10 @@ class Proposer:
                 result = ReleaseDone(call=call, outcome=ReleaseOutcome.FAILED)
             elif isinstance(call, WarmCall):
                 result = WarmDone(call=call, ok=False)
+            elif isinstance(call, CutCall):
+                result = CutDone(call=call, ok=False)
+            elif isinstance(call, BuildCall):
+                result = BuildDone(call=call, ok=False)
             else:
                 result = CheckpointDone(call=call, ok=False)
             planner.on_result(result, now, now)
@@ -544,6 +590,14 @@ class Proposer:
         """The outstanding call a reply answers, or None (late, duplicate or unknown)."""
         entry = self.outstanding.pop(key, None)
         return None if entry is None else entry[0]
+
+    def _answer_from(self, key: tuple[str, object], wid: str, now: int) -> WorkerCall | None:
+        """As `_answer`, for a reply from `wid` only: another worker's reply (to an earlier
+        call of the same key) leaves the outstanding call alone."""
+        entry = self.outstanding.get(key)
+        if entry is None or entry[0].worker_id != wid:
+            return None
+        return self._answer(key, now)
 
     def _admin(self, planner: Planner, now: int) -> None:
         """The operator: random moves and aborts through the same queries the API uses."""
@@ -577,6 +631,13 @@ class Proposer:
                     self.submit(DrainWorker(worker_id=wid, moves=drain, now_ms=now))
                     sim.stats["drains"] += 1
                     return
+        rescale_draw = sim.rescale_rng.random()
+        if upgraded and not rescale_in_flight(state) and rescale_draw < sim.s.p_rescale:
+            to = sim.rescale_rng.randint(1, sim.s.rescale_partitions_max)
+            if to != state.total_partitions:
+                self.submit(StartRescale(partitions=to, by="admin", now_ms=now))
+                sim.stats["rescales"] += 1
+                return
         if sim.rng.random() < sim.s.p_admin_abort:
             in_flight = state.in_flight_migrations()
             if in_flight:
@@ -650,6 +711,8 @@ class Proposer:
             rates = self.sim.rates_of(wid)
             planner.partition_loads(state, WorkerId(wid), rates, now)
             for p, epoch, rate, _lag in rates:
+                if p >= state.total_partitions:
+                    continue  # a gate of a partition a rescale retired: the leader drops it
                 part = state.partitions[p]
                 if part.owner == wid and part.epoch == epoch:
                     self.shadow.accept(p, rate, now)
@@ -692,6 +755,24 @@ class Proposer:
                     code=b["code"],
                 )
                 planner.on_result(done_warm, now, now)
+        elif kind == "cut_reply":
+            # Keyed by partition alone: a late reply of an earlier owner must not take the
+            # current owner's call out of the outstanding set.
+            call = self._answer_from(("cut", b["partition"]), wid, now)
+            if isinstance(call, CutCall):
+                cut = CutDone(
+                    call=call, ok=b["ok"], done=b["done"], offset=b["offset"], uri=b["uri"]
+                )
+                planner.on_result(cut, now, now)
+        elif kind == "build_reply":
+            call = self._answer_from(("build", b["generation"]), wid, now)
+            if isinstance(call, BuildCall):
+                built = tuple(
+                    BuiltCheckpoint(partition=q, offset=o, uri=u) for q, o, u in b["built"]
+                )
+                planner.on_result(
+                    BuildDone(call=call, ok=True, done=b["done"], checkpoints=built), now, now
+                )
         elif kind == "checkpoint_ack":
             call = self._answer(("checkpoint", wid), now)
             if isinstance(call, CheckpointCall):
@@ -720,6 +801,9 @@ class Simulation:
         self.seed = seed
         self.s = settings or SimSettings()
         self.rng = random.Random(seed)
+        # The operator's rescales and the builds' answers draw from their own stream, so
+        # the other faults of a seed happen as they would without rescales.
+        self.rescale_rng = random.Random(seed + RESCALE_STREAM)
         self.now_ms = 0
         self.step_no = 0
         self.net = Network(self.rng, self.s)
@@ -761,6 +845,9 @@ class Simulation:
         # replication/log.py does with proposals that queue while an entry is in flight.
         self.unsent_from: int | None = None
         self.stats |= {"warm_starts": 0, "warm_answers": 0}
+        # The source log's seals, (generation, partition) -> the cut: create-only.
+        self.seals: dict[tuple[int, int], int] = {}
+        self.stats |= {"rescales": 0, "cut_answers": 0, "build_answers": 0}
         # A cluster finalized at the newest command-set version, as a running one is.
         for r in self.replicas:
             r.machine.state.finalized_version = COMMAND_SET_VERSION
@@ -980,8 +1067,10 @@ class Simulation:
         if not w.alive or w.paused(now):
             return
         if w.alive:
-            for g in w.gates.values():
-                if g["open"]:
+            for p, g in w.gates.items():
+                # A sealed partition processes up to its cut and no further.
+                seal = self.seals.get((int(g.get("generation", 0)), p))
+                if g["open"] and (seal is None or int(g["offset"]) < seal):
                     g["offset"] = int(g["offset"]) + 1
         if now < w.next_heartbeat_ms:
             return
@@ -1017,7 +1106,8 @@ class Simulation:
         for p, g in sorted(w.gates.items()):
             if not g["open"]:
                 continue
-            rate = self.rates[p] * (1 + self.rng.uniform(-self.s.rate_drift, self.s.rate_drift))
+            drift = 1 + self.rng.uniform(-self.s.rate_drift, self.s.rate_drift)
+            rate = self.rates[p % len(self.rates)] * drift
             epoch = int(g["epoch"])
             if self.faults_on and self.rng.random() < self.s.p_stale_report:
                 epoch = max(0, epoch - 1)
@@ -1061,7 +1151,10 @@ class Simulation:
                 self.net.send(now, w.wid, reply_to, "host_failed", body)
                 return
             if g is None or epoch > int(g["epoch"]) or not g["open"]:
+                # The checkpoint's offset names its routing generation (2^40 apart).
+                generation = int(b["offset"]) >> 40
                 w.gates[p] = {"epoch": epoch, "offset": b["offset"], "open": True}
+                w.gates[p]["generation"] = generation
             self.net.send(
                 now, w.wid, reply_to, "hosted", {"worker": w.wid, "partition": p, "epoch": epoch}
             )
@@ -1092,6 +1185,29 @@ class Simulation:
                 self.stats["warm_starts"] += 1
             self.stats["warm_answers"] += 1
             self.net.send(now, w.wid, reply_to, "warmed", body)
+        elif kind == "cut":
+            # The seal is the source log's, shared by every worker: the first cut call of
+            # (generation, p) seals it at the caller's offset; a later one finds it.
+            p, epoch = b["partition"], b["epoch"]
+            g = w.gates.get(p)
+            body = {"worker": w.wid, "partition": p, "ok": False, "done": False}
+            body |= {"offset": 0, "uri": ""}
+            if g is not None and g["open"] and g["epoch"] == epoch:
+                g["generation"] = b["generation"]
+                cut = self.seals.setdefault((b["generation"], p), int(g["offset"]))
+                done = int(g["offset"]) >= cut
+                uri = f"mem://{w.wid}/{p}/{epoch}/cut{cut}" if done else ""
+                body |= {"ok": True, "done": done, "offset": cut, "uri": uri}
+                self.stats["cut_answers"] += 1
+            self.net.send(now, w.wid, reply_to, "cut_reply", body)
+        elif kind == "build":
+            # Deterministic: the same inputs give the same names, whoever builds.
+            gen, m = b["generation"], b["partitions"]
+            done = self.rescale_rng.random() >= self.s.p_build_pending
+            built = [[q, gen << 40, f"mem://build/g{gen}/{q}"] for q in range(m)] if done else []
+            body = {"worker": w.wid, "generation": gen, "done": done, "built": built}
+            self.stats["build_answers"] += 1
+            self.net.send(now, w.wid, reply_to, "build_reply", body)
         elif kind == "checkpoint":
             # 202 at once; the reports follow on their own request.
             self.net.send(now, w.wid, reply_to, "checkpoint_ack", {"worker": w.wid})
@@ -1269,6 +1385,8 @@ class Simulation:
         lead = self.replicas[self.leader]
         state = lead.machine.state
         if state.total_partitions == 0 or state.in_flight_migrations():
+            return False
+        if rescale_in_flight(state):
             return False
         if any(p.status is not PartitionStatus.ONLINE for p in state.partitions):
             return False
