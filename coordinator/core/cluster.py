@@ -2,7 +2,8 @@
 
 Owns `ClusterState`: the workers, partitions, migrations and request results every replica
 holds, the cluster's records about itself (the command-set versions each coordinator node
-speaks, the finalized one, the last backup, the retired workers' incarnation floor), plus the
+speaks, the finalized one, the last backup, the retired workers' incarnation floor, the
+routing generations and the newest rescale), plus the
 indices the leader's every-tick questions read (owner -> partitions, source -> in-flight
 migrations, in-flight migrations in creation order, terminal ones in eviction order, workers
 by state, departed workers in the order they departed, the owning set's changes, the
@@ -34,6 +35,7 @@ from coordinator.core.model import (
     Partition,
     PartitionEpoch,
     PartitionId,
+    Rescale,
     Worker,
     WorkerId,
     WorkerState,
@@ -82,7 +84,9 @@ class ClusterState:
         "node_versions",
         "partitions",
         "requests",
+        "rescale",
         "retired_total",
+        "routing",
         "total_partitions",
         "workers",
     )
@@ -110,6 +114,12 @@ class ClusterState:
         self.retired_total: int = 0
         # Maintenance mode (MaintenanceOn/Off, coordinator/core/maintenance.py): None is off.
         self.maintenance: MaintenanceRecord | None = None
+        # The partition count of each routing generation (index = generation): () before
+        # Bootstrap, then (total_partitions,); each rescale's StatesBuilt appends its count,
+        # so routing[-1] == total_partitions. The newest rescale, kept after DONE
+        # (coordinator/core/rescale.py).
+        self.routing: tuple[int, ...] = ()
+        self.rescale: Rescale | None = None
         self._owned: dict[WorkerId, set[PartitionId]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
         # The non-terminal migrations in creation order (a dict as an ordered set): the
@@ -181,6 +191,8 @@ class ClusterState:
         copy.incarnation_floor = self.incarnation_floor
         copy.retired_total = self.retired_total
         copy.maintenance = self.maintenance
+        copy.routing = self.routing
+        copy.rescale = self.rescale
         return copy
 
     # --- reads ---------------------------------------------------------------------------------
@@ -275,6 +287,14 @@ class ClusterState:
             if new.owner is not None:
                 self._owned.setdefault(new.owner, set()).add(new.partition)
         self.partitions[new.partition] = new
+
+    def replace_partitions(self, table: list[Partition]) -> None:
+        """The one way the partition table is replaced (a rescale's StatesBuilt): every new
+        partition is unowned, so the owner index empties with the old table."""
+        assert all(p.owner is None for p in table), "a new partition table is unowned"
+        self.partitions = table
+        self.total_partitions = len(table)
+        self._owned = {}
 
     def put_migration(self, new: Migration) -> None:
         """The one way a migration record is written: keeps the source, in-flight and

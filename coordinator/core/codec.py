@@ -28,11 +28,13 @@ from coordinator.core.commands import (
     BackupResult,
     BarrierResult,
     BootstrapResult,
+    BuiltCheckpoint,
     CheckpointReport,
     CheckpointsResult,
     CheckpointVerdict,
     Command,
     CommandResult,
+    CutResult,
     DeclareDeadResult,
     DrainResult,
     FallBackResult,
@@ -49,6 +51,7 @@ from coordinator.core.commands import (
     Rejected,
     ReleaseResult,
     ReportResult,
+    RescaleResult,
     ResetResult,
     Result,
     RetireResult,
@@ -63,11 +66,13 @@ from coordinator.core.model import (
     NOTE_LEN_MAX,
     PACKAGE_VERSION_LEN_MAX,
     REQUEST_ID_LEN_MAX,
+    RESCALE_PARTITIONS_MAX,
     SHA256_HEX_LEN,
     TOTAL_PARTITIONS_MAX,
     URI_LEN_MAX,
     MigrationPhase,
     MigrationReason,
+    RescalePhase,
     WorkerState,
 )
 from coordinator.core.wire_fields import (
@@ -132,6 +137,9 @@ _checkpoint_report = record(
 )
 _final_checkpoint = record(
     FinalCheckpoint, {"offset": int_value, "uri": str_value(URI_LEN_MAX), "epoch": epoch_value}
+)
+_built_checkpoint = record(
+    BuiltCheckpoint, {"partition": int_value, "offset": int_value, "uri": str_value(URI_LEN_MAX)}
 )
 
 _COMMAND_SPECS: dict[int, dict[str, Decoder]] = {
@@ -218,6 +226,20 @@ _COMMAND_SPECS: dict[int, dict[str, Decoder]] = {
     },
     21: {"worker_ids": array(worker_id_value), "departed_by_ms": int_value, "now_ms": int_value},
     23: {"migration_id": migration_id_value, "now_ms": int_value},
+    24: {"partitions": int_value, "by": str_value(MAINTENANCE_BY_LEN_MAX), "now_ms": int_value},
+    25: {
+        "partition": int_value,
+        "epoch": int_value,
+        "offset": int_value,
+        "uri": str_value(URI_LEN_MAX),
+        "now_ms": int_value,
+    },
+    26: {
+        "generation": int_value,
+        "checkpoints": array(_built_checkpoint, RESCALE_PARTITIONS_MAX),
+        "now_ms": int_value,
+    },
+    27: {"generation": int_value, "now_ms": int_value},
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, Where], Command]] = {
@@ -384,6 +406,23 @@ _RESULT_SHAPES: tuple[_Shape, ...] = (
     _shape(BackupResult, {"applied_index": int_value, "latest": bool_value}),
     _shape(RetireResult, {"retired": int_value, "kept": int_value, "incarnation_floor": int_value}),
     _shape(MaintenanceResult, {"maintenance": bool_value, "changed": bool_value}),
+    _shape(
+        RescaleResult,
+        {
+            "generation": int_value,
+            "partitions": int_value,
+            "previous": int_value,
+            "phase": enum_value(RescalePhase),
+        },
+    ),
+    _shape(
+        CutResult,
+        {
+            "partition": int_value,
+            "status": choice("accepted", "fenced"),
+            "phase": enum_value(RescalePhase),
+        },
+    ),
 )
 _SHAPE_OF: dict[type, _Shape] = {
     shape.cls: shape for shape in (_new_migration, _verdict, *_RESULT_SHAPES)

@@ -21,6 +21,7 @@ from coordinator.core.model import (
     MigrationPhase,
     MigrationReason,
     PartitionId,
+    RescalePhase,
     WorkerId,
     WorkerState,
 )
@@ -57,6 +58,15 @@ class FinalCheckpoint:
     offset: int
     uri: str
     epoch: Epoch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuiltCheckpoint:
+    """A new partition's starting checkpoint, as the rescale's build wrote it (StatesBuilt)."""
+
+    partition: int
+    offset: int
+    uri: str
 
 
 # --- results -----------------------------------------------------------------------------------
@@ -215,6 +225,23 @@ class MaintenanceResult:
     changed: bool  # False: the command found it as it asked (or ended another one)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RescaleResult:
+    """Where a rescale is after the command (StartRescale, StatesBuilt, FinishRescale)."""
+
+    generation: int
+    partitions: int
+    previous: int
+    phase: RescalePhase
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutResult:
+    partition: int
+    status: Literal["accepted", "fenced"]  # fenced: not at the partition's current epoch
+    phase: RescalePhase  # the rescale's, after the command
+
+
 CommandResult = (
     BootstrapResult
     | RegisterResult
@@ -236,6 +263,8 @@ CommandResult = (
     | BackupResult
     | RetireResult
     | MaintenanceResult
+    | RescaleResult
+    | CutResult
 )
 
 R = TypeVar("R", bound=CommandResult)
@@ -475,6 +504,52 @@ class MaintenanceOff(Returns[MaintenanceResult]):
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartRescale(Returns[RescaleResult]):
+    """An operator changes the partition count to `partitions`: a new routing generation
+    whose rescale starts CUTTING (coordinator/core/rescale.py). Command-set version 4."""
+
+    TAG: ClassVar[int] = 24
+    partitions: int
+    by: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordCut(Returns[CutResult]):
+    """The owner of old partition `partition` at `epoch` wrote its checkpoint at exactly its
+    cut `offset` (the seal's): recorded as the cut and as the partition's checkpoint. The
+    last one ends CUTTING. Command-set version 4."""
+
+    TAG: ClassVar[int] = 25
+    # A worker's report, not an id or an epoch until apply checks them against the state.
+    partition: int
+    epoch: int
+    offset: int
+    uri: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatesBuilt(Returns[RescaleResult]):
+    """The state move wrote one starting checkpoint per new partition: the partition table
+    becomes the new generation's (every partition UNASSIGNED). Command-set version 4."""
+
+    TAG: ClassVar[int] = 26
+    generation: int
+    checkpoints: tuple[BuiltCheckpoint, ...]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishRescale(Returns[RescaleResult]):
+    """Every new partition is ONLINE: the rescale is DONE. Command-set version 4."""
+
+    TAG: ClassVar[int] = 27
+    generation: int
+    now_ms: int
+
+
 Command = (
     Bootstrap
     | RegisterWorker
@@ -498,6 +573,10 @@ Command = (
     | MaintenanceOff
     | RetireWorkers
     | StartWarm
+    | StartRescale
+    | RecordCut
+    | StatesBuilt
+    | FinishRescale
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -523,6 +602,10 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     MaintenanceOff,
     RetireWorkers,
     StartWarm,
+    StartRescale,
+    RecordCut,
+    StatesBuilt,
+    FinishRescale,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"
@@ -562,6 +645,11 @@ STATUS_BY_CODE: dict[str, int] = {
     "version_unsupported": 409,
     # This node has stopped applying entries (an entry of a command set it does not speak).
     "halted": 503,
+    # A rescale (coordinator/core/rescale.py): one is not DONE yet; the count asked for is
+    # the current one; FinishRescale before every new partition is ONLINE.
+    "rescale_in_flight": 409,
+    "same_partition_count": 409,
+    "not_online": 409,
     "internal": 500,
 }
 

@@ -7,10 +7,12 @@ the planner's tests check one set of rules. Each check returns its violations as
 scenario line) and decides what a violation costs.
 
 - `state_violations(state)`: one live owner per partition, migrations and partitions agree
-  and name workers the state holds, the fallback chain is ordered and bounded, and the
-  derived indices equal a scan;
+  and name workers the state holds, the fallback chain is ordered and bounded, the routing
+  generations and the rescale agree with the partition table, and the derived indices equal
+  a scan;
 - `step_violations(before, state, command)`: every change is an edge of
-  `coordinator/core/lifecycle.py`, epochs and the generation only grow, an epoch keeps its
+  `coordinator/core/lifecycle.py` (a rescale's new partition table is a table of new
+  partitions), epochs and the generation only grow, an epoch keeps its
   owner, a checkpoint is accepted only at its partition's current epoch (and, reported, only
   from its owner), only RetireWorkers removes a worker (a DEAD or LEFT one, below the
   incarnation floor after it), and a new worker registers above the floor;
@@ -30,7 +32,13 @@ from dataclasses import dataclass
 
 from coordinator.core import lifecycle
 from coordinator.core.cluster import ClusterState
-from coordinator.core.commands import Command, RecordCheckpoints, RetireWorkers
+from coordinator.core.commands import (
+    Bootstrap,
+    Command,
+    RecordCheckpoints,
+    RetireWorkers,
+    StatesBuilt,
+)
 from coordinator.core.model import (
     CHECKPOINTS_KEPT_MAX,
     DEPARTED_WORKER_STATES,
@@ -41,6 +49,7 @@ from coordinator.core.model import (
     MigrationId,
     MigrationPhase,
     PartitionStatus,
+    RescalePhase,
     WorkerId,
     WorkerState,
 )
@@ -75,6 +84,8 @@ class View:
     migrations: dict[MigrationId, MigrationPhase]
     generation: int
     incarnation_floor: int = 0
+    routing: tuple[int, ...] = ()
+    rescale_phase: RescalePhase | None = None
 
 
 def view(state: ClusterState) -> View:
@@ -92,6 +103,8 @@ def view(state: ClusterState) -> View:
         migrations={m.migration_id: m.phase for m in state.migrations.values()},
         generation=state.generation,
         incarnation_floor=state.incarnation_floor,
+        routing=state.routing,
+        rescale_phase=None if state.rescale is None else state.rescale.phase,
     )
 
 
@@ -101,7 +114,7 @@ def view(state: ClusterState) -> View:
 def state_violations(state: ClusterState) -> list[str]:
     out: list[str] = []
     owned: dict[WorkerId, list[int]] = {}
-    for p in state.partitions:
+    for i, p in enumerate(state.partitions):
         if (p.owner is None) != (p.status is PartitionStatus.UNASSIGNED):
             out.append(f"p{p.partition} is {p.status.value} with owner {p.owner}")
         if p.owner is not None:
@@ -116,10 +129,16 @@ def state_violations(state: ClusterState) -> list[str]:
         out += _chain_violations(p.partition, p.checkpoint, p.earlier)
         if p.stuck and p.status is PartitionStatus.ONLINE:
             out.append(f"p{p.partition} is online and marked stuck")
+        if p.partition != i:
+            out.append(f"p{p.partition} is at index {i} of the partition table")
+    out += _routing_violations(state)
     for m in state.in_flight_migrations():
         for wid in (m.source, m.target):
             if wid not in state.workers:
                 out.append(f"{m.migration_id} in flight names {wid}, which the state lacks")
+        if not 0 <= m.partition < len(state.partitions):
+            out.append(f"{m.migration_id} in flight names p{m.partition}, beyond the table")
+            continue
         part = state.partitions[m.partition]
         if part.migration != m.migration_id:
             out.append(f"{m.migration_id} in flight but p{m.partition} points at {part.migration}")
@@ -128,6 +147,35 @@ def state_violations(state: ClusterState) -> list[str]:
         if part.owner != holder:
             out.append(f"{m.migration_id} is {m.phase.value} but p{m.partition} is {part.owner}'s")
     return out + _index_violations(state, owned)
+
+
+def _routing_violations(state: ClusterState) -> list[str]:
+    """The routing generations end at the partition count; the rescale's cuts are one per
+    old partition, all of them from MOVING on; its generation is routing's last from
+    HOSTING on and the next one before."""
+    out = []
+    total = state.total_partitions
+    if len(state.partitions) != total:
+        out.append(f"{len(state.partitions)} partitions in the table, total_partitions {total}")
+    if state.routing[-1:] != ((total,) if total else ()):
+        out.append(f"routing {list(state.routing)} does not end at total_partitions {total}")
+    r = state.rescale
+    if r is None:
+        return out
+    if len(r.cuts) != r.previous:
+        out.append(f"rescale has {len(r.cuts)} cuts of {r.previous} old partitions")
+    cut = r.cuts_done()
+    if r.phase is RescalePhase.CUTTING:
+        if r.base_epoch is not None or cut == r.previous:
+            out.append(f"rescale is CUTTING with {cut} of {r.previous} cuts and a base epoch")
+    elif cut != r.previous or r.base_epoch is None:
+        out.append(f"rescale is {r.phase.value} with {cut} of {r.previous} cuts")
+    before = r.phase in (RescalePhase.CUTTING, RescalePhase.MOVING)
+    if before and (len(state.routing) != r.generation or total != r.previous):
+        out.append(f"rescale to {r.generation} is {r.phase.value}, routing {list(state.routing)}")
+    if not before and (len(state.routing) != r.generation + 1 or total != r.partitions):
+        out.append(f"rescale to {r.generation} is {r.phase.value}, routing {list(state.routing)}")
+    return out
 
 
 def _chain_violations(
@@ -176,12 +224,27 @@ def _index_violations(state: ClusterState, owned: dict[WorkerId, list[int]]) -> 
 def step_violations(before: View, state: ClusterState, command: Command) -> list[str]:
     """What applying `command` to the state `before` describes did that it must not have."""
     name = type(command).__name__
-    out = _lifecycle_violations(before, state, name)
+    # A rescale's StatesBuilt replaces the table: its partitions are new (at epochs above
+    # every old one), so only the epochs are compared with the old table's.
+    changed = state.routing != before.routing
+    new_table = changed and bool(before.routing)
+    first = not before.routing and isinstance(command, Bootstrap)
+    out = []
+    if changed and not first and not isinstance(command, StatesBuilt):
+        out.append(f"{name} changed the routing generations to {list(state.routing)}")
+    out += _lifecycle_violations(before, state, name, new_table)
     out += _retirement_violations(before, state, command)
     if state.generation < before.generation:
         out.append(f"{name} took the generation back to {state.generation}")
+    if new_table:
+        top = max((p.epoch for p in before.partitions), default=0)
+        out += [
+            f"{name} made p{p.partition} at epoch {p.epoch}, not above the old table's {top}"
+            for p in state.partitions
+            if p.epoch <= top
+        ]
     for p in state.partitions:
-        if p.partition >= len(before.partitions):
+        if new_table or p.partition >= len(before.partitions):
             continue  # created by this command
         was = before.partitions[p.partition]
         if p.epoch < was.epoch:
@@ -228,9 +291,12 @@ def _retirement_violations(before: View, state: ClusterState, command: Command) 
     return out
 
 
-def _lifecycle_violations(before: View, state: ClusterState, command: str) -> list[str]:
-    """Every worker, partition and migration change is an edge of its table, taken as (state
-    before the command, state after it); a new epoch at the same status is a self-edge."""
+def _lifecycle_violations(
+    before: View, state: ClusterState, command: str, new_table: bool
+) -> list[str]:
+    """Every worker, partition, migration and rescale change is an edge of its table, taken
+    as (state before the command, state after it); a new epoch at the same status is a
+    self-edge; every partition of a new table is a new record."""
     out = []
     for w in state.workers.values():
         old = before.workers.get(w.worker_id)
@@ -242,7 +308,9 @@ def _lifecycle_violations(before: View, state: ClusterState, command: str) -> li
                 f"{command} moved worker {w.worker_id} {src} -> {w.state}: not in lifecycle.py"
             )
     for p in state.partitions:
-        old_p = before.partitions[p.partition] if p.partition < len(before.partitions) else None
+        old_p = None
+        if not new_table and p.partition < len(before.partitions):
+            old_p = before.partitions[p.partition]
         if old_p is not None and (old_p.status, old_p.epoch) == (p.status, p.epoch):
             continue
         src_p = None if old_p is None else old_p.status
@@ -260,6 +328,15 @@ def _lifecycle_violations(before: View, state: ClusterState, command: str) -> li
                 f"{command} moved migration {m.migration_id} {old_m} -> {m.phase}: "
                 "not in lifecycle.py"
             )
+    r = state.rescale
+    if (
+        r is not None
+        and r.phase != before.rescale_phase
+        and not lifecycle.allowed(lifecycle.RESCALE_EDGES, before.rescale_phase, r.phase, command)
+    ):
+        out.append(
+            f"{command} moved the rescale {before.rescale_phase} -> {r.phase}: not in lifecycle.py"
+        )
     return out
 
 

@@ -1,4 +1,4 @@
-"""Lifecycles as data: the transition tables of workers, partitions and migrations.
+"""Lifecycles as data: the transition tables of workers, partitions, migrations and rescales.
 
 Owns which state changes exist and which commands make them, in the manner of h11's
 `_state.py`: the tables below are the single description that `apply` consults before
@@ -29,11 +29,12 @@ from enum import Enum
 from typing import TypeVar
 
 from coordinator.core.commands import Rejected, rejected
-from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
+from coordinator.core.model import MigrationPhase, PartitionStatus, RescalePhase, WorkerState
 
 __all__ = [
     "MIGRATION_EDGES",
     "PARTITION_EDGES",
+    "RESCALE_EDGES",
     "WORKER_EDGES",
     "allowed",
     "check",
@@ -43,6 +44,7 @@ __all__ = [
 W = WorkerState
 P = PartitionStatus
 M = MigrationPhase
+R = RescalePhase
 
 S = TypeVar("S", bound=Hashable)
 Edges = Mapping[tuple[S | None, S], frozenset[str]]
@@ -76,10 +78,14 @@ WORKER_EDGES: Edges[WorkerState] = _edges(  # type: ignore[assignment]
         W.LEFT,
         "DrainWorker PartitionOnline AbortMigration DeclareDead RegisterWorker PlanMigrations",
     ),
+    # A rescale's new partition table: a draining worker owns nothing of it and every
+    # migration it sourced is aborted.
+    (W.DRAINING, W.LEFT, "StatesBuilt"),
 )
 
 PARTITION_EDGES: Edges[PartitionStatus] = _edges(  # type: ignore[assignment]
-    (None, P.UNASSIGNED, "Bootstrap"),
+    # The first table, and each rescale's new one (the old partitions go with the old table).
+    (None, P.UNASSIGNED, "Bootstrap StatesBuilt"),
     (P.UNASSIGNED, P.ASSIGNING, "AssignPartitions DeclareDead"),
     (P.ASSIGNING, P.ONLINE, "PartitionOnline"),
     # A new epoch (new owner, or the same owner after a restart, an abort or a fallback).
@@ -115,12 +121,29 @@ MIGRATION_EDGES: Edges[MigrationPhase] = _edges(  # type: ignore[assignment]
     # The target owns it since the hand-off but died or never came online; or a new move of
     # the partition (PlanMigrations, DrainWorker) supersedes it.
     (M.HANDED_OFF, M.ABORTED, "AbortMigration DeclareDead PlanMigrations DrainWorker"),
+    # A rescale's new partition table ends every migration of the old one.
+    (M.PLANNED, M.ABORTED, "StatesBuilt"),
+    (M.WARMING, M.ABORTED, "StatesBuilt"),
+    (M.RELEASING, M.ABORTED, "StatesBuilt"),
+    (M.HANDED_OFF, M.ABORTED, "StatesBuilt"),
+)
+
+RESCALE_EDGES: Edges[RescalePhase] = _edges(  # type: ignore[assignment]
+    # One rescale at a time: a new one only once the last is DONE.
+    (None, R.CUTTING, "StartRescale"),
+    (R.DONE, R.CUTTING, "StartRescale"),
+    # Each old partition's cut; the last one ends CUTTING.
+    (R.CUTTING, R.CUTTING, "RecordCut"),
+    (R.CUTTING, R.MOVING, "RecordCut"),
+    (R.MOVING, R.HOSTING, "StatesBuilt"),
+    (R.HOSTING, R.DONE, "FinishRescale"),
 )
 
 TABLES: dict[str, Mapping[tuple[object, object], frozenset[str]]] = {
     "worker": WORKER_EDGES,  # type: ignore[dict-item]
     "partition": PARTITION_EDGES,  # type: ignore[dict-item]
     "migration": MIGRATION_EDGES,  # type: ignore[dict-item]
+    "rescale": RESCALE_EDGES,  # type: ignore[dict-item]
 }
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NewType
 
+from shared.routing import KEY_GROUPS
+
 WorkerId = NewType("WorkerId", str)
 # A partition's number, 0 .. total_partitions - 1, as records, commands and the planner's
 # calls carry it: made by Bootstrap and by the codec (apply still checks a command's against
@@ -53,6 +55,12 @@ NODE_VERSIONS_MAX = 64
 # Who turned maintenance mode on or off (the admin caller's identity, or the leader's own
 # name for an expiry): a label shown to operators, not an id anything is looked up by.
 MAINTENANCE_BY_LEN_MAX = 64
+# A rescale's new partition count: every generation after 0 routes through KEY_GROUPS fixed
+# key groups (shared/routing.py), so it cannot have more partitions than groups.
+RESCALE_PARTITIONS_MAX = KEY_GROUPS
+# Routing generations a cluster may have (`ClusterState.routing`): each rescale adds one and
+# every host call carries the list, so it is bounded like any other field of a request.
+ROUTING_GENERATIONS_MAX = 64
 # msgpack carries integers up to 2**64-1, but Python-side consumers (JSON, SQL, metrics)
 # commonly assume signed 64-bit; refusing larger values keeps every replica's numbers portable.
 INT_VALUE_MAX = 2**63 - 1
@@ -107,6 +115,8 @@ class ChangeReason(Enum):
     # The cluster was made anew from a backup or a survivor's data directory (`ripple
     # restore`, `ripple recover`): every epoch jumped, so nothing of the old cluster fences in.
     RESTORE = "restore"
+    # The partition was made by a rescale (StatesBuilt): the first entry of its timeline.
+    RESCALE = "rescale"
 
 
 # Workers in these states may own partitions; DEAD and LEFT workers own none.
@@ -176,6 +186,36 @@ class Migration:
     updated_at_ms: int
     # Why it was aborted; "" otherwise.
     note: str
+
+
+class RescalePhase(Enum):
+    """A rescale's steps (docs/pipeline.md, "Rescaling"); each ends at one commit."""
+
+    CUTTING = "CUTTING"  # each old partition's owner seals it and checkpoints at its cut
+    MOVING = "MOVING"  # one worker builds every new partition's starting checkpoint
+    HOSTING = "HOSTING"  # the new partitions are hosted from those checkpoints
+    DONE = "DONE"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rescale:
+    """The newest rescale (StartRescale): kept after DONE, replaced by the next one."""
+
+    generation: int  # the new routing generation (g + 1)
+    partitions: int  # its partition count M
+    previous: int  # the old count P
+    phase: RescalePhase
+    # Per old partition p: its cut checkpoint once recorded (RecordCut), P entries.
+    cuts: tuple[Checkpoint | None, ...]
+    # Set when the last cut commits (phase -> MOVING): 1 + the highest epoch of any old
+    # partition then; the new partitions' starting checkpoints are written at this epoch.
+    base_epoch: Epoch | None
+    by: str  # who asked (the admin caller)
+    started_at_ms: int
+    updated_at_ms: int
+
+    def cuts_done(self) -> int:
+        return sum(1 for c in self.cuts if c is not None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

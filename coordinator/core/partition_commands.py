@@ -83,6 +83,7 @@ def bootstrap(state: ClusterState, cmd: Bootstrap) -> Outcome:
     if problem is not None:
         return problem, False
     state.total_partitions = total
+    state.routing = (total,)
     state.partitions = [
         Partition(
             partition=PartitionId(p),

@@ -24,7 +24,9 @@ from coordinator.core.model import (
     NOTE_LEN_MAX,
     PACKAGE_VERSION_LEN_MAX,
     REQUEST_ID_LEN_MAX,
+    ROUTING_GENERATIONS_MAX,
     SHA256_HEX_LEN,
+    TOTAL_PARTITIONS_MAX,
     URI_LEN_MAX,
     BackupRecord,
     ChangeReason,
@@ -38,6 +40,8 @@ from coordinator.core.model import (
     Partition,
     PartitionId,
     PartitionStatus,
+    Rescale,
+    RescalePhase,
     Worker,
     WorkerState,
 )
@@ -160,7 +164,27 @@ def _bookkeeping_plain(state: ClusterState) -> dict[str, object]:
     mm = state.maintenance
     if mm is not None:
         out["maintenance"] = [mm.by, mm.reason, mm.since_ms, mm.until_ms]
+    if state.routing != _default_routing(state.total_partitions):
+        out["routing"] = list(state.routing)
+    r = state.rescale
+    if r is not None:
+        out["rescale"] = [
+            r.generation,
+            r.partitions,
+            r.previous,
+            r.phase.value,
+            [None if c is None else _checkpoint_plain(c) for c in r.cuts],
+            r.base_epoch,
+            r.by,
+            r.started_at_ms,
+            r.updated_at_ms,
+        ]
     return out
+
+
+def _default_routing(total_partitions: int) -> tuple[int, ...]:
+    """The routing of a cluster that never rescaled: what a snapshot without one holds."""
+    return (total_partitions,) if total_partitions else ()
 
 
 def _decode_checkpoint(value: object, where: Where) -> Checkpoint:
@@ -300,11 +324,18 @@ def decode_state(data: bytes) -> ClusterState:
         state.retired_total = int_value(total, "retired")
     if "maintenance" in obj:
         state.maintenance = _decode_maintenance(obj["maintenance"])
+    state.routing = _default_routing(state.total_partitions)
+    if "routing" in obj:
+        state.routing = _decode_routing(obj["routing"])
+    if state.routing and state.routing[-1] != state.total_partitions:
+        raise CodecError("routing's last count must be total_partitions", "routing")
+    if "rescale" in obj:
+        state.rescale = _decode_rescale(obj["rescale"])
     state.reindex()
     return state
 
 
-_BOOKKEEPING_KEYS = ("command_set", "last_backup", "retired", "maintenance")
+_BOOKKEEPING_KEYS = ("command_set", "last_backup", "retired", "maintenance", "routing", "rescale")
 
 
 def _in_order(present: list[object], allowed: tuple[str, ...]) -> bool:
@@ -348,4 +379,35 @@ def _decode_maintenance(value: object) -> MaintenanceRecord:
         reason=str_value(NOTE_LEN_MAX, empty_ok=False)(reason, "maintenance"),
         since_ms=int_value(since, "maintenance"),
         until_ms=optional(int_value)(until, "maintenance"),
+    )
+
+
+def _decode_routing(value: object) -> tuple[int, ...]:
+    counts = array(int_value, ROUTING_GENERATIONS_MAX)(value, "routing")
+    if not counts or any(not 1 <= c <= TOTAL_PARTITIONS_MAX for c in counts):
+        raise CodecError(
+            f"routing must be 1..{ROUTING_GENERATIONS_MAX} counts, each >= 1", "routing"
+        )
+    return tuple(counts)
+
+
+_rescale_phase = enum_value(RescalePhase)
+_cut = optional(_decode_checkpoint)
+
+
+def _decode_rescale(value: object) -> Rescale:
+    where = "rescale"
+    generation, partitions, previous, phase, cuts, base, by, started, updated = tuple_value(
+        value, 9, where
+    )
+    return Rescale(
+        generation=int_value(generation, where),
+        partitions=int_value(partitions, where),
+        previous=int_value(previous, where),
+        phase=_rescale_phase(phase, where),
+        cuts=array(_cut, TOTAL_PARTITIONS_MAX)(cuts, f"{where}.cuts"),
+        base_epoch=optional(epoch_value)(base, where),
+        by=str_value(MAINTENANCE_BY_LEN_MAX)(by, where),
+        started_at_ms=int_value(started, where),
+        updated_at_ms=int_value(updated, where),
     )

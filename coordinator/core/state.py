@@ -5,17 +5,19 @@ here: the workers' commands in `coordinator/core/worker_commands.py`, the partit
 `partition_commands.py`, a migration's steps in `migration_commands.py` (the changes and
 checks they share in `edits.py`), the cluster's records about itself in `bookkeeping.py`,
 maintenance mode in `maintenance.py`, the retirement of departed workers in
-`retirement.py`. The container they change, ``ClusterState`` (`coordinator/core/cluster.py`,
-re-exported here as ``apply``'s argument type), only keeps its indices true. ``apply`` is
-deterministic (no clock, no randomness: both are stamped into commands) and total: every
-input yields a Result value. Each handler validates completely before its first mutation,
-so a Rejected never changes the state; that includes asking the lifecycle tables
+`retirement.py`, a rescale's steps in `rescale.py`. The container they change,
+``ClusterState`` (`coordinator/core/cluster.py`, re-exported here as ``apply``'s argument
+type), only keeps its indices true. ``apply`` is deterministic (no clock, no randomness:
+both are stamped into commands) and total: every input yields a Result value. Each
+handler validates completely before its first mutation, so a Rejected never changes the
+state; that includes asking the lifecycle tables
 (`coordinator/core/lifecycle.py`) about every worker, partition and migration change it is
 about to make. Invariants kept (`coordinator/core/invariants.py` checks them in the property
 tests and the simulation):
 
 - a partition has at most one owner; an owner exists and is ACTIVE or DRAINING;
-- a partition's epoch never decreases and grows by one with every (re)assignment;
+- a partition's epoch never decreases and grows by one with every (re)assignment; a
+  rescale's new partition table starts above every epoch of the old one;
 - ``partition.migration`` names a non-terminal migration of that partition; a PLANNED or
   RELEASING migration's partition is owned by its source, a HANDED_OFF one's by its target;
 - ``generation`` grows by exactly one per command that changes some (owner, epoch) pair.
@@ -28,6 +30,7 @@ from coordinator.core import (
     maintenance,
     migration_commands,
     partition_commands,
+    rescale,
     retirement,
     worker_commands,
 )
@@ -43,6 +46,7 @@ from coordinator.core.commands import (
     DrainWorker,
     FallBack,
     FinalizeVersion,
+    FinishRescale,
     HandOff,
     MaintenanceOff,
     MaintenanceOn,
@@ -52,13 +56,16 @@ from coordinator.core.commands import (
     PlanMigrations,
     RecordBackup,
     RecordCheckpoints,
+    RecordCut,
     RegisterWorker,
     ReportVersions,
     ResetPartition,
     Result,
     RetireWorkers,
     StartRelease,
+    StartRescale,
     StartWarm,
+    StatesBuilt,
     rejected,
 )
 from coordinator.core.edits import Outcome
@@ -156,6 +163,14 @@ def _dispatch(state: ClusterState, cmd: Command) -> Outcome:
             return partition_commands.reset_partition(state, cmd)
         case RetireWorkers():
             return retirement.retire(state, cmd), False
+        case StartRescale():
+            return rescale.start_rescale(state, cmd), False
+        case RecordCut():
+            return rescale.record_cut(state, cmd), False
+        case StatesBuilt():
+            return rescale.states_built(state, cmd)
+        case FinishRescale():
+            return rescale.finish_rescale(state, cmd), False
         case Barrier():  # handled before dispatch; kept so the match is exhaustive
             return Ok(value=BarrierResult(nonce=cmd.nonce)), False
         case ReportVersions() | FinalizeVersion() | RecordBackup():  # dispatched above

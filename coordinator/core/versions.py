@@ -12,7 +12,8 @@ a command it does not speak; one that does stops applying (`coordinator/core/mac
 Version 1 is the first numbered set: the fifteen commands of release 0.1.0 (which numbered
 none and advertised nothing) and the two through which nodes advertise and finalize
 versions. Version 2 adds RecordBackup; version 3 MaintenanceOn, MaintenanceOff,
-RetireWorkers and StartWarm (warm hand-offs).
+RetireWorkers and StartWarm (warm hand-offs); version 4 StartRescale, RecordCut,
+StatesBuilt and FinishRescale (rescaling).
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     COMMAND_BY_TAG,
     FinalizeVersion,
+    FinishRescale,
     MaintenanceOff,
     MaintenanceOn,
     RecordBackup,
+    RecordCut,
     Rejected,
     ReportVersions,
     RetireWorkers,
     Returns,
+    StartRescale,
     StartWarm,
+    StatesBuilt,
     rejected,
 )
 from coordinator.core.model import FIRST_COMMAND_SET_VERSION, NodeVersions
@@ -48,7 +53,7 @@ __all__ = [
     "version_of",
 ]
 
-COMMAND_SET_VERSION = 3  # the newest version this code speaks
+COMMAND_SET_VERSION = 4  # the newest version this code speaks
 
 # Tag -> the command-set version that introduced it. Append only: a tag never moves.
 INTRODUCED_IN: dict[int, int] = {
@@ -60,6 +65,10 @@ INTRODUCED_IN: dict[int, int] = {
     MaintenanceOff.TAG: 3,
     RetireWorkers.TAG: 3,
     StartWarm.TAG: 3,
+    StartRescale.TAG: 4,
+    RecordCut.TAG: 4,
+    StatesBuilt.TAG: 4,
+    FinishRescale.TAG: 4,
 }
 assert INTRODUCED_IN.keys() == COMMAND_BY_TAG.keys(), "every command tag has a version"
 assert max(INTRODUCED_IN.values()) == COMMAND_SET_VERSION

@@ -161,7 +161,7 @@ def test_render_leaves_derived_timings_out_so_they_keep_following(tmp_path: Path
             ">= raft_transport_version_min",
         ),
         ("membership_catch_up_timeout_s = 0", "membership_catch_up_timeout_s", "> 0"),
-        ("command_set_version_max = 4", "command_set_version_max", "1..3"),
+        ("command_set_version_max = 5", "command_set_version_max", "1..4"),
         ("retire_after_s = -1", "retire_after_s", "0 (never retire"),
         ("retire_after_s = 40000000", "retire_after_s", "a year"),
         (

@@ -29,11 +29,13 @@ from coordinator.core.commands import (
     BarrierResult,
     Bootstrap,
     BootstrapResult,
+    BuiltCheckpoint,
     CheckpointReport,
     CheckpointsResult,
     CheckpointVerdict,
     Command,
     CommandResult,
+    CutResult,
     DeclareDead,
     DeclareDeadResult,
     DrainResult,
@@ -42,6 +44,7 @@ from coordinator.core.commands import (
     FallBackResult,
     FinalCheckpoint,
     FinalizeVersion,
+    FinishRescale,
     HandOff,
     HandOffResult,
     MaintenanceOff,
@@ -57,17 +60,21 @@ from coordinator.core.commands import (
     PlanResult,
     RecordBackup,
     RecordCheckpoints,
+    RecordCut,
     RegisterResult,
     RegisterWorker,
     Rejected,
     ReleaseResult,
     ReportVersions,
+    RescaleResult,
     ResetPartition,
     ResetResult,
     RetireResult,
     RetireWorkers,
     StartRelease,
+    StartRescale,
     StartWarm,
+    StatesBuilt,
     StuckResult,
 )
 from coordinator.core.model import (
@@ -77,6 +84,7 @@ from coordinator.core.model import (
     MigrationId,
     MigrationPhase,
     MigrationReason,
+    RescalePhase,
     WorkerId,
     WorkerState,
 )
@@ -267,6 +275,41 @@ GOLDEN: list[tuple[str, Command, str]] = [
         StartWarm(migration_id=MigrationId("m-7"), now_ms=1023),
         "940117a4722d323382ac6d6967726174696f6e5f6964a36d2d37a66e6f775f6d73cd03ff",
     ),
+    (
+        "r-24",
+        StartRescale(partitions=200, by="admin", now_ms=1024),
+        ("940118a4722d323483aa706172746974696f6e73ccc8a26279a561646d696ea66e6f775f6d73cd0400"),
+    ),
+    (
+        "r-25",
+        RecordCut(partition=3, epoch=7, offset=4096, uri="s3://b/cp/3-7-4096", now_ms=1025),
+        (
+            "940119a4722d323585a9706172746974696f6e03a565706f636807a66f6666736574cd1000a37572"
+            "69b273333a2f2f622f63702f332d372d34303936a66e6f775f6d73cd0401"
+        ),
+    ),
+    (
+        "r-26",
+        StatesBuilt(
+            generation=1,
+            checkpoints=(
+                BuiltCheckpoint(partition=0, offset=1 << 40, uri="s3://b/cp/0-9"),
+                BuiltCheckpoint(partition=1, offset=1 << 40, uri="s3://b/cp/1-9"),
+            ),
+            now_ms=1026,
+        ),
+        (
+            "94011aa4722d323683aa67656e65726174696f6e01ab636865636b706f696e74739283a970617274"
+            "6974696f6e00a66f6666736574cf0000010000000000a3757269ad73333a2f2f622f63702f302d39"
+            "83a9706172746974696f6e01a66f6666736574cf0000010000000000a3757269ad73333a2f2f622f"
+            "63702f312d39a66e6f775f6d73cd0402"
+        ),
+    ),
+    (
+        "r-27",
+        FinishRescale(generation=1, now_ms=1027),
+        "94011ba4722d323782aa67656e65726174696f6e01a66e6f775f6d73cd0403",
+    ),
 ]
 
 
@@ -276,7 +319,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), 23]
+    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), *range(23, 28)]
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
@@ -360,6 +403,18 @@ commands: st.SearchStrategy[Command] = st.one_of(
     st.builds(
         MaintenanceOff, by=short_text, reason=short_text, since_ms=st.none() | nats, now_ms=nats
     ),
+    st.builds(StartWarm, migration_id=migration_ids, now_ms=nats),
+    st.builds(StartRescale, partitions=nats, by=short_text, now_ms=nats),
+    st.builds(RecordCut, partition=nats, epoch=nats, offset=nats, uri=short_text, now_ms=nats),
+    st.builds(
+        StatesBuilt,
+        generation=nats,
+        checkpoints=st.lists(
+            st.builds(BuiltCheckpoint, partition=nats, offset=nats, uri=short_text), max_size=4
+        ).map(tuple),
+        now_ms=nats,
+    ),
+    st.builds(FinishRescale, generation=nats, now_ms=nats),
 )
 
 json_like = st.recursive(
@@ -440,6 +495,19 @@ result_values: st.SearchStrategy[CommandResult] = st.one_of(
     st.builds(ResetResult, partition=small, epoch=nats),
     st.builds(RetireResult, retired=nats, kept=nats, incarnation_floor=nats),
     st.builds(MaintenanceResult, maintenance=st.booleans(), changed=st.booleans()),
+    st.builds(
+        RescaleResult,
+        generation=nats,
+        partitions=nats,
+        previous=nats,
+        phase=st.sampled_from(RescalePhase),
+    ),
+    st.builds(
+        CutResult,
+        partition=nats,
+        status=st.sampled_from(["accepted", "fenced"]),
+        phase=st.sampled_from(RescalePhase),
+    ),
 )
 results = st.builds(Ok, value=result_values) | st.builds(
     Rejected,
@@ -567,6 +635,15 @@ def test_malformed_result_values() -> None:
 # Commands applied in order, each with its result as hex: every result type and branch. Computed
 # once and pasted: results sit in the replicated request table, so snapshots carry these
 # bytes; a change here is a wire-format change.
+# RecordCut's accepted results for old partitions 0..5, the last one ending CUTTING.
+_CUT_RESULTS = [
+    "9301a26f6b83a9706172746974696f6e00a6737461747573a86163636570746564a57068617365a743555454494e47",
+    "9301a26f6b83a9706172746974696f6e01a6737461747573a86163636570746564a57068617365a743555454494e47",
+    "9301a26f6b83a9706172746974696f6e02a6737461747573a86163636570746564a57068617365a743555454494e47",
+    "9301a26f6b83a9706172746974696f6e03a6737461747573a86163636570746564a57068617365a743555454494e47",
+    "9301a26f6b83a9706172746974696f6e04a6737461747573a86163636570746564a57068617365a743555454494e47",
+    "9301a26f6b83a9706172746974696f6e05a6737461747573a86163636570746564a57068617365a64d4f56494e47",
+]
 GOLDEN_RESULTS: list[tuple[Command, str]] = [
     (
         Bootstrap(total_partitions=6, now_ms=1),
@@ -830,6 +907,77 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
     (
         MaintenanceOff(by="admin", reason="done", since_ms=36, now_ms=37),
         "9301a26f6b82ab6d61696e74656e616e6365c2a76368616e676564c3",
+    ),
+    # A rescale (command-set version 4) from 6 partitions to 2: six cuts (one fenced first),
+    # the states built, both new partitions online, done.
+    (
+        ReportVersions(
+            node_id="n1", min_version=1, max_version=4, package_version="0.4.0", now_ms=38
+        ),
+        "9301a26f6b82a76e6f64655f6964a26e31b166696e616c697a65645f76657273696f6e03",
+    ),
+    (
+        FinalizeVersion(version=4, voters=("n1",), now_ms=38),
+        "9301a26f6b82b166696e616c697a65645f76657273696f6e04a76368616e676564c3",
+    ),
+    (
+        StartRescale(partitions=2, by="admin", now_ms=39),
+        (
+            "9301a26f6b84aa67656e65726174696f6e01aa706172746974696f6e7302a870726576696f757306"
+            "a57068617365a743555454494e47"
+        ),
+    ),
+    (
+        RecordCut(partition=0, epoch=1, offset=10, uri="//cut0", now_ms=40),
+        (
+            "9301a26f6b83a9706172746974696f6e00a6737461747573a666656e636564a57068617365a74355"
+            "5454494e47"
+        ),
+    ),
+    *(
+        (RecordCut(partition=p, epoch=e, offset=10, uri=f"//cut{p}", now_ms=40), hex_bytes)
+        for p, (e, hex_bytes) in enumerate(zip([2, 1, 3, 4, 1, 3], _CUT_RESULTS, strict=True))
+    ),
+    (
+        StatesBuilt(
+            generation=1,
+            checkpoints=tuple(
+                BuiltCheckpoint(partition=q, offset=1 << 40, uri=f"//new{q}") for q in range(2)
+            ),
+            now_ms=41,
+        ),
+        (
+            "9301a26f6b84aa67656e65726174696f6e01aa706172746974696f6e7302a870726576696f757306"
+            "a57068617365a7484f5354494e47"
+        ),
+    ),
+    (
+        AssignPartitions(
+            assignments=(Assignment(partition=0, owner=W1), Assignment(partition=1, owner=W2)),
+            now_ms=42,
+        ),
+        "9301a26f6b81a861737369676e656402",
+    ),
+    (
+        PartitionOnline(partition=0, epoch=6, owner=W1, now_ms=43),
+        (
+            "9301a26f6b85a9706172746974696f6e00a565706f636806a76368616e676564c3ae6d6967726174"
+            "696f6e5f646f6e65c0a46c656674c0"
+        ),
+    ),
+    (
+        PartitionOnline(partition=1, epoch=6, owner=W2, now_ms=43),
+        (
+            "9301a26f6b85a9706172746974696f6e01a565706f636806a76368616e676564c3ae6d6967726174"
+            "696f6e5f646f6e65c0a46c656674c0"
+        ),
+    ),
+    (
+        FinishRescale(generation=1, now_ms=44),
+        (
+            "9301a26f6b84aa67656e65726174696f6e01aa706172746974696f6e7302a870726576696f757306"
+            "a57068617365a4444f4e45"
+        ),
     ),
 ]
 

@@ -16,16 +16,20 @@ from coordinator.core.commands import (
     Bootstrap,
     Command,
     FinalizeVersion,
+    FinishRescale,
     MaintenanceOff,
     MaintenanceOn,
     Ok,
     RecordBackup,
+    RecordCut,
     RegisterWorker,
     Rejected,
     ReportVersions,
     Result,
     RetireWorkers,
+    StartRescale,
     StartWarm,
+    StatesBuilt,
 )
 from coordinator.core.machine import Machine
 from coordinator.core.model import MigrationId, WorkerId
@@ -75,10 +79,13 @@ def test_every_tag_has_the_version_that_introduced_it() -> None:
     on = MaintenanceOn(by="admin", reason="upgrade", until_ms=None, now_ms=1)
     off = MaintenanceOff(by="admin", reason="done", since_ms=None, now_ms=2)
     warm = StartWarm(migration_id=MigrationId("m-1"), now_ms=0)
-    assert version_of(on) == version_of(off) == version_of(warm) == 3 == COMMAND_SET_VERSION
-    assert VersionRange(min_version=1, max_version=3) == SPOKEN
+    assert version_of(on) == version_of(off) == version_of(warm) == 3
+    # The rescale's commands are version 4, the newest.
+    for tag in (StartRescale.TAG, RecordCut.TAG, StatesBuilt.TAG, FinishRescale.TAG):
+        assert INTRODUCED_IN[tag] == 4 == COMMAND_SET_VERSION
+    assert VersionRange(min_version=1, max_version=4) == SPOKEN
     assert spoken(0) == SPOKEN and spoken(1) == VersionRange(min_version=1, max_version=1)
-    for bad in (-1, 4):
+    for bad in (-1, 5):
         with pytest.raises(ValueError):
             spoken(bad)
 
