@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from coordinator.core.model import ROUTING_GENERATIONS_MAX
 from shared.errors import RequestError
 from shared.partition_map import feeders_max, moved_fraction
 from shared.routing import KEY_GROUPS, Routing
@@ -51,6 +52,12 @@ def preview(routing: Sequence[int], partitions: int) -> RescalePreview:
             code="same_partition_count",
             status=409,
             field="partitions",
+        )
+    if len(routing) >= ROUTING_GENERATIONS_MAX:
+        raise RequestError(
+            f"the cluster has {ROUTING_GENERATIONS_MAX} routing generations, the most",
+            code="conflict",
+            status=409,
         )
     old = Routing(generation=len(routing) - 1, partitions=current)
     new = Routing(generation=len(routing), partitions=partitions)

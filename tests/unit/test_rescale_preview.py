@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator.core.model import ROUTING_GENERATIONS_MAX
 from coordinator.service.rescale_preview import preview
 from shared.errors import RequestError
 from shared.partition_map import feeders, feeders_max, moved_fraction
@@ -68,6 +69,7 @@ def test_a_large_generation_zero_is_counted_without_listing_feeders() -> None:
         ((8,), 8, "same_partition_count", 409, "partitions"),
         ((8, 16), 16, "same_partition_count", 409, "partitions"),
         ((), 4, "not_bootstrapped", 409, None),
+        ((8,) * ROUTING_GENERATIONS_MAX, 4, "conflict", 409, None),
     ],
 )
 def test_refusals_name_the_code_and_field(
