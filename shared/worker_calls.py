@@ -35,7 +35,9 @@ from typing import ClassVar, TypeGuard
 from shared.errors import RequestError
 
 __all__ = [
+    "BUILD_ROUTE",
     "CHECKPOINT_ROUTE",
+    "CUT_ROUTE",
     "EPOCH_MAX",
     "HOST_ROUTE",
     "RELEASE_ROUTE",
@@ -47,8 +49,14 @@ __all__ = [
     "STATUS_UNAVAILABLE",
     "WARM_ROUTE",
     "WORKER_TOKEN_HEADER",
+    "BuildReply",
+    "BuildRequest",
+    "BuiltCheckpointReply",
     "CheckpointReply",
     "CheckpointRequest",
+    "CutCheckpoint",
+    "CutReply",
+    "CutRequest",
     "ErrorReply",
     "HostReply",
     "HostRequest",
@@ -86,7 +94,16 @@ HOST_ROUTE = "/v1/partitions/{p}/host"
 RELEASE_ROUTE = "/v1/partitions/{p}/release"
 CHECKPOINT_ROUTE = "/v1/checkpoint"
 WARM_ROUTE = "/v1/partitions/{p}/warm"
+CUT_ROUTE = "/v1/partitions/{p}/cut"
+BUILD_ROUTE = "/v1/rescale/build"
 MIGRATION_ID_LEN_MAX = 64
+# A rescale's calls (docs/pipeline.md, "Rescaling"): routing generations a call names,
+# the partition count of generation 0 and of every later one (its key groups), old
+# partitions a build reads.
+ROUTING_GENERATIONS_MAX = 64
+FIRST_GENERATION_PARTITIONS_MAX = 1_000_000
+GENERATION_PARTITIONS_MAX = 65_536
+CUTS_MAX = 1_000_000
 
 
 class InvalidCallBody(RequestError):
@@ -165,6 +182,8 @@ class HostRequest:
     partition: int  # in the path, not the body
     epoch: int
     checkpoint: SentCheckpoint | None = None
+    # The partition count of each routing generation (absent: the worker's one generation).
+    routing: tuple[int, ...] | None = None
 
     @property
     def path(self) -> str:
@@ -172,7 +191,10 @@ class HostRequest:
 
     def to_json(self) -> JsonObject:
         ck = self.checkpoint
-        return {"epoch": self.epoch, "checkpoint": None if ck is None else ck.to_json()}
+        out: JsonObject = {"epoch": self.epoch, "checkpoint": None if ck is None else ck.to_json()}
+        if self.routing is not None:
+            out["routing"] = list(self.routing)
+        return out
 
     @classmethod
     def from_json(cls, partition: int, body: object) -> HostRequest:
@@ -183,6 +205,7 @@ class HostRequest:
             partition=partition,
             epoch=epoch,
             checkpoint=None if ck is None else SentCheckpoint.from_json(ck),
+            routing=_optional_routing(fields),
         )
 
 
@@ -298,6 +321,8 @@ class WarmRequest:
     partition: int  # in the path, not the body
     migration_id: str
     checkpoint: SentCheckpoint | None = None
+    # As HostRequest's: the partition count of each routing generation, or absent.
+    routing: tuple[int, ...] | None = None
 
     @property
     def path(self) -> str:
@@ -305,10 +330,13 @@ class WarmRequest:
 
     def to_json(self) -> JsonObject:
         ck = self.checkpoint
-        return {
+        out: JsonObject = {
             "migration_id": self.migration_id,
             "checkpoint": None if ck is None else ck.to_json(),
         }
+        if self.routing is not None:
+            out["routing"] = list(self.routing)
+        return out
 
     @classmethod
     def from_json(cls, partition: int, body: object) -> WarmRequest:
@@ -324,6 +352,7 @@ class WarmRequest:
             partition=partition,
             migration_id=mid,
             checkpoint=None if ck is None else SentCheckpoint.from_json(ck),
+            routing=_optional_routing(fields),
         )
 
 
@@ -354,7 +383,233 @@ class WarmReply:
         return None
 
 
-WorkerRequest = HostRequest | ReleaseRequest | CheckpointRequest | WarmRequest
+# -- rescale: cut and build ------------------------------------------------------------------
+
+
+def _routing(value: object) -> tuple[int, ...]:
+    if (
+        not isinstance(value, list)
+        or not 1 <= len(value) <= ROUTING_GENERATIONS_MAX
+        or not all(_is_int(c) for c in value)
+        or not 1 <= value[0] <= FIRST_GENERATION_PARTITIONS_MAX
+        or not all(1 <= c <= GENERATION_PARTITIONS_MAX for c in value[1:])
+    ):
+        raise InvalidCallBody(
+            f"routing must be 1..{ROUTING_GENERATIONS_MAX} partition counts "
+            f"(generation 0: 1..{FIRST_GENERATION_PARTITIONS_MAX}, "
+            f"later: 1..{GENERATION_PARTITIONS_MAX})",
+            "routing",
+        )
+    return tuple(value)
+
+
+def _optional_routing(fields: dict[str, object]) -> tuple[int, ...] | None:
+    value = fields.get("routing")
+    return None if value is None else _routing(value)
+
+
+def _count(fields: dict[str, object], name: str, top: int) -> int:
+    value = fields.get(name)
+    if not _is_int(value) or not 0 <= value <= top:
+        raise InvalidCallBody(f"{name} must be an integer in 0..{top}", name)
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutRequest:
+    """Seal old partition `partition` at `epoch` (generation `generation` ends there; the
+    next has `partitions`) and checkpoint at exactly its cut; repeated, it answers whether
+    that checkpoint is written."""
+
+    partition: int  # in the path, not the body
+    epoch: int
+    generation: int
+    partitions: int
+    routing: tuple[int, ...]  # the counts of generations 0..generation
+
+    @property
+    def path(self) -> str:
+        return CUT_ROUTE.format(p=self.partition)
+
+    def to_json(self) -> JsonObject:
+        return {
+            "epoch": self.epoch,
+            "generation": self.generation,
+            "partitions": self.partitions,
+            "routing": list(self.routing),
+        }
+
+    @classmethod
+    def from_json(cls, partition: int, body: object) -> CutRequest:
+        fields = _fields(body)
+        epoch = _epoch(fields)
+        generation = _count(fields, "generation", ROUTING_GENERATIONS_MAX - 1)
+        partitions = _count(fields, "partitions", GENERATION_PARTITIONS_MAX)
+        if partitions < 1:
+            top = GENERATION_PARTITIONS_MAX
+            raise InvalidCallBody(f"partitions must be 1..{top}", "partitions")
+        routing = _routing(fields.get("routing"))
+        if len(routing) != generation + 1:
+            raise InvalidCallBody("routing must name generations 0..generation", "routing")
+        return cls(
+            partition=partition,
+            epoch=epoch,
+            generation=generation,
+            partitions=partitions,
+            routing=routing,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutReply:
+    partition: int
+    epoch: int
+    offset: int  # the cut: the seal's offset
+    done: bool  # the checkpoint at exactly (partition, epoch, offset) is written
+    uri: str | None  # its uri once done
+
+    def to_json(self) -> JsonObject:
+        return {
+            "partition": self.partition,
+            "epoch": self.epoch,
+            "offset": self.offset,
+            "done": self.done,
+            "uri": self.uri,
+        }
+
+    @staticmethod
+    def from_json(body: object) -> CutReply | None:
+        """The reply, or None when it is not well-formed (asked again later)."""
+        if not isinstance(body, dict):
+            return None
+        p, epoch, offset, done, uri = (
+            body.get(k) for k in ("partition", "epoch", "offset", "done", "uri")
+        )
+        if (
+            _is_int(p)
+            and _is_int(epoch)
+            and _is_int(offset)
+            and isinstance(done, bool)
+            and (uri is None or isinstance(uri, str))
+            and not (done and not uri)
+        ):
+            return CutReply(partition=p, epoch=epoch, offset=offset, done=done, uri=uri)
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutCheckpoint:
+    """An old partition's cut checkpoint, as a build call names it."""
+
+    partition: int
+    offset: int
+    uri: str
+    epoch: int
+
+    def to_json(self) -> JsonObject:
+        return {
+            "partition": self.partition,
+            "offset": self.offset,
+            "uri": self.uri,
+            "epoch": self.epoch,
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> CutCheckpoint:
+        if isinstance(value, dict):
+            p, offset, uri, epoch = (value.get(k) for k in ("partition", "offset", "uri", "epoch"))
+            if _is_int(p) and _is_int(offset) and isinstance(uri, str) and uri and _is_int(epoch):
+                return cls(partition=p, offset=offset, uri=uri, epoch=epoch)
+        raise InvalidCallBody("cuts must be [{partition, offset, uri, epoch}]", "cuts")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildRequest:
+    """Build every partition of generation `generation` a starting checkpoint at `epoch`
+    from the old partitions' `cuts`; repeated, it answers how far the build is."""
+
+    path: ClassVar[str] = BUILD_ROUTE
+    generation: int
+    routing: tuple[int, ...]  # the counts of generations 0..generation
+    epoch: int
+    cuts: tuple[CutCheckpoint, ...]
+
+    def to_json(self) -> JsonObject:
+        return {
+            "generation": self.generation,
+            "routing": list(self.routing),
+            "epoch": self.epoch,
+            "cuts": [c.to_json() for c in self.cuts],
+        }
+
+    @classmethod
+    def from_json(cls, body: object) -> BuildRequest:
+        fields = _fields(body)
+        generation = _count(fields, "generation", ROUTING_GENERATIONS_MAX - 1)
+        routing = _routing(fields.get("routing"))
+        if generation < 1 or len(routing) != generation + 1:
+            raise InvalidCallBody("routing must name generations 0..generation", "routing")
+        epoch = _epoch(fields)
+        cuts = fields.get("cuts")
+        if not isinstance(cuts, list) or len(cuts) > CUTS_MAX:
+            raise InvalidCallBody(f"cuts must be an array of at most {CUTS_MAX}", "cuts")
+        return cls(
+            generation=generation,
+            routing=routing,
+            epoch=epoch,
+            cuts=tuple(CutCheckpoint.from_json(c) for c in cuts),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuiltCheckpointReply:
+    """A new partition's starting checkpoint, as a build reply names it."""
+
+    partition: int
+    offset: int
+    uri: str
+
+    def to_json(self) -> JsonObject:
+        return {"partition": self.partition, "offset": self.offset, "uri": self.uri}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildReply:
+    generation: int
+    done: bool
+    checkpoints: tuple[BuiltCheckpointReply, ...]  # one per new partition once done
+
+    def to_json(self) -> JsonObject:
+        return {
+            "generation": self.generation,
+            "done": self.done,
+            "checkpoints": [c.to_json() for c in self.checkpoints],
+        }
+
+    @staticmethod
+    def from_json(body: object) -> BuildReply | None:
+        """The reply, or None when it is not well-formed (asked again later)."""
+        if not isinstance(body, dict):
+            return None
+        generation, done, raw = (body.get(k) for k in ("generation", "done", "checkpoints"))
+        if not (_is_int(generation) and isinstance(done, bool) and isinstance(raw, list)):
+            return None
+        out: list[BuiltCheckpointReply] = []
+        for c in raw[: GENERATION_PARTITIONS_MAX + 1]:
+            if not isinstance(c, dict):
+                return None
+            p, offset, uri = (c.get(k) for k in ("partition", "offset", "uri"))
+            if not (_is_int(p) and _is_int(offset) and isinstance(uri, str) and uri):
+                return None
+            out.append(BuiltCheckpointReply(partition=p, offset=offset, uri=uri))
+        if len(raw) > GENERATION_PARTITIONS_MAX:
+            return None
+        return BuildReply(generation=generation, done=done, checkpoints=tuple(out))
+
+
+WorkerRequest = (
+    HostRequest | ReleaseRequest | CheckpointRequest | WarmRequest | CutRequest | BuildRequest
+)
 
 
 # -- failures --------------------------------------------------------------------------------

@@ -122,6 +122,7 @@ class CallPlans:
                 address=worker.address,
                 incarnation=worker.incarnation,
                 checkpoint=p.checkpoint,
+                routing=state.routing,
             )
             if ("host", key) in self.in_flight:
                 continue
@@ -151,6 +152,7 @@ class CallPlans:
                 address=target.address,
                 incarnation=target.incarnation,
                 checkpoint=state.partitions[x.partition].checkpoint,
+                routing=state.routing,
             )
             if self.claim(call):
                 out.append(call)

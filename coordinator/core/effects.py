@@ -12,14 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from coordinator.core.commands import Command, FinalCheckpoint
+from coordinator.core.commands import BuiltCheckpoint, Command, FinalCheckpoint
 from coordinator.core.model import Checkpoint, Epoch, MigrationId, PartitionId, WorkerId
 
 __all__ = [
     "Batch",
+    "BuildCall",
+    "BuildDone",
     "CheckpointCall",
     "CheckpointDone",
     "CommitOutcome",
+    "CutCall",
+    "CutDone",
     "HostCall",
     "HostDone",
     "ReleaseCall",
@@ -45,6 +49,8 @@ class HostCall:
     incarnation: int
     # Where the worker starts: None means a replay from the source's beginning.
     checkpoint: Checkpoint | None
+    # The partition count of each routing generation (the state's `routing`).
+    routing: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,9 +81,39 @@ class WarmCall:
     address: str
     incarnation: int
     checkpoint: Checkpoint | None
+    routing: tuple[int, ...] = ()  # as HostCall's
 
 
-WorkerCall = HostCall | ReleaseCall | CheckpointCall | WarmCall
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutCall:
+    """Ask old partition `partition`'s owner at `epoch` to seal it and checkpoint at its cut
+    (or whether it has): generation `generation` ends, the next has `partitions`."""
+
+    partition: PartitionId
+    epoch: Epoch
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+    generation: int
+    partitions: int
+    routing: tuple[int, ...]  # the counts of generations 0..generation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildCall:
+    """Ask one worker to build (or how far it is building) every new partition's starting
+    checkpoint of generation `generation` from the old partitions' cut checkpoints."""
+
+    generation: int
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+    routing: tuple[int, ...]  # the counts of generations 0..generation
+    epoch: Epoch  # the rescale's base epoch: the new checkpoints are written at it
+    cuts: tuple[tuple[PartitionId, Checkpoint], ...]  # one per old partition
+
+
+WorkerCall = HostCall | ReleaseCall | CheckpointCall | WarmCall | CutCall | BuildCall
 
 
 # --- results of worker calls (what the executor feeds back) ---------------------------------
@@ -124,7 +160,26 @@ class WarmDone:
     code: str | None = None
 
 
-WorkerResult = HostDone | ReleaseDone | CheckpointDone | WarmDone
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutDone:
+    call: CutCall
+    # 200 with done: the checkpoint at exactly the cut is written (`offset`, `uri`); 200
+    # without: ask again; not ok: the worker refused or failed (the next plan asks again).
+    ok: bool
+    done: bool = False
+    offset: int = 0
+    uri: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildDone:
+    call: BuildCall
+    ok: bool
+    done: bool = False
+    checkpoints: tuple[BuiltCheckpoint, ...] = ()
+
+
+WorkerResult = HostDone | ReleaseDone | CheckpointDone | WarmDone | CutDone | BuildDone
 
 
 class CommitOutcome(Enum):
@@ -149,4 +204,8 @@ def call_key(call: WorkerCall) -> tuple[str, object]:
         return ("release", call.migration_id)
     if isinstance(call, WarmCall):
         return ("warm", call.migration_id)
+    if isinstance(call, CutCall):
+        return ("cut", call.partition)
+    if isinstance(call, BuildCall):
+        return ("build", call.generation)
     return ("checkpoint", call.worker_id)

@@ -2,7 +2,8 @@
 
 Owns every decision the leader makes: failure detection, assignment, rebalance on join,
 migration steps, drains, retirement of departed workers (`coordinator/core/retirement.py`),
-host retries and checkpoint rounds, plus the admin planning
+a rescale's cut and build calls (`coordinator/core/rescale_plans.py`), host retries and
+checkpoint rounds, plus the admin planning
 queries (balance, explicit moves, drain plans, dry runs). It reads no clock, does no I/O and
 takes its randomness from the `Rng` (a `random.Random`) it is given, so the simulation, the
 scenario files and the duty loop (`coordinator/service/duties.py`) run the same decisions.
@@ -33,8 +34,9 @@ Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
 1. A batch carries the commands of ONE planning stage, all computed from the same applied
    state. Stages run in a fixed order -- results of worker calls (PartitionOnline,
    HandOff), fallbacks for checkpoints that cannot be loaded (FallBack, MarkStuck),
-   bootstrap, failure detection, assignment, the end of a timed maintenance, rebalance on
-   join, migration steps, drains, retirement -- and the first stage that has commands ends
+   bootstrap, failure detection, assignment, the end of a rescale, the end of a timed
+   maintenance, rebalance on join (none while a rescale is in flight), migration steps,
+   drains, retirement -- and the first stage that has commands ends
    the batch. Its `wake_at_ms` is then `now_ms`: plan again once the commands are applied,
    so every later stage sees the state its predecessors produced.
 2. Commands are committed in the order given, each after the previous one's outcome is
@@ -74,13 +76,17 @@ from coordinator.core.commands import (
     Move,
     PartitionOnline,
     PlanMigrations,
+    RecordCut,
     Rejected,
     StartRelease,
     StartWarm,
+    StatesBuilt,
 )
 from coordinator.core.effects import (
     Batch,
+    BuildDone,
     CommitOutcome,
+    CutDone,
     HostDone,
     ReleaseDone,
     ReleaseOutcome,
@@ -106,6 +112,8 @@ from coordinator.core.model import (
 )
 from coordinator.core.move_plans import MovePlans
 from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy
+from coordinator.core.rescale_plans import RescalePlans
+from coordinator.core.rescale_plans import balance_paused as rescaling
 from coordinator.core.retirement import RETIRE_BATCH_MAX
 from coordinator.core.retirement import due as retirements_due
 from coordinator.core.rounds import CheckpointRounds
@@ -221,6 +229,7 @@ class Planner:
             rounds=self.rounds,
             rng=rng,
         )
+        self.rescales = RescalePlans()
         # The calls in flight, keyed by call_key: the call plans' set, shared.
         self.in_flight = self.calls.in_flight
         self._pending: list[_Pending] = []
@@ -314,6 +323,31 @@ class Planner:
         elif isinstance(result, WarmDone):
             self.in_flight.discard(key)
             self.warmups.observe(result, now_ms)
+        elif isinstance(result, CutDone):
+            c = result.call
+            if not (result.ok and result.done and result.uri):
+                self.in_flight.discard(key)
+                self.rescales.answered(key, now_ms)
+                return
+            cmd = RecordCut(
+                partition=c.partition,
+                epoch=c.epoch,
+                offset=result.offset,
+                uri=result.uri,
+                now_ms=wall_ms,
+            )
+            self._pending.append(_Pending(command=cmd, key=key))
+        elif isinstance(result, BuildDone):
+            if not (result.ok and result.done):
+                self.in_flight.discard(key)
+                self.rescales.answered(key, now_ms)
+                return
+            cmd = StatesBuilt(
+                generation=result.call.generation,
+                checkpoints=result.checkpoints,
+                now_ms=wall_ms,
+            )
+            self._pending.append(_Pending(command=cmd, key=key))
         else:
             self.in_flight.discard(key)
             if not result.ok:
@@ -387,6 +421,7 @@ class Planner:
             self._bootstrap,
             self._detect_failures,
             self._assign_unassigned,
+            self._finish_rescale,
             self._maintenance_expiry,
             self._rebalance_on_join,
             self._migrations,
@@ -412,6 +447,13 @@ class Planner:
             *self.calls.release_calls(state, now_ms),
             *self.calls.host_calls(state, now_ms),
             *self.calls.warm_calls(state, now_ms),
+            *self.rescales.calls(
+                state,
+                now_ms,
+                self.in_flight,
+                self.calls.claim,
+                lambda w: not self._paused(w, now_ms),
+            ),
             *self.calls.checkpoint_calls(state, now_ms),
         ]
         return Batch(calls=tuple(calls), wake_at_ms=now_ms + self.settings.tick_ms)
@@ -504,12 +546,17 @@ class Planner:
         )
         return (AssignPartitions(assignments=assignments, now_ms=wall),) if assignments else ()
 
+    def _finish_rescale(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
+        return self.rescales.finish(state, wall)
+
     def _maintenance_expiry(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
         return self.maintenance_timer.expiry(state, now, wall)
 
     def _rebalance_on_join(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
-        if not self.settings.rebalance_on_join or balance_paused(state):
-            return ()  # maintenance mode: no automatic balance (recovery ran before this)
+        if not self.settings.rebalance_on_join or balance_paused(state) or rescaling(state):
+            # Maintenance mode or a rescale in flight: no automatic balance (recovery ran
+            # before this).
+            return ()
         if state.in_flight_migrations() or any(
             p.status is not PartitionStatus.ONLINE for p in state.partitions
         ):

@@ -35,9 +35,11 @@ from coordinator.core.commands import (
     StartWarm,
 )
 from coordinator.core.effects import (
+    BuildCall,
     CheckpointCall,
     CheckpointDone,
     CommitOutcome,
+    CutCall,
     HostCall,
     HostDone,
     ReleaseCall,
@@ -60,6 +62,7 @@ from coordinator.core.warmups import WarmPolicy
 from coordinator.service.auth import call_token
 from coordinator.service.failing import FailingReports
 from coordinator.service.node import CoordinatorNode
+from coordinator.service.rescale_calls import rescale_call
 from replication.log import RaftRole
 from shared.checkpoint_ref import reference_problem
 from shared.clock import Clock
@@ -414,7 +417,12 @@ class LeaderDuties:
             sent = (
                 None if ck is None else SentCheckpoint(offset=ck.offset, uri=ck.uri, epoch=ck.epoch)
             )
-            request = HostRequest(partition=call.partition, epoch=call.epoch, checkpoint=sent)
+            request = HostRequest(
+                partition=call.partition,
+                epoch=call.epoch,
+                checkpoint=sent,
+                routing=call.routing or None,
+            )
             status, body = await self._post(call, request)
             ok = status == STATUS_OK
             self.node.metrics.host_calls.labels(outcome="ok" if ok else "failed").inc()
@@ -447,6 +455,8 @@ class LeaderDuties:
                 result = ReleaseDone(call=call, outcome=ReleaseOutcome.FAILED)
         elif isinstance(call, WarmCall):
             result = await self._warm(call)
+        elif isinstance(call, CutCall | BuildCall):
+            result = await rescale_call(self._post, call)
         else:
             assert isinstance(call, CheckpointCall)
             status, _ = await self._post(call, CheckpointRequest())
@@ -459,7 +469,10 @@ class LeaderDuties:
         ck = call.checkpoint
         sent = None if ck is None else SentCheckpoint(offset=ck.offset, uri=ck.uri, epoch=ck.epoch)
         request = WarmRequest(
-            partition=call.partition, migration_id=call.migration_id, checkpoint=sent
+            partition=call.partition,
+            migration_id=call.migration_id,
+            checkpoint=sent,
+            routing=call.routing or None,
         )
         status, body = await self._post(call, request)
         reply = WarmReply.from_json(body) if status == STATUS_OK else None

@@ -48,8 +48,16 @@ Directives:
                             FinalizeVersion) as the leader of a cluster that speaks it would
   wall-step <ms>            step the wall clock alone (a clock that jumps: the monotonic one
                             times maintenance, so nothing may change)
+  rescale <M>               an operator's StartRescale to M partitions
+  cut p=<p> done offset=<n> | pending | fail
+                            the outstanding cut call of p answered: done at the cut (a
+                            checkpoint at exactly offset n), not yet, or an error
+  cut-all offset=<n>        every outstanding cut call answered done at offset n
+  build ok | pending | fail the outstanding build call answered: done (one checkpoint per
+                            new partition at the generation's base), not yet, or an error
   new-leader                a fresh planner built from the state (a failover)
-  state                     partitions, workers, in-flight migrations, maintenance mode
+  state                     partitions, workers, in-flight migrations, maintenance mode,
+                            routing generations and the rescale
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ from pathlib import Path
 from coordinator.core.commands import (
     AbortMigration,
     AssignPartitions,
+    BuiltCheckpoint,
     CheckpointReport,
     CheckpointsResult,
     Command,
@@ -80,12 +89,18 @@ from coordinator.core.commands import (
     Rejected,
     ReportVersions,
     ResetPartition,
+    StartRescale,
+    StatesBuilt,
 )
 from coordinator.core.effects import (
     Batch,
+    BuildCall,
+    BuildDone,
     CheckpointCall,
     CheckpointDone,
     CommitOutcome,
+    CutCall,
+    CutDone,
     HostCall,
     HostDone,
     ReleaseCall,
@@ -186,6 +201,9 @@ def fmt_command(cmd: Command) -> str:
     if isinstance(cmd, MaintenanceOff):
         since = "-" if cmd.since_ms is None else cmd.since_ms - WALL_OFFSET_MS
         return f"{name} by={cmd.by} since={since}: {cmd.reason}"
+    if isinstance(cmd, StatesBuilt):
+        offsets = sorted({c.offset for c in cmd.checkpoints})
+        return f"{name} generation={cmd.generation} checkpoints={len(cmd.checkpoints)} at={offsets}"
     skip = {"now_ms"}
     args = " ".join(f"{f.name}={getattr(cmd, f.name)}" for f in fields(cmd) if f.name not in skip)
     return f"{name} {args}".rstrip()
@@ -200,6 +218,16 @@ def fmt_call(call: WorkerCall) -> str:
     if isinstance(call, WarmCall):
         ck = "none" if call.checkpoint is None else str(call.checkpoint.offset)
         return f"call warm {call.migration_id} p{call.partition} {call.worker_id} ck={ck}"
+    if isinstance(call, CutCall):
+        return (
+            f"call cut p{call.partition} e{call.epoch} {call.worker_id} "
+            f"g{call.generation}>{call.partitions} routing={list(call.routing)}"
+        )
+    if isinstance(call, BuildCall):
+        return (
+            f"call build g{call.generation} {call.worker_id} e{call.epoch} "
+            f"routing={list(call.routing)} cuts={len(call.cuts)}"
+        )
     return f"call checkpoint {call.worker_id}"
 
 
@@ -530,6 +558,47 @@ class Harness:
         result = self.apply(cmd)
         return [f"{fmt_command(cmd)} -> " + ("ok" if isinstance(result, Ok) else result.code)]
 
+    def do_rescale(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        cmd = StartRescale(partitions=int(args[0]), by="admin", now_ms=self.wall)
+        result = self.apply(cmd)
+        return [f"{fmt_command(cmd)} -> " + ("ok" if isinstance(result, Ok) else result.code)]
+
+    def do_cut(self, args: list[str], kv: dict[str, str]) -> list[str]:
+        p = int(kv["p"])
+        call = self.find(CutCall, lambda c: isinstance(c, CutCall) and c.partition == p)
+        assert isinstance(call, CutCall)
+        if "done" in args:
+            uri = f"s3://ck/{p}-{call.epoch}-{kv['offset']}"
+            result = CutDone(call=call, ok=True, done=True, offset=int(kv["offset"]), uri=uri)
+        else:
+            result = CutDone(call=call, ok="pending" in args)
+        self.feed(result)
+        return []
+
+    def do_cut_all(self, _args: list[str], kv: dict[str, str]) -> list[str]:
+        for call in [c for c in self.outstanding.values() if isinstance(c, CutCall)]:
+            uri = f"s3://ck/{call.partition}-{call.epoch}-{kv['offset']}"
+            offset = int(kv["offset"])
+            self.feed(CutDone(call=call, ok=True, done=True, offset=offset, uri=uri))
+        return []
+
+    def do_build(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        call = self.find(BuildCall, lambda c: isinstance(c, BuildCall))
+        assert isinstance(call, BuildCall)
+        if args[0] == "ok":
+            m = call.routing[-1]
+            built = tuple(
+                BuiltCheckpoint(
+                    partition=q, offset=call.generation << 40, uri=f"s3://ck/g{call.generation}/{q}"
+                )
+                for q in range(m)
+            )
+            result = BuildDone(call=call, ok=True, done=True, checkpoints=built)
+        else:
+            result = BuildDone(call=call, ok=args[0] == "pending")
+        self.feed(result)
+        return [f"by {call.worker_id}"]
+
     def do_wall_step(self, args: list[str], _kv: dict[str, str]) -> list[str]:
         self.wall_step += int(args[0])
         return [f"wall {self.wall - WALL_OFFSET_MS}"]
@@ -558,6 +627,14 @@ class Harness:
             until = "-" if mm.until_ms is None else mm.until_ms - WALL_OFFSET_MS
             since = mm.since_ms - WALL_OFFSET_MS
             out.append(f"maintenance by={mm.by} since={since} until={until}: {mm.reason}")
+        if len(self.state.routing) > 1 or self.state.rescale is not None:
+            out.append(f"routing {list(self.state.routing)}")
+        r = self.state.rescale
+        if r is not None:
+            out.append(
+                f"rescale g{r.generation} {r.previous}>{r.partitions} {r.phase.value} "
+                f"cuts={r.cuts_done()}/{r.previous} base={r.base_epoch}"
+            )
         return out
 
 
