@@ -8,6 +8,7 @@
   ripple drain WORKER                               admin: move a worker's partitions away
   ripple nodes [add|remove|replace ID ...]          the coordinator voters; admin: change them
   ripple maintenance on|off --reason TEXT [--for D] admin: pause automatic balance moves
+  ripple rescale --partitions M [--dry-run] [--wait] admin: change the partition count
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log
   ripple get KEY                                    a key's state from its owning worker
@@ -50,6 +51,7 @@ from ripple.connect import (
 from ripple.local_cluster import up
 from ripple.nodes import add_nodes_parser, cmd_nodes, prepare_join
 from ripple.pipeline_commands import add_pipeline_parsers, cmd_get, cmd_produce, cmd_worker
+from ripple.rescale import add_rescale_parser, rescale_command, rescale_progress
 from ripple.tables import (
     render_membership,
     render_migrations,
@@ -111,13 +113,17 @@ async def cmd_migrations(args: argparse.Namespace) -> int:
             done = (total - left) if total else 0
             width = 30
             filled = width if not total else int(width * done / total)
+            # A rescale in flight holds balance moves back: the watch follows it too.
+            rescale = (await client.get("/v1/status")).get("rescale")
+            rescaling = rescale is not None and rescale["phase"] != "DONE"
+            tail = f"   rescale: {rescale_progress(rescale)}" if rescale and rescaling else ""
             print(
                 f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total or 0} done, "
-                f"{left} in flight",
+                f"{left} in flight{tail}\x1b[K",
                 end="",
                 flush=True,
             )
-            if left == 0:
+            if left == 0 and not rescaling:
                 print()
                 return 0
             await asyncio.sleep(WATCH_EVERY_S)
@@ -163,6 +169,11 @@ async def cmd_maintenance(args: argparse.Namespace) -> int:
 
     async with client_for(args, token=admin_token(args)) as client:
         return await maintenance_command(args, client)
+
+
+async def cmd_rescale(args: argparse.Namespace) -> int:
+    async with client_for(args, token=admin_token(args)) as client:
+        return await rescale_command(args, client)
 
 
 # -- backups --------------------------------------------------------------------------------
@@ -277,7 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if name == "migrations":
             sp.add_argument(
-                "--watch", action="store_true", help="progress bar until no migration is in flight"
+                "--watch",
+                action="store_true",
+                help="progress bar until no migration and no rescale is in flight",
             )
 
     r = sub.add_parser("reassign", help="admin: rebalance or move partitions")
@@ -289,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_pipeline_parsers(sub, client_args)
 
     add_nodes_parser(sub, client_args)
+
+    add_rescale_parser(sub, client_args)
 
     d = sub.add_parser("drain", help="admin: move a worker's partitions away, then LEFT")
     client_args(d)
@@ -353,6 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cmd_drain(args))
         if args.command == "maintenance":
             return asyncio.run(cmd_maintenance(args))
+        if args.command == "rescale":
+            return asyncio.run(cmd_rescale(args))
         if args.command == "worker":
             return cmd_worker(args)
         if args.command == "produce":

@@ -11,6 +11,7 @@ import datetime
 from typing import Any
 
 from ripple.maintenance import maintenance_line
+from ripple.rescale import rescale_line
 
 __all__ = [
     "render_membership",
@@ -38,6 +39,7 @@ def render_status(s: dict[str, Any]) -> str:
         f"workers: {c['active_workers']} active / {c['total_workers']} total   "
         f"partitions: {c['total_partitions']}   generation: {c['generation']}   "
         f"migrations in flight: {s['migrations_in_flight']}",
+        _routing_line(c),
         "partitions by status: "
         + ", ".join(f"{k}={v}" for k, v in sorted(s["partitions_by_status"].items())),
         f"command set: finalized at version {s['finalized_command_set_version']}",
@@ -64,8 +66,18 @@ def render_status(s: dict[str, Any]) -> str:
             f"{taken:%Y-%m-%d %H:%M:%S} UTC, cluster {b['cluster_id']}, {b['size_bytes']} bytes"
         )
     lines.append(maintenance_line(s.get("maintenance")))
+    lines.append(rescale_line(s.get("rescale")))
     lines += [f"warning: {w}" for w in s.get("warnings", [])]
     return "\n".join(lines)
+
+
+def _routing_line(c: dict[str, Any]) -> str:
+    """The routing generation and every generation's count (a node of an older release
+    sends neither: "-")."""
+    counts = c.get("routing")
+    shown = "-" if counts is None else " -> ".join(map(str, counts))
+    generation = c.get("routing_generation", "-")
+    return f"routing generation: {generation} (partitions by generation: {shown})"
 
 
 def render_partitions(s: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from math import gcd
 
 from shared.routing import KEY_GROUPS, Routing, partition_of_group
 
-__all__ = ["HASHES", "feeders", "moved_fraction"]
+__all__ = ["HASHES", "feeders", "feeders_max", "moved_fraction"]
 
 HASHES = 2**32
 # Hashes per key group: h = group + KEY_GROUPS * t for t in [0, _PER_GROUP).
@@ -51,9 +51,33 @@ def feeders(old: Routing, new: Routing) -> dict[int, tuple[int, ...]]:
             out[q] = tuple(range(first, last + 1))
             continue
         d = gcd(old.partitions, KEY_GROUPS)
-        classes = {k % d for k in groups[:d]}  # d consecutive groups cover every class
+        classes = _classes(groups, d)
         out[q] = tuple(r for r in range(old.partitions) if r % d in classes)
     return out
+
+
+def _classes(groups: range, d: int) -> set[int]:
+    """The residues modulo ``d`` of a generation-0 key in ``groups`` (see `feeders`)."""
+    return {k % d for k in groups[:d]}  # d consecutive groups cover every class
+
+
+def feeders_max(old: Routing, new: Routing) -> int:
+    """The most feeders any new partition has: ``max(len(f) for f in feeders(old, new)
+    .values())`` counted without listing them, so it costs O(KEY_GROUPS + new) however many
+    old partitions there are (a dry run of a large generation 0 shows it)."""
+    _check_pair(old, new)
+    if old.by_key_groups:
+        return max(
+            partition_of_group(g.stop - 1, old.partitions)
+            - partition_of_group(g.start, old.partitions)
+            + 1
+            for g in map(new.groups, range(new.partitions))
+        )
+    d = gcd(old.partitions, KEY_GROUPS)
+    # Each residue class modulo d holds old.partitions // d old partitions.
+    return max(len(_classes(new.groups(q), d)) for q in range(new.partitions)) * (
+        old.partitions // d
+    )
 
 
 def _hashes_staying(group: int, old_partitions: int, new_partition: int) -> int:

@@ -35,6 +35,7 @@ from prometheus_client.utils import floatToGoString
 from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
 from coordinator.core.state import ClusterState
 from coordinator.service.event_metrics import FrontDoorCounts, ProposalStats, RequestCounts
+from coordinator.service.rescale_metrics import rescale_metrics
 from replication.log import SYNC_SECONDS_BUCKETS, SyncStats
 from shared.system_clock import SYSTEM_CLOCK
 
@@ -315,6 +316,7 @@ class ClusterCollector(Collector):
         with node.read() as state:
             yield from self._versions(state)
             yield from _maintenance(state, wall_ms)
+            yield from rescale_metrics(state)
             yield from self._state(state, wall_ms)
             if leader:
                 yield from self._leader_view(state, wall_ms)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from coordinator.core.load import RATE_PER_S_MAX
 from coordinator.core.model import INT_VALUE_MAX, NOTE_LEN_MAX, MigrationPhase
+from coordinator.service.rescale_models import RescaleView
 
 ID_REGEX = r"^[A-Za-z0-9._-]{1,64}$"
 ADDRESS_LEN_MAX = 512
@@ -402,8 +403,12 @@ class RecordBackupResponse(_Response):
 class ClusterSummary(_Response):
     active_workers: int
     total_workers: int
-    total_partitions: int
+    total_partitions: int  # the current routing generation's count
     generation: int
+    # The partition count of every routing generation (index = generation, the current one
+    # last) and the current one's number (docs/pipeline.md "Rescaling").
+    routing: list[int]
+    routing_generation: int
 
 
 class NodeRef(_Response):
@@ -499,6 +504,8 @@ class StatusResponse(_Response):
     # Maintenance mode: no automatic balance while it is on (None: off).
     maintenance: MaintenanceView | None = None
     warnings: list[str] = []  # as in /v1/health
+    # The newest rescale, in flight or DONE (None: the cluster never rescaled).
+    rescale: RescaleView | None = None
 
 
 # -- coordinator nodes ---------------------------------------------------------------------

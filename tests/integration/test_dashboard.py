@@ -10,8 +10,10 @@ text), a
 partition's timeline, read-only without the admin token, and with it a previewed reassign,
 an abort and a drain, each seen in the page and confirmed through the API; then a kill -9 of
 the leader seen from the follower's page, and the new leader's own page. It saves
-screenshots (RIPPLE_SCREENSHOT_DIR, else the test's tmp dir). It is skipped only when no
-Chromium or chromedriver binary is installed.
+screenshots (RIPPLE_SCREENSHOT_DIR, else the test's tmp dir). Single-node clusters show the
+no-store warning, the maintenance banner and the Rescale panel (a rescale started through the
+API, seen in CUTTING). It is skipped only when no Chromium or chromedriver binary is
+installed.
 """
 
 from __future__ import annotations
@@ -380,6 +382,37 @@ def test_maintenance_mode_shows_in_the_page(browser: Any, tmp_path: Path) -> Non
             lambda: not browser.find_element("css selector", "#maintenance").is_displayed(),
             "the banner gone",
         )
+    finally:
+        c.stop_all()
+
+
+def test_a_rescale_shows_in_the_page(browser: Any, tmp_path: Path) -> None:
+    """The Rescale panel: the routing generation and "no rescale yet", then a started
+    rescale's counts, its phase among the four and its cuts and online counts."""
+    c = Cluster(tmp_path, nodes=1, total_partitions=8)
+    c.start_all()
+    try:
+        leader = c.ready()
+        page = Page(browser)
+        browser.get(c.url(leader) + "/ui")
+        page.wait(lambda: "No rescale yet: 8 partitions" in page.text("#rescale"), "no rescale")
+        assert page.text("#rescale-generation") == "routing generation 0"
+
+        def start() -> bool:
+            r = c.write_via_any("/v1/admin/rescale", {"partitions": 12}, token=ADMIN)
+            assert r.status in (202, 503), r  # 503: version 4 not finalized yet
+            return r.status == 202
+
+        wait_until(start, "the rescale started", 20)
+        page.wait(lambda: "8 → 12 partitions" in page.text("#rescale"), "the rescale")
+        shown = page.text("#rescale")
+        assert "(routing generation 1) by admin" in shown, shown
+        assert "cuts 0 / 8" in shown and "online 0 / 12" in shown, shown
+        phase = browser.execute_script("return document.querySelector('#rescale').dataset.phase")
+        assert phase == "CUTTING"
+        now = page.text("#rescale .step-now")
+        assert now.strip().lower() == "cutting", now
+        save_full_page(browser, screenshot_dir(tmp_path) / "dashboard-rescale.png")
     finally:
         c.stop_all()
 

@@ -14,7 +14,13 @@ from aiohttp import web
 
 from coordinator.service import dashboard
 from coordinator.service.auth import Admission
-from coordinator.service.http import admin_routes, node_routes, views, worker_routes
+from coordinator.service.http import (
+    admin_routes,
+    node_routes,
+    rescale_routes,
+    views,
+    worker_routes,
+)
 from coordinator.service.http.answers import error_response
 from coordinator.service.http.context import (
     ADMISSION_KEY,
@@ -58,7 +64,12 @@ _META_ROUTES: tuple[Route, ...] = (
 
 # Every route, in the order the OpenAPI document lists them.
 ROUTES: tuple[Route, ...] = (
-    views.ROUTES + node_routes.ROUTES + worker_routes.ROUTES + admin_routes.ROUTES + _META_ROUTES
+    views.ROUTES
+    + node_routes.ROUTES
+    + worker_routes.ROUTES
+    + admin_routes.ROUTES
+    + rescale_routes.ROUTES
+    + _META_ROUTES
 )
 
 

@@ -42,6 +42,8 @@ class Route:
     auth: Auth | None = None
     # The answer is a file (application/octet-stream), bounded by a setting (413 past it).
     binary: bool = False
+    # Other success answers, by status: (status, model, what it means) (a dry run's 200).
+    also: tuple[tuple[int, type[BaseModel], str], ...] = ()
 
 
 # Path parameters as the handlers parse them (request.path_partition, request.path_worker,
@@ -111,7 +113,7 @@ def openapi_document(routes: Sequence[Route]) -> dict[str, Any]:
     """The document of `routes`, operations in table order, schemas by model name."""
     models: set[type[BaseModel]] = {m.ErrorBody}
     for r in routes:
-        for model in (r.request, r.response):
+        for model in (r.request, r.response, *(x[1] for x in r.also)):
             if model is not None:
                 models.add(model)
     ordered = sorted(models, key=lambda x: x.__name__)
@@ -145,6 +147,9 @@ def openapi_document(routes: Sequence[Route]) -> dict[str, Any]:
                 for name, (target, params) in _LINKS[(r.method, r.path)].items()
             }
         op["responses"][str(r.status)] = ok
+        for status, model, text in r.also:
+            content = {"application/json": {"schema": {"$ref": ref[model]}}}
+            op["responses"][str(status)] = {"description": text, "content": content}
         query = None
         if r.path == "/v1/health":
             query = "digest"

@@ -27,6 +27,7 @@ from coordinator.service.http.context import DUTIES_KEY, NODE_KEY
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import path_partition, path_worker, query_bool
+from coordinator.service.http.rescale_routes import rescale_view
 from coordinator.service.metrics import PartitionProgress, ProgressReports
 from coordinator.service.node import CoordinatorNode
 from replication.log import RaftRole
@@ -119,7 +120,12 @@ def _failing(request: web.Request, node: CoordinatorNode) -> FailingReports | No
 
 
 def summary(state: ClusterState) -> m.ClusterSummary:
-    return m.ClusterSummary(**state.summary())
+    return m.ClusterSummary(
+        **state.summary(),
+        routing=list(state.routing),
+        # 0 before Bootstrap too, when there is no generation yet (routing is empty).
+        routing_generation=max(0, len(state.routing) - 1),
+    )
 
 
 NO_STORE_WARNING = (
@@ -222,6 +228,7 @@ async def status(request: web.Request) -> web.Response:
             if state.maintenance is None
             else m.MaintenanceView(**dataclasses.asdict(state.maintenance)),
             warnings=warnings(view.node),
+            rescale=rescale_view(state),
         )
     return json_reply(body)
 

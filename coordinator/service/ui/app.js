@@ -23,6 +23,7 @@
     "#db2777", "#65a30d", "#b45309", "#4f46e5", "#0d9488",
   ];
   const STEPS = ["planned", "warming", "releasing", "handed_off", "done"];
+  const RESCALE_STEPS = ["CUTTING", "MOVING", "HOSTING", "DONE"];
   const REASONS = {
     assigned: "placed by the leader while it had no owner",
     failure: "its previous owner was declared dead",
@@ -50,6 +51,7 @@
     workers: [],
     workersFromLeader: false,
     migrations: [],
+    rescale: null, // /v1/status's newest rescale (null: never rescaled)
     history: null, // {partition, history} of the selected partition
     selected: null,
     stale: true,
@@ -279,7 +281,7 @@
     const nodes = listed.length ? listed : [{ id: h.body.node_id, url: "" }];
     const lb = leaderBase();
     const selected = S.selected;
-    const [healths, parts, leaderParts, migs, workers, hist, members] = await Promise.all([
+    const [healths, parts, leaderParts, migs, workers, hist, members, status] = await Promise.all([
       Promise.all(
         nodes.map((n) => (n.id === h.body.node_id ? h : getJSON(`${baseOf(n.id, n.url)}/v1/health`))),
       ),
@@ -291,6 +293,8 @@
       selected === null ? null : getJSON(`/v1/partitions/${selected}/history`),
       // The voters as the leader's log says, with the membership change in flight there.
       getJSON(lb !== null && lb !== "" ? `${lb}/v1/nodes` : "/v1/nodes"),
+      // The newest rescale and its progress (replicated state: any node has it).
+      getJSON("/v1/status"),
     ]);
     S.membership = members.ok ? members.body : null;
     S.nodes = nodes.map((n, i) => ({
@@ -309,6 +313,8 @@
     } else problems.push(`partitions: ${errorText(parts)}`);
     if (migs.ok) S.migrations = migs.body.migrations || [];
     else problems.push(`migrations: ${errorText(migs)}`);
+    if (status.ok) S.rescale = status.body.rescale || null;
+    else problems.push(`status: ${errorText(status)}`);
     if (workers) {
       S.workers = workers.list;
       S.workersFromLeader = workers.fromLeader;
@@ -354,6 +360,7 @@
     renderGrid();
     renderDetail();
     renderMigrations();
+    renderRescale();
     renderLag();
   }
 
@@ -745,6 +752,41 @@
     }
     fill($("migrations"), box);
     fill($("migrations-count"), `${inFlight.length} in flight`);
+  }
+
+  // The routing generation (from this node's health) and the newest rescale: its phase
+  // among CUTTING, MOVING, HOSTING, DONE, cuts recorded of the old count, new partitions
+  // online of the new count.
+  function renderRescale() {
+    const c = S.home.cluster || {};
+    const counts = Array.isArray(c.routing) ? c.routing : [];
+    fill($("rescale-generation"), typeof c.routing_generation === "number"
+      ? `routing generation ${c.routing_generation}` : "");
+    const r = S.rescale;
+    const box = $("rescale");
+    if (!r) {
+      box.dataset.phase = "none";
+      fill(box, el("p", { class: "muted" },
+        `No rescale yet: ${fmtInt(c.total_partitions)} partitions since the start.`));
+      return;
+    }
+    box.dataset.phase = r.phase;
+    const at = RESCALE_STEPS.indexOf(r.phase);
+    const history = counts.length > 1 ? ` · partitions by generation ${counts.join(" → ")}` : "";
+    fill(box,
+      el("p", { class: "small" },
+        `${fmtInt(r.previous)} → ${fmtInt(r.partitions)} partitions (routing generation ` +
+        `${r.generation}) by ${r.by} · started ${fmtAgo(r.started_at_ms)} · ` +
+        `updated ${fmtAgo(r.updated_at_ms)}${history}`),
+      el("div", { class: "steps", title: r.phase },
+        RESCALE_STEPS.map((s, i) => el("span", {
+          class: `step${i <= at ? " step-done" : ""}${i === at ? " step-now" : ""}`,
+        }, s.toLowerCase()))),
+      el("div", { class: "rescale-counts" },
+        el("span", { data: { cuts: `${r.cuts_done}/${r.previous}` } },
+          `cuts ${fmtInt(r.cuts_done)} / ${fmtInt(r.previous)}`),
+        el("span", { data: { online: `${r.online}/${r.partitions}` } },
+          `online ${fmtInt(r.online)} / ${fmtInt(r.partitions)}`)));
   }
 
   // Horizontal bars, one per partition, scaled to the largest value shown.

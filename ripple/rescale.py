@@ -1,0 +1,128 @@
+"""`ripple rescale --partitions M [--dry-run] [--wait]`: the operator's way to change the
+partition count, and the lines that show a rescale (its dry run, its progress in `ripple
+status` and `ripple migrations --watch`).
+
+The command asks the leader (`POST /v1/admin/rescale`); the leader drives the rescale's
+phases CUTTING, MOVING, HOSTING, DONE by itself (docs/pipeline.md "Rescaling"), so `--wait`
+only reads `/v1/status` until DONE, for at most `--wait-s` (`RESCALE_WAIT_S_MAX` at most):
+every wait is bounded, and a rescale the command stops watching goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+from coordinator.client import CoordinatorClient
+from shared.errors import RippleError
+
+__all__ = [
+    "RESCALE_WAIT_S_DEFAULT",
+    "RESCALE_WAIT_S_MAX",
+    "add_rescale_parser",
+    "dry_run_text",
+    "rescale_command",
+    "rescale_line",
+    "rescale_progress",
+]
+
+RESCALE_WAIT_S_DEFAULT = 1800.0
+RESCALE_WAIT_S_MAX = 86_400.0  # a day: a longer rescale is watched again, not waited on
+WAIT_EVERY_S = 1.0
+
+
+def dry_run_text(d: dict[str, Any]) -> str:
+    """What `ripple rescale --dry-run` prints of the dry run's answer."""
+    return "\n".join(
+        [
+            f"dry run: {d['from']} -> {d['to']} partitions (routing generation "
+            f"{d['generation']}); nothing changed",
+            f"keys that change partition: {100 * d['moved_fraction']:.1f} %",
+            f"checkpoints read: {d['checkpoints_read']} (every old partition's cut)",
+            f"partitions built: {d['partitions_built']}, each from at most "
+            f"{d['feeders_max']} old partitions",
+        ]
+    )
+
+
+def rescale_progress(r: dict[str, Any]) -> str:
+    """`phase, cuts n/P, online n/M`: how far a rescale is."""
+    return (
+        f"{r['phase']}, cuts {r['cuts_done']}/{r['previous']}, "
+        f"online {r['online']}/{r['partitions']}"
+    )
+
+
+def rescale_line(r: dict[str, Any] | None) -> str:
+    """One line for `ripple status`: the newest rescale, in flight or done."""
+    if r is None:
+        return "rescale: none"
+    head = f"rescale: {r['previous']} -> {r['partitions']} partitions (routing generation "
+    head += f"{r['generation']}) by {r['by']}: "
+    if r["phase"] == "DONE":
+        return head + "DONE"
+    return head + rescale_progress(r)
+
+
+async def rescale_command(args: argparse.Namespace, client: CoordinatorClient) -> int:
+    if args.dry_run and args.wait:
+        raise RippleError("--wait goes without --dry-run", code="usage", status=2, field="wait")
+    if not 0 < args.wait_s <= RESCALE_WAIT_S_MAX:
+        raise RippleError(
+            f"--wait-s must be in (0, {RESCALE_WAIT_S_MAX:.0f}]",
+            code="usage",
+            status=2,
+            field="wait_s",
+        )
+    body = await client.post(
+        "/v1/admin/rescale", {"partitions": args.partitions, "dry_run": args.dry_run}
+    )
+    if args.json:
+        print(json.dumps(body, indent=2, sort_keys=True))
+    elif args.dry_run:
+        print(dry_run_text(body))
+    else:
+        print(rescale_line(body))
+    if not args.wait:
+        return 0
+    return await _wait_done(client, body["generation"], args.wait_s, quiet=args.json)
+
+
+async def _wait_done(
+    client: CoordinatorClient, generation: int, wait_s: float, *, quiet: bool
+) -> int:
+    """Follow the rescale to `generation` until DONE (0), or the deadline (1)."""
+    deadline = time.monotonic() + wait_s
+    shown = ""
+    while time.monotonic() < deadline:
+        r = (await client.get("/v1/status")).get("rescale")
+        if r is not None and r["generation"] == generation:
+            line = rescale_progress(r)
+            if line != shown and not quiet:
+                print(line, flush=True)
+                shown = line
+            if r["phase"] == "DONE":
+                return 0
+        await asyncio.sleep(WAIT_EVERY_S)
+    if not quiet:
+        print(f"still not DONE after {wait_s:.0f} s; the rescale goes on (ripple status)")
+    return 1
+
+
+def add_rescale_parser(sub: Any, client_args: Any) -> None:
+    r = sub.add_parser("rescale", help="admin: change the partition count (docs/operations.md)")
+    client_args(r)
+    r.add_argument("--partitions", type=int, required=True, metavar="M")
+    r.add_argument("--dry-run", action="store_true", help="say what it costs; change nothing")
+    r.add_argument("--wait", action="store_true", help="follow its phases until DONE")
+    r.add_argument(
+        "--wait-s",
+        type=float,
+        default=RESCALE_WAIT_S_DEFAULT,
+        metavar="S",
+        help="with --wait: stop watching after this many seconds (the rescale goes on)",
+    )
+    r.add_argument("--admin-token")
