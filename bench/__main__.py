@@ -34,6 +34,7 @@ REGISTRY: dict[str, str] = {
     "memory": "bench.memory",
     "structured_streaming": "bench.structured_streaming",
     "moves": "bench.moves",
+    "rescale": "bench.rescale",
 }
 
 

@@ -151,13 +151,29 @@ class PipelineRig:
         for wid in self.workers:
             wait_until(partial(self.ready, wid), f"{wid} ready", timeout_s, 0.5)
 
+    def routing(self) -> list[int]:
+        """Every routing generation's partition count, from the leader's cluster summary (a
+        rescale adds one)."""
+        leader = self.cluster.leader()
+        cluster = self.cluster.get(leader, "/v1/health").body["cluster"]
+        counts = cluster.get("routing") or [cluster["total_partitions"]]
+        return [int(n) for n in counts]
+
+    def current_source(self) -> SourceLog:
+        """The source log with every generation the cluster has made."""
+        return SourceLog(self.store, self.routing())
+
     def table(self) -> list[dict[str, Any]]:
         leader = self.cluster.leader()
         return self.cluster.get(leader, "/v1/partitions?consistent=true").body["partitions"]  # type: ignore[no-any-return]
 
     def caught_up(self) -> list[dict[str, Any]] | None:
-        """Every partition ONLINE, and its owner has processed the whole source log."""
+        """Every partition ONLINE, and its owner has processed the whole source log (of the
+        current routing generation)."""
+        source = self.current_source()
         parts = self.table()
+        if len(parts) != source.total_partitions:
+            return None  # a rescale replaced the table between the two reads
         if any(p["status"] != "online" for p in parts):
             return None
         healths = {w: self.health(w) for w in self.workers if self.workers[w].alive()}
@@ -166,7 +182,7 @@ class PipelineRig:
             mine = (h or {}).get("partitions", {}).get(str(p["partition"]))
             if mine is None or mine["epoch"] != p["epoch"]:
                 return None
-            if mine["offset"] != self.source.end_offset(p["partition"]):
+            if mine["offset"] != source.end_offset(p["partition"]):
                 return None
         return parts
 
@@ -187,7 +203,7 @@ class PipelineRig:
         return out
 
     def oracle(self) -> dict[str, tuple[Any, ...]]:
-        segments = [seg for p in range(PARTITIONS) for seg in self.source.segments(p)]
+        segments = self.current_source().all_segments()
         if self.oracle_reads_rows:
             if self._oracle is None:
                 self._oracle = Aggregator(self.spark, own_session=True)
