@@ -76,7 +76,7 @@ class Producer:
 def _status(rig: PipelineRig) -> dict[str, Any] | None:
     leader = rig.cluster.leader()
     r = rig.cluster.get(leader, "/v1/status")
-    return r.body if r.status == 200 else None  # type: ignore[no-any-return]
+    return r.body if r.status == 200 else None
 
 
 def _offsets(rig: PipelineRig) -> dict[int, int]:
@@ -95,9 +95,7 @@ def _offsets(rig: PipelineRig) -> dict[int, int]:
 
 
 def _rescale(rig: PipelineRig) -> dict[str, float]:
-    r = rig.cluster.write_via_any(
-        "/v1/admin/rescale", {"partitions": TO_PARTITIONS}, token=ADMIN
-    )
+    r = rig.cluster.write_via_any("/v1/admin/rescale", {"partitions": TO_PARTITIONS}, token=ADMIN)
     if r.status != 202:
         raise RuntimeError(f"rescale refused: {r.status} {r.body}")
     asked = time.monotonic()

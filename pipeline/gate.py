@@ -13,7 +13,10 @@ States and transitions (anything not in the table is a ``Refused`` value, never 
     RELEASED(g)     --host(g)-->          Refused(409) (an epoch once released never reopens)
 
 Invariant: at most one epoch is open per partition and the gate's epoch never decreases, so
-a stale host request (a lower epoch) can never reopen a partition. Pure: no I/O, no clock;
+a stale host request (a lower epoch) can never reopen a partition. ``Gates`` numbers every
+opening, so a heartbeat reply is applied only to the gates opened before its request left
+(``mark``): a reply computed before a failover assigned a partition here cannot close the
+gate that assignment's host call opened meanwhile. Pure: no I/O, no clock;
 the worker combines ``admits`` with its lease before processing or checkpointing.
 """
 
@@ -102,16 +105,26 @@ class ReconcilePlan:
 class Gates:
     """The gates of one worker, keyed by partition."""
 
-    def __init__(self) -> None:
+    def __init__(self, openings: int = 0) -> None:
         self._gates: dict[int, Gate] = {}
+        # Partition -> the number of the opening that made its gate OPEN at its epoch.
+        self._opened: dict[int, int] = {}
+        self._openings = openings
 
     def get(self, partition: int) -> Gate:
         return self._gates.get(partition, Gate())
+
+    def mark(self) -> int:
+        """The number of the latest opening: what a heartbeat's reply may act on."""
+        return self._openings
 
     def host(self, partition: int, epoch: int) -> Transition:
         result = self.get(partition).host(epoch)
         if isinstance(result, Accepted):
             self._gates[partition] = result.gate
+            if result.changed:
+                self._openings += 1
+                self._opened[partition] = self._openings
         return result
 
     def close(self, partition: int, epoch: int) -> Transition:
@@ -126,8 +139,12 @@ class Gates:
     def open_partitions(self) -> dict[int, int]:
         return {p: g.epoch for p, g in sorted(self._gates.items()) if g.status is GateStatus.OPEN}
 
-    def reconcile(self, assignment: Mapping[int, int]) -> ReconcilePlan:
-        """Which gates to open and close so exactly ``assignment`` is open. Changes nothing."""
+    def reconcile(
+        self, assignment: Mapping[int, int], opened_by: int | None = None
+    ) -> ReconcilePlan:
+        """Which gates to open and close so exactly ``assignment`` is open. Changes nothing.
+        With ``opened_by`` (a ``mark``), a gate opened after that mark is never closed: the
+        assignment may predate the host call that opened it."""
         plan = ReconcilePlan()
         for partition, epoch in sorted(assignment.items()):
             gate = self.get(partition)
@@ -138,6 +155,7 @@ class Gates:
         for partition, epoch in self.open_partitions().items():
             # A newer epoch for an open partition reopens it directly (host supersedes), so
             # only partitions no longer assigned here need an explicit release.
-            if partition not in assignment:
+            newer = opened_by is not None and self._opened.get(partition, 0) > opened_by
+            if partition not in assignment and not newer:
                 plan.to_close[partition] = epoch
         return plan

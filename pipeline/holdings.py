@@ -56,7 +56,9 @@ class Holdings:
 
     def reset(self) -> None:
         """Drop everything: a new incarnation's gates were all fenced by the coordinator."""
-        self.gates = Gates()
+        # Numbering goes on, so a heartbeat in flight across the reset still meets only the
+        # openings before its mark.
+        self.gates = Gates(openings=self.gates.mark())
         self.parts.clear()
 
     def open_now(self) -> dict[int, PartitionRuntime]:
@@ -74,10 +76,13 @@ class Holdings:
             return None
         return rt
 
-    def close_unassigned(self, assignment: Mapping[int, int]) -> dict[int, int]:
+    def close_unassigned(
+        self, assignment: Mapping[int, int], opened_by: int | None = None
+    ) -> dict[int, int]:
         """Close and drop what the coordinator no longer assigns here (moved while we were
-        away); returns the closed partitions and their epochs."""
-        closed = self.gates.reconcile(assignment).to_close
+        away), leaving the gates opened after `opened_by` (a `Gates.mark`); returns the closed
+        partitions and their epochs."""
+        closed = self.gates.reconcile(assignment, opened_by).to_close
         for p, epoch in closed.items():
             self.gates.close(p, epoch)
             self.parts.pop(p, None)

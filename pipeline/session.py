@@ -165,6 +165,9 @@ class Session:
 
     async def heartbeat_once(self) -> None:
         sent_at = self.clock.monotonic_ms()
+        # The reply is computed from the state as it is when this request arrives: a gate a
+        # host call opens while it is in flight is not the reply's to close.
+        opened_by = self.holdings.gates.mark()
         parts = self.holdings.parts
         body = await self.client.post(
             f"/v1/workers/{self.settings.worker_id}/heartbeat",
@@ -180,7 +183,7 @@ class Session:
         if reply.token is not None and reply.token != self.token:
             await self._keep(reply.token)
         self.assigned = dict(reply.assignment)
-        for p, epoch in self.holdings.close_unassigned(reply.assignment).items():
+        for p, epoch in self.holdings.close_unassigned(reply.assignment, opened_by).items():
             log.info("partition %d epoch %d no longer assigned here; closed", p, epoch)
         if reply.checkpoint_due:
             self.checkpoint_due()

@@ -650,6 +650,9 @@ STATUS_BY_CODE: dict[str, int] = {
     "rescale_in_flight": 409,
     "same_partition_count": 409,
     "not_online": 409,
+    # A full replay (a fallback's last step, an operator's reset) of a partition of a
+    # rescaled table: its state starts at its build, not at offset 0.
+    "rescaled": 409,
     "internal": 500,
 }
 

@@ -3,8 +3,10 @@
 Owns the chain a partition walks down when its owner keeps answering the host call with
 ``checkpoint_unavailable`` (the store lost the object, a bad reference, an emptied store
 after a restart): its earlier accepted checkpoints, newest first, then a full replay from
-offset 0 while the source log still starts there, and only then ``stuck`` (an operator
-resets it). Every step is lossless: replay is deterministic, so an older starting point
+offset 0 while the source log still starts there and the partition table is generation 0's,
+and only then ``stuck`` (an operator resets it). A partition a rescale made starts from the
+state its build moved there, which no replay of its own log rebuilds, so its chain ends in
+``stuck``. Every step is lossless: replay is deterministic, so an older starting point
 only costs replay time. Pure: the planner (coordinator/core/planner.py) counts the failures
 of one (partition, epoch) in an ``UnavailableCounts`` and asks ``fallbacks_due`` at each
 plan; whatever it returns is committed as one command, which ``apply`` validates again
@@ -30,6 +32,8 @@ __all__ = [
 
 # The error code a worker answers the host call with when it cannot load the checkpoint.
 CHECKPOINT_UNAVAILABLE = "checkpoint_unavailable"
+# Why a chain ends without a full replay, by whether the table is a rescale's.
+_WHY = {False: "source log truncated", True: "a rescale's partition replays only from its build"}
 # (partition, epoch) pairs whose failures are counted at once; the oldest is dropped beyond.
 COUNTED_KEYS_MAX = 100_000
 
@@ -50,11 +54,17 @@ class FallbackPolicy:
 
 
 def decide(
-    part: Partition, failures: int, error: str, policy: FallbackPolicy, now_ms: int
+    part: Partition,
+    failures: int,
+    error: str,
+    policy: FallbackPolicy,
+    now_ms: int,
+    rescaled: bool = False,
 ) -> FallBack | MarkStuck | None:
     """The command to commit after ``failures`` CHECKPOINT_UNAVAILABLE answers in a row for
     ``part`` at its current epoch (``error`` is the last one's message), or None (not yet,
-    or nothing to fall back from, or already stuck)."""
+    or nothing to fall back from, or already stuck). `rescaled`: the table is a rescale's,
+    so there is no full replay."""
     if part.status is not PartitionStatus.ASSIGNING or part.owner is None:
         return None
     if part.checkpoint is None or part.stuck or failures < policy.after_failures:
@@ -69,7 +79,7 @@ def decide(
             note=_clip(f"{failed}; falling back to offset {older.offset}"),
             now_ms=now_ms,
         )
-    if policy.full_replay:
+    if policy.full_replay and not rescaled:
         return FallBack(
             partition=part.partition,
             epoch=part.epoch,
@@ -81,7 +91,7 @@ def decide(
         partition=part.partition,
         epoch=part.epoch,
         # The conclusion first: tables cut this note to fit a row.
-        note=_clip(f"no lossless fallback (source log truncated, no earlier checkpoint): {failed}"),
+        note=_clip(f"no lossless fallback ({_WHY[rescaled]}, no earlier checkpoint): {failed}"),
         now_ms=now_ms,
     )
 
@@ -125,6 +135,7 @@ def fallbacks_due(
     counts: UnavailableCounts,
     policy: FallbackPolicy,
     now_ms: int,
+    rescaled: bool = False,
 ) -> list[FallBack | MarkStuck]:
     """The fallback commands due now, one per partition whose row of failures at its
     current epoch reached the policy's threshold. Every row that was due is forgotten, so a
@@ -134,7 +145,7 @@ def fallbacks_due(
         counts.forget(key)
         p, epoch = key
         if p < len(partitions) and partitions[p].epoch == epoch:
-            cmd = decide(partitions[p], failures, message, policy, now_ms)
+            cmd = decide(partitions[p], failures, message, policy, now_ms, rescaled)
             if cmd is not None:
                 out.append(cmd)
     return out

@@ -217,6 +217,8 @@ def fall_back(state: ClusterState, cmd: FallBack) -> Outcome:
     if part.checkpoint is None:
         return rejected("conflict", f"partition {part.partition} has no checkpoint"), False
     to = cmd.checkpoint
+    if to is None and len(state.routing) > 1:
+        return _no_full_replay(part.partition, "fall back to a full replay"), False
     checkpoint: Checkpoint | None = None
     earlier: tuple[Checkpoint, ...] = ()
     if to is not None:
@@ -279,6 +281,8 @@ def reset_partition(state: ClusterState, cmd: ResetPartition) -> Outcome:
         return rejected(
             "conflict", f"partition {p} is {part.status.value}; only an assigning one resets"
         ), False
+    if len(state.routing) > 1:
+        return _no_full_replay(p, "reset"), False
     problem = edits.lifecycle_problem(
         state, "ResetPartition", partitions=[([p], PartitionStatus.ASSIGNING)]
     )
@@ -295,3 +299,13 @@ def reset_partition(state: ClusterState, cmd: ResetPartition) -> Outcome:
         note=cmd.note,
     )
     return Ok(value=ResetResult(partition=p, epoch=state.partitions[p].epoch)), True
+
+
+def _no_full_replay(p: PartitionId, what: str) -> Rejected:
+    """A rescale's partition starts from the state its build moved there: replaying its own
+    log from the start would lose every key it inherited, so nothing replays it from zero."""
+    return rejected(
+        "rescaled",
+        f"partition {p} belongs to a rescaled table and cannot {what}: its state starts at "
+        "its rescale's build, not at offset 0",
+    )

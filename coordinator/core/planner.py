@@ -464,7 +464,10 @@ class Planner:
     def _fallbacks(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
         """Partitions whose owner keeps failing to load their checkpoint walk down the
         fallback chain: an older checkpoint, a full replay, or stuck."""
-        return tuple(fallbacks_due(state.partitions, self.unavailable, self.fallback_policy, wall))
+        rescaled = len(state.routing) > 1
+        return tuple(
+            fallbacks_due(state.partitions, self.unavailable, self.fallback_policy, wall, rescaled)
+        )
 
     def _retirements(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
         s = self.settings

@@ -71,12 +71,14 @@ def rescale_record(rig: PipelineRig) -> dict[str, Any] | None:
 def start_rescale(rig: PipelineRig, partitions: int) -> dict[str, Any]:
     r = wait_until(
         lambda: (
-            x := rig.cluster.write_via_any(
-                "/v1/admin/rescale", {"partitions": partitions}, token=ADMIN
-            )
-        ).status
-        != 503
-        and x,
+            (
+                x := rig.cluster.write_via_any(
+                    "/v1/admin/rescale", {"partitions": partitions}, token=ADMIN
+                )
+            ).status
+            != 503
+            and x
+        ),
         f"the rescale to {partitions} accepted or refused",
         LEADER_TIMEOUT_S,
     )
@@ -143,7 +145,9 @@ def second_rescale(rig: PipelineRig, rng: random.Random, figures: Figures) -> No
     wait_phase(rig, generation, set(), "the second rescale done")
 
 
-def check_routes(parts: list[dict[str, Any]], state_of: dict[int, set[str]], figures: Figures) -> None:
+def check_routes(
+    parts: list[dict[str, Any]], state_of: dict[int, set[str]], figures: Figures
+) -> None:
     """Every key lies in exactly the partition the newest routing names."""
     routing = Routing(generation=len(COUNTS), partitions=COUNTS[-1])
     assert len(parts) == COUNTS[-1]

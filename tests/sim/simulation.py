@@ -305,6 +305,9 @@ class SimWorker:
         # Departed for good (churn): never restarted, not even at the heal.
         self.gone = False
         self.gates: dict[int, dict[str, int | bool]] = {}
+        # Openings numbered as the real worker's gates number them (pipeline/gate.py): a
+        # heartbeat reply closes only gates opened before its request left.
+        self.openings = 0
         self.next_heartbeat_ms = 0
         # Down for a restart it announced: when the process starts again (None: not one).
         self.back_at_ms: int | None = None
@@ -725,6 +728,7 @@ class Proposer:
                     "incarnation": rec.incarnation,
                     "assignment": dict(state.assignment_of(WorkerId(wid))),
                     "checkpoint_due": due,
+                    "mark": b.get("mark", 0),
                 },
             )
         elif kind in ("hosted", "host_failed"):
@@ -847,6 +851,8 @@ class Simulation:
         self.stats |= {"warm_starts": 0, "warm_answers": 0}
         # The source log's seals, (generation, partition) -> the cut: create-only.
         self.seals: dict[tuple[int, int], int] = {}
+        # (generation, partition) -> the furthest offset any gate has read or opened at.
+        self.read_to: dict[tuple[int, int], int] = {}
         self.stats |= {"rescales": 0, "cut_answers": 0, "build_answers": 0}
         # A cluster finalized at the newest command-set version, as a running one is.
         for r in self.replicas:
@@ -1072,6 +1078,8 @@ class Simulation:
                 seal = self.seals.get((int(g.get("generation", 0)), p))
                 if g["open"] and (seal is None or int(g["offset"]) < seal):
                     g["offset"] = int(g["offset"]) + 1
+                    key = (int(g.get("generation", 0)), p)
+                    self.read_to[key] = max(self.read_to.get(key, 0), int(g["offset"]))
         if now < w.next_heartbeat_ms:
             return
         w.next_heartbeat_ms = now + self.s.heartbeat_interval_ms
@@ -1079,7 +1087,13 @@ class Simulation:
         if not w.registered:
             self.net.send(now, w.wid, dst, "register", {"worker": w.wid})
             return
-        self.net.send(now, w.wid, dst, "heartbeat", {"worker": w.wid, "incarnation": w.incarnation})
+        self.net.send(
+            now,
+            w.wid,
+            dst,
+            "heartbeat",
+            {"worker": w.wid, "incarnation": w.incarnation, "mark": w.openings},
+        )
         if self.faults_on and self.rng.random() < self.s.p_stale_report and w.gates:
             # A stale report: a random gate's epoch, possibly older than the current one.
             p = self.rng.choice(sorted(w.gates))
@@ -1135,7 +1149,9 @@ class Simulation:
         if kind == "assignment":
             assigned = b["assignment"]
             for p, g in w.gates.items():
-                if g["open"] and assigned.get(p) != g["epoch"]:
+                # As the real worker: what the reply does not list is closed, unless a host
+                # call opened it after the heartbeat left (the reply may predate it).
+                if g["open"] and p not in assigned and int(g.get("opened", 0)) <= b["mark"]:
                     g["open"] = False
             if b.get("checkpoint_due"):
                 self.report_checkpoints(w, reply_to)
@@ -1153,8 +1169,12 @@ class Simulation:
             if g is None or epoch > int(g["epoch"]) or not g["open"]:
                 # The checkpoint's offset names its routing generation (2^40 apart).
                 generation = int(b["offset"]) >> 40
+                w.openings += 1
                 w.gates[p] = {"epoch": epoch, "offset": b["offset"], "open": True}
+                w.gates[p]["opened"] = w.openings
                 w.gates[p]["generation"] = generation
+                key = (generation, p)
+                self.read_to[key] = max(self.read_to.get(key, 0), int(b["offset"]))
             self.net.send(
                 now, w.wid, reply_to, "hosted", {"worker": w.wid, "partition": p, "epoch": epoch}
             )
@@ -1187,14 +1207,17 @@ class Simulation:
             self.net.send(now, w.wid, reply_to, "warmed", body)
         elif kind == "cut":
             # The seal is the source log's, shared by every worker: the first cut call of
-            # (generation, p) seals it at the caller's offset; a later one finds it.
+            # (generation, p) seals it at the log's end, a later one finds it. The sim's log has
+            # no end of its own, so its end is the furthest any gate of p ever read
+            # (`read_to`): a real seal lies at or above every offset any worker processed.
             p, epoch = b["partition"], b["epoch"]
             g = w.gates.get(p)
             body = {"worker": w.wid, "partition": p, "ok": False, "done": False}
             body |= {"offset": 0, "uri": ""}
             if g is not None and g["open"] and g["epoch"] == epoch:
                 g["generation"] = b["generation"]
-                cut = self.seals.setdefault((b["generation"], p), int(g["offset"]))
+                key = (b["generation"], p)
+                cut = self.seals.setdefault(key, max(self.read_to.get(key, 0), int(g["offset"])))
                 done = int(g["offset"]) >= cut
                 uri = f"mem://{w.wid}/{p}/{epoch}/cut{cut}" if done else ""
                 body |= {"ok": True, "done": done, "offset": cut, "uri": uri}
@@ -1298,8 +1321,15 @@ class Simulation:
         if self.rng.random() >= self.s.p_lose_checkpoint:
             return
         state = self.replicas[self.leader].machine.state
+        # Not a rescale's build output: a partition that lost it and has nothing earlier is
+        # stuck for an operator (coordinator/core/fallback.py), which the simulation has not.
         uris = sorted(
-            {ck.uri for p in state.partitions for ck in (p.checkpoint, *p.earlier) if ck}
+            {
+                ck.uri
+                for p in state.partitions
+                for ck in (p.checkpoint, *p.earlier)
+                if ck and not ck.uri.startswith("mem://build/")
+            }
             - self.lost_checkpoints
         )
         if uris:

@@ -244,3 +244,19 @@ def test_the_planner_walks_the_chain_on_checkpoint_unavailable(s: ClusterState) 
     falls = [c for c in committed if isinstance(c, FallBack)]
     assert [None if c.checkpoint is None else c.checkpoint.offset for c in falls] == [5, None]
     assert s.partitions[0].status is PartitionStatus.ONLINE
+
+
+def test_a_rescaled_table_never_replays_from_zero(s: ClusterState) -> None:
+    """A rescale's partition starts from its build's state: the chain ends stuck, and apply
+    refuses a full-replay FallBack and an operator's reset alike (nothing else changes)."""
+    s.routing = (*s.routing, s.total_partitions)  # as a rescale's StatesBuilt leaves it
+    report(s, 5)
+    restart_w1(s)
+    assert decide(s.partitions[0], 3, "gone", POLICY, 70, rescaled=False) is not None
+    cmd = decide(s.partitions[0], 3, "gone", POLICY, 70, rescaled=True)
+    assert isinstance(cmd, MarkStuck) and "replays only from its build" in cmd.note
+    part = s.partitions[0]
+    replay = FallBack(partition=0, epoch=part.epoch, checkpoint=None, note="x", now_ms=70)
+    rejects(s, replay, "rescaled", None, match="cannot fall back to a full replay")
+    rejects(s, ResetPartition(partition=0, note="x", now_ms=80), "rescaled", None, match="reset")
+    assert s.partitions[0] == part

@@ -69,3 +69,18 @@ def test_lease_expires_without_renewal() -> None:
     assert lease.valid(11_700) and not lease.valid(11_800)
     with pytest.raises(ValueError):
         Lease(lease_ms=0)
+
+
+def test_a_reply_older_than_an_opening_does_not_close_that_gate() -> None:
+    """A heartbeat reply computed before a failover assigned p here arrives after the host
+    call that opened p: it closes only what was open when its request left."""
+    gates = Gates()
+    assert isinstance(gates.host(1, 2), Accepted)
+    sent = gates.mark()
+    assert isinstance(gates.host(5, 7), Accepted)  # the host call, while the heartbeat flies
+    assert gates.reconcile({}, opened_by=sent).to_close == {1: 2}
+    assert gates.reconcile({}).to_close == {1: 2, 5: 7}  # without a mark: everything unlisted
+    again = gates.mark()
+    assert gates.reconcile({}, opened_by=again).to_close == {1: 2, 5: 7}
+    assert isinstance(gates.host(5, 7), Accepted) and gates.mark() == again  # no new opening
+    assert Gates(openings=again).mark() == again
