@@ -16,12 +16,14 @@ while the states are built or hosted.
 Checked at the end: the routing is [8, 12, 4]; every partition ONLINE and caught up with its
 generation's log; the workers' state equals the batch job over all three generations (every
 record counted once, whichever side of a cut it landed); no key in two partitions and every
-key in the partition generation 2 routes it to; no partition's epoch ever went back across
-the consistent reads taken throughout.
+key in the partition generation 2 routes it to; `ripple get` (routing by the newest
+generation) reads a sample of keys as the batch job has them; no partition's epoch ever went
+back across the consistent reads taken throughout.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Iterator
@@ -32,6 +34,7 @@ import pytest
 
 from pipeline.source import generate
 from shared.routing import Routing
+from testkit.cli import ripple
 from testkit.cluster import ADMIN
 from testkit.pipeline_rig import CATCH_UP_TIMEOUT_S, PipelineRig
 from testkit.wait import wait_until
@@ -55,6 +58,8 @@ KEYS = 60
 # seconds with one Spark server for every worker on 2 shared cores.
 RESCALE_TIMEOUT_S = 300.0
 PHASE_POLL_S = 0.1
+# Keys `ripple get` reads after the rescales: it routes by the newest generation.
+GET_SAMPLE = 5
 
 
 def status(rig: PipelineRig) -> dict[str, Any]:
@@ -145,6 +150,18 @@ def second_rescale(rig: PipelineRig, rng: random.Random, figures: Figures) -> No
     wait_phase(rig, generation, set(), "the second rescale done")
 
 
+def check_get(rig: PipelineRig, rng: random.Random, want: dict[str, tuple[Any, ...]]) -> None:
+    """`ripple get` finds a sample of keys, routed by the newest generation, as the batch
+    job has them."""
+    urls = [arg for spec in rig.cluster.specs for arg in ("--coordinator", spec.url)]
+    for key in rng.sample(sorted(want), GET_SAMPLE):
+        done = ripple("get", key, "--json", *urls)
+        assert done.returncode == 0, done.stderr
+        body = json.loads(done.stdout)
+        got = (body["count"], body["sum"], body["min"], body["max"], body["last"])
+        assert got == want[key], (key, got, want[key])
+
+
 def check_routes(
     parts: list[dict[str, Any]], state_of: dict[int, set[str]], figures: Figures
 ) -> None:
@@ -200,6 +217,7 @@ def test_rescale_up_and_down_under_kills_equals_the_batch_job(rig: PipelineRig) 
     check_routes(parts, state_of, figures)
     appended = None if feed.errors else INITIAL_RECORDS + feed.records
     check_equal_to_batch_job(p, parts, appended, figures)
+    check_get(p, rng, p.oracle())
     figures.violations.extend(observer.violations)
     figures.ops.update(
         records_appended=INITIAL_RECORDS + feed.records,
