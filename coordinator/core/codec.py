@@ -283,33 +283,34 @@ def decode_command(data: bytes) -> tuple[str, Command]:
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
-    """A result type and its wire form: field ``names[i]`` is written under ``keys[i]``;
-    ``values`` reads the fields in that order (built once: every write encodes a result)."""
+    """A result type and its wire form: each of ``items`` is a wire key, the field written
+    under it and the field's decoder, in wire order; ``values`` reads the fields in that
+    order. Both are built once: every write encodes a result and the leader decodes it."""
 
     cls: type
     keys: tuple[str, ...]
-    names: tuple[str, ...]
-    decoders: tuple[Decoder, ...]
+    items: tuple[tuple[str, str, Decoder], ...]
     values: Callable[[object], tuple[object, ...]]
 
     def decode(self, value: object, where: Where) -> Any:
         if not isinstance(value, dict) or tuple(value) != self.keys:
             raise CodecError(f"{where} must be a map of {', '.join(self.keys)}", where)
-        # None is the fast pass (result_from_plain's, as decode_command's): no path per field.
+        if where is None:  # the fast pass (result_from_plain's, as decode_command's): no paths
+            return self.cls(
+                **{name: decoder(value[key], None) for key, name, decoder in self.items}
+            )
         return self.cls(
-            **{
-                name: decoder(value[key], None if where is None else f"{where}.{key}")
-                for key, name, decoder in zip(self.keys, self.names, self.decoders, strict=True)
-            }
+            **{name: decoder(value[key], f"{where}.{key}") for key, name, decoder in self.items}
         )
 
 
 def _shape(cls: type, spec: dict[str, Decoder]) -> _Shape:
     names = tuple(f.name for f in fields(cls))
     assert len(names) == len(spec), f"wire keys of {cls.__name__} must match its fields"
+    items = tuple(zip(spec, names, spec.values(), strict=True))
     # attrgetter of one name answers the value itself, not a 1-tuple.
     values = attrgetter(*names) if len(names) > 1 else lambda v: (getattr(v, names[0]),)
-    return _Shape(cls, tuple(spec), names, tuple(spec.values()), values)
+    return _Shape(cls, tuple(spec), items, values)
 
 
 _new_migration = _shape(
