@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import Enum
+from operator import attrgetter
 from typing import Any, get_args
 
 from coordinator.core.commands import (
@@ -77,6 +78,7 @@ from coordinator.core.model import (
 )
 from coordinator.core.wire_fields import (
     ENTRY_BYTES_MAX,
+    SCALAR_TYPES,
     STATE_BYTES_MAX,
     CodecError,
     Decoder,
@@ -281,28 +283,34 @@ def decode_command(data: bytes) -> tuple[str, Command]:
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
-    """A result type and its wire form: field ``names[i]`` is written under ``keys[i]``."""
+    """A result type and its wire form: each of ``items`` is a wire key, the field written
+    under it and the field's decoder, in wire order; ``values`` reads the fields in that
+    order. Both are built once: every write encodes a result and the leader decodes it."""
 
     cls: type
     keys: tuple[str, ...]
-    names: tuple[str, ...]
-    decoders: tuple[Decoder, ...]
+    items: tuple[tuple[str, str, Decoder], ...]
+    values: Callable[[object], tuple[object, ...]]
 
     def decode(self, value: object, where: Where) -> Any:
         if not isinstance(value, dict) or tuple(value) != self.keys:
             raise CodecError(f"{where} must be a map of {', '.join(self.keys)}", where)
+        if where is None:  # the fast pass (result_from_plain's, as decode_command's): no paths
+            return self.cls(
+                **{name: decoder(value[key], None) for key, name, decoder in self.items}
+            )
         return self.cls(
-            **{
-                name: decoder(value[key], f"{where}.{key}")
-                for key, name, decoder in zip(self.keys, self.names, self.decoders, strict=True)
-            }
+            **{name: decoder(value[key], f"{where}.{key}") for key, name, decoder in self.items}
         )
 
 
 def _shape(cls: type, spec: dict[str, Decoder]) -> _Shape:
     names = tuple(f.name for f in fields(cls))
     assert len(names) == len(spec), f"wire keys of {cls.__name__} must match its fields"
-    return _Shape(cls, tuple(spec), names, tuple(spec.values()))
+    items = tuple(zip(spec, names, spec.values(), strict=True))
+    # attrgetter of one name answers the value itself, not a 1-tuple.
+    values = attrgetter(*names) if len(names) > 1 else lambda v: (getattr(v, names[0]),)
+    return _Shape(cls, tuple(spec), items, values)
 
 
 _new_migration = _shape(
@@ -434,14 +442,17 @@ assert set(get_args(CommandResult)) == {s.cls for s in _RESULT_SHAPES}
 
 def _wire(value: object) -> object:
     """A result's value (or a field of one) as msgpack-ready plain data."""
-    shape = _SHAPE_OF.get(type(value))
+    kind = type(value)
+    if kind in SCALAR_TYPES:
+        return value
+    shape = _SHAPE_OF.get(kind)
     if shape is not None:
         return {
-            key: _wire(getattr(value, name))
-            for key, name in zip(shape.keys, shape.names, strict=True)
+            key: v if type(v) in SCALAR_TYPES else _wire(v)
+            for key, v in zip(shape.keys, shape.values(value), strict=True)
         }
     if isinstance(value, tuple):
-        return [_wire(v) for v in value]
+        return [v if type(v) in SCALAR_TYPES else _wire(v) for v in value]
     if isinstance(value, Enum):
         return value.value
     return value
@@ -460,7 +471,10 @@ def result_from_plain(obj: object) -> Result:
         shape = _RESULT_SHAPE_BY_KEYS.get(tuple(obj[2]))
         if shape is None:
             raise CodecError(f"no result has the keys {list(obj[2])}", "value")
-        value: CommandResult = shape.decode(obj[2], "value")
+        try:
+            value: CommandResult = shape.decode(obj[2], None)
+        except CodecError:
+            value = shape.decode(obj[2], "value")  # again, naming the field at fault (Where)
         return Ok(value=value)
     if obj[1] == "rejected" and len(obj) == 6:
         _, _, code, message, status, field = obj

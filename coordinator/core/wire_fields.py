@@ -25,6 +25,7 @@ from coordinator.core.model import (
 
 __all__ = [
     "ENTRY_BYTES_MAX",
+    "SCALAR_TYPES",
     "STATE_BYTES_MAX",
     "CodecError",
     "Decoder",
@@ -79,14 +80,14 @@ class NewerCommandError(CodecError):
 # builds a tuple on every call, which the leader's event loop pays for every registration.
 # One entry per dataclass in the code, so it is bounded by the code.
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
-# Field values msgpack takes as they are (most of a command's fields): returned before the
-# Enum, sequence and dataclass checks, which would otherwise run on every field.
-_SCALAR_TYPES = frozenset({str, int, float, bool, bytes, type(None)})
+# Field values msgpack takes as they are (most of a command's or a result's fields): returned
+# before the Enum, sequence and dataclass checks, which would otherwise run on every field.
+SCALAR_TYPES = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 def plain(value: object) -> object:
     """Commands and records as msgpack-ready plain data, fields in declared order."""
-    if type(value) in _SCALAR_TYPES:
+    if type(value) in SCALAR_TYPES:
         return value
     names = _FIELD_NAMES.get(type(value))
     if names is not None:
@@ -102,7 +103,10 @@ def plain(value: object) -> object:
 
 
 def pack(obj: object) -> bytes:
-    return cast(bytes, msgpack.packb(obj, use_bin_type=True))
+    # msgpack.packb builds this Packer through a Python wrapper and **kwargs, on every entry
+    # and result; one Packer per call, since more than one thread packs.
+    packed: bytes = msgpack.Packer(use_bin_type=True).pack(obj)
+    return packed
 
 
 def unpack(data: bytes, limit: int) -> object:

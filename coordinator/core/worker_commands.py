@@ -54,23 +54,32 @@ def register_worker(state: ClusterState, cmd: RegisterWorker) -> Outcome:
         if wid in (m.source, m.target) and m.phase is not MigrationPhase.HANDED_OFF
     ]
     rehosted = state.owned_by(wid)
-    # The sources that closed their gate for a target that restarted.
-    reopened = [m for m in to_abort if m.phase is MigrationPhase.RELEASING and m.source != wid]
-    new_owner = dict.fromkeys(rehosted, wid) | {m.partition: m.source for m in reopened}
-    leaving = edits.leavers(
-        state,
-        (m.source for m in to_abort),
-        ending={m.migration_id for m in to_abort},
-        new_owner=new_owner,
-        becoming={wid: WorkerState.ACTIVE},
-    )
-    problem = edits.lifecycle_problem(
-        state,
-        "RegisterWorker",
-        workers=[(wid, WorkerState.ACTIVE), *((w, WorkerState.LEFT) for w in leaving)],
-        partitions=[(new_owner.keys(), PartitionStatus.ASSIGNING)],
-        migrations=((m.migration_id, MigrationPhase.ABORTED) for m in to_abort),
-    )
+    reopened: list[Migration] = []
+    leaving: list[WorkerId] = []
+    if not to_abort and not rehosted:
+        # Most registrations (a new worker, one that owned nothing): no partition or migration
+        # changes and no drain ends, so its own edge is the one change the tables are asked.
+        problem = edits.lifecycle_problem(
+            state, "RegisterWorker", workers=[(wid, WorkerState.ACTIVE)]
+        )
+    else:
+        # The sources that closed their gate for a target that restarted.
+        reopened = [m for m in to_abort if m.phase is MigrationPhase.RELEASING and m.source != wid]
+        new_owner = dict.fromkeys(rehosted, wid) | {m.partition: m.source for m in reopened}
+        leaving = edits.leavers(
+            state,
+            (m.source for m in to_abort),
+            ending={m.migration_id for m in to_abort},
+            new_owner=new_owner,
+            becoming={wid: WorkerState.ACTIVE},
+        )
+        problem = edits.lifecycle_problem(
+            state,
+            "RegisterWorker",
+            workers=[(wid, WorkerState.ACTIVE), *((w, WorkerState.LEFT) for w in leaving)],
+            partitions=[(new_owner.keys(), PartitionStatus.ASSIGNING)],
+            migrations=((m.migration_id, MigrationPhase.ABORTED) for m in to_abort),
+        )
     if problem is not None:
         return problem, False
     for m in to_abort:

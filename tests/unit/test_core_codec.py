@@ -632,6 +632,26 @@ def test_malformed_result_values() -> None:
             decode_result(msgpack.packb([FORMAT_VERSION, "ok", value]))
 
 
+def test_a_malformed_result_value_names_the_field_at_fault() -> None:
+    """The path is built only once a value is known to be bad, and still names the field."""
+    for value, field in [
+        ({"worker_id": "no spaces", "incarnation": 1, "rehosted": []}, "value.worker_id"),
+        ({"worker_id": "w", "incarnation": 1, "rehosted": [0, "1"]}, "value.rehosted[1]"),
+        (
+            {"migrations": [{"id": "m-1", "partition": -1, "from": "w1", "to": "w2"}]},
+            "value.migrations[0].partition",
+        ),
+        (
+            {"results": [{"partition": 0, "status": "maybe", "reason": None}]},
+            "value.results[0].status",
+        ),
+    ]:
+        with pytest.raises(CodecError) as info:
+            decode_result(msgpack.packb([FORMAT_VERSION, "ok", value]))
+        assert info.value.field == field
+        assert info.value.message.startswith(field)
+
+
 # Commands applied in order, each with its result as hex: every result type and branch. Computed
 # once and pasted: results sit in the replicated request table, so snapshots carry these
 # bytes; a change here is a wire-format change.
