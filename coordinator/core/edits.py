@@ -56,6 +56,7 @@ __all__ = [
     "migration_or_reject",
     "note_or_reject",
     "reassign",
+    "rescaled",
     "supersedable",
     "superseded",
 ]
@@ -84,14 +85,34 @@ def reassign(
     )
 
 
-def accept_checkpoint(part: Partition, new: Checkpoint) -> Partition:
+def accept_checkpoint(part: Partition, new: Checkpoint, *, rescaled: bool) -> Partition:
     """``part`` with ``new`` as its checkpoint; the one it replaces joins the fallback chain
-    unless ``new`` is at the same offset (the same state: keeping both gains nothing)."""
+    unless ``new`` is at the same offset (the same state: keeping both gains nothing).
+
+    `rescaled`: the table is a rescale's, so the chain's oldest checkpoint is the build
+    StatesBuilt started the partition from, its floor: no replay from offset 0 rebuilds that
+    state, so the floor stays at the chain's end for the table's life, also behind a
+    checkpoint at its own offset (the only equal pair a chain holds), and a full chain drops
+    its oldest other checkpoint instead."""
     old = part.checkpoint
-    if old is None or old.uri == new.uri or old.offset >= new.offset:
+    if old is None or old.uri == new.uri:
         return replace(part, checkpoint=new)
-    earlier = (old, *part.earlier)[:CHECKPOINTS_KEPT_MAX]
-    return replace(part, checkpoint=new, earlier=earlier)
+    if old.offset >= new.offset:
+        if rescaled and not part.earlier and old.offset == new.offset:
+            return replace(part, checkpoint=new, earlier=(old,))
+        return replace(part, checkpoint=new)
+    earlier = (old, *part.earlier)
+    if rescaled and len(earlier) > 1:
+        if old.offset == earlier[-1].offset:
+            earlier = earlier[1:]  # the floor holds the same state
+        if len(earlier) > CHECKPOINTS_KEPT_MAX:
+            earlier = (*earlier[: CHECKPOINTS_KEPT_MAX - 1], earlier[-1])
+    return replace(part, checkpoint=new, earlier=earlier[:CHECKPOINTS_KEPT_MAX])
+
+
+def rescaled(state: ClusterState) -> bool:
+    """Whether the partition table is a rescale's (its partitions start at their builds)."""
+    return len(state.routing) > 1
 
 
 def finish_migration(

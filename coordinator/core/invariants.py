@@ -14,7 +14,8 @@ scenario line) and decides what a violation costs.
   `coordinator/core/lifecycle.py` (a rescale's new partition table is a table of new
   partitions), epochs and the generation only grow, an epoch keeps its
   owner, a checkpoint is accepted only at its partition's current epoch (and, reported, only
-  from its owner), only RetireWorkers removes a worker (a DEAD or LEFT one, below the
+  from its owner), a rescaled table's partitions keep their builds as their chains' floors,
+  only RetireWorkers removes a worker (a DEAD or LEFT one, below the
   incarnation floor after it), and a new worker registers above the floor;
 - `Ledger`: across a run and any number of replicas, epochs only grow on each replica, no
   (partition, epoch) ever has two owners, and no (worker, incarnation) is issued twice (a
@@ -126,7 +127,7 @@ def state_violations(state: ClusterState) -> list[str]:
             m = state.migrations.get(p.migration)
             if m is None or m.phase in TERMINAL_PHASES or m.partition != p.partition:
                 out.append(f"p{p.partition} points at {p.migration}, not its migration in flight")
-        out += _chain_violations(p.partition, p.checkpoint, p.earlier)
+        out += _chain_violations(p.partition, p.checkpoint, p.earlier, len(state.routing) > 1)
         if p.stuck and p.status is PartitionStatus.ONLINE:
             out.append(f"p{p.partition} is online and marked stuck")
         if p.partition != i:
@@ -179,17 +180,19 @@ def _routing_violations(state: ClusterState) -> list[str]:
 
 
 def _chain_violations(
-    p: int, current: Checkpoint | None, earlier: tuple[Checkpoint, ...]
+    p: int, current: Checkpoint | None, earlier: tuple[Checkpoint, ...], rescaled: bool
 ) -> list[str]:
     """The fallback chain: at most CHECKPOINTS_KEPT_MAX earlier ones, strictly older offsets,
-    none without a current one."""
+    none without a current one; in a rescaled table the floor (its build, the oldest) may
+    also sit at the offset of the current one right before it."""
     out = []
     if len(earlier) > CHECKPOINTS_KEPT_MAX:
         out.append(f"p{p} keeps {len(earlier)} earlier checkpoints")
     if current is None and earlier:
         out.append(f"p{p} keeps earlier checkpoints without a current one")
     offsets = [c.offset for c in (current, *earlier) if c is not None]
-    if any(a <= b for a, b in itertools.pairwise(offsets)):
+    beside_floor = rescaled and len(offsets) == 2 and offsets[0] == offsets[1]
+    if not beside_floor and any(a <= b for a, b in itertools.pairwise(offsets)):
         out.append(f"p{p} checkpoint offsets {offsets} are not newest first")
     return out
 
@@ -243,6 +246,8 @@ def step_violations(before: View, state: ClusterState, command: Command) -> list
             for p in state.partitions
             if p.epoch <= top
         ]
+    # A rescaled table's oldest checkpoint is its build: the floor every command keeps.
+    rescaled = len(state.routing) > 1
     for p in state.partitions:
         if new_table or p.partition >= len(before.partitions):
             continue  # created by this command
@@ -251,6 +256,8 @@ def step_violations(before: View, state: ClusterState, command: Command) -> list
             out.append(f"{name} took p{p.partition} epoch back to {p.epoch}")
         elif p.epoch == was.epoch and p.owner != was.owner:
             out.append(f"p{p.partition} epoch {p.epoch} has two owners: {was.owner} and {p.owner}")
+        if rescaled and was.checkpoints and was.checkpoints[-1] not in (p.checkpoint, *p.earlier):
+            out.append(f"{name} dropped p{p.partition}'s floor {was.checkpoints[-1].uri}")
         ck = p.checkpoint
         if ck is None or ck in was.checkpoints:
             continue

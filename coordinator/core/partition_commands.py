@@ -204,7 +204,9 @@ def record_checkpoints(state: ClusterState, cmd: RecordCheckpoints) -> Outcome:
                 checkpoint = Checkpoint(
                     offset=e.offset, uri=e.uri, epoch=part.epoch, at_ms=cmd.now_ms
                 )
-                state.put_partition(edits.accept_checkpoint(part, checkpoint))
+                state.put_partition(
+                    edits.accept_checkpoint(part, checkpoint, rescaled=edits.rescaled(state))
+                )
         status: Literal["accepted", "fenced"] = "fenced" if reason is not None else "accepted"
         results.append(CheckpointVerdict(partition=e.partition, status=status, reason=reason))
     return Ok(value=CheckpointsResult(results=tuple(results))), False

@@ -293,6 +293,14 @@ class Replica:
 # --- scripted workers ---------------------------------------------------------------------------
 
 
+def checkpoint_uri(wid: str, p: int, epoch: int, offset: int) -> str:
+    """The object a worker writes for partition ``p``'s state at ``offset`` under ``epoch``:
+    one name per (partition, epoch, offset), as the product names them create-only
+    (shared/checkpoint_ref.py), so that a later checkpoint is another object, which a lost
+    one does not take with it, and a cut is the checkpoint at its offset."""
+    return f"mem://{wid}/{p}/{epoch}/o{offset}"
+
+
 class SimWorker:
     """The scripted worker's contract, minus HTTP: gates per partition with epoch and offset."""
 
@@ -1108,7 +1116,9 @@ class Simulation:
                 {
                     "worker": w.wid,
                     "incarnation": w.incarnation,
-                    "entries": [[p, epoch, int(g["offset"]), f"mem://{w.wid}/{p}/{epoch}"]],
+                    "entries": [
+                        [p, epoch, int(g["offset"]), checkpoint_uri(w.wid, p, epoch, g["offset"])]
+                    ],
                 },
             )
 
@@ -1186,7 +1196,8 @@ class Simulation:
                 body |= {"offset": None}
             else:
                 g["open"] = False
-                body |= {"offset": g["offset"], "uri": f"mem://{w.wid}/{p}", "epoch": g["epoch"]}
+                uri = checkpoint_uri(w.wid, p, g["epoch"], g["offset"])
+                body |= {"offset": g["offset"], "uri": uri, "epoch": g["epoch"]}
             self.net.send(now, w.wid, reply_to, "released", body)
         elif kind == "warm":
             # A warm copy is read-only: it never touches a gate (check_gates holds it to that).
@@ -1219,7 +1230,7 @@ class Simulation:
                 key = (b["generation"], p)
                 cut = self.seals.setdefault(key, max(self.read_to.get(key, 0), int(g["offset"])))
                 done = int(g["offset"]) >= cut
-                uri = f"mem://{w.wid}/{p}/{epoch}/cut{cut}" if done else ""
+                uri = checkpoint_uri(w.wid, p, epoch, cut) if done else ""
                 body |= {"ok": True, "done": done, "offset": cut, "uri": uri}
                 self.stats["cut_answers"] += 1
             self.net.send(now, w.wid, reply_to, "cut_reply", body)
@@ -1238,7 +1249,12 @@ class Simulation:
 
     def report_checkpoints(self, w: SimWorker, reply_to: str) -> None:
         entries = [
-            [p, int(g["epoch"]), int(g["offset"]), f"mem://{w.wid}/{p}/{g['epoch']}"]
+            [
+                p,
+                int(g["epoch"]),
+                int(g["offset"]),
+                checkpoint_uri(w.wid, p, g["epoch"], g["offset"]),
+            ]
             for p, g in sorted(w.gates.items())
             if g["open"]
         ]
@@ -1321,8 +1337,10 @@ class Simulation:
         if self.rng.random() >= self.s.p_lose_checkpoint:
             return
         state = self.replicas[self.leader].machine.state
-        # Not a rescale's build output: a partition that lost it and has nothing earlier is
-        # stuck for an operator (coordinator/core/fallback.py), which the simulation has not.
+        # Not a rescale's build output: it is the floor of its partition's fallback chain
+        # (coordinator/core/edits.py, accept_checkpoint), and a partition that lost it and every
+        # later one is stuck for an operator (coordinator/core/fallback.py), which the
+        # simulation has not.
         uris = sorted(
             {
                 ck.uri
