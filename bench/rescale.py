@@ -10,7 +10,8 @@ Each rig is rescaled 8 -> 12 through `POST /v1/admin/rescale`, the rigs one afte
 
 Columns: `to_online_s` is from the request's answer to every new partition ONLINE with the
 rescale DONE; `cutting_s`, `moving_s` and `hosting_s` are the time spent in each phase as
-seen by polling `/v1/status` every `POLL_S` (so each is within a poll of the truth);
+seen by polling `/v1/status` every `POLL_S` (so each is within a poll of the truth; a phase
+no poll saw counts from the next one seen);
 `gap_p50_s`, `gap_p99_s` and `gap_max_s` are, over the new partitions, the time from the
 request to the partition's first micro-batch in the new generation (its owner's offset seen
 past the generation's base): the processing gap the design names, from the first seal to
@@ -121,10 +122,12 @@ def _rescale(rig: PipelineRig) -> dict[str, float]:
     if done_at is None or len(first_batch) < TO_PARTITIONS:
         raise RuntimeError(f"rescale not done in {RESCALE_TIMEOUT_S} s: {sorted(entered)}")
     order = [*PHASES, "DONE"]
-    spent = {
-        f"{ph.lower()}_s": entered.get(order[i + 1], done_at) - entered.get(ph, asked)
-        for i, ph in enumerate(PHASES)
-    }
+
+    def start_of(i: int) -> float:
+        # A phase shorter than a poll is never seen: it starts when the next one seen does.
+        return next((entered[ph] for ph in order[i:] if ph in entered), done_at)
+
+    spent = {f"{ph.lower()}_s": start_of(i + 1) - start_of(i) for i, ph in enumerate(PHASES)}
     gaps = [t - asked for t in first_batch.values()]
     return {
         "to_online_s": done_at - asked,
