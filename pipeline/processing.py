@@ -159,7 +159,7 @@ class Processor:
                 self.batch_seconds["plan"] += planned - began
                 if not batch:
                     # Nothing new: warm copies at the log's end have caught up.
-                    self._merge_warm(batch, {}, warm)
+                    await self._merge_warm(batch, {}, warm)
                     return 0
                 # One Spark job for every open partition's new records.
                 results = await asyncio.to_thread(feed.run, aggregator, batch)
@@ -172,7 +172,7 @@ class Processor:
             self.batch_seconds["spark"] += merging - planned
             feed.done(batch)
             merged = await self._merge(batch, results, epochs)
-            merged += self._merge_warm(batch, results, warm)
+            merged += await self._merge_warm(batch, results, warm)
             self.batch_seconds["merge"] += time.monotonic() - merging
             return merged
 
@@ -202,35 +202,40 @@ class Processor:
             self.stats["lease_pauses"] += 1
             return 0
         merged = 0
-        max_keys = self.settings.max_keys_per_partition
         for p, end in batch.ends.items():
             if p not in epochs:
                 continue  # a warm copy's
             rt = self.holdings.parts.get(p)
             if rt is None or rt.epoch != epochs[p] or not self.holdings.gates.admits(p, rt.epoch):
                 continue
-            rt.failures, rt.error = 0, ""
-            part = results.get(p, {})
-            new_state, dead = merge_batch(rt.state, part, max_keys)
-            if dead:
-                await asyncio.to_thread(
-                    self.checkpoints.write_dead_letter, p, rt.epoch, rt.offset, end, dead
-                )
-                self.stats["dead_letter_keys"] += len(dead)
-                log.warning(
-                    "partition %d: %d new keys over max_keys_per_partition=%d "
-                    "went to the dead-letter segment",
-                    p,
-                    len(dead),
-                    max_keys,
-                )
-            merged += sum(s.count for s in part.values())
-            rt.state, rt.offset = new_state, end
+            merged += await self._merge_into(p, rt, end, results.get(p, {}))
         self.stats["batches"] += 1
         self.stats["records"] += merged
         return merged
 
-    def _merge_warm(
+    async def _merge_into(
+        self, p: int, rt: PartitionRuntime, end: int, part: PartitionState
+    ) -> int:
+        """Fold one batch's records of `p`, from `rt.offset` to `end`, into its state."""
+        max_keys = self.settings.max_keys_per_partition
+        rt.failures, rt.error = 0, ""
+        new_state, dead = merge_batch(rt.state, part, max_keys)
+        if dead:
+            await asyncio.to_thread(
+                self.checkpoints.write_dead_letter, p, rt.epoch, rt.offset, end, dead
+            )
+            self.stats["dead_letter_keys"] += len(dead)
+            log.warning(
+                "partition %d: %d new keys over max_keys_per_partition=%d "
+                "went to the dead-letter segment",
+                p,
+                len(dead),
+                max_keys,
+            )
+        rt.state, rt.offset = new_state, end
+        return sum(s.count for s in part.values())
+
+    async def _merge_warm(
         self, batch: PlannedBatch, results: dict[int, PartitionState], starts: dict[int, int]
     ) -> int:
         if self.warming is None:
@@ -239,10 +244,27 @@ class Processor:
         for p, start in starts.items():
             end = batch.ends.get(p, start)
             head = batch.heads.get(p, end)
+            part = results.get(p, {})
+            rt = self.holdings.parts.get(p)
+            if rt is not None and self._hosted_from_copy(p, rt, start):
+                # A host took the copy while this batch ran: the batch is the hosted
+                # partition's first, which saves the move a whole micro-batch.
+                merged += await self._merge_into(p, rt, end, part)
+                continue
             merged += self.warming.merge(
-                p, start, end, head, results.get(p, {}), self.settings.max_keys_per_partition
+                p, start, end, head, part, self.settings.max_keys_per_partition
             )
         return merged
+
+    def _hosted_from_copy(self, p: int, rt: PartitionRuntime, start: int) -> bool:
+        """Whether `p` is hosted now, from the copy this batch read for, still where the batch
+        started: its records from `start` are then the hosted state's next ones."""
+        return (
+            rt.loaded.is_set()
+            and rt.offset == start
+            and self.holdings.gates.admits(p, rt.epoch)
+            and self.session.lease_valid()
+        )
 
     async def loop(self, stopped: asyncio.Event) -> None:
         """Micro-batches until `stopped`; a batch that merged nothing waits the interval."""

@@ -240,3 +240,45 @@ def test_a_warm_copy_with_nothing_to_replay_is_loaded_once_a_batch_lists_its_log
         assert w.warm(req) == WarmReply(partition=5, loaded=True, offset=0, head=0)
 
     asyncio.run(go())
+
+
+def test_a_batch_in_flight_when_a_host_takes_the_copy_is_the_hosted_partitions_first() -> None:
+    """A host that takes the warm copy while a micro-batch reads for it: that batch's records
+    go to the hosted partition (which starts where the batch started), not to waste; a
+    hosted state that is elsewhere, or a gate that is not open, gets nothing."""
+    from types import SimpleNamespace
+
+    from pipeline.holdings import PartitionRuntime
+    from pipeline.processing import Processor
+
+    async def go() -> None:
+        w, holdings = _warming()
+        w.warm(WarmRequest(partition=3, migration_id="m-1"))
+        await w.loads_done()
+        w.merge(3, 0, 5, 5, {"k": _ks(1.0, 0)}, 100)  # caught up at 5
+        starts = w.offsets()  # where the batch in flight reads from
+        copy = w.take(3, 5)  # the host, while that batch runs
+        assert copy is not None and starts == {3: 5}
+        rt = PartitionRuntime(epoch=2)
+        rt.state, rt.offset = dict(copy.state), copy.offset
+        holdings.parts[3] = rt
+        holdings.gates.host(3, 2)
+        rt.loaded.set()
+        proc = object.__new__(Processor)
+        proc.holdings, proc.warming = holdings, w
+        proc.settings = SimpleNamespace(max_keys_per_partition=100)  # type: ignore[assignment]
+        proc.session = SimpleNamespace(lease_valid=lambda: True)  # type: ignore[assignment]
+        proc.stats = {"dead_letter_keys": 0}
+        batch = SimpleNamespace(ends={3: 9}, heads={3: 9})
+        results = {3: {"k": _ks(2.0, 5)}}
+        assert await proc._merge_warm(batch, results, starts) == 1  # type: ignore[arg-type]
+        assert rt.offset == 9 and rt.state["k"].count == 2
+        # The same batch again: the hosted state is at 9 now, not where it started.
+        assert await proc._merge_warm(batch, results, starts) == 0  # type: ignore[arg-type]
+        assert rt.offset == 9 and rt.state["k"].count == 2
+        holdings.gates.close(3, 2)  # released meanwhile: nothing merges into a closed gate
+        rt.offset = 5
+        assert await proc._merge_warm(batch, results, starts) == 0  # type: ignore[arg-type]
+        assert rt.offset == 5
+
+    asyncio.run(go())
