@@ -66,16 +66,17 @@ USED = "ripple_worker_warm_copy_outcomes_total"
 
 
 class Producer:
-    """Appends `ROWS` records every `PRODUCE_EVERY_S` in a thread, until stopped."""
+    """Appends `ROWS` records over `keys` symbols every `PRODUCE_EVERY_S` in a thread, until
+    stopped (bench/rescale.py's producer too)."""
 
-    def __init__(self, rig: PipelineRig, seed: int) -> None:
-        self.rig, self.seed, self.batches = rig, seed, 0
+    def __init__(self, rig: PipelineRig, seed: int, keys: int = KEYS) -> None:
+        self.rig, self.keys, self.seed, self.batches = rig, keys, seed, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while self.batches < PRODUCE_BATCHES_MAX and not self._stop.wait(PRODUCE_EVERY_S):
-            self.rig.producer.produce(generate(ROWS, KEYS, seed=self.seed + self.batches))
+            self.rig.producer.produce(generate(ROWS, self.keys, seed=self.seed + self.batches))
             self.batches += 1
 
     @contextmanager

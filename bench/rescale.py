@@ -4,8 +4,9 @@ new partition goes without processing, at two state sizes, in one run.
 One pipeline rig per state size (testkit.pipeline_rig: three coordinators, three `ripple
 worker`s at the default 0.5 s micro-batch interval, local store, 8 partitions), both on one
 local Spark Connect server. A rig's source log first gets `KEYS[size]` distinct keys (so
-the state every rescale moves holds that many), then a producer appends `ROWS` records every
-`PRODUCE_EVERY_S` throughout, so every new partition has input from the moment it exists.
+the state every rescale moves holds that many), then `bench.moves`' producer appends 200 records
+over those keys every 0.25 s throughout, so every new partition has input from the moment it
+exists.
 Each rig is rescaled 8 -> 12 through `POST /v1/admin/rescale`, the rigs one after the other.
 
 Columns: `to_online_s` is from the request's answer to every new partition ONLINE with the
@@ -21,14 +22,13 @@ once. Nothing passes or fails on these figures.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from bench.harness import CATCH_UP_TIMEOUT_S, percentile, scratch
+from bench.moves import Producer
 from pipeline.source import generate, generation_base
 from pipeline.spark_server import SparkConnectServer
 from pipeline.worker import BATCH_INTERVAL_S_DEFAULT
@@ -42,36 +42,10 @@ TO_PARTITIONS = 12
 KEYS = {"small": 2_000, "large": 200_000}
 KEYS_QUICK = {"small": 500, "large": 20_000}
 SEED_ROWS_PER_KEY = 2
-ROWS = 200
-PRODUCE_EVERY_S = 0.25
-PRODUCE_BATCHES_MAX = 20_000
 POLL_S = 0.05
 HEALTH_TIMEOUT_S = 5.0
 RESCALE_TIMEOUT_S = 900.0
 PHASES = ("CUTTING", "MOVING", "HOSTING")
-
-
-class Producer:
-    """Appends `ROWS` records over `keys` every `PRODUCE_EVERY_S` in a thread, until stopped."""
-
-    def __init__(self, rig: PipelineRig, keys: int, seed: int) -> None:
-        self.rig, self.keys, self.seed, self.batches = rig, keys, seed, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while self.batches < PRODUCE_BATCHES_MAX and not self._stop.wait(PRODUCE_EVERY_S):
-            self.rig.producer.produce(generate(ROWS, self.keys, seed=self.seed + self.batches))
-            self.batches += 1
-
-    @contextmanager
-    def running(self) -> Iterator[Producer]:
-        self._thread.start()
-        try:
-            yield self
-        finally:
-            self._stop.set()
-            self._thread.join(60)
 
 
 def _status(rig: PipelineRig) -> dict[str, Any] | None:
@@ -162,6 +136,6 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                     rig.start_worker(wid, batch_interval_s=BATCH_INTERVAL_S_DEFAULT)
                 rig.wait_ready()
                 rig.wait_caught_up(CATCH_UP_TIMEOUT_S)
-                with Producer(rig, n, seed=1_000_000 * (i + 1)).running():
+                with Producer(rig, seed=1_000_000 * (i + 1), keys=n).running():
                     rows[case] = {"key_space": n, **_rescale(rig)}
     return rows

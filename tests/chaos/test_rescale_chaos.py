@@ -47,6 +47,7 @@ from tests.chaos.test_pipeline_chaos import (
     Observer,
     check_equal_to_batch_job,
     consistent,
+    kill_leader,
 )
 
 SEED = 29
@@ -116,14 +117,6 @@ def kill_owner(rig: PipelineRig, rng: random.Random, figures: Figures) -> None:
     figures.fault("kill9_worker")
     time.sleep(rng.uniform(*RESTART_AFTER_S))
     rig.start_worker(victim)
-
-
-def kill_leader(rig: PipelineRig, rng: random.Random, figures: Figures) -> None:
-    leader = rig.cluster.leader(LEADER_TIMEOUT_S)
-    rig.cluster.kill9(leader)
-    figures.fault("kill9_leader")
-    time.sleep(rng.uniform(*RESTART_AFTER_S))
-    rig.cluster.start(leader)
 
 
 def first_rescale(rig: PipelineRig, rng: random.Random, figures: Figures) -> None:
