@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,28 +119,24 @@ def kill_owner(rig: PipelineRig, rng: random.Random, figures: Figures) -> None:
     rig.start_worker(victim)
 
 
-def first_rescale(rig: PipelineRig, rng: random.Random, figures: Figures) -> None:
-    record = start_rescale(rig, COUNTS[0])
-    generation = record["generation"]
-    phase = wait_phase(rig, generation, {"CUTTING"}, "the first rescale cutting")
-    in_flight_or_invalid(phase, "the worker kill")
-    kill_owner(rig, rng, figures)
-    phase = wait_phase(rig, generation, {"MOVING", "HOSTING"}, "the first rescale's cuts in")
-    in_flight_or_invalid(phase, "the leader kill")
-    kill_leader(rig, rng, figures)
-    wait_phase(rig, generation, set(), "the first rescale done")
+Fault = Callable[[PipelineRig, random.Random, Figures], None]
 
 
-def second_rescale(rig: PipelineRig, rng: random.Random, figures: Figures) -> None:
-    record = start_rescale(rig, COUNTS[1])
-    generation = record["generation"]
-    phase = wait_phase(rig, generation, {"CUTTING"}, "the second rescale cutting")
-    in_flight_or_invalid(phase, "the leader kill")
-    kill_leader(rig, rng, figures)
-    phase = wait_phase(rig, generation, {"MOVING", "HOSTING"}, "the second rescale building")
-    in_flight_or_invalid(phase, "the worker kill")
-    kill_owner(rig, rng, figures)
-    wait_phase(rig, generation, set(), "the second rescale done")
+def rescale_with_faults(
+    rig: PipelineRig,
+    rng: random.Random,
+    figures: Figures,
+    partitions: int,
+    while_cutting: tuple[str, Fault],
+    once_cut: tuple[str, Fault],
+) -> None:
+    """Rescale to `partitions`, one named fault while it cuts and one once the cuts are in."""
+    generation = start_rescale(rig, partitions)["generation"]
+    for phases, (what, fault) in (({"CUTTING"}, while_cutting), ({"MOVING", "HOSTING"}, once_cut)):
+        phase = wait_phase(rig, generation, phases, f"the rescale to {partitions}: {phases}")
+        in_flight_or_invalid(phase, what)
+        fault(rig, rng, figures)
+    wait_phase(rig, generation, set(), f"the rescale to {partitions} done")
 
 
 def check_get(rig: PipelineRig, rng: random.Random, want: dict[str, tuple[Any, ...]]) -> None:
@@ -194,8 +190,9 @@ def test_rescale_up_and_down_under_kills_equals_the_batch_job(rig: PipelineRig) 
         feed.start()
         observer.start()
         try:
-            first_rescale(p, rng, figures)
-            second_rescale(p, rng, figures)
+            worker, leader = ("the worker kill", kill_owner), ("the leader kill", kill_leader)
+            rescale_with_faults(p, rng, figures, COUNTS[0], worker, leader)
+            rescale_with_faults(p, rng, figures, COUNTS[1], leader, worker)
         finally:
             feed.stop()
         wait_settled(p.cluster, SETTLE_TIMEOUT_S)
