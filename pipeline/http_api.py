@@ -180,7 +180,7 @@ class WorkerApi:
         if self.hosting.warming is None:
             raise UnavailableError("this worker does not warm partitions up", code="warm_refused")
         await self.hosting.learn_routing(call.partition, call.routing, call.checkpoint)
-        return web.json_response(self.hosting.warming.warm(call).to_json())
+        return web.json_response((await self.hosting.warming.answer(call)).to_json())
 
     async def handle_cut(self, request: web.Request) -> web.Response:
         self._authorize(request)

@@ -8,12 +8,15 @@ dead-letter keys ends it instead). Its state is the deterministic state of the p
 its offset, so a host call of the partition at any epoch may start from it
 (`take`) instead of loading a checkpoint: it is used when it has caught up with the log
 (or is past the sent checkpoint), and dropped otherwise. At most `copies_max` exist; one the
-leader has not asked about for `idle_s` is dropped.
+leader has not asked about for `idle_s` is dropped. A warm call may ask to be answered only
+after the copy's next step (`answer`, `WarmRequest.hold_s`): a step is a micro-batch that
+merged into the copy or found nothing new for it, and the next one starts right after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -46,6 +49,14 @@ class WarmCopy:
     # Its last merged batch reached the log's end its plan listed: within one micro-batch.
     caught_up: bool = False
     failed: str = ""
+    # Set (and forgotten) at the copy's next step, or when it ends: what a held call awaits.
+    stepped: asyncio.Event | None = None
+
+    def step(self) -> None:
+        """The copy took a micro-batch step, failed or was taken: held answers go now."""
+        event, self.stepped = self.stepped, None
+        if event is not None:
+            event.set()
 
     def reply(self, partition: int) -> WarmReply:
         return WarmReply(
@@ -102,6 +113,19 @@ class Warming:
         log.info("warming partition %d up for %s", p, call.migration_id)
         return copy.reply(p)
 
+    async def answer(self, call: WarmRequest) -> WarmReply:
+        """`warm`, and once the copy is loaded, its answer after its next step when the call
+        asks to be held (`hold_s`; answered as it stands when that passes first)."""
+        reply = self.warm(call)
+        copy = self.copies.get(call.partition)
+        if call.hold_s <= 0 or copy is None or not copy.loaded or copy.failed:
+            return reply
+        if copy.stepped is None:
+            copy.stepped = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(copy.stepped.wait(), call.hold_s)
+        return copy.reply(call.partition)
+
     async def loads_done(self) -> None:
         """Until every checkpoint load started so far has ended (its copy loaded, or failed:
         the copy says so)."""
@@ -146,6 +170,7 @@ class Warming:
         if copy is None or copy.failed or copy.offset != start:
             return 0
         new_state, dead = merge_batch(copy.state, part, max_keys)
+        copy.step()
         if dead:
             # Dead-letter rows are the owner's to write: a copy that would write some ends.
             copy.failed = f"{len(dead)} keys over max_keys_per_partition"
@@ -161,6 +186,7 @@ class Warming:
         copy = self.copies.pop(p, None)
         if copy is None:
             return None
+        copy.step()
         if (
             copy.loaded
             and not copy.failed
@@ -182,3 +208,4 @@ class Warming:
         if self.copies.get(p) is copy:
             del self.copies[p]
             self.stats["dropped"] += 1
+            copy.step()

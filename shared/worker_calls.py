@@ -61,6 +61,7 @@ __all__ = [
     "STATUS_STALE",
     "STATUS_UNAUTHORIZED",
     "STATUS_UNAVAILABLE",
+    "WARM_HOLD_S_MAX",
     "WARM_ROUTE",
     "WORKER_TOKEN_HEADER",
     "BuildReply",
@@ -111,6 +112,8 @@ WARM_ROUTE = "/v1/partitions/{p}/warm"
 CUT_ROUTE = "/v1/partitions/{p}/cut"
 BUILD_ROUTE = "/v1/rescale/build"
 MIGRATION_ID_LEN_MAX = 64
+# The longest a warm call may ask the worker to hold its answer for the copy's next step.
+WARM_HOLD_S_MAX = 10.0
 # Bounds of a `routing` list: generations a cluster may have made, generation 0's count
 # (the coordinator's TOTAL_PARTITIONS_MAX) and a key-group generation's (KEY_GROUPS).
 ROUTING_GENERATIONS_MAX = 64
@@ -376,6 +379,10 @@ class WarmRequest:
     migration_id: str
     checkpoint: SentCheckpoint | None = None
     routing: tuple[int, ...] | None = None  # as HostRequest.routing
+    # Once the copy is loaded, answer after its next micro-batch step (or after this long):
+    # a release decided on that answer reaches the source while the target's batch in
+    # flight reads past the source's last one. 0 (and a worker that predates it): at once.
+    hold_s: float = 0.0
 
     @property
     def path(self) -> str:
@@ -387,6 +394,8 @@ class WarmRequest:
             "migration_id": self.migration_id,
             "checkpoint": None if ck is None else ck.to_json(),
         }
+        if self.hold_s > 0:
+            body["hold_s"] = self.hold_s
         return _with_routing(body, self.routing)
 
     @classmethod
@@ -399,11 +408,21 @@ class WarmRequest:
                 "migration_id",
             )
         ck = fields.get("checkpoint")
+        hold = fields.get("hold_s", 0.0)
+        if (
+            isinstance(hold, bool)
+            or not isinstance(hold, int | float)
+            or not 0 <= hold <= WARM_HOLD_S_MAX
+        ):
+            raise InvalidCallBody(
+                f"hold_s must be a number of seconds from 0 to {WARM_HOLD_S_MAX:g}", "hold_s"
+            )
         return cls(
             partition=partition,
             migration_id=mid,
             checkpoint=None if ck is None else SentCheckpoint.from_json(ck),
             routing=_optional_routing(fields),
+            hold_s=float(hold),
         )
 
 

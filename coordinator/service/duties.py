@@ -73,6 +73,7 @@ from shared.worker_calls import (
     STATUS_OK,
     STATUS_SCHEDULED,
     STATUS_STALE,
+    WARM_HOLD_S_MAX,
     CheckpointRequest,
     ErrorReply,
     HostRequest,
@@ -95,6 +96,9 @@ ERROR_BACKOFF_BASE_S = 0.1
 ERROR_BACKOFF_CAP_S = 5.0
 # The longest the loop sleeps between plans, whatever wake-up the batch asked for.
 SLEEP_MAX_S = 1.0
+# A warm call asks the target to hold its answer for the copy's next step for at most this
+# share of the call's timeout (and WARM_HOLD_S_MAX), so a held answer still comes in time.
+WARM_HOLD_SHARE = 0.5
 # One DeclareDead may name thousands of workers; the log line names this many and counts the rest.
 DEAD_IDS_LOGGED_MAX = 20
 # The status a worker call is recorded with when no HTTP answer came (refused, timed out).
@@ -468,11 +472,16 @@ class LeaderDuties:
     async def _warm(self, call: WarmCall) -> WarmDone:
         ck = call.checkpoint
         sent = None if ck is None else SentCheckpoint(offset=ck.offset, uri=ck.uri, epoch=ck.epoch)
+        # Held for the copy's next step: the release decided on this answer then reaches the
+        # source while the target's batch in flight reads past the source's last one, so the
+        # target's first batch as owner is that one, not the batch after (docs/design.md §5).
+        hold_s = min(WARM_HOLD_S_MAX, self.node.config.worker_call_timeout_s * WARM_HOLD_SHARE)
         request = WarmRequest(
             partition=call.partition,
             migration_id=call.migration_id,
             checkpoint=sent,
             routing=call.routing or None,
+            hold_s=hold_s,
         )
         status, body = await self._post(call, request)
         reply = WarmReply.from_json(body) if status == STATUS_OK else None

@@ -152,3 +152,36 @@ def test_a_death_storm_logs_a_bounded_line() -> None:
     text = ids_text(many)
     assert text.endswith(f"w{DEAD_IDS_LOGGED_MAX - 1} and 480 more")
     assert text.count(", ") == DEAD_IDS_LOGGED_MAX - 1
+
+
+@pytest.mark.parametrize(("call_timeout_s", "hold_s"), [(5.0, 2.5), (3.0, 1.5), (60.0, 10.0)])
+def test_a_warm_call_asks_the_target_to_hold_its_answer_within_the_call_timeout(
+    call_timeout_s: float, hold_s: float
+) -> None:
+    """The leader's warm call asks for the answer at the copy's next step (docs/design.md
+    §5), for half the call's timeout at most and never past what a worker accepts."""
+    from coordinator.core.effects import WarmCall
+    from shared.worker_calls import WarmRequest
+
+    node = StandInNode()
+    node.config = ClusterConfig(total_partitions=4, worker_call_timeout_s=call_timeout_s)
+    duties = LeaderDuties(node, random.Random(1), FakeClock())  # type: ignore[arg-type]
+    sent: list[Any] = []
+
+    async def post(call: Any, request: Any) -> tuple[int, dict[str, object]]:
+        sent.append(request)
+        return 200, {"partition": 2, "loaded": True, "offset": 7, "head": 9}
+
+    duties._post = post  # type: ignore[method-assign]
+    call = WarmCall(
+        migration_id="m-1",
+        partition=2,
+        worker_id="w2",
+        address="http://x",
+        incarnation=1,
+        checkpoint=None,
+    )
+    done = asyncio.run(duties._warm(call))
+    assert done.ok and (done.offset, done.head) == (7, 9)
+    (request,) = sent
+    assert isinstance(request, WarmRequest) and request.hold_s == hold_s

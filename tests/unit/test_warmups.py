@@ -242,6 +242,52 @@ def test_a_warm_copy_with_nothing_to_replay_is_loaded_once_a_batch_lists_its_log
     asyncio.run(go())
 
 
+def test_a_held_warm_call_is_answered_at_the_copys_next_step() -> None:
+    """Once the copy is loaded, a call with `hold_s` is answered when the next micro-batch
+    steps the copy (merged records, or found nothing new), when the copy is taken or
+    dropped, or when `hold_s` passes; before the load, and without a hold, at once."""
+
+    async def go() -> None:
+        w, _ = _warming()
+        held = WarmRequest(partition=3, migration_id="m-1", hold_s=5.0)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert (await w.answer(held)).loaded is False  # not loaded yet: at once
+        await w.loads_done()
+        w.merge(3, 0, 5, 5, {"k": _ks(1.0, 0)}, 100)
+        assert loop.time() - started < 1.0
+        plain = WarmRequest(partition=3, migration_id="m-1")
+        assert await w.answer(plain) == WarmReply(partition=3, loaded=True, offset=5, head=5)
+
+        waiting = asyncio.ensure_future(w.answer(held))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # held for the next step
+        w.merge(3, 5, 9, 9, {"k": _ks(2.0, 5)}, 100)
+        assert await asyncio.wait_for(waiting, 1.0) == WarmReply(
+            partition=3, loaded=True, offset=9, head=9
+        )
+
+        waiting = asyncio.ensure_future(w.answer(held))
+        await asyncio.sleep(0.05)
+        w.merge(3, 9, 9, 9, {}, 100)  # a batch with nothing new for it is a step too
+        assert (await asyncio.wait_for(waiting, 1.0)).offset == 9
+
+        waiting = asyncio.ensure_future(w.answer(held))
+        await asyncio.sleep(0.05)
+        assert w.take(3, 9) is not None  # hosted meanwhile: the held call goes
+        assert (await asyncio.wait_for(waiting, 1.0)).offset == 9
+
+        w.warm(plain)
+        await w.loads_done()
+        w.merge(3, 0, 2, 2, {}, 100)
+        short = WarmRequest(partition=3, migration_id="m-1", hold_s=0.2)
+        started = loop.time()
+        assert (await w.answer(short)).offset == 2  # no step came: answered as it stands
+        assert loop.time() - started >= 0.19
+
+    asyncio.run(go())
+
+
 def test_a_batch_in_flight_when_a_host_takes_the_copy_is_the_hosted_partitions_first() -> None:
     """A host that takes the warm copy while a micro-batch reads for it: that batch's records
     go to the hosted partition (which starts where the batch started), not to waste; a

@@ -20,6 +20,7 @@ from shared.worker_calls import (
     ReleaseReply,
     ReleaseRequest,
     SentCheckpoint,
+    WarmRequest,
     authorization,
     authorized,
 )
@@ -154,3 +155,21 @@ def test_the_call_token_header() -> None:
         assert not authorized(header, token), header
     # A worker that has not registered yet has no token and takes no call, even an empty one.
     assert not authorized("Bearer ", "") and not authorized("", "")
+
+
+def test_a_warm_call_asks_for_a_hold_only_when_it_wants_one() -> None:
+    """Without a hold the body is the JSON the leader always sent (a worker that predates
+    `hold_s` ignores the field anyway); a hold reads back as itself."""
+    plain = WarmRequest(partition=2, migration_id="m-1")
+    assert plain.to_json() == {"migration_id": "m-1", "checkpoint": None}
+    held = WarmRequest(partition=2, migration_id="m-1", hold_s=2.5)
+    assert held.to_json() == {"migration_id": "m-1", "checkpoint": None, "hold_s": 2.5}
+    assert WarmRequest.from_json(2, held.to_json()) == held
+    assert WarmRequest.from_json(2, {"migration_id": "m-1", "hold_s": 10}).hold_s == 10.0
+
+
+@pytest.mark.parametrize("hold", [-0.1, 10.5, "1", True, None, float("nan"), [1]])
+def test_a_bad_hold_is_refused_naming_it(hold: object) -> None:
+    with pytest.raises(InvalidCallBody) as info:
+        WarmRequest.from_json(1, {"migration_id": "m", "hold_s": hold})
+    assert info.value.status == 400 and info.value.field == "hold_s"
