@@ -18,7 +18,12 @@ batch is seen, not guessed), then the move is asked for. The processing gap is f
 moment the source's offset for the partition was first seen at its final value (its last
 micro-batch) to the moment the target, hosting it, was first seen past that offset (its
 first batch beyond what the source processed; a warm copy already past it counts from the
-host). p50 and p99 (nearest rank) per rig; `batch_interval_s` is the workers' setting and
+host). The release waits for the source's batch in flight and follows it within
+milliseconds, so often no poll sees that last batch's offset: the final value is then the
+offset of the source's final checkpoint (in the store), and the gap counts from the last
+poll that saw the source still at the offset before it, at most one poll round before that
+batch ended, so never less than the true gap (`final_batch_unseen` counts these moves). p50
+and p99 (nearest rank) per rig; `batch_interval_s` is the workers' setting and
 `observed_batch_s` the median time between two advances of a partition's offset on a source
 before its move (what an interval is on this machine under this load); `goal_met` is whether
 the warm p99 is at most `batch_interval_s + 1 s`. `hosted_warm` counts the moves whose target
@@ -36,6 +41,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +49,7 @@ from bench.harness import CATCH_UP_TIMEOUT_S, percentile, scratch
 from pipeline.source import generate
 from pipeline.spark_server import SparkConnectServer
 from pipeline.worker import BATCH_INTERVAL_S_DEFAULT
+from shared.checkpoint_ref import checkpoint_key
 from testkit.cluster import ADMIN
 from testkit.http import call
 from testkit.pipeline_rig import PARTITIONS, PipelineRig
@@ -115,28 +122,56 @@ def _advances(rig: PipelineRig, wid: str, p: int, count: int) -> list[float]:
     return times
 
 
-def _gap_s(rig: PipelineRig, p: int, source: str, target: str) -> tuple[float, float]:
-    """Move `p` from `source` to `target`: (the processing gap, the median time between the
-    source's advances just before)."""
+def _final_offset(rig: PipelineRig, p: int, epoch: int) -> int | None:
+    """The offset of the source's final checkpoint of `p` at `epoch`: the highest its owner
+    wrote at that epoch (a release writes it last), None when there is none."""
+    prefix = checkpoint_key(p, epoch, 0).rsplit("-o", 1)[0] + "-o"
+    offsets = [int(k.rsplit("-o", 1)[1].split(".")[0]) for k in rig.store.list_keys(prefix)]
+    return max(offsets, default=None)
+
+
+@dataclass(slots=True)
+class Move:
+    gap_s: float
+    batch_s: float  # the median time between the source's advances just before
+    # The source's last micro-batch ended and the release followed before a poll saw it.
+    final_unseen: bool
+
+
+def _gap_s(rig: PipelineRig, p: int, source: str, target: str) -> Move:
+    """Move `p` from `source` to `target` and time its processing gap (the module doc)."""
     synced = _advances(rig, source, p, 3)
     before = _seen(rig, source, p)
     assert before is not None
     src_offset, src_at = before[1], synced[-1]
+    held_at = src_at  # the last poll that saw the source hold `p` at `src_offset`
     r = rig.cluster.write_via_any(
         "/v1/admin/reassign", {"moves": [{"partition": p, "to": target}]}, token=ADMIN
     )
     if r.status != 202:
         raise RuntimeError(f"reassign of p{p} to {target} refused: {r.status} {r.body}")
     deadline = time.monotonic() + MOVE_TIMEOUT_S
+    final: int | None = None
+    unseen = False
     while time.monotonic() < deadline:
+        polled = time.monotonic()
         src = _seen(rig, source, p)
-        if src is not None and src[0] == before[0] and src[1] > src_offset:
-            src_offset, src_at = src[1], time.monotonic()
+        if src is not None and src[0] == before[0]:
+            if src[1] > src_offset:
+                src_offset, src_at = src[1], polled
+            held_at = polled
         dst = _seen(rig, target, p)
+        if src is None and final is None:
+            # Released. A release follows the source's last batch within milliseconds, so
+            # a poll may never have seen that batch's offset: the final checkpoint names it.
+            final = _final_offset(rig, p, before[0])
+            if final is not None and final > src_offset:
+                # That batch ended after the last poll that saw the source at the old
+                # offset: the gap counts from that poll (at most one poll early).
+                src_offset, src_at, unseen = final, held_at, True
         if src is None and dst is not None and dst[0] > before[0] and dst[1] > src_offset:
-            return time.monotonic() - src_at, statistics.median(
-                b - a for a, b in itertools.pairwise(synced)
-            )
+            batch = statistics.median(b - a for a, b in itertools.pairwise(synced))
+            return Move(time.monotonic() - src_at, batch, unseen)
         time.sleep(POLL_S)
     raise RuntimeError(f"p{p}: {target} processed nothing past {src_offset} in time")
 
@@ -179,6 +214,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     moves = 2 if quick else PARTITIONS
     gaps: dict[str, list[float]] = {m: [] for m in MODES}
     hosted_warm = dict.fromkeys(MODES, 0.0)
+    unseen = dict.fromkeys(MODES, 0)
     batches: dict[str, list[float]] = {m: [] for m in MODES}
     with scratch("moves") as root, ExitStack() as stack:
         server = SparkConnectServer(str(root / "spark"))
@@ -196,10 +232,11 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                 source = next(x["owner"] for x in rig.table() if x["partition"] == p)
                 target = WORKERS[(WORKERS.index(source) + 1) % len(WORKERS)]
                 used = _hosted_warm(rig, target)
-                gap, batch = _gap_s(rig, p, source, target)
+                move = _gap_s(rig, p, source, target)
                 hosted_warm[mode] += _hosted_warm(rig, target) - used
-                gaps[mode].append(gap)
-                batches[mode].append(batch)
+                gaps[mode].append(move.gap_s)
+                batches[mode].append(move.batch_s)
+                unseen[mode] += move.final_unseen
         after = {mode: _releases(rig) for mode, rig in rigs.items()}
     goal_s = BATCH_INTERVAL_S_DEFAULT + 1.0
     warm_p99 = percentile(gaps["warm"], 99)
@@ -215,6 +252,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
             "goal_s": goal_s,
             "goal_met": float(warm_p99 <= goal_s),
             "hosted_warm": hosted_warm[mode],
+            "final_batch_unseen": float(unseen[mode]),
             **{f"warm_up_{o}": after[mode][o] - before[mode][o] for o in OUTCOMES},
         }
     return rows
