@@ -153,6 +153,10 @@ class Hosting:
         if rt is None or not holdings.gates.admits(p, epoch):
             raise _stale(f"partition {p} is not open here at {epoch}")
         async with holdings.batch_lock:  # waits for the batch in flight to finish
+            if holdings.parts.get(p) is not rt or not holdings.gates.admits(p, epoch):
+                # Released by an overlapping call (the leader's retry) while this one
+                # waited: answered as a repeated release is, with no second final checkpoint.
+                raise _stale(f"partition {p} is not open here at {epoch}")
             await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)
             # The final checkpoint first, the gate after (the lock keeps the state still):
             # a store failure then leaves the gate open and the release retryable, instead

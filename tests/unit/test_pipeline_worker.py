@@ -103,6 +103,39 @@ async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
         await worker.client.close()
 
 
+async def test_overlapping_releases_write_one_final_checkpoint(tmp_path: Path) -> None:
+    """Two release calls for one epoch that both arrive while a batch holds the lock (the
+    leader's retry overtaking a slow first call): one releases with the final checkpoint,
+    the other is answered 409 like a repeated release, and nothing is written twice."""
+    import asyncio
+
+    store = SwitchedStore(tmp_path / "store")
+    worker = Worker(offline_settings(tmp_path, "w1"), store)
+    worker.call_token, worker.total_partitions = TOKEN, 8
+    rt = PartitionRuntime(epoch=3, state={"SYM0001": KeyState.of(12.5, 4)}, offset=5)
+    rt.loaded.set()
+    worker.parts[2] = rt
+    worker.holdings.gates.host(2, 3)
+    release = {"epoch": 3, "migration_id": "m-1"}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            async with worker.holdings.batch_lock:  # a batch in flight
+                calls = [
+                    asyncio.ensure_future(
+                        client.post("/v1/partitions/2/release", json=release, headers=auth)
+                    )
+                    for _ in range(2)
+                ]
+                await asyncio.sleep(0.2)  # both wait for the batch
+            statuses = sorted([(await c).status for c in calls])
+            assert statuses == [200, 409], statuses
+        assert len(store.list_keys("checkpoints/p00002/")) == 1
+        assert 2 not in worker.parts
+    finally:
+        await worker.client.close()
+
+
 async def test_scenario_f_seed_606_inherited_checkpoint_is_reported_under_its_own_epoch(
     tmp_path: Path,
 ) -> None:
