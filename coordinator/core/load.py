@@ -6,12 +6,14 @@ records), and the rule that turns it into placement weights. Load is advisory: i
 replicated, a new leader starts with an empty book and refills it from heartbeats, and
 epochs, fences and gates stay what keeps a partition to one owner (docs/design.md §4).
 
-Invariants: the book holds at most one entry per partition, each stamped with the monotonic
-time it was reported; `weights` answers only when EVERY partition has an entry younger than
-`stale_after_ms`, so a placement round weighs either all partitions by load or none (the
-round then balances counts). A new leader balances by counts only after it has heard every
-owning worker or listened for one staleness window (`listening`), so a failover's first
-plan does not undo a load-aware placement for want of heartbeats not yet arrived.
+Invariants: the book holds at most one entry per partition of the routing generation it
+follows (`follow`: a rescale's new table numbers other key ranges, so the old reports go),
+each stamped with the monotonic time it was reported; `weights` answers only when EVERY
+partition has an entry younger than `stale_after_ms`, so a placement round weighs either all
+partitions by load or none (the round then balances counts). A new leader balances by
+counts only after it has heard every owning worker or listened for one staleness window
+(`listening`), so a failover's first plan does not undo a load-aware placement for want of
+heartbeats not yet arrived.
 """
 
 from __future__ import annotations
@@ -37,16 +39,25 @@ class PartitionLoad:
 class LoadBook:
     """Mutable but pure: time comes in as `now_ms`, nothing here reads a clock."""
 
-    __slots__ = ("_heard", "_listen_until_ms", "_loads", "stale_after_ms")
+    __slots__ = ("_generation", "_heard", "_listen_until_ms", "_loads", "stale_after_ms")
 
     def __init__(self, *, stale_after_ms: int, now_ms: int) -> None:
         if stale_after_ms <= 0:
             raise ValueError(f"stale_after_ms must be > 0, got {stale_after_ms}")
         self.stale_after_ms = stale_after_ms
         self._loads: dict[int, PartitionLoad] = {}
+        self._generation = 0  # the routing generation whose partitions `_loads` numbers
         # While listening (a new leader): the workers heard so far. None once it has ended.
         self._heard: set[str] | None = set()
         self._listen_until_ms = now_ms + stale_after_ms
+
+    def follow(self, generation: int) -> None:
+        """The routing generation the partitions are numbered in now. A new one (a rescale
+        replaced the table) forgets every report: partition p of the old table is another
+        key range than p of the new, and its rate would weigh the wrong partition."""
+        if generation != self._generation:
+            self._generation = generation
+            self._loads.clear()
 
     def record(
         self, partition: int, rate_per_s: float, lag_records: int | None, now_ms: int

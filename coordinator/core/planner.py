@@ -284,6 +284,7 @@ class Planner:
         """A heartbeat's (partition, epoch, rate, lag) reports; only the owner's, at the
         current epoch, are kept. Returns how many were."""
         kept = 0
+        self.loads.follow(len(state.routing) - 1)
         for partition, epoch, rate, lag in reports:
             if not 0 <= partition < state.total_partitions:
                 continue

@@ -36,23 +36,24 @@ class RoundKind:
 
 
 class ShadowLoads:
-    """The rate the leader accepted last for each partition (the owner's, at its epoch) and
-    when: one per leader term, as the planner's book is."""
+    """The rate the leader accepted last for each partition (the owner's, at its epoch), when,
+    and in which routing generation: one per leader term, as the planner's book is. A report
+    from another generation's table weighs nothing (its partition is another key range)."""
 
     __slots__ = ("_seen", "stale_after_ms")
 
     def __init__(self, stale_after_ms: int) -> None:
         self.stale_after_ms = stale_after_ms
-        self._seen: dict[int, tuple[float, int]] = {}
+        self._seen: dict[int, tuple[float, int, int]] = {}
 
-    def accept(self, partition: int, rate_per_s: float, now_ms: int) -> None:
-        self._seen[partition] = (rate_per_s, now_ms)
+    def accept(self, partition: int, rate_per_s: float, now_ms: int, generation: int) -> None:
+        self._seen[partition] = (rate_per_s, now_ms, generation)
 
-    def weights(self, total_partitions: int, now_ms: int) -> list[float] | None:
+    def weights(self, total_partitions: int, now_ms: int, generation: int) -> list[float] | None:
         out = []
         for p in range(total_partitions):
             seen = self._seen.get(p)
-            if seen is None or now_ms - seen[1] > self.stale_after_ms:
+            if seen is None or now_ms - seen[1] > self.stale_after_ms or seen[2] != generation:
                 return None
             out.append(seen[0])
         return out

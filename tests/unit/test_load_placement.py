@@ -237,6 +237,20 @@ def test_the_planner_balances_load_then_falls_back_to_counts_when_load_goes_stal
     assert planner.balance_moves(state, 1_001) == ()
 
 
+def test_a_rescale_forgets_the_old_tables_load() -> None:
+    """Reports name partitions of one routing generation: once a rescale has replaced the
+    table, the old reports weigh nothing, and the round balances counts until the new
+    owners report."""
+    state = online_cluster(["a", "b", "a", "b", "a", "b"])
+    s = PlannerSettings(total_partitions=6, load_stale_ms=1_000, balance_tolerance=0.1)
+    planner = Planner(s, random.Random(0), state, 0)
+    report_all(planner, state, [10.0, 1.0, 10.0, 1.0, 1.0, 1.0], 0)
+    assert len(planner.balance_moves(state, 0)) == 1  # by load
+    state.routing = (*state.routing, 6)  # a rescale's new generation (rescale.py)
+    assert planner.balance_moves(state, 0) == ()  # counts are equal: nothing moves
+    assert planner.loads.of(0) is None
+
+
 def test_reports_from_a_non_owner_or_an_old_epoch_are_ignored() -> None:
     state = online_cluster(["a", "b"])
     planner = Planner(PlannerSettings(total_partitions=2), random.Random(0), state, 0)
