@@ -1,6 +1,8 @@
 """A step run in a thread every `every_s` until stopped: the watchers and load generators
 tests run beside what they check. A context manager: the thread starts on entry and is
-stopped and joined (bounded) on exit; `steps_max` bounds how often the step runs."""
+stopped and joined (bounded) on exit; `steps_max` bounds how often the step runs. A step
+that raises ends the thread, and the exit raises it in the test: a watcher that died would
+otherwise leave the test checking less than it says."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class Background:
         self.steps = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None  # what ended the thread, if a step raised
 
     def step(self) -> None:
         raise NotImplementedError
@@ -34,10 +37,15 @@ class Background:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(JOIN_TIMEOUT_S)
+        if self.error is not None and exc[0] is None:
+            raise AssertionError(f"{type(self).__name__} failed: {self.error!r}") from self.error
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            if self.steps_max is not None and self.steps >= self.steps_max:
-                return
-            self.step()
-            self.steps += 1
+        try:
+            while not self._stop.wait(self.every_s):
+                if self.steps_max is not None and self.steps >= self.steps_max:
+                    return
+                self.step()
+                self.steps += 1
+        except Exception as exc:  # raised in the test by __exit__
+            self.error = exc

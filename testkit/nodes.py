@@ -91,7 +91,8 @@ class NodeCluster:
             proc.stop()
 
     def alive(self) -> list[str]:
-        return [nid for nid, p in self.procs.items() if p.alive()]
+        # A copy first: load threads ask while the test adds and retires nodes.
+        return [nid for nid, p in list(self.procs.items()) if p.alive()]
 
     # -- http ---------------------------------------------------------------------------------
 
