@@ -3,7 +3,10 @@ host a partition on its owner, ask a warming target how far it is, ask for a che
 
 Owns the set of calls in flight (one per call key; at most `calls_max`): a call is claimed
 before it goes out and freed by the planner when its result is in, so no call is made twice
-at once and a failover's burst of host calls cannot starve the rest past the cap. Reads the
+at once and a failover's burst of host calls cannot starve the rest past the cap. Warm
+calls take at most WARM_CALLS_SHARE of the cap: a target holds its answer for up to a
+micro-batch (`WarmRequest.hold_s`), and held calls must not keep host, release and
+checkpoint calls waiting. Reads the
 planner's liveness detector, retry schedules, warm-ups and checkpoint rounds; changes only
 the in-flight set, the retry schedules it forgets and the rounds' misses.
 """
@@ -32,7 +35,10 @@ from coordinator.core.model import (
 from coordinator.core.rounds import CheckpointRounds
 from coordinator.core.warmups import WarmUps
 
-__all__ = ["CallPlans"]
+__all__ = ["WARM_CALLS_SHARE", "CallPlans"]
+
+# The share of the leader's calls in flight that warm calls may hold at once (at least one).
+WARM_CALLS_SHARE = 0.5
 
 
 class CallPlans:
@@ -137,7 +143,11 @@ class CallPlans:
     def warm_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
         """Ask each WARMING migration's target how far it is (the first ask starts it)."""
         out: list[WorkerCall] = []
+        room = max(1, int(self.calls_max * WARM_CALLS_SHARE))
+        room -= sum(1 for kind, _ in self.in_flight if kind == "warm")
         for x in state.in_flight_migrations():
+            if room <= 0:
+                break
             if x.phase is not MigrationPhase.WARMING:
                 continue
             target = state.workers.get(x.target)
@@ -156,6 +166,7 @@ class CallPlans:
             )
             if self.claim(call):
                 out.append(call)
+                room -= 1
         return out
 
     def checkpoint_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:

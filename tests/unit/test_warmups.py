@@ -162,6 +162,56 @@ def test_a_leader_with_warm_moves_off_releases_a_warming_migration_cold() -> Non
     ], batch
 
 
+def test_warm_calls_hold_at_most_half_the_leaders_call_slots() -> None:
+    """A target holds a warm call's answer for up to a micro-batch: with every WARMING
+    target asked at once, warm calls take half the in-flight cap, and the rest stays free
+    for host, release and checkpoint calls."""
+    from coordinator.core.commands import (
+        Assignment,
+        AssignPartitions,
+        Bootstrap,
+        PartitionOnline,
+        RegisterWorker,
+        ReportVersions,
+    )
+
+    s = ClusterState()
+    a, b = WorkerId("a"), WorkerId("b")
+    parts = [PartitionId(p) for p in range(6)]
+    setup: list[object] = [
+        ReportVersions(node_id="n1", min_version=1, max_version=3, package_version="t", now_ms=0),
+        FinalizeVersion(version=3, voters=("n1",), now_ms=0),
+        Bootstrap(total_partitions=6, now_ms=0),
+        RegisterWorker(worker_id=a, address="http://127.0.0.1:1", now_ms=0),
+        RegisterWorker(worker_id=b, address="http://127.0.0.1:2", now_ms=0),
+        AssignPartitions(
+            assignments=tuple(Assignment(partition=p, owner=a) for p in parts), now_ms=0
+        ),
+    ]
+    for i, cmd in enumerate(setup):
+        assert isinstance(apply(s, f"s{i}", cmd), Ok)  # type: ignore[arg-type]
+    for p in parts:
+        epoch = s.partitions[p].epoch
+        assert isinstance(
+            apply(s, f"o{p}", PartitionOnline(partition=p, epoch=epoch, owner=a, now_ms=0)), Ok
+        )
+    moves = tuple(Move(partition=p, source=a, target=b) for p in parts)
+    assert isinstance(
+        apply(s, "m", PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=0)), Ok
+    )
+    for x in s.in_flight_migrations():
+        assert isinstance(
+            apply(s, f"w{x.partition}", StartWarm(migration_id=x.migration_id, now_ms=0)), Ok
+        )
+    policy = WarmPolicy(enabled=True, in_flight_max=8, per_worker_max=8)
+    settings = PlannerSettings(total_partitions=6, warm=policy, calls_max=4)
+    planner = Planner(settings, random.Random(0), s, 0)
+    warm = [c for c in planner.plan(s, 0, 0).calls if isinstance(c, WarmCall)]
+    assert len(warm) == 2, warm  # half of 4
+    # Nothing answered yet: the next round asks no more.
+    assert not [c for c in planner.plan(s, 1, 1).calls if isinstance(c, WarmCall)]
+
+
 # -- the worker's warm copies ----------------------------------------------------------------
 
 
