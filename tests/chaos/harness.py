@@ -89,38 +89,6 @@ def request(cluster: Cluster, method: str, path: str, body: Any = None, **kw: An
     raise last or ConnectionRefusedError("no live node")
 
 
-class Background:
-    """One daemon thread running `_run` until `stop()`, which waits for it with a bound and
-    raises what ended the thread early, if `_run` raised: a load or watcher thread that died
-    would otherwise leave the test checking less than it says."""
-
-    JOIN_TIMEOUT_S = 15.0
-
-    def __init__(self, name: str) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._guarded, name=name, daemon=True)
-        self.error: BaseException | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(self.JOIN_TIMEOUT_S)
-        assert not self._thread.is_alive(), f"the {self._thread.name} thread did not stop"
-        if self.error is not None:
-            raise AssertionError(f"the {self._thread.name} thread failed: {self.error!r}")
-
-    def _guarded(self) -> None:
-        try:
-            self._run()
-        except Exception as exc:  # raised in the test by stop()
-            self.error = exc
-
-    def _run(self) -> None:
-        raise NotImplementedError
-
-
 class Load:
     """Client threads: writers register unique worker ids, a reader reads the list."""
 

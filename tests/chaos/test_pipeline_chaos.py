@@ -42,10 +42,11 @@ from pipeline.checkpoint import CheckpointStore
 from pipeline.source import Producer, generate
 from pipeline.state import PartitionState, aggregate_records
 from pipeline.store import StoreError
+from testkit.background import Background
 from testkit.cluster import ADMIN
 from testkit.pipeline_rig import CATCH_UP_TIMEOUT_S, PipelineRig
 from testkit.wait import wait_until
-from tests.chaos.harness import Background, Figures, request, wait_settled
+from tests.chaos.harness import Figures, request, wait_settled
 from tests.chaos.store_fault import OUTAGE_CODES, StoreOutageProxy
 
 SEED = 606

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from testkit.background import Background
 from testkit.cluster import ADMIN, Cluster, worker_token
 from testkit.http import Reply, call
 from testkit.scripted_workers import ScriptedWorkers
@@ -27,7 +28,6 @@ from testkit.wait import wait_until
 from tests.chaos.harness import (
     CHAOS_SETTINGS,
     CLIENT_TIMEOUT_S,
-    Background,
     Figures,
     Load,
     check_acknowledged,

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from testkit.background import Background
 from testkit.cluster import ADMIN, Cluster
 from testkit.http import call
 from testkit.scripted_workers import ScriptedWorkers
 from testkit.wait import wait_until
-from tests.chaos.harness import Background, Figures, bring_up, check_replicas_equal
+from tests.chaos.harness import Figures, bring_up, check_replicas_equal
 
 SETTINGS = {
     "total_partitions": 12,
@@ -196,7 +197,7 @@ def replace_every_node(tmp_path: Path, rounds: int) -> None:
         assert not figures.violations, figures.violations
     finally:
         for w in writers:
-            if w._thread.is_alive():
+            if w.alive():
                 w.stop()
         workers.stop_all()
         cluster.stop_all()

@@ -13,7 +13,6 @@ upgraded."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 from coordinator.core.versions import COMMAND_SET_VERSION
 from ripple.launch import coordinator_argv
 from shared.version import PACKAGE_VERSION
+from testkit.background import Background
 from testkit.cli import ripple
 from testkit.cluster import ADMIN, Cluster
 from testkit.prom import parse, value
@@ -45,17 +45,18 @@ BACKUP = {
 }
 
 
-class WriteLoad:
+class WriteLoad(Background):
     """Registers new workers one after another from a thread: every write must land (the
     cluster retries through failovers and restarts with `write_via_any`)."""
 
+    join_timeout_s = WAIT_S + 5  # a write in flight may take WAIT_S
+
     def __init__(self, cluster: Cluster, prefix: str) -> None:
+        super().__init__(f"write-load-{prefix}")
         self.cluster = cluster
         self.prefix = prefix
         self.landed = 0
         self.failed: list[Any] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         i = 0
@@ -72,14 +73,6 @@ class WriteLoad:
                     self.failed.append((r.status, r.body))
             i += 1
             self._stop.wait(LOAD_PAUSE_S)
-
-    def __enter__(self) -> WriteLoad:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(WAIT_S + 5)
 
 
 def start_held(cluster: Cluster, node_id: str) -> None:
