@@ -6,9 +6,9 @@ before it goes out and freed by the planner when its result is in, so no call is
 at once and a failover's burst of host calls cannot starve the rest past the cap. Warm
 calls take at most WARM_CALLS_SHARE of the cap: a target holds its answer for up to a
 micro-batch (`WarmRequest.hold_s`), and held calls must not keep host, release and
-checkpoint calls waiting. Reads the
-planner's liveness detector, retry schedules, warm-ups and checkpoint rounds; changes only
-the in-flight set, the retry schedules it forgets and the rounds' misses.
+checkpoint calls waiting. Reads the planner's liveness detector, retry schedules, warm-ups
+and checkpoint rounds; changes only the in-flight set, the retry schedules it forgets and
+the rounds' misses.
 """
 
 from __future__ import annotations
