@@ -143,6 +143,12 @@ class ClusterState:
         self._assignments: dict[WorkerId, tuple[PartitionEpoch, ...]] = {}
         self._assignments_generation = -1
 
+    @property
+    def routing_generation(self) -> int:
+        """The routing generation the partition table is numbered in: 0 until a rescale
+        (and before Bootstrap), then one more per rescale's StatesBuilt."""
+        return max(0, len(self.routing) - 1)
+
     def reindex(self) -> None:
         """Rebuild the derived indices from the public fields (after decoding a snapshot)."""
         self._assignments_generation = -1

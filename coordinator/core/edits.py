@@ -112,7 +112,7 @@ def accept_checkpoint(part: Partition, new: Checkpoint, *, rescaled: bool) -> Pa
 
 def rescaled(state: ClusterState) -> bool:
     """Whether the partition table is a rescale's (its partitions start at their builds)."""
-    return len(state.routing) > 1
+    return state.routing_generation > 0
 
 
 def finish_migration(

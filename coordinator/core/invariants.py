@@ -127,7 +127,7 @@ def state_violations(state: ClusterState) -> list[str]:
             m = state.migrations.get(p.migration)
             if m is None or m.phase in TERMINAL_PHASES or m.partition != p.partition:
                 out.append(f"p{p.partition} points at {p.migration}, not its migration in flight")
-        out += _chain_violations(p.partition, p.checkpoint, p.earlier, len(state.routing) > 1)
+        out += _chain_violations(p.partition, p.checkpoint, p.earlier, state.routing_generation > 0)
         if p.stuck and p.status is PartitionStatus.ONLINE:
             out.append(f"p{p.partition} is online and marked stuck")
         if p.partition != i:
@@ -247,7 +247,7 @@ def step_violations(before: View, state: ClusterState, command: Command) -> list
             if p.epoch <= top
         ]
     # A rescaled table's oldest checkpoint is its build: the floor every command keeps.
-    rescaled = len(state.routing) > 1
+    rescaled = state.routing_generation > 0
     for p in state.partitions:
         if new_table or p.partition >= len(before.partitions):
             continue  # created by this command

@@ -67,7 +67,7 @@ class MovePlans:
         owners = [p.owner for p in state.partitions]
         if self.strategy is PlacementStrategy.BALANCED:
             # By load only when every partition's is fresh; else by counts (load.py).
-            self.loads.follow(len(state.routing) - 1)
+            self.loads.follow(state.routing_generation)
             weights = self.loads.weights(state.total_partitions, now_ms)
             if weights is not None:
                 return plan_weighted(owners, eligible, weights, tolerance=self.balance_tolerance)

@@ -219,7 +219,7 @@ def fall_back(state: ClusterState, cmd: FallBack) -> Outcome:
     if part.checkpoint is None:
         return rejected("conflict", f"partition {part.partition} has no checkpoint"), False
     to = cmd.checkpoint
-    if to is None and len(state.routing) > 1:
+    if to is None and state.routing_generation > 0:
         return _no_full_replay(part.partition, "fall back to a full replay"), False
     checkpoint: Checkpoint | None = None
     earlier: tuple[Checkpoint, ...] = ()
@@ -283,7 +283,7 @@ def reset_partition(state: ClusterState, cmd: ResetPartition) -> Outcome:
         return rejected(
             "conflict", f"partition {p} is {part.status.value}; only an assigning one resets"
         ), False
-    if len(state.routing) > 1:
+    if state.routing_generation > 0:
         return _no_full_replay(p, "reset"), False
     problem = edits.lifecycle_problem(
         state, "ResetPartition", partitions=[([p], PartitionStatus.ASSIGNING)]

@@ -284,7 +284,7 @@ class Planner:
         """A heartbeat's (partition, epoch, rate, lag) reports; only the owner's, at the
         current epoch, are kept. Returns how many were."""
         kept = 0
-        self.loads.follow(len(state.routing) - 1)
+        self.loads.follow(state.routing_generation)
         for partition, epoch, rate, lag in reports:
             if not 0 <= partition < state.total_partitions:
                 continue
@@ -465,7 +465,7 @@ class Planner:
     def _fallbacks(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
         """Partitions whose owner keeps failing to load their checkpoint walk down the
         fallback chain: an older checkpoint, a full replay, or stuck."""
-        rescaled = len(state.routing) > 1
+        rescaled = state.routing_generation > 0
         return tuple(
             fallbacks_due(state.partitions, self.unavailable, self.fallback_policy, wall, rescaled)
         )

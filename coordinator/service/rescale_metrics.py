@@ -20,7 +20,7 @@ def rescale_metrics(state: ClusterState) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "ripple_routing_generation",
         "The current routing generation (0 until the first rescale's new partitions exist)",
-        value=max(0, len(state.routing) - 1),
+        value=state.routing_generation,
     )
     r = state.rescale
     phase = GaugeMetricFamily(

@@ -451,7 +451,7 @@ class Proposer:
             [p.owner for p in state.partitions],
             cmd.moves,
             planner.eligible(state, now),
-            self.shadow.weights(state.total_partitions, now, len(state.routing) - 1),
+            self.shadow.weights(state.total_partitions, now, state.routing_generation),
         )
         self.sim.stats["weighted_rounds" if kind.weighted else "count_rounds"] += 1
         if kind.problems:
@@ -726,7 +726,7 @@ class Proposer:
                     continue  # a gate of a partition a rescale retired: the leader drops it
                 part = state.partitions[p]
                 if part.owner == wid and part.epoch == epoch:
-                    self.shadow.accept(p, rate, now, len(state.routing) - 1)
+                    self.shadow.accept(p, rate, now, state.routing_generation)
             if planner.loads.weights(state.total_partitions, now) is not None:
                 self.sim.stats["weighted_heartbeats"] += 1
             self.send(

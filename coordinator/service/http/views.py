@@ -124,7 +124,7 @@ def summary(state: ClusterState) -> m.ClusterSummary:
         **state.summary(),
         routing=list(state.routing),
         # 0 before Bootstrap too, when there is no generation yet (routing is empty).
-        routing_generation=max(0, len(state.routing) - 1),
+        routing_generation=state.routing_generation,
     )
 
 
