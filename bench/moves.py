@@ -49,7 +49,7 @@ from bench.harness import CATCH_UP_TIMEOUT_S, percentile, scratch
 from pipeline.source import generate
 from pipeline.spark_server import SparkConnectServer
 from pipeline.worker import BATCH_INTERVAL_S_DEFAULT
-from shared.checkpoint_ref import checkpoint_key
+from shared.checkpoint_ref import checkpoint_key_parts, checkpoints_prefix
 from testkit.cluster import ADMIN
 from testkit.http import call
 from testkit.pipeline_rig import PARTITIONS, PipelineRig
@@ -125,9 +125,8 @@ def _advances(rig: PipelineRig, wid: str, p: int, count: int) -> list[float]:
 def _final_offset(rig: PipelineRig, p: int, epoch: int) -> int | None:
     """The offset of the source's final checkpoint of `p` at `epoch`: the highest its owner
     wrote at that epoch (a release writes it last), None when there is none."""
-    prefix = checkpoint_key(p, epoch, 0).rsplit("-o", 1)[0] + "-o"
-    offsets = [int(k.rsplit("-o", 1)[1].split(".")[0]) for k in rig.store.list_keys(prefix)]
-    return max(offsets, default=None)
+    named = (checkpoint_key_parts(k) for k in rig.store.list_keys(checkpoints_prefix(p)))
+    return max((n[2] for n in named if n is not None and n[1] == epoch), default=None)
 
 
 @dataclass(slots=True)

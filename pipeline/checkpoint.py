@@ -16,7 +16,6 @@ may come from a fenced, stale owner).
 from __future__ import annotations
 
 import io
-import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -26,7 +25,7 @@ import pyarrow.parquet as pq
 
 from pipeline.state import KeyState, PartitionState
 from pipeline.store import ObjectStore, StoreError
-from shared.checkpoint_ref import checkpoint_key
+from shared.checkpoint_ref import checkpoint_key, checkpoint_key_parts
 
 __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
@@ -56,8 +55,6 @@ DEADLETTER_SCHEMA = pa.schema(
         pa.field("first_offset", pa.int64(), nullable=False),
     ]
 )
-
-_CHECKPOINT_NAME = re.compile(r"^checkpoints/p(\d{5})/e(\d{10})-o(\d{20})\.ckpt$")
 
 
 class CheckpointConflict(StoreError):
@@ -151,14 +148,13 @@ class CheckpointStore:
         if not uri.startswith(base):
             raise CheckpointCorrupt(f"checkpoint {uri!r} is not in the store {base!r}")
         key = uri[len(base) :]
-        match = _CHECKPOINT_NAME.match(key)
-        if match is None:
+        named = checkpoint_key_parts(key)
+        if named is None:
             raise CheckpointCorrupt(f"{uri!r} is not a checkpoint name")
         data = self.store.get(key)
         if len(data) > CHECKPOINT_BYTES_MAX:
             raise CheckpointCorrupt(f"{uri!r} is larger than {CHECKPOINT_BYTES_MAX} bytes")
         loaded = decode(data)
-        named = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
         if (loaded.partition, loaded.epoch, loaded.offset) != named:
             held = (loaded.partition, loaded.epoch, loaded.offset)
             raise CheckpointCorrupt(f"{uri!r} names partition/epoch/offset {named}, holds {held}")

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import re
 from urllib.parse import unquote, urlsplit
 
 __all__ = [
     "canonical_uri",
     "checkpoint_key",
+    "checkpoint_key_parts",
+    "checkpoints_prefix",
     "reference_problem",
     "shown_store",
     "store_base",
@@ -31,8 +34,24 @@ __all__ = [
 STORE_BASES_CACHED_MAX = 16  # a process uses one store; tests and tools a few
 
 
+_CHECKPOINT_KEY = re.compile(r"^checkpoints/p(\d{5})/e(\d{10})-o(\d{20})\.ckpt$")
+
+
+def checkpoints_prefix(partition: int) -> str:
+    """The key prefix every checkpoint of `partition` is under."""
+    return f"checkpoints/p{partition:05d}/"
+
+
 def checkpoint_key(partition: int, epoch: int, offset: int) -> str:
-    return f"checkpoints/p{partition:05d}/e{epoch:010d}-o{offset:020d}.ckpt"
+    return f"{checkpoints_prefix(partition)}e{epoch:010d}-o{offset:020d}.ckpt"
+
+
+def checkpoint_key_parts(key: str) -> tuple[int, int, int] | None:
+    """The (partition, epoch, offset) a checkpoint key names, or None for any other key."""
+    match = _CHECKPOINT_KEY.match(key)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
 
 
 @functools.lru_cache(maxsize=STORE_BASES_CACHED_MAX)

@@ -17,6 +17,7 @@ from pipeline.checkpoint import (
 )
 from pipeline.state import KeyState
 from pipeline.store import LocalStore, S3Store, StoreKeyMissing
+from shared.checkpoint_ref import checkpoint_key_parts, checkpoints_prefix
 
 # Fixtures are imported by name so pytest finds them here; test parameters then "redefine"
 # those names, which is how pytest fixtures work, hence the file-wide F811 waiver.
@@ -94,3 +95,11 @@ def test_dead_letter_segment(tmp_path: Path) -> None:
     assert table["partition"] == [2, 2] and table["count"] == [1, 3]
     with pytest.raises(CheckpointConflict):
         ckpt.write_dead_letter(2, 3, 100, 150, {})
+
+
+def test_a_checkpoint_key_reads_back_as_its_partition_epoch_and_offset() -> None:
+    key = checkpoint_key(3, 7, 42)
+    assert key.startswith(checkpoints_prefix(3)) and not key.startswith(checkpoints_prefix(30))
+    assert checkpoint_key_parts(key) == (3, 7, 42)
+    for other in ("checkpoints/p00003/e0000000007-o42.ckpt", "dead/" + key, key + ".tmp"):
+        assert checkpoint_key_parts(other) is None, other
