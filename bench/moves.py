@@ -37,10 +37,8 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +48,7 @@ from pipeline.source import generate
 from pipeline.spark_server import SparkConnectServer
 from pipeline.worker import BATCH_INTERVAL_S_DEFAULT
 from shared.checkpoint_ref import checkpoint_key_parts, checkpoints_prefix
+from testkit.background import Background
 from testkit.cluster import ADMIN
 from testkit.http import call
 from testkit.pipeline_rig import PARTITIONS, PipelineRig
@@ -72,28 +71,19 @@ MODES = {"warm": True, "cold": False}
 USED = "ripple_worker_warm_copy_outcomes_total"
 
 
-class Producer:
+class Producer(Background):
     """Appends `ROWS` records over `keys` symbols every `PRODUCE_EVERY_S` in a thread, until
-    stopped (bench/rescale.py's producer too)."""
+    stopped (bench/rescale.py's producer too); a failed append ends the run."""
+
+    every_s = PRODUCE_EVERY_S
+    steps_max = PRODUCE_BATCHES_MAX
 
     def __init__(self, rig: PipelineRig, seed: int, keys: int = KEYS) -> None:
-        self.rig, self.keys, self.seed, self.batches = rig, keys, seed, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__("producer")
+        self.rig, self.keys, self.seed = rig, keys, seed
 
-    def _run(self) -> None:
-        while self.batches < PRODUCE_BATCHES_MAX and not self._stop.wait(PRODUCE_EVERY_S):
-            self.rig.producer.produce(generate(ROWS, self.keys, seed=self.seed + self.batches))
-            self.batches += 1
-
-    @contextmanager
-    def running(self) -> Iterator[Producer]:
-        self._thread.start()
-        try:
-            yield self
-        finally:
-            self._stop.set()
-            self._thread.join(60)
+    def step(self) -> None:
+        self.rig.producer.produce(generate(ROWS, self.keys, seed=self.seed + self.steps))
 
 
 def _seen(rig: PipelineRig, wid: str, p: int) -> tuple[int, int] | None:
@@ -223,7 +213,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
         for i, rig in enumerate(rigs.values()):
             rig.wait_ready()
             rig.wait_caught_up(CATCH_UP_TIMEOUT_S)
-            stack.enter_context(Producer(rig, seed=1_000_000 * (i + 1)).running())
+            stack.enter_context(Producer(rig, seed=1_000_000 * (i + 1)))
         before = {mode: _releases(rig) for mode, rig in rigs.items()}
         for i in range(moves):
             for mode, rig in rigs.items():

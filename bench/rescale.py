@@ -136,6 +136,6 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                     rig.start_worker(wid, batch_interval_s=BATCH_INTERVAL_S_DEFAULT)
                 rig.wait_ready()
                 rig.wait_caught_up(CATCH_UP_TIMEOUT_S)
-                with Producer(rig, seed=1_000_000 * (i + 1), keys=n).running():
+                with Producer(rig, seed=1_000_000 * (i + 1), keys=n):
                     rows[case] = {"key_space": n, **_rescale(rig)}
     return rows
