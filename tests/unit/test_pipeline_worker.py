@@ -63,6 +63,22 @@ class SwitchedStore:
         return self.inner.uri(key)
 
 
+def holding_p2(tmp_path: Path, state: dict[str, KeyState]) -> tuple[Worker, SwitchedStore]:
+    """A worker on a switchable store holding partition 2 open at epoch 3, at offset 5."""
+    store = SwitchedStore(tmp_path / "store")
+    worker = Worker(offline_settings(tmp_path, "w1"), store)
+    worker.call_token, worker.total_partitions = TOKEN, 8
+    rt = PartitionRuntime(epoch=3, state=dict(state), offset=5)
+    rt.loaded.set()
+    worker.parts[2] = rt
+    worker.holdings.gates.host(2, 3)
+    return worker, store
+
+
+RELEASE_P2 = {"epoch": 3, "migration_id": "m-1"}
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
 async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
     tmp_path: Path,
 ) -> None:
@@ -70,16 +86,10 @@ async def test_scenario_f_seed_606_release_with_store_down_stays_retryable(
     open and the runtime held (a closed gate whose runtime stayed would be reported in every
     heartbeat, counted as load and block a drain); the leader's retry releases with a final
     checkpoint once the store is back, and the released epoch never reopens."""
-    store = SwitchedStore(tmp_path / "store")
-    worker = Worker(offline_settings(tmp_path, "w1"), store)
-    worker.call_token, worker.total_partitions = TOKEN, 8
     state = {"SYM0001": KeyState.of(12.5, 4)}
-    rt = PartitionRuntime(epoch=3, state=dict(state), offset=5)
-    rt.loaded.set()
-    worker.parts[2] = rt
-    worker.holdings.gates.host(2, 3)
-    release = {"epoch": 3, "migration_id": "m-1"}
-    auth = {"Authorization": f"Bearer {TOKEN}"}
+    worker, store = holding_p2(tmp_path, state)
+    rt = worker.parts[2]
+    release, auth = RELEASE_P2, AUTH
     try:
         async with TestClient(TestServer(worker.app())) as client:
             store.down = True
@@ -109,15 +119,8 @@ async def test_overlapping_releases_write_one_final_checkpoint(tmp_path: Path) -
     the other is answered 409 like a repeated release, and nothing is written twice."""
     import asyncio
 
-    store = SwitchedStore(tmp_path / "store")
-    worker = Worker(offline_settings(tmp_path, "w1"), store)
-    worker.call_token, worker.total_partitions = TOKEN, 8
-    rt = PartitionRuntime(epoch=3, state={"SYM0001": KeyState.of(12.5, 4)}, offset=5)
-    rt.loaded.set()
-    worker.parts[2] = rt
-    worker.holdings.gates.host(2, 3)
-    release = {"epoch": 3, "migration_id": "m-1"}
-    auth = {"Authorization": f"Bearer {TOKEN}"}
+    worker, store = holding_p2(tmp_path, {"SYM0001": KeyState.of(12.5, 4)})
+    release, auth = RELEASE_P2, AUTH
     try:
         async with TestClient(TestServer(worker.app())) as client:
             async with worker.holdings.batch_lock:  # a batch in flight

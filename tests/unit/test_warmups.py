@@ -99,7 +99,7 @@ def test_the_deadline_ends_it_cold_and_counts_from_when_this_leader_saw_it() -> 
     assert w.releasable([], 6_001) == [] and w.outcome(x.migration_id) is None  # forgotten
 
 
-def _planned_cluster(finalized: int) -> ClusterState:
+def _planned_cluster(finalized: int, partitions: int = 1) -> ClusterState:
     from coordinator.core.commands import Bootstrap, RegisterWorker, ReportVersions
 
     s = ClusterState()
@@ -107,7 +107,7 @@ def _planned_cluster(finalized: int) -> ClusterState:
         ReportVersions(
             node_id="n1", min_version=1, max_version=finalized, package_version="t", now_ms=0
         ),
-        Bootstrap(total_partitions=1, now_ms=0),
+        Bootstrap(total_partitions=partitions, now_ms=0),
         RegisterWorker(worker_id=WorkerId("a"), address="http://127.0.0.1:1", now_ms=0),
         RegisterWorker(worker_id=WorkerId("b"), address="http://127.0.0.1:2", now_ms=0),
     ]
@@ -118,19 +118,25 @@ def _planned_cluster(finalized: int) -> ClusterState:
     return s
 
 
-def _moving_cluster(finalized: int) -> ClusterState:
-    """`_planned_cluster` with partition 0 online on a and a PLANNED move of it to b."""
+def _moving_cluster(finalized: int, partitions: int = 1) -> ClusterState:
+    """`_planned_cluster` with every partition online on a and a PLANNED move of each to b."""
     from coordinator.core.commands import Assignment, AssignPartitions, PartitionOnline
 
-    s = _planned_cluster(finalized)
+    s = _planned_cluster(finalized, partitions)
     a, b = WorkerId("a"), WorkerId("b")
-    p0 = PartitionId(0)
+    ps = [PartitionId(p) for p in range(partitions)]
+    assign = AssignPartitions(
+        assignments=tuple(Assignment(partition=p, owner=a) for p in ps), now_ms=0
+    )
+    assert isinstance(apply(s, "assign", assign), Ok)
     for i, cmd in enumerate(
         [
-            AssignPartitions(assignments=(Assignment(partition=p0, owner=a),), now_ms=0),
-            PartitionOnline(partition=p0, epoch=s.partitions[0].epoch + 1, owner=a, now_ms=0),
+            *(
+                PartitionOnline(partition=p, epoch=s.partitions[p].epoch, owner=a, now_ms=0)
+                for p in ps
+            ),
             PlanMigrations(
-                moves=(Move(partition=p0, source=a, target=b),),
+                moves=tuple(Move(partition=p, source=a, target=b) for p in ps),
                 reason=MigrationReason.ADMIN,
                 now_ms=0,
             ),
@@ -166,39 +172,7 @@ def test_warm_calls_hold_at_most_half_the_leaders_call_slots() -> None:
     """A target holds a warm call's answer for up to a micro-batch: with every WARMING
     target asked at once, warm calls take half the in-flight cap, and the rest stays free
     for host, release and checkpoint calls."""
-    from coordinator.core.commands import (
-        Assignment,
-        AssignPartitions,
-        Bootstrap,
-        PartitionOnline,
-        RegisterWorker,
-        ReportVersions,
-    )
-
-    s = ClusterState()
-    a, b = WorkerId("a"), WorkerId("b")
-    parts = [PartitionId(p) for p in range(6)]
-    setup: list[object] = [
-        ReportVersions(node_id="n1", min_version=1, max_version=3, package_version="t", now_ms=0),
-        FinalizeVersion(version=3, voters=("n1",), now_ms=0),
-        Bootstrap(total_partitions=6, now_ms=0),
-        RegisterWorker(worker_id=a, address="http://127.0.0.1:1", now_ms=0),
-        RegisterWorker(worker_id=b, address="http://127.0.0.1:2", now_ms=0),
-        AssignPartitions(
-            assignments=tuple(Assignment(partition=p, owner=a) for p in parts), now_ms=0
-        ),
-    ]
-    for i, cmd in enumerate(setup):
-        assert isinstance(apply(s, f"s{i}", cmd), Ok)  # type: ignore[arg-type]
-    for p in parts:
-        epoch = s.partitions[p].epoch
-        assert isinstance(
-            apply(s, f"o{p}", PartitionOnline(partition=p, epoch=epoch, owner=a, now_ms=0)), Ok
-        )
-    moves = tuple(Move(partition=p, source=a, target=b) for p in parts)
-    assert isinstance(
-        apply(s, "m", PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=0)), Ok
-    )
+    s = _moving_cluster(3, partitions=6)
     for x in s.in_flight_migrations():
         assert isinstance(
             apply(s, f"w{x.partition}", StartWarm(migration_id=x.migration_id, now_ms=0)), Ok
