@@ -14,6 +14,12 @@
 - raw: `POST /write` to the leader of three `bench.raw_node` processes: pysyncobj as it
   comes (a plain `SyncObj` on its own tick thread, its journal never synced) behind a bare
   handler, one entry per write: the baseline every ratio is against.
+- floor_off, floor_shared_disk, floor_disk_each (one client only): `bench.disk_floor`, a
+  leader and two follower processes that only write, sync and answer each record, with no
+  Raft, HTTP or state around it. `floor_shared_disk` minus `floor_off` is the least that
+  durable acknowledgements cost one client when the three nodes share this machine's disk,
+  as every cluster here does; `floor_disk_each` minus `floor_off` the least with a disk per
+  node.
 
 The client is `wrk` (Debian's package, `bench/wrk/writes.lua`: C connections, keep-alive,
 each request a new worker id, no redirects: aimed at the leader) for `wrk_duration_s` per
@@ -36,6 +42,7 @@ import shutil
 import statistics
 from typing import Any
 
+from bench import disk_floor
 from bench.harness import (
     paused,
     rate_columns,
@@ -77,6 +84,7 @@ def _counts(quick: bool) -> dict[int, int]:
 
 
 CASES = ("ripple", "ripple_nofsync", "ripple_aiohttp", "ripple_1", "raw")
+FLOOR_CASES = tuple(f"floor_{mode}" for mode in disk_floor.MODES)
 
 
 def _one(
@@ -155,6 +163,12 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                             with paused(others):
                                 result = _one(url, conc, count, register, tag, quick, with_wrk)
                             runs.setdefault(f"{name}_c{conc}", []).append(result)
+                        if conc == 1:
+                            # The disk's floor, in the same rounds and as alone on the machine.
+                            for mode in disk_floor.MODES:
+                                with paused(list(clusters.values())):
+                                    result = disk_floor.measure(root / "floor", mode, count)
+                                runs.setdefault(f"floor_{mode}_c1", []).append(result)
         finally:
             for c in (ripple, nofsync, plain, per_entry, raw):
                 c.stop_all()
@@ -162,7 +176,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
     rows: dict[str, dict[str, float]] = {}
     for conc in _counts(quick):
         base = statistics.median(r["ops_per_s"] for r in runs[f"raw_c{conc}"])
-        for name in CASES:
+        for name in CASES + (FLOOR_CASES if conc == 1 else ()):
             key = f"{name}_c{conc}"
             cols = rate_columns(runs[key], "ops", base)
             ratio = cols.pop("ratio")
@@ -174,6 +188,7 @@ def run(quick: bool) -> dict[str, dict[str, float]]:
                 **_by_kind(runs[key]),
                 "baseline_ops_per_s": base,
                 "ratio": ratio,
-                "client_wrk": int(with_wrk),
             }
+            if name not in FLOOR_CASES:  # the floor is its own client
+                rows[key]["client_wrk"] = int(with_wrk)
     return rows
