@@ -7,9 +7,6 @@ state. It is written against pysyncobj 0.3.17 and refuses any other release at i
 private name below still exists and still means what it is used for. Each correction and
 why it is needed:
 
-- `socket.inet_ntop` is put back: importing pysyncobj replaces it on every platform with a
-  Windows-only function, and anything else in the process that formats an address would
-  break.
 - `_poller` (a property over SyncObj's `self._poller = createPoller(...)`): the poller is
   `replication.poller.LoopPoller`, so the transport's sockets are watched by the event loop.
 - `__pipeNotifier` (and the pipe's `__pipeR`, `__pipeW`): replaced by a
@@ -80,10 +77,8 @@ pysyncobj dumps is `_cell`, the machine's snapshot bytes.
 
 from __future__ import annotations
 
-import _socket
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -113,7 +108,6 @@ from replication.settings import RaftSettings
 from replication.transport import HardenedTransport
 
 check_pysyncobj_version()
-socket.inet_ntop = _socket.inet_ntop
 
 __all__ = ["COMMIT_NOTICE_DELAY_S", "RaftNode", "RaftRole", "syncobj_conf"]
 

@@ -356,10 +356,27 @@ def _asdict(s: RaftSettings) -> dict[str, object]:
 
 def test_importing_the_log_leaves_socket_inet_ntop_working() -> None:
     """pysyncobj 0.3.17 swaps socket.inet_ntop for a Windows-only function on import; the
-    replication module puts the real one back (psutil in the chaos harness tripped on it)."""
+    replication package puts the real one back (psutil in the chaos harness tripped on it)."""
     assert replication.log.ReplicatedLog is not None  # pysyncobj is imported by now
     assert socket.inet_ntop(socket.AF_INET, bytes([127, 0, 0, 1])) == "127.0.0.1"
     assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"
+
+
+@pytest.mark.parametrize("module", ["connection", "transport", "poller", "wire", "members"])
+def test_importing_any_replication_module_first_leaves_socket_inet_ntop_working(
+    module: str,
+) -> None:
+    """The repair holds whichever module a process imports first, not only the log: the
+    chaos harness's proxy formats addresses after importing `replication.connection` alone."""
+    code = (
+        f"import replication.{module}, socket; "
+        "print(socket.inet_ntop(socket.AF_INET, bytes([127, 0, 0, 1])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "127.0.0.1"
 
 
 PYSYNCOBJ_PATCHES = ("raft_node", "durable_journal", "transport", "connection", "poller")
