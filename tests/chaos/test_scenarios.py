@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -138,6 +137,27 @@ def env_links(tmp_path: Path) -> Iterator[tuple[Cluster, ScriptedWorkers, RaftLi
         workers.stop_all()
         cluster.stop_all()
         links.close()
+
+
+class VictimWatch(Background):
+    """Every 50 ms: does `victim` lead, ready, below the commit index `high` that live nodes
+    had reported before it restarted? Each such sighting is in `bad`."""
+
+    every_s = 0.05
+
+    def __init__(self, cluster: Cluster, victim: str, high: int) -> None:
+        self.cluster = cluster
+        self.victim = victim
+        self.high = high
+        self.bad: list[str] = []
+        super().__init__("victim-watch")
+
+    def step(self) -> None:
+        h = self.cluster.health(self.victim)
+        leads = h and h.get("role") == "leader" and h.get("ready")
+        if leads and h.get("applied_index", 0) < self.high:
+            applied = h.get("applied_index")
+            self.bad.append(f"{self.victim} leads at applied {applied} < {self.high}")
 
 
 class Prober(Background):
@@ -440,20 +460,7 @@ def test_e_truncated_journal_tail(env: tuple[Cluster, ScriptedWorkers]) -> None:
     # The highest commit index any live node has reported: the victim must not lead below it.
     high = max((cluster.health(n) or {}).get("commit_index", 0) for n in cluster.alive())
     cluster.start(victim)
-    stop = threading.Event()
-    bad: list[str] = []
-
-    def monitor() -> None:
-        while not stop.is_set():
-            h = cluster.health(victim)
-            leads = h and h.get("role") == "leader" and h.get("ready")
-            if leads and h.get("applied_index", 0) < high:
-                bad.append(f"{victim} leads at applied {h.get('applied_index')} < {high}")
-            time.sleep(0.05)
-
-    t = threading.Thread(target=monitor, daemon=True)
-    t.start()
-    try:
+    with VictimWatch(cluster, victim, high) as watch:
         # Force elections so the victim gets its chances to lead.
         for _ in range(2):
             time.sleep(2.0)
@@ -465,10 +472,7 @@ def test_e_truncated_journal_tail(env: tuple[Cluster, ScriptedWorkers]) -> None:
             time.sleep(1.0)
             cluster.start(current)
         time.sleep(2.0)
-    finally:
-        stop.set()
-        t.join(5)
-    figures.violations.extend(bad)
+    figures.violations.extend(watch.bad)
     assert cluster.procs[victim].alive(), (
         f"seed={seed}: {victim} did not survive its truncated journal:\n"
         + cluster.procs[victim].output()[-3000:]

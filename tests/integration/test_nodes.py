@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
 from replication.identity import write_cluster_id
 from ripple.launch import coordinator_argv
 from shared.ports import free_ports
+from testkit.background import Background
 from testkit.cluster import ADMIN, Cluster
 from testkit.http import Reply, call
 from testkit.prom import parse, value
@@ -24,6 +24,7 @@ from testkit.wait import wait_until
 # Long enough for a real node to catch up on a loaded machine, short for one that never will.
 FAST = {"membership_catch_up_timeout_s": 10.0}
 CHANGE_S = 60.0
+PORT_DRAWS_MAX = 20  # draws of ten free ports for one whose address sorts above a voter's
 
 
 def voting(c: Cluster) -> list[str]:
@@ -81,9 +82,12 @@ def refused(c: Cluster, reason: str, among: list[str] | None = None) -> int:
 def greater_raft_port(c: Cluster) -> int:
     """A free port whose address sorts above a voter's: pysyncobj's greater address dials,
     so a node on it keeps dialling after its removal (and is refused)."""
-    port = max(free_ports(10), key=lambda p: f"127.0.0.1:{p}")
-    assert f"127.0.0.1:{port}" > min(s.raft for s in c.specs)
-    return port
+    lowest = min(s.raft for s in c.specs)
+    for _ in range(PORT_DRAWS_MAX):  # ten free ports can all sort below it (seen once)
+        port = max(free_ports(10), key=lambda p: f"127.0.0.1:{p}")
+        if f"127.0.0.1:{port}" > lowest:
+            return port
+    raise AssertionError(f"no free port sorts above {lowest} in {PORT_DRAWS_MAX} draws of ten")
 
 
 def test_a_node_joins_is_added_then_removed_and_refused(tmp_path: Path) -> None:
@@ -150,28 +154,30 @@ def test_a_node_joins_is_added_then_removed_and_refused(tmp_path: Path) -> None:
         assert c.write_via_any("/v1/admin/barrier", {}, token=ADMIN).status == 200
 
 
+class VoterCount(Background):
+    """Every 50 ms, the number of voters the cluster reports (a node that does not answer is
+    skipped), in `counts`."""
+
+    every_s = 0.05
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.counts: list[int] = []
+        super().__init__("voter-count")
+
+    def step(self) -> None:
+        with contextlib.suppress(OSError, AssertionError):
+            self.counts.append(len(voters(nodes_view(self.cluster))))
+
+
 def test_the_leader_is_replaced_with_the_cli_never_below_three_voters(tmp_path: Path) -> None:
     c = Cluster(tmp_path)
     with c.running():
         old = c.ready()
         n4 = c.join("n4")
-        fewest: list[int] = []
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.wait(0.05):
-                try:
-                    fewest.append(len(voters(nodes_view(c))))
-                except (OSError, AssertionError):
-                    continue
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
+        with VoterCount(c) as sampler:
             out = c.nodes("replace", old, "--with", "n4", "--raft", n4.raft, "--http", n4.http)
-        finally:
-            stop.set()
-            sampler.join(10.0)
+        fewest = sampler.counts
         rest = {s.id for s in c.specs if s.id != old} | {"n4"}
         assert "n4" in out and old not in out.split("voters:")[1].split()[0], out
         c.retire(old)
