@@ -44,9 +44,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
 from testkit.process import Proc, python_argv
 
-__all__ = ["MODES", "measure", "syncs_of"]
+__all__ = ["MODES", "measure"]
 
 MODES = ("off", "shared_disk", "disk_each")
 RECORD_BYTES = 128  # about one registration's command in Ripple's journal
@@ -93,7 +94,7 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def syncs_of(mode: str) -> tuple[bool, bool, bool]:
+def _syncs_of(mode: str) -> tuple[bool, bool, bool]:
     """Whether the leader, the first follower and the second sync in `mode`."""
     return (mode == "shared_disk", mode != "off", mode == "shared_disk")
 
@@ -147,12 +148,16 @@ def _accept_followers(server: socket.socket, procs: list[Proc]) -> list[socket.s
     return [conns[1], conns[2]]
 
 
+def _answer(conn: socket.socket) -> None:
+    if _read_exactly(conn, 1) != ANSWER:
+        raise RuntimeError("disk floor: a follower answered garbage")
+
+
 def _first_answer(conns: list[socket.socket]) -> socket.socket:
     ready, _, _ = select.select(conns, [], [], ANSWER_TIMEOUT_S)
     if not ready:
         raise TimeoutError(f"disk floor: no answer within {ANSWER_TIMEOUT_S} s")
-    if _read_exactly(ready[0], 1) != ANSWER:
-        raise RuntimeError("disk floor: a follower answered garbage")
+    _answer(ready[0])
     return ready[0]
 
 
@@ -163,15 +168,14 @@ def measure(root: Path, mode: str, count: int) -> dict[str, Any]:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     root.mkdir(parents=True, exist_ok=True)
-    leader_syncs, *follower_syncs = syncs_of(mode)
+    leader_syncs, *follower_syncs = _syncs_of(mode)
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     procs: list[Proc] = []
     conns: list[socket.socket] = []
     journal = _Journal(root / f"{mode}-leader.journal")
     try:
-        for index in (1, 2):
-            sync = follower_syncs[index - 1]
+        for index, sync in enumerate(follower_syncs, start=1):
             argv = python_argv(
                 "-m",
                 "bench.disk_floor",
@@ -198,17 +202,13 @@ def measure(root: Path, mode: str, count: int) -> dict[str, Any]:
             if leader_syncs:
                 journal.sync()
                 leader_synced += 1
-            if mode == "disk_each":
-                # The syncing follower's answer: the other's, unsynced, would come first.
-                if _read_exactly(conns[0], 1) != ANSWER:
-                    raise RuntimeError("disk floor: a follower answered garbage")
-                first = conns[0]
-            else:
-                first = _first_answer(conns)
+            # With a disk each, the syncing follower's answer: the other's, unsynced, would
+            # come first.
+            first = _first_answer(conns[:1] if mode == "disk_each" else conns)
             latencies.append(time.perf_counter() - t0)
             for conn in conns:
-                if conn is not first and _read_exactly(conn, 1) != ANSWER:
-                    raise RuntimeError("disk floor: a follower answered garbage")
+                if conn is not first:
+                    _answer(conn)
         elapsed = time.perf_counter() - started
     finally:
         for conn in conns:
@@ -220,12 +220,11 @@ def measure(root: Path, mode: str, count: int) -> dict[str, Any]:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.popen.wait(FOLLOWER_EXIT_S)
             proc.stop()
-    latencies.sort()
     synced = [leader_synced, *(_synced_records(proc) for proc in procs)]
     return {
         "ops_per_s": count / elapsed,
-        "p50_ms": round(latencies[len(latencies) // 2] * 1000, 3),
-        "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 3),
+        "p50_ms": round(percentile(latencies, 50) * 1000, 3),
+        "p99_ms": round(percentile(latencies, 99) * 1000, 3),
         "errors": 0,
         "synced_records": synced,  # by the leader, the first follower and the second
     }

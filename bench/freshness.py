@@ -17,7 +17,7 @@ import random
 import threading
 import time
 
-from bench.harness import caught_up_s, pipeline_rig, scratch
+from bench.harness import caught_up_s, percentile, pipeline_rig, scratch
 from pipeline.source import generate
 from pipeline.worker import BATCH_INTERVAL_S_DEFAULT
 from shared.routing import partition_for_key
@@ -29,11 +29,6 @@ LOAD_EVERY_S = 0.5
 LOAD_KEYS = 500
 POLL_S = 0.01
 VISIBLE_TIMEOUT_S = 60.0
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def probe_s(rig: PipelineRig, n: int, owners: dict[int, str]) -> float:
@@ -84,8 +79,8 @@ def _measure(rig: PipelineRig, probes: int, first: int, loaded: bool) -> dict[st
     elapsed = time.monotonic() - began
     return {
         "probes": probes,
-        "p50_s": _percentile(seconds, 0.5),
-        "p99_s": _percentile(seconds, 0.99),
+        "p50_s": percentile(seconds, 50),
+        "p99_s": percentile(seconds, 99),
         "max_s": max(seconds),
         "load_rows_per_s": produced[0] / elapsed if loaded else 0.0,
     }

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from bench.stats import percentile
 from pipeline.spark_server import SparkConnectServer
 from shared.ports import free_ports
 from testkit.nodes import Healths, NodeCluster, NodeProgram
@@ -83,15 +84,6 @@ def paused(clusters: Sequence[NodeCluster]) -> Iterator[None]:
         for proc in procs:
             proc.signal(signal.SIGCONT)
         time.sleep(RESUME_SETTLE_S)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100); 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[rank]
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:

@@ -26,16 +26,11 @@ from typing import Any
 
 import aiohttp
 
+from bench.stats import percentile
+
 REQUEST_TIMEOUT_S = 10.0
 REGISTER_CONCURRENCY = 64
 ADDRESS = "http://127.0.0.1:9"  # discard port: nothing ever listens there
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
 async def _drive(
@@ -79,8 +74,8 @@ def _report(latencies: list[float], statuses: dict[int, int], elapsed_s: float) 
         "no_answer": statuses.get(0, 0),
         "elapsed_s": elapsed_s,
         "ops_per_s": len(latencies) / elapsed_s if elapsed_s else 0.0,
-        "p50_ms": _pct(latencies, 50) * 1000,
-        "p99_ms": _pct(latencies, 99) * 1000,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
     }
 
 
