@@ -535,9 +535,12 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         self._SyncObj__raftNextIndex[node] = self._SyncObj__getCurrentLogIndex() + 1
         self._SyncObj__raftMatchIndex[node] = 0
         self._ripple_stale_view = True
+        self._ripple_publish()  # at once, as forget_learner: a change's phases read it
 
     def forget_learner(self, raft: str) -> None:
-        """Stop feeding the learner at `raft` (a voter now, or given up on)."""
+        """Stop feeding the learner at `raft` (a voter now, or given up on). The view drops it
+        at once: a change that gave up on a learner ends right after this, and a read of the
+        nodes after that end must not still list it."""
         for node in list(self._SyncObj__readonlyNodes):
             if node.address == raft:
                 self._SyncObj__readonlyNodes.discard(node)
@@ -546,6 +549,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
                 if node not in self._SyncObj__otherNodes:
                     self.transport().dropNode(node)
                 self._ripple_stale_view = True
+        self._ripple_publish()
 
     def progress(self) -> dict[str, tuple[int, float]]:
         """On the leader: each voter's and learner's match index and the seconds since it

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from replication.errors import MembershipRefusedError
+from replication.errors import MembershipRefusedError, OutcomeUnknownError
 from replication.log import Member, RaftSettings, ReplicatedLog
 from shared.ports import free_ports
 from tests.integration.test_replication import SECRET, ListMachine, wait_for
@@ -229,3 +229,17 @@ async def test_a_new_node_catches_up_from_a_dump_older_than_its_leader(tmp_path:
         await wait_for(lambda: c.voters(4) == {"n0", "n1", "n2", "n3", "n4"}, "n4's view")
         await c.logs[3].propose(b"five voters")
         await wait_for(lambda: c.machines[4].entries[-1:] == [b"five voters"], "n4 applies")
+
+
+async def test_a_learner_given_up_on_leaves_the_view_at_once(tmp_path: Path) -> None:
+    """`forget` drops the learner from the published view in the same call, not at the next
+    tick: a change that gave up on it ends right after, and a read of the nodes after that
+    end must not still list it."""
+    async with three(tmp_path) as c:
+        leader = await c.leader()
+        ghost = c.members[4]  # never started: it cannot catch up
+        with pytest.raises(OutcomeUnknownError):
+            await c.logs[leader].reconfig.catch_up(ghost, timeout_s=2.0)
+        assert c.logs[leader].membership().learners == (ghost,)
+        c.logs[leader].reconfig.forget(ghost.raft)
+        assert c.logs[leader].membership().learners == ()  # no await in between: no tick
