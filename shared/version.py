@@ -9,4 +9,4 @@ from __future__ import annotations
 
 __all__ = ["PACKAGE_VERSION"]
 
-PACKAGE_VERSION = "0.4.1"
+PACKAGE_VERSION = "0.4.2"
