@@ -83,6 +83,7 @@ __all__ = [
     "SentCheckpoint",
     "WarmReply",
     "WarmRequest",
+    "WorkerReply",
     "WorkerRequest",
     "authorization",
     "authorized",
@@ -664,6 +665,7 @@ class BuildReply:
 WorkerRequest = (
     HostRequest | ReleaseRequest | CheckpointRequest | WarmRequest | CutRequest | BuildRequest
 )
+WorkerReply = HostReply | ReleaseReply | CheckpointReply | WarmReply | CutReply | BuildReply
 
 
 # -- failures --------------------------------------------------------------------------------

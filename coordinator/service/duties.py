@@ -22,33 +22,19 @@ import logging
 import random
 from collections.abc import Sequence
 
-import aiohttp
-
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     DeclareDead,
     FallBack,
-    FinalCheckpoint,
     MarkStuck,
     RetireWorkers,
     StartRelease,
     StartWarm,
 )
 from coordinator.core.effects import (
-    BuildCall,
-    CheckpointCall,
-    CheckpointDone,
     CommitOutcome,
-    CutCall,
-    HostCall,
     HostDone,
-    ReleaseCall,
-    ReleaseDone,
-    ReleaseOutcome,
-    WarmCall,
-    WarmDone,
     WorkerCall,
-    WorkerResult,
 )
 from coordinator.core.executor import BatchRun
 from coordinator.core.fallback import target_of
@@ -59,34 +45,15 @@ from coordinator.core.planner import (
     PlannerSettings,
 )
 from coordinator.core.warmups import WarmPolicy
-from coordinator.service.auth import call_token
+from coordinator.service.call_results import request_of, result_of, store_fence
 from coordinator.service.failing import FailingReports
 from coordinator.service.node import CoordinatorNode
-from coordinator.service.rescale_calls import rescale_call
+from coordinator.service.worker_client import WorkerClient
 from replication.log import RaftRole
-from shared.checkpoint_ref import reference_problem
 from shared.clock import Clock
 from shared.errors import RequestError, RippleError, UnavailableError
 from shared.system_clock import SYSTEM_CLOCK
-from shared.tls import client_context
-from shared.worker_calls import (
-    STATUS_OK,
-    STATUS_SCHEDULED,
-    STATUS_STALE,
-    WARM_HOLD_S_MAX,
-    CheckpointRequest,
-    ErrorReply,
-    HostRequest,
-    JsonObject,
-    ReleasedCheckpoint,
-    ReleaseReply,
-    ReleaseRequest,
-    SentCheckpoint,
-    WarmReply,
-    WarmRequest,
-    WorkerRequest,
-    authorization,
-)
+from shared.worker_calls import WARM_HOLD_S_MAX
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +68,6 @@ SLEEP_MAX_S = 1.0
 WARM_HOLD_SHARE = 0.5
 # One DeclareDead may name thousands of workers; the log line names this many and counts the rest.
 DEAD_IDS_LOGGED_MAX = 20
-# The status a worker call is recorded with when no HTTP answer came (refused, timed out).
-NO_ANSWER = 0
 
 
 def ids_text(ids: Sequence[str]) -> str:
@@ -142,30 +107,6 @@ def planner_settings(node: CoordinatorNode) -> PlannerSettings:
     )
 
 
-def final_checkpoint_from_release_reply(
-    store: str, call: ReleaseCall, ck: ReleasedCheckpoint | None
-) -> FinalCheckpoint | None:
-    """THE place a release reply's checkpoint becomes a FinalCheckpoint (its reference is
-    checked here, its shape by `ReleaseReply.checkpoint_of`).
-
-    A reply without a well-formed, canonical checkpoint yields None: fenced like a report,
-    the hand-off then keeps the last accepted checkpoint and the new owner replays the
-    source from there, which loses nothing (replay is deterministic)."""
-    if ck is None:
-        return None
-    problem = reference_problem(store, call.partition, call.epoch, ck.offset, ck.uri)
-    if problem is not None:
-        log.warning(
-            "release of p%d by %s named checkpoint %r: fenced (%s)",
-            call.partition,
-            call.worker_id,
-            ck.uri,
-            problem,
-        )
-        return None
-    return FinalCheckpoint(offset=ck.offset, uri=ck.uri, epoch=call.epoch)
-
-
 class LeaderDuties:
     def __init__(
         self,
@@ -183,7 +124,12 @@ class LeaderDuties:
         self._calls: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._http: aiohttp.ClientSession | None = None
+        cfg = node.config
+        self._client = WorkerClient(
+            cluster_secret=cfg.cluster_secret,
+            timeout_s=cfg.worker_call_timeout_s,
+            tls_ca=cfg.tls_ca or None,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -220,16 +166,7 @@ class LeaderDuties:
 
     async def close(self) -> None:
         self.stop()
-        if self._http is not None:
-            await self._http.close()
-
-    def _session(self) -> aiohttp.ClientSession:
-        if self._http is None or self._http.closed:
-            timeout = aiohttp.ClientTimeout(total=self.node.config.worker_call_timeout_s)
-            # https:// worker addresses are verified against tls_ca (or the system's roots).
-            connector = aiohttp.TCPConnector(ssl=client_context(self.node.config.tls_ca or None))
-            self._http = aiohttp.ClientSession(timeout=timeout, connector=connector)
-        return self._http
+        await self._client.close()
 
     # -- glue used by the HTTP API (decisions are the planner's) ---------------------------
 
@@ -396,108 +333,15 @@ class LeaderDuties:
 
     # -- calls to workers ------------------------------------------------------------------------
 
-    async def _post(self, call: WorkerCall, request: WorkerRequest) -> tuple[int, JsonObject]:
-        """POST `request` to the called worker; its status and JSON object (`{}` when it
-        sent none), or NO_ANSWER and the transport's complaint as the message."""
-        token = call_token(self.node.config.cluster_secret, call.worker_id, call.incarnation)
-        try:
-            async with self._session().post(
-                f"{call.address}{request.path}",
-                json=request.to_json(),
-                headers={"Authorization": authorization(token)},
-            ) as resp:
-                try:
-                    body: object = await resp.json(content_type=None)
-                except (ValueError, aiohttp.ContentTypeError):
-                    body = {}
-                return resp.status, body if isinstance(body, dict) else {}
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return NO_ANSWER, {"message": str(exc)}
-
     async def _call(self, planner: Planner, call: WorkerCall) -> None:
-        result: WorkerResult
-        if isinstance(call, HostCall):
-            ck = call.checkpoint
-            sent = (
-                None if ck is None else SentCheckpoint(offset=ck.offset, uri=ck.uri, epoch=ck.epoch)
-            )
-            request = HostRequest(
-                partition=call.partition,
-                epoch=call.epoch,
-                checkpoint=sent,
-                routing=call.routing or None,
-            )
-            status, body = await self._post(call, request)
-            ok = status == STATUS_OK
-            self.node.metrics.host_calls.labels(outcome="ok" if ok else "failed").inc()
-            error = ErrorReply.from_json(body)
-            result = HostDone(call=call, ok=ok, code=error.error or None, message=error.message)
-            if not ok:
-                log.info(
-                    "host p%d e%d on %s failed (%s %s)",
-                    call.partition,
-                    call.epoch,
-                    call.worker_id,
-                    status,
-                    result.message,
-                )
-        elif isinstance(call, ReleaseCall):
-            release = ReleaseRequest(
-                partition=call.partition, epoch=call.epoch, migration_id=call.migration_id
-            )
-            status, body = await self._post(call, release)
-            if status == STATUS_OK:
-                final = final_checkpoint_from_release_reply(
-                    self.node.config.store, call, ReleaseReply.checkpoint_of(body)
-                )
-                result = ReleaseDone(call=call, outcome=ReleaseOutcome.RELEASED, checkpoint=final)
-            elif status == STATUS_STALE:
-                # The source does not hold this epoch (restarted, or never hosted it).
-                result = ReleaseDone(call=call, outcome=ReleaseOutcome.REFUSED)
-            else:
-                log.info("release %s of p%d failed (%s)", call.migration_id, call.partition, status)
-                result = ReleaseDone(call=call, outcome=ReleaseOutcome.FAILED)
-        elif isinstance(call, WarmCall):
-            result = await self._warm(call)
-        elif isinstance(call, CutCall | BuildCall):
-            result = await rescale_call(self._post, self.node.config.store, call)
-        else:
-            assert isinstance(call, CheckpointCall)
-            status, _ = await self._post(call, CheckpointRequest())
-            result = CheckpointDone(call=call, ok=status in (STATUS_OK, STATUS_SCHEDULED))
+        # Held for the copy's next step: the release decided on a warm answer then reaches
+        # the source while the target's batch in flight reads past the source's last one, so
+        # the target's first batch as owner is that one, not the batch after (docs/design.md §5).
+        hold_s = min(WARM_HOLD_S_MAX, self.node.config.worker_call_timeout_s * WARM_HOLD_SHARE)
+        answer = await self._client.post(call, request_of(call, warm_hold_s=hold_s))
+        result = result_of(call, answer, store_fence(self.node.config.store))
+        if isinstance(result, HostDone):
+            self.node.metrics.host_calls.labels(outcome="ok" if result.ok else "failed").inc()
         if planner is self.planner:  # a reply to a previous leadership changes nothing
             planner.on_result(result, self.clock.monotonic_ms(), self.clock.wall_ms())
             self._wake.set()
-
-    async def _warm(self, call: WarmCall) -> WarmDone:
-        ck = call.checkpoint
-        sent = None if ck is None else SentCheckpoint(offset=ck.offset, uri=ck.uri, epoch=ck.epoch)
-        # Held for the copy's next step: the release decided on this answer then reaches the
-        # source while the target's batch in flight reads past the source's last one, so the
-        # target's first batch as owner is that one, not the batch after (docs/design.md §5).
-        hold_s = min(WARM_HOLD_S_MAX, self.node.config.worker_call_timeout_s * WARM_HOLD_SHARE)
-        request = WarmRequest(
-            partition=call.partition,
-            migration_id=call.migration_id,
-            checkpoint=sent,
-            routing=call.routing or None,
-            hold_s=hold_s,
-        )
-        status, body = await self._post(call, request)
-        reply = WarmReply.from_json(body) if status == STATUS_OK else None
-        if reply is not None:
-            return WarmDone(
-                call=call, ok=True, loaded=reply.loaded, offset=reply.offset, head=reply.head
-            )
-        if status == NO_ANSWER:
-            return WarmDone(call=call, ok=False)  # unreachable: its liveness decides
-        error = ErrorReply.from_json(body)
-        log.info(
-            "warm-up %s of p%d on %s refused (%s %s): the move goes cold",
-            call.migration_id,
-            call.partition,
-            call.worker_id,
-            status,
-            error.message,
-        )
-        return WarmDone(call=call, ok=False, code=error.error or str(status))

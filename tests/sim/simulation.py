@@ -7,10 +7,12 @@ with I/O -- the replicated log (``replication/``), the leader's duty loop
 (``coordinator/service/duties.py``: carry each batch through the log, make the calls, time
 them out; the executor's rule itself is ``coordinator/core/executor.py``'s, run here too) and
 the workers (``testkit/scripted_worker.py``) -- reduced to plain data and one
-``random.Random``, plus the checkers. It holds NO decision of its own: failure detection,
-assignment, migrations, drains, host retries and checkpoint rounds are
-``coordinator.core.planner.Planner``'s, the one production runs; the real ``Machine`` and
-codec apply what it commits.
+``random.Random``, plus the checkers. Leader and workers exchange the real call messages
+(``shared/worker_calls.py``) as JSON, and an answer becomes the planner's result through the
+leader's own translation (``coordinator/service/call_results.py``). It holds NO decision of
+its own: failure detection, assignment, migrations, drains, host retries and checkpoint
+rounds are ``coordinator.core.planner.Planner``'s, the one production runs; the real
+``Machine`` and codec apply what it commits.
 
 The invariant it keeps: ``Simulation(seed).run()`` is a pure function of ``seed``. Nothing
 reads a wall clock, iteration is over lists or insertion-ordered dicts, and every choice comes
@@ -44,14 +46,12 @@ from coordinator.core.commands import (
     AbortMigration,
     AssignPartitions,
     Barrier,
-    BuiltCheckpoint,
     CheckpointReport,
     CheckpointsResult,
     Command,
     DeclareDead,
     DrainWorker,
     FallBack,
-    FinalCheckpoint,
     FinalizeVersion,
     MaintenanceOff,
     MaintenanceOn,
@@ -68,21 +68,9 @@ from coordinator.core.commands import (
 )
 from coordinator.core.effects import (
     BuildCall,
-    BuildDone,
     CheckpointCall,
-    CheckpointDone,
     CommitOutcome,
-    CutCall,
-    CutDone,
-    HostCall,
-    HostDone,
-    ReleaseCall,
-    ReleaseDone,
-    ReleaseOutcome,
-    WarmCall,
-    WarmDone,
     WorkerCall,
-    WorkerResult,
     call_key,
 )
 from coordinator.core.executor import BatchRun
@@ -113,8 +101,26 @@ from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import COMMAND_SET_VERSION
 from coordinator.core.warmups import WarmPolicy
+from coordinator.service.call_results import Answer, Fence, Outcome, request_of, result_of
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
+from shared.worker_calls import (
+    BuildReply,
+    BuildRequest,
+    BuiltCheckpoint,
+    CheckpointReply,
+    CutReply,
+    CutRequest,
+    ErrorReply,
+    HostReply,
+    HostRequest,
+    ReleasedCheckpoint,
+    ReleaseReply,
+    ReleaseRequest,
+    WarmReply,
+    WarmRequest,
+    WorkerReply,
+)
 from tests.sim.balance_check import ShadowLoads, round_violations
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
@@ -223,6 +229,11 @@ RESCALE_STREAM = 1_000_003  # offset of the rescale stream's seed from the run's
 
 class SafetyViolation(AssertionError):
     pass
+
+
+# The sim names checkpoints its own way (`checkpoint_uri`), so no reply's checkpoint is fenced
+# here; the fence itself is tests/unit/test_call_results.py's.
+UNFENCED: Fence = lambda *_: None  # noqa: E731
 
 
 # --- the fake network -------------------------------------------------------------------------
@@ -532,49 +543,15 @@ class Proposer:
         return False
 
     def _send_call(self, call: WorkerCall, now: int) -> None:
-        self.outstanding[call_key(call)] = (call, now + self.sim.s.call_timeout_ms)
-        if isinstance(call, HostCall):
-            ck = call.checkpoint
-            body = {
-                "partition": call.partition,
-                "epoch": call.epoch,
-                "incarnation": call.incarnation,
-                "offset": 0 if ck is None else ck.offset,
-                "uri": None if ck is None else ck.uri,
-            }
-            self.send(call.worker_id, "host", body)
-        elif isinstance(call, ReleaseCall):
-            body = {
-                "partition": call.partition,
-                "epoch": call.epoch,
-                "incarnation": call.incarnation,
-                "migration_id": call.migration_id,
-            }
-            self.send(call.worker_id, "release", body)
-        elif isinstance(call, WarmCall):
-            body = {
-                "partition": call.partition,
-                "incarnation": call.incarnation,
-                "migration_id": call.migration_id,
-            }
-            self.send(call.worker_id, "warm", body)
-        elif isinstance(call, CutCall):
-            body = {
-                "partition": call.partition,
-                "epoch": call.epoch,
-                "incarnation": call.incarnation,
-                "generation": call.generation,
-            }
-            self.send(call.worker_id, "cut", body)
-        elif isinstance(call, BuildCall):
-            body = {
-                "generation": call.generation,
-                "incarnation": call.incarnation,
-                "partitions": call.routing[-1],
-            }
-            self.send(call.worker_id, "build", body)
-        else:
-            self.send(call.worker_id, "checkpoint", {"incarnation": call.incarnation})
+        """Send the call's real request as JSON, as the leader's HTTP client does; the key
+        goes with it, as a connection ties an HTTP answer to its request."""
+        key = call_key(call)
+        self.outstanding[key] = (call, now + self.sim.s.call_timeout_ms)
+        request = request_of(call, warm_hold_s=0.0)
+        body = {"incarnation": call.incarnation, "key": key, "request": request.to_json()}
+        if not isinstance(call, CheckpointCall | BuildCall):
+            body["partition"] = call.partition  # in the request's path
+        self.send(call.worker_id, key[0], body)
 
     def _time_out_calls(self, planner: Planner, now: int) -> None:
         """An HTTP call with no answer by its deadline fails (aiohttp's total timeout)."""
@@ -582,20 +559,8 @@ class Proposer:
             if deadline > now:
                 continue
             del self.outstanding[key]
-            result: WorkerResult
-            if isinstance(call, HostCall):
-                result = HostDone(call=call, ok=False, message="timed out")
-            elif isinstance(call, ReleaseCall):
-                result = ReleaseDone(call=call, outcome=ReleaseOutcome.FAILED)
-            elif isinstance(call, WarmCall):
-                result = WarmDone(call=call, ok=False)
-            elif isinstance(call, CutCall):
-                result = CutDone(call=call, ok=False)
-            elif isinstance(call, BuildCall):
-                result = BuildDone(call=call, ok=False)
-            else:
-                result = CheckpointDone(call=call, ok=False)
-            planner.on_result(result, now, now)
+            silent = Answer(outcome=Outcome.UNREACHABLE, body={"message": "timed out"})
+            planner.on_result(result_of(call, silent, UNFENCED), now, now)
 
     def _answer(self, key: tuple[str, object], now: int) -> WorkerCall | None:
         """The outstanding call a reply answers, or None (late, duplicate or unknown)."""
@@ -739,56 +704,13 @@ class Proposer:
                     "mark": b.get("mark", 0),
                 },
             )
-        elif kind in ("hosted", "host_failed"):
-            call = self._answer(("host", (b["partition"], b["epoch"])), now)
-            if isinstance(call, HostCall) and call.worker_id == wid:
-                ok = kind == "hosted"
-                done = HostDone(call=call, ok=ok, code=b.get("code"), message="lost")
-                planner.on_result(done, now, now)
-        elif kind == "released":
-            call = self._answer(("release", b["migration_id"]), now)
-            if not isinstance(call, ReleaseCall) or call.worker_id != wid:
-                return None
-            if b.get("offset") is None:
-                planner.on_result(ReleaseDone(call=call, outcome=ReleaseOutcome.REFUSED), now, now)
-            else:
-                final = FinalCheckpoint(offset=b["offset"], uri=b["uri"], epoch=b["epoch"])
-                done = ReleaseDone(call=call, outcome=ReleaseOutcome.RELEASED, checkpoint=final)
-                planner.on_result(done, now, now)
-        elif kind == "warmed":
-            call = self._answer(("warm", b["migration_id"]), now)
-            if isinstance(call, WarmCall) and call.worker_id == wid:
-                done_warm = WarmDone(
-                    call=call,
-                    ok=b["code"] is None,
-                    loaded=b["loaded"],
-                    offset=b["offset"],
-                    head=b["head"],
-                    code=b["code"],
-                )
-                planner.on_result(done_warm, now, now)
-        elif kind == "cut_reply":
-            # Keyed by partition alone: a late reply of an earlier owner must not take the
-            # current owner's call out of the outstanding set.
-            call = self._answer_from(("cut", b["partition"]), wid, now)
-            if isinstance(call, CutCall):
-                cut = CutDone(
-                    call=call, ok=b["ok"], done=b["done"], offset=b["offset"], uri=b["uri"]
-                )
-                planner.on_result(cut, now, now)
-        elif kind == "build_reply":
-            call = self._answer_from(("build", b["generation"]), wid, now)
-            if isinstance(call, BuildCall):
-                built = tuple(
-                    BuiltCheckpoint(partition=q, offset=o, uri=u) for q, o, u in b["built"]
-                )
-                planner.on_result(
-                    BuildDone(call=call, ok=True, done=b["done"], checkpoints=built), now, now
-                )
-        elif kind == "checkpoint_ack":
-            call = self._answer(("checkpoint", wid), now)
-            if isinstance(call, CheckpointCall):
-                planner.on_result(CheckpointDone(call=call, ok=True), now, now)
+        elif kind == "answer":
+            # Only the called worker's answer counts: another worker's (to an earlier call of
+            # the same key) leaves the outstanding call alone.
+            call = self._answer_from(b["key"], wid, now)
+            if call is not None:
+                answer = Answer(outcome=b["outcome"], body=b["body"])
+                planner.on_result(result_of(call, answer, UNFENCED), now, now)
         elif kind == "checkpoints":
             entries = tuple(
                 CheckpointReport(partition=e[0], epoch=e[1], offset=e[2], uri=e[3])
@@ -1166,86 +1088,102 @@ class Simulation:
             if b.get("checkpoint_due"):
                 self.report_checkpoints(w, reply_to)
         elif kind == "host":
-            p, epoch = b["partition"], b["epoch"]
+            host = HostRequest.from_json(b["partition"], b["request"])
+            p, epoch = host.partition, host.epoch
             g = w.gates.get(p)
             if g is not None and epoch < int(g["epoch"]):
                 return
-            if b.get("uri") in self.lost_checkpoints:
-                # The real worker answers 409 {"error": "checkpoint_unavailable"}.
-                body = {"worker": w.wid, "partition": p, "epoch": epoch}
-                body["code"] = "checkpoint_unavailable"
-                self.net.send(now, w.wid, reply_to, "host_failed", body)
+            ck = host.checkpoint
+            if ck is not None and ck.uri in self.lost_checkpoints:
+                self.answer(
+                    w, b, Outcome.REFUSED, ErrorReply(error="checkpoint_unavailable", message="sim")
+                )
                 return
             if g is None or epoch > int(g["epoch"]) or not g["open"]:
                 # The checkpoint's offset names its routing generation (2^40 apart).
-                generation = int(b["offset"]) >> 40
+                offset = 0 if ck is None else ck.offset
+                generation = offset >> 40
                 w.openings += 1
-                w.gates[p] = {"epoch": epoch, "offset": b["offset"], "open": True}
+                w.gates[p] = {"epoch": epoch, "offset": offset, "open": True}
                 w.gates[p]["opened"] = w.openings
                 w.gates[p]["generation"] = generation
                 key = (generation, p)
-                self.read_to[key] = max(self.read_to.get(key, 0), int(b["offset"]))
-            self.net.send(
-                now, w.wid, reply_to, "hosted", {"worker": w.wid, "partition": p, "epoch": epoch}
-            )
+                self.read_to[key] = max(self.read_to.get(key, 0), offset)
+            offset = int(w.gates[p]["offset"])
+            self.answer(w, b, Outcome.OK, HostReply(partition=p, epoch=epoch, offset=offset))
         elif kind == "release":
-            p = b["partition"]
+            release = ReleaseRequest.from_json(b["partition"], b["request"])
+            p = release.partition
             g = w.gates.get(p)
-            body: dict[str, Any] = {"worker": w.wid, "migration_id": b["migration_id"]}
-            if g is None or g["epoch"] != b["epoch"]:
-                body |= {"offset": None}
+            if g is None or g["epoch"] != release.epoch:
+                self.answer(w, b, Outcome.STALE, ErrorReply(error="stale_epoch", message="sim"))
             else:
                 g["open"] = False
                 uri = checkpoint_uri(w.wid, p, g["epoch"], g["offset"])
-                body |= {"offset": g["offset"], "uri": uri, "epoch": g["epoch"]}
-            self.net.send(now, w.wid, reply_to, "released", body)
+                final = ReleasedCheckpoint(offset=int(g["offset"]), uri=uri)
+                reply = ReleaseReply(partition=p, epoch=release.epoch, checkpoint=final)
+                self.answer(w, b, Outcome.OK, reply)
         elif kind == "warm":
             # A warm copy is read-only: it never touches a gate (check_gates holds it to that).
-            p, mid = b["partition"], b["migration_id"]
-            body = {"worker": w.wid, "migration_id": mid, "code": None, "loaded": False}
-            body |= {"offset": 0, "head": 0}
+            warm = WarmRequest.from_json(b["partition"], b["request"])
+            p, mid = warm.partition, warm.migration_id
+            self.stats["warm_answers"] += 1
             if p in w.gates and w.gates[p]["open"]:
-                body["code"] = "hosted"
+                self.answer(w, b, Outcome.STALE, ErrorReply(error="hosted", message="sim"))
             elif self.rng.random() < self.s.p_warm_refused:
-                body["code"] = "warm_refused"
+                self.answer(w, b, Outcome.REFUSED, ErrorReply(error="warm_refused", message="sim"))
             elif mid in w.warm:
                 lag = 0 if self.rng.random() < self.s.p_warm_caught_up else 1_000
-                body |= {"loaded": True, "offset": 1_000, "head": 1_000 + lag}
+                progress = WarmReply(partition=p, loaded=True, offset=1_000, head=1_000 + lag)
+                self.answer(w, b, Outcome.OK, progress)
             else:
                 w.warm.add(mid)
                 self.stats["warm_starts"] += 1
-            self.stats["warm_answers"] += 1
-            self.net.send(now, w.wid, reply_to, "warmed", body)
+                self.answer(
+                    w, b, Outcome.OK, WarmReply(partition=p, loaded=False, offset=0, head=0)
+                )
         elif kind == "cut":
             # The seal is the source log's, shared by every worker: the first cut call of
             # (generation, p) seals it at the log's end, a later one finds it. The sim's log has
             # no end of its own, so its end is the furthest any gate of p ever read
             # (`read_to`): a real seal lies at or above every offset any worker processed.
-            p, epoch = b["partition"], b["epoch"]
+            cut_call = CutRequest.from_json(b["partition"], b["request"])
+            p, epoch = cut_call.partition, cut_call.epoch
             g = w.gates.get(p)
-            body = {"worker": w.wid, "partition": p, "ok": False, "done": False}
-            body |= {"offset": 0, "uri": ""}
-            if g is not None and g["open"] and g["epoch"] == epoch:
-                g["generation"] = b["generation"]
-                key = (b["generation"], p)
-                cut = self.seals.setdefault(key, max(self.read_to.get(key, 0), int(g["offset"])))
-                done = int(g["offset"]) >= cut
-                uri = checkpoint_uri(w.wid, p, epoch, cut) if done else ""
-                body |= {"ok": True, "done": done, "offset": cut, "uri": uri}
-                self.stats["cut_answers"] += 1
-            self.net.send(now, w.wid, reply_to, "cut_reply", body)
+            if g is None or not g["open"] or g["epoch"] != epoch:
+                self.answer(w, b, Outcome.STALE, ErrorReply(error="stale_epoch", message="sim"))
+                return
+            g["generation"] = cut_call.generation
+            key = (cut_call.generation, p)
+            cut = self.seals.setdefault(key, max(self.read_to.get(key, 0), int(g["offset"])))
+            done = int(g["offset"]) >= cut
+            uri = checkpoint_uri(w.wid, p, epoch, cut) if done else None
+            self.stats["cut_answers"] += 1
+            reply_cut = CutReply(partition=p, epoch=epoch, offset=cut, done=done, uri=uri)
+            self.answer(w, b, Outcome.OK, reply_cut)
         elif kind == "build":
             # Deterministic: the same inputs give the same names, whoever builds.
-            gen, m = b["generation"], b["partitions"]
+            build = BuildRequest.from_json(b["request"])
+            gen, m = build.generation, build.routing[-1]
             done = self.rescale_rng.random() >= self.s.p_build_pending
-            built = [[q, gen << 40, f"mem://build/g{gen}/{q}"] for q in range(m)] if done else []
-            body = {"worker": w.wid, "generation": gen, "done": done, "built": built}
+            built = tuple(
+                BuiltCheckpoint(partition=q, offset=gen << 40, uri=f"mem://build/g{gen}/{q}")
+                for q in range(m)
+            )
             self.stats["build_answers"] += 1
-            self.net.send(now, w.wid, reply_to, "build_reply", body)
+            reply_build = BuildReply(generation=gen, done=done, checkpoints=built if done else ())
+            self.answer(w, b, Outcome.OK, reply_build)
         elif kind == "checkpoint":
             # 202 at once; the reports follow on their own request.
-            self.net.send(now, w.wid, reply_to, "checkpoint_ack", {"worker": w.wid})
+            self.answer(w, b, Outcome.OK, CheckpointReply())
             self.report_checkpoints(w, reply_to)
+
+    def answer(
+        self, w: SimWorker, call: dict[str, Any], outcome: Outcome, reply: WorkerReply | ErrorReply
+    ) -> None:
+        """Answer the leader's call `call` with `reply`, the JSON a real worker sends."""
+        body = {"worker": w.wid, "key": call["key"], "outcome": outcome, "body": reply.to_json()}
+        self.net.send(self.now_ms, w.wid, self.leader_name(), "answer", body)
 
     def report_checkpoints(self, w: SimWorker, reply_to: str) -> None:
         entries = [

@@ -70,14 +70,12 @@ from pathlib import Path
 from coordinator.core.commands import (
     AbortMigration,
     AssignPartitions,
-    BuiltCheckpoint,
     CheckpointReport,
     CheckpointsResult,
     Command,
     DeclareDead,
     DrainWorker,
     FallBack,
-    FinalCheckpoint,
     FinalizeVersion,
     HandOff,
     MaintenanceOff,
@@ -95,19 +93,12 @@ from coordinator.core.commands import (
 from coordinator.core.effects import (
     Batch,
     BuildCall,
-    BuildDone,
     CheckpointCall,
-    CheckpointDone,
     CommitOutcome,
     CutCall,
-    CutDone,
     HostCall,
-    HostDone,
     ReleaseCall,
-    ReleaseDone,
-    ReleaseOutcome,
     WarmCall,
-    WarmDone,
     WorkerCall,
     WorkerResult,
 )
@@ -121,6 +112,24 @@ from coordinator.core.planner import (
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.versions import COMMAND_SET_VERSION
 from coordinator.core.warmups import WarmPolicy
+from coordinator.service.call_results import Answer, Fence, Outcome, result_of
+from shared.worker_calls import (
+    BuildReply,
+    BuiltCheckpoint,
+    CheckpointReply,
+    CutReply,
+    ErrorReply,
+    HostReply,
+    JsonObject,
+    ReleasedCheckpoint,
+    ReleaseReply,
+    WarmReply,
+    WorkerReply,
+)
+
+# The scenarios name checkpoints by short URIs, so no reply's checkpoint is fenced here; the
+# fence itself is tests/unit/test_call_results.py's.
+UNFENCED: Fence = lambda *_: None  # noqa: E731
 
 WALL_OFFSET_MS = 1_700_000_000_000  # wall time is stamped only; keep it far from monotonic
 RUN_BATCHES_MAX = 20
@@ -302,6 +311,16 @@ class Harness:
         self.outstanding = {k: c for k, c in self.outstanding.items() if c is not result.call}
         self.planner.on_result(result, self.now, self.wall)
 
+    def answer(self, call: WorkerCall, outcome: Outcome, body: JsonObject | None = None) -> None:
+        """The worker's answer to `call`, made the planner's result as the leader makes it."""
+        self.feed(result_of(call, Answer(outcome=outcome, body=body or {}), UNFENCED))
+
+    def ok(self, call: WorkerCall, reply: WorkerReply) -> None:
+        self.answer(call, Outcome.OK, reply.to_json())
+
+    def refused(self, call: WorkerCall, code: str = "", message: str = "") -> None:
+        self.answer(call, Outcome.REFUSED, ErrorReply(error=code, message=message).to_json())
+
     def find(self, kind: type, match: Callable[[WorkerCall], bool]) -> WorkerCall:
         for call in self.outstanding.values():
             if isinstance(call, kind) and match(call):
@@ -426,7 +445,7 @@ class Harness:
     def do_host_ok_all(self, _args: list[str], _kv: dict[str, str]) -> list[str]:
         calls = [c for c in self.outstanding.values() if isinstance(c, HostCall)]
         for call in calls:
-            self.feed(HostDone(call=call, ok=True))
+            self.ok(call, HostReply(partition=call.partition, epoch=call.epoch, offset=0))
         return [f"p{c.partition} e{c.epoch} ok" for c in calls]
 
     def do_host_fail(self, _args: list[str], kv: dict[str, str]) -> list[str]:
@@ -443,7 +462,10 @@ class Harness:
             ),
         )
         assert isinstance(call, HostCall)
-        self.feed(HostDone(call=call, ok=ok, code=kv.get("code"), message=kv.get("msg", "")))
+        if ok:
+            self.ok(call, HostReply(partition=call.partition, epoch=call.epoch, offset=0))
+        else:
+            self.refused(call, kv.get("code", ""), kv.get("msg", ""))
         return []
 
     def do_release(self, args: list[str], kv: dict[str, str]) -> list[str]:
@@ -452,33 +474,30 @@ class Harness:
             ReleaseCall, lambda c: isinstance(c, ReleaseCall) and c.migration_id == mid
         )
         assert isinstance(call, ReleaseCall)
-        if answer == "ok":
-            ck = None
-            if "offset" in kv:
-                off = int(kv["offset"])
-                ck = FinalCheckpoint(
-                    offset=off, uri=f"mem://p{call.partition}/{off}", epoch=call.epoch
-                )
-            self.feed(ReleaseDone(call=call, outcome=ReleaseOutcome.RELEASED, checkpoint=ck))
+        if answer == "ok" and "offset" in kv:
+            off = int(kv["offset"])
+            ck = ReleasedCheckpoint(offset=off, uri=f"mem://p{call.partition}/{off}")
+            self.ok(call, ReleaseReply(partition=call.partition, epoch=call.epoch, checkpoint=ck))
+        elif answer == "ok":  # a reply naming no checkpoint
+            self.answer(call, Outcome.OK, {"partition": call.partition, "epoch": call.epoch})
         else:
-            outcome = ReleaseOutcome.REFUSED if answer == "refused" else ReleaseOutcome.FAILED
-            self.feed(ReleaseDone(call=call, outcome=outcome))
+            self.answer(call, Outcome.STALE if answer == "refused" else Outcome.REFUSED)
         return []
 
     def do_warm(self, args: list[str], kv: dict[str, str]) -> list[str]:
         mid, answer = args[0], args[1]
         call = self.find(WarmCall, lambda c: isinstance(c, WarmCall) and c.migration_id == mid)
         assert isinstance(call, WarmCall)
+        p = call.partition
         if answer == "at":
             offset, head = int(kv["offset"]), int(kv["head"])
-            result = WarmDone(call=call, ok=True, loaded=True, offset=offset, head=head)
+            self.ok(call, WarmReply(partition=p, loaded=True, offset=offset, head=head))
         elif answer == "loading":
-            result = WarmDone(call=call, ok=True)
+            self.ok(call, WarmReply(partition=p, loaded=False, offset=0, head=0))
         elif answer == "refused":
-            result = WarmDone(call=call, ok=False, code="warm_refused")
+            self.refused(call, "warm_refused")
         else:
-            result = WarmDone(call=call, ok=False)
-        self.feed(result)
+            self.answer(call, Outcome.UNREACHABLE)
         return []
 
     def do_checkpoint(self, args: list[str], _kv: dict[str, str]) -> list[str]:
@@ -487,7 +506,10 @@ class Harness:
             CheckpointCall, lambda c: isinstance(c, CheckpointCall) and c.worker_id == w
         )
         assert isinstance(call, CheckpointCall)
-        self.feed(CheckpointDone(call=call, ok=answer == "ok"))
+        if answer == "ok":
+            self.ok(call, CheckpointReply())
+        else:
+            self.refused(call)
         return []
 
     def do_reassign(self, args: list[str], _kv: dict[str, str]) -> list[str]:
@@ -569,17 +591,24 @@ class Harness:
         assert isinstance(call, CutCall)
         if "done" in args:
             uri = f"s3://ck/{p}-{call.epoch}-{kv['offset']}"
-            result = CutDone(call=call, ok=True, done=True, offset=int(kv["offset"]), uri=uri)
+            offset = int(kv["offset"])
+            self.ok(
+                call, CutReply(partition=p, epoch=call.epoch, offset=offset, done=True, uri=uri)
+            )
+        elif "pending" in args:
+            self.ok(call, CutReply(partition=p, epoch=call.epoch, offset=0, done=False, uri=None))
         else:
-            result = CutDone(call=call, ok="pending" in args)
-        self.feed(result)
+            self.refused(call)
         return []
 
     def do_cut_all(self, _args: list[str], kv: dict[str, str]) -> list[str]:
         for call in [c for c in self.outstanding.values() if isinstance(c, CutCall)]:
             uri = f"s3://ck/{call.partition}-{call.epoch}-{kv['offset']}"
             offset = int(kv["offset"])
-            self.feed(CutDone(call=call, ok=True, done=True, offset=offset, uri=uri))
+            reply = CutReply(
+                partition=call.partition, epoch=call.epoch, offset=offset, done=True, uri=uri
+            )
+            self.ok(call, reply)
         return []
 
     def do_build(self, args: list[str], _kv: dict[str, str]) -> list[str]:
@@ -593,10 +622,11 @@ class Harness:
                 )
                 for q in range(m)
             )
-            result = BuildDone(call=call, ok=True, done=True, checkpoints=built)
+            self.ok(call, BuildReply(generation=call.generation, done=True, checkpoints=built))
+        elif args[0] == "pending":
+            self.ok(call, BuildReply(generation=call.generation, done=False, checkpoints=()))
         else:
-            result = BuildDone(call=call, ok=args[0] == "pending")
-        self.feed(result)
+            self.refused(call)
         return [f"by {call.worker_id}"]
 
     def do_wall_step(self, args: list[str], _kv: dict[str, str]) -> list[str]:

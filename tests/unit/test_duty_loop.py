@@ -20,7 +20,7 @@ from coordinator.core.commands import Command, CommandResult, Ok
 from coordinator.core.effects import Batch
 from coordinator.core.planner import Planner
 from coordinator.core.state import ClusterState, apply
-from coordinator.service.duties import LeaderDuties
+from coordinator.service.duties import LeaderDuties, planner_settings
 from coordinator.service.metrics import Metrics
 from shared.clock import FakeClock
 from shared.errors import UnavailableError
@@ -161,6 +161,7 @@ def test_a_warm_call_asks_the_target_to_hold_its_answer_within_the_call_timeout(
     """The leader's warm call asks for the answer at the copy's next step (docs/design.md
     §5), for half the call's timeout at most and never past what a worker accepts."""
     from coordinator.core.effects import WarmCall
+    from coordinator.service.call_results import Answer, Outcome
     from shared.worker_calls import WarmRequest
 
     node = StandInNode()
@@ -168,11 +169,13 @@ def test_a_warm_call_asks_the_target_to_hold_its_answer_within_the_call_timeout(
     duties = LeaderDuties(node, random.Random(1), FakeClock())  # type: ignore[arg-type]
     sent: list[Any] = []
 
-    async def post(call: Any, request: Any) -> tuple[int, dict[str, object]]:
-        sent.append(request)
-        return 200, {"partition": 2, "loaded": True, "offset": 7, "head": 9}
+    class Client:
+        async def post(self, call: Any, request: Any) -> Answer:
+            sent.append(request)
+            body: dict[str, object] = {"partition": 2, "loaded": True, "offset": 7, "head": 9}
+            return Answer(outcome=Outcome.OK, body=body)
 
-    duties._post = post  # type: ignore[method-assign]
+    duties._client = Client()  # type: ignore[assignment]
     call = WarmCall(
         migration_id="m-1",
         partition=2,
@@ -181,7 +184,12 @@ def test_a_warm_call_asks_the_target_to_hold_its_answer_within_the_call_timeout(
         incarnation=1,
         checkpoint=None,
     )
-    done = asyncio.run(duties._warm(call))
+    planner = Planner(planner_settings(node), random.Random(1), node.state, 0)  # type: ignore[arg-type]
+    results: list[Any] = []
+    planner.on_result = lambda result, *_: results.append(result)  # type: ignore[method-assign]
+    duties.planner = planner
+    asyncio.run(duties._call(planner, call))
+    (done,) = results
     assert done.ok and (done.offset, done.head) == (7, 9)
     (request,) = sent
     assert isinstance(request, WarmRequest) and request.hold_s == hold_s
