@@ -20,7 +20,7 @@ from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointSto
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.session import CheckpointEntry, Session
 from shared.checkpoint_ref import checkpoint_key
-from shared.worker_calls import SentCheckpoint
+from shared.messages.common import SentCheckpoint
 
 __all__ = ["Checkpointer"]
 

@@ -23,7 +23,8 @@ from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.source import SourceLog, generation_of
 from pipeline.store import ObjectStore, StoreError
 from shared.errors import RequestError, UnavailableError
-from shared.worker_calls import STATUS_STALE, CutReply, CutRequest
+from shared.messages.common import STATUS_STALE
+from shared.messages.rescale import CutReply, CutRequest
 
 __all__ = ["Cutting"]
 

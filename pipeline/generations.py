@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shared.errors import RequestError
-from shared.worker_calls import STATUS_STALE
+from shared.messages.common import STATUS_STALE
 
 __all__ = ["Generations"]
 

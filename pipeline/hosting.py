@@ -20,15 +20,9 @@ from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.source import generation_of
 from pipeline.warming import Warming
 from shared.errors import ClientError, RequestError, UnavailableError
-from shared.worker_calls import (
-    STATUS_STALE,
-    HostReply,
-    HostRequest,
-    ReleasedCheckpoint,
-    ReleaseReply,
-    ReleaseRequest,
-    SentCheckpoint,
-)
+from shared.messages.common import STATUS_STALE, SentCheckpoint
+from shared.messages.host import HostReply, HostRequest
+from shared.messages.release import ReleasedCheckpoint, ReleaseReply, ReleaseRequest
 
 __all__ = ["HOST_LOAD_WAIT_S", "Hosting"]
 

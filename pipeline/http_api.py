@@ -25,25 +25,13 @@ from pipeline.settings import WorkerSettings
 from pipeline.source import KEY_CHARS_MAX, generation_of
 from pipeline.state import KeyState
 from shared.errors import RequestError, RippleError, UnavailableError
+from shared.messages.checkpoint import CHECKPOINT_ROUTE, CheckpointReply
+from shared.messages.common import STATUS_SCHEDULED, STATUS_UNAUTHORIZED, ErrorReply, authorized
+from shared.messages.host import HOST_ROUTE, HostRequest
+from shared.messages.release import RELEASE_ROUTE, ReleaseRequest
+from shared.messages.rescale import BUILD_ROUTE, CUT_ROUTE, BuildRequest, CutRequest
+from shared.messages.warm import WARM_ROUTE, WarmRequest
 from shared.tls import server_context
-from shared.worker_calls import (
-    BUILD_ROUTE,
-    CHECKPOINT_ROUTE,
-    CUT_ROUTE,
-    HOST_ROUTE,
-    RELEASE_ROUTE,
-    STATUS_SCHEDULED,
-    STATUS_UNAUTHORIZED,
-    WARM_ROUTE,
-    BuildRequest,
-    CheckpointReply,
-    CutRequest,
-    ErrorReply,
-    HostRequest,
-    ReleaseRequest,
-    WarmRequest,
-    authorized,
-)
 
 __all__ = ["BODY_BYTES_MAX", "WorkerApi", "key_json"]
 

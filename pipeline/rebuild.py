@@ -24,8 +24,9 @@ from pipeline.source import generation_base, generation_of
 from pipeline.state import KeyState
 from pipeline.state_move import MovedState, move_on_spark
 from shared.errors import RequestError, UnavailableError
+from shared.messages.common import STATUS_STALE
+from shared.messages.rescale import BuildReply, BuildRequest, BuiltCheckpoint
 from shared.routing import Routing
-from shared.worker_calls import STATUS_STALE, BuildReply, BuildRequest, BuiltCheckpoint
 
 __all__ = ["Move", "Rebuild", "build_checkpoints", "spark_move"]
 

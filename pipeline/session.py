@@ -36,7 +36,7 @@ from pipeline.settings import StartRefused, WorkerSettings
 from pipeline.token_file import TokenFile
 from shared.clock import Clock
 from shared.errors import ClientError
-from shared.worker_calls import WORKER_TOKEN_HEADER
+from shared.messages.common import WORKER_TOKEN_HEADER
 
 __all__ = ["CheckpointEntry", "PartitionReport", "Session", "partition_report"]
 

@@ -26,7 +26,8 @@ from pipeline.holdings import Holdings
 from pipeline.settings import WARM_COPIES_MAX_DEFAULT, WARM_COPY_IDLE_S_DEFAULT
 from pipeline.state import PartitionState, merge_batch
 from shared.errors import RequestError, UnavailableError
-from shared.worker_calls import STATUS_STALE, WarmReply, WarmRequest
+from shared.messages.common import STATUS_STALE
+from shared.messages.warm import WarmReply, WarmRequest
 
 __all__ = ["WarmCopy", "Warming"]
 

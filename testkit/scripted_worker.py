@@ -1,5 +1,5 @@
 """A scripted worker for coordinator tests: speaks the worker HTTP contract (the leader's
-calls through `shared/worker_calls.py`, as a real worker does), computes nothing.
+calls through `shared/messages/`, as a real worker does), computes nothing.
 
 Run as `python -m testkit.scripted_worker --coordinator URL ... --worker-id W --port P`.
 It registers (following redirects), heartbeats with its gates' epochs and offsets, obeys
@@ -40,36 +40,30 @@ from aiohttp import web
 from coordinator.client import CoordinatorClient
 from shared.checkpoint_ref import canonical_uri
 from shared.errors import ClientError
-from shared.tls import server_context
-from shared.worker_calls import (
-    BUILD_ROUTE,
-    CHECKPOINT_ROUTE,
-    CUT_ROUTE,
-    HOST_ROUTE,
-    RELEASE_ROUTE,
+from shared.messages.checkpoint import CHECKPOINT_ROUTE, CheckpointReply
+from shared.messages.common import (
     STATUS_SCHEDULED,
     STATUS_STALE,
     STATUS_UNAUTHORIZED,
     STATUS_UNAVAILABLE,
-    WARM_ROUTE,
     WORKER_TOKEN_HEADER,
+    ErrorReply,
+    InvalidCallBody,
+    authorized,
+)
+from shared.messages.host import HOST_ROUTE, HostReply, HostRequest
+from shared.messages.release import RELEASE_ROUTE, ReleasedCheckpoint, ReleaseReply, ReleaseRequest
+from shared.messages.rescale import (
+    BUILD_ROUTE,
+    CUT_ROUTE,
     BuildReply,
     BuildRequest,
     BuiltCheckpoint,
-    CheckpointReply,
     CutReply,
     CutRequest,
-    ErrorReply,
-    HostReply,
-    HostRequest,
-    InvalidCallBody,
-    ReleasedCheckpoint,
-    ReleaseReply,
-    ReleaseRequest,
-    WarmReply,
-    WarmRequest,
-    authorized,
 )
+from shared.messages.warm import WARM_ROUTE, WarmReply, WarmRequest
+from shared.tls import server_context
 
 log = logging.getLogger("scripted_worker")
 

@@ -45,7 +45,7 @@ from coordinator.config import ClusterConfig
 from coordinator.core.model import WorkerId, WorkerState
 from coordinator.core.state import ClusterState
 from shared.errors import RequestError
-from shared.worker_calls import WORKER_TOKEN_HEADER
+from shared.messages.common import WORKER_TOKEN_HEADER
 
 __all__ = [
     "TOKEN_LEN_MAX",

@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
-from enum import Enum
 
 from coordinator.core.commands import BuiltCheckpoint, FinalCheckpoint
 from coordinator.core.effects import (
@@ -40,23 +37,12 @@ from coordinator.core.effects import (
 )
 from coordinator.core.model import Checkpoint
 from shared.checkpoint_ref import reference_problem
-from shared.worker_calls import (
-    BuildReply,
-    BuildRequest,
-    CheckpointRequest,
-    CutCheckpoint,
-    CutReply,
-    CutRequest,
-    ErrorReply,
-    HostRequest,
-    JsonObject,
-    ReleaseReply,
-    ReleaseRequest,
-    SentCheckpoint,
-    WarmReply,
-    WarmRequest,
-    WorkerRequest,
-)
+from shared.messages.checkpoint import CheckpointRequest
+from shared.messages.common import Answer, ErrorReply, Fence, Outcome, SentCheckpoint, WorkerRequest
+from shared.messages.host import HostRequest
+from shared.messages.release import ReleaseReply, ReleaseRequest
+from shared.messages.rescale import BuildReply, BuildRequest, CutCheckpoint, CutReply, CutRequest
+from shared.messages.warm import WarmReply, WarmRequest
 
 __all__ = [
     "INVALID_REPLY",
@@ -72,26 +58,6 @@ log = logging.getLogger(__name__)
 
 # A warm-up's code when the worker answered 200 with a body that is not a WarmReply.
 INVALID_REPLY = "invalid_reply"
-
-
-class Outcome(Enum):
-    """How a worker answered a call, whatever carried it."""
-
-    OK = "ok"  # accepted (HTTP 200, 202)
-    STALE = "stale"  # the worker does not hold the partition at that epoch (HTTP 409)
-    REFUSED = "refused"  # any other answer; the body is an ErrorReply
-    UNREACHABLE = "unreachable"  # no answer: refused, reset or timed out
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Answer:
-    outcome: Outcome
-    # The JSON object the worker sent ({} when none); with UNREACHABLE, {"message": why}.
-    body: JsonObject
-
-
-# (partition, epoch, offset, uri) -> why that uri may not be recorded, or None.
-Fence = Callable[[int, int, int, str], str | None]
 
 
 def store_fence(store: str) -> Fence:

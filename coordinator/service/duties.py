@@ -52,8 +52,8 @@ from coordinator.service.worker_client import WorkerClient
 from replication.log import RaftRole
 from shared.clock import Clock
 from shared.errors import RequestError, RippleError, UnavailableError
+from shared.messages.warm import WARM_HOLD_S_MAX
 from shared.system_clock import SYSTEM_CLOCK
-from shared.worker_calls import WARM_HOLD_S_MAX
 
 log = logging.getLogger(__name__)
 

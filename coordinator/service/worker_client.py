@@ -14,15 +14,16 @@ import aiohttp
 
 from coordinator.core.effects import WorkerCall
 from coordinator.service.auth import call_token
-from coordinator.service.call_results import Answer, Outcome
-from shared.tls import client_context
-from shared.worker_calls import (
+from shared.messages.common import (
     STATUS_OK,
     STATUS_SCHEDULED,
     STATUS_STALE,
+    Answer,
+    Outcome,
     WorkerRequest,
     authorization,
 )
+from shared.tls import client_context
 
 __all__ = ["WorkerClient", "outcome_of"]
 

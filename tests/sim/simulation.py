@@ -8,7 +8,7 @@ with I/O -- the replicated log (``replication/``), the leader's duty loop
 them out; the executor's rule itself is ``coordinator/core/executor.py``'s, run here too) and
 the workers (``testkit/scripted_worker.py``) -- reduced to plain data and one
 ``random.Random``, plus the checkers. Leader and workers exchange the real call messages
-(``shared/worker_calls.py``) as JSON, and an answer becomes the planner's result through the
+(``shared/messages/``) as JSON, and an answer becomes the planner's result through the
 leader's own translation (``coordinator/service/call_results.py``). It holds NO decision of
 its own: failure detection, assignment, migrations, drains, host retries and checkpoint
 rounds are ``coordinator.core.planner.Planner``'s, the one production runs; the real
@@ -101,26 +101,15 @@ from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import COMMAND_SET_VERSION
 from coordinator.core.warmups import WarmPolicy
-from coordinator.service.call_results import Answer, Fence, Outcome, request_of, result_of
+from coordinator.service.call_results import request_of, result_of
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
-from shared.worker_calls import (
-    BuildReply,
-    BuildRequest,
-    BuiltCheckpoint,
-    CheckpointReply,
-    CutReply,
-    CutRequest,
-    ErrorReply,
-    HostReply,
-    HostRequest,
-    ReleasedCheckpoint,
-    ReleaseReply,
-    ReleaseRequest,
-    WarmReply,
-    WarmRequest,
-    WorkerReply,
-)
+from shared.messages.checkpoint import CheckpointReply
+from shared.messages.common import Answer, ErrorReply, Fence, Outcome, WorkerReply
+from shared.messages.host import HostReply, HostRequest
+from shared.messages.release import ReleasedCheckpoint, ReleaseReply, ReleaseRequest
+from shared.messages.rescale import BuildReply, BuildRequest, BuiltCheckpoint, CutReply, CutRequest
+from shared.messages.warm import WarmReply, WarmRequest
 from tests.sim.balance_check import ShadowLoads, round_violations
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)

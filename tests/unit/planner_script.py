@@ -112,20 +112,13 @@ from coordinator.core.planner import (
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.versions import COMMAND_SET_VERSION
 from coordinator.core.warmups import WarmPolicy
-from coordinator.service.call_results import Answer, Fence, Outcome, result_of
-from shared.worker_calls import (
-    BuildReply,
-    BuiltCheckpoint,
-    CheckpointReply,
-    CutReply,
-    ErrorReply,
-    HostReply,
-    JsonObject,
-    ReleasedCheckpoint,
-    ReleaseReply,
-    WarmReply,
-    WorkerReply,
-)
+from coordinator.service.call_results import result_of
+from shared.messages.checkpoint import CheckpointReply
+from shared.messages.common import Answer, ErrorReply, Fence, JsonObject, Outcome, WorkerReply
+from shared.messages.host import HostReply
+from shared.messages.release import ReleasedCheckpoint, ReleaseReply
+from shared.messages.rescale import BuildReply, BuiltCheckpoint, CutReply
+from shared.messages.warm import WarmReply
 
 # The scenarios name checkpoints by short URIs, so no reply's checkpoint is fenced here; the
 # fence itself is tests/unit/test_call_results.py's.

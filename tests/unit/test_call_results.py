@@ -26,34 +26,19 @@ from coordinator.core.effects import (
 from coordinator.core.model import Checkpoint, Epoch, MigrationId, PartitionId, WorkerId
 from coordinator.service.call_results import (
     INVALID_REPLY,
-    Answer,
-    Outcome,
     request_of,
     result_of,
     store_fence,
 )
 from coordinator.service.worker_client import outcome_of
 from shared.checkpoint_ref import canonical_uri
-from shared.worker_calls import (
-    BuildReply,
-    BuildRequest,
-    CheckpointRequest,
-    CutCheckpoint,
-    CutReply,
-    CutRequest,
-    ErrorReply,
-    HostRequest,
-    JsonObject,
-    ReleasedCheckpoint,
-    ReleaseReply,
-    ReleaseRequest,
-    SentCheckpoint,
-    WarmReply,
-    WarmRequest,
-)
-from shared.worker_calls import (
-    BuiltCheckpoint as BuiltCheckpointSent,
-)
+from shared.messages.checkpoint import CheckpointRequest
+from shared.messages.common import Answer, ErrorReply, JsonObject, Outcome, SentCheckpoint
+from shared.messages.host import HostRequest
+from shared.messages.release import ReleasedCheckpoint, ReleaseReply, ReleaseRequest
+from shared.messages.rescale import BuildReply, BuildRequest, CutCheckpoint, CutReply, CutRequest
+from shared.messages.rescale import BuiltCheckpoint as BuiltCheckpointSent
+from shared.messages.warm import WarmReply, WarmRequest
 
 STORE = "s3://bucket/cp"
 FENCE = store_fence(STORE)

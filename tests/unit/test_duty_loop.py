@@ -161,8 +161,8 @@ def test_a_warm_call_asks_the_target_to_hold_its_answer_within_the_call_timeout(
     """The leader's warm call asks for the answer at the copy's next step (docs/design.md
     §5), for half the call's timeout at most and never past what a worker accepts."""
     from coordinator.core.effects import WarmCall
-    from coordinator.service.call_results import Answer, Outcome
-    from shared.worker_calls import WarmRequest
+    from shared.messages.common import Answer, Outcome
+    from shared.messages.warm import WarmRequest
 
     node = StandInNode()
     node.config = ClusterConfig(total_partitions=4, worker_call_timeout_s=call_timeout_s)

@@ -246,7 +246,7 @@ def test_no_bearer_token_compared_with_eq() -> None:
     policy or the worker's API."""
     handlers = sorted(p.relative_to(ROOT) for p in (ROOT / "coordinator/service/http").glob("*.py"))
     assert Path("coordinator/service/http/worker_routes.py") in handlers
-    others = ("coordinator/service/auth.py", "pipeline/http_api.py", "shared/worker_calls.py")
+    others = ("coordinator/service/auth.py", "pipeline/http_api.py", "shared/messages/common.py")
     for rel in (*handlers, *map(Path, others)):
         tree = ast.parse((ROOT / rel).read_text())
         for node in ast.walk(tree):

@@ -25,7 +25,8 @@ from pipeline.store import LocalStore
 from pipeline.token_file import TokenFile
 from pipeline.worker import Worker, WorkerSettings
 from shared.errors import UnavailableError
-from shared.worker_calls import WORKER_TOKEN_HEADER, HostRequest
+from shared.messages.common import WORKER_TOKEN_HEADER
+from shared.messages.host import HostRequest
 
 ISSUED = "w1.2.1700000000000." + "cd" * 32
 RENEWED = "w1.2.1800000000000." + "ef" * 32

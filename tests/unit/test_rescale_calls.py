@@ -1,4 +1,4 @@
-"""The rescale's worker calls (`shared/worker_calls.py`): cut and build, and the `routing`
+"""The rescale's worker calls (`shared/messages/rescale.py`): cut and build, and the `routing`
 a host or warm call may carry. Each request reads back as itself, anything else is refused
 naming its field, and a malformed reply reads as None (the leader asks again)."""
 
@@ -8,22 +8,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.worker_calls import (
-    CUTS_MAX,
+from shared.messages.common import (
     EPOCH_MAX,
     GENERATION0_PARTITIONS_MAX,
     ROUTING_GENERATIONS_MAX,
+    InvalidCallBody,
+    SentCheckpoint,
+)
+from shared.messages.host import HostRequest
+from shared.messages.rescale import (
+    CUTS_MAX,
     BuildReply,
     BuildRequest,
     BuiltCheckpoint,
     CutCheckpoint,
     CutReply,
     CutRequest,
-    HostRequest,
-    InvalidCallBody,
-    SentCheckpoint,
-    WarmRequest,
 )
+from shared.messages.warm import WarmRequest
 
 EPOCHS = st.integers(1, EPOCH_MAX)
 OFFSETS = st.integers(0, 2**63 - 1)

@@ -25,16 +25,10 @@ from pipeline.state_move import MovedState, move_states
 from pipeline.store import LocalStore, ObjectStore, StoreError, open_store
 from pipeline.worker import Worker, WorkerSettings
 from shared.errors import RequestError, UnavailableError
+from shared.messages.common import SentCheckpoint, authorization
+from shared.messages.host import HostRequest
+from shared.messages.rescale import BuildReply, BuildRequest, CutCheckpoint, CutReply
 from shared.routing import Routing
-from shared.worker_calls import (
-    BuildReply,
-    BuildRequest,
-    CutCheckpoint,
-    CutReply,
-    HostRequest,
-    SentCheckpoint,
-    authorization,
-)
 
 OLD, NEW = 2, 3
 CALL_TOKEN = "call"

@@ -25,7 +25,7 @@ from pipeline.holdings import Holdings
 from pipeline.state import KeyState
 from pipeline.warming import Warming
 from shared.errors import RequestError, UnavailableError
-from shared.worker_calls import WarmReply, WarmRequest
+from shared.messages.warm import WarmReply, WarmRequest
 
 POLICY = WarmPolicy(
     enabled=True, timeout_ms=1_000, lag_records_max=10, in_flight_max=3, per_worker_max=2

@@ -1,4 +1,4 @@
-"""The leader -> worker call contract (`shared/worker_calls.py`): each body on the wire is
+"""The leader -> worker call contract (`shared/messages/`): each body on the wire is
 exactly the JSON the leader always sent, a request reads back as itself, and anything else
 is refused naming the field (what a worker answers 400 with)."""
 
@@ -8,22 +8,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.worker_calls import (
+from shared.messages.checkpoint import CheckpointReply, CheckpointRequest
+from shared.messages.common import (
     EPOCH_MAX,
-    CheckpointReply,
-    CheckpointRequest,
     ErrorReply,
-    HostReply,
-    HostRequest,
     InvalidCallBody,
-    ReleasedCheckpoint,
-    ReleaseReply,
-    ReleaseRequest,
     SentCheckpoint,
-    WarmRequest,
     authorization,
     authorized,
 )
+from shared.messages.host import HostReply, HostRequest
+from shared.messages.release import ReleasedCheckpoint, ReleaseReply, ReleaseRequest
+from shared.messages.warm import WarmRequest
 
 EPOCHS = st.integers(1, EPOCH_MAX)
 OFFSETS = st.integers(0, 2**63 - 1)
