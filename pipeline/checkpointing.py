@@ -74,12 +74,9 @@ class Checkpointer:
                 self.stats["checkpoints"] += 1
             rt.covered_at_s = time.monotonic()
             entries.append(
-                {
-                    "partition": p,
-                    "epoch": rt.epoch,
-                    "offset": rt.offset,
-                    "uri": rt.checkpoint_uri,
-                }
+                CheckpointEntry(
+                    partition=p, epoch=rt.epoch, offset=rt.offset, uri=rt.checkpoint_uri
+                )
             )
         return entries
 

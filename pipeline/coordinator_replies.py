@@ -1,9 +1,13 @@
 """The coordinator's replies to a worker, read into typed values where they enter.
 
 `coordinator.client` hands back parsed JSON; the session reads every reply through here, so
-no untyped value travels further into the worker. Invariant: a reply missing a field the
-worker needs, or holding one of the wrong type, is a `ClientError` (code `invalid_reply`,
-the field named), the same error as a failed request, so the caller's retry handles both.
+no untyped value travels further into the worker. The replies are declared once, with the
+requests, in `shared/messages/session.py`; this module reads only the fields the worker
+needs, so a coordinator of another version that adds or drops any other field still talks to
+it (tests/unit/test_pipeline_replies.py reads what those declarations write). Invariant: a
+reply missing a field the worker needs, or holding one of the wrong type, is a
+`ClientError` (code `invalid_reply`, the field named), the same error as a failed request,
+so the caller's retry handles both.
 """
 
 from __future__ import annotations

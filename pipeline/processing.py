@@ -27,12 +27,12 @@ from pipeline.source import SourceLog
 from pipeline.state import PartitionState, merge_batch
 from pipeline.store import ObjectStore
 from pipeline.warming import Warming
+from shared.messages.session import BATCH_ERROR_LEN_MAX
 
 __all__ = ["Processor"]
 
 log = logging.getLogger(__name__)
 
-BATCH_ERROR_CHARS_MAX = 500
 # Failing batches are retried with a growing pause, capped, so a broken path does not spin.
 BATCH_RETRY_PAUSE_S_MAX = 5.0
 # How long an interrupted start-up probe may take to hand its thread back.
@@ -182,7 +182,7 @@ class Processor:
         self._batch_failures_in_row += 1
         for p, rt in parts.items():
             rt.failures += 1
-            rt.error = text[:BATCH_ERROR_CHARS_MAX]
+            rt.error = text[:BATCH_ERROR_LEN_MAX]
             if rt.failures == BATCH_FAILURES_REPORTED_MIN:
                 log.error(
                     "partition %d epoch %d: %d micro-batches in a row failed; reporting it: %s",

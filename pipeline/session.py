@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import NotRequired, TypedDict
 
 from coordinator.client import CoordinatorClient
 from pipeline.coordinator_replies import (
@@ -36,7 +35,16 @@ from pipeline.settings import StartRefused, WorkerSettings
 from pipeline.token_file import TokenFile
 from shared.clock import Clock
 from shared.errors import ClientError
-from shared.messages.common import WORKER_TOKEN_HEADER
+from shared.messages.common import RATE_PER_S_MAX, WORKER_TOKEN_HEADER
+from shared.messages.session import (
+    BATCH_ERROR_LEN_MAX,
+    CheckpointEntry,
+    CheckpointsRequest,
+    HeartbeatRequest,
+    PartitionReport,
+    RegisterRequest,
+    RestartingRequest,
+)
 
 __all__ = ["CheckpointEntry", "PartitionReport", "Session", "partition_report"]
 
@@ -48,36 +56,19 @@ SESSION_LOST_CODES = ("unknown_worker", "stale_incarnation", "unauthorized")
 REFUSED_CODES = ("store_mismatch",)
 
 
-class PartitionReport(TypedDict):
-    """What a heartbeat says about one held partition."""
-
-    epoch: int
-    offset: int
-    source_end: NotRequired[int]  # the source log's end as last listed
-    rate: NotRequired[float]  # records per second arriving, smoothed (pipeline/input_rate.py)
-    failures: NotRequired[int]  # only once failing batches are worth reporting
-    error: NotRequired[str]
-
-
-class CheckpointEntry(TypedDict):
-    """One written checkpoint, as reported to `POST /v1/checkpoints`."""
-
-    partition: int
-    epoch: int
-    offset: int
-    uri: str
-
-
 def partition_report(rt: PartitionRuntime) -> PartitionReport:
-    report: PartitionReport = {"epoch": rt.epoch, "offset": rt.offset}
-    if rt.source_end is not None:
-        report["source_end"] = rt.source_end
-    if rt.input_rate.rate_per_s is not None:
-        report["rate"] = round(rt.input_rate.rate_per_s, 3)
-    if rt.failures >= BATCH_FAILURES_REPORTED_MIN:
-        report["failures"] = rt.failures
-        report["error"] = rt.error
-    return report
+    """What a heartbeat says about one held partition: failures only once failing batches
+    are worth reporting, the rate within what the coordinator accepts."""
+    rate = rt.input_rate.rate_per_s
+    failing = rt.failures >= BATCH_FAILURES_REPORTED_MIN
+    return PartitionReport(
+        epoch=rt.epoch,
+        offset=rt.offset,
+        source_end=rt.source_end,
+        rate=None if rate is None else min(round(rate, 3), RATE_PER_S_MAX),
+        failures=rt.failures if failing else 0,
+        error=rt.error[:BATCH_ERROR_LEN_MAX] if failing else "",
+    )
 
 
 class Session:
@@ -140,16 +131,15 @@ class Session:
         # The saved token of the previous process under this id, if any: with it the leader
         # lets this one take over the id while it still holds the old one's partitions.
         saved = None if self.token_file is None else await asyncio.to_thread(self.token_file.load)
-        request: dict[str, str] = {
-            "worker_id": self.settings.worker_id,
-            "address": self.settings.address,
-        }
-        if self.settings.store_uri is not None:
-            request["store"] = self.settings.store_uri
+        request = RegisterRequest(
+            worker_id=self.settings.worker_id,
+            address=self.settings.address,
+            store=self.settings.store_uri,
+        )
         body = await self.client.request(
             "POST",
             "/v1/workers",
-            json=request,
+            json=request.to_json(),
             token=self.settings.join_token,
             headers={WORKER_TOKEN_HEADER: saved} if saved else None,
         )
@@ -169,13 +159,14 @@ class Session:
         # host call opens while it is in flight is not the reply's to close.
         opened_by = self.holdings.gates.mark()
         parts = self.holdings.parts
+        heartbeat = HeartbeatRequest(
+            incarnation=self.incarnation,
+            load=float(len(parts)),
+            partitions={str(p): partition_report(rt) for p, rt in parts.items()},
+        )
         body = await self.client.post(
             f"/v1/workers/{self.settings.worker_id}/heartbeat",
-            {
-                "incarnation": self.incarnation,
-                "load": float(len(parts)),
-                "partitions": {str(p): partition_report(rt) for p, rt in parts.items()},
-            },
+            heartbeat.to_json(),
             token=self.token,
         )
         self.lease = self.lease.renewed(sent_at)
@@ -246,10 +237,13 @@ class Session:
     async def announce_restart(self) -> bool:
         """Tell the leader this process stops to start again under the same id, so it holds
         this worker's partitions for its rejoin grace; False when it could not be told."""
+        if not self.incarnation:
+            log.warning("restart notice not sent: this worker never registered")
+            return False
         try:
             body = await self.client.post(
                 f"/v1/workers/{self.settings.worker_id}/restarting",
-                {"incarnation": self.incarnation},
+                RestartingRequest(incarnation=self.incarnation).to_json(),
                 token=self.token,
             )
         except ClientError as exc:
@@ -269,16 +263,15 @@ class Session:
     async def report_checkpoints(self, entries: list[CheckpointEntry]) -> list[CheckpointVerdict]:
         """Report written checkpoints to the leader; its verdict on each, or none when the
         report did not get through (logged: the next round reports again)."""
+        if not self.incarnation:
+            return []  # not registered: no leader would take the report
         try:
-            body = await self.client.post(
-                "/v1/checkpoints",
-                {
-                    "worker_id": self.settings.worker_id,
-                    "incarnation": self.incarnation,
-                    "checkpoints": entries,
-                },
-                token=self.token,
+            report = CheckpointsRequest(
+                worker_id=self.settings.worker_id,
+                incarnation=self.incarnation,
+                checkpoints=entries,
             )
+            body = await self.client.post("/v1/checkpoints", report.to_json(), token=self.token)
             return checkpoint_verdicts(body)
         except ClientError as exc:
             log.warning("checkpoint report failed: %s", exc.message)

@@ -62,6 +62,13 @@ from shared.messages.rescale import (
     CutReply,
     CutRequest,
 )
+from shared.messages.session import (
+    CheckpointEntry,
+    CheckpointsRequest,
+    HeartbeatRequest,
+    PartitionReport,
+    RegisterRequest,
+)
 from shared.messages.warm import WARM_ROUTE, WarmReply, WarmRequest
 from shared.tls import server_context
 
@@ -107,7 +114,7 @@ class ScriptedWorker:
         body = await self.client.request(
             "POST",
             "/v1/workers",
-            json={"worker_id": self.worker_id, "address": self.address},
+            json=RegisterRequest(worker_id=self.worker_id, address=self.address).to_json(),
             headers=headers,
         )
         self.token, self.incarnation = body["token"], body["incarnation"]
@@ -124,17 +131,18 @@ class ScriptedWorker:
                     for g in self.gates.values():
                         if g["open"] and not g.get("sealed"):
                             g["offset"] += 1
+                    heartbeat = HeartbeatRequest(
+                        incarnation=self.incarnation,
+                        load=0.1,
+                        partitions={
+                            str(p): self.partition_report(p, g)
+                            for p, g in self.gates.items()
+                            if g["open"]
+                        },
+                    )
                     body = await self.client.post(
                         f"/v1/workers/{self.worker_id}/heartbeat",
-                        {
-                            "incarnation": self.incarnation,
-                            "load": 0.1,
-                            "partitions": {
-                                str(p): self.partition_report(p, g)
-                                for p, g in self.gates.items()
-                                if g["open"]
-                            },
-                        },
+                        heartbeat.to_json(),
                         token=self.token,
                     )
                     self.generation = body["generation"]
@@ -153,22 +161,21 @@ class ScriptedWorker:
 
     async def report_checkpoints(self) -> list[dict[str, Any]]:
         entries = [
-            {
-                "partition": p,
-                "epoch": g["epoch"],
-                "offset": g["offset"],
-                "uri": canonical_uri(self.store, p, g["epoch"], g["offset"]),
-            }
+            CheckpointEntry(
+                partition=p,
+                epoch=g["epoch"],
+                offset=g["offset"],
+                uri=canonical_uri(self.store, p, g["epoch"], g["offset"]),
+            )
             for p, g in sorted(self.gates.items())
             if g["open"]
         ]
         if not entries:
             return []
-        body = await self.client.post(
-            "/v1/checkpoints",
-            {"worker_id": self.worker_id, "incarnation": self.incarnation, "checkpoints": entries},
-            token=self.token,
+        report = CheckpointsRequest(
+            worker_id=self.worker_id, incarnation=self.incarnation, checkpoints=entries
         )
+        body = await self.client.post("/v1/checkpoints", report.to_json(), token=self.token)
         self.calls.append({"call": "checkpoints", "results": body["results"]})
         return list(body["results"])
 
@@ -318,15 +325,15 @@ class ScriptedWorker:
             }
         )
 
-    def partition_report(self, p: int, gate: dict[str, Any]) -> dict[str, Any]:
-        report: dict[str, Any] = {"epoch": gate["epoch"], "offset": gate["offset"]}
-        if self.lag_records is not None:
-            report["source_end"] = gate["offset"] + self.lag_records
-        if p in self.failing:
-            report["failures"], report["error"] = 3, self.failing[p]
-        if self.rate is not None:
-            report["rate"] = self.rate
-        return report
+    def partition_report(self, p: int, gate: dict[str, Any]) -> PartitionReport:
+        return PartitionReport(
+            epoch=gate["epoch"],
+            offset=gate["offset"],
+            source_end=None if self.lag_records is None else gate["offset"] + self.lag_records,
+            failures=3 if p in self.failing else 0,
+            error=self.failing.get(p, ""),
+            rate=self.rate,
+        )
 
     async def set_progress(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -22,11 +22,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from shared.messages.common import RATE_PER_S_MAX as _RATE_PER_S_MAX
+
 __all__ = ["RATE_PER_S_MAX", "LoadBook", "PartitionLoad"]
 
-# The largest input rate one partition may report: a bound on what a heartbeat can make
-# the planner add up, far above any one partition's real rate.
-RATE_PER_S_MAX = 1e9
+# The largest input rate one partition may report (declared with the heartbeat's message).
+RATE_PER_S_MAX = _RATE_PER_S_MAX
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NewType
 
+from shared.messages.common import INT_VALUE_MAX as _INT_VALUE_MAX
+from shared.messages.common import ROUTING_GENERATIONS_MAX as _ROUTING_GENERATIONS_MAX
 from shared.routing import KEY_GROUPS
 
 WorkerId = NewType("WorkerId", str)
@@ -58,12 +60,11 @@ MAINTENANCE_BY_LEN_MAX = 64
 # A rescale's new partition count: every generation after 0 routes through KEY_GROUPS fixed
 # key groups (shared/routing.py), so it cannot have more partitions than groups.
 RESCALE_PARTITIONS_MAX = KEY_GROUPS
-# Routing generations a cluster may have (`ClusterState.routing`): each rescale adds one and
-# every host call carries the list, so it is bounded like any other field of a request.
-ROUTING_GENERATIONS_MAX = 64
-# msgpack carries integers up to 2**64-1, but Python-side consumers (JSON, SQL, metrics)
-# commonly assume signed 64-bit; refusing larger values keeps every replica's numbers portable.
-INT_VALUE_MAX = 2**63 - 1
+# Routing generations a cluster may have (`ClusterState.routing`; every host call carries
+# the list) and the largest integer a command carries: the wire's bounds, declared with the
+# messages.
+ROUTING_GENERATIONS_MAX = _ROUTING_GENERATIONS_MAX
+INT_VALUE_MAX = _INT_VALUE_MAX
 
 
 def valid_id(s: object) -> bool:

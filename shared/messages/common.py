@@ -21,6 +21,8 @@ from shared.routing import KEY_GROUPS
 __all__ = [
     "EPOCH_MAX",
     "GENERATION0_PARTITIONS_MAX",
+    "INT_VALUE_MAX",
+    "RATE_PER_S_MAX",
     "ROUTING_GENERATIONS_MAX",
     "STATUS_INVALID",
     "STATUS_OK",
@@ -57,7 +59,13 @@ JsonObject = dict[str, object]
 # is the member it was (docs/security.md).
 WORKER_TOKEN_HEADER = "Ripple-Worker-Token"
 
-EPOCH_MAX = 2**63 - 1  # what the coordinator's codec carries
+# msgpack carries integers up to 2**64-1, but Python-side consumers (JSON, SQL, metrics)
+# commonly assume signed 64-bit; refusing larger values keeps every replica's numbers portable.
+INT_VALUE_MAX = 2**63 - 1
+EPOCH_MAX = INT_VALUE_MAX  # what the coordinator's codec carries
+# The largest input rate one partition may report: a bound on what a heartbeat can make
+# the planner add up, far above any one partition's real rate.
+RATE_PER_S_MAX = 1e9
 
 STATUS_OK = 200
 STATUS_SCHEDULED = 202  # checkpoint: accepted, done in the background

@@ -237,14 +237,14 @@ async def test_failing_batches_are_reported_and_retried_without_refetching(
     try:
         async with TestClient(TestServer(worker.app())) as client:
             for attempt in range(BATCH_FAILURES_REPORTED_MIN):
-                assert "failures" not in partition_report(worker.parts[0])
+                assert "failures" not in partition_report(worker.parts[0]).to_json()
                 with pytest.raises(Exception, match="no_such_column"):
                     await processor.process_once()
                 if attempt == 0:
                     fetched_first = dict(store.gets)
             report = partition_report(worker.parts[0])
-            assert report["failures"] == BATCH_FAILURES_REPORTED_MIN
-            assert "no_such_column" in report["error"]
+            assert report.failures == BATCH_FAILURES_REPORTED_MIN
+            assert "no_such_column" in report.error
             health = await (await client.get("/v1/health")).json()
             assert health["partitions"]["0"]["failures"] == BATCH_FAILURES_REPORTED_MIN
             assert health["stats"]["batch_failures"] == BATCH_FAILURES_REPORTED_MIN

@@ -79,3 +79,43 @@ def test_a_malformed_reply_is_a_client_error_naming_the_field(
     with pytest.raises(ClientError) as info:
         read(body)
     assert info.value.code == "invalid_reply" and info.value.field == field
+
+
+def test_the_worker_reads_what_the_coordinators_reply_declarations_write() -> None:
+    """The replies are declared once (`shared/messages/session.py`, the coordinator answers
+    with them); the worker reads the fields it needs from exactly what they serialize."""
+    from shared.messages.session import (
+        AssignmentEntry,
+        CheckpointResult,
+        CheckpointsResponse,
+        HeartbeatResponse,
+        RegisterResponse,
+    )
+
+    registered = RegisterResponse(
+        worker_id="w1",
+        incarnation=3,
+        token="w1.3.t",
+        token_expires_at_ms=5,
+        call_token="3.c",
+        heartbeat_interval_s=1.0,
+        lease_s=7.5,
+    )
+    assert Registration.from_json(registered.model_dump(mode="json")) == Registration(
+        token="w1.3.t", call_token="3.c", incarnation=3, heartbeat_interval_s=1.0, lease_s=7.5
+    )
+    beat = HeartbeatResponse(
+        generation=2,
+        assignment=[AssignmentEntry(partition=4, epoch=2)],
+        checkpoint_due=True,
+        token="w1.3.u",
+    )
+    assert HeartbeatReply.from_json(beat.model_dump(mode="json")) == HeartbeatReply(
+        assignment={4: 2}, checkpoint_due=True, token="w1.3.u"
+    )
+    results = CheckpointsResponse(
+        results=[CheckpointResult(partition=1, status="fenced", reason="stale epoch")]
+    )
+    assert checkpoint_verdicts(results.model_dump(mode="json")) == [
+        CheckpointVerdict(partition=1, fenced=True, reason="stale epoch")
+    ]

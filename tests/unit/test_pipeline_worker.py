@@ -159,8 +159,8 @@ async def test_scenario_f_seed_606_inherited_checkpoint_is_reported_under_its_ow
             r = await client.post("/v1/partitions/4/host", json=host, headers=auth)
             assert r.status == 200, await r.text()
         (entry,) = await worker.checkpointer.write_checkpoints()
-        assert (entry["partition"], entry["epoch"], entry["offset"]) == (4, 2, 5)
-        loaded = checkpoints.read(entry["uri"])
+        assert (entry.partition, entry.epoch, entry.offset) == (4, 2, 5)
+        loaded = checkpoints.read(entry.uri)
         assert (loaded.epoch, loaded.offset, loaded.state) == (2, 5, state)
     finally:
         await worker.client.close()
