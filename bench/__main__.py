@@ -35,6 +35,7 @@ REGISTRY: dict[str, str] = {
     "structured_streaming": "bench.structured_streaming",
     "moves": "bench.moves",
     "rescale": "bench.rescale",
+    "messages": "bench.messages",
 }
 
 
