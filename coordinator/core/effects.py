@@ -5,15 +5,29 @@ it: the `Batch` a plan returns (commands to commit, worker calls to make, when t
 the outcome of each command (`CommitOutcome`) and the result of each call. Like raft's
 `Ready`, these are plain frozen values: the planner never sees a socket, the shell never
 decides. `coordinator/core/executor.py` holds the rule a Batch is run by.
+
+Each call also says what it means on the wire, beside its declaration: `request` is the
+message that makes it (`shared/messages/`) and `result` what a worker's transport-neutral
+`Answer` means to the planner, every checkpoint a reply names passing the shell's `Fence`.
+Invariant: a malformed reply, a fenced checkpoint, a refusal or no answer is never a
+success; the planner asks again or takes the failure path. Whoever carries a call (the
+leader's HTTP client, the simulation, the scenario interpreter) goes through these two, so
+what an answer means is decided here once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from coordinator.core.commands import BuiltCheckpoint, Command, FinalCheckpoint
 from coordinator.core.model import Checkpoint, Epoch, MigrationId, PartitionId, WorkerId
+from shared.messages.checkpoint import CheckpointRequest
+from shared.messages.common import Answer, ErrorReply, Fence, Outcome, SentCheckpoint
+from shared.messages.host import HostRequest
+from shared.messages.release import ReleaseReply, ReleaseRequest
+from shared.messages.rescale import BuildReply, BuildRequest, CutCheckpoint, CutReply, CutRequest
+from shared.messages.warm import WarmReply, WarmRequest
 
 __all__ = [
     "Batch",
@@ -36,6 +50,18 @@ __all__ = [
     "call_key",
 ]
 
+# A warm-up's code when the worker answered 200 with a body that is not a WarmReply.
+INVALID_REPLY = "invalid_reply"
+
+
+def _sent(ck: Checkpoint | None) -> SentCheckpoint | None:
+    return None if ck is None else SentCheckpoint(offset=ck.offset, uri=ck.uri, epoch=ck.epoch)
+
+
+def _failure(answer: Answer) -> str:
+    """How a call that did not succeed was answered, for the shell's log."""
+    return f"{answer.outcome.value}: {ErrorReply.from_json(answer.body).message}"
+
 
 # --- worker calls (what the executor sends) -------------------------------------------------
 
@@ -52,6 +78,22 @@ class HostCall:
     # The partition count of each routing generation (the state's `routing`).
     routing: tuple[int, ...] = ()
 
+    def request(self, *, warm_hold_s: float) -> HostRequest:
+        return HostRequest(
+            partition=self.partition,
+            epoch=self.epoch,
+            checkpoint=_sent(self.checkpoint),
+            routing=self.routing or None,
+        )
+
+    def result(self, answer: Answer, fence: Fence) -> HostDone:
+        ok = answer.outcome is Outcome.OK
+        error = ErrorReply.from_json(answer.body)
+        note = "" if ok else _failure(answer)
+        return HostDone(
+            call=self, ok=ok, code=error.error or None, message=error.message, note=note
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReleaseCall:
@@ -62,12 +104,43 @@ class ReleaseCall:
     address: str
     incarnation: int
 
+    def request(self, *, warm_hold_s: float) -> ReleaseRequest:
+        return ReleaseRequest(
+            partition=self.partition, epoch=self.epoch, migration_id=self.migration_id
+        )
+
+    def result(self, answer: Answer, fence: Fence) -> ReleaseDone:
+        if answer.outcome is Outcome.STALE:
+            # The source does not hold this epoch (restarted, or never hosted it).
+            return ReleaseDone(call=self, outcome=ReleaseOutcome.REFUSED)
+        if answer.outcome is not Outcome.OK:
+            return ReleaseDone(call=self, outcome=ReleaseOutcome.FAILED, note=_failure(answer))
+        # A reply without a well-formed checkpoint, or one the fence refuses, hands off with
+        # the last accepted checkpoint: the new owner replays the source from there, which
+        # loses nothing (replay is deterministic).
+        ck = ReleaseReply.checkpoint_of(answer.body)
+        if ck is None:
+            return ReleaseDone(call=self, outcome=ReleaseOutcome.RELEASED)
+        problem = fence(self.partition, self.epoch, ck.offset, ck.uri)
+        if problem is not None:
+            fenced = f"checkpoint {ck.uri!r} fenced ({problem})"
+            return ReleaseDone(call=self, outcome=ReleaseOutcome.RELEASED, fenced=fenced)
+        final = FinalCheckpoint(offset=ck.offset, uri=ck.uri, epoch=self.epoch)
+        return ReleaseDone(call=self, outcome=ReleaseOutcome.RELEASED, checkpoint=final)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointCall:
     worker_id: WorkerId
     address: str
     incarnation: int
+
+    def request(self, *, warm_hold_s: float) -> CheckpointRequest:
+        return CheckpointRequest()
+
+    def result(self, answer: Answer, fence: Fence) -> CheckpointDone:
+        ok = answer.outcome is Outcome.OK
+        return CheckpointDone(call=self, ok=ok, note="" if ok else _failure(answer))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +155,31 @@ class WarmCall:
     incarnation: int
     checkpoint: Checkpoint | None
     routing: tuple[int, ...] = ()  # as HostCall's
+
+    def request(self, *, warm_hold_s: float) -> WarmRequest:
+        """Held up to `warm_hold_s` for the copy's next step (`WarmRequest.hold_s`)."""
+        return WarmRequest(
+            partition=self.partition,
+            migration_id=self.migration_id,
+            checkpoint=_sent(self.checkpoint),
+            routing=self.routing or None,
+            hold_s=warm_hold_s,
+        )
+
+    def result(self, answer: Answer, fence: Fence) -> WarmDone:
+        reply = WarmReply.from_json(answer.body) if answer.outcome is Outcome.OK else None
+        if reply is not None:
+            return WarmDone(
+                call=self, ok=True, loaded=reply.loaded, offset=reply.offset, head=reply.head
+            )
+        if answer.outcome is Outcome.UNREACHABLE:
+            # Unreachable: its liveness decides, not a refusal.
+            return WarmDone(call=self, ok=False, note=_failure(answer))
+        error = ErrorReply.from_json(answer.body)
+        code = (
+            INVALID_REPLY if answer.outcome is Outcome.OK else error.error or answer.outcome.value
+        )
+        return WarmDone(call=self, ok=False, code=code, note=f"{code}: the move goes cold")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +196,27 @@ class CutCall:
     partitions: int
     routing: tuple[int, ...]  # the counts of generations 0..generation
 
+    def request(self, *, warm_hold_s: float) -> CutRequest:
+        return CutRequest(
+            partition=self.partition,
+            epoch=self.epoch,
+            generation=self.generation,
+            partitions=self.partitions,
+            routing=self.routing,
+        )
+
+    def result(self, answer: Answer, fence: Fence) -> CutDone:
+        reply = CutReply.from_json(answer.body) if answer.outcome is Outcome.OK else None
+        if reply is None or (reply.partition, reply.epoch) != (self.partition, self.epoch):
+            return CutDone(call=self, ok=False, note=_failure(answer))
+        if reply.done:
+            problem = fence(self.partition, self.epoch, reply.offset, reply.uri or "")
+            if problem is not None:
+                return CutDone(call=self, ok=False, fenced=problem)
+        return CutDone(
+            call=self, ok=True, done=reply.done, offset=reply.offset, uri=reply.uri or ""
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BuildCall:
@@ -111,6 +230,31 @@ class BuildCall:
     routing: tuple[int, ...]  # the counts of generations 0..generation
     epoch: Epoch  # the rescale's base epoch: the new checkpoints are written at it
     cuts: tuple[tuple[PartitionId, Checkpoint], ...]  # one per old partition
+
+    def request(self, *, warm_hold_s: float) -> BuildRequest:
+        return BuildRequest(
+            generation=self.generation,
+            routing=self.routing,
+            epoch=self.epoch,
+            cuts=tuple(
+                CutCheckpoint(partition=p, offset=c.offset, uri=c.uri, epoch=c.epoch)
+                for p, c in self.cuts
+            ),
+        )
+
+    def result(self, answer: Answer, fence: Fence) -> BuildDone:
+        reply = BuildReply.from_json(answer.body) if answer.outcome is Outcome.OK else None
+        if reply is None or reply.generation != self.generation:
+            return BuildDone(call=self, ok=False, note=_failure(answer))
+        for c in reply.checkpoints:
+            problem = fence(c.partition, self.epoch, c.offset, c.uri)
+            if problem is not None:
+                return BuildDone(call=self, ok=False, fenced=problem)
+        built = tuple(
+            BuiltCheckpoint(partition=c.partition, offset=c.offset, uri=c.uri)
+            for c in reply.checkpoints
+        )
+        return BuildDone(call=self, ok=True, done=reply.done, checkpoints=built)
 
 
 WorkerCall = HostCall | ReleaseCall | CheckpointCall | WarmCall | CutCall | BuildCall
@@ -126,6 +270,8 @@ class HostDone:
     # The worker's error code when it answered one (say "checkpoint_unavailable").
     code: str | None = None
     message: str = ""
+    # How a call that failed was answered: for the shell's log, not part of what it means.
+    note: str = field(default="", compare=False)
 
 
 class ReleaseOutcome(Enum):
@@ -139,12 +285,16 @@ class ReleaseDone:
     call: ReleaseCall
     outcome: ReleaseOutcome
     checkpoint: FinalCheckpoint | None = None
+    note: str = field(default="", compare=False)
+    # Why the checkpoint the reply named was refused (the shell logs it as a warning).
+    fenced: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointDone:
     call: CheckpointCall
     ok: bool
+    note: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,6 +308,7 @@ class WarmDone:
     head: int = 0
     # The worker's error code when it refused (say "warm_refused"): go cold at once.
     code: str | None = None
+    note: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +320,8 @@ class CutDone:
     done: bool = False
     offset: int = 0
     uri: str = ""
+    note: str = field(default="", compare=False)
+    fenced: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,6 +330,8 @@ class BuildDone:
     ok: bool
     done: bool = False
     checkpoints: tuple[BuiltCheckpoint, ...] = ()
+    note: str = field(default="", compare=False)
+    fenced: str = field(default="", compare=False)
 
 
 WorkerResult = HostDone | ReleaseDone | CheckpointDone | WarmDone | CutDone | BuildDone

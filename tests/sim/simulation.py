@@ -67,8 +67,6 @@ from coordinator.core.commands import (
     StartWarm,
 )
 from coordinator.core.effects import (
-    BuildCall,
-    CheckpointCall,
     CommitOutcome,
     WorkerCall,
     call_key,
@@ -538,8 +536,9 @@ class Proposer:
         self.outstanding[key] = (call, now + self.sim.s.call_timeout_ms)
         request = request_of(call, warm_hold_s=0.0)
         body = {"incarnation": call.incarnation, "key": key, "request": request.to_json()}
-        if not isinstance(call, CheckpointCall | BuildCall):
-            body["partition"] = call.partition  # in the request's path
+        partition = getattr(request, "partition", None)
+        if partition is not None:
+            body["partition"] = partition  # in the request's path
         self.send(call.worker_id, key[0], body)
 
     def _time_out_calls(self, planner: Planner, now: int) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from coordinator.core.commands import BuiltCheckpoint, FinalCheckpoint
 from coordinator.core.effects import (
+    INVALID_REPLY,
     BuildCall,
     BuildDone,
     CheckpointCall,
@@ -25,7 +26,6 @@ from coordinator.core.effects import (
 )
 from coordinator.core.model import Checkpoint, Epoch, MigrationId, PartitionId, WorkerId
 from coordinator.service.call_results import (
-    INVALID_REPLY,
     request_of,
     result_of,
     store_fence,
@@ -219,3 +219,18 @@ def test_a_build_answer_becomes_its_result() -> None:
     elsewhere = {**reply, "checkpoints": [{"partition": 0, "offset": 1, "uri": "s3://x/y"}]}
     for answer in [Answer(outcome=Outcome.REFUSED, body={}), ok(elsewhere)]:
         assert result_of(BUILD_CALL, answer, FENCE) == BuildDone(call=BUILD_CALL, ok=False)
+
+
+def test_a_failed_call_is_logged_and_a_fenced_checkpoint_warned_of(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="coordinator.service.call_results")
+    error = ErrorReply(error="checkpoint_unavailable", message="store down").to_json()
+    result_of(HOST_CALL, Answer(outcome=Outcome.REFUSED, body=error), FENCE)
+    (failed,) = caplog.records
+    assert failed.levelname == "INFO" and "refused: store down" in failed.getMessage()
+    caplog.clear()
+    elsewhere = {"partition": 2, "epoch": 5, "checkpoint": {"offset": 40, "uri": "s3://x/y"}}
+    result_of(RELEASE_CALL, ok(elsewhere), FENCE)
+    (warned,) = caplog.records
+    assert warned.levelname == "WARNING" and "'s3://x/y' fenced" in warned.getMessage()
