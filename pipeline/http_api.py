@@ -4,7 +4,7 @@ Each handler reads top-down: check who is asking, parse, act through hosting, th
 checkpoint schedule or the holdings, serialize; none of them holds partition logic.
 Invariant: every failed request answers the JSON error shape (`{"error", "message",
 "field"?}`) with its status and never a stack trace; bad input is a 400 naming the field;
-the leader's calls (host, release, checkpoint, warm, cut, build) need its call token,
+the leader's calls (host, release, checkpoint, warm, unwarm, cut, build) need its call token,
 compared in constant time, or get a 401.
 """
 
@@ -30,7 +30,7 @@ from shared.messages.common import STATUS_SCHEDULED, STATUS_UNAUTHORIZED, ErrorR
 from shared.messages.host import HOST_ROUTE, HostRequest
 from shared.messages.release import RELEASE_ROUTE, ReleaseRequest
 from shared.messages.rescale import BUILD_ROUTE, CUT_ROUTE, BuildRequest, CutRequest
-from shared.messages.warm import WARM_ROUTE, WarmRequest
+from shared.messages.warm import UNWARM_ROUTE, WARM_ROUTE, UnwarmReply, UnwarmRequest, WarmRequest
 from shared.tls import server_context
 
 __all__ = ["BODY_BYTES_MAX", "WorkerApi", "key_json"]
@@ -91,6 +91,7 @@ class WorkerApi:
         app.router.add_post(RELEASE_ROUTE, self.handle_release)
         app.router.add_post(CHECKPOINT_ROUTE, self.handle_checkpoint)
         app.router.add_post(WARM_ROUTE, self.handle_warm)
+        app.router.add_post(UNWARM_ROUTE, self.handle_unwarm)
         app.router.add_post(CUT_ROUTE, self.handle_cut)
         app.router.add_post(BUILD_ROUTE, self.handle_build)
         app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
@@ -169,6 +170,13 @@ class WorkerApi:
             raise UnavailableError("this worker does not warm partitions up", code="warm_refused")
         await self.hosting.learn_routing(call.partition, call.routing, call.checkpoint)
         return web.json_response((await self.hosting.warming.answer(call)).to_json())
+
+    async def handle_unwarm(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        call = UnwarmRequest.from_json(self._partition(request), await self._json(request))
+        warming = self.hosting.warming
+        reply = UnwarmReply(partition=call.partition, dropped=False)
+        return web.json_response((reply if warming is None else warming.unwarm(call)).to_json())
 
     async def handle_cut(self, request: web.Request) -> web.Response:
         self._authorize(request)

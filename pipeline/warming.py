@@ -27,7 +27,7 @@ from pipeline.settings import WARM_COPIES_MAX_DEFAULT, WARM_COPY_IDLE_S_DEFAULT
 from pipeline.state import PartitionState, merge_batch
 from shared.errors import RequestError, UnavailableError
 from shared.messages.common import STATUS_STALE
-from shared.messages.warm import WarmReply, WarmRequest
+from shared.messages.warm import UnwarmReply, UnwarmRequest, WarmReply, WarmRequest
 
 __all__ = ["WarmCopy", "Warming"]
 
@@ -197,6 +197,16 @@ class Warming:
             return copy
         self.stats["dropped"] += 1
         return None
+
+    def unwarm(self, call: UnwarmRequest) -> UnwarmReply:
+        """Drop the copy of `call.partition` if it is the one made for `call.migration_id`
+        (the move ended without a hand-off); another move's copy stays."""
+        copy = self.copies.get(call.partition)
+        if copy is None or copy.migration_id != call.migration_id:
+            return UnwarmReply(partition=call.partition, dropped=False)
+        log.info("dropping warm copy of partition %d: %s ended", call.partition, copy.migration_id)
+        self._drop(call.partition, copy)
+        return UnwarmReply(partition=call.partition, dropped=True)
 
     def expire(self) -> None:
         limit = time.monotonic() - self.idle_s

@@ -3,9 +3,10 @@ calls through `shared/messages/`, as a real worker does), computes nothing.
 
 Run as `python -m testkit.scripted_worker --coordinator URL ... --worker-id W --port P`.
 It registers (following redirects), heartbeats with its gates' epochs and offsets, obeys
-host / release / checkpoint / warm calls (verifying the coordinator's bearer token), and exposes
-`GET /test/state` (gates and a log of every call), `POST /test/heartbeats {"enabled"}` (so
-a test can make it fall silent without killing it), `POST /test/release-uri {"uri"}` (name
+host / release / checkpoint / warm / unwarm calls (verifying the coordinator's bearer
+token), and exposes `GET /test/state` (gates and a log of every call), `POST
+/test/heartbeats {"enabled"}` (so a test can make it fall silent without killing it), `POST
+/test/release-uri {"uri"}` (name
 this object in release replies, as a compromised worker could), `POST /test/refuse-release
 {"refuse"}` (answer release calls 503, as a worker whose store is down) and `POST /test/progress
 {"lag_records", "failing": {p: error}, "rate"}` (heartbeats then report a source log that far
@@ -69,7 +70,14 @@ from shared.messages.session import (
     PartitionReport,
     RegisterRequest,
 )
-from shared.messages.warm import WARM_ROUTE, WarmReply, WarmRequest
+from shared.messages.warm import (
+    UNWARM_ROUTE,
+    WARM_ROUTE,
+    UnwarmReply,
+    UnwarmRequest,
+    WarmReply,
+    WarmRequest,
+)
 from shared.tls import server_context
 
 log = logging.getLogger("scripted_worker")
@@ -267,6 +275,18 @@ class ScriptedWorker:
         reply = WarmReply(partition=p, loaded=not self.warm_hold, offset=offset, head=offset)
         return web.json_response(reply.to_json())
 
+    async def unwarm(self, request: web.Request) -> web.Response:
+        if not self.authorized(request):
+            return error_response(STATUS_UNAUTHORIZED, "unauthorized", "bad token")
+        try:
+            call = UnwarmRequest.from_json(int(request.match_info["p"]), await request.json())
+        except InvalidCallBody as exc:
+            return invalid_response(exc)
+        p = call.partition
+        self.calls.append({"call": "unwarm", "partition": p, "migration_id": call.migration_id})
+        # Its warm copies are only ever answered, never kept: there is none to drop.
+        return web.json_response(UnwarmReply(partition=p, dropped=False).to_json())
+
     async def cut(self, request: web.Request) -> web.Response:
         if not self.authorized(request):
             return error_response(STATUS_UNAUTHORIZED, "unauthorized", "bad token")
@@ -408,6 +428,7 @@ async def main(args: argparse.Namespace) -> None:
     app.router.add_post(RELEASE_ROUTE, w.release)
     app.router.add_post(CHECKPOINT_ROUTE, w.checkpoint)
     app.router.add_post(WARM_ROUTE, w.warm)
+    app.router.add_post(UNWARM_ROUTE, w.unwarm)
     app.router.add_post(CUT_ROUTE, w.cut)
     app.router.add_post(BUILD_ROUTE, w.build)
     app.router.add_get("/test/state", w.state)

@@ -1,5 +1,6 @@
 """Which calls the leader makes to workers in a planning round: release a migration's source,
-host a partition on its owner, ask a warming target how far it is, ask for a checkpoint.
+host a partition on its owner, ask a warming target how far it is, tell a target whose warm
+move ended without a hand-off to drop its copy, ask for a checkpoint.
 
 Owns the set of calls in flight (one per call key; at most `calls_max`): a call is claimed
 before it goes out and freed by the planner when its result is in, so no call is made twice
@@ -19,6 +20,7 @@ from coordinator.core.effects import (
     CheckpointCall,
     HostCall,
     ReleaseCall,
+    UnwarmCall,
     WarmCall,
     WorkerCall,
     call_key,
@@ -63,6 +65,9 @@ class CallPlans:
         self.rounds = rounds
         self.rng = rng
         self.in_flight: set[tuple[str, object]] = set()
+        # The warm calls of this leadership's warm moves still in flight, by migration: the
+        # targets that may hold a copy to drop when the move ends without a hand-off.
+        self.warmed: dict[MigrationId, WarmCall] = {}
 
     def _paused(self, worker_id: str, now_ms: int) -> bool:
         return self.detector.status(worker_id, now_ms) is not Liveness.ALIVE
@@ -167,6 +172,41 @@ class CallPlans:
             if self.claim(call):
                 out.append(call)
                 room -= 1
+                self.warmed[x.migration_id] = call
+        return out
+
+    def unwarm_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:
+        """Tell the target of each warm move that left flight without handing the partition
+        to it (aborted, or its source or target failed) to drop its copy, once: a copy the
+        call misses idles out on the worker anyway."""
+        out: list[WorkerCall] = []
+        in_flight = {x.migration_id for x in state.in_flight_migrations()}
+        for mid, warm in list(self.warmed.items()):
+            if mid in in_flight:
+                continue
+            p = warm.partition
+            handed = p < len(state.partitions) and state.partitions[p].owner == warm.worker_id
+            target = state.workers.get(warm.worker_id)
+            if (
+                handed  # the target hosts it: its host call took the copy or dropped it
+                or target is None
+                or target.state is not WorkerState.ACTIVE
+                or target.incarnation != warm.incarnation  # a new process holds no copy
+            ):
+                del self.warmed[mid]
+                continue
+            if self._paused(warm.worker_id, now):
+                continue
+            call = UnwarmCall(
+                migration_id=mid,
+                partition=p,
+                worker_id=warm.worker_id,
+                address=target.address,
+                incarnation=target.incarnation,
+            )
+            if self.claim(call):
+                del self.warmed[mid]
+                out.append(call)
         return out
 
     def checkpoint_calls(self, state: ClusterState, now: int) -> list[WorkerCall]:

@@ -27,7 +27,7 @@ from shared.messages.common import Answer, ErrorReply, Fence, Outcome, SentCheck
 from shared.messages.host import HostRequest
 from shared.messages.release import ReleaseReply, ReleaseRequest
 from shared.messages.rescale import BuildReply, BuildRequest, CutCheckpoint, CutReply, CutRequest
-from shared.messages.warm import WarmReply, WarmRequest
+from shared.messages.warm import UnwarmRequest, WarmReply, WarmRequest
 
 __all__ = [
     "Batch",
@@ -43,6 +43,8 @@ __all__ = [
     "ReleaseCall",
     "ReleaseDone",
     "ReleaseOutcome",
+    "UnwarmCall",
+    "UnwarmDone",
     "WarmCall",
     "WarmDone",
     "WorkerCall",
@@ -183,6 +185,25 @@ class WarmCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UnwarmCall:
+    """Tell the target of a migration that ended without a hand-off to drop the warm copy it
+    made for it; without the call the copy follows the source log until it idles out."""
+
+    migration_id: MigrationId
+    partition: PartitionId
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+
+    def request(self, *, warm_hold_s: float) -> UnwarmRequest:
+        return UnwarmRequest(partition=self.partition, migration_id=self.migration_id)
+
+    def result(self, answer: Answer, fence: Fence) -> UnwarmDone:
+        ok = answer.outcome is Outcome.OK
+        return UnwarmDone(call=self, ok=ok, note="" if ok else _failure(answer))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CutCall:
     """Ask old partition `partition`'s owner at `epoch` to seal it and checkpoint at its cut
     (or whether it has): generation `generation` ends, the next has `partitions`."""
@@ -257,7 +278,7 @@ class BuildCall:
         return BuildDone(call=self, ok=True, done=reply.done, checkpoints=built)
 
 
-WorkerCall = HostCall | ReleaseCall | CheckpointCall | WarmCall | CutCall | BuildCall
+WorkerCall = HostCall | ReleaseCall | CheckpointCall | WarmCall | UnwarmCall | CutCall | BuildCall
 
 
 # --- results of worker calls (what the executor feeds back) ---------------------------------
@@ -312,6 +333,14 @@ class WarmDone:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UnwarmDone:
+    # Either way the call is over: a copy left behind idles out on the worker.
+    call: UnwarmCall
+    ok: bool
+    note: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CutDone:
     call: CutCall
     # 200 with done: the checkpoint at exactly the cut is written (`offset`, `uri`); 200
@@ -334,7 +363,7 @@ class BuildDone:
     fenced: str = field(default="", compare=False)
 
 
-WorkerResult = HostDone | ReleaseDone | CheckpointDone | WarmDone | CutDone | BuildDone
+WorkerResult = HostDone | ReleaseDone | CheckpointDone | WarmDone | UnwarmDone | CutDone | BuildDone
 
 
 class CommitOutcome(Enum):
@@ -359,6 +388,8 @@ def call_key(call: WorkerCall) -> tuple[str, object]:
         return ("release", call.migration_id)
     if isinstance(call, WarmCall):
         return ("warm", call.migration_id)
+    if isinstance(call, UnwarmCall):
+        return ("unwarm", call.migration_id)
     if isinstance(call, CutCall):
         return ("cut", call.partition)
     if isinstance(call, BuildCall):

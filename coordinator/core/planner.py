@@ -90,6 +90,7 @@ from coordinator.core.effects import (
     HostDone,
     ReleaseDone,
     ReleaseOutcome,
+    UnwarmDone,
     WarmDone,
     WorkerResult,
     call_key,
@@ -324,6 +325,8 @@ class Planner:
         elif isinstance(result, WarmDone):
             self.in_flight.discard(key)
             self.warmups.observe(result, now_ms)
+        elif isinstance(result, UnwarmDone):
+            self.in_flight.discard(key)  # asked once: a copy left behind idles out
         elif isinstance(result, CutDone):
             c = result.call
             if not (result.ok and result.done and result.uri):
@@ -448,6 +451,7 @@ class Planner:
             *self.calls.release_calls(state, now_ms),
             *self.calls.host_calls(state, now_ms),
             *self.calls.warm_calls(state, now_ms),
+            *self.calls.unwarm_calls(state, now_ms),
             *self.rescales.calls(
                 state,
                 now_ms,

@@ -5,6 +5,13 @@ source log read-only, so the hand-off pauses the partition for a step, not a rep
                                    | null, routing?, hold_s?}
     -> 200 WarmReply {partition, loaded, offset, head}; 409 the worker hosts the partition,
        503 it cannot warm it up (the move goes cold)
+
+The unwarm call: the move a warm copy was made for ended without a hand-off (aborted), so
+the target drops the copy now instead of following the source log until it idles out.
+
+    POST /v1/partitions/{p}/unwarm   UnwarmRequest {migration_id}
+    -> 200 UnwarmReply {partition, dropped}; dropped is false when no copy of p for that
+       migration was here (never made, idled out, taken by a host call, or another move's)
 """
 
 from __future__ import annotations
@@ -21,12 +28,31 @@ from shared.messages.common import (
     with_routing,
 )
 
-__all__ = ["MIGRATION_ID_LEN_MAX", "WARM_HOLD_S_MAX", "WARM_ROUTE", "WarmReply", "WarmRequest"]
+__all__ = [
+    "MIGRATION_ID_LEN_MAX",
+    "UNWARM_ROUTE",
+    "WARM_HOLD_S_MAX",
+    "WARM_ROUTE",
+    "UnwarmReply",
+    "UnwarmRequest",
+    "WarmReply",
+    "WarmRequest",
+]
 
 WARM_ROUTE = "/v1/partitions/{p}/warm"
+UNWARM_ROUTE = "/v1/partitions/{p}/unwarm"
 MIGRATION_ID_LEN_MAX = 64
 # The longest a warm call may ask the worker to hold its answer for the copy's next step.
 WARM_HOLD_S_MAX = 10.0
+
+
+def _migration_id(fields: dict[str, object]) -> str:
+    mid = fields.get("migration_id")
+    if not isinstance(mid, str) or not 1 <= len(mid) <= MIGRATION_ID_LEN_MAX:
+        raise InvalidCallBody(
+            f"migration_id must be a string of 1..{MIGRATION_ID_LEN_MAX} chars", "migration_id"
+        )
+    return mid
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,12 +87,7 @@ class WarmRequest:
     @classmethod
     def from_json(cls, partition: int, body: object) -> WarmRequest:
         fields = fields_of(body)
-        mid = fields.get("migration_id")
-        if not isinstance(mid, str) or not 1 <= len(mid) <= MIGRATION_ID_LEN_MAX:
-            raise InvalidCallBody(
-                f"migration_id must be a string of 1..{MIGRATION_ID_LEN_MAX} chars",
-                "migration_id",
-            )
+        mid = _migration_id(fields)
         ck = fields.get("checkpoint")
         hold = fields.get("hold_s", 0.0)
         if (
@@ -111,3 +132,31 @@ class WarmReply:
         if is_int(p) and isinstance(loaded, bool) and is_int(offset) and is_int(head):
             return WarmReply(partition=p, loaded=loaded, offset=offset, head=head)
         return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnwarmRequest:
+    """Drop the warm copy of `partition` made for migration `migration_id`, if it is here."""
+
+    partition: int  # in the path, not the body
+    migration_id: str
+
+    @property
+    def path(self) -> str:
+        return UNWARM_ROUTE.format(p=self.partition)
+
+    def to_json(self) -> JsonObject:
+        return {"migration_id": self.migration_id}
+
+    @classmethod
+    def from_json(cls, partition: int, body: object) -> UnwarmRequest:
+        return cls(partition=partition, migration_id=_migration_id(fields_of(body)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnwarmReply:
+    partition: int
+    dropped: bool  # a copy for that migration was here and is gone now
+
+    def to_json(self) -> JsonObject:
+        return {"partition": self.partition, "dropped": self.dropped}

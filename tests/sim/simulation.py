@@ -107,7 +107,7 @@ from shared.messages.common import Answer, ErrorReply, Fence, Outcome, WorkerRep
 from shared.messages.host import HostReply, HostRequest
 from shared.messages.release import ReleasedCheckpoint, ReleaseReply, ReleaseRequest
 from shared.messages.rescale import BuildReply, BuildRequest, BuiltCheckpoint, CutReply, CutRequest
-from shared.messages.warm import WarmReply, WarmRequest
+from shared.messages.warm import UnwarmReply, UnwarmRequest, WarmReply, WarmRequest
 from tests.sim.balance_check import ShadowLoads, round_violations
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
@@ -766,7 +766,7 @@ class Simulation:
         # starts (None: nothing new). Replication packs such a run into ONE batch entry, as
         # replication/log.py does with proposals that queue while an entry is in flight.
         self.unsent_from: int | None = None
-        self.stats |= {"warm_starts": 0, "warm_answers": 0}
+        self.stats |= {"warm_starts": 0, "warm_answers": 0, "unwarms": 0}
         # The source log's seals, (generation, partition) -> the cut: create-only.
         self.seals: dict[tuple[int, int], int] = {}
         # (generation, partition) -> the furthest offset any gate has read or opened at.
@@ -1130,6 +1130,13 @@ class Simulation:
                 self.answer(
                     w, b, Outcome.OK, WarmReply(partition=p, loaded=False, offset=0, head=0)
                 )
+        elif kind == "unwarm":
+            unwarm = UnwarmRequest.from_json(b["partition"], b["request"])
+            dropped = unwarm.migration_id in w.warm
+            w.warm.discard(unwarm.migration_id)
+            self.stats["unwarms"] += 1
+            reply_unwarm = UnwarmReply(partition=unwarm.partition, dropped=dropped)
+            self.answer(w, b, Outcome.OK, reply_unwarm)
         elif kind == "cut":
             # The seal is the source log's, shared by every worker: the first cut call of
             # (generation, p) seals it at the log's end, a later one finds it. The sim's log has

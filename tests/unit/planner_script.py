@@ -33,6 +33,7 @@ Directives:
   host-fail p=<p> [code=c]  ... answered an error (the worker's code, say checkpoint_unavailable)
   release <id> ok [offset=<n>] | refused | failed     the outstanding release call's answer
   checkpoint <w> ok|fail    the outstanding checkpoint call's answer
+  unwarm <id> ok|fail       the outstanding unwarm call's answer (the copy dropped, or not)
   warm <id> loading | at offset=<n> head=<n> | refused | silent
                             the outstanding warm call's answer: 200 loading, 200 with the
                             warm copy's position, an error code, or no answer at all
@@ -98,6 +99,7 @@ from coordinator.core.effects import (
     CutCall,
     HostCall,
     ReleaseCall,
+    UnwarmCall,
     WarmCall,
     WorkerCall,
     WorkerResult,
@@ -118,7 +120,7 @@ from shared.messages.common import Answer, ErrorReply, Fence, JsonObject, Outcom
 from shared.messages.host import HostReply
 from shared.messages.release import ReleasedCheckpoint, ReleaseReply
 from shared.messages.rescale import BuildReply, BuiltCheckpoint, CutReply
-from shared.messages.warm import WarmReply
+from shared.messages.warm import UnwarmReply, WarmReply
 
 # The scenarios name checkpoints by short URIs, so no reply's checkpoint is fenced here; the
 # fence itself is tests/unit/test_call_results.py's.
@@ -220,6 +222,8 @@ def fmt_call(call: WorkerCall) -> str:
     if isinstance(call, WarmCall):
         ck = "none" if call.checkpoint is None else str(call.checkpoint.offset)
         return f"call warm {call.migration_id} p{call.partition} {call.worker_id} ck={ck}"
+    if isinstance(call, UnwarmCall):
+        return f"call unwarm {call.migration_id} p{call.partition} {call.worker_id}"
     if isinstance(call, CutCall):
         return (
             f"call cut p{call.partition} e{call.epoch} {call.worker_id} "
@@ -491,6 +495,16 @@ class Harness:
             self.refused(call, "warm_refused")
         else:
             self.answer(call, Outcome.UNREACHABLE)
+        return []
+
+    def do_unwarm(self, args: list[str], _kv: dict[str, str]) -> list[str]:
+        mid, answer = args[0], args[1]
+        call = self.find(UnwarmCall, lambda c: isinstance(c, UnwarmCall) and c.migration_id == mid)
+        assert isinstance(call, UnwarmCall)
+        if answer == "ok":
+            self.ok(call, UnwarmReply(partition=call.partition, dropped=True))
+        else:
+            self.refused(call)
         return []
 
     def do_checkpoint(self, args: list[str], _kv: dict[str, str]) -> list[str]:

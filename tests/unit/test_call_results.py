@@ -21,6 +21,8 @@ from coordinator.core.effects import (
     ReleaseCall,
     ReleaseDone,
     ReleaseOutcome,
+    UnwarmCall,
+    UnwarmDone,
     WarmCall,
     WarmDone,
 )
@@ -38,7 +40,7 @@ from shared.messages.host import HostRequest
 from shared.messages.release import ReleasedCheckpoint, ReleaseReply, ReleaseRequest
 from shared.messages.rescale import BuildReply, BuildRequest, CutCheckpoint, CutReply, CutRequest
 from shared.messages.rescale import BuiltCheckpoint as BuiltCheckpointSent
-from shared.messages.warm import WarmReply, WarmRequest
+from shared.messages.warm import UnwarmReply, UnwarmRequest, WarmReply, WarmRequest
 
 STORE = "s3://bucket/cp"
 FENCE = store_fence(STORE)
@@ -234,3 +236,18 @@ def test_a_failed_call_is_logged_and_a_fenced_checkpoint_warned_of(
     result_of(RELEASE_CALL, ok(elsewhere), FENCE)
     (warned,) = caplog.records
     assert warned.levelname == "WARNING" and "'s3://x/y' fenced" in warned.getMessage()
+
+
+def test_an_unwarm_call_and_its_answer() -> None:
+    call = UnwarmCall(
+        migration_id=MigrationId("m-1"),
+        partition=PartitionId(2),
+        worker_id=WorkerId("w2"),
+        address="http://w2",
+        incarnation=1,
+    )
+    assert request_of(call, warm_hold_s=1.0) == UnwarmRequest(partition=2, migration_id="m-1")
+    dropped = UnwarmReply(partition=2, dropped=True).to_json()
+    assert result_of(call, ok(dropped), FENCE) == UnwarmDone(call=call, ok=True)
+    silent = Answer(outcome=Outcome.UNREACHABLE, body={})
+    assert result_of(call, silent, FENCE) == UnwarmDone(call=call, ok=False)

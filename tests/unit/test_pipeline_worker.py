@@ -192,3 +192,34 @@ async def test_a_malformed_release_body_is_refused_naming_the_field(tmp_path: Pa
             assert worker.holdings.gates.admits(2, 1) and worker.parts.get(2) is rt
     finally:
         await worker.client.close()
+
+
+async def test_an_unwarm_call_drops_only_its_own_moves_copy(tmp_path: Path) -> None:
+    """The leader's unwarm call: the copy made for that migration is dropped at once; a copy
+    of the partition made for another move stays, and the call needs the call token."""
+    worker = Worker(offline_settings(tmp_path, "w4"), SwitchedStore(tmp_path / "store"))
+    worker.call_token, worker.total_partitions = TOKEN, 8
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    warming = worker.hosting.warming
+    assert warming is not None
+    try:
+        async with TestClient(TestServer(worker.app())) as client:
+            r = await client.post(
+                "/v1/partitions/3/warm",
+                json={"migration_id": "m-1", "checkpoint": None},
+                headers=auth,
+            )
+            assert r.status == 200, await r.text()
+            unwarm = "/v1/partitions/3/unwarm"
+            r = await client.post(unwarm, json={"migration_id": "m-1"})
+            assert r.status == 401 and 3 in warming.copies
+            r = await client.post(unwarm, json={"migration_id": "m-2"}, headers=auth)
+            assert await r.json() == {"partition": 3, "dropped": False}
+            assert warming.copies[3].migration_id == "m-1"
+            r = await client.post(unwarm, json={"migration_id": "m-1"}, headers=auth)
+            assert await r.json() == {"partition": 3, "dropped": True}
+            assert 3 not in warming.copies
+            r = await client.post(unwarm, json={"migration_id": 1}, headers=auth)
+            assert r.status == 400 and (await r.json())["field"] == "migration_id"
+    finally:
+        await worker.client.close()

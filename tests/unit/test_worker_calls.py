@@ -19,7 +19,7 @@ from shared.messages.common import (
 )
 from shared.messages.host import HostReply, HostRequest
 from shared.messages.release import ReleasedCheckpoint, ReleaseReply, ReleaseRequest
-from shared.messages.warm import WarmRequest
+from shared.messages.warm import UnwarmReply, UnwarmRequest, WarmRequest
 
 EPOCHS = st.integers(1, EPOCH_MAX)
 OFFSETS = st.integers(0, 2**63 - 1)
@@ -169,3 +169,15 @@ def test_a_bad_hold_is_refused_naming_it(hold: object) -> None:
     with pytest.raises(InvalidCallBody) as info:
         WarmRequest.from_json(1, {"migration_id": "m", "hold_s": hold})
     assert info.value.status == 400 and info.value.field == "hold_s"
+
+
+def test_the_unwarm_call_on_the_wire() -> None:
+    call = UnwarmRequest(partition=2, migration_id="m-1")
+    assert call.path == "/v1/partitions/2/unwarm"
+    assert call.to_json() == {"migration_id": "m-1"}
+    assert UnwarmRequest.from_json(2, call.to_json()) == call
+    assert UnwarmReply(partition=2, dropped=True).to_json() == {"partition": 2, "dropped": True}
+    for body in ({}, {"migration_id": ""}, {"migration_id": 7}, {"migration_id": "m" * 65}):
+        with pytest.raises(InvalidCallBody) as info:
+            UnwarmRequest.from_json(2, body)
+        assert info.value.field == "migration_id"
