@@ -7,6 +7,7 @@ once: one module per family, with its paths, bodies, replies and limits.
     release      POST /v1/partitions/{p}/release   ReleaseRequest -> ReleaseReply
     checkpoint   POST /v1/checkpoint               CheckpointRequest -> 202 CheckpointReply
     warm         POST /v1/partitions/{p}/warm      WarmRequest -> WarmReply
+                 POST /v1/partitions/{p}/unwarm    UnwarmRequest -> UnwarmReply
     rescale      POST /v1/partitions/{p}/cut, POST /v1/rescale/build
                                                    CutRequest -> CutReply,
                                                    BuildRequest -> BuildReply
