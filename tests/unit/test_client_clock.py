@@ -61,12 +61,8 @@ class Coordinator:
 @pytest.fixture
 async def coordinator() -> AsyncIterator[tuple[Coordinator, str]]:
     fake = Coordinator()
-    server = TestServer(fake.app(), host="127.0.0.1")
-    await server.start_server()
-    try:
+    async with TestServer(fake.app(), host="127.0.0.1") as server:
         yield fake, str(server.make_url("")).rstrip("/")
-    finally:
-        await server.close()
 
 
 async def test_retries_end_at_the_deadline_on_the_given_clock(
