@@ -5,7 +5,8 @@ timeouts read `monotonic_ms`; `wall_ms` is only stamped into commands and shown 
 never compared with another reading to decide anything. A wall-clock step (NTP, an operator)
 therefore moves no lease and no liveness verdict. The real clock is `shared.system_clock`;
 this module reads none, so the pure core may import it. Code that counts in seconds reads
-`monotonic_s(clock)`, the same reading as a float.
+`monotonic_s(clock)`, the same reading as a float. Product code reads the time through a
+`Clock` only, but for the few exceptions `tests/unit/test_clock_reads.py` names.
 """
 
 from __future__ import annotations
