@@ -248,13 +248,13 @@ class ClusterConfig:
     raft_unauthenticated_connections_max: int = rs.UNAUTHENTICATED_MAX_DEFAULT
     # The lowest Raft transport version this node talks at (2 or 3). 2 lets a node of the
     # previous release in during a rolling upgrade; raise it to 3 once every node runs this
-    # one (docs/operations.md#upgrading).
+    # one (docs/runbooks/rolling-upgrade.md).
     raft_transport_version_min: int = 2
     # The highest (2 or 3): 2 makes this node speak exactly as a node of the previous release
     # (a plain version-2 handshake), for upgrade drills and tests; set for one node
     # (RIPPLE_RAFT_TRANSPORT_VERSION_MAX, --raft-transport-version-max).
     raft_transport_version_max: int = 3
-    # Online membership changes (docs/operations.md#replace-a-node): how long a new node may
+    # Online membership changes (docs/runbooks/replace-a-node.md): how long a new node may
     # take to catch up with the leader's log before its addition is given up.
     membership_catch_up_timeout_s: float = 120.0
     # Group commit (replication/group_commit.py, docs/operations.md): how many commands and
