@@ -400,8 +400,8 @@ def _number(value: Any) -> str:
 
 
 def bench_table(name: str, root: Path = ROOT) -> str:
-    """A benchmark's committed result as Markdown: the run's facts, then one table per set
-    of fields its rows share (rows of one kind have the same fields)."""
+    """A benchmark's committed result as Markdown: the run's facts, then one table per kind
+    of case (the part of its name before a `/`), a column per field any of them has."""
     record = json.loads((root / RESULTS_DIR / f"{name}.json").read_text(encoding="utf-8"))
     dirty = ", uncommitted changes" if record["dirty"] else ""
     out = [
@@ -410,14 +410,15 @@ def bench_table(name: str, root: Path = ROOT) -> str:
         f"{record['load_1m']} at its start, {record['seconds']} s.",
     ]
     rows: dict[str, dict[str, Any]] = record["rows"]
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for case, fields in rows.items():
-        groups.setdefault(tuple(sorted(fields)), []).append(case)
-    for columns, cases in groups.items():
+    groups: dict[str, list[str]] = {}
+    for case in rows:
+        groups.setdefault(case.split("/", 1)[0] if "/" in case else "", []).append(case)
+    for cases in groups.values():
+        columns = sorted({field for case in cases for field in rows[case]})
         out += ["", "| case | " + " | ".join(columns) + " |"]
         out.append("|---" * (len(columns) + 1) + "|")
         for case in cases:
-            cells = " | ".join(_number(rows[case][c]) for c in columns)
+            cells = " | ".join(_number(rows[case].get(c, "-")) for c in columns)
             out.append(f"| `{case}` | {cells} |")
     return "\n".join(out)
 

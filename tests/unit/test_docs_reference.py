@@ -78,12 +78,17 @@ def test_a_bench_table_is_its_result_file(tmp_path: Path) -> None:
         "load_1m": 0.5,
         "quick": False,
         "seconds": 12.0,
-        "rows": {"a": {"ops_per_s": 1234.5, "p99_ms": 0.4567}, "cost": {"cpu_s": 3.0}},
+        "rows": {
+            "a/x": {"ops_per_s": 1234.5, "p99_ms": 0.4567},
+            "a/y": {"ops_per_s": 10.0},
+            "cost/x": {"cpu_s": 3.0},
+        },
     }
     (results / "b.json").write_text(json.dumps(record))
     page = "# B\n<!-- results: b -->\nstale\n<!-- end results -->\nafter\n"
     text = ref.with_bench_tables(page, tmp_path)
     assert "stale" not in text and text.endswith("<!-- end results -->\nafter\n")
-    assert "| `a` | 1,234 | 0.457 |" in text  # ops_per_s, p99_ms: sorted columns
-    assert "| `cost` | 3 |" in text
+    assert "| `a/x` | 1,234 | 0.457 |" in text  # ops_per_s, p99_ms: sorted columns
+    assert "| `a/y` | 10 | - |" in text
+    assert "| case | cpu_s |\n|---|---|\n| `cost/x` | 3 |" in text
     assert ref.with_bench_tables(text, tmp_path) == text
