@@ -129,6 +129,7 @@ class ClusterConfig:
     # No partition is assigned until this many workers are ACTIVE.
     min_cluster_size: int = 1
     # The `_UNSET` timings are derived from heartbeat_timeout_s in __post_init__.
+
     # How often a worker heartbeats (told to workers at registration).
     heartbeat_interval_s: float = _UNSET
     # A worker silent this long is SUSPECTED: calls to it pause and placement gives it nothing new.
@@ -220,6 +221,7 @@ class ClusterConfig:
     # answer for up to half of it (at most 10 s).
     worker_call_timeout_s: float = 5.0
     # Raft's timing and log compaction: replication/settings.py's defaults, in one place.
+
     # pysyncobj's raftMinTimeout: the election timeout's lower bound.
     raft_min_timeout_s: float = rs.RAFT_MIN_TIMEOUT_S_DEFAULT
     # pysyncobj's raftMaxTimeout: the election timeout's upper bound.

@@ -109,7 +109,11 @@ def _cell(text: str) -> str:
 
 
 def _described(cls: type, names: Iterable[str]) -> dict[str, str]:
-    helps = field_help(cls)
+    """Each of `names` -> its help, from the class that declares it (`cls` or a base)."""
+    helps: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            helps.update({k: v for k, v in field_help(klass).items() if v or k not in helps})
     missing = [n for n in names if not helps.get(n)]
     if missing:
         where = f"{cls.__module__}.{cls.__qualname__}"

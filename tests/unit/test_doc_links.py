@@ -165,6 +165,14 @@ def test_every_pointer_from_the_code_into_the_docs_resolves() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_the_index_names_every_page() -> None:
+    index = ROOT / "docs" / "README.md"
+    linked = {(index.parent / t.partition("#")[0]).resolve() for _, t in links(index)}
+    pages = {p.resolve() for p in PAGES if p.is_relative_to(ROOT / "docs") and p != index}
+    missing = sorted(str(p.relative_to(ROOT)) for p in pages - linked)
+    assert not missing, f"docs/README.md does not name {missing}"
+
+
 def test_the_operators_page_stays_short() -> None:
     # What an operator needs in front of them; procedures and references live on their own
     # pages (runbooks/, reference/), which is what keeps this one readable.

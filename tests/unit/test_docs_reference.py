@@ -55,6 +55,15 @@ def test_a_setting_without_a_comment_is_refused() -> None:
     with pytest.raises(ref.UndocumentedError, match="retries_max"):
         ref._described(Settings, ["wait_s", "retries_max"])
 
+    @dataclass
+    class More(Settings):
+        # How many at once.
+        width_max: int = 2
+
+    # A field declared on a base keeps the comment written there.
+    helps = ref._described(More, ["wait_s", "width_max"])
+    assert helps["wait_s"] == "How long to wait." and helps["width_max"] == "How many at once."
+
 
 def test_a_metric_without_help_is_refused(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
