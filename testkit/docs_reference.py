@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import importlib
 import inspect
 import io
@@ -277,8 +278,11 @@ def _text(node: ast.expr | None) -> str | None:
 
 
 def _module_metrics(module: str, path: Path) -> list[MetricDoc]:
-    out = []
-    for call in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    out: list[MetricDoc] = []
+    source = path.read_text(encoding="utf-8")
+    if "ripple_" not in source:
+        return out  # names no family: no parse (most modules)
+    for call in ast.walk(ast.parse(source)):
         if not isinstance(call, ast.Call) or not call.args:
             continue
         func = call.func
@@ -340,7 +344,8 @@ def _modules(package: str) -> Iterable[tuple[str, Path]]:
         yield ".".join(rel.parts).removesuffix(".__init__"), path
 
 
-def metrics() -> list[MetricDoc]:
+@functools.cache  # a parse of every product module: once per process
+def metrics() -> tuple[MetricDoc, ...]:
     """Every metric family the product code defines, by module, then name."""
     found: dict[str, MetricDoc] = {}
     for package in METRIC_PACKAGES:
@@ -351,7 +356,7 @@ def metrics() -> list[MetricDoc]:
                         f"{doc.name} defined twice: {doc.module}, {found[doc.name].module}"
                     )
                 found[doc.name] = doc
-    return sorted(found.values(), key=lambda d: (d.module, d.name))
+    return tuple(sorted(found.values(), key=lambda d: (d.module, d.name)))
 
 
 def metrics_page() -> str:

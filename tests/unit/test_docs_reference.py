@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,28 @@ def test_a_bench_table_is_its_result_file(tmp_path: Path) -> None:
     assert "| `a/y` | 10 | - |" in text
     assert "| case | cpu_s |\n|---|---|\n| `cost/x` | 3 |" in text
     assert ref.with_bench_tables(text, tmp_path) == text
+
+
+async def test_what_a_worker_and_a_bare_coordinator_export_is_on_the_page(
+    tmp_path: Path,
+) -> None:
+    """The scan is static; these are real registries (a worker's, and a coordinator's before
+    any node is attached: its event counters), so a family the scan cannot see fails here
+    before it fails test_metrics's clusters."""
+    from coordinator.service.metrics import Metrics
+    from pipeline.store import LocalStore
+    from pipeline.worker import Worker
+    from testkit.prom import parse
+    from tests.unit.test_pipeline_worker import offline_settings
+
+    documented = {m.name for m in ref.metrics()}
+    worker = Worker(offline_settings(tmp_path, "w1"), LocalStore(str(tmp_path / "store")))
+    try:
+        coordinator = Metrics()
+        coordinator.redirects.inc()
+        for text in (worker.metrics.render(), coordinator.render()):
+            families = {name for name, _ in parse(text.decode())}
+            families = {re.sub(r"_created$", "_total", name) for name in families}
+            assert families and families <= documented, families - documented
+    finally:
+        await worker.client.close()
