@@ -173,6 +173,18 @@ def test_the_index_names_every_page() -> None:
     assert not missing, f"docs/README.md does not name {missing}"
 
 
+RUNBOOKS = sorted((ROOT / "docs" / "runbooks").glob("*.md"))
+
+
+@pytest.mark.parametrize("page", RUNBOOKS, ids=lambda p: p.name)
+def test_a_runbook_says_when_what_to_run_and_how_to_check(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# "), "a title first"
+    assert "**When:**" in text.split("\n## ", 1)[0], "when to use it, before the steps"
+    assert re.search(r"^ *```(sh|yaml|ini)$", text, re.M), "the steps as commands"
+    assert "\n## Check it worked\n" in text, "how to check it worked"
+
+
 def test_the_operators_page_stays_short() -> None:
     # What an operator needs in front of them; procedures and references live on their own
     # pages (runbooks/, reference/), which is what keeps this one readable.
