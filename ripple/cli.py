@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="URL",
         help="a new node: URL of a running node of the cluster to join (repeatable); then "
-        "add it with `ripple nodes add` (docs/operations.md#add-capacity)",
+        "add it with `ripple nodes add` (docs/runbooks/add-a-node.md)",
     )
     c.add_argument("--raft", metavar="HOST:PORT", help="with --join: the Raft address others dial")
     c.add_argument("--http", metavar="HOST:PORT", help="with --join: the HTTP address to serve")

@@ -113,7 +113,7 @@ async def _wait_done(
 
 
 def add_rescale_parser(sub: Any, client_args: Any) -> None:
-    r = sub.add_parser("rescale", help="admin: change the partition count (docs/operations.md)")
+    r = sub.add_parser("rescale", help="admin: change the partition count (docs/runbooks/)")
     client_args(r)
     r.add_argument("--partitions", type=int, required=True, metavar="M")
     r.add_argument("--dry-run", action="store_true", help="say what it costs; change nothing")

@@ -1,7 +1,7 @@
 """`ripple restore` and `ripple recover`: a NEW cluster's data directories, made from a backup
 file or from the data directory of the one survivor of a lost majority.
 
-Owns making them (docs/operations.md, "Restoring" and "Recovering from a lost majority").
+Owns making them (docs/runbooks/restore.md and docs/runbooks/lost-majority.md).
 Every check comes first: the backup's magic, header, length and checksum, or the survivor's
 dump and journal applied to a fresh machine; this release speaks the state's command set; no
 node of the cluster file has a data directory yet. Then the state is fenced from the old
