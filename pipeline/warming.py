@@ -26,7 +26,7 @@ from pipeline.holdings import Holdings
 from pipeline.settings import WARM_COPIES_MAX_DEFAULT, WARM_COPY_IDLE_S_DEFAULT
 from pipeline.state import PartitionState, merge_batch
 from shared.errors import RequestError, UnavailableError
-from shared.worker_calls import STATUS_STALE, WarmReply, WarmRequest
+from shared.worker_calls import WarmReply, WarmRequest
 
 __all__ = ["WarmCopy", "Warming"]
 
@@ -90,7 +90,7 @@ class Warming:
         if self.holdings.stopping:
             raise UnavailableError("the worker is stopping to restart", code="stopping")
         if p in self.holdings.parts:
-            raise RequestError(f"partition {p} is hosted here", code="hosted", status=STATUS_STALE)
+            raise RequestError(f"partition {p} is hosted here", code="hosted")
         self.expire()
         copy = self.copies.get(p)
         if copy is not None and copy.failed:

@@ -20,6 +20,7 @@ from coordinator.core.codec import (
 from coordinator.core.commands import (
     COMMAND_BY_TAG,
     COMMAND_TYPES,
+    REJECT_CODES,
     AbortMigration,
     AbortResult,
     Assignment,
@@ -512,9 +513,8 @@ result_values: st.SearchStrategy[CommandResult] = st.one_of(
 )
 results = st.builds(Ok, value=result_values) | st.builds(
     Rejected,
-    code=st.sampled_from(["invalid", "conflict", "not_found"]),
+    code=st.sampled_from(sorted(REJECT_CODES)),
     message=short_text,
-    status=st.sampled_from([400, 404, 409]),
     field=st.none() | short_text,
 )
 

@@ -24,7 +24,7 @@ from coordinator.core.warmups import WarmOutcome, WarmPolicy, WarmUps
 from pipeline.holdings import Holdings
 from pipeline.state import KeyState
 from pipeline.warming import Warming
-from shared.errors import RequestError, UnavailableError
+from shared.errors import ErrorKind, RequestError, UnavailableError
 from shared.worker_calls import WarmReply, WarmRequest
 
 POLICY = WarmPolicy(
@@ -242,7 +242,7 @@ def test_warm_copies_are_bounded_refused_when_hosted_and_end_rather_than_dead_le
         holdings.parts[2] = PartitionRuntime(epoch=1)
         with pytest.raises(RequestError) as hosted:
             w.warm(WarmRequest(partition=2, migration_id="m-2"))
-        assert hosted.value.status == 409
+        assert hosted.value.kind is ErrorKind.CONFLICT
         await w.loads_done()
         two = {"a": _ks(1.0, 0), "b": _ks(1.0, 1)}
         assert w.merge(1, 0, 2, 2, two, 1) == 0  # one key over the limit: the copy ends
