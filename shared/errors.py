@@ -155,6 +155,9 @@ assert set(KIND_OF) == set(get_args(ErrorCode)), "every code has one kind, and o
 
 
 class RippleError(Exception):
+    """The root. `code` is the JSON error shape's "error" (a class's default, or the one
+    given), `kind` follows from it; `field` names the input at fault, where one is."""
+
     code: str = "internal"
 
     def __init__(
@@ -188,8 +191,15 @@ class RequestError(RippleError):
 class UnavailableError(RippleError):
     code = "unavailable"
 
-    def __init__(self, message: str, *, retry_after_s: int = 1, **kw: Any) -> None:
-        super().__init__(message, **kw)
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: int = 1,
+        field: str | None = None,
+        code: ErrorCode | None = None,
+    ) -> None:
+        super().__init__(message, field=field, code=code)
         self.retry_after_s = retry_after_s
 
 
