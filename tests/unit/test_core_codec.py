@@ -606,7 +606,9 @@ def test_nested_records_and_bounds() -> None:
 
 def test_malformed_results() -> None:
     for obj in [[], [FORMAT_VERSION, "ok"], [FORMAT_VERSION, "ok", []], [2, "ok", {}],
-                [FORMAT_VERSION, "rejected", "c", "m", "409", None], "x"]:  # fmt: skip
+                [FORMAT_VERSION, "rejected", "conflict", "m", "409", None],
+                [FORMAT_VERSION, "rejected", "c", "m", 409, None],  # no such code
+                [FORMAT_VERSION, "rejected", ["conflict"], "m", 409, None], "x"]:  # fmt: skip
         with pytest.raises(CodecError):
             decode_result(msgpack.packb(obj))
 
@@ -1235,3 +1237,10 @@ def test_rejected_golden_bytes(code: str, field: str | None, hex_bytes: str) -> 
     result = rejected(code, "m", field)
     assert encode_result(result).hex() == hex_bytes
     assert decode_result(bytes.fromhex(hex_bytes)) == result
+
+
+def test_the_status_slot_is_read_as_no_more_than_an_int() -> None:
+    # Whatever an older release wrote there, the code alone says what the rejection is.
+    for slot in (409, 418, 0):
+        wired = msgpack.packb([FORMAT_VERSION, "rejected", "conflict", "m", slot, "partition"])
+        assert decode_result(wired) == rejected("conflict", "m", "partition")
