@@ -6,8 +6,10 @@ writes follow `307` redirects to the leader (remembering it) and wait out `503` 
 redirect's leader is remembered, and every NODES_REFRESH_S the node that answered is asked
 for the voters (`/v1/health`), so a client outlives the replacement of every node it was
 started with. Errors come back as `ClientError` carrying the
-server's JSON error (code, message, field) and HTTP status. Every bound in time is read on
-the `Clock` the client is given (the process's real one by default), so a test can drive it.
+server's JSON error (code, message, field) and the kind its HTTP status names
+(`shared.http_statuses`: the client's edge reads the status back). Every bound in time is
+read on the `Clock` the client is given (the process's real one by default), so a test can
+drive it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from urllib.parse import quote
 import aiohttp
 
 from shared.clock import Clock
-from shared.errors import ClientError
+from shared.errors import ClientError, ErrorKind
+from shared.http_statuses import kind_of_status
 from shared.routing import Routing
 from shared.system_clock import SYSTEM_CLOCK
 from shared.tls import client_context
@@ -168,7 +171,9 @@ class CoordinatorClient:
         if isinstance(last, ClientError):
             raise last
         raise ClientError(
-            f"no coordinator answered {method} {path}: {last}", code="unreachable", status=503
+            f"no coordinator answered {method} {path}: {last}",
+            code="unreachable",
+            kind=ErrorKind.UNAVAILABLE,
         )
 
     def _learn(self, urls: list[str]) -> None:
@@ -219,7 +224,9 @@ async def _body(resp: aiohttp.ClientResponse) -> dict[str, Any]:
 
 def _too_large(path: str, bytes_max: int) -> ClientError:
     return ClientError(
-        f"the answer to GET {path} is over {bytes_max} bytes", code="too_large", status=413
+        f"the answer to GET {path} is over {bytes_max} bytes",
+        code="too_large",
+        kind=ErrorKind.TOO_LARGE,
     )
 
 
@@ -227,7 +234,7 @@ def _error(status: int, body: dict[str, Any]) -> ClientError:
     return ClientError(
         str(body.get("message", f"HTTP {status}")),
         code=str(body.get("error", "http_error")),
-        status=status,
+        kind=kind_of_status(status),
         field=body.get("field"),
     )
 
@@ -313,5 +320,5 @@ class KeyRouter:
         raise ClientError(
             f"lookup of {key!r} failed after {LOOKUP_ATTEMPTS_MAX} tries: {last}",
             code="unavailable",
-            status=503,
+            kind=ErrorKind.UNAVAILABLE,
         )

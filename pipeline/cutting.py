@@ -22,16 +22,16 @@ from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.source import SourceLog, generation_of
 from pipeline.store import ObjectStore, StoreError
 from shared.clock import monotonic_s
-from shared.errors import RequestError, UnavailableError
-from shared.worker_calls import STATUS_STALE, CutReply, CutRequest
+from shared.errors import ErrorCode, RequestError, UnavailableError
+from shared.worker_calls import CutReply, CutRequest
 
 __all__ = ["Cutting"]
 
 log = logging.getLogger(__name__)
 
 
-def _stale(message: str, code: str = "stale_epoch", field: str = "epoch") -> RequestError:
-    return RequestError(message, field=field, code=code, status=STATUS_STALE)
+def _stale(message: str, code: ErrorCode = "stale_epoch", field: str = "epoch") -> RequestError:
+    return RequestError(message, field=field, code=code)
 
 
 class Cutting:

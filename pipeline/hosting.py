@@ -21,7 +21,6 @@ from pipeline.source import generation_of
 from pipeline.warming import Warming
 from shared.errors import ClientError, RequestError, UnavailableError
 from shared.worker_calls import (
-    STATUS_STALE,
     HostReply,
     HostRequest,
     ReleasedCheckpoint,
@@ -39,7 +38,7 @@ HOST_LOAD_WAIT_S = 60.0
 
 
 def _stale(message: str) -> RequestError:
-    return RequestError(message, field="epoch", code="stale_epoch", status=STATUS_STALE)
+    return RequestError(message, field="epoch", code="stale_epoch")
 
 
 def _unavailable(message: str) -> UnavailableError:

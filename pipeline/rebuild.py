@@ -25,7 +25,7 @@ from pipeline.state import KeyState
 from pipeline.state_move import MovedState, move_on_spark
 from shared.errors import RequestError, UnavailableError
 from shared.routing import Routing
-from shared.worker_calls import STATUS_STALE, BuildReply, BuildRequest, BuiltCheckpoint
+from shared.worker_calls import BuildReply, BuildRequest, BuiltCheckpoint
 
 __all__ = ["Move", "Rebuild", "build_checkpoints", "spark_move"]
 
@@ -110,7 +110,6 @@ class Rebuild:
                     f"the build of generation {job.call.generation} is running here",
                     field="generation",
                     code="build_in_flight",
-                    status=STATUS_STALE,
                 )
             job = None
         if job is None:

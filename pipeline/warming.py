@@ -27,7 +27,7 @@ from pipeline.state import PartitionState, merge_batch
 from shared.clock import Clock, monotonic_s
 from shared.errors import RequestError, UnavailableError
 from shared.system_clock import SYSTEM_CLOCK
-from shared.worker_calls import STATUS_STALE, WarmReply, WarmRequest
+from shared.worker_calls import WarmReply, WarmRequest
 
 __all__ = ["WarmCopy", "Warming"]
 
@@ -93,7 +93,7 @@ class Warming:
         if self.holdings.stopping:
             raise UnavailableError("the worker is stopping to restart", code="stopping")
         if p in self.holdings.parts:
-            raise RequestError(f"partition {p} is hosted here", code="hosted", status=STATUS_STALE)
+            raise RequestError(f"partition {p} is hosted here", code="hosted")
         self.expire()
         copy = self.copies.get(p)
         if copy is not None and copy.failed:

@@ -60,7 +60,7 @@ from ripple.tables import (
     table,
 )
 from shared.clock import monotonic_s
-from shared.errors import ClientError, RippleError
+from shared.errors import ClientError, ErrorKind, RippleError
 from shared.version import PACKAGE_VERSION
 
 WATCH_MAX_S = 3600.0
@@ -138,9 +138,7 @@ async def cmd_reassign(args: argparse.Namespace) -> int:
         for spec in args.move:
             part, _, worker = spec.partition(":")
             if not part.isdigit() or not worker:
-                raise RippleError(
-                    f"--move wants PARTITION:WORKER, got {spec!r}", code="usage", status=2
-                )
+                raise RippleError(f"--move wants PARTITION:WORKER, got {spec!r}", code="usage")
             moves.append({"partition": int(part), "to": worker})
         payload["moves"] = moves
     else:
@@ -185,7 +183,7 @@ async def cmd_backup(args: argparse.Namespace) -> int:
     from ripple.backups import backup_command
 
     if args.out is None and args.store is None:
-        raise RippleError("give --out FILE, --store URI or both", code="usage", status=2)
+        raise RippleError("give --out FILE, --store URI or both", code="usage")
     client = CoordinatorClient(
         coordinator_urls(args),
         token=admin_token(args),
@@ -393,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RippleError as exc:
         where = f" ({exc.field})" if exc.field else ""
         print(f"ripple: {exc.code}: {exc.message}{where}", file=sys.stderr)
-        return 2 if exc.status in (2, 400) else 1
+        return 2 if exc.kind is ErrorKind.INVALID else 1  # usage and bad input: 2
     except KeyboardInterrupt:
         return 130
 

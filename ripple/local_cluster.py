@@ -94,7 +94,7 @@ async def _wait_ready(urls: list[str], timeout_s: float) -> dict[str, Any]:
             except ClientError:
                 pass
             await asyncio.sleep(0.2)
-    raise RippleError(f"cluster not ready within {timeout_s} s", code="timeout", status=1)
+    raise RippleError(f"cluster not ready within {timeout_s} s", code="timeout")
 
 
 def up(data_dir: str, workers: int, partitions: int | None, demo: bool) -> int:

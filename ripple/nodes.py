@@ -26,7 +26,7 @@ from replication.identity import write_cluster_id
 from replication.members import Member
 from ripple.tables import render_nodes
 from shared.clock import monotonic_s
-from shared.errors import ClientError, ConfigError, RippleError
+from shared.errors import ClientError, ConfigError, ErrorKind, RippleError
 
 __all__ = ["CHANGE_WAIT_S", "add_nodes_parser", "cmd_nodes", "prepare_join", "wait_for_change"]
 
@@ -36,7 +36,7 @@ ATTEMPTS_MAX = 5  # requests of one change (each hand-off or lost leadership is 
 
 
 def _usage(message: str) -> RippleError:
-    return RippleError(message, code="usage", status=2)
+    return RippleError(message, code="usage")
 
 
 def _member(args: argparse.Namespace, node_id: str) -> Member:
@@ -73,7 +73,7 @@ async def wait_for_change(
         try:
             answer = await client.request(method, path, json=body)
         except ClientError as exc:
-            if exc.status != 409 or "in flight" not in exc.message:
+            if exc.kind is not ErrorKind.CONFLICT or "in flight" not in exc.message:
                 raise
             answer = {"change": None}  # another request's change: wait for it, then ask again
         change = answer.get("change")

@@ -69,12 +69,11 @@ def rescale_line(r: dict[str, Any] | None) -> str:
 
 async def rescale_command(args: argparse.Namespace, client: CoordinatorClient) -> int:
     if args.dry_run and args.wait:
-        raise RippleError("--wait goes without --dry-run", code="usage", status=2, field="wait")
+        raise RippleError("--wait goes without --dry-run", code="usage", field="wait")
     if not 0 < args.wait_s <= RESCALE_WAIT_S_MAX:
         raise RippleError(
             f"--wait-s must be in (0, {RESCALE_WAIT_S_MAX:.0f}]",
             code="usage",
-            status=2,
             field="wait_s",
         )
     body = await client.post(

@@ -145,7 +145,7 @@ def install(app: web.Application, origins: NodeOrigins) -> None:
     async def asset(request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if name not in assets or name == "index.html":
-            raise RequestError(f"no such file {UI_PATH}/{name}", code="not_found", status=404)
+            raise RequestError(f"no such file {UI_PATH}/{name}", code="not_found")
         return serve(name)
 
     def options_handler(methods: frozenset[str]) -> Handler:
@@ -162,14 +162,12 @@ def install(app: web.Application, origins: NodeOrigins) -> None:
                 raise RequestError(
                     "cross-origin requests are allowed from the cluster's own nodes only",
                     code="forbidden",
-                    status=403,
                     field="Origin",
                 )
             if method not in cross:
                 raise RequestError(
                     f"{method} is not allowed cross-origin here (allowed: {', '.join(cross)})",
                     code="method_not_allowed",
-                    status=405,
                     field="Access-Control-Request-Method",
                 )
             return web.Response(

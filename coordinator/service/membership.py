@@ -76,7 +76,7 @@ _IDS = itertools.count(1)
 
 
 def _conflict(message: str, field: str | None = None) -> RequestError:
-    return RequestError(message, code="conflict", status=409, field=field)
+    return RequestError(message, code="conflict", field=field)
 
 
 def _check_node_id(node_id: str) -> None:
@@ -137,9 +137,7 @@ class MembershipChanges:
         if old is None and added:
             return None
         if old is None:
-            raise RequestError(
-                f"{old_id} is not a voter", code="not_found", status=404, field="node_id"
-            )
+            raise RequestError(f"{old_id} is not a voter", code="not_found", field="node_id")
         if old.raft == member.raft:
             raise _conflict(
                 f"the new node has {old.id}'s Raft address {old.raft}: a node cannot be added "
@@ -168,9 +166,7 @@ class MembershipChanges:
     def _voter(self, node_id: str) -> Member:
         member = self._node.log.membership().by_id(node_id)
         if member is None:
-            raise RequestError(
-                f"{node_id} is not a voter", code="not_found", status=404, field="node_id"
-            )
+            raise RequestError(f"{node_id} is not a voter", code="not_found", field="node_id")
         return member
 
     def _check_syntax(self, member: Member) -> None:

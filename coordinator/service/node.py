@@ -45,7 +45,7 @@ from replication.log import (
     RaftStatus,
     ReplicatedLog,
 )
-from shared.errors import RequestError, UnavailableError
+from shared.errors import KIND_OF, ErrorKind, RequestError, UnavailableError
 from shared.system_clock import SYSTEM_CLOCK
 
 log = logging.getLogger(__name__)
@@ -255,11 +255,9 @@ class CoordinatorNode:
                 refused = refusal(state, name, version, self.voters())
             if refused is not None:
                 self.metrics.proposed(name, "refused", 0.0)
-                if refused.status == 503:
+                if KIND_OF[refused.code] is ErrorKind.UNAVAILABLE:
                     raise UnavailableError(refused.message, code=refused.code, field=refused.field)
-                raise RequestError(
-                    refused.message, code=refused.code, status=refused.status, field=refused.field
-                )
+                raise RequestError(refused.message, code=refused.code, field=refused.field)
         entry = encode_command(command, rid)
         started = time.monotonic()
         outcome = "unknown"
@@ -296,16 +294,13 @@ class CoordinatorNode:
                         raise RequestError(
                             f"request id already answered a {type(value).__name__}",
                             code="conflict",
-                            status=409,
                         )
                     outcome = "ok"
                     return value
                 outcome = "rejected"
-                if result.status == 503:  # not bootstrapped yet: transient, say when to retry
+                if KIND_OF[result.code] is ErrorKind.UNAVAILABLE:  # transient: say when to retry
                     raise UnavailableError(result.message, code=result.code)
-                raise RequestError(
-                    result.message, code=result.code, status=result.status, field=result.field
-                )
+                raise RequestError(result.message, code=result.code, field=result.field)
             raise UnavailableError(
                 f"{name} not confirmed after retries; retry with the same Idempotency-Key"
             )

@@ -68,6 +68,7 @@ from shared.checkpoint_ref import (
     store_mismatch,
 )
 from shared.errors import ConfigError, RequestError
+from shared.http_statuses import status_of
 from testkit.process import python_argv
 from tests.unit.test_pipeline_worker import offline_settings
 
@@ -163,7 +164,7 @@ def test_worker_token_claims_and_expiry() -> None:
     for bad in forged:
         with pytest.raises(RequestError) as exc:
             read_worker_token(SECRET, f"Bearer {bad}", now)
-        assert exc.value.status == 401, bad
+        assert status_of(exc.value) == 401, bad
     assert token_matches("admin-token-0123456789", "Bearer admin-token-0123456789")
     assert not token_matches("admin-token-0123456789", "Bearer \udcff")
     assert not token_matches("", "Bearer ")

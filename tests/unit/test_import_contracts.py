@@ -81,6 +81,7 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
         ("coordinator/core/model.py", "import time", "coordinator.core is pure"),
         ("coordinator/core/placement.py", "import logging", "coordinator.core is pure"),
         ("coordinator/core/state.py", "import shared.system_clock", "coordinator.core is pure"),
+        ("coordinator/core/commands.py", "import shared.http_statuses", "coordinator.core is pure"),
         (
             "coordinator/client.py",
             "import coordinator.core.model",

@@ -23,7 +23,7 @@ from coordinator.core.weighted import plan_weighted, weighted_spread
 from coordinator.service import models as m
 from coordinator.service.http.request import parse_body
 from pipeline.input_rate import RATE_SAMPLE_S_MIN, InputRate
-from shared.errors import ConfigError, RequestError
+from shared.errors import ConfigError, ErrorKind, RequestError
 
 POOL = [f"w{i:02d}" for i in range(12)]
 
@@ -341,6 +341,6 @@ def test_a_heartbeat_with_a_bad_rate_is_a_400(rate: str, why: str) -> None:
     body = '{"incarnation": 1, "partitions": {"0": {"epoch": 1, "offset": 0, "rate": %s}}}'
     with pytest.raises(RequestError) as err:
         parse_body((body % rate).encode(), m.HeartbeatRequest)
-    assert err.value.status == 400 and why in err.value.message
+    assert err.value.kind is ErrorKind.INVALID and why in err.value.message
     ok = parse_body((body % "2.5").encode(), m.HeartbeatRequest)
     assert ok.partitions["0"].rate == 2.5

@@ -31,6 +31,7 @@ from coordinator.core.state import ClusterState, apply
 from coordinator.service.metrics import Metrics
 from coordinator.service.node import CoordinatorNode
 from shared.errors import RequestError, UnavailableError
+from shared.http_statuses import status_of
 
 W1 = WorkerId("w1")
 REGISTER = RegisterWorker(worker_id=W1, address="http://w1:1", now_ms=1)
@@ -67,7 +68,7 @@ async def test_a_result_of_another_command_is_a_conflict() -> None:
     node = _node(Ok(value=BarrierResult(nonce="n")))
     with pytest.raises(RequestError) as exc:
         await CoordinatorNode.submit(node, REGISTER, "rid-1")  # type: ignore[arg-type]
-    assert (exc.value.status, exc.value.code) == (409, "conflict")
+    assert (status_of(exc.value), exc.value.code) == (409, "conflict")
     barrier = await CoordinatorNode.submit(node, Barrier(nonce="n"))  # type: ignore[arg-type]
     assert barrier == BarrierResult(nonce="n")
 
@@ -76,7 +77,11 @@ async def test_a_rejection_is_the_requests_error() -> None:
     node = _node(rejected("not_found", "unknown worker w1", "worker_id"))
     with pytest.raises(RequestError) as exc:
         await CoordinatorNode.submit(node, REGISTER)  # type: ignore[arg-type]
-    assert (exc.value.status, exc.value.code, exc.value.field) == (404, "not_found", "worker_id")
+    assert (status_of(exc.value), exc.value.code, exc.value.field) == (
+        404,
+        "not_found",
+        "worker_id",
+    )
 
 
 def _state_with(*reports: tuple[str, int]) -> ClusterState:
@@ -105,7 +110,7 @@ async def test_a_command_above_the_finalized_version_is_refused_before_it_is_pro
     node.voters = lambda: ("n1", "n2")
     with pytest.raises(RequestError) as behind:
         await CoordinatorNode.submit(node, backup)  # type: ignore[arg-type]
-    assert (behind.value.status, behind.value.code) == (409, "version_unsupported")
+    assert (status_of(behind.value), behind.value.code) == (409, "version_unsupported")
     assert "n2 speaks 1..1" in behind.value.message
     apply(
         state,

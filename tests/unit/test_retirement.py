@@ -36,7 +36,7 @@ from coordinator.core.retirement import RETIRE_LOOKAHEAD_MAX, due
 from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 from coordinator.service.auth import Admission, call_token
-from shared.errors import RequestError
+from shared.errors import ErrorKind, RequestError
 
 _IDS = itertools.count()
 SECRET = "s" * 32
@@ -110,14 +110,14 @@ def test_an_old_token_of_a_retired_id_is_refused_after_the_id_registers_again() 
     claims = adm.admit_worker({"Authorization": f"Bearer {old_token}"}, now + 1)
     with pytest.raises(RequestError) as gone:
         adm.current_incarnation(s, claims)
-    assert gone.value.status == 404
+    assert gone.value.kind is ErrorKind.NOT_FOUND
     # The id registers again (a new pod under an old name): a new incarnation, above the
     # one its old token and call token name, which stay refused while still unexpired.
     again = register(s, "w", now + 2)
     assert again == 2
     with pytest.raises(RequestError) as stale:
         adm.current_incarnation(s, claims)
-    assert (stale.value.status, stale.value.code) == (409, "stale_incarnation")
+    assert (stale.value.kind, stale.value.code) == (ErrorKind.CONFLICT, "stale_incarnation")
     assert call_token(SECRET, "w", again) != old_call
     fresh = adm.admit_worker(
         {"Authorization": f"Bearer {adm.worker_token('w', again, now + 2)[0]}"}, now + 3

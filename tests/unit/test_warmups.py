@@ -27,7 +27,7 @@ from pipeline.settings import WARM_COPY_IDLE_S_DEFAULT
 from pipeline.state import KeyState
 from pipeline.warming import Warming
 from shared.clock import Clock, FakeClock
-from shared.errors import RequestError, UnavailableError
+from shared.errors import ErrorKind, RequestError, UnavailableError
 from shared.system_clock import SYSTEM_CLOCK
 from shared.worker_calls import WarmReply, WarmRequest
 
@@ -271,7 +271,7 @@ def test_warm_copies_are_bounded_refused_when_hosted_and_end_rather_than_dead_le
         holdings.parts[2] = PartitionRuntime(epoch=1)
         with pytest.raises(RequestError) as hosted:
             w.warm(WarmRequest(partition=2, migration_id="m-2"))
-        assert hosted.value.status == 409
+        assert hosted.value.kind is ErrorKind.CONFLICT
         await w.loads_done()
         two = {"a": _ks(1.0, 0), "b": _ks(1.0, 1)}
         assert w.merge(1, 0, 2, 2, two, 1) == 0  # one key over the limit: the copy ends

@@ -114,7 +114,6 @@ async def backup(request: web.Request) -> web.StreamResponse:
         raise RequestError(
             f"the state is {len(body)} bytes, over backup_bytes_max = {limit}",
             code="too_large",
-            status=413,
             field="backup_bytes_max",
         )
     header, data = encode_backup(

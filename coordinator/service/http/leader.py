@@ -18,7 +18,8 @@ __all__ = ["LeaderRedirect", "require_leader"]
 
 
 class LeaderRedirect(RippleError):
-    status = 307
+    """Not an error of the caller's: kind ELSEWHERE, which the HTTP edge answers with 307."""
+
     code = "not_leader"
 
     def __init__(self, location: str, leader_id: str) -> None:

@@ -139,9 +139,7 @@ def path_partition(request: web.Request, state: ClusterState) -> Partition:
         raise RequestError("partition must be a non-negative integer", field="partition")
     p = int(text)
     if p >= len(state.partitions):
-        raise RequestError(
-            f"partition {p} does not exist", code="not_found", status=404, field="partition"
-        )
+        raise RequestError(f"partition {p} does not exist", code="not_found", field="partition")
     return state.partitions[p]
 
 

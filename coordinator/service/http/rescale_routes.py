@@ -67,7 +67,6 @@ async def rescale(request: web.Request) -> web.Response:
                 f"a rescale to generation {current.generation} is in flight "
                 f"({current.phase.value})",
                 code="rescale_in_flight",
-                status=409,
             )
         # Up to a few hundred ms for a large generation 0: off the event loop.
         shown = await asyncio.to_thread(preview, routing, body.partitions)

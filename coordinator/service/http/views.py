@@ -338,9 +338,7 @@ async def assignment(request: web.Request) -> web.Response:
     view = await read_view(request)
     with view.node.read() as state:
         if wid not in state.workers:
-            raise RequestError(
-                f"unknown worker {wid}", code="not_found", status=404, field="worker_id"
-            )
+            raise RequestError(f"unknown worker {wid}", code="not_found", field="worker_id")
         body = m.AssignmentResponse(
             **view.envelope(state),
             worker_id=wid,
