@@ -409,7 +409,7 @@ def test_a_rescale_shows_in_the_page(browser: Any, tmp_path: Path) -> None:
         assert "(routing generation 1) by admin" in shown, shown
         assert "cuts 0 / 8" in shown and "online 0 / 12" in shown, shown
         phase = browser.execute_script("return document.querySelector('#rescale').dataset.phase")
-        assert phase == "CUTTING"
+        assert phase == "cutting"
         now = page.text("#rescale .step-now")
         assert now.strip().lower() == "cutting", now
         save_full_page(browser, screenshot_dir(tmp_path) / "dashboard-rescale.png")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import get_args
 
 import msgpack
@@ -1182,3 +1183,25 @@ def test_malformed_state() -> None:
             decode_state(msgpack.packb(obj))
     with pytest.raises(CodecError):
         decode_state(b"\xff")
+
+
+def test_rescale_phases_keep_their_upper_case_bytes() -> None:
+    """RescalePhase's values are lower case like every enum's; the state (and the results
+    above) still spell them as they did when they were upper case, and read that back."""
+    s = ClusterState()
+    for i, (cmd, _) in enumerate(GOLDEN_RESULTS):
+        apply(s, f"r{i}", cmd)
+    r = s.rescale
+    assert r is not None
+    for phase, spelled in (
+        (RescalePhase.CUTTING, "CUTTING"),
+        (RescalePhase.MOVING, "MOVING"),
+        (RescalePhase.HOSTING, "HOSTING"),
+        (RescalePhase.DONE, "DONE"),
+    ):
+        assert phase.value == spelled.lower()
+        s.rescale = dataclasses.replace(r, phase=phase)
+        data = encode_state(s)
+        assert msgpack.unpackb(data, strict_map_key=False)["rescale"][3] == spelled
+        restored = decode_state(data).rescale
+        assert restored is not None and restored.phase is phase

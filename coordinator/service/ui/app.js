@@ -23,7 +23,7 @@
     "#db2777", "#65a30d", "#b45309", "#4f46e5", "#0d9488",
   ];
   const STEPS = ["planned", "warming", "releasing", "handed_off", "done"];
-  const RESCALE_STEPS = ["CUTTING", "MOVING", "HOSTING", "DONE"];
+  const RESCALE_STEPS = ["cutting", "moving", "hosting", "done"];
   const REASONS = {
     assigned: "placed by the leader while it had no owner",
     failure: "its previous owner was declared dead",
@@ -755,7 +755,7 @@
   }
 
   // The routing generation (from this node's health) and the newest rescale: its phase
-  // among CUTTING, MOVING, HOSTING, DONE, cuts recorded of the old count, new partitions
+  // among cutting, moving, hosting, done, cuts recorded of the old count, new partitions
   // online of the new count.
   function renderRescale() {
     const c = S.home.cluster || {};
