@@ -136,3 +136,48 @@ def test_every_module_is_small_and_served() -> None:
         lines = path.read_text().count("\n")
         assert lines <= MODULE_LINES_MAX, f"{path.name}: {lines} lines"
         assert UI_FILES.get(path.name) == "text/javascript", path.name
+
+
+# How the modules name members: `E.Enum.NAME`, `const { NAME, ... } = E.Enum;`, and the
+# tables keyed by name that `kinds(E.Enum, TABLE)` resolves.
+_MEMBER = re.compile(r"\bE\.(\w+)\.([A-Z][A-Z0-9_]*)\b")
+_DESTRUCTURED = re.compile(r"const \{([^}]*)\} = (?:app\.enums\.)?E\.(\w+);")
+_KINDS_CALL = re.compile(r"\bkinds\((?:app\.enums\.)?E\.(\w+), ([A-Z_]+)\)")
+_ENUM = re.compile(r"\bE\.(\w+)")
+
+
+def members_named(source: str) -> set[tuple[str, str]]:
+    """(enum, member name) of every member a module names."""
+    named = set(_MEMBER.findall(source))
+    for names, enum in _DESTRUCTURED.findall(source):
+        named |= {(enum, n.strip()) for n in names.split(",") if n.strip()}
+    for enum, table in _KINDS_CALL.findall(source):
+        body = re.search(rf"const {table} = \{{(.*?)\}};", source, re.S)
+        assert body is not None, f"table {table} not found"
+        named |= {(enum, key) for key in re.findall(r"([A-Z][A-Z0-9_]*)\s*:", body.group(1))}
+    return named
+
+
+def test_the_scan_sees_a_member_name() -> None:
+    source = (
+        "const T = {\n  ONLINE: 1, GONE: 2,\n};\nkinds(E.PartitionStatus, T); E.WorkerState.LEFT;"
+    )
+    assert members_named(source + "const { A, B } = app.enums.E.Liveness;") == {
+        ("PartitionStatus", "ONLINE"),
+        ("PartitionStatus", "GONE"),
+        ("WorkerState", "LEFT"),
+        ("Liveness", "A"),
+        ("Liveness", "B"),
+    }
+
+
+def test_every_member_a_module_names_is_the_cores() -> None:
+    """A member renamed or removed in the core fails here, not in a browser."""
+    named: set[tuple[str, str]] = set()
+    for path in UI.glob("*.js"):
+        source = path.read_text()
+        assert set(_ENUM.findall(source)) <= SHOWN, path.name
+        named |= members_named(source)
+    assert len(named) >= 15, named  # the scan found the page's uses, not nothing
+    missing = sorted((e, n) for e, n in named if n not in core_enum(e).__members__)
+    assert not missing, f"the core has no such member: {missing}"

@@ -12,17 +12,17 @@ export async function loadEnums() {
   if (!r.ok || !r.body || !r.body.enums) throw new Error(`enums.json: ${errorText(r)}`);
   const doc = r.body;
   const E = doc.enums;
-  const M = E.MigrationPhase;
   const finished = new Set(doc.migration_finished);
   // A migration's steps: every phase it goes through on the way to DONE, in order.
-  const migrationSteps = Object.values(M).filter((v) => v === M.DONE || !finished.has(v));
+  const migrationSteps = Object.values(E.MigrationPhase)
+    .filter((v) => v === E.MigrationPhase.DONE || !finished.has(v));
   return {
     E,
     finished,
     reasonText: doc.reason_text,
     migrationSteps,
     // An operator may abort a migration until its target owns the partition.
-    abortable: new Set(migrationSteps.slice(0, migrationSteps.indexOf(M.HANDED_OFF))),
+    abortable: new Set(migrationSteps.slice(0, migrationSteps.indexOf(E.MigrationPhase.HANDED_OFF))),
     rescaleSteps: Object.values(E.RescalePhase),
   };
 }

@@ -26,14 +26,14 @@ export function renderStats(app) {
   const S = app.state;
   const { E } = app.enums;
   const h = S.home;
-  const status = E.PartitionStatus;
-  const byStatus = Object.fromEntries(Object.values(status).map((v) => [v, 0]));
+  const byStatus = Object.fromEntries(Object.values(E.PartitionStatus).map((v) => [v, 0]));
   for (const p of S.partitions) byStatus[p.status] = (byStatus[p.status] || 0) + 1;
   const active = S.workers.filter((w) => w.state === E.WorkerState.ACTIVE).length;
   const inFlight = S.migrations.filter((m) => !isFinished(app.enums, m)).length;
   const reachable = S.nodes.filter((n) => n.health).length;
   const total = S.partitions.length;
-  const online = byStatus[status.ONLINE];
+  const online = byStatus[E.PartitionStatus.ONLINE];
+  const { ASSIGNING, UNASSIGNED } = E.PartitionStatus;
   fill($("stats"),
     stat("Leader", h.leader_id || "none", h.leader_id ? `term ${h.term}` : "election in progress",
       h.leader_id ? "ok" : "bad"),
@@ -42,8 +42,7 @@ export function renderStats(app) {
     stat("Workers active", `${active} / ${S.workers.length}`, "registered",
       active ? "ok" : "warn"),
     stat("Partitions online", `${online} / ${total}`,
-      `${byStatus[status.ASSIGNING]} ${status.ASSIGNING} · ` +
-      `${byStatus[status.UNASSIGNED]} ${status.UNASSIGNED}`,
+      `${byStatus[ASSIGNING]} ${ASSIGNING} · ${byStatus[UNASSIGNED]} ${UNASSIGNED}`,
       total && online === total ? "ok" : "warn"),
     stat("Migrations in flight", String(inFlight), `of ${S.migrations.length} recorded`,
       inFlight ? "busy" : null),

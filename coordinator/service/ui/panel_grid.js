@@ -8,7 +8,6 @@ import { fmtInt, fmtRate } from "./format.js";
 import { ownerColor } from "./widgets.js";
 
 const GRID_CELLS_MAX = 4096; // partitions drawn in the grid; the rest are counted
-const LEGEND_STATUSES = ["ONLINE", "ASSIGNING", "UNASSIGNED"]; // PartitionStatus, as drawn
 
 // {render, markSelected}: the grid of one page; it owns its cells.
 export function createGrid(app) {
@@ -66,13 +65,13 @@ export function createGrid(app) {
     const owners = [...counts.keys()].sort();
     const item = (cls, text) => el("span", { class: "legend-item" },
       el("span", { class: `swatch ${cls}` }), text);
-    const statuses = app.enums.E.PartitionStatus;
+    const { ONLINE, ASSIGNING, UNASSIGNED } = app.enums.E.PartitionStatus;
     fill($("legend"),
       owners.map((o) => el("span", { class: "legend-item" },
         el("span", { class: "chip", color: ownerColor(app.state, o) }), `${o} `,
         el("span", { class: "muted" }, fmtInt(counts.get(o))))),
       el("span", { class: "legend-sep" }),
-      LEGEND_STATUSES.map((name) => item(`sw-${statuses[name]}`, statuses[name])),
+      [ONLINE, ASSIGNING, UNASSIGNED].map((status) => item(`sw-${status}`, status)),
       item("sw-migrating", "migrating"),
       item("sw-failing", "batches failing"));
   }

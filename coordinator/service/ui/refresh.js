@@ -50,8 +50,10 @@ export function createRefresher(app) {
       if (await load(app.state)) app.render();
       app.state.lastDurationMs = performance.now() - started;
     } catch (err) {
-      // A rendering bug must not stop the loop; say so where a person looks.
+      // A rendering bug must not stop the loop; say so where a person looks (and in the
+      // console, where the browser test looks).
       banner(`dashboard error: ${err && err.message ? err.message : err}`, "error");
+      console.error(err);
     } finally {
       busy = false;
       if (again) {
