@@ -18,14 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass, field
 
 from pipeline.checkpointing import Checkpointer
 from pipeline.holdings import Holdings
 from pipeline.settings import WARM_COPIES_MAX_DEFAULT, WARM_COPY_IDLE_S_DEFAULT
 from pipeline.state import PartitionState, merge_batch
+from shared.clock import Clock, monotonic_s
 from shared.errors import RequestError, UnavailableError
+from shared.system_clock import SYSTEM_CLOCK
 from shared.worker_calls import STATUS_STALE, WarmReply, WarmRequest
 
 __all__ = ["WarmCopy", "Warming"]
@@ -75,7 +76,9 @@ class Warming:
         *,
         copies_max: int = WARM_COPIES_MAX_DEFAULT,
         idle_s: float = WARM_COPY_IDLE_S_DEFAULT,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock  # when the leader last asked about each copy
         self.holdings = holdings
         self.checkpointer = checkpointer
         self.copies_max = copies_max
@@ -96,7 +99,7 @@ class Warming:
         if copy is not None and copy.failed:
             self._drop(p, copy)
             raise UnavailableError(f"warm-up of {p} failed: {copy.failed}", code="warm_failed")
-        now = time.monotonic()
+        now = monotonic_s(self.clock)
         if copy is not None:
             copy.asked_at_s, copy.migration_id = now, call.migration_id
             return copy.reply(p)
@@ -198,7 +201,7 @@ class Warming:
         return None
 
     def expire(self) -> None:
-        limit = time.monotonic() - self.idle_s
+        limit = monotonic_s(self.clock) - self.idle_s
         for p, copy in list(self.copies.items()):
             if copy.asked_at_s < limit:
                 log.info("dropping warm copy of partition %d (%s): not asked", p, copy.migration_id)

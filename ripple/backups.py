@@ -1,6 +1,6 @@
 """`ripple backup`: take a backup from the cluster, check it, store it, then tell the cluster.
 
-Owns the operator's side of a backup (docs/operations.md, "Backing up"): GET
+Owns the operator's side of a backup (docs/runbooks/backup.md): GET
 /v1/admin/backup from the leader (the state at one applied index, after a barrier;
 `coordinator/core/backup.py` is the file's format), the same checks a restore makes before
 anything is stored, the file written whole or not at all (a temporary file synced, then

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,6 +59,7 @@ from ripple.tables import (
     render_workers,
     table,
 )
+from shared.clock import monotonic_s
 from shared.errors import ClientError, RippleError
 from shared.version import PACKAGE_VERSION
 
@@ -103,10 +103,10 @@ def _render_status(body: dict[str, Any]) -> str:
 async def cmd_migrations(args: argparse.Namespace) -> int:
     if not args.watch:
         return await _read(args, "/v1/migrations", render_migrations)
-    deadline = time.monotonic() + WATCH_MAX_S
     async with client_for(args) as client:
+        deadline_s = monotonic_s(client.clock) + WATCH_MAX_S
         total = None
-        while time.monotonic() < deadline:
+        while monotonic_s(client.clock) < deadline_s:
             body = await client.get("/v1/migrations")
             left = body["in_flight"]
             total = max(total or 0, left)
@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="URL",
         help="a new node: URL of a running node of the cluster to join (repeatable); then "
-        "add it with `ripple nodes add` (docs/operations.md#add-capacity)",
+        "add it with `ripple nodes add` (docs/runbooks/add-a-node.md)",
     )
     c.add_argument("--raft", metavar="HOST:PORT", help="with --join: the Raft address others dial")
     c.add_argument("--http", metavar="HOST:PORT", help="with --join: the HTTP address to serve")

@@ -14,7 +14,6 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from coordinator.config_file import load_config, render_toml
 from ripple.launch import coordinator_argv, worker_argv
 from ripple.supervisor import Children
 from ripple.tables import render_status
+from shared.clock import monotonic_s
 from shared.errors import ClientError, RippleError
 from shared.ports import free_ports
 
@@ -84,9 +84,9 @@ def write_private(path: Path, text: str) -> None:
 
 
 async def _wait_ready(urls: list[str], timeout_s: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
     async with CoordinatorClient(urls, deadline_s=2.0, timeout_s=2.0) as client:
-        while time.monotonic() < deadline:
+        deadline = monotonic_s(client.clock) + timeout_s
+        while monotonic_s(client.clock) < deadline:
             try:
                 health = await client.get("/v1/health")
                 if health.get("leader_id") and health["cluster"]["total_partitions"] > 0:

@@ -2,7 +2,7 @@
 syntax of its `--for` (`90s`, `30m`, `1h30m`, `2d`, or plain seconds).
 
 While maintenance mode is on the leader proposes no automatic balance move; failure recovery
-goes on (docs/operations.md, "Maintenance mode").
+goes on (docs/runbooks/maintenance.md).
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import time
 from typing import Any
 
 from coordinator.client import CoordinatorClient
+from shared.clock import monotonic_s
 from shared.errors import RippleError
 
 __all__ = [
@@ -102,9 +102,9 @@ async def _wait_done(
     client: CoordinatorClient, generation: int, wait_s: float, *, quiet: bool
 ) -> int:
     """Follow the rescale to `generation` until DONE (0), or the deadline (1)."""
-    deadline = time.monotonic() + wait_s
+    deadline = monotonic_s(client.clock) + wait_s
     shown = ""
-    while time.monotonic() < deadline:
+    while monotonic_s(client.clock) < deadline:
         r = (await client.get("/v1/status")).get("rescale")
         if r is not None and r["generation"] == generation:
             line = rescale_progress(r)
@@ -120,7 +120,7 @@ async def _wait_done(
 
 
 def add_rescale_parser(sub: Any, client_args: Any) -> None:
-    r = sub.add_parser("rescale", help="admin: change the partition count (docs/operations.md)")
+    r = sub.add_parser("rescale", help="admin: change the partition count (docs/runbooks/)")
     client_args(r)
     r.add_argument("--partitions", type=int, required=True, metavar="M")
     r.add_argument("--dry-run", action="store_true", help="say what it costs; change nothing")

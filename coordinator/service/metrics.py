@@ -389,7 +389,7 @@ class ClusterCollector(Collector):
         )
         yield GaugeMetricFamily(
             "ripple_partitions_stuck",
-            "Partitions with no lossless fallback left (reset by an operator: docs/operations.md)",
+            "Partitions with no lossless fallback left (docs/runbooks/stuck-partition.md)",
             value=sum(1 for p in state.partitions if p.stuck),
         )
         yield GaugeMetricFamily(

@@ -442,7 +442,7 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     assert f"served by {home} (follower)" in page.text("#served-by")
     # Why the page sends admin writes to the leader's URL itself: a browser follows the
     # follower's 307 with method and body, but drops Authorization on the way to another
-    # origin, so the leader answers 401 (docs/operations.md says so).
+    # origin, so the leader answers 401 (docs/dashboard.md says so).
     followed = browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         "fetch('/v1/admin/reassign', {method: 'POST', headers: {Authorization: 'Bearer ' +"

@@ -15,6 +15,7 @@ from ripple import rescale
 from ripple.cli import build_parser
 from ripple.rescale import dry_run_text, rescale_command, rescale_line, rescale_progress
 from ripple.tables import render_status
+from shared.clock import FakeClock
 from shared.errors import RippleError
 
 
@@ -108,12 +109,18 @@ def test_the_parser_takes_the_flags() -> None:
 
 
 class FakeClient:
-    """Answers the two calls the command makes, from a script of status answers."""
+    """Answers the two calls the command makes, from a script of status answers; each status
+    read takes `read_ms` on the client's clock."""
 
-    def __init__(self, reply: dict[str, Any], statuses: list[dict[str, Any] | None]) -> None:
+    def __init__(
+        self, reply: dict[str, Any], statuses: list[dict[str, Any] | None], read_ms: int = 0
+    ) -> None:
         self.reply = reply
         self.statuses = statuses
         self.posts: list[tuple[str, Any]] = []
+        self.clock = FakeClock()
+        self.read_ms = read_ms
+        self.reads = 0
 
     async def post(self, path: str, json: Any) -> dict[str, Any]:
         self.posts.append((path, json))
@@ -121,6 +128,8 @@ class FakeClient:
 
     async def get(self, path: str) -> dict[str, Any]:
         assert path == "/v1/status"
+        self.clock.advance(self.read_ms)
+        self.reads += 1
         one = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
         return {"rescale": one}
 
@@ -145,9 +154,11 @@ def test_wait_follows_the_phases_until_done(
 def test_wait_gives_up_at_its_deadline(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(rescale, "WAIT_EVERY_S", 0.01)
-    client = FakeClient(record("cutting"), [record("cutting", 1)])
-    assert run(["--partitions", "200", "--wait", "--wait-s", "0.05"], client) == 1
+    monkeypatch.setattr(rescale, "WAIT_EVERY_S", 0.0)
+    # Each read takes 20 s of the client's clock: reads start at 0, 20 and 40 s of the 60.
+    client = FakeClient(record("cutting"), [record("cutting", 1)], read_ms=20_000)
+    assert run(["--partitions", "200", "--wait", "--wait-s", "60"], client) == 1
+    assert client.reads == 3
     assert "still not DONE" in capsys.readouterr().out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import pytest
 
@@ -22,9 +23,12 @@ from coordinator.core.planner import Planner, PlannerSettings
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.warmups import WarmOutcome, WarmPolicy, WarmUps
 from pipeline.holdings import Holdings
+from pipeline.settings import WARM_COPY_IDLE_S_DEFAULT
 from pipeline.state import KeyState
 from pipeline.warming import Warming
+from shared.clock import Clock, FakeClock
 from shared.errors import RequestError, UnavailableError
+from shared.system_clock import SYSTEM_CLOCK
 from shared.worker_calls import WarmReply, WarmRequest
 
 POLICY = WarmPolicy(
@@ -194,9 +198,12 @@ class _NoLoads:
         raise AssertionError("no checkpoint is sent in these tests")
 
 
-def _warming(copies_max: int = 2) -> tuple[Warming, Holdings]:
+def _warming(
+    copies_max: int = 2, clock: Clock = SYSTEM_CLOCK, idle_s: float = WARM_COPY_IDLE_S_DEFAULT
+) -> tuple[Warming, Holdings]:
     holdings = Holdings()
-    return Warming(holdings, _NoLoads(), copies_max=copies_max), holdings  # type: ignore[arg-type]
+    loads: Any = _NoLoads()
+    return Warming(holdings, loads, copies_max=copies_max, idle_s=idle_s, clock=clock), holdings
 
 
 def _ks(v: float, offset: int) -> KeyState:
@@ -226,6 +233,28 @@ def test_a_warm_copy_follows_the_log_and_a_host_starts_from_it_once_caught_up() 
         w.merge(3, 0, 9, 9, {"k": _ks(1.0, 0)}, 100)  # reached the head it listed
         copy = w.take(3, 50)
         assert copy is not None and copy.offset == 9 and copy.state["k"].count == 1
+
+    asyncio.run(go())
+
+
+def test_a_warm_copy_the_leader_stops_asking_about_is_dropped_after_idle_s() -> None:
+    async def go() -> None:
+        clock = FakeClock()
+        w, _ = _warming(clock=clock, idle_s=30.0)
+        w.warm(WarmRequest(partition=1, migration_id="m-1"))
+        w.warm(WarmRequest(partition=2, migration_id="m-2"))
+        await w.loads_done()
+        clock.advance(20_000)
+        w.warm(WarmRequest(partition=2, migration_id="m-2"))  # asked again: its idle restarts
+        clock.advance(10_000)
+        w.expire()
+        assert set(w.copies) == {1, 2}  # 30 s exactly is not past the bound
+        clock.advance(1)
+        w.expire()
+        assert set(w.copies) == {2} and w.stats["dropped"] == 1
+        clock.advance(20_000)
+        w.expire()
+        assert w.copies == {}
 
     asyncio.run(go())
 
