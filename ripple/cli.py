@@ -50,7 +50,7 @@ from ripple.connect import (
 from ripple.local_cluster import up
 from ripple.nodes import add_nodes_parser, cmd_nodes, prepare_join
 from ripple.pipeline_commands import add_pipeline_parsers, cmd_get, cmd_produce, cmd_worker
-from ripple.rescale import add_rescale_parser, rescale_command, rescale_progress
+from ripple.rescale import add_rescale_parser, rescale_command, rescale_done, rescale_progress
 from ripple.tables import (
     render_membership,
     render_migrations,
@@ -115,7 +115,7 @@ async def cmd_migrations(args: argparse.Namespace) -> int:
             filled = width if not total else int(width * done / total)
             # A rescale in flight holds balance moves back: the watch follows it too.
             rescale = (await client.get("/v1/status")).get("rescale")
-            rescaling = rescale is not None and rescale["phase"] != "DONE"
+            rescaling = rescale is not None and not rescale_done(rescale)
             tail = f"   rescale: {rescale_progress(rescale)}" if rescale and rescaling else ""
             print(
                 f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total or 0} done, "

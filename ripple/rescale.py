@@ -25,6 +25,7 @@ __all__ = [
     "add_rescale_parser",
     "dry_run_text",
     "rescale_command",
+    "rescale_done",
     "rescale_line",
     "rescale_progress",
 ]
@@ -48,6 +49,12 @@ def dry_run_text(d: dict[str, Any]) -> str:
     )
 
 
+def rescale_done(r: dict[str, Any]) -> bool:
+    """True once the rescale `r` (a `/v1/status` record) is over, in either spelling: a node
+    of 0.4.2 or older names the phases upper case."""
+    return str(r["phase"]).lower() == "done"
+
+
 def rescale_progress(r: dict[str, Any]) -> str:
     """`phase, cuts n/P, online n/M`: how far a rescale is."""
     return (
@@ -62,8 +69,8 @@ def rescale_line(r: dict[str, Any] | None) -> str:
         return "rescale: none"
     head = f"rescale: {r['previous']} -> {r['partitions']} partitions (routing generation "
     head += f"{r['generation']}) by {r['by']}: "
-    if r["phase"] == "DONE":
-        return head + "DONE"
+    if rescale_done(r):
+        return head + "done"
     return head + rescale_progress(r)
 
 
@@ -103,7 +110,7 @@ async def _wait_done(
             if line != shown and not quiet:
                 print(line, flush=True)
                 shown = line
-            if r["phase"] == "DONE":
+            if rescale_done(r):
                 return 0
         await asyncio.sleep(WAIT_EVERY_S)
     if not quiet:

@@ -101,6 +101,7 @@ from coordinator.core.wire_fields import (
     record,
     str_value,
     unpack,
+    wire_enum,
     worker_id_value,
 )
 
@@ -457,7 +458,7 @@ def _wire(value: object) -> object:
     if isinstance(value, tuple):
         return [v if type(v) in SCALAR_TYPES else _wire(v) for v in value]
     if isinstance(value, Enum):
-        return value.value
+        return wire_enum(value)
     return value
 
 

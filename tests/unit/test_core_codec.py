@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import get_args
 
 import msgpack
@@ -1244,3 +1245,25 @@ def test_the_status_slot_is_read_as_no_more_than_an_int() -> None:
     for slot in (409, 418, 0):
         wired = msgpack.packb([FORMAT_VERSION, "rejected", "conflict", "m", slot, "partition"])
         assert decode_result(wired) == rejected("conflict", "m", "partition")
+
+
+def test_rescale_phases_keep_their_upper_case_bytes() -> None:
+    """RescalePhase's values are lower case like every enum's; the state (and the results
+    above) still spell them as they did when they were upper case, and read that back."""
+    s = ClusterState()
+    for i, (cmd, _) in enumerate(GOLDEN_RESULTS):
+        apply(s, f"r{i}", cmd)
+    r = s.rescale
+    assert r is not None
+    for phase, spelled in (
+        (RescalePhase.CUTTING, "CUTTING"),
+        (RescalePhase.MOVING, "MOVING"),
+        (RescalePhase.HOSTING, "HOSTING"),
+        (RescalePhase.DONE, "DONE"),
+    ):
+        assert phase.value == spelled.lower()
+        s.rescale = dataclasses.replace(r, phase=phase)
+        data = encode_state(s)
+        assert msgpack.unpackb(data, strict_map_key=False)["rescale"][3] == spelled
+        restored = decode_state(data).rescale
+        assert restored is not None and restored.phase is phase
