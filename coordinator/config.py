@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.addresses import Network, check_bind, split_host_port
+from coordinator.core.placement import DEFAULT_VIRTUAL_NODES
 from coordinator.core.versions import COMMAND_SET_VERSION
+from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT
 from replication import settings as rs
 from shared.checkpoint_ref import store_base
 from shared.errors import ConfigError
@@ -128,7 +130,7 @@ class ClusterConfig:
     # Load-aware placement (docs/design.md §4): how far from the mean, as a fraction of it,
     # a worker's load (the summed input rates of its partitions) may be before partitions
     # move; and how old a partition's reported load may be before placement balances counts.
-    balance_tolerance: float = 0.1
+    balance_tolerance: float = BALANCE_TOLERANCE_DEFAULT
     load_stale_s: float = _UNSET
     # DEAD and LEFT workers leave the replicated state this long after they departed, so
     # the state, its snapshots and a node's catch-up hold the live workers plus those
@@ -137,7 +139,7 @@ class ClusterConfig:
     retire_after_s: float = 3600.0
     data_dir: str = "./ripple-data"
     placement_strategy: str = "balanced"
-    virtual_nodes: int = 128
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
     rebalance_on_join: bool = False
     max_concurrent_migrations: int = 8
     # Migrations releasing or handed off with any one worker as source or target (the move

@@ -111,60 +111,16 @@ from coordinator.core.model import (
     WorkerState,
 )
 from coordinator.core.move_plans import MovePlans
-from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy
+from coordinator.core.planner_settings import PlannerSettings
 from coordinator.core.rescale_plans import RescalePlans
 from coordinator.core.rescale_plans import balance_paused as rescaling
-from coordinator.core.retirement import RETIRE_BATCH_MAX
 from coordinator.core.retirement import due as retirements_due
 from coordinator.core.rounds import CheckpointRounds
 from coordinator.core.throttle import startable
 from coordinator.core.versions import version_of
-from coordinator.core.warmups import COLD_MOVES, WarmPolicy, WarmUps
-from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT
+from coordinator.core.warmups import WarmUps
 
 __all__ = ["Planner", "PlannerSettings"]
-
-TICK_MS_DEFAULT = 100
-CALLS_IN_FLIGHT_MAX = 64  # concurrent calls from the leader to workers
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlannerSettings:
-    total_partitions: int
-    min_cluster_size: int = 1
-    rebalance_on_join: bool = False
-    max_concurrent_migrations: int = 8
-    # Migrations releasing or handed off with one worker as source or target
-    # (coordinator/config.py's max_migrations_per_worker says why it defaults to half the
-    # cluster's cap).
-    max_migrations_per_worker: int = 4
-    strategy: PlacementStrategy = PlacementStrategy.BALANCED
-    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
-    suspect_after_ms: int = 2_000
-    dead_after_ms: int = 5_000
-    # How long a worker that said it is restarting is held (coordinator/config.py's
-    # rejoin_grace_s says why it defaults to twice the timeout).
-    rejoin_grace_ms: int = 10_000
-    host_retry_base_ms: int = 200
-    host_retry_cap_ms: int = 10_000
-    checkpoint_interval_ms: int = 10_000
-    # The fallback chain for checkpoints that cannot be loaded (coordinator/core/fallback.py).
-    fallback_after_failures: int = 3
-    full_replay_fallback: bool = True
-    tick_ms: int = TICK_MS_DEFAULT
-    calls_max: int = CALLS_IN_FLIGHT_MAX
-    # Warm hand-offs (coordinator/core/warmups.py); off unless the shell turns them on.
-    warm: WarmPolicy = COLD_MOVES
-    # Load-aware placement (coordinator/core/weighted.py): how far from the mean a worker's
-    # load may be before partitions move, and how old a partition's reported load may be
-    # before placement falls back to counts (coordinator/core/load.py).
-    balance_tolerance: float = BALANCE_TOLERANCE_DEFAULT
-    load_stale_ms: int = 15_000
-    # DEAD and LEFT workers leave the state this long after they departed (0: never), at
-    # most retire_batch_max per command (coordinator/config.py's retire_after_s).
-    retire_after_ms: int = 0
-    retire_batch_max: int = RETIRE_BATCH_MAX
-
 
 # A cluster not yet finalized at StartWarm's command-set version moves cold (a voter of an
 # older release would not apply it).

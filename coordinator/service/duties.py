@@ -53,12 +53,8 @@ from coordinator.core.effects import (
 from coordinator.core.executor import BatchRun
 from coordinator.core.fallback import target_of
 from coordinator.core.model import WorkerId
-from coordinator.core.placement import PlacementStrategy
-from coordinator.core.planner import (
-    Planner,
-    PlannerSettings,
-)
-from coordinator.core.warmups import WarmPolicy
+from coordinator.core.planner import Planner
+from coordinator.planner_config import planner_settings
 from coordinator.service.auth import call_token
 from coordinator.service.failing import FailingReports
 from coordinator.service.node import CoordinatorNode
@@ -109,37 +105,6 @@ def ids_text(ids: Sequence[str]) -> str:
     """At most DEAD_IDS_LOGGED_MAX ids, then how many more."""
     more = len(ids) - DEAD_IDS_LOGGED_MAX
     return ", ".join(ids[:DEAD_IDS_LOGGED_MAX]) + (f" and {more} more" if more > 0 else "")
-
-
-def planner_settings(node: CoordinatorNode) -> PlannerSettings:
-    cfg = node.config
-    return PlannerSettings(
-        total_partitions=cfg.total_partitions,
-        min_cluster_size=cfg.min_cluster_size,
-        rebalance_on_join=cfg.rebalance_on_join,
-        max_concurrent_migrations=cfg.max_concurrent_migrations,
-        max_migrations_per_worker=cfg.max_migrations_per_worker,
-        strategy=PlacementStrategy(cfg.placement_strategy),
-        virtual_nodes=cfg.virtual_nodes,
-        suspect_after_ms=int(cfg.suspect_after_s * 1000),
-        dead_after_ms=int(cfg.heartbeat_timeout_s * 1000),
-        rejoin_grace_ms=int(cfg.rejoin_grace_s * 1000),
-        host_retry_base_ms=cfg.host_retry_base_ms,
-        host_retry_cap_ms=cfg.host_retry_cap_ms,
-        checkpoint_interval_ms=int(cfg.checkpoint_interval_s * 1000),
-        fallback_after_failures=cfg.fallback_after_failures,
-        full_replay_fallback=cfg.full_replay_fallback,
-        warm=WarmPolicy(
-            enabled=cfg.warm_moves,
-            timeout_ms=int(cfg.warmup_timeout_s * 1000),
-            lag_records_max=cfg.warmup_lag_records_max,
-            in_flight_max=cfg.warmups_max,
-            per_worker_max=cfg.warmups_per_worker_max,
-        ),
-        balance_tolerance=cfg.balance_tolerance,
-        load_stale_ms=int(cfg.load_stale_s * 1000),
-        retire_after_ms=int(cfg.retire_after_s * 1000),
-    )
 
 
 def final_checkpoint_from_release_reply(
@@ -301,7 +266,7 @@ class LeaderDuties:
                     self.node.config.total_partitions,
                 )
             self.planner = Planner(
-                planner_settings(self.node), self.rng, state, self.clock.monotonic_ms()
+                planner_settings(self.node.config), self.rng, state, self.clock.monotonic_ms()
             )
         failures = 0
         try:

@@ -49,10 +49,11 @@ from coordinator.core.planner import (
     PlannerSettings,
 )
 from coordinator.core.state import ClusterState, apply
+from tests.planner_base import quick_settings
 
 W1, W2 = WorkerId("w1"), WorkerId("w2")
 _ids = itertools.count()
-SETTINGS = PlannerSettings(total_partitions=4, suspect_after_ms=1_000, dead_after_ms=3_000)
+SETTINGS = quick_settings(total_partitions=4, suspect_after_ms=1_000, dead_after_ms=3_000)
 
 
 def run(s: ClusterState, planner: Planner, now: int) -> list[object]:
@@ -96,7 +97,7 @@ def with_w1_assigned(settings: PlannerSettings) -> tuple[ClusterState, Planner]:
 
 def quiet(total: int, calls_max: int = 64) -> PlannerSettings:
     """Liveness far out of the way; one checkpoint round a second."""
-    return PlannerSettings(
+    return quick_settings(
         total_partitions=total,
         suspect_after_ms=1_000_000,
         dead_after_ms=3_000_000,
