@@ -282,14 +282,14 @@ def test_the_dead_who_own_nothing_get_no_placement_pass() -> None:
         apply(s, w, RegisterWorker(worker_id=w, address=f"http://{w}", now_ms=0))
         planner.registered(w, 0)
     passes = 0
-    eligible = planner.eligible
+    eligible = planner.moves.eligible
 
     def counting(*args: object, **kw: object) -> list[WorkerId]:
         nonlocal passes
         passes += 1
         return eligible(*args, **kw)  # type: ignore[arg-type]
 
-    planner.eligible = counting  # type: ignore[method-assign]
+    planner.moves.eligible = counting  # type: ignore[method-assign]
     late = SETTINGS.dead_after_ms + 1
     planner.heartbeat(W1, 0.1, late)
     declared = planner._detect_failures(s, late, late)
