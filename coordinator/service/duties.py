@@ -57,7 +57,7 @@ from coordinator.core.planner import Planner
 from coordinator.planner_config import planner_settings
 from coordinator.service.auth import call_token
 from coordinator.service.failing import FailingReports
-from coordinator.service.node import CoordinatorNode
+from coordinator.service.node_parts import DutyNode
 from coordinator.service.rescale_calls import rescale_call
 from replication.log import RaftRole
 from shared.checkpoint_ref import reference_problem
@@ -134,7 +134,7 @@ def final_checkpoint_from_release_reply(
 class LeaderDuties:
     def __init__(
         self,
-        node: CoordinatorNode,
+        node: DutyNode,
         rng: random.Random | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
@@ -256,7 +256,9 @@ class LeaderDuties:
 
     async def _run(self) -> None:
         log.info(
-            "leader duties starting on %s (term %d)", self.node.node_id, self.node.log.status().term
+            "leader duties starting on %s (term %d)",
+            self.node.node_id,
+            self.node.leader_info().status.term,
         )
         with self.node.read() as state:
             if 0 < state.total_partitions != self.node.config.total_partitions:

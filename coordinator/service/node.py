@@ -16,10 +16,7 @@ does not speak. The voters are `voters()`.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
-import secrets
-from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from coordinator.config import ClusterConfig, NodeSpec
@@ -32,6 +29,8 @@ from coordinator.core.versions import refusal, spoken, version_of
 from coordinator.service.auth import first_cluster_id, raft_password
 from coordinator.service.metrics import Metrics
 from coordinator.service.node_dir import read_join_record, write_join_record
+from coordinator.service.node_parts import LeaderInfo
+from coordinator.service.stamps import new_request_id
 from replication.identity import ensure_cluster_id
 from replication.log import (
     MachineRead,
@@ -39,9 +38,7 @@ from replication.log import (
     NoLeaderError,
     OutcomeUnknownError,
     QueueFullError,
-    RaftRole,
     RaftSettings,
-    RaftStatus,
     ReplicatedLog,
 )
 from shared.clock import Clock
@@ -51,32 +48,6 @@ from shared.system_clock import SYSTEM_CLOCK
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=CommandResult)
-
-
-def now_ms() -> int:
-    """Wall time, for timestamps stamped into commands only (never for a decision)."""
-    return SYSTEM_CLOCK.wall_ms()
-
-
-# A request id is the dedup table's key for a command sent without an Idempotency-Key: it
-# must never repeat. A random 64-bit prefix per process and a counter within it, not uuid4:
-# os.urandom releases the GIL, a handoff to any runnable thread on every write. At most 32
-# characters, like a uuid4's hex; a client's key is hashed to 64 (`idempotency_key`), so
-# the two never meet.
-_REQUEST_ID_PREFIX = secrets.token_hex(8)
-_REQUEST_IDS = itertools.count()
-
-
-def new_request_id() -> str:
-    return f"{_REQUEST_ID_PREFIX}{next(_REQUEST_IDS):x}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeaderInfo:
-    role: RaftRole
-    ready: bool
-    leader: NodeSpec | None
-    status: RaftStatus
 
 
 def _state_of(machine: object) -> ClusterState:

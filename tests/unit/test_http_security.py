@@ -283,18 +283,9 @@ class _Node:
             self.locked = False
 
     def leader_info(self) -> Any:
-        from coordinator.service.node import LeaderInfo
-        from replication.log import RaftRole, RaftStatus
+        from tests.unit.test_duty_loop import ready_leader_info
 
-        status = RaftStatus(
-            role=RaftRole.LEADER,
-            term=1,
-            commit_index=5,
-            applied_index=5,
-            leader_addr=None,
-            ready=True,
-        )
-        return LeaderInfo(role=RaftRole.LEADER, ready=True, leader=None, status=status)
+        return ready_leader_info(applied_index=5)
 
 
 async def test_digest_is_encoded_outside_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -502,12 +493,12 @@ def test_generated_request_ids_never_repeat() -> None:
     between processes (the random prefix), valid ids, and never the length of a hashed
     client key."""
     from coordinator.core.model import REQUEST_ID_LEN_MAX, valid_id
-    from coordinator.service.node import new_request_id
+    from coordinator.service.stamps import new_request_id
 
     ids = [new_request_id() for _ in range(20_000)]
     assert len(set(ids)) == len(ids)
     assert all(valid_id(i) and len(i) <= 32 < REQUEST_ID_LEN_MAX for i in ids)
-    code = "from coordinator.service.node import new_request_id; print(new_request_id())"
+    code = "from coordinator.service.stamps import new_request_id; print(new_request_id())"
     others = {
         subprocess.run(
             python_argv("-c", code), capture_output=True, text=True, check=True, timeout=60
