@@ -153,7 +153,7 @@ def test_commits_lost_while_stepping_down_are_not_counted_as_errors() -> None:
 
 
 def test_a_death_storm_logs_a_bounded_line() -> None:
-    from coordinator.service.duties import DEAD_IDS_LOGGED_MAX, ids_text
+    from coordinator.service.command_log import DEAD_IDS_LOGGED_MAX, ids_text
 
     assert ids_text(["w1", "w2"]) == "w1, w2"
     many = [f"w{i}" for i in range(DEAD_IDS_LOGGED_MAX + 480)]
