@@ -17,6 +17,7 @@ from typing import TypedDict
 
 from aiohttp import web
 
+from coordinator.config import ClusterConfig
 from coordinator.core.model import MigrationPhase, Partition, PartitionStatus, WorkerState
 from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
@@ -135,9 +136,9 @@ NO_STORE_WARNING = (
 )
 
 
-def warnings(node: ApiNode) -> list[str]:
+def warnings(config: ClusterConfig) -> list[str]:
     """What an operator should fix about the cluster's settings (empty: nothing)."""
-    return [] if node.config.store else [NO_STORE_WARNING]
+    return [] if config.store else [NO_STORE_WARNING]
 
 
 async def health(request: web.Request) -> web.Response:
@@ -180,7 +181,7 @@ async def health(request: web.Request) -> web.Response:
             finalized_command_set_version=finalized,
             halted=st.halted,
             store_set=bool(node.config.store),
-            warnings=warnings(node),
+            warnings=warnings(node.config),
             voter=node.is_voter,
             maintenance=None if record is None else m.MaintenanceView(**dataclasses.asdict(record)),
         )
@@ -227,7 +228,7 @@ async def status(request: web.Request) -> web.Response:
             maintenance=None
             if state.maintenance is None
             else m.MaintenanceView(**dataclasses.asdict(state.maintenance)),
-            warnings=warnings(view.node),
+            warnings=warnings(view.node.config),
             rescale=rescale_view(state),
         )
     return json_reply(body)
