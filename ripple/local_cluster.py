@@ -20,6 +20,7 @@ from typing import Any
 from coordinator.client import CoordinatorClient
 from coordinator.config import ClusterConfig, NodeSpec
 from coordinator.config_file import load_config, render_toml
+from coordinator.config_rules import validate as validate_config
 from ripple.launch import coordinator_argv, worker_argv
 from ripple.supervisor import Children
 from ripple.tables import render_status
@@ -61,7 +62,7 @@ def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
         nodes=specs,
         **overrides,
     )
-    config.validate()
+    validate_config(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_private(path, render_toml(config))
     return path

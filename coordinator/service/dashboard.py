@@ -25,7 +25,7 @@ from coordinator.service.dashboard_enums import ENUMS_FILE, enums_json
 from shared.errors import RequestError
 
 if TYPE_CHECKING:
-    from coordinator.service.node import CoordinatorNode
+    from coordinator.service.node_parts import Members
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -83,7 +83,7 @@ class NodeOrigins:
     """The cluster's own origins, as they are now: the nodes of the cluster file and every
     voter and learner this node's log names (a node added online is a sibling at once)."""
 
-    def __init__(self, node: CoordinatorNode) -> None:
+    def __init__(self, node: Members) -> None:
         self._node = node
         self._configured = frozenset(_origin(n.url) for n in node.config.nodes)
 

@@ -32,7 +32,8 @@ from enum import Enum
 
 from coordinator.addresses import check_bind, is_wildcard, split_host_port
 from coordinator.core.model import valid_id
-from coordinator.service.node import CoordinatorNode, now_ms
+from coordinator.service.node_parts import MembershipNode
+from coordinator.service.stamps import now_ms
 from replication.log import Member, RaftRole
 from replication.reconfig import Progress
 from shared.errors import ConfigError, RequestError, RippleError, UnavailableError
@@ -87,7 +88,7 @@ def _check_node_id(node_id: str) -> None:
 class MembershipChanges:
     """The leader's membership changes, one at a time. Use on the node's event loop."""
 
-    def __init__(self, node: CoordinatorNode) -> None:
+    def __init__(self, node: MembershipNode) -> None:
         self._node = node
         self._current: Change | None = None
         self._last: Change | None = None

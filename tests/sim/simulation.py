@@ -115,6 +115,7 @@ from coordinator.core.versions import COMMAND_SET_VERSION
 from coordinator.core.warmups import WarmPolicy
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
+from tests.planner_base import quick_settings
 from tests.sim.balance_check import ShadowLoads, round_violations
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
@@ -869,7 +870,8 @@ class Simulation:
     @property
     def planner_settings(self) -> PlannerSettings:
         s = self.s
-        return PlannerSettings(
+        # What the simulation does not set (placement, fallback) is the config's default.
+        return quick_settings(
             total_partitions=s.total_partitions,
             min_cluster_size=s.min_cluster_size,
             max_concurrent_migrations=s.max_concurrent_migrations,

@@ -62,6 +62,7 @@ Directives:
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -121,6 +122,7 @@ from coordinator.core.planner import (
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.versions import COMMAND_SET_VERSION
 from coordinator.core.warmups import WarmPolicy
+from tests.planner_base import quick_settings
 
 WALL_OFFSET_MS = 1_700_000_000_000  # wall time is stamped only; keep it far from monotonic
 RUN_BATCHES_MAX = 20
@@ -231,9 +233,13 @@ def fmt_call(call: WorkerCall) -> str:
     return f"call checkpoint {call.worker_id}"
 
 
+# What a scenario's `settings` line starts from (a line names total_partitions at least).
+BASE = quick_settings()
+
+
 class Harness:
     def __init__(self) -> None:
-        self.settings = PlannerSettings(total_partitions=4)
+        self.settings = quick_settings(total_partitions=4)
         self.reset(self.settings, 0)
 
     def reset(self, settings: PlannerSettings, seed: int) -> None:
@@ -335,8 +341,8 @@ class Harness:
                 values[k] = v == "true"
             else:
                 values[k] = float(v) if types[k] == "float" else int(v)
-        values["warm"] = WarmPolicy(**warm)  # type: ignore[arg-type]
-        self.reset(PlannerSettings(**values), seed)  # type: ignore[arg-type]
+        values["warm"] = dataclasses.replace(BASE.warm, **warm)  # type: ignore[arg-type]
+        self.reset(dataclasses.replace(BASE, **values), seed)  # type: ignore[arg-type]
         return []
 
     def do_register(self, args: list[str], _kv: dict[str, str]) -> list[str]:

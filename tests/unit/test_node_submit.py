@@ -30,29 +30,41 @@ from coordinator.core.model import WorkerId
 from coordinator.core.state import ClusterState, apply
 from coordinator.service.metrics import Metrics
 from coordinator.service.node import CoordinatorNode
+from shared.clock import FakeClock
 from shared.errors import RequestError, UnavailableError
 from shared.http_statuses import status_of
 
 W1 = WorkerId("w1")
+PROPOSE_MS = 7
 REGISTER = RegisterWorker(worker_id=W1, address="http://w1:1", now_ms=1)
 
 
 class AnsweringLog:
     """Answers every proposal with `answer`, as the machine's encoded result."""
 
-    def __init__(self, answer: Result) -> None:
+    def __init__(self, answer: Result, clock: FakeClock | None = None) -> None:
         self.answer = answer
+        # A commit takes PROPOSE_MS on this clock (the node times it for its metric).
+        self.clock = clock
         self.request_ids: list[str] = []
         self.is_ready_leader = True
 
     async def propose(self, entry: bytes, _timeout_s: float) -> bytes:
         request_id, _ = decode_command(entry)
         self.request_ids.append(request_id)
+        if self.clock is not None:
+            self.clock.advance(PROPOSE_MS)
         return encode_result(self.answer)
 
 
 def _node(answer: Result) -> SimpleNamespace:
-    return SimpleNamespace(config=ClusterConfig(), log=AnsweringLog(answer), metrics=Metrics())
+    clock = FakeClock()
+    return SimpleNamespace(
+        config=ClusterConfig(),
+        log=AnsweringLog(answer, clock),
+        metrics=Metrics(),
+        clock=clock,
+    )
 
 
 async def test_submit_returns_the_commands_own_result_type() -> None:
@@ -61,6 +73,16 @@ async def test_submit_returns_the_commands_own_result_type() -> None:
     value = await CoordinatorNode.submit(node, REGISTER, "rid-1")  # type: ignore[arg-type]
     assert value == registered and value.incarnation == 3
     assert node.log.request_ids == ["rid-1"]
+
+
+async def test_a_proposals_latency_is_read_on_the_nodes_clock() -> None:
+    node = _node(Ok(value=RegisterResult(worker_id=W1, incarnation=1, rehosted=())))
+    await CoordinatorNode.submit(node, REGISTER, "rid-1")  # type: ignore[arg-type]
+    [latency] = [
+        m for m in node.metrics.registry.collect() if m.name == "ripple_proposal_latency_seconds"
+    ]
+    total = [s.value for s in latency.samples if s.name.endswith("_sum")]
+    assert total == [PROPOSE_MS / 1000]
 
 
 async def test_a_result_of_another_command_is_a_conflict() -> None:

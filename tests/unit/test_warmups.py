@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from typing import Any
 
@@ -19,7 +20,7 @@ from coordinator.core.model import (
     PartitionId,
     WorkerId,
 )
-from coordinator.core.planner import Planner, PlannerSettings
+from coordinator.core.planner import Planner
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.warmups import WarmOutcome, WarmPolicy, WarmUps
 from pipeline.holdings import Holdings
@@ -30,6 +31,7 @@ from shared.clock import Clock, FakeClock
 from shared.errors import ErrorKind, RequestError, UnavailableError
 from shared.system_clock import SYSTEM_CLOCK
 from shared.worker_calls import WarmReply, WarmRequest
+from tests.planner_base import quick_settings
 
 POLICY = WarmPolicy(
     enabled=True, timeout_ms=1_000, lag_records_max=10, in_flight_max=3, per_worker_max=2
@@ -153,7 +155,7 @@ def _moving_cluster(finalized: int, partitions: int = 1) -> ClusterState:
 @pytest.mark.parametrize(("finalized", "warm"), [(1, False), (2, False), (3, True)])
 def test_moves_stay_cold_until_the_cluster_speaks_start_warm(finalized: int, warm: bool) -> None:
     s = _moving_cluster(finalized)
-    settings = PlannerSettings(total_partitions=1, warm=POLICY)
+    settings = quick_settings(total_partitions=1, warm=POLICY)
     batch = Planner(settings, random.Random(0), s, 0).plan(s, 0, 0)
     assert [type(c) is StartWarm for c in batch.commands] == [warm], batch
 
@@ -166,7 +168,7 @@ def test_a_leader_with_warm_moves_off_releases_a_warming_migration_cold() -> Non
     s = _moving_cluster(3)
     (m,) = s.in_flight_migrations()
     assert isinstance(apply(s, "w", StartWarm(migration_id=m.migration_id, now_ms=0)), Ok)
-    batch = Planner(PlannerSettings(total_partitions=1), random.Random(0), s, 0).plan(s, 0, 0)
+    batch = Planner(quick_settings(total_partitions=1), random.Random(0), s, 0).plan(s, 0, 0)
     assert [c for c in batch.commands if isinstance(c, (StartRelease, StartWarm))] == [
         StartRelease(migration_id=m.migration_id, now_ms=0)
     ], batch
@@ -181,8 +183,10 @@ def test_warm_calls_hold_at_most_half_the_leaders_call_slots() -> None:
         assert isinstance(
             apply(s, f"w{x.partition}", StartWarm(migration_id=x.migration_id, now_ms=0)), Ok
         )
-    policy = WarmPolicy(enabled=True, in_flight_max=8, per_worker_max=8)
-    settings = PlannerSettings(total_partitions=6, warm=policy, calls_max=4)
+    policy = dataclasses.replace(
+        POLICY, timeout_ms=60_000, lag_records_max=10_000, in_flight_max=8, per_worker_max=8
+    )
+    settings = quick_settings(total_partitions=6, warm=policy, calls_max=4)
     planner = Planner(settings, random.Random(0), s, 0)
     warm = [c for c in planner.plan(s, 0, 0).calls if isinstance(c, WarmCall)]
     assert len(warm) == 2, warm  # half of 4

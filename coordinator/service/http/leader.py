@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from coordinator.service.http.context import NODE_KEY
 from coordinator.service.http.request import ApiRequest
-from coordinator.service.node import CoordinatorNode
+from coordinator.service.node_parts import ApiNode
 from replication.log import RaftRole
 from shared.errors import RippleError, UnavailableError
 
@@ -28,7 +28,7 @@ class LeaderRedirect(RippleError):
         self.leader_id = leader_id
 
 
-def require_leader(request: ApiRequest) -> CoordinatorNode:
+def require_leader(request: ApiRequest) -> ApiNode:
     node = request.app[NODE_KEY]
     if node.is_ready_leader:  # the common case, without building a status
         return node

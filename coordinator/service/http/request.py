@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from coordinator.core.model import Partition, WorkerId, valid_id
 from coordinator.core.state import ClusterState
 from coordinator.service.http.context import NODE_KEY
-from coordinator.service.node import new_request_id
+from coordinator.service.stamps import new_request_id
 from shared.errors import RequestError
 
 __all__ = [

@@ -22,9 +22,9 @@ from coordinator.service.http.context import ADMISSION_KEY
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import idempotency_key, parse
-from coordinator.service.node import now_ms
 from coordinator.service.rescale_models import RescaleDryRunResponse, RescaleRequest, RescaleView
 from coordinator.service.rescale_preview import preview
+from coordinator.service.stamps import now_ms
 from shared.errors import RequestError
 
 __all__ = ["ROUTES", "rescale_view"]

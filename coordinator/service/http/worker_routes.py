@@ -44,8 +44,9 @@ from coordinator.service.http.request import (
     read_body,
 )
 from coordinator.service.metrics import PartitionProgress
-from coordinator.service.node import CoordinatorNode, now_ms
+from coordinator.service.node_parts import ApiNode
 from coordinator.service.replies import heartbeat_body
+from coordinator.service.stamps import now_ms
 from shared.checkpoint_ref import reference_problem, store_mismatch
 from shared.errors import RequestError
 
@@ -117,7 +118,7 @@ class HeartbeatCaller:
     """Who sent a heartbeat, admitted before its body is read."""
 
     worker_id: WorkerId
-    node: CoordinatorNode
+    node: ApiNode
     admission: Admission
     now_ms: int
     claims: WorkerClaims
