@@ -45,7 +45,7 @@ SEED_ROWS_PER_KEY = 2
 POLL_S = 0.05
 HEALTH_TIMEOUT_S = 5.0
 RESCALE_TIMEOUT_S = 900.0
-PHASES = ("CUTTING", "MOVING", "HOSTING")
+PHASES = ("cutting", "moving", "hosting")
 
 
 def _status(rig: PipelineRig) -> dict[str, Any] | None:
@@ -76,7 +76,7 @@ def _rescale(rig: PipelineRig) -> dict[str, float]:
     asked = time.monotonic()
     generation = int(r.body["generation"])
     base = generation_base(generation)
-    entered: dict[str, float] = {"CUTTING": asked}
+    entered: dict[str, float] = {"cutting": asked}
     first_batch: dict[int, float] = {}
     done_at = None
     deadline = asked + RESCALE_TIMEOUT_S
@@ -87,7 +87,7 @@ def _rescale(rig: PipelineRig) -> dict[str, float]:
         phase = record.get("phase")
         if record.get("generation") == generation and isinstance(phase, str):
             entered.setdefault(phase, now)
-            if phase == "DONE" and done_at is None:
+            if phase == "done" and done_at is None:
                 done_at = now
         for p, offset in _offsets(rig).items():
             if offset > base and p not in first_batch:
@@ -95,13 +95,13 @@ def _rescale(rig: PipelineRig) -> dict[str, float]:
         time.sleep(POLL_S)
     if done_at is None or len(first_batch) < TO_PARTITIONS:
         raise RuntimeError(f"rescale not done in {RESCALE_TIMEOUT_S} s: {sorted(entered)}")
-    order = [*PHASES, "DONE"]
+    order = [*PHASES, "done"]
 
     def start_of(i: int) -> float:
         # A phase shorter than a poll is never seen: it starts when the next one seen does.
         return next((entered[ph] for ph in order[i:] if ph in entered), done_at)
 
-    spent = {f"{ph.lower()}_s": start_of(i + 1) - start_of(i) for i, ph in enumerate(PHASES)}
+    spent = {f"{ph}_s": start_of(i + 1) - start_of(i) for i, ph in enumerate(PHASES)}
     gaps = [t - asked for t in first_batch.values()]
     return {
         "to_online_s": done_at - asked,

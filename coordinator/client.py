@@ -6,21 +6,26 @@ writes follow `307` redirects to the leader (remembering it) and wait out `503` 
 redirect's leader is remembered, and every NODES_REFRESH_S the node that answered is asked
 for the voters (`/v1/health`), so a client outlives the replacement of every node it was
 started with. Errors come back as `ClientError` carrying the
-server's JSON error (code, message, field) and HTTP status.
+server's JSON error (code, message, field) and the kind its HTTP status names
+(`shared.http_statuses`: the client's edge reads the status back). Every bound in time is
+read on the `Clock` the client is given (the process's real one by default), so a test can
+drive it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
 
-from shared.errors import ClientError
+from shared.clock import Clock
+from shared.errors import ClientError, ErrorKind
+from shared.http_statuses import kind_of_status
 from shared.routing import Routing
+from shared.system_clock import SYSTEM_CLOCK
 from shared.tls import client_context
 
 __all__ = ["CoordinatorClient", "KeyRouter"]
@@ -45,6 +50,7 @@ class CoordinatorClient:
         timeout_s: float = REQUEST_TIMEOUT_S,
         deadline_s: float = 30.0,
         ca_file: str | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`ca_file`: the CA bundle that https:// coordinators and workers are verified
         against (default: the system's roots). Servers are always verified."""
@@ -57,7 +63,8 @@ class CoordinatorClient:
         self._preferred = self.urls[0]
         self.ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
-        self._refreshed_at = time.monotonic()
+        self.clock = clock
+        self._refreshed_at_ms = clock.monotonic_ms()
 
     async def __aenter__(self) -> CoordinatorClient:
         return self
@@ -118,14 +125,14 @@ class CoordinatorClient:
         headers: dict[str, str] | None,
         read: Callable[[aiohttp.ClientResponse], Awaitable[_T]],
     ) -> _T:
-        deadline = time.monotonic() + self.deadline_s
+        deadline_ms = self.clock.monotonic_ms() + round(self.deadline_s * 1000)
         hdrs = dict(headers or {})
         bearer = token or self.token
         if bearer:
             hdrs["Authorization"] = f"Bearer {bearer}"
         last: Exception | None = None
         unavailable = 0
-        while time.monotonic() < deadline:
+        while self.clock.monotonic_ms() < deadline_ms:
             for base in self._order():
                 url = base + path
                 for _ in range(REDIRECTS_MAX):
@@ -164,7 +171,9 @@ class CoordinatorClient:
         if isinstance(last, ClientError):
             raise last
         raise ClientError(
-            f"no coordinator answered {method} {path}: {last}", code="unreachable", status=503
+            f"no coordinator answered {method} {path}: {last}",
+            code="unreachable",
+            kind=ErrorKind.UNAVAILABLE,
         )
 
     def _learn(self, urls: list[str]) -> None:
@@ -180,11 +189,12 @@ class CoordinatorClient:
         (a failed ask changes nothing: the known nodes stay)."""
         if path.startswith("/v1/health"):
             self._learn([str(n.get("url", "")) for n in body.get("nodes", [])])
-            self._refreshed_at = time.monotonic()
+            self._refreshed_at_ms = self.clock.monotonic_ms()
             return
-        if time.monotonic() - self._refreshed_at < NODES_REFRESH_S:
+        now_ms = self.clock.monotonic_ms()
+        if now_ms - self._refreshed_at_ms < NODES_REFRESH_S * 1000:
             return
-        self._refreshed_at = time.monotonic()
+        self._refreshed_at_ms = now_ms
         try:
             async with self._http().get(self._preferred + "/v1/health") as resp:
                 if resp.status == 200:
@@ -214,7 +224,9 @@ async def _body(resp: aiohttp.ClientResponse) -> dict[str, Any]:
 
 def _too_large(path: str, bytes_max: int) -> ClientError:
     return ClientError(
-        f"the answer to GET {path} is over {bytes_max} bytes", code="too_large", status=413
+        f"the answer to GET {path} is over {bytes_max} bytes",
+        code="too_large",
+        kind=ErrorKind.TOO_LARGE,
     )
 
 
@@ -222,7 +234,7 @@ def _error(status: int, body: dict[str, Any]) -> ClientError:
     return ClientError(
         str(body.get("message", f"HTTP {status}")),
         code=str(body.get("error", "http_error")),
-        status=status,
+        kind=kind_of_status(status),
         field=body.get("field"),
     )
 
@@ -251,7 +263,7 @@ class KeyRouter:
         self.owners: list[str | None] = []
         self.addresses: dict[str, str] = {}
         self.routing = Routing(generation=0, partitions=1)
-        self._checked_at = 0.0
+        self._checked_at_ms = 0  # on the client's clock
 
     async def refresh(self) -> None:
         health = await self.client.get("/v1/health")
@@ -262,16 +274,16 @@ class KeyRouter:
         self.generation = int(table["generation"])
         counts = health["cluster"].get("routing") or [len(self.owners)]
         self.routing = Routing(generation=len(counts) - 1, partitions=int(counts[-1]))
-        self._checked_at = time.monotonic()
+        self._checked_at_ms = self.client.clock.monotonic_ms()
 
     async def _fresh(self) -> None:
         if not self.owners:
             await self.refresh()
-        elif time.monotonic() - self._checked_at > TABLE_CHECK_S:
+        elif self.client.clock.monotonic_ms() - self._checked_at_ms > TABLE_CHECK_S * 1000:
             health = await self.client.get("/v1/health")
             if int(health["cluster"]["generation"]) != self.generation:
                 await self.refresh()
-            self._checked_at = time.monotonic()
+            self._checked_at_ms = self.client.clock.monotonic_ms()
 
     def route(self, key: str) -> tuple[int, str | None]:
         p = self.routing.partition_for(key)
@@ -308,5 +320,5 @@ class KeyRouter:
         raise ClientError(
             f"lookup of {key!r} failed after {LOOKUP_ATTEMPTS_MAX} tries: {last}",
             code="unavailable",
-            status=503,
+            kind=ErrorKind.UNAVAILABLE,
         )

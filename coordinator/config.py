@@ -1,7 +1,8 @@
-"""Cluster configuration: every key of the cluster file, its default and its validation.
+"""Cluster configuration: every key of the cluster file and its default (the one home of
+each default: the planner's settings derive from these, coordinator/planner_config.py).
 
-The file is read by coordinator/config_file.py; addresses are parsed by
-coordinator/addresses.py.
+The file is read by coordinator/config_file.py, the keys are checked by
+coordinator/config_rules.py, and addresses are parsed by coordinator/addresses.py.
 
 Precedence, lowest to highest: built-in default < TOML file < `RIPPLE_<KEY>` environment
 variable < command-line flag. The node list (`[[nodes]]`) comes from the file only. Every
@@ -24,18 +25,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordinator.addresses import Network, check_bind, split_host_port
-from coordinator.core.versions import COMMAND_SET_VERSION
+from coordinator.addresses import Network
+from coordinator.core.placement import DEFAULT_VIRTUAL_NODES
+from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT
 from replication import settings as rs
-from shared.checkpoint_ref import store_base
 from shared.errors import ConfigError
 
 __all__ = ["DERIVED_TIMINGS", "ClusterConfig", "NodeSpec", "per_worker_migrations"]
-
-
-# The most a worker's load may exceed the mean (as a fraction of it) before partitions move:
-# beyond ten times the mean, load-aware placement would never move anything.
-BALANCE_TOLERANCE_MAX = 10.0
 
 
 def per_worker_migrations(max_concurrent_migrations: int) -> int:
@@ -59,14 +55,11 @@ DERIVED_TIMINGS = {
 # "Not set": NaN cannot come from a file, the environment or a flag (`_coerce` refuses
 # non-finite numbers), so it cannot be mistaken for a value an operator chose.
 _UNSET = math.nan
-# pysyncobj asserts at start that its connection timeout (the Raft idle timeout, default
-# replication/settings.py's) is at least the election timeout: the cap keeps them in order.
-RAFT_MAX_TIMEOUT_S_MAX = rs.CONNECTION_TIMEOUT_S_DEFAULT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSpec:
-    id: str
+    id: str  # the node's name: --node-id, and how the CLI and the logs call it
     raft: str  # host:port the other nodes dial for Raft; also this node's Raft identity
     http: str  # host:port of the HTTP API (bound exactly here)
     # Where the Raft port listens when it differs from `raft` (a port mapping, a proxy in
@@ -86,12 +79,19 @@ class NodeSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterConfig:
+    # Required, at least 16 characters, the same on every node: the root of every key (the Raft
+    # password and the worker and call token keys are derived from it with HKDF under separate
+    # labels, docs/security.md). Changing it invalidates every token.
     cluster_secret: str = ""
+    # Required, at least 16 characters: the bearer token of the admin endpoints (POST /v1/admin/*, a
+    # drain).
     admin_token: str = ""
     # POST /v1/workers needs `Authorization: Bearer <join_token>` (or the admin token): only
     # holders can register a worker. A node refuses to start without one unless
     # open_registration says that anyone who reaches the HTTP port may register.
     join_token: str = ""
+    # true: no join token, anyone who reaches the HTTP port may register a new worker id (live ids
+    # still need their own token or the admin token).
     open_registration: bool = False
     # How long a worker token is good for; every heartbeat renews it. Longer than
     # heartbeat_timeout_s, so a token never runs out under a worker the cluster deems alive.
@@ -111,34 +111,59 @@ class ClusterConfig:
     # (PEM), and the CA bundle that the leader's calls to workers and the CLI verify servers
     # against (empty: the system's roots). With a certificate every node URL is https://.
     tls_cert: str = ""
+    # The PEM private key of tls_cert (both or neither).
     tls_key: str = ""
+    # The CA bundle the leader verifies https:// workers against, and the CLI the coordinators
+    # (empty: the system's roots).
     tls_ca: str = ""
+    # Partitions the first leader's Bootstrap creates (1..1,000,000). Fixed afterwards except by
+    # `ripple rescale`: a different value in the file later is logged and ignored.
     total_partitions: int = 128
+    # No partition is assigned until this many workers are ACTIVE.
     min_cluster_size: int = 1
     # The `_UNSET` timings are derived from heartbeat_timeout_s in __post_init__.
+
+    # How often a worker heartbeats (told to workers at registration).
     heartbeat_interval_s: float = _UNSET
+    # A worker silent this long is SUSPECTED: calls to it pause and placement gives it nothing new.
     suspect_after_s: float = _UNSET
+    # A worker silent this long is declared DEAD and its partitions are reassigned; the other worker
+    # timings follow it unless set.
     heartbeat_timeout_s: float = 30.0
+    # Told to workers at registration: a worker without a successful heartbeat for this long pauses
+    # its gates, before its partitions can move (heartbeat_interval_s < lease_s <
+    # heartbeat_timeout_s).
     lease_s: float = _UNSET
     # A worker that announced a restart (POST /v1/workers/{id}/restarting) keeps its
     # partitions this long: no death verdict, no reassignment, no balance move of them; back
     # within it (re-registered with its own token) it gets them again under new epochs.
     rejoin_grace_s: float = _UNSET
+    # How often the leader asks each worker to checkpoint.
     checkpoint_interval_s: float = 10.0
     # Load-aware placement (docs/design.md §4): how far from the mean, as a fraction of it,
     # a worker's load (the summed input rates of its partitions) may be before partitions
     # move; and how old a partition's reported load may be before placement balances counts.
-    balance_tolerance: float = 0.1
+    balance_tolerance: float = BALANCE_TOLERANCE_DEFAULT
+    # How old a partition's reported load may be before placement balances counts instead (>
+    # heartbeat_interval_s).
     load_stale_s: float = _UNSET
     # DEAD and LEFT workers leave the replicated state this long after they departed, so
     # the state, its snapshots and a node's catch-up hold the live workers plus those
     # departed within it, however many ids come and go (0: kept for ever). A retired id may
     # register again, as a new incarnation (coordinator/core/retirement.py).
     retire_after_s: float = 3600.0
+    # Node state lives in <data_dir>/<node id>/.
     data_dir: str = "./ripple-data"
+    # balanced (sticky: by load when every partition's load is fresh, else counts differ by at most
+    # one) or hash_ring.
     placement_strategy: str = "balanced"
-    virtual_nodes: int = 128
+    # Virtual nodes per worker for the hash_ring strategy.
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
+    # true: when everything is ONLINE and idle, the leader plans balancing moves by itself.
     rebalance_on_join: bool = False
+    # Migrations releasing or handed off at once in the cluster (a move throttle; a warm-up holds no
+    # slot): a fixed number, because the store's reads and the leader's calls it bounds do not grow
+    # with the workers.
     max_concurrent_migrations: int = 8
     # Migrations releasing or handed off with any one worker as source or target (the move
     # throttle, coordinator/core/throttle.py). 0 (unset): half of max_concurrent_migrations,
@@ -152,34 +177,55 @@ class ClusterConfig:
     # warmup_timeout_s. At most warmups_max warm-ups in the cluster, warmups_per_worker_max
     # into one worker. false: every move is cold.
     warm_moves: bool = True
+    # How long the source keeps serving while its target warms up before the move goes on cold.
     warmup_timeout_s: float = 60.0
+    # Warm: the target's copy is at most this many records behind the source log's end.
     warmup_lag_records_max: int = 10_000
+    # Warm-ups in flight in the cluster.
     warmups_max: int = 8
+    # Warm-ups in flight into one worker.
     warmups_per_worker_max: int = 2
+    # Not read by the coordinator nor the workers (workers take --max-keys-per-partition).
     max_keys_per_partition: int = 2000
+    # The HTTP request body limit (413 above it).
     body_bytes_max: int = 1_048_576
     # The HTTP front door (coordinator/service/front.py): workers' heartbeats, registrations
     # and checkpoint acks read and answered on a lean HTTP/1.1 path, every other request
     # through aiohttp. false: every request through aiohttp (the same answers, more CPU each).
     http_front_door: bool = True
+    # Partitions one heartbeat may report (400 above it).
     heartbeat_partitions_max: int = 100_000
+    # The wait for one proposal to commit, and for a consistent read's barrier.
     propose_timeout_s: float = 5.0
+    # Extra attempts, under the same request id, after an unknown outcome.
     propose_retries_max: int = 3
+    # First retry delay of host and release calls to workers (jittered, doubling).
     host_retry_base_ms: int = 200
+    # The cap of that delay; also how often a stuck partition is offered again.
     host_retry_cap_ms: int = 5_000
     # The fallback chain (docs/architecture.md): host failures in a row with
     # checkpoint_unavailable before the leader falls back to an older checkpoint, and whether
     # it may end in a full replay from offset 0 (true: ripple's source log never truncates;
     # set false for a source with retention, then the chain ends in a `stuck` partition).
     fallback_after_failures: int = 3
+    # Whether the fallback chain (fallback_after_failures) may end in a full replay from 0.
     full_replay_fallback: bool = True
+    # Total timeout of one call from the leader to a worker; a warm call asks the target to hold its
+    # answer for up to half of it (at most 10 s).
     worker_call_timeout_s: float = 5.0
     # Raft's timing and log compaction: replication/settings.py's defaults, in one place.
+
+    # pysyncobj's raftMinTimeout: the election timeout's lower bound.
     raft_min_timeout_s: float = rs.RAFT_MIN_TIMEOUT_S_DEFAULT
+    # pysyncobj's raftMaxTimeout: the election timeout's upper bound.
     raft_max_timeout_s: float = rs.RAFT_MAX_TIMEOUT_S_DEFAULT
+    # pysyncobj's appendEntriesPeriod: the leader's heartbeat to followers.
     append_entries_period_s: float = rs.APPEND_ENTRIES_PERIOD_S_DEFAULT
+    # pysyncobj's leaderFallbackTimeout: a leader cut off from the majority steps down after this.
     leader_fallback_timeout_s: float = rs.LEADER_FALLBACK_TIMEOUT_S_DEFAULT
+    # pysyncobj's log compaction trigger, in entries.
     log_compaction_min_entries: int = rs.LOG_COMPACTION_MIN_ENTRIES_DEFAULT
+    # pysyncobj's log compaction trigger, in seconds.
     log_compaction_min_time_s: float = rs.LOG_COMPACTION_MIN_TIME_S_DEFAULT
     # /metrics exports per-partition series (checkpoint age, lag) only up to this many
     # partitions; past it, only cluster-wide aggregates (bounded scrape size).
@@ -188,18 +234,22 @@ class ClusterConfig:
     # may send, how long a new connection has to prove the cluster secret, the silence after
     # which a link is dropped, and how many connections may be mid-handshake at once.
     raft_frame_bytes_max: int = rs.FRAME_BYTES_MAX_DEFAULT
+    # A new Raft connection must prove the cluster secret within this, or it is closed.
     raft_handshake_timeout_s: float = rs.HANDSHAKE_TIMEOUT_S_DEFAULT
+    # A Raft link that received nothing for this long is closed and redialled (keep-alives go every
+    # third of it); also pysyncobj's connectionTimeout.
     raft_idle_timeout_s: float = rs.CONNECTION_TIMEOUT_S_DEFAULT
+    # Raft connections in the handshake at once; one more evicts the oldest.
     raft_unauthenticated_connections_max: int = rs.UNAUTHENTICATED_MAX_DEFAULT
     # The lowest Raft transport version this node talks at (2 or 3). 2 lets a node of the
     # previous release in during a rolling upgrade; raise it to 3 once every node runs this
-    # one (docs/operations.md#upgrading).
+    # one (docs/runbooks/rolling-upgrade.md).
     raft_transport_version_min: int = 2
     # The highest (2 or 3): 2 makes this node speak exactly as a node of the previous release
     # (a plain version-2 handshake), for upgrade drills and tests; set for one node
     # (RIPPLE_RAFT_TRANSPORT_VERSION_MAX, --raft-transport-version-max).
     raft_transport_version_max: int = 3
-    # Online membership changes (docs/operations.md#replace-a-node): how long a new node may
+    # Online membership changes (docs/runbooks/replace-a-node.md): how long a new node may
     # take to catch up with the leader's log before its addition is given up.
     membership_catch_up_timeout_s: float = 120.0
     # Group commit (replication/group_commit.py, docs/operations.md): how many commands and
@@ -207,9 +257,14 @@ class ClusterConfig:
     # entries may be in flight at once, and how many proposals and bytes may wait for a slot
     # (past either bound a write answers 503 with Retry-After).
     group_commit_entries_max: int = rs.GROUP_COMMIT_ENTRIES_MAX_DEFAULT
+    # Bytes of commands one batch may carry (a larger single command goes alone); at most
+    # raft_frame_bytes_max / 4.
     group_commit_bytes_max: int = rs.GROUP_COMMIT_BYTES_MAX_DEFAULT
+    # Batches proposed and not yet committed at once.
     group_commit_in_flight_max: int = rs.GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT
+    # Commands waiting for a batch; one more answers 503 with Retry-After.
     proposals_queued_max: int = rs.PROPOSALS_QUEUED_MAX_DEFAULT
+    # Bytes of commands waiting for a batch; past it, 503 likewise.
     proposals_queued_bytes_max: int = rs.PROPOSALS_QUEUED_BYTES_MAX_DEFAULT
     # Durable acknowledgements (docs/operations.md#data-directory-and-durability): a write is
     # acknowledged only once a majority has synced it to disk. false, for throwaway clusters
@@ -272,255 +327,3 @@ class ClusterConfig:
 
     def node_dir(self, node_id: str) -> Path:
         return Path(self.data_dir) / node_id
-
-    def validate(self) -> None:
-        """Raise ConfigError naming the first bad setting and the rule it breaks."""
-        if len(self.cluster_secret) < 16:
-            raise ConfigError(
-                "cluster_secret is required (at least 16 characters): it encrypts Raft "
-                "traffic and signs worker tokens",
-                field="cluster_secret",
-            )
-        if len(self.admin_token) < 16:
-            raise ConfigError(
-                "admin_token is required (at least 16 characters)", field="admin_token"
-            )
-        if self.join_token and len(self.join_token) < 16:
-            raise ConfigError(
-                "join_token, when set, needs at least 16 characters", field="join_token"
-            )
-        if not self.heartbeat_timeout_s < self.worker_token_lifetime_s <= 7 * 86400:
-            raise ConfigError(
-                f"worker_token_lifetime_s = {self.worker_token_lifetime_s}: must be > "
-                f"heartbeat_timeout_s = {self.heartbeat_timeout_s} and <= 604800 (a week)",
-                field="worker_token_lifetime_s",
-            )
-        if self.heartbeat_timeout_s + self.rejoin_grace_s > self.worker_token_lifetime_s / 2:
-            # A heartbeat renews the token once half its lifetime is gone, so a stopped
-            # worker's saved token has at least half left, less the silence before it
-            # stopped (at most the timeout): it must still be good when the worker rejoins.
-            raise ConfigError(
-                f"rejoin_grace_s = {self.rejoin_grace_s}: heartbeat_timeout_s + rejoin_grace_s "
-                f"must be <= worker_token_lifetime_s / 2 = {self.worker_token_lifetime_s / 2:g} "
-                "(a restarted worker proves itself with the token it saved)",
-                field="rejoin_grace_s",
-            )
-        try:
-            self.worker_network_list()
-        except ValueError as exc:
-            raise ConfigError(f"worker_networks: {exc}", field="worker_networks") from None
-        if bool(self.tls_cert) != bool(self.tls_key):
-            raise ConfigError("tls_cert and tls_key go together", field="tls_cert")
-        if self.store:
-            try:
-                store_base(self.store)
-            except ValueError as exc:
-                raise ConfigError(f"store: {exc}", field="store") from None
-        if not 1 <= self.total_partitions <= 1_000_000:
-            raise ConfigError(
-                f"total_partitions = {self.total_partitions}: must be in 1..1000000",
-                field="total_partitions",
-            )
-        for key in _POSITIVE_KEYS:
-            if not getattr(self, key) > 0:
-                raise ConfigError(f"{key} = {getattr(self, key)}: must be > 0", field=key)
-        if not 0 <= self.command_set_version_max <= COMMAND_SET_VERSION:
-            raise ConfigError(
-                f"command_set_version_max = {self.command_set_version_max}: must be 0 (no "
-                f"cap) or a version in 1..{COMMAND_SET_VERSION}",
-                field="command_set_version_max",
-            )
-        if not 0 <= self.retire_after_s <= RETIRE_AFTER_S_MAX:
-            raise ConfigError(
-                f"retire_after_s = {self.retire_after_s}: must be 0 (never retire departed "
-                f"workers) or a duration up to {RETIRE_AFTER_S_MAX:g} (a year)",
-                field="retire_after_s",
-            )
-        if not 1 <= self.max_migrations_per_worker <= self.max_concurrent_migrations:
-            raise ConfigError(
-                f"max_migrations_per_worker = {self.max_migrations_per_worker}: must be in "
-                f"1..max_concurrent_migrations = {self.max_concurrent_migrations} (0 or unset: "
-                "half of max_concurrent_migrations)",
-                field="max_migrations_per_worker",
-            )
-        if self.warmup_lag_records_max < 0:
-            raise ConfigError(
-                f"warmup_lag_records_max = {self.warmup_lag_records_max}: must be >= 0",
-                field="warmup_lag_records_max",
-            )
-        if self.propose_retries_max < 0:
-            raise ConfigError(
-                f"propose_retries_max = {self.propose_retries_max}: must be >= 0",
-                field="propose_retries_max",
-            )
-        if self.raft_transport_version_min not in (2, 3):
-            raise ConfigError(
-                f"raft_transport_version_min = {self.raft_transport_version_min}: must be 2 or 3",
-                field="raft_transport_version_min",
-            )
-        if self.raft_transport_version_max not in (2, 3):
-            raise ConfigError(
-                f"raft_transport_version_max = {self.raft_transport_version_max}: must be 2 or 3",
-                field="raft_transport_version_max",
-            )
-        if self.raft_transport_version_max < self.raft_transport_version_min:
-            raise ConfigError(
-                f"raft_transport_version_max = {self.raft_transport_version_max}: must be >= "
-                f"raft_transport_version_min ({self.raft_transport_version_min})",
-                field="raft_transport_version_max",
-            )
-        self._validate_timings()
-        self._validate_raft()
-        if self.host_retry_cap_ms < self.host_retry_base_ms:
-            raise ConfigError(
-                f"host_retry_cap_ms = {self.host_retry_cap_ms}: must be >= host_retry_base_ms "
-                f"= {self.host_retry_base_ms}",
-                field="host_retry_cap_ms",
-            )
-        if not 0 < self.balance_tolerance <= BALANCE_TOLERANCE_MAX:
-            raise ConfigError(
-                f"balance_tolerance = {self.balance_tolerance}: must be > 0 and <= "
-                f"{BALANCE_TOLERANCE_MAX:g} (a fraction of the mean load)",
-                field="balance_tolerance",
-            )
-        if self.placement_strategy not in ("balanced", "hash_ring"):
-            raise ConfigError(
-                f"placement_strategy = {self.placement_strategy!r}: must be balanced or hash_ring",
-                field="placement_strategy",
-            )
-        self._validate_nodes()
-
-    def _validate_timings(self) -> None:
-        t = self.heartbeat_timeout_s
-        if not self.suspect_after_s < t:
-            raise ConfigError(
-                f"suspect_after_s = {self.suspect_after_s}: must be < heartbeat_timeout_s = {t} "
-                "(a worker is suspected before it is declared dead; unset, it is "
-                "heartbeat_timeout_s / 2)",
-                field="suspect_after_s",
-            )
-        if not self.lease_s < t:
-            # The lease must expire before the coordinator declares the worker dead, or a
-            # paused worker could still process a partition that was given to another.
-            raise ConfigError(
-                f"lease_s = {self.lease_s}: must be < heartbeat_timeout_s = {t} (a cut-off "
-                "worker pauses before its partitions move; unset, it is "
-                "heartbeat_timeout_s * 2 / 3)",
-                field="lease_s",
-            )
-        if not self.heartbeat_interval_s < self.lease_s:
-            raise ConfigError(
-                f"heartbeat_interval_s = {self.heartbeat_interval_s}: must be < lease_s = "
-                f"{self.lease_s} (a worker heartbeats before its lease runs out; unset, it "
-                "is heartbeat_timeout_s / 6)",
-                field="heartbeat_interval_s",
-            )
-        if not self.load_stale_s > self.heartbeat_interval_s:
-            raise ConfigError(
-                f"load_stale_s = {self.load_stale_s}: must be > heartbeat_interval_s = "
-                f"{self.heartbeat_interval_s} (a load is reported every heartbeat; unset, it "
-                "is heartbeat_timeout_s / 2)",
-                field="load_stale_s",
-            )
-
-    def _validate_raft(self) -> None:
-        # pysyncobj asserts these itself with a bare AssertionError; say them here, with the key.
-        period = self.append_entries_period_s
-        if not self.raft_min_timeout_s > 3 * period:
-            raise ConfigError(
-                f"raft_min_timeout_s = {self.raft_min_timeout_s}: must be > 3 * "
-                f"append_entries_period_s = {3 * period:g}",
-                field="raft_min_timeout_s",
-            )
-        if not self.raft_min_timeout_s < self.raft_max_timeout_s <= RAFT_MAX_TIMEOUT_S_MAX:
-            raise ConfigError(
-                f"raft_max_timeout_s = {self.raft_max_timeout_s}: must be > "
-                f"raft_min_timeout_s = {self.raft_min_timeout_s} and <= "
-                f"{RAFT_MAX_TIMEOUT_S_MAX} (pysyncobj's connection timeout)",
-                field="raft_max_timeout_s",
-            )
-        if not self.leader_fallback_timeout_s > period:
-            raise ConfigError(
-                f"leader_fallback_timeout_s = {self.leader_fallback_timeout_s}: must be > "
-                f"append_entries_period_s = {period}",
-                field="leader_fallback_timeout_s",
-            )
-        if self.raft_frame_bytes_max < 4 * self.body_bytes_max:
-            # One entry is about one request body; a 64 KiB batch comes on top.
-            raise ConfigError(
-                f"raft_frame_bytes_max = {self.raft_frame_bytes_max}: must be >= 4 * "
-                f"body_bytes_max = {4 * self.body_bytes_max}",
-                field="raft_frame_bytes_max",
-            )
-        if 4 * self.group_commit_bytes_max > self.raft_frame_bytes_max:
-            raise ConfigError(
-                f"group_commit_bytes_max = {self.group_commit_bytes_max}: must be <= "
-                f"raft_frame_bytes_max / 4 = {self.raft_frame_bytes_max // 4} (a batch "
-                "travels in one Raft frame)",
-                field="group_commit_bytes_max",
-            )
-        if self.log_compaction_min_entries < 2:
-            raise ConfigError(
-                f"log_compaction_min_entries = {self.log_compaction_min_entries}: must be >= 2",
-                field="log_compaction_min_entries",
-            )
-
-    def _validate_nodes(self) -> None:
-        ids = [n.id for n in self.nodes]
-        if len(set(ids)) != len(ids):
-            raise ConfigError("node ids must be unique", field="nodes")
-        for key in ("raft", "http", "raft_listen"):
-            addrs = [getattr(n, key) for n in self.nodes]
-            if len(set(addrs)) != len(addrs):
-                raise ConfigError(f"node {key} addresses must be unique", field="nodes")
-        for n in self.nodes:
-            split_host_port(n.raft, "nodes")  # what the peers dial
-            for addr in (n.raft_listen, n.http):  # what this node binds
-                check_bind(addr, "nodes", allow_wildcard=self.allow_wildcard_bind)
-
-
-# The longest retention of departed workers: beyond it the state grows with every id as if
-# they were never retired.
-RETIRE_AFTER_S_MAX = 365 * 86400
-
-# Settings that are a count, a size or a duration: zero or less is never meaningful.
-# The timeout comes first: the timings derived from it would otherwise be blamed for it.
-_POSITIVE_KEYS = (
-    "heartbeat_timeout_s",
-    "min_cluster_size",
-    "heartbeat_interval_s",
-    "suspect_after_s",
-    "lease_s",
-    "rejoin_grace_s",
-    "load_stale_s",
-    "checkpoint_interval_s",
-    "virtual_nodes",
-    "max_concurrent_migrations",
-    "warmup_timeout_s",
-    "warmups_max",
-    "warmups_per_worker_max",
-    "max_keys_per_partition",
-    "body_bytes_max",
-    "heartbeat_partitions_max",
-    "propose_timeout_s",
-    "host_retry_base_ms",
-    "host_retry_cap_ms",
-    "fallback_after_failures",
-    "worker_call_timeout_s",
-    "raft_min_timeout_s",
-    "raft_max_timeout_s",
-    "append_entries_period_s",
-    "leader_fallback_timeout_s",
-    "log_compaction_min_time_s",
-    "metrics_partition_series_max",
-    "raft_handshake_timeout_s",
-    "raft_idle_timeout_s",
-    "raft_unauthenticated_connections_max",
-    "group_commit_entries_max",
-    "group_commit_bytes_max",
-    "group_commit_in_flight_max",
-    "proposals_queued_max",
-    "proposals_queued_bytes_max",
-    "membership_catch_up_timeout_s",
-    "backup_bytes_max",
-)

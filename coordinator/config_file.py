@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from coordinator.config import DERIVED_TIMINGS, ClusterConfig, NodeSpec, per_worker_migrations
+from coordinator.config_rules import validate as validate_config
 from shared.errors import ConfigError
 
 __all__ = ["NODE_KEYS", "SCALAR_KEYS", "load_config", "render_toml"]
@@ -110,7 +111,7 @@ def load_config(
             values[key] = _coerce(key, raw)
     config = ClusterConfig(**values)
     if validate:
-        config.validate()
+        validate_config(config)
     return config
 
 

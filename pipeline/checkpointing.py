@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointStore
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.session import CheckpointEntry, Session
 from shared.checkpoint_ref import checkpoint_key
+from shared.clock import Clock, monotonic_s
 from shared.messages.common import SentCheckpoint
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["Checkpointer"]
 
@@ -34,7 +35,9 @@ class Checkpointer:
         holdings: Holdings,
         session: Session,
         stats: dict[str, int],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock  # when a partition's state was last covered (the age metric)
         self.checkpoints = checkpoints
         self.holdings = holdings
         self.session = session
@@ -72,7 +75,7 @@ class Checkpointer:
                 )
                 rt.checkpoint_offset = rt.offset
                 self.stats["checkpoints"] += 1
-            rt.covered_at_s = time.monotonic()
+            rt.covered_at_s = monotonic_s(self.clock)
             entries.append(
                 CheckpointEntry(
                     partition=p, epoch=rt.epoch, offset=rt.offset, uri=rt.checkpoint_uri

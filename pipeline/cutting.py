@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from pipeline.checkpointing import Checkpointer
@@ -22,8 +21,8 @@ from pipeline.generations import Generations
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.source import SourceLog, generation_of
 from pipeline.store import ObjectStore, StoreError
-from shared.errors import RequestError, UnavailableError
-from shared.messages.common import STATUS_STALE
+from shared.clock import monotonic_s
+from shared.errors import ErrorCode, RequestError, UnavailableError
 from shared.messages.rescale import CutReply, CutRequest
 
 __all__ = ["Cutting"]
@@ -31,8 +30,8 @@ __all__ = ["Cutting"]
 log = logging.getLogger(__name__)
 
 
-def _stale(message: str, code: str = "stale_epoch", field: str = "epoch") -> RequestError:
-    return RequestError(message, field=field, code=code, status=STATUS_STALE)
+def _stale(message: str, code: ErrorCode = "stale_epoch", field: str = "epoch") -> RequestError:
+    return RequestError(message, field=field, code=code)
 
 
 class Cutting:
@@ -93,6 +92,6 @@ class Cutting:
                 log.exception("cut checkpoint of partition %d epoch %d failed", p, epoch)
                 raise UnavailableError(str(exc), code="checkpoint_unavailable") from None
             rt.checkpoint_offset, rt.checkpoint_uri = cut, uri
-            rt.covered_at_s = time.monotonic()
+            rt.covered_at_s = monotonic_s(self.checkpointer.clock)
         log.info("partition %d epoch %d cut at offset %d: %s", p, epoch, cut, uri)
         return CutReply(partition=p, epoch=epoch, offset=cut, done=True, uri=uri)

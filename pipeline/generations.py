@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shared.errors import RequestError
-from shared.messages.common import STATUS_STALE
 
 __all__ = ["Generations"]
 
@@ -42,7 +41,6 @@ class Generations:
                 f"routing {list(counts)} disagrees with the routing known here {list(self.counts)}",
                 field="routing",
                 code="routing_conflict",
-                status=STATUS_STALE,
             )
         if len(counts) <= len(self.counts):
             return False

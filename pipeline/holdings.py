@@ -10,13 +10,14 @@ micro-batch (a checkpoint round, a release).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pipeline.gate import Gates
 from pipeline.input_rate import InputRate
 from pipeline.state import PartitionState
+from shared.clock import monotonic_s
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["BATCH_FAILURES_REPORTED_MIN", "Holdings", "PartitionRuntime"]
 
@@ -38,9 +39,10 @@ class PartitionRuntime:
     source_end: int | None = None  # the source log's end when last listed (lag metric)
     # How fast the source grows (heartbeats report it: load-aware placement).
     input_rate: InputRate = field(default_factory=InputRate)
-    # Monotonic time the state was last covered by a checkpoint: loaded from one, or one
-    # written or confirmed for the leader (checkpoint age metric).
-    covered_at_s: float = field(default_factory=time.monotonic)
+    # Monotonic time (`monotonic_s` of the worker's clock) the state was last covered by a
+    # checkpoint: loaded from one, or one written or confirmed for the leader (checkpoint age
+    # metric). Its default, the hosting time, is read on the process's clock.
+    covered_at_s: float = field(default_factory=lambda: monotonic_s(SYSTEM_CLOCK))
 
 
 class Holdings:

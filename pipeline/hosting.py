@@ -20,7 +20,7 @@ from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.source import generation_of
 from pipeline.warming import Warming
 from shared.errors import ClientError, RequestError, UnavailableError
-from shared.messages.common import STATUS_STALE, SentCheckpoint
+from shared.messages.common import SentCheckpoint
 from shared.messages.host import HostReply, HostRequest
 from shared.messages.release import ReleasedCheckpoint, ReleaseReply, ReleaseRequest
 
@@ -33,7 +33,7 @@ HOST_LOAD_WAIT_S = 60.0
 
 
 def _stale(message: str) -> RequestError:
-    return RequestError(message, field="epoch", code="stale_epoch", status=STATUS_STALE)
+    return RequestError(message, field="epoch", code="stale_epoch")
 
 
 def _unavailable(message: str) -> UnavailableError:

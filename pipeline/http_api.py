@@ -25,8 +25,9 @@ from pipeline.settings import WorkerSettings
 from pipeline.source import KEY_CHARS_MAX, generation_of
 from pipeline.state import KeyState
 from shared.errors import RequestError, RippleError, UnavailableError
+from shared.http_statuses import status_of
 from shared.messages.checkpoint import CHECKPOINT_ROUTE, CheckpointReply
-from shared.messages.common import STATUS_SCHEDULED, STATUS_UNAUTHORIZED, ErrorReply, authorized
+from shared.messages.common import STATUS_SCHEDULED, ErrorReply, authorized
 from shared.messages.host import HOST_ROUTE, HostRequest
 from shared.messages.release import RELEASE_ROUTE, ReleaseRequest
 from shared.messages.rescale import BUILD_ROUTE, CUT_ROUTE, BuildRequest, CutRequest
@@ -41,10 +42,8 @@ BODY_BYTES_MAX = 64 * 1024
 # A build names one cut per old partition (up to CUTS_MAX, about 150 bytes each); every
 # other body keeps BODY_BYTES_MAX.
 BUILD_BODY_BYTES_MAX = 160 * 1024 * 1024
-PAYLOAD_TOO_LARGE = 413
 PARTITION_DIGITS_MAX = 7  # total_partitions is at most 1_000_000
 GENERATION_DIGITS_MAX = 7  # a key read's ?generation= (ROUTING_GENERATIONS_MAX is far below)
-NOT_FOUND = 404
 CONFLICT = 409
 INTERNAL = 500
 UNAVAILABLE = 503
@@ -113,9 +112,7 @@ class WorkerApi:
 
     def _authorize(self, request: web.Request) -> None:
         if not authorized(request.headers.get("Authorization", ""), self.session.call_token):
-            raise RequestError(
-                "not this worker's cluster token", code="unauthorized", status=STATUS_UNAUTHORIZED
-            )
+            raise RequestError("not this worker's cluster token", code="unauthorized")
 
     def _partition(self, request: web.Request) -> int:
         text = request.match_info["p"]
@@ -141,7 +138,6 @@ class WorkerApi:
                 f"body over {bytes_max} bytes",
                 field="body",
                 code="too_large",
-                status=PAYLOAD_TOO_LARGE,
             )
         try:
             body: object = json.loads(raw)
@@ -233,13 +229,10 @@ class WorkerApi:
                 f"{max(hosted, self.session.generations.current)}",
                 field="generation",
                 code="stale_generation",
-                status=CONFLICT,
             )
         ks = rt.state.get(key)
         if ks is None:
-            raise RequestError(
-                f"no records for key {key!r} yet", field="key", code="not_found", status=NOT_FOUND
-            )
+            raise RequestError(f"no records for key {key!r} yet", field="key", code="not_found")
         return web.json_response(
             {"key": key, **key_json(ks), "partition": p, "epoch": rt.epoch, "offset": rt.offset}
         )
@@ -280,7 +273,7 @@ async def _error_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
     except RippleError as exc:
         error = ErrorReply(error=exc.code, message=exc.message, field=exc.field or None)
-        return web.json_response(error.to_json(), status=exc.status)
+        return web.json_response(error.to_json(), status=status_of(exc))
     except web.HTTPException as exc:
         error = ErrorReply(error="http_error", message=exc.reason)
         return web.json_response(error.to_json(), status=exc.status)

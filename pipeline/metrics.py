@@ -8,7 +8,6 @@ step with the work by hand, so the figures cannot drift from what the worker hol
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -16,6 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from pipeline.holdings import Holdings
+from shared.clock import Clock, monotonic_s
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["PARTITION_SERIES_MAX", "STAT_HELP", "WorkerMetrics", "new_stats"]
 
@@ -51,7 +52,9 @@ class WorkerMetrics(Collector):
         holdings: Holdings,
         lease_valid: Callable[[], bool],
         warm_copies: Callable[[], Mapping[str, int]] = dict,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock  # the checkpoint ages are read on it
         self.stats = stats
         # The warm copies' counters (pipeline/warming.py) with `held`, the copies now.
         self.warm_copies = warm_copies
@@ -108,7 +111,7 @@ class WorkerMetrics(Collector):
         for outcome, count in sorted(warm.items()):
             copies.add_metric([outcome], count)
         yield copies
-        now = time.monotonic()
+        now = monotonic_s(self.clock)
         lags = {
             p: max(0, rt.source_end - rt.offset)
             for p, rt in holdings.parts.items()

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-import time
 from collections.abc import Sequence
 
 from pipeline.aggregate import Aggregator, Transform
@@ -27,7 +26,9 @@ from pipeline.source import SourceLog
 from pipeline.state import PartitionState, merge_batch
 from pipeline.store import ObjectStore
 from pipeline.warming import Warming
+from shared.clock import Clock, monotonic_s
 from shared.messages.session import BATCH_ERROR_LEN_MAX
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["Processor"]
 
@@ -49,7 +50,9 @@ class Processor:
         holdings: Holdings,
         session: Session,
         stats: dict[str, int],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock  # the stages' times and the source's growth are read on it
         self.settings = settings
         self.store = store
         self.transform = transform
@@ -140,7 +143,7 @@ class Processor:
             if not open_now and not warm:
                 return 0
             epochs = {p: rt.epoch for p, rt in open_now.items()}
-            began = time.monotonic()
+            began = monotonic_s(self.clock)
             fetched = feed.fetched
             try:
                 # Per-partition offsets only advance for segments read whole: a batch never
@@ -148,14 +151,14 @@ class Processor:
                 batch = await asyncio.to_thread(
                     feed.plan, warm | {p: rt.offset for p, rt in open_now.items()}
                 )
-                listed = time.monotonic()
+                listed = monotonic_s(self.clock)
                 for p, head in batch.heads.items():
                     if p in open_now:
                         open_now[p].source_end = head
                         open_now[p].input_rate.observe(head, listed)
                     elif self.warming is not None:
                         self.warming.saw_head(p, head)
-                planned = time.monotonic()
+                planned = monotonic_s(self.clock)
                 self.batch_seconds["plan"] += planned - began
                 if not batch:
                     # Nothing new: warm copies at the log's end have caught up.
@@ -168,12 +171,12 @@ class Processor:
                 raise
             finally:
                 self.stats["segments_fetched"] += feed.fetched - fetched
-            merging = time.monotonic()
+            merging = monotonic_s(self.clock)
             self.batch_seconds["spark"] += merging - planned
             feed.done(batch)
             merged = await self._merge(batch, results, epochs)
             merged += await self._merge_warm(batch, results, warm)
-            self.batch_seconds["merge"] += time.monotonic() - merging
+            self.batch_seconds["merge"] += monotonic_s(self.clock) - merging
             return merged
 
     def _batch_failed(self, parts: dict[int, PartitionRuntime], exc: BaseException) -> None:

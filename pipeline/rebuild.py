@@ -24,7 +24,6 @@ from pipeline.source import generation_base, generation_of
 from pipeline.state import KeyState
 from pipeline.state_move import MovedState, move_on_spark
 from shared.errors import RequestError, UnavailableError
-from shared.messages.common import STATUS_STALE
 from shared.messages.rescale import BuildReply, BuildRequest, BuiltCheckpoint
 from shared.routing import Routing
 
@@ -111,7 +110,6 @@ class Rebuild:
                     f"the build of generation {job.call.generation} is running here",
                     field="generation",
                     code="build_in_flight",
-                    status=STATUS_STALE,
                 )
             job = None
         if job is None:

@@ -42,15 +42,24 @@ class StartRefused(Exception):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerSettings:
+    # The coordinators' URLs (any node; the worker follows the leader from there).
     coordinators: tuple[str, ...]
+    # The worker's stable name: the same id started again is the same member.
     worker_id: str
     listen: str  # host:port
+    # The sc://HOST:PORT of the Spark Connect server the micro-batches run on.
     spark_remote: str
+    # The URL the coordinator calls this worker at (None: http(s)://listen).
     advertise: str | None = None
+    # How often a micro-batch starts over the partitions held here.
     batch_interval_s: float = BATCH_INTERVAL_S_DEFAULT
+    # New keys past this many in one partition go to the dead-letter segments.
     max_keys_per_partition: int = MAX_KEYS_PER_PARTITION_DEFAULT
+    # Where S3 segments are staged for a Spark on this machine (None: a temporary one).
     staging_dir: str | None = None
+    # How long a leave (--leave-on-sigterm) waits for its partitions to move away.
     drain_timeout_s: float = DRAIN_TIMEOUT_S
+    # How long a restart's stop may take before it gives up (STOP_TIMEOUT_S above).
     stop_timeout_s: float = STOP_TIMEOUT_S
     # Where the worker keeps its current token (pipeline/token_file.py), so that a process
     # started again under this id rejoins as the same member. None: nothing is kept, and a
@@ -61,19 +70,26 @@ class WorkerSettings:
     # The --store URI, sent at registration: a cluster whose store is another refuses the
     # worker (its checkpoints would all be fenced). None: not sent, not checked.
     store_uri: str | None = None
+    # The cluster's join token, sent at registration (None: the cluster must be open).
     join_token: str | None = None
     data_path: str | None = None  # files | arrow | direct; None: default_data_path
+    # The arrow data path's largest batch in rows (pipeline/datapath.py).
     arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT
+    # The arrow data path's largest batch in bytes.
     arrow_batch_bytes_max: int = ARROW_BATCH_BYTES_MAX_DEFAULT
+    # The start-up probe's wait for Spark (PROBE_TIMEOUT_S_DEFAULT above).
     probe_timeout_s: float = PROBE_TIMEOUT_S_DEFAULT
     # Warm copies for moves into this worker (pipeline/warming.py): at most this many at
     # once, and one the leader stopped asking about is dropped after warm_copy_idle_s.
     warm_copies_max: int = WARM_COPIES_MAX_DEFAULT
+    # A warm copy the leader has not asked about for this long is dropped.
     warm_copy_idle_s: float = WARM_COPY_IDLE_S_DEFAULT
     # TLS: serve the worker API with this certificate and key (the advertised address is
     # then https://); verify https:// coordinators against tls_ca (None: system roots).
     tls_cert: str | None = None
+    # The PEM private key of tls_cert.
     tls_key: str | None = None
+    # The CA bundle https:// coordinators are verified against (None: the system's roots).
     tls_ca: str | None = None
 
     @property

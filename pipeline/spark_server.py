@@ -18,7 +18,9 @@ import sys
 import time
 from types import TracebackType
 
+from shared.clock import Clock, monotonic_s
 from shared.ports import free_ports
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["SparkConnectServer", "SparkServerError", "free_port", "spark_home"]
 
@@ -76,7 +78,9 @@ class SparkConnectServer:
         extra_conf: dict[str, str] | None = None,
         master: str = MASTER_DEFAULT,
         env: dict[str, str] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock  # the start-up deadline and `start_s` are read on it
         self.log_dir = os.path.abspath(log_dir)
         self.shuffle_partitions = shuffle_partitions
         self.driver_memory = driver_memory
@@ -147,7 +151,7 @@ class SparkConnectServer:
             SPARK_CONF_DIR=self.log_dir,
         )
         env.update(self.extra_env)
-        began = time.monotonic()
+        began = monotonic_s(self.clock)
         with open(self.log_path, "ab") as out:
             self._proc = subprocess.Popen(  # fixed argv, no shell
                 self.command(self.port),
@@ -166,7 +170,7 @@ class SparkConnectServer:
         except BaseException:
             self.stop()
             raise
-        self.start_s = time.monotonic() - began
+        self.start_s = monotonic_s(self.clock) - began
         log.info("spark connect server ready pid=%d in %.1fs", self.pid, self.start_s)
         return self.url
 
@@ -174,7 +178,7 @@ class SparkConnectServer:
         assert self._proc is not None and self.port is not None
         # First the port (cheap), then a real session and query: the gRPC port opens a moment
         # before the server can run a plan.
-        while time.monotonic() < deadline:
+        while monotonic_s(self.clock) < deadline:
             if self._proc.poll() is not None:
                 raise SparkServerError(
                     f"spark connect server exited with {self._proc.returncode}:\n{self.log_tail()}"
@@ -188,7 +192,7 @@ class SparkConnectServer:
             raise SparkServerError(f"port {self.port} not open in time:\n{self.log_tail()}")
         from pyspark.sql import SparkSession
 
-        while time.monotonic() < deadline:
+        while monotonic_s(self.clock) < deadline:
             try:
                 session = SparkSession.builder.remote(self.url).create()
                 try:

@@ -18,16 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass, field
 
 from pipeline.checkpointing import Checkpointer
 from pipeline.holdings import Holdings
 from pipeline.settings import WARM_COPIES_MAX_DEFAULT, WARM_COPY_IDLE_S_DEFAULT
 from pipeline.state import PartitionState, merge_batch
+from shared.clock import Clock, monotonic_s
 from shared.errors import RequestError, UnavailableError
-from shared.messages.common import STATUS_STALE
 from shared.messages.warm import UnwarmReply, UnwarmRequest, WarmReply, WarmRequest
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["WarmCopy", "Warming"]
 
@@ -76,7 +76,9 @@ class Warming:
         *,
         copies_max: int = WARM_COPIES_MAX_DEFAULT,
         idle_s: float = WARM_COPY_IDLE_S_DEFAULT,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock  # when the leader last asked about each copy
         self.holdings = holdings
         self.checkpointer = checkpointer
         self.copies_max = copies_max
@@ -91,13 +93,13 @@ class Warming:
         if self.holdings.stopping:
             raise UnavailableError("the worker is stopping to restart", code="stopping")
         if p in self.holdings.parts:
-            raise RequestError(f"partition {p} is hosted here", code="hosted", status=STATUS_STALE)
+            raise RequestError(f"partition {p} is hosted here", code="hosted")
         self.expire()
         copy = self.copies.get(p)
         if copy is not None and copy.failed:
             self._drop(p, copy)
             raise UnavailableError(f"warm-up of {p} failed: {copy.failed}", code="warm_failed")
-        now = time.monotonic()
+        now = monotonic_s(self.clock)
         if copy is not None:
             copy.asked_at_s, copy.migration_id = now, call.migration_id
             return copy.reply(p)
@@ -209,7 +211,7 @@ class Warming:
         return UnwarmReply(partition=call.partition, dropped=True)
 
     def expire(self) -> None:
-        limit = time.monotonic() - self.idle_s
+        limit = monotonic_s(self.clock) - self.idle_s
         for p, copy in list(self.copies.items()):
             if copy.asked_at_s < limit:
                 log.info("dropping warm copy of partition %d (%s): not asked", p, copy.migration_id)

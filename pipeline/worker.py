@@ -25,7 +25,6 @@ import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -49,7 +48,7 @@ from pipeline.settings import BATCH_INTERVAL_S_DEFAULT, StartRefused, WorkerSett
 from pipeline.state_move import move_states
 from pipeline.store import ObjectStore
 from pipeline.warming import Warming
-from shared.clock import Clock
+from shared.clock import Clock, monotonic_s
 from shared.system_clock import SYSTEM_CLOCK
 
 # What `ripple worker` and the benchmarks import: the worker, its settings and their default.
@@ -80,6 +79,7 @@ class Worker:
             deadline_s=COORDINATOR_DEADLINE_S,
             timeout_s=COORDINATOR_TIMEOUT_S,
             ca_file=settings.tls_ca,
+            clock=clock,
         )
         self.stopped = asyncio.Event()
         self.stats = new_stats()
@@ -88,15 +88,18 @@ class Worker:
             settings, self.client, self.holdings, clock, self.stopped, self.schedule_checkpoint
         )
         checkpoints = CheckpointStore(store)
-        self.checkpointer = Checkpointer(checkpoints, self.holdings, self.session, self.stats)
+        self.checkpointer = Checkpointer(
+            checkpoints, self.holdings, self.session, self.stats, clock
+        )
         self.processor = Processor(
-            settings, store, transform, checkpoints, self.holdings, self.session, self.stats
+            settings, store, transform, checkpoints, self.holdings, self.session, self.stats, clock
         )
         self.warming = Warming(
             self.holdings,
             self.checkpointer,
             copies_max=settings.warm_copies_max,
             idle_s=settings.warm_copy_idle_s,
+            clock=clock,
         )
         self.processor.warming = self.warming
         self.hosting = Hosting(
@@ -116,6 +119,7 @@ class Worker:
             self.holdings,
             self.session.lease_valid,
             self.warming.counts,
+            clock,
         )
         self.api = WorkerApi(
             settings,
@@ -285,8 +289,8 @@ class Worker:
         if not await self.session.request_drain():
             self.stopped.set()
             return
-        deadline = time.monotonic() + self.settings.drain_timeout_s
-        while time.monotonic() < deadline and not self.stopped.is_set():
+        deadline = monotonic_s(self.clock) + self.settings.drain_timeout_s
+        while monotonic_s(self.clock) < deadline and not self.stopped.is_set():
             if not self.holdings.parts:
                 break
             await asyncio.sleep(DRAIN_POLL_S)

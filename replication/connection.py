@@ -1,9 +1,9 @@
-"""One Raft TCP connection, and the hub all of a node's connections share.
+"""One Raft TCP connection (what all of a node's connections share is `replication.hub`).
 
 `Connection` is the socket side of `replication.wire`: it dials or is accepted, runs the
 handshake, then seals, frames and sends pysyncobj's messages and opens, checks and delivers
 the ones it receives, with the interface pysyncobj's TCPTransport expects of its own
-connection. Invariants it keeps, with the bounds of `TransportLimits`:
+connection. Invariants it keeps, with the bounds of `TransportLimits` and the hub's clock:
 
 - Nothing is read beyond what the handshake wants until the peer has proved the secret.
 - Each handshake has a deadline (`handshake_timeout_s`); an authenticated connection that
@@ -25,23 +25,18 @@ import logging
 import os
 import socket
 import struct
-import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, set_keepalive
 
+from replication.hub import Hub
 from replication.pysyncobj_pin import check_pysyncobj_version
-from replication.refusals import Refusals
 from replication.wire import (
     KEEPALIVE_FRAME,
     NONCE_BYTES,
-    TRANSPORT_VERSION,
-    TRANSPORT_VERSION_MIN,
     FrameError,
     FrameReader,
     Handshake,
@@ -51,49 +46,17 @@ from replication.wire import (
     encode_frame,
     encode_message,
 )
+from shared.clock import monotonic_s
 
-__all__ = [
-    "FRAME_BYTES_MAX_DEFAULT",
-    "HANDSHAKE_TIMEOUT_S_DEFAULT",
-    "UNAUTHENTICATED_MAX_DEFAULT",
-    "Connection",
-    "Hub",
-    "TransportLimits",
-    "abort_on_close",
-]
+__all__ = ["Connection", "abort_on_close"]
 
 check_pysyncobj_version()  # `Connection` is what pysyncobj's TCPTransport takes it for
 
 log = logging.getLogger(__name__)
 
-# Largest legitimate frame: an append_entries batch (pysyncobj stops adding entries past
-# 64 KiB, so at most 64 KiB plus one entry, an entry being one group-commit batch of at most
-# group_commit_bytes_max, 1 MiB by default) or a 64 KiB snapshot chunk, pickled, perhaps
-# compressed, then sealed (17 bytes more). 64 MiB is far above that and still a bounded cost
-# per authenticated peer.
-FRAME_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
-HANDSHAKE_TIMEOUT_S_DEFAULT = 2.0
-UNAUTHENTICATED_MAX_DEFAULT = 16
 KEEPALIVE_FRACTION = 3  # send a keep-alive after idle_timeout_s / 3 of silence
 RECV_CHUNK_BYTES = 1 << 16
 READ_BUDGET_BYTES = 1 << 20  # per poll event: one busy peer cannot hold up the Raft tick
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TransportLimits:
-    frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
-    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S_DEFAULT
-    idle_timeout_s: float = 1.5
-    unauthenticated_max: int = UNAUTHENTICATED_MAX_DEFAULT
-
-    def validate(self) -> None:
-        if self.frame_bytes_max < 1 << 16:
-            raise ValueError("frame_bytes_max must be at least 64 KiB (a snapshot chunk)")
-        if self.handshake_timeout_s <= 0 or self.idle_timeout_s <= 0:
-            raise ValueError("handshake_timeout_s and idle_timeout_s must be positive")
-        if self.unauthenticated_max < 1:
-            raise ValueError("unauthenticated_max must be at least 1")
-
 
 _LINGER_RESET = struct.pack("ii", 1, 0)
 
@@ -113,58 +76,6 @@ class _Phase(Enum):
 _READ = POLL_EVENT_TYPE.READ
 _WRITE = POLL_EVENT_TYPE.WRITE
 _ERROR = POLL_EVENT_TYPE.ERROR
-
-
-class Hub:
-    """What all connections of one node share: limits, key, counters, poller, and the live
-    and pending sets the tick sweeps. Closing a connection other than the one whose poll
-    event is being handled is deferred to the next tick (`doom`): pysyncobj's poller looks
-    up each ready descriptor's callback by number and fails on one closed in the same round."""
-
-    def __init__(
-        self,
-        *,
-        poller: Any,
-        limits: TransportLimits,
-        key: bytes,
-        refusals: Refusals,
-        conf: Any,
-        versions: tuple[int, int] = (TRANSPORT_VERSION_MIN, TRANSPORT_VERSION),
-        cluster_id: str = "",
-    ) -> None:
-        self.poller = poller
-        self.limits = limits
-        self.key = key
-        self.versions = versions  # the transport versions this node accepts
-        self.cluster_id = cluster_id
-        self.refusals = refusals
-        self.conf = conf
-        self.live: set[Connection] = set()
-        self.pending: OrderedDict[Connection, None] = OrderedDict()  # accepted, not proven
-        self.doomed: list[tuple[Connection, socket.socket | None, str | None]] = []
-
-    def release(self, sock: socket.socket) -> None:
-        """Close a socket already unsubscribed from the poller. Raft on the event loop
-        (replication.poller.LoopPoller) may defer the close to the loop's thread."""
-        release = getattr(self.poller, "release", None)
-        if release is not None:
-            release(sock)
-        else:
-            sock.close()
-
-    def doom(self, conn: Connection, reason: str | None) -> None:
-        conn.doomed = True
-        self.pending.pop(conn, None)
-        self.doomed.append((conn, conn.sock, reason))
-
-    def tick(self) -> None:
-        doomed, self.doomed = self.doomed, []
-        for conn, sock, reason in doomed:
-            if conn.sock is sock:  # not already closed (and perhaps reconnected) since
-                conn.close(reason)
-        now = time.monotonic()
-        for conn in list(self.live):
-            conn.sweep(now)
 
 
 class Connection:
@@ -290,7 +201,7 @@ class Connection:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _attach(self, sock: socket.socket, phase: _Phase) -> None:
-        now = time.monotonic()
+        now = monotonic_s(self._hub.clock)
         self._sock = sock
         self._fileno = sock.fileno()
         self._phase = phase
@@ -415,7 +326,7 @@ class Connection:
             if not data:
                 self.close(None)
                 return
-            self._last_recv = time.monotonic()
+            self._last_recv = monotonic_s(self._hub.clock)
             budget -= len(data)
             if handshake is not None:
                 self._feed_handshake(handshake, data)
@@ -509,7 +420,7 @@ class Connection:
             if sent <= 0:
                 break
             self._wpos += sent
-            self._last_send = time.monotonic()
+            self._last_send = monotonic_s(self._hub.clock)
         if self._wpos == len(self._wbuf):
             self._wbuf, self._wpos = bytearray(), 0
         elif self._wpos > len(self._wbuf) // 2:

@@ -30,6 +30,8 @@ from pysyncobj import FAIL_REASON
 
 from replication.batch import BatchFormatError, decode_results, encode_batch
 from replication.errors import NoLeaderError, OutcomeUnknownError, QueueFullError
+from shared.clock import Clock
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = [
     "DEFAULT_PROPOSE_TIMEOUT_S",
@@ -57,9 +59,9 @@ PROPOSALS_QUEUED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 # entries as after the last rebuild (and at least this many): it never holds more than twice
 # the proposals waiting (queued plus in flight, themselves bounded) or this floor.
 DEADLINES_PRUNE_MIN = 1024
-# A timer may fire up to a clock tick early (uvloop's clock counts milliseconds): a proposal
-# that is due within this is given up on then rather than rearming for the remainder.
-DEADLINE_SLACK_S = 0.001
+# A timer may fire up to a clock tick early (the clock and uvloop's count milliseconds): a
+# proposal that is due within this is given up on then rather than rearming for the remainder.
+DEADLINE_SLACK_MS = 1
 
 _NO_LEADER = (
     FAIL_REASON.QUEUE_FULL,
@@ -122,13 +124,14 @@ class Deadlines:
     a second future and one more event-loop pass per write (docs/benchmarks.md). Event loop
     thread only."""
 
-    __slots__ = ("_heap", "_prune_at", "_seq", "_timer", "_timer_at")
+    __slots__ = ("_clock", "_heap", "_prune_at", "_seq", "_timer", "_timer_at_ms")
 
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, asyncio.Future[Any]]] = []
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock  # deadlines are its readings; the loop's timer only wakes us
+        self._heap: list[tuple[int, int, asyncio.Future[Any]]] = []
         self._seq = 0
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
+        self._timer_at_ms: float = math.inf
         self._prune_at = DEADLINES_PRUNE_MIN
 
     def __len__(self) -> int:
@@ -137,31 +140,33 @@ class Deadlines:
     def add(
         self, loop: asyncio.AbstractEventLoop, timeout_s: float, fut: asyncio.Future[Any]
     ) -> None:
-        deadline = loop.time() + timeout_s
+        now_ms = self._clock.monotonic_ms()
+        deadline_ms = now_ms + round(timeout_s * 1000)
         self._seq += 1
-        heapq.heappush(self._heap, (deadline, self._seq, fut))
+        heapq.heappush(self._heap, (deadline_ms, self._seq, fut))
         if len(self._heap) > self._prune_at:
             self._heap = [item for item in self._heap if not item[2].done()]
             heapq.heapify(self._heap)
             self._prune_at = max(DEADLINES_PRUNE_MIN, 2 * len(self._heap))
-        if deadline < self._timer_at:
-            self._arm(loop, deadline)
+        if deadline_ms < self._timer_at_ms:
+            self._arm(loop, deadline_ms, now_ms)
 
-    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+    def _arm(self, loop: asyncio.AbstractEventLoop, at_ms: int, now_ms: int) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = loop.call_at(at, self._expire, loop)
-        self._timer_at = at
+        self._timer = loop.call_later((at_ms - now_ms) / 1000, self._expire, loop)
+        self._timer_at_ms = at_ms
 
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer, self._timer_at = None, math.inf
-        heap, due = self._heap, loop.time() + DEADLINE_SLACK_S
-        while heap and (heap[0][0] <= due or heap[0][2].done()):
+        self._timer, self._timer_at_ms = None, math.inf
+        now_ms = self._clock.monotonic_ms()
+        heap, due_ms = self._heap, now_ms + DEADLINE_SLACK_MS
+        while heap and (heap[0][0] <= due_ms or heap[0][2].done()):
             fut = heapq.heappop(heap)[2]
             if not fut.done():
                 fut.set_exception(TimeoutError())
         if heap:
-            self._arm(loop, heap[0][0])
+            self._arm(loop, heap[0][0], now_ms)
 
 
 class GroupCommit:
@@ -191,6 +196,7 @@ class GroupCommit:
         append: Append,
         on_loop: Callable[[], bool],
         sent: Callable[[], None],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._limits = limits
         self._append = append
@@ -198,7 +204,7 @@ class GroupCommit:
         self._sent = sent
         self._queue: deque[_Proposal] = deque()
         self._queued_bytes = 0
-        self._deadlines = Deadlines()
+        self._deadlines = Deadlines(clock)
         self._in_flight = 0
         self._stats = GroupCommitStats()
 

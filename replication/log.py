@@ -65,6 +65,8 @@ from replication.reconfig import Reconfiguration
 from replication.refusals import Refusals
 from replication.settings import RaftSettings
 from replication.ticker import Ticker
+from shared.clock import Clock
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = [
     "DEFAULT_PROPOSE_TIMEOUT_S",
@@ -143,7 +145,9 @@ class ReplicatedLog:
     """One node's replicated log. Start it inside a running asyncio loop, which Raft then
     runs on; close it on that loop."""
 
-    def __init__(self, settings: RaftSettings, machine: StateMachine) -> None:
+    def __init__(
+        self, settings: RaftSettings, machine: StateMachine, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         settings.validate()
         for path in (settings.journal_path, settings.dump_path):
             make_directory(os.path.dirname(os.path.abspath(path)), durable=settings.fsync)
@@ -158,7 +162,7 @@ class ReplicatedLog:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._role_listeners: list[Callable[[RaftRole], None]] = []
         repair_journal_tail(settings.journal_path)
-        self._refusals = Refusals()
+        self._refusals = Refusals(clock=clock)
         self._sync_times = SyncTimes()
         raft_lock = threading.Lock()
         self._raft_lock = raft_lock
@@ -171,18 +175,25 @@ class ReplicatedLog:
             self._refusals,
             self._poller,
             self._sync_times,
+            clock,
         )
         # The leader's membership calls (`replication.reconfig`), on the loop, under the
         # same Raft lock every tick holds.
-        self.reconfig = Reconfiguration(self._node, raft_lock)
+        self.reconfig = Reconfiguration(self._node, raft_lock, clock)
         self._ticker = Ticker(
-            self._node, self._poller, raft_lock, self._lock, after_tick=self._after_tick
+            self._node,
+            self._poller,
+            raft_lock,
+            self._lock,
+            after_tick=self._after_tick,
+            clock=clock,
         )
         self._group = GroupCommit(
             settings.group_commit_limits(),
             append=self._append,
             on_loop=self._poller.on_loop,
             sent=self._ticker.tick_now,
+            clock=clock,
         )
 
     # -- lifecycle -------------------------------------------------------------------

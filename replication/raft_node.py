@@ -80,7 +80,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -106,6 +105,8 @@ from replication.pysyncobj_pin import check_pysyncobj_version
 from replication.refusals import Refusals
 from replication.settings import RaftSettings
 from replication.transport import HardenedTransport
+from shared.clock import Clock
+from shared.system_clock import SYSTEM_CLOCK
 
 check_pysyncobj_version()
 
@@ -174,6 +175,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         refusals: Refusals,
         poller: LoopPoller,
         sync_times: SyncTimes,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         # Attributes set before SyncObj.__init__ are pysyncobj "properties": excluded from
         # dumps. Only `_cell`, set after, is serialized.
@@ -214,6 +216,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
             refusals=refusals,
             versions=(settings.transport_version_min, settings.transport_version_max),
             cluster_id=settings.cluster_id,
+            clock=clock,
         )
 
         def transport(sync_obj: Any, self_node: Any, other_nodes: Any) -> HardenedTransport:
@@ -387,7 +390,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         then. Followers' local state lags the commit by that much more when the leader is
         idle (their reads say `stale`; consistent reads go through the leader)."""
         if SyncObj._SyncObj__applyLogEntries(self):
-            soon = time.monotonic() + COMMIT_NOTICE_DELAY_S
+            soon = monotonic() + COMMIT_NOTICE_DELAY_S  # pysyncobj's clock, as its deadline
             if soon < self._SyncObj__newAppendEntriesTime:
                 self._SyncObj__newAppendEntriesTime = soon
         return False

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,8 @@ from pysyncobj import FAIL_REASON
 from replication.errors import MembershipRefusedError, NoLeaderError, OutcomeUnknownError
 from replication.members import Member, MemberNode
 from replication.raft_node import RaftNode
+from shared.clock import Clock, monotonic_s
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["CATCH_UP_LAG_MAX", "Progress", "Reconfiguration"]
 
@@ -47,9 +48,15 @@ class Progress:
 class Reconfiguration:
     """The leader's membership calls on one node. Use on the event loop the log runs on."""
 
-    def __init__(self, node: RaftNode, raft_lock: threading.Lock) -> None:
+    def __init__(
+        self, node: RaftNode, raft_lock: threading.Lock, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self._node = node
         self._raft_lock = raft_lock
+        self._clock = clock  # every wait's deadline is on it
+
+    def _now_s(self) -> float:
+        return monotonic_s(self._clock)
 
     def progress(self) -> dict[str, Progress]:
         """On the leader: every voter's and learner's progress, by Raft address."""
@@ -62,11 +69,11 @@ class Reconfiguration:
         CATCH_UP_LAG_MAX entries of this leader's log; its match index then. The feed goes
         on until `forget` (or the membership entry that makes it a voter). Raises
         NoLeaderError when this node stops leading, OutcomeUnknownError on the timeout."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._now_s() + timeout_s
         await self._compacted(deadline)
         with self._raft_lock:
             self._node.learn(member)
-        while time.monotonic() < deadline:
+        while self._now_s() < deadline:
             with self._raft_lock:
                 if not self._node._isLeader():
                     raise NoLeaderError("leadership lost while a new node was catching up")
@@ -88,7 +95,7 @@ class Reconfiguration:
             if self._node.first_index() > 1:
                 return
             self._node.forceLogCompaction()
-        while time.monotonic() < deadline:
+        while self._now_s() < deadline:
             await asyncio.sleep(POLL_S)
             with self._raft_lock:
                 if not self._node._isLeader():
@@ -139,17 +146,17 @@ class Reconfiguration:
                 self._node.hold_commands(False)
 
     async def _transfer(self, to: Member, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        deadline = self._now_s() + timeout_s
+        while self._now_s() < deadline:
             with self._raft_lock:
                 if not self._node._isLeader():
                     return
             outcome = await self._call(
                 lambda cb: self._locked(lambda: self._node.transferLeadership(to.raft, cb)),
-                max(POLL_S, deadline - time.monotonic()),
+                max(POLL_S, deadline - self._now_s()),
             )
             if outcome == FAIL_REASON.SUCCESS:
-                while time.monotonic() < deadline:
+                while self._now_s() < deadline:
                     with self._raft_lock:
                         if not self._node._isLeader():
                             return

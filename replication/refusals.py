@@ -9,8 +9,10 @@ logged at most once per `log_interval_s`, with how many were left unlogged since
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
+import math
+
+from shared.clock import Clock
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["LOG_INTERVAL_S", "REFUSAL_REASONS", "Refusals"]
 
@@ -40,27 +42,28 @@ class Refusals:
     def __init__(
         self,
         log_interval_s: float = LOG_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._log_interval_s = log_interval_s
+        self._log_interval_ms = round(log_interval_s * 1000)
         self._clock = clock
         # Every key exists from the start: a reader on another thread copies the dict while
         # a Raft tick increments it, and a dict that never changes size can always be copied.
         self._counts = dict.fromkeys(REFUSAL_REASONS, 0)
         self._suppressed = dict.fromkeys(REFUSAL_REASONS, 0)
-        self._last_logged: dict[str, float] = dict.fromkeys(REFUSAL_REASONS, float("-inf"))
+        self._last_logged_ms: dict[str, float] = dict.fromkeys(REFUSAL_REASONS, -math.inf)
         self.logged = 0  # warnings actually written (tests check the rate limit)
 
     def refuse(self, reason: str, peer: str, detail: str = "") -> None:
         if reason not in self._counts:
             raise ValueError(f"unknown refusal reason {reason!r}")
         self._counts[reason] += 1
-        now = self._clock()
-        if now - self._last_logged[reason] < self._log_interval_s:
+        now_ms = self._clock.monotonic_ms()
+        if now_ms - self._last_logged_ms[reason] < self._log_interval_ms:
             self._suppressed[reason] += 1
             return
         suppressed, self._suppressed[reason] = self._suppressed[reason], 0
-        self._last_logged[reason] = now
+        self._last_logged_ms[reason] = now_ms
         self.logged += 1
         log.warning(
             "raft transport: %s from %s%s (%d more not logged in the last %.0f s; total %d)",

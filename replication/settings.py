@@ -12,12 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replication.connection import (
-    FRAME_BYTES_MAX_DEFAULT,
-    HANDSHAKE_TIMEOUT_S_DEFAULT,
-    UNAUTHENTICATED_MAX_DEFAULT,
-    TransportLimits,
-)
 from replication.group_commit import (
     GROUP_COMMIT_BYTES_MAX_DEFAULT,
     GROUP_COMMIT_ENTRIES_MAX_DEFAULT,
@@ -25,6 +19,12 @@ from replication.group_commit import (
     PROPOSALS_QUEUED_BYTES_MAX_DEFAULT,
     PROPOSALS_QUEUED_MAX_DEFAULT,
     GroupCommitLimits,
+)
+from replication.hub import (
+    FRAME_BYTES_MAX_DEFAULT,
+    HANDSHAKE_TIMEOUT_S_DEFAULT,
+    UNAUTHENTICATED_MAX_DEFAULT,
+    TransportLimits,
 )
 from replication.members import Member
 from replication.wire import TRANSPORT_VERSION, TRANSPORT_VERSION_MIN

@@ -28,11 +28,12 @@ import contextlib
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
 
 from replication.poller import LoopPoller
 from replication.raft_node import RaftNode
+from shared.clock import Clock
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["GUARD_PERIOD_S", "LOOP_STALL_S", "TICK_PERIOD_S", "Ticker"]
 
@@ -52,7 +53,8 @@ GUARD_LOG_INTERVAL_S = 10.0
 
 class Ticker:
     """Ticks `node` on the event loop `start` is called on, and on the guard thread while
-    that loop is stuck. `after_tick` runs inside every tick, with the Raft lock held."""
+    that loop is stuck. `after_tick` runs inside every tick, with the Raft lock held. A stall
+    is measured on `clock`, which both threads read."""
 
     def __init__(
         self,
@@ -61,7 +63,9 @@ class Ticker:
         raft_lock: threading.Lock,
         apply_lock: threading.Lock,
         after_tick: Callable[[], None],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock
         self._node = node
         self._poller = poller
         self._raft_lock = raft_lock
@@ -72,14 +76,14 @@ class Ticker:
         self._guard = threading.Thread(target=self._guard_forever, name="raft-guard", daemon=True)
         self._tick_pending = False  # a tick is due on the loop (`_kick`)
         self._tick_timer: asyncio.Handle | None = None
-        self._last_turn = time.monotonic()  # the loop's last tick or Raft event
+        self._last_turn_ms = clock.monotonic_ms()  # the loop's last tick or Raft event
         self._guard_rounds = 0
-        self._guard_logged_at = -math.inf
+        self._guard_logged_at_ms = -math.inf
 
     def start(self) -> None:
         """On the event loop Raft is to run on."""
         self._loop = loop = asyncio.get_running_loop()
-        self._last_turn = time.monotonic()
+        self._last_turn_ms = self._clock.monotonic_ms()
         self._poller.attach(loop, self._kick, self._turned)
         self._tick_timer = loop.call_soon(self._tick_periodically)
         self._guard.start()
@@ -124,13 +128,13 @@ class Ticker:
             log.exception("raft tick failed")
 
     def _turned(self) -> None:
-        self._last_turn = time.monotonic()
+        self._last_turn_ms = self._clock.monotonic_ms()
 
     def _tick_on_loop(self) -> None:
         self._tick_pending = False  # this tick serves every kick made before it
         with self._raft_lock:
             self._tick()
-        self._last_turn = time.monotonic()
+        self._last_turn_ms = self._clock.monotonic_ms()
 
     def _kick(self) -> None:
         """Tick on the loop once the events of this pass are handled (at most one due)."""
@@ -155,23 +159,24 @@ class Ticker:
 
     def _guard_forever(self) -> None:
         """The stall guard's thread: does nothing while the loop keeps up."""
-        poller = self._poller
+        poller, clock = self._poller, self._clock
+        stall_ms, log_interval_ms = LOOP_STALL_S * 1000, GUARD_LOG_INTERVAL_S * 1000
         while not self._stop.wait(GUARD_PERIOD_S):
-            stalled = time.monotonic() - self._last_turn
-            if stalled < LOOP_STALL_S:
+            stalled_ms = clock.monotonic_ms() - self._last_turn_ms
+            if stalled_ms < stall_ms:
                 continue
             with self._raft_lock:
-                if self._stop.is_set() or time.monotonic() - self._last_turn < LOOP_STALL_S:
+                if self._stop.is_set() or clock.monotonic_ms() - self._last_turn_ms < stall_ms:
                     continue
                 self._guard_rounds += 1
                 poller.dispatch_ready()
                 self._tick()
-            now = time.monotonic()
-            if now - self._guard_logged_at > GUARD_LOG_INTERVAL_S:
-                self._guard_logged_at = now
+            now_ms = clock.monotonic_ms()
+            if now_ms - self._guard_logged_at_ms > log_interval_ms:
+                self._guard_logged_at_ms = now_ms
                 log.warning(
-                    "event loop busy for %.0f ms: Raft ticked on the guard thread "
+                    "event loop busy for %d ms: Raft ticked on the guard thread "
                     "(%d guard ticks so far)",
-                    stalled * 1000,
+                    stalled_ms,
                     self._guard_rounds,
                 )

@@ -27,7 +27,6 @@ import contextlib
 import ipaddress
 import logging
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,10 +34,13 @@ from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import TCPTransport
 
-from replication.connection import Connection, Hub, TransportLimits, abort_on_close
+from replication.connection import Connection, abort_on_close
+from replication.hub import Hub, TransportLimits
 from replication.pysyncobj_pin import check_pysyncobj_version
 from replication.refusals import Refusals
 from replication.wire import TRANSPORT_VERSION, TRANSPORT_VERSION_MIN, handshake_key
+from shared.clock import Clock, monotonic_s
+from shared.system_clock import SYSTEM_CLOCK
 
 check_pysyncobj_version()  # HardenedTransport overrides TCPTransport's internals
 
@@ -187,6 +189,7 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
         refusals: Refusals,
         versions: tuple[int, int] = (TRANSPORT_VERSION_MIN, TRANSPORT_VERSION),
         cluster_id: str = "",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         limits.validate()
         if syncObj.encryptor:
@@ -202,6 +205,7 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
             conf=syncObj.conf,
             versions=versions,
             cluster_id=cluster_id,
+            clock=clock,
         )
         self._ripple_host_ips: dict[str, set[str]] = {}
         self._ripple_allowed: set[str] = set()
@@ -224,6 +228,7 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
         refusals: Refusals,
         versions: tuple[int, int] = (TRANSPORT_VERSION_MIN, TRANSPORT_VERSION),
         cluster_id: str = "",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> Callable[[Any, Any, Any], HardenedTransport]:
         def make(sync_obj: Any, self_node: Any, other_nodes: Any) -> HardenedTransport:
             return cls(
@@ -235,6 +240,7 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
                 refusals=refusals,
                 versions=versions,
                 cluster_id=cluster_id,
+                clock=clock,
             )
 
         return make
@@ -242,7 +248,7 @@ class HardenedTransport(TCPTransport):  # type: ignore[misc]
     def _allowed_ips(self, missed: bool) -> set[str]:
         """The addresses of the current nodes' hosts; `missed`: one just connected from
         elsewhere, so look again if the last lookup is ALLOWED_HOSTS_RETRY_S old."""
-        now = time.monotonic()
+        now = monotonic_s(self._ripple_hub.clock)
         age = now - self._ripple_allowed_at
         if age > ALLOWED_HOSTS_REFRESH_S or (missed and age > ALLOWED_HOSTS_RETRY_S):
             known = self._ripple_host_ips

@@ -1,6 +1,6 @@
 """`ripple backup`: take a backup from the cluster, check it, store it, then tell the cluster.
 
-Owns the operator's side of a backup (docs/operations.md, "Backing up"): GET
+Owns the operator's side of a backup (docs/runbooks/backup.md): GET
 /v1/admin/backup from the leader (the state at one applied index, after a barrier;
 `coordinator/core/backup.py` is the file's format), the same checks a restore makes before
 anything is stored, the file written whole or not at all (a temporary file synced, then
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from coordinator.client import CoordinatorClient
 from coordinator.core.backup import BackupError, BackupHeader, load_backup
-from shared.errors import ClientError, RippleError
+from shared.errors import ClientError, ErrorKind, RippleError
 
 __all__ = ["StoredBackup", "backup_command", "store_key", "take_backup", "write_backup_file"]
 
@@ -44,7 +44,7 @@ def store_key(header: BackupHeader) -> str:
 def write_backup_file(path: Path, data: bytes) -> None:
     """`data` at `path`, whole or not at all; an existing file is refused, not replaced."""
     if path.exists():
-        raise RippleError(f"{path} exists: a backup never replaces a file", code="usage", status=2)
+        raise RippleError(f"{path} exists: a backup never replaces a file", code="usage")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.partial")
     tmp.unlink(missing_ok=True)  # a run that stopped half-way left it
@@ -98,7 +98,7 @@ async def take_backup(
     try:
         await client.post(RECORD_PATH, record, idempotency_key=header.body_sha256[:64])
     except ClientError as exc:
-        if exc.status not in (409, 503):
+        if exc.kind not in (ErrorKind.CONFLICT, ErrorKind.UNAVAILABLE):
             raise
         return StoredBackup(header=header, where=where, recorded=False, why_not=exc.message)
     return StoredBackup(header=header, where=where, recorded=True, why_not=None)

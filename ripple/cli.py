@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,7 +50,7 @@ from ripple.connect import (
 from ripple.local_cluster import up
 from ripple.nodes import add_nodes_parser, cmd_nodes, prepare_join
 from ripple.pipeline_commands import add_pipeline_parsers, cmd_get, cmd_produce, cmd_worker
-from ripple.rescale import add_rescale_parser, rescale_command, rescale_progress
+from ripple.rescale import add_rescale_parser, rescale_command, rescale_done, rescale_progress
 from ripple.tables import (
     render_membership,
     render_migrations,
@@ -60,7 +59,8 @@ from ripple.tables import (
     render_workers,
     table,
 )
-from shared.errors import ClientError, RippleError
+from shared.clock import monotonic_s
+from shared.errors import ClientError, ErrorKind, RippleError
 from shared.version import PACKAGE_VERSION
 
 WATCH_MAX_S = 3600.0
@@ -103,10 +103,10 @@ def _render_status(body: dict[str, Any]) -> str:
 async def cmd_migrations(args: argparse.Namespace) -> int:
     if not args.watch:
         return await _read(args, "/v1/migrations", render_migrations)
-    deadline = time.monotonic() + WATCH_MAX_S
     async with client_for(args) as client:
+        deadline_s = monotonic_s(client.clock) + WATCH_MAX_S
         total = None
-        while time.monotonic() < deadline:
+        while monotonic_s(client.clock) < deadline_s:
             body = await client.get("/v1/migrations")
             left = body["in_flight"]
             total = max(total or 0, left)
@@ -115,7 +115,7 @@ async def cmd_migrations(args: argparse.Namespace) -> int:
             filled = width if not total else int(width * done / total)
             # A rescale in flight holds balance moves back: the watch follows it too.
             rescale = (await client.get("/v1/status")).get("rescale")
-            rescaling = rescale is not None and rescale["phase"] != "DONE"
+            rescaling = rescale is not None and not rescale_done(rescale)
             tail = f"   rescale: {rescale_progress(rescale)}" if rescale and rescaling else ""
             print(
                 f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total or 0} done, "
@@ -138,9 +138,7 @@ async def cmd_reassign(args: argparse.Namespace) -> int:
         for spec in args.move:
             part, _, worker = spec.partition(":")
             if not part.isdigit() or not worker:
-                raise RippleError(
-                    f"--move wants PARTITION:WORKER, got {spec!r}", code="usage", status=2
-                )
+                raise RippleError(f"--move wants PARTITION:WORKER, got {spec!r}", code="usage")
             moves.append({"partition": int(part), "to": worker})
         payload["moves"] = moves
     else:
@@ -185,7 +183,7 @@ async def cmd_backup(args: argparse.Namespace) -> int:
     from ripple.backups import backup_command
 
     if args.out is None and args.store is None:
-        raise RippleError("give --out FILE, --store URI or both", code="usage", status=2)
+        raise RippleError("give --out FILE, --store URI or both", code="usage")
     client = CoordinatorClient(
         coordinator_urls(args),
         token=admin_token(args),
@@ -244,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="URL",
         help="a new node: URL of a running node of the cluster to join (repeatable); then "
-        "add it with `ripple nodes add` (docs/operations.md#add-capacity)",
+        "add it with `ripple nodes add` (docs/runbooks/add-a-node.md)",
     )
     c.add_argument("--raft", metavar="HOST:PORT", help="with --join: the Raft address others dial")
     c.add_argument("--http", metavar="HOST:PORT", help="with --join: the HTTP address to serve")
@@ -393,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RippleError as exc:
         where = f" ({exc.field})" if exc.field else ""
         print(f"ripple: {exc.code}: {exc.message}{where}", file=sys.stderr)
-        return 2 if exc.status in (2, 400) else 1
+        return 2 if exc.kind is ErrorKind.INVALID else 1  # usage and bad input: 2
     except KeyboardInterrupt:
         return 130
 

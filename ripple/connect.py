@@ -39,7 +39,6 @@ def coordinator_urls(args: argparse.Namespace) -> list[str]:
     raise RippleError(
         "no coordinator URL: pass --coordinator URL, set RIPPLE_URL, or run `ripple up` first",
         code="usage",
-        status=2,
         field="coordinator",
     )
 
@@ -67,9 +66,7 @@ def admin_token(args: argparse.Namespace) -> str:
     path = cluster_file(args.data_dir)
     if path.exists():
         return load_config(path, env={}, validate=False).admin_token
-    raise RippleError(
-        "admin token needed: --admin-token or RIPPLE_ADMIN_TOKEN", code="usage", status=2
-    )
+    raise RippleError("admin token needed: --admin-token or RIPPLE_ADMIN_TOKEN", code="usage")
 
 
 def coordinator_arg(sp: argparse.ArgumentParser) -> None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 from coordinator.client import CoordinatorClient, KeyRouter
 from coordinator.config import ClusterConfig
+from shared.clock import monotonic_s
 from shared.errors import ClientError
 
 DEMO_RECORDS = 20_000
@@ -52,13 +52,13 @@ async def _caught_up(
 
 
 async def _wait_caught_up(client: CoordinatorClient, ends: dict[int, int]) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < CATCH_UP_TIMEOUT_S:
+    started = monotonic_s(client.clock)
+    while monotonic_s(client.clock) - started < CATCH_UP_TIMEOUT_S:
         workers = await client.get("/v1/workers")
         addresses = {w["worker_id"]: w["address"] for w in workers["workers"]}
         try:
             if await _caught_up(client, ends, addresses):
-                return time.monotonic() - started
+                return monotonic_s(client.clock) - started
         except ClientError:
             pass
         await asyncio.sleep(POLL_S)
@@ -136,13 +136,13 @@ async def run_demo(
             f"{config.heartbeat_timeout_s:g} s ..."
         )
         proc.send_signal(signal.SIGKILL)
-        killed = time.monotonic()
+        killed = monotonic_s(client.clock)
         took = await _wait_caught_up(client, ends)
         moved = await client.get("/v1/partitions/0")
         print(
             f"[demo] partition 0 now on {moved['owner']} at epoch {moved['epoch']}; all "
             f"partitions replayed from checkpoints and caught up "
-            f"{time.monotonic() - killed:.1f} s after the kill:"
+            f"{monotonic_s(client.clock) - killed:.1f} s after the kill:"
         )
         await _show_and_check(client, spark_url, store_dir, total)
         print("[demo] done; the cluster keeps running until Ctrl-C.")

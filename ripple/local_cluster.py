@@ -14,16 +14,17 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from coordinator.client import CoordinatorClient
 from coordinator.config import ClusterConfig, NodeSpec
 from coordinator.config_file import load_config, render_toml
+from coordinator.config_rules import validate as validate_config
 from ripple.launch import coordinator_argv, worker_argv
 from ripple.supervisor import Children
 from ripple.tables import render_status
+from shared.clock import monotonic_s
 from shared.errors import ClientError, RippleError
 from shared.ports import free_ports
 
@@ -61,7 +62,7 @@ def up_config(data_dir: str, nodes: int, overrides: dict[str, Any]) -> Path:
         nodes=specs,
         **overrides,
     )
-    config.validate()
+    validate_config(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_private(path, render_toml(config))
     return path
@@ -84,9 +85,9 @@ def write_private(path: Path, text: str) -> None:
 
 
 async def _wait_ready(urls: list[str], timeout_s: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
     async with CoordinatorClient(urls, deadline_s=2.0, timeout_s=2.0) as client:
-        while time.monotonic() < deadline:
+        deadline = monotonic_s(client.clock) + timeout_s
+        while monotonic_s(client.clock) < deadline:
             try:
                 health = await client.get("/v1/health")
                 if health.get("leader_id") and health["cluster"]["total_partitions"] > 0:
@@ -94,7 +95,7 @@ async def _wait_ready(urls: list[str], timeout_s: float) -> dict[str, Any]:
             except ClientError:
                 pass
             await asyncio.sleep(0.2)
-    raise RippleError(f"cluster not ready within {timeout_s} s", code="timeout", status=1)
+    raise RippleError(f"cluster not ready within {timeout_s} s", code="timeout")
 
 
 def up(data_dir: str, workers: int, partitions: int | None, demo: bool) -> int:

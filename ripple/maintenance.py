@@ -2,7 +2,7 @@
 syntax of its `--for` (`90s`, `30m`, `1h30m`, `2d`, or plain seconds).
 
 While maintenance mode is on the leader proposes no automatic balance move; failure recovery
-goes on (docs/operations.md, "Maintenance mode").
+goes on (docs/runbooks/maintenance.md).
 """
 
 from __future__ import annotations
@@ -32,12 +32,11 @@ def parse_duration_s(text: str) -> float:
             raise RippleError(
                 f"--for wants a duration like 90s, 30m, 1h30m or 2d, got {text!r}",
                 code="usage",
-                status=2,
                 field="for",
             ) from None
         seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
     if not seconds >= 1:
-        raise RippleError("--for must be at least 1s", code="usage", status=2, field="for")
+        raise RippleError("--for must be at least 1s", code="usage", field="for")
     return seconds
 
 
@@ -63,10 +62,10 @@ async def maintenance_command(args: argparse.Namespace, client: CoordinatorClien
         payload["reason"] = args.reason
     if getattr(args, "for_", None) is not None:
         if args.state != "on":
-            raise RippleError("--for goes with `on` only", code="usage", status=2, field="for")
+            raise RippleError("--for goes with `on` only", code="usage", field="for")
         payload["for_s"] = parse_duration_s(args.for_)
     elif args.state == "on" and args.reason is None:
-        raise RippleError("--reason is required with `on`", code="usage", status=2, field="reason")
+        raise RippleError("--reason is required with `on`", code="usage", field="reason")
     body = await client.post(f"/v1/admin/maintenance/{args.state}", payload)
     print(maintenance_line(body["maintenance"]) + ("" if body["changed"] else " (unchanged)"))
     return 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,7 +25,8 @@ from coordinator.service.node_dir import JoinRecord, read_join_record, write_joi
 from replication.identity import write_cluster_id
 from replication.members import Member
 from ripple.tables import render_nodes
-from shared.errors import ClientError, ConfigError, RippleError
+from shared.clock import monotonic_s
+from shared.errors import ClientError, ConfigError, ErrorKind, RippleError
 
 __all__ = ["CHANGE_WAIT_S", "add_nodes_parser", "cmd_nodes", "prepare_join", "wait_for_change"]
 
@@ -36,7 +36,7 @@ ATTEMPTS_MAX = 5  # requests of one change (each hand-off or lost leadership is 
 
 
 def _usage(message: str) -> RippleError:
-    return RippleError(message, code="usage", status=2)
+    return RippleError(message, code="usage")
 
 
 def _member(args: argparse.Namespace, node_id: str) -> Member:
@@ -67,17 +67,17 @@ async def wait_for_change(
     """Ask for a change (`start`: method, path, body) and follow it on the leader until the
     voters are as `goal` says; the last `GET /v1/nodes` answer. Raises ClientError when it
     fails or does not end within `wait_s`."""
-    deadline = time.monotonic() + wait_s
+    deadline = monotonic_s(client.clock) + wait_s
     method, path, body = start
     for _attempt in range(ATTEMPTS_MAX):
         try:
             answer = await client.request(method, path, json=body)
         except ClientError as exc:
-            if exc.status != 409 or "in flight" not in exc.message:
+            if exc.kind is not ErrorKind.CONFLICT or "in flight" not in exc.message:
                 raise
             answer = {"change": None}  # another request's change: wait for it, then ask again
         change = answer.get("change")
-        while time.monotonic() < deadline:
+        while monotonic_s(client.clock) < deadline:
             nodes = await client.get("/v1/nodes", consistent=True)
             if nodes["change"] is None:
                 break

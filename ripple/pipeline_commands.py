@@ -121,7 +121,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from pipeline.store import open_store
 
     if (args.file is None) == (args.generate is None):
-        raise RippleError("give exactly one of --file or --generate", code="usage", status=2)
+        raise RippleError("give exactly one of --file or --generate", code="usage")
     routing = asyncio.run(_routing(args))
     store = open_store(_store_uri(args), args.s3_endpoint)
     records = (
@@ -182,7 +182,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
             "--spark-remote sc://HOST:PORT is required (ripple up starts a local "
             "Spark Connect server and passes it)",
             code="usage",
-            status=2,
         )
     check_bind(args.listen, "listen", allow_wildcard=args.allow_wildcard_bind)
     if bool(args.tls_cert) != bool(args.tls_key):

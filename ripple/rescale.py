@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import time
 from typing import Any
 
 from coordinator.client import CoordinatorClient
+from shared.clock import monotonic_s
 from shared.errors import RippleError
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "add_rescale_parser",
     "dry_run_text",
     "rescale_command",
+    "rescale_done",
     "rescale_line",
     "rescale_progress",
 ]
@@ -48,6 +49,12 @@ def dry_run_text(d: dict[str, Any]) -> str:
     )
 
 
+def rescale_done(r: dict[str, Any]) -> bool:
+    """True once the rescale `r` (a `/v1/status` record) is over, in either spelling: a node
+    of 0.4.2 or older names the phases upper case."""
+    return str(r["phase"]).lower() == "done"
+
+
 def rescale_progress(r: dict[str, Any]) -> str:
     """`phase, cuts n/P, online n/M`: how far a rescale is."""
     return (
@@ -62,19 +69,18 @@ def rescale_line(r: dict[str, Any] | None) -> str:
         return "rescale: none"
     head = f"rescale: {r['previous']} -> {r['partitions']} partitions (routing generation "
     head += f"{r['generation']}) by {r['by']}: "
-    if r["phase"] == "DONE":
-        return head + "DONE"
+    if rescale_done(r):
+        return head + "done"
     return head + rescale_progress(r)
 
 
 async def rescale_command(args: argparse.Namespace, client: CoordinatorClient) -> int:
     if args.dry_run and args.wait:
-        raise RippleError("--wait goes without --dry-run", code="usage", status=2, field="wait")
+        raise RippleError("--wait goes without --dry-run", code="usage", field="wait")
     if not 0 < args.wait_s <= RESCALE_WAIT_S_MAX:
         raise RippleError(
             f"--wait-s must be in (0, {RESCALE_WAIT_S_MAX:.0f}]",
             code="usage",
-            status=2,
             field="wait_s",
         )
     body = await client.post(
@@ -95,16 +101,16 @@ async def _wait_done(
     client: CoordinatorClient, generation: int, wait_s: float, *, quiet: bool
 ) -> int:
     """Follow the rescale to `generation` until DONE (0), or the deadline (1)."""
-    deadline = time.monotonic() + wait_s
+    deadline = monotonic_s(client.clock) + wait_s
     shown = ""
-    while time.monotonic() < deadline:
+    while monotonic_s(client.clock) < deadline:
         r = (await client.get("/v1/status")).get("rescale")
         if r is not None and r["generation"] == generation:
             line = rescale_progress(r)
             if line != shown and not quiet:
                 print(line, flush=True)
                 shown = line
-            if r["phase"] == "DONE":
+            if rescale_done(r):
                 return 0
         await asyncio.sleep(WAIT_EVERY_S)
     if not quiet:
@@ -113,7 +119,7 @@ async def _wait_done(
 
 
 def add_rescale_parser(sub: Any, client_args: Any) -> None:
-    r = sub.add_parser("rescale", help="admin: change the partition count (docs/operations.md)")
+    r = sub.add_parser("rescale", help="admin: change the partition count (docs/runbooks/)")
     client_args(r)
     r.add_argument("--partitions", type=int, required=True, metavar="M")
     r.add_argument("--dry-run", action="store_true", help="say what it costs; change nothing")

@@ -1,7 +1,7 @@
 """`ripple restore` and `ripple recover`: a NEW cluster's data directories, made from a backup
 file or from the data directory of the one survivor of a lost majority.
 
-Owns making them (docs/operations.md, "Restoring" and "Recovering from a lost majority").
+Owns making them (docs/runbooks/restore.md and docs/runbooks/lost-majority.md).
 Every check comes first: the backup's magic, header, length and checksum, or the survivor's
 dump and journal applied to a fresh machine; this release speaks the state's command set; no
 node of the cluster file has a data directory yet. Then the state is fenced from the old
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +34,9 @@ from replication.entry import apply_entry
 from replication.identity import new_cluster_id, read_cluster_id, write_cluster_id
 from replication.members import Member
 from replication.seed import read_log, seed_node
+from shared.clock import Clock
 from shared.errors import RippleError
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = [
     "NewCluster",
@@ -193,11 +194,11 @@ def _make(
     )
 
 
-def restore_command(args: argparse.Namespace) -> int:
+def restore_command(args: argparse.Namespace, clock: Clock = SYSTEM_CLOCK) -> int:
     """`ripple restore --backup FILE` or `ripple recover --from-data-dir DIR`, with the new
     cluster's `--config`: make its data directories and say what was made."""
     config = load_config(args.config)
-    now_ms = int(time.time() * 1000)  # stamped into the partitions' history only
+    now_ms = clock.wall_ms()  # stamped into the partitions' history only
     if args.command == "restore":
         try:
             data = Path(args.backup).read_bytes()

@@ -17,6 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from shared.clock import Clock, monotonic_s
+from shared.system_clock import SYSTEM_CLOCK
+
 log = logging.getLogger("ripple")
 
 CHILD_STOP_TIMEOUT_S = 10.0
@@ -30,8 +33,9 @@ class Stoppable(Protocol):
 class Children:
     """Processes started by `ripple up`, tracked and stopped by PID only."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, clock: Clock = SYSTEM_CLOCK) -> None:
         self.log_dir = log_dir
+        self.clock = clock  # the stop deadline is read on it
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.stop_signals: dict[int, int] = {}
         self.spark: Stoppable | None = None  # pipeline.spark_server.SparkConnectServer
@@ -73,10 +77,10 @@ class Children:
         for _, proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(self.stop_signals.get(proc.pid, signal.SIGTERM))
-        deadline = time.monotonic() + CHILD_STOP_TIMEOUT_S
+        deadline = monotonic_s(self.clock) + CHILD_STOP_TIMEOUT_S
         for name, proc in reversed(self.procs):
             try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
+                proc.wait(max(0.1, deadline - monotonic_s(self.clock)))
             except subprocess.TimeoutExpired:
                 log.warning("%s (pid %d) did not stop; killing it", name, proc.pid)
                 proc.kill()

@@ -4,14 +4,16 @@ Owns the rule "safety decisions use a monotonic clock": liveness, leases, retrie
 timeouts read `monotonic_ms`; `wall_ms` is only stamped into commands and shown to people,
 never compared with another reading to decide anything. A wall-clock step (NTP, an operator)
 therefore moves no lease and no liveness verdict. The real clock is `shared.system_clock`;
-this module reads none, so the pure core may import it.
+this module reads none, so the pure core may import it. Code that counts in seconds reads
+`monotonic_s(clock)`, the same reading as a float. Product code reads the time through a
+`Clock` only, but for the few exceptions `tests/unit/test_clock_reads.py` names.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["Clock", "FakeClock"]
+__all__ = ["Clock", "FakeClock", "monotonic_s"]
 
 
 class Clock(Protocol):
@@ -22,6 +24,11 @@ class Clock(Protocol):
     def wall_ms(self) -> int:
         """Milliseconds since the Unix epoch; may jump either way. Timestamps only."""
         ...
+
+
+def monotonic_s(clock: Clock) -> float:
+    """`clock.monotonic_ms()` in seconds, for the code whose bounds are seconds."""
+    return clock.monotonic_ms() / 1000
 
 
 class FakeClock:

@@ -103,7 +103,7 @@ class Cluster(NodeCluster):
 
     def join(self, node_id: str, *, raft_port: int | None = None) -> NodeSpec:
         """Start a new node `node_id` on free ports (`raft_port` if given) with `--join`
-        through the live nodes, as docs/operations.md's runbooks do; it is a voter only
+        through the live nodes, as docs/runbooks/ do; it is a voter only
         once added (`nodes("add", ...)`)."""
         raft, http = free_ports(2)
         spec = NodeSpec(

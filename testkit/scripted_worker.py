@@ -41,6 +41,7 @@ from aiohttp import web
 from coordinator.client import CoordinatorClient
 from shared.checkpoint_ref import canonical_uri
 from shared.errors import ClientError
+from shared.http_statuses import status_of
 from shared.messages.checkpoint import CHECKPOINT_ROUTE, CheckpointReply
 from shared.messages.common import (
     STATUS_SCHEDULED,
@@ -90,7 +91,7 @@ def error_response(status: int, error: str, message: str, field: str | None = No
 
 
 def invalid_response(exc: InvalidCallBody) -> web.Response:
-    return error_response(exc.status, exc.code, exc.message, exc.field)
+    return error_response(status_of(exc), exc.code, exc.message, exc.field)
 
 
 class ScriptedWorker:
@@ -406,7 +407,8 @@ class ScriptedWorker:
         try:
             await self.register(headers)
         except ClientError as exc:
-            return web.json_response({"error": exc.code, "message": exc.message}, status=exc.status)
+            body = {"error": exc.code, "message": exc.message}
+            return web.json_response(body, status=status_of(exc))
         self.heartbeats_enabled = True
         return web.json_response({"incarnation": self.incarnation})
 

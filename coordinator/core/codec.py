@@ -10,7 +10,8 @@ the offending field, never anything else.
 Command envelope: ``[FORMAT_VERSION, TAG, request_id, {field: value, ...}]``.
 Result: ``[FORMAT_VERSION, "ok", value]`` or
 ``[FORMAT_VERSION, "rejected", code, message, status, field]``; an Ok's typed value is a map
-whose ordered keys name its type (see ``_RESULT_SHAPES``).
+whose ordered keys name its type (see ``_RESULT_SHAPES``). A rejection's ``status`` is a
+legacy slot, written from the code (``WIRE_STATUS_OF_CODE``) and never read for meaning.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import Enum
 from operator import attrgetter
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from coordinator.core.commands import (
     COMMAND_BY_TAG,
+    REJECT_CODES,
     AbortResult,
     Assignment,
     AssignResult,
@@ -49,6 +51,7 @@ from coordinator.core.commands import (
     OnlineResult,
     PlanResult,
     RegisterResult,
+    RejectCode,
     Rejected,
     ReleaseResult,
     ReportResult,
@@ -98,6 +101,7 @@ from coordinator.core.wire_fields import (
     record,
     str_value,
     unpack,
+    wire_enum,
     worker_id_value,
 )
 
@@ -454,14 +458,39 @@ def _wire(value: object) -> object:
     if isinstance(value, tuple):
         return [v if type(v) in SCALAR_TYPES else _wire(v) for v in value]
     if isinstance(value, Enum):
-        return value.value
+        return wire_enum(value)
     return value
+
+
+# A rejection's fifth element. Releases before error kinds answered HTTP with it, and a mixed
+# cluster's older nodes still do, so it is written as they wrote it: the same bytes in the
+# request table (and snapshots) as before, the same answer from an old node as from a new one.
+# The core gives it no meaning; tests/unit/test_error_statuses.py keeps it equal to what the
+# HTTP edge answers for the code.
+WIRE_STATUS_OF_CODE: dict[str, int] = {
+    "invalid": 400,
+    "not_found": 404,
+    "conflict": 409,
+    "stale_epoch": 409,
+    "fenced": 409,
+    "not_bootstrapped": 503,
+    "version_not_finalized": 503,
+    "version_unsupported": 409,
+    "halted": 503,
+    "rescale_in_flight": 409,
+    "same_partition_count": 409,
+    "not_online": 409,
+    "rescaled": 409,
+    "internal": 500,
+}
+assert set(WIRE_STATUS_OF_CODE) == REJECT_CODES, "every reject code has its legacy slot"
 
 
 def result_plain(result: Result) -> list[object]:
     if isinstance(result, Ok):
         return [FORMAT_VERSION, "ok", _wire(result.value)]
-    return [FORMAT_VERSION, "rejected", result.code, result.message, result.status, result.field]
+    status = WIRE_STATUS_OF_CODE[result.code]
+    return [FORMAT_VERSION, "rejected", result.code, result.message, status, result.field]
 
 
 def result_from_plain(obj: object) -> Result:
@@ -480,11 +509,12 @@ def result_from_plain(obj: object) -> Result:
         _, _, code, message, status, field = obj
         if (
             isinstance(code, str)
+            and code in REJECT_CODES
             and isinstance(message, str)
-            and type(status) is int
+            and type(status) is int  # the legacy slot: checked, not kept
             and (field is None or isinstance(field, str))
         ):
-            return Rejected(code=code, message=message, status=status, field=field)
+            return Rejected(code=cast(RejectCode, code), message=message, field=field)
     raise CodecError("malformed result")
 
 

@@ -7,7 +7,8 @@ applying a command reads no clock and no randomness and every replica reaches th
 Results are values, never exceptions: the replicated apply must not raise. Each command
 class names the type its Ok result carries (``RegisterWorker(Returns[RegisterResult])``), so
 a proposer gets back the result of the command it proposed; the codec writes every result
-type as the plain map it stands for.
+type as the plain map it stands for. A refusal is a ``Rejected`` with a ``RejectCode``: the
+core speaks no transport, and the HTTP edge maps the code's kind to a status.
 """
 
 from __future__ import annotations
@@ -630,31 +631,34 @@ def result_type(command: Returns[R]) -> type[R]:
 
 # --- outcomes ----------------------------------------------------------------------------------
 
-# Rejection codes and the HTTP status the service should answer with.
-STATUS_BY_CODE: dict[str, int] = {
-    "invalid": 400,
-    "not_found": 404,
-    "conflict": 409,
-    "stale_epoch": 409,
-    "fenced": 409,
-    "not_bootstrapped": 503,
+# What the state machine refuses with: a closed vocabulary of codes and no transport. Each is
+# one of shared.errors.ErrorCode (whose kind says whose fault it is); the HTTP edge alone turns
+# a kind into a status (shared/http_statuses.py, which the core may not import).
+RejectCode = Literal[
+    "invalid",  # a field of the command is wrong (Rejected.field names it)
+    "not_found",  # the worker, partition or migration named does not exist
+    "conflict",  # the state does not allow the command now
+    "stale_epoch",  # an epoch older than the partition's
+    "fenced",  # a checkpoint of an epoch that no longer owns its partition
+    "not_bootstrapped",  # the cluster has no partitions yet
     # The command's command-set version is above the cluster's finalized one: every voter
     # speaks it and the leader finalizes it shortly (coordinator/core/versions.py).
-    "version_not_finalized": 503,
+    "version_not_finalized",
     # Some voter does not speak the command's command-set version (it runs an older release).
-    "version_unsupported": 409,
+    "version_unsupported",
     # This node has stopped applying entries (an entry of a command set it does not speak).
-    "halted": 503,
+    "halted",
     # A rescale (coordinator/core/rescale.py): one is not DONE yet; the count asked for is
     # the current one; FinishRescale before every new partition is ONLINE.
-    "rescale_in_flight": 409,
-    "same_partition_count": 409,
-    "not_online": 409,
+    "rescale_in_flight",
+    "same_partition_count",
+    "not_online",
     # A full replay (a fallback's last step, an operator's reset) of a partition of a
     # rescaled table: its state starts at its build, not at offset 0.
-    "rescaled": 409,
-    "internal": 500,
-}
+    "rescaled",
+    "internal",  # a bug inside apply, caught so that every node answers the same
+]
+REJECT_CODES: frozenset[str] = frozenset(get_args(RejectCode))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -666,15 +670,15 @@ class Ok:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rejected:
-    code: str
+    """The command changed nothing; ``code`` says why to a program, ``message`` to a person."""
+
+    code: RejectCode
     message: str
-    status: int
     field: str | None = None
 
 
 Result = Ok | Rejected
 
 
-def rejected(code: str, message: str, field: str | None = None) -> Rejected:
-    """A Rejected whose status is the one registered for ``code``."""
-    return Rejected(code=code, message=message, status=STATUS_BY_CODE[code], field=field)
+def rejected(code: RejectCode, message: str, field: str | None = None) -> Rejected:
+    return Rejected(code=code, message=message, field=field)

@@ -3,7 +3,7 @@ or the log of a survivor of a lost majority): the same table, fenced from the ol
 
 Owns `fence_for_new_cluster`, run once by `ripple restore` and `ripple recover` on a decoded
 state before it is seeded into the new cluster's data directories (never by `apply`: no
-replica runs it). The rule (docs/design.md §10, docs/operations.md): every partition keeps
+replica runs it). The rule (docs/design.md §10, docs/runbooks/restore.md): every partition keeps
 its owner and checkpoints, and its epoch jumps by `epoch_jump`, far past any epoch the old
 cluster can have handed out after the state was taken (an epoch grows by one per ownership
 change, one log entry each). So a worker still holding an old epoch cannot checkpoint into

@@ -190,12 +190,13 @@ class Migration:
 
 
 class RescalePhase(Enum):
-    """A rescale's steps (docs/pipeline.md, "Rescaling"); each ends at one commit."""
+    """A rescale's steps (docs/pipeline.md, "Rescaling"); each ends at one commit. The
+    replicated state spells them upper case (`wire_fields.WIRE_SPELLING`)."""
 
-    CUTTING = "CUTTING"  # each old partition's owner seals it and checkpoints at its cut
-    MOVING = "MOVING"  # one worker builds every new partition's starting checkpoint
-    HOSTING = "HOSTING"  # the new partitions are hosted from those checkpoints
-    DONE = "DONE"
+    CUTTING = "cutting"  # each old partition's owner seals it and checkpoints at its cut
+    MOVING = "moving"  # one worker builds every new partition's starting checkpoint
+    HOSTING = "hosting"  # the new partitions are hosted from those checkpoints
+    DONE = "done"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

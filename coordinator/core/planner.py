@@ -8,7 +8,10 @@ queries (balance, explicit moves, drain plans, dry runs). It reads no clock, doe
 takes its randomness from the `Rng` (a `random.Random`) it is given, so the simulation, the
 scenario files and the duty loop (`coordinator/service/duties.py`) run the same decisions.
 What it hands out and gets back (Batch, worker calls and their results, commit outcomes) is
-`coordinator/core/effects.py`'s vocabulary.
+`coordinator/core/effects.py`'s vocabulary; its settings are
+`coordinator/core/planner_settings.py`'s, and the stages that read the whole cluster
+(failures, assignment, balance, migrations, drains) are `coordinator/core/stages.py`'s
+functions, which this module runs in the order below.
 
 What it keeps in memory (never replicated; a new leader builds a fresh Planner and rolls
 forward whatever the applied state says is pending): heartbeat liveness and load (seeded
@@ -61,25 +64,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
+from coordinator.core import stages
 from coordinator.core.backoff import BackoffPolicy, RetrySchedule, Rng
 from coordinator.core.call_plans import CallPlans
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
-    AbortMigration,
-    Assignment,
-    AssignPartitions,
     Bootstrap,
     Command,
     DeclareDead,
-    DrainWorker,
     HandOff,
     Move,
     PartitionOnline,
-    PlanMigrations,
     RecordCut,
     Rejected,
-    StartRelease,
-    StartWarm,
     StatesBuilt,
 )
 from coordinator.core.effects import (
@@ -98,78 +95,21 @@ from coordinator.core.effects import (
 from coordinator.core.fallback import FallbackPolicy, UnavailableCounts, fallbacks_due
 from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.load import LoadBook
-from coordinator.core.maintenance import balance_paused
 from coordinator.core.maintenance_timer import MaintenanceTimer
 from coordinator.core.model import (
     OWNING_WORKER_STATES,
-    Migration,
     MigrationId,
-    MigrationPhase,
-    MigrationReason,
     PartitionEpoch,
-    PartitionStatus,
     WorkerId,
-    WorkerState,
 )
 from coordinator.core.move_plans import MovePlans
-from coordinator.core.placement import DEFAULT_VIRTUAL_NODES, PlacementStrategy
+from coordinator.core.planner_settings import PlannerSettings
 from coordinator.core.rescale_plans import RescalePlans
-from coordinator.core.rescale_plans import balance_paused as rescaling
-from coordinator.core.retirement import RETIRE_BATCH_MAX
 from coordinator.core.retirement import due as retirements_due
 from coordinator.core.rounds import CheckpointRounds
-from coordinator.core.throttle import startable
-from coordinator.core.versions import version_of
-from coordinator.core.warmups import COLD_MOVES, WarmPolicy, WarmUps
-from coordinator.core.weighted import BALANCE_TOLERANCE_DEFAULT
+from coordinator.core.warmups import WarmUps
 
 __all__ = ["Planner", "PlannerSettings"]
-
-TICK_MS_DEFAULT = 100
-CALLS_IN_FLIGHT_MAX = 64  # concurrent calls from the leader to workers
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlannerSettings:
-    total_partitions: int
-    min_cluster_size: int = 1
-    rebalance_on_join: bool = False
-    max_concurrent_migrations: int = 8
-    # Migrations releasing or handed off with one worker as source or target
-    # (coordinator/config.py's max_migrations_per_worker says why it defaults to half the
-    # cluster's cap).
-    max_migrations_per_worker: int = 4
-    strategy: PlacementStrategy = PlacementStrategy.BALANCED
-    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
-    suspect_after_ms: int = 2_000
-    dead_after_ms: int = 5_000
-    # How long a worker that said it is restarting is held (coordinator/config.py's
-    # rejoin_grace_s says why it defaults to twice the timeout).
-    rejoin_grace_ms: int = 10_000
-    host_retry_base_ms: int = 200
-    host_retry_cap_ms: int = 10_000
-    checkpoint_interval_ms: int = 10_000
-    # The fallback chain for checkpoints that cannot be loaded (coordinator/core/fallback.py).
-    fallback_after_failures: int = 3
-    full_replay_fallback: bool = True
-    tick_ms: int = TICK_MS_DEFAULT
-    calls_max: int = CALLS_IN_FLIGHT_MAX
-    # Warm hand-offs (coordinator/core/warmups.py); off unless the shell turns them on.
-    warm: WarmPolicy = COLD_MOVES
-    # Load-aware placement (coordinator/core/weighted.py): how far from the mean a worker's
-    # load may be before partitions move, and how old a partition's reported load may be
-    # before placement falls back to counts (coordinator/core/load.py).
-    balance_tolerance: float = BALANCE_TOLERANCE_DEFAULT
-    load_stale_ms: int = 15_000
-    # DEAD and LEFT workers leave the state this long after they departed (0: never), at
-    # most retire_batch_max per command (coordinator/config.py's retire_after_s).
-    retire_after_ms: int = 0
-    retire_batch_max: int = RETIRE_BATCH_MAX
-
-
-# A cluster not yet finalized at StartWarm's command-set version moves cold (a voter of an
-# older release would not apply it).
-_WARM_VERSION = version_of(StartWarm(migration_id=MigrationId("-"), now_ms=0))
 
 
 def _timeless(cmd: Command) -> tuple[object, ...]:
@@ -485,74 +425,10 @@ class Planner:
         return (Bootstrap(total_partitions=self.settings.total_partitions, now_ms=wall),)
 
     def _detect_failures(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
-        # Only the dead: the suspected (say thousands of registered workers that never
-        # heartbeat) are not read every tick.
-        verdict_dead = self.detector.dead(now)
-        if not verdict_dead:
-            return ()
-        dead = sorted(
-            w
-            for w in verdict_dead
-            if (rec := state.workers.get(WorkerId(w))) is not None
-            and rec.state in OWNING_WORKER_STATES
-        )
-        for w in verdict_dead:
-            if w not in dead:
-                self.detector.forget(w)
-        if not dead:
-            return ()
-        dead_set = set(dead)
-        orphaned = [p for p in state.partitions if p.owner in dead_set]
-        assignments = []
-        # Placement only for partitions the dead owned: a death storm of workers that own
-        # nothing (say thousands registered and never heard from) reads no liveness of
-        # every ACTIVE worker.
-        eligible = self.eligible(state, now, dead) if orphaned else []
-        target = self.moves.placement(state, eligible, now) if eligible else []
-        for p in orphaned:
-            new_owner: str | None = target[p.partition] if eligible else None
-            if p.migration is not None:
-                mig = state.migrations[p.migration]
-                # A dead source hands off to its migration's target (with the last accepted
-                # checkpoint) instead of a fresh placement choice.
-                if (
-                    mig.source == p.owner
-                    and mig.target in eligible
-                    and mig.phase
-                    in (MigrationPhase.PLANNED, MigrationPhase.WARMING, MigrationPhase.RELEASING)
-                ):
-                    new_owner = mig.target
-            assignments.append(
-                Assignment(
-                    partition=p.partition, owner=None if new_owner is None else WorkerId(new_owner)
-                )
-            )
-        return (
-            DeclareDead(
-                worker_ids=tuple(WorkerId(w) for w in dead),
-                assignments=tuple(assignments),
-                now_ms=wall,
-            ),
-        )
+        return stages.detect_failures(self.detector, self.moves, state, now, wall)
 
     def _assign_unassigned(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
-        unassigned = [
-            p.partition for p in state.partitions if p.status is PartitionStatus.UNASSIGNED
-        ]
-        if not unassigned:
-            return ()
-        if state.count_in(WorkerState.ACTIVE) < self.settings.min_cluster_size:
-            return ()  # no liveness scan of every worker while too few are registered
-        eligible = self.eligible(state, now)
-        if len(eligible) < self.settings.min_cluster_size:
-            return ()
-        target = self.moves.placement(state, eligible, now)
-        assignments = tuple(
-            Assignment(partition=p, owner=WorkerId(o))
-            for p in unassigned
-            if (o := target[p]) is not None
-        )
-        return (AssignPartitions(assignments=assignments, now_ms=wall),) if assignments else ()
+        return stages.assign_unassigned(self.settings, self.moves, state, now, wall)
 
     def _finish_rescale(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
         return self.rescales.finish(state, wall)
@@ -561,90 +437,12 @@ class Planner:
         return self.maintenance_timer.expiry(state, now, wall)
 
     def _rebalance_on_join(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
-        if not self.settings.rebalance_on_join or balance_paused(state) or rescaling(state):
-            # Maintenance mode or a rescale in flight: no automatic balance (recovery ran
-            # before this).
-            return ()
-        if state.in_flight_migrations() or any(
-            p.status is not PartitionStatus.ONLINE for p in state.partitions
-        ):
-            return ()
-        if state.count_in(WorkerState.DRAINING) or self.detector.holds(now):
-            return ()  # no balancing while a member is away: it comes back to what it had
-        owners = {p.owner for p in state.partitions if p.owner is not None}
-        if self.loads.listening(owners, now):
-            return ()  # a new leader: the workers' loads are on their way (load.py)
-        moves = self.balance_moves(state, now)
-        if not moves:
-            return ()
-        return (PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=wall),)
+        return stages.rebalance_on_join(
+            self.settings, self.detector, self.loads, self.moves, state, now, wall
+        )
 
     def _migrations(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
-        """Abort what lost its target, then start releases within the move throttles
-        (`coordinator/core/throttle.py`). With warm hand-offs, PLANNED ones start warming
-        within the warm-up bounds and release once warm (or cold, past the deadline); a
-        warm-up holds no throttle slot, since its source still serves."""
-        in_flight = state.in_flight_migrations()
-        waiting = (MigrationPhase.PLANNED, MigrationPhase.WARMING)
-        aborts: list[Command] = []
-        aborted: set[MigrationId] = set()
-        for x in in_flight:
-            if x.phase not in (*waiting, MigrationPhase.RELEASING):
-                continue
-            target = state.workers.get(x.target)
-            if target is None or target.state is not WorkerState.ACTIVE:
-                aborts.append(
-                    AbortMigration(
-                        migration_id=x.migration_id, note="target is not active", now_ms=wall
-                    )
-                )
-                aborted.add(x.migration_id)
-        holds = self.detector.holds(now)
-        ready: set[MigrationId] | None = None  # None: every PLANNED or WARMING one
-        warms: list[Migration] = []
-        if self.settings.warm.enabled and state.finalized_version >= _WARM_VERSION:
-            warming = [x for x in in_flight if x.phase is MigrationPhase.WARMING]
-            ready = set(self.warmups.releasable(warming, now))
-            planned = [
-                x
-                for x in in_flight
-                if x.phase is MigrationPhase.PLANNED
-                and x.migration_id not in aborted
-                and not holds & {x.source, x.target}
-            ]
-            warms = self.warmups.starts(planned, warming)
-        # Otherwise a WARMING one (a leader with warm moves on planned it) goes on cold:
-        # nobody here asks its target how far it is.
-        to_start = startable(
-            in_flight,
-            held=holds,
-            cluster_max=self.settings.max_concurrent_migrations,
-            per_worker_max=self.settings.max_migrations_per_worker,
-            ready=ready,
-            excluded=aborted,
-        )
-        starts: list[Command] = [
-            *(StartRelease(migration_id=mid, now_ms=wall) for mid in to_start),
-            *(StartWarm(migration_id=x.migration_id, now_ms=wall) for x in warms),
-        ]
-        return (*aborts, *starts)
+        return stages.migrations(self.settings, self.detector, self.warmups, state, now, wall)
 
     def _drains(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
-        """A drain migration that aborted (say its target died) leaves partitions on the
-        DRAINING worker: plan them again; a drained worker with nothing in flight leaves."""
-        out: list[Command] = []
-        for wid in state.workers_in(WorkerState.DRAINING):
-            moves = self.plan_drain(state, wid, now)
-            if isinstance(moves, Rejected):
-                continue
-            # Without moves, DrainWorker only lets a worker that owns nothing and sources
-            # nothing in flight leave. One that still owns a partition moving INTO it (a
-            # HANDED_OFF migration, done once it hosts) must wait: committing a no-op
-            # DrainWorker every batch would starve the host call that finishes it.
-            sourcing = any(x.source == wid for x in state.in_flight_migrations())
-            owns = bool(state.owned_by(wid))
-            if moves or not (sourcing or owns):
-                out.append(DrainWorker(worker_id=wid, moves=moves, now_ms=wall))
-        return tuple(out)
-
-    # -- calls ----------------------------------------------------------------------------------
+        return stages.drains(self.moves, state, now, wall)

@@ -61,6 +61,7 @@ from coordinator.core.wire_fields import (
     str_value,
     tuple_value,
     unpack,
+    wire_enum,
     worker_id_value,
 )
 
@@ -172,7 +173,7 @@ def _bookkeeping_plain(state: ClusterState) -> dict[str, object]:
             r.generation,
             r.partitions,
             r.previous,
-            r.phase.value,
+            wire_enum(r.phase),
             [None if c is None else _checkpoint_plain(c) for c in r.cuts],
             r.base_epoch,
             r.by,

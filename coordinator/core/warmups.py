@@ -21,26 +21,22 @@ from enum import Enum
 from coordinator.core.effects import WarmDone
 from coordinator.core.model import Migration, MigrationId
 
-__all__ = ["COLD_MOVES", "WarmOutcome", "WarmPolicy", "WarmUps"]
+__all__ = ["WarmOutcome", "WarmPolicy", "WarmUps"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WarmPolicy:
     # False: every move is cold (PLANNED goes straight to RELEASING).
-    enabled: bool = False
+    enabled: bool
     # How long the source keeps serving while its target warms up before the move goes cold.
-    timeout_ms: int = 60_000
+    timeout_ms: int
     # Warm = the target's copy is at most this many records behind the source log's end.
-    lag_records_max: int = 10_000
+    lag_records_max: int
     # Warm-ups in flight in the cluster, and per target worker.
-    in_flight_max: int = 8
-    per_worker_max: int = 2
+    in_flight_max: int
+    per_worker_max: int
     # How often the leader asks a warming target how far it is.
     poll_ms: int = 500
-
-
-# Every move cold: what a planner does unless its shell turns warm hand-offs on.
-COLD_MOVES = WarmPolicy()
 
 
 class WarmOutcome(Enum):

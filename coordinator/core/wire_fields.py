@@ -19,6 +19,7 @@ from coordinator.core.model import (
     Epoch,
     MigrationId,
     PartitionId,
+    RescalePhase,
     WorkerId,
     valid_id,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "ENTRY_BYTES_MAX",
     "SCALAR_TYPES",
     "STATE_BYTES_MAX",
+    "WIRE_SPELLING",
     "CodecError",
     "Decoder",
     "NewerCommandError",
@@ -47,6 +49,7 @@ __all__ = [
     "str_value",
     "tuple_value",
     "unpack",
+    "wire_enum",
     "worker_id_value",
 ]
 
@@ -75,6 +78,24 @@ class NewerCommandError(CodecError):
 
 # --- encoding ----------------------------------------------------------------------------------
 
+# Enum members whose bytes are not their value. RescalePhase entered the replicated state upper
+# case; its values are lower case like every other enum's now, and its bytes stay as they were
+# so the golden bytes hold and nodes of both spellings read each other. Every other member is
+# written as its value.
+WIRE_SPELLING: dict[Enum, str] = {
+    RescalePhase.CUTTING: "CUTTING",
+    RescalePhase.MOVING: "MOVING",
+    RescalePhase.HOSTING: "HOSTING",
+    RescalePhase.DONE: "DONE",
+}
+
+
+def wire_enum(member: Enum) -> str:
+    """An enum member as its bytes spell it (see WIRE_SPELLING)."""
+    spelled = WIRE_SPELLING.get(member, member.value)
+    assert isinstance(spelled, str), f"{member!r}: every enum on the wire has str values"
+    return spelled
+
 
 # Field names of each dataclass `plain` has met, in declared order: `dataclasses.fields`
 # builds a tuple on every call, which the leader's event loop pays for every registration.
@@ -93,7 +114,7 @@ def plain(value: object) -> object:
     if names is not None:
         return {name: plain(getattr(value, name)) for name in names}
     if isinstance(value, Enum):
-        return value.value
+        return wire_enum(value)
     if isinstance(value, tuple | list):
         return [plain(v) for v in value]
     if is_dataclass(value) and not isinstance(value, type):
@@ -179,7 +200,7 @@ def optional(inner: Decoder) -> Decoder:
 
 
 def enum_value(cls: type[Enum]) -> Decoder:
-    by_value = {member.value: member for member in cls}
+    by_value = {wire_enum(member): member for member in cls}
 
     def decode(value: object, where: Where) -> Enum:
         if not isinstance(value, str) or value not in by_value:

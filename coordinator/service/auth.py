@@ -189,12 +189,12 @@ def _verify_worker_token(secret: str, token: str) -> WorkerClaims:
         or not _ascii_digits(fields[1], INCARNATION_DIGITS_MAX)
         or not _ascii_digits(fields[2], EXPIRY_DIGITS_MAX)
     ):
-        raise RequestError("malformed worker token", code="unauthorized", status=401)
+        raise RequestError("malformed worker token", code="unauthorized")
     worker_id, inc_text, exp_text, mac = fields
     claims = WorkerClaims(worker_id, int(inc_text), int(exp_text), token)
     expected = _mac(secret, WORKER_TOKEN_INFO, worker_id, claims.incarnation, claims.expires_at_ms)
     if not hmac.compare_digest(mac.encode(), expected.encode()):
-        raise RequestError("invalid worker token", code="unauthorized", status=401)
+        raise RequestError("invalid worker token", code="unauthorized")
     return claims
 
 
@@ -207,13 +207,13 @@ def read_worker_token(secret: str, header: str | None, now_ms: int) -> WorkerCla
     if claims is None:
         token = bearer(header)
         if token is None:
-            raise RequestError("missing bearer token", code="unauthorized", status=401)
+            raise RequestError("missing bearer token", code="unauthorized")
         claims = _verify_worker_token(secret, token)
         if len(_verified) >= VERIFIED_TOKENS_CACHED_MAX:
             _verified.clear()
         _verified[(secret, header or "")] = claims
     if claims.expires_at_ms <= now_ms:
-        raise RequestError("worker token expired; register again", code="unauthorized", status=401)
+        raise RequestError("worker token expired; register again", code="unauthorized")
     return claims
 
 
@@ -230,10 +230,10 @@ def verify_token(expected: str, header: str | None, what: str) -> None:
     """A shared secret bearer token (admin, join): 401 when missing, 403 when wrong."""
     if bearer(header) is None:
         raise RequestError(
-            f"{what} token required (Authorization: Bearer ...)", code="unauthorized", status=401
+            f"{what} token required (Authorization: Bearer ...)", code="unauthorized"
         )
     if not token_matches(expected, header):
-        raise RequestError(f"wrong {what} token", code="forbidden", status=403)
+        raise RequestError(f"wrong {what} token", code="forbidden")
 
 
 # -- admission ---------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ class Admission:
         given). Whether its incarnation is current is `current_incarnation`."""
         claims = read_worker_token(self.secret, headers.get("Authorization"), now_ms)
         if worker_id is not None and claims.worker_id != worker_id:
-            raise RequestError("the token is another worker's", code="forbidden", status=403)
+            raise RequestError("the token is another worker's", code="forbidden")
         return claims
 
     def admit_worker_or_admin(
@@ -351,7 +351,6 @@ class Admission:
                 f"worker {worker_id} is {worker.state.value}: re-registering it needs its "
                 f"current token ({WORKER_TOKEN_HEADER}) or the admin token",
                 code="worker_active",
-                status=409,
                 field="worker_id",
             )
 
@@ -362,15 +361,12 @@ class Admission:
         worker = state.workers.get(WorkerId(claims.worker_id))
         if worker is None or worker.state in (WorkerState.DEAD, WorkerState.LEFT):
             what = "unknown worker" if worker is None else f"worker is {worker.state.value}"
-            raise RequestError(
-                f"{what}; register again", code="unknown_worker", status=404, field="worker_id"
-            )
+            raise RequestError(f"{what}; register again", code="unknown_worker", field="worker_id")
         if claims.incarnation != worker.incarnation:
             raise RequestError(
                 f"token is for incarnation {claims.incarnation}, current is "
                 f"{worker.incarnation}; re-register",
                 code="stale_incarnation",
-                status=409,
             )
         return claims.incarnation
 

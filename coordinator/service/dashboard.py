@@ -1,11 +1,12 @@
 """The operator's dashboard: static files under `/ui`, and the cross-origin rules it needs.
 
-Every node serves the same page (`coordinator/service/ui/`, package data, no build step).
-The page reads only the public `/v1` API. It reads the node that served it, and also the
-other nodes' `/v1/health` and the leader's answers (liveness and load live on the leader
-only), which are other origins (another port or host): so `/v1` answers carry CORS headers
-for exactly the cluster's own node URLs (the cluster file's, and the nodes the log names
-now), never `*`, and a preflight for the admin writes
+Every node serves the same page (`coordinator/service/ui/`, package data, ES modules, no
+build step) and `/ui/enums.json`, the core's state names the page uses
+(`dashboard_enums.py`). Besides those the page reads only the public `/v1` API: the node
+that served it, and also the other nodes' `/v1/health` and the leader's answers (liveness
+and load live on the leader only), which are other origins (another port or host): so `/v1`
+answers carry CORS headers for exactly the cluster's own node URLs (the cluster file's, and
+the nodes the log names now), never `*`, and a preflight for the admin writes
 (`Authorization`) is answered for those origins only. Invariant: the page can never run a
 script, style or connection that is not from this node or a sibling node (the
 Content-Security-Policy below), and it writes nothing unless an admin token is entered.
@@ -20,20 +21,38 @@ from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
+from coordinator.service.dashboard_enums import ENUMS_FILE, enums_json
 from shared.errors import RequestError
 
 if TYPE_CHECKING:
-    from coordinator.service.node import CoordinatorNode
+    from coordinator.service.node_parts import Members
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 UI_PATH = "/ui"
-# name under coordinator/service/ui/ -> content type
+# name under coordinator/service/ui/ -> content type. Every file there, and nothing else: a
+# module the page imports but this table lacks would answer 404 (a unit test compares both).
 UI_FILES = {
     "index.html": "text/html",
-    "app.js": "text/javascript",
     "style.css": "text/css",
     "favicon.svg": "image/svg+xml",
+    "app.js": "text/javascript",
+    "actions.js": "text/javascript",
+    "api.js": "text/javascript",
+    "dom.js": "text/javascript",
+    "enums.js": "text/javascript",
+    "format.js": "text/javascript",
+    "panel_cluster.js": "text/javascript",
+    "panel_detail.js": "text/javascript",
+    "panel_grid.js": "text/javascript",
+    "panel_lag.js": "text/javascript",
+    "panel_migrations.js": "text/javascript",
+    "panel_plan.js": "text/javascript",
+    "panel_rescale.js": "text/javascript",
+    "panel_workers.js": "text/javascript",
+    "refresh.js": "text/javascript",
+    "store.js": "text/javascript",
+    "widgets.js": "text/javascript",
 }
 PREFLIGHT_MAX_AGE_S = 600
 CORS_METHODS = frozenset({"GET", "POST"})
@@ -49,20 +68,22 @@ class Asset:
 
 
 def load_assets() -> dict[str, Asset]:
-    """Read the static files once, at app creation: a missing file (a broken install)
-    fails the node's start, not the first page load."""
+    """Read the static files and build `enums.json` once, at app creation: a missing file (a
+    broken install) fails the node's start, not the first page load."""
     root = resources.files("coordinator.service") / "ui"
-    return {
+    assets = {
         name: Asset((root / name).read_bytes(), content_type)
         for name, content_type in UI_FILES.items()
     }
+    assets[ENUMS_FILE] = Asset(enums_json(), "application/json")
+    return assets
 
 
 class NodeOrigins:
     """The cluster's own origins, as they are now: the nodes of the cluster file and every
     voter and learner this node's log names (a node added online is a sibling at once)."""
 
-    def __init__(self, node: CoordinatorNode) -> None:
+    def __init__(self, node: Members) -> None:
         self._node = node
         self._configured = frozenset(_origin(n.url) for n in node.config.nodes)
 
@@ -145,7 +166,7 @@ def install(app: web.Application, origins: NodeOrigins) -> None:
     async def asset(request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if name not in assets or name == "index.html":
-            raise RequestError(f"no such file {UI_PATH}/{name}", code="not_found", status=404)
+            raise RequestError(f"no such file {UI_PATH}/{name}", code="not_found")
         return serve(name)
 
     def options_handler(methods: frozenset[str]) -> Handler:
@@ -162,14 +183,12 @@ def install(app: web.Application, origins: NodeOrigins) -> None:
                 raise RequestError(
                     "cross-origin requests are allowed from the cluster's own nodes only",
                     code="forbidden",
-                    status=403,
                     field="Origin",
                 )
             if method not in cross:
                 raise RequestError(
                     f"{method} is not allowed cross-origin here (allowed: {', '.join(cross)})",
                     code="method_not_allowed",
-                    status=405,
                     field="Access-Control-Request-Method",
                 )
             return web.Response(

@@ -3,7 +3,10 @@
 Owns the loop that runs only on the ready leader: read the applied state, ask the planner
 for a batch, commit the commands its `BatchRun` hands out (`coordinator/core/executor.py`
 keeps the order-and-skip rule), make its worker calls, feed every outcome back, sleep until
-the run's wake-up. Every decision is the planner's; this module holds none.
+the run's wake-up. Every decision is the planner's; this module holds none. The planner's
+settings come from the config (`coordinator/planner_config.py`), each committed command's
+log line and count from `command_log`, and the HTTP API reaches the planner through
+`planner_door`.
 
 The loop is supervised: an exception in one step (any exception, not just a RippleError) is
 logged with its traceback, counted in `ripple_duty_errors_total`, and the loop goes on after
@@ -20,38 +23,19 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Sequence
 
-from coordinator.core.cluster import ClusterState
-from coordinator.core.commands import (
-    DeclareDead,
-    FallBack,
-    MarkStuck,
-    RetireWorkers,
-    StartRelease,
-    StartWarm,
-)
-from coordinator.core.effects import (
-    CommitOutcome,
-    HostDone,
-    WorkerCall,
-)
+from coordinator.core.effects import CommitOutcome, HostDone, WorkerCall
 from coordinator.core.executor import BatchRun
-from coordinator.core.fallback import target_of
-from coordinator.core.model import WorkerId
-from coordinator.core.placement import PlacementStrategy
-from coordinator.core.planner import (
-    Planner,
-    PlannerSettings,
-)
-from coordinator.core.warmups import WarmPolicy
+from coordinator.core.planner import Planner
+from coordinator.planner_config import planner_settings
+from coordinator.service import command_log
 from coordinator.service.call_results import request_of, result_of, store_fence
-from coordinator.service.failing import FailingReports
-from coordinator.service.node import CoordinatorNode
+from coordinator.service.node_parts import DutyNode
+from coordinator.service.planner_door import PlannerDoor
 from coordinator.service.worker_client import WorkerClient
 from replication.log import RaftRole
 from shared.clock import Clock
-from shared.errors import RequestError, RippleError, UnavailableError
+from shared.errors import RequestError, RippleError
 from shared.messages.warm import WARM_HOLD_S_MAX
 from shared.system_clock import SYSTEM_CLOCK
 
@@ -66,61 +50,20 @@ SLEEP_MAX_S = 1.0
 # A warm call asks the target to hold its answer for the copy's next step for at most this
 # share of the call's timeout (and WARM_HOLD_S_MAX), so a held answer still comes in time.
 WARM_HOLD_SHARE = 0.5
-# One DeclareDead may name thousands of workers; the log line names this many and counts the rest.
-DEAD_IDS_LOGGED_MAX = 20
 
 
-def ids_text(ids: Sequence[str]) -> str:
-    """At most DEAD_IDS_LOGGED_MAX ids, then how many more."""
-    more = len(ids) - DEAD_IDS_LOGGED_MAX
-    return ", ".join(ids[:DEAD_IDS_LOGGED_MAX]) + (f" and {more} more" if more > 0 else "")
+class LeaderDuties(PlannerDoor):
+    """The loop, with the HTTP API's door to its planner (`planner_door.PlannerDoor`)."""
 
-
-def planner_settings(node: CoordinatorNode) -> PlannerSettings:
-    cfg = node.config
-    return PlannerSettings(
-        total_partitions=cfg.total_partitions,
-        min_cluster_size=cfg.min_cluster_size,
-        rebalance_on_join=cfg.rebalance_on_join,
-        max_concurrent_migrations=cfg.max_concurrent_migrations,
-        max_migrations_per_worker=cfg.max_migrations_per_worker,
-        strategy=PlacementStrategy(cfg.placement_strategy),
-        virtual_nodes=cfg.virtual_nodes,
-        suspect_after_ms=int(cfg.suspect_after_s * 1000),
-        dead_after_ms=int(cfg.heartbeat_timeout_s * 1000),
-        rejoin_grace_ms=int(cfg.rejoin_grace_s * 1000),
-        host_retry_base_ms=cfg.host_retry_base_ms,
-        host_retry_cap_ms=cfg.host_retry_cap_ms,
-        checkpoint_interval_ms=int(cfg.checkpoint_interval_s * 1000),
-        fallback_after_failures=cfg.fallback_after_failures,
-        full_replay_fallback=cfg.full_replay_fallback,
-        warm=WarmPolicy(
-            enabled=cfg.warm_moves,
-            timeout_ms=int(cfg.warmup_timeout_s * 1000),
-            lag_records_max=cfg.warmup_lag_records_max,
-            in_flight_max=cfg.warmups_max,
-            per_worker_max=cfg.warmups_per_worker_max,
-        ),
-        balance_tolerance=cfg.balance_tolerance,
-        load_stale_ms=int(cfg.load_stale_s * 1000),
-        retire_after_ms=int(cfg.retire_after_s * 1000),
-    )
-
-
-class LeaderDuties:
     def __init__(
         self,
-        node: CoordinatorNode,
+        node: DutyNode,
         rng: random.Random | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        super().__init__(clock)
         self.node = node
         self.rng = rng or random.Random()
-        self.clock = clock
-        # None unless this node is the ready leader; rebuilt from the state on every takeover.
-        self.planner: Planner | None = None
-        # Failing micro-batches as workers report them in heartbeats (shown, not decided on).
-        self.failing = FailingReports()
         self._calls: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -168,67 +111,13 @@ class LeaderDuties:
         self.stop()
         await self._client.close()
 
-    # -- glue used by the HTTP API (decisions are the planner's) ---------------------------
-
-    def query(self) -> tuple[Planner, int]:
-        """The planner and the monotonic now, for the API's pure planning queries."""
-        if self.planner is None:
-            raise UnavailableError("leader duties are not running yet", code="not_ready")
-        return self.planner, self.clock.monotonic_ms()
-
-    def registered(self, worker_id: WorkerId) -> None:
-        if self.planner is not None:
-            self.planner.registered(worker_id, self.clock.monotonic_ms())
-
-    def restarting(self, worker_id: WorkerId) -> int:
-        """Hold a worker that said it is restarting; milliseconds until the hold ends."""
-        planner, now = self.query()
-        return planner.restarting(worker_id, now) - now
-
-    def left(self, worker_id: WorkerId) -> None:
-        """An operator drained the worker: its restart's hold, if any, ends."""
-        if self.planner is not None:
-            self.planner.left(worker_id)
-
-    def heartbeat(self, worker_id: WorkerId, load: float) -> bool:
-        """Feed a heartbeat to the planner; True when its reply must ask for a checkpoint."""
-        if self.planner is None:
-            return False  # a planner built later seeds every owning worker as seen
-        return self.planner.heartbeat(worker_id, load, self.clock.monotonic_ms())
-
-    def partition_loads(
-        self,
-        state: ClusterState,
-        worker_id: WorkerId,
-        reports: list[tuple[int, int, float, int | None]],
-    ) -> None:
-        """Feed a heartbeat's per-partition load to the planner (the owner's only)."""
-        if self.planner is not None:
-            self.planner.partition_loads(state, worker_id, reports, self.clock.monotonic_ms())
-
-    def liveness_of(self, worker_id: str, _wall_ms: int | None = None) -> str | None:
-        """The planner's verdict now, on the monotonic clock (a caller's time is ignored:
-        liveness is never judged against the wall clock)."""
-        p = self.planner
-        status = None if p is None else p.liveness(worker_id, self.clock.monotonic_ms())
-        return None if status is None else status.value
-
-    def load_of(self, worker_id: str) -> float | None:
-        return None if self.planner is None else self.planner.load(worker_id)
-
-    def rate_of(self, partition: int) -> float | None:
-        if self.planner is None:
-            return None
-        book = self.planner.loads
-        seen = book.of(partition)
-        fresh = seen is not None and book.fresh(partition, self.clock.monotonic_ms())
-        return seen.rate_per_s if fresh and seen is not None else None
-
     # -- the loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
         log.info(
-            "leader duties starting on %s (term %d)", self.node.node_id, self.node.log.status().term
+            "leader duties starting on %s (term %d)",
+            self.node.node_id,
+            self.node.leader_info().status.term,
         )
         with self.node.read() as state:
             if 0 < state.total_partitions != self.node.config.total_partitions:
@@ -238,7 +127,7 @@ class LeaderDuties:
                     self.node.config.total_partitions,
                 )
             self.planner = Planner(
-                planner_settings(self.node), self.rng, state, self.clock.monotonic_ms()
+                planner_settings(self.node.config), self.rng, state, self.clock.monotonic_ms()
             )
         failures = 0
         try:
@@ -297,39 +186,12 @@ class LeaderDuties:
                 outcome, error = CommitOutcome.UNKNOWN, exc
             else:
                 run.outcome(cmd, CommitOutcome.OK, self.clock.monotonic_ms())
-                if isinstance(cmd, DeclareDead):
-                    log.warning(
-                        "declared dead (%d): %s", len(cmd.worker_ids), ids_text(cmd.worker_ids)
-                    )
-                    self.node.metrics.workers_declared_dead.inc(len(cmd.worker_ids))
-                elif isinstance(cmd, RetireWorkers):
-                    log.info(
-                        "retired %d workers departed before %d: %s",
-                        len(cmd.worker_ids),
-                        cmd.departed_by_ms,
-                        ids_text(cmd.worker_ids),
-                    )
-                elif isinstance(cmd, FallBack | MarkStuck):
-                    log.warning("partition %d: %s", cmd.partition, cmd.note)
-                    self.node.metrics.fallbacks.labels(to=target_of(cmd)).inc()
-                elif isinstance(cmd, StartWarm | StartRelease):
-                    self._moved(cmd)
+                command_log.committed(cmd, self.node.metrics, self.planner)
                 continue
             run.outcome(cmd, outcome, self.clock.monotonic_ms())
             log.info("%s not committed (%s): %s", type(cmd).__name__, outcome.value, error.message)
             if outcome is CommitOutcome.UNKNOWN:
                 raise error
-
-    def _moved(self, cmd: StartWarm | StartRelease) -> None:
-        """Log a warm-up's start and end, and count how each release began."""
-        planner = self.planner
-        if isinstance(cmd, StartWarm):
-            log.info("%s: the target warms up", cmd.migration_id)
-            return
-        ended = None if planner is None else planner.warmups.outcome(cmd.migration_id)
-        how = "cold" if ended is None else ended.value
-        log.info("%s: the source releases (%s)", cmd.migration_id, how)
-        self.node.metrics.releases.labels(warm_up=how).inc()
 
     # -- calls to workers ------------------------------------------------------------------------
 

@@ -32,7 +32,8 @@ from enum import Enum
 
 from coordinator.addresses import check_bind, is_wildcard, split_host_port
 from coordinator.core.model import valid_id
-from coordinator.service.node import CoordinatorNode, now_ms
+from coordinator.service.node_parts import MembershipNode
+from coordinator.service.stamps import now_ms
 from replication.log import Member, RaftRole
 from replication.reconfig import Progress
 from shared.errors import ConfigError, RequestError, RippleError, UnavailableError
@@ -76,7 +77,7 @@ _IDS = itertools.count(1)
 
 
 def _conflict(message: str, field: str | None = None) -> RequestError:
-    return RequestError(message, code="conflict", status=409, field=field)
+    return RequestError(message, code="conflict", field=field)
 
 
 def _check_node_id(node_id: str) -> None:
@@ -87,7 +88,7 @@ def _check_node_id(node_id: str) -> None:
 class MembershipChanges:
     """The leader's membership changes, one at a time. Use on the node's event loop."""
 
-    def __init__(self, node: CoordinatorNode) -> None:
+    def __init__(self, node: MembershipNode) -> None:
         self._node = node
         self._current: Change | None = None
         self._last: Change | None = None
@@ -137,9 +138,7 @@ class MembershipChanges:
         if old is None and added:
             return None
         if old is None:
-            raise RequestError(
-                f"{old_id} is not a voter", code="not_found", status=404, field="node_id"
-            )
+            raise RequestError(f"{old_id} is not a voter", code="not_found", field="node_id")
         if old.raft == member.raft:
             raise _conflict(
                 f"the new node has {old.id}'s Raft address {old.raft}: a node cannot be added "
@@ -168,9 +167,7 @@ class MembershipChanges:
     def _voter(self, node_id: str) -> Member:
         member = self._node.log.membership().by_id(node_id)
         if member is None:
-            raise RequestError(
-                f"{node_id} is not a voter", code="not_found", status=404, field="node_id"
-            )
+            raise RequestError(f"{node_id} is not a voter", code="not_found", field="node_id")
         return member
 
     def _check_syntax(self, member: Member) -> None:

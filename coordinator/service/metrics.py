@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import (
@@ -32,23 +32,42 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from coordinator.config import ClusterConfig
 from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
 from coordinator.core.state import ClusterState
+from coordinator.core.versions import VersionRange
 from coordinator.service.event_metrics import FrontDoorCounts, ProposalStats, RequestCounts
 from coordinator.service.rescale_metrics import rescale_metrics
-from replication.log import SYNC_SECONDS_BUCKETS, SyncStats
+from replication.log import SYNC_SECONDS_BUCKETS, MachineRead, ReplicatedLog, SyncStats
 from shared.system_clock import SYSTEM_CLOCK
 
-if TYPE_CHECKING:
-    from coordinator.service.node import CoordinatorNode
-
-__all__ = ["ClusterCollector", "Metrics", "PartitionProgress", "ProgressReports"]
+__all__ = ["ClusterCollector", "Metrics", "PartitionProgress", "ProgressReports", "ScrapedNode"]
 
 ROLES = ("leader", "follower", "candidate")
 LIVENESS = ("alive", "suspected", "restarting", "dead", "unknown")
 IN_FLIGHT_PHASES = tuple(
     p for p in MigrationPhase if p not in (MigrationPhase.DONE, MigrationPhase.ABORTED)
 )
+
+
+class ScrapedNode(Protocol):
+    """What a scrape reads of the node (`CoordinatorNode` fits): its log's Raft figures, its
+    applied state, the versions it speaks and the settings that bound the series. Declared
+    here, not imported from coordinator/service/node.py, which holds a `Metrics`."""
+
+    @property
+    def log(self) -> ReplicatedLog: ...
+
+    @property
+    def config(self) -> ClusterConfig: ...
+
+    @property
+    def speaks(self) -> VersionRange: ...
+
+    @property
+    def is_ready_leader(self) -> bool: ...
+
+    def read(self) -> MachineRead[ClusterState]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +176,7 @@ class Metrics:
 
     def attach(
         self,
-        node: CoordinatorNode,
+        node: ScrapedNode,
         liveness_of: Callable[[str, int], str | None],
         membership_changing: Callable[[], bool] = lambda: False,
     ) -> None:
@@ -168,7 +187,7 @@ class Metrics:
         self._collector = ClusterCollector(node, liveness_of, self.progress, membership_changing)
         self.registry.register(self._collector)
 
-    def on_role(self, node: CoordinatorNode) -> None:
+    def on_role(self, node: ScrapedNode) -> None:
         """Role-change listener: count each term in which this node became the ready leader."""
         if node.is_ready_leader:
             term = node.log.status().term
@@ -182,7 +201,7 @@ class Metrics:
         return bytes(generate_latest(self.registry))
 
 
-def _membership(node: CoordinatorNode, changing: bool) -> Iterator[Metric]:
+def _membership(node: ScrapedNode, changing: bool) -> Iterator[Metric]:
     """The voter set as this node's log says, and whether a change is under way."""
     membership = node.log.membership()
     yield GaugeMetricFamily(
@@ -241,7 +260,7 @@ class ClusterCollector(Collector):
 
     def __init__(
         self,
-        node: CoordinatorNode,
+        node: ScrapedNode,
         liveness_of: Callable[[str, int], str | None],
         progress: ProgressReports,
         membership_changing: Callable[[], bool],
@@ -389,7 +408,7 @@ class ClusterCollector(Collector):
         )
         yield GaugeMetricFamily(
             "ripple_partitions_stuck",
-            "Partitions with no lossless fallback left (reset by an operator: docs/operations.md)",
+            "Partitions with no lossless fallback left (docs/runbooks/stuck-partition.md)",
             value=sum(1 for p in state.partitions if p.stuck),
         )
         yield GaugeMetricFamily(

@@ -16,11 +16,7 @@ does not speak. The voters are `voters()`.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
-import secrets
-import time
-from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from coordinator.config import ClusterConfig, NodeSpec
@@ -33,6 +29,8 @@ from coordinator.core.versions import refusal, spoken, version_of
 from coordinator.service.auth import first_cluster_id, raft_password
 from coordinator.service.metrics import Metrics
 from coordinator.service.node_dir import read_join_record, write_join_record
+from coordinator.service.node_parts import LeaderInfo
+from coordinator.service.stamps import new_request_id
 from replication.identity import ensure_cluster_id
 from replication.log import (
     MachineRead,
@@ -40,12 +38,11 @@ from replication.log import (
     NoLeaderError,
     OutcomeUnknownError,
     QueueFullError,
-    RaftRole,
     RaftSettings,
-    RaftStatus,
     ReplicatedLog,
 )
-from shared.errors import RequestError, UnavailableError
+from shared.clock import Clock
+from shared.errors import KIND_OF, ErrorKind, RequestError, UnavailableError
 from shared.system_clock import SYSTEM_CLOCK
 
 log = logging.getLogger(__name__)
@@ -53,39 +50,15 @@ log = logging.getLogger(__name__)
 R = TypeVar("R", bound=CommandResult)
 
 
-def now_ms() -> int:
-    """Wall time, for timestamps stamped into commands only (never for a decision)."""
-    return SYSTEM_CLOCK.wall_ms()
-
-
-# A request id is the dedup table's key for a command sent without an Idempotency-Key: it
-# must never repeat. A random 64-bit prefix per process and a counter within it, not uuid4:
-# os.urandom releases the GIL, a handoff to any runnable thread on every write. At most 32
-# characters, like a uuid4's hex; a client's key is hashed to 64 (`idempotency_key`), so
-# the two never meet.
-_REQUEST_ID_PREFIX = secrets.token_hex(8)
-_REQUEST_IDS = itertools.count()
-
-
-def new_request_id() -> str:
-    return f"{_REQUEST_ID_PREFIX}{next(_REQUEST_IDS):x}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeaderInfo:
-    role: RaftRole
-    ready: bool
-    leader: NodeSpec | None
-    status: RaftStatus
-
-
 def _state_of(machine: object) -> ClusterState:
     return cast(Machine, machine).state
 
 
 class CoordinatorNode:
-    def __init__(self, config: ClusterConfig, node_id: str) -> None:
+    def __init__(self, config: ClusterConfig, node_id: str, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        # Times each proposal for its latency metric (a fake clock in tests drives it).
+        self.clock = clock
         # Parsed once (the config is immutable): registration checks every address with it.
         self.worker_networks = config.worker_network_list()
         self.node_id = node_id
@@ -255,13 +228,11 @@ class CoordinatorNode:
                 refused = refusal(state, name, version, self.voters())
             if refused is not None:
                 self.metrics.proposed(name, "refused", 0.0)
-                if refused.status == 503:
+                if KIND_OF[refused.code] is ErrorKind.UNAVAILABLE:
                     raise UnavailableError(refused.message, code=refused.code, field=refused.field)
-                raise RequestError(
-                    refused.message, code=refused.code, status=refused.status, field=refused.field
-                )
+                raise RequestError(refused.message, code=refused.code, field=refused.field)
         entry = encode_command(command, rid)
-        started = time.monotonic()
+        started_ms = self.clock.monotonic_ms()
         outcome = "unknown"
         try:
             for attempt in range(self.config.propose_retries_max + 1):
@@ -296,18 +267,15 @@ class CoordinatorNode:
                         raise RequestError(
                             f"request id already answered a {type(value).__name__}",
                             code="conflict",
-                            status=409,
                         )
                     outcome = "ok"
                     return value
                 outcome = "rejected"
-                if result.status == 503:  # not bootstrapped yet: transient, say when to retry
+                if KIND_OF[result.code] is ErrorKind.UNAVAILABLE:  # transient: say when to retry
                     raise UnavailableError(result.message, code=result.code)
-                raise RequestError(
-                    result.message, code=result.code, status=result.status, field=result.field
-                )
+                raise RequestError(result.message, code=result.code, field=result.field)
             raise UnavailableError(
                 f"{name} not confirmed after retries; retry with the same Idempotency-Key"
             )
         finally:
-            self.metrics.proposed(name, outcome, time.monotonic() - started)
+            self.metrics.proposed(name, outcome, (self.clock.monotonic_ms() - started_ms) / 1000)

@@ -12,12 +12,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from coordinator.core.model import RescalePhase
 from shared.routing import KEY_GROUPS
 
 __all__ = ["RescaleDryRunResponse", "RescaleRequest", "RescaleView"]
 
-# The phases of a rescale, as the API names them (the replicated record's phase values).
-RESCALE_PHASES = ("CUTTING", "MOVING", "HOSTING", "DONE")
+# The phases of a rescale, as the API names them (the core's RescalePhase values).
+RESCALE_PHASES = tuple(p.value for p in RescalePhase)
 
 
 def _integral(value: object) -> object:

@@ -4,7 +4,8 @@ generations alone (docs/pipeline.md "Rescaling").
 `preview` is pure: it reads the partition counts of the generations so far and the count
 asked for, and proposes nothing, so `POST /v1/admin/rescale` with `dry_run` changes no
 state. It refuses exactly what `StartRescale` refuses of the count (the same codes and
-field), so a dry run that passes names a rescale the cluster would start.
+field, hence the same statuses), so a dry run that passes names a rescale the cluster would
+start.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinator.core.model import ROUTING_GENERATIONS_MAX
-from shared.errors import RequestError
+from shared.errors import RequestError, UnavailableError
 from shared.partition_map import feeders_max, moved_fraction
 from shared.routing import KEY_GROUPS, Routing
 
@@ -38,11 +39,10 @@ class RescalePreview:
 
 def preview(routing: Sequence[int], partitions: int) -> RescalePreview:
     """The dry run of rescaling a cluster whose generations have the counts `routing` (index
-    = generation, the current one last) to `partitions`; RequestError as StartRescale's."""
+    = generation, the current one last) to `partitions`; refused as StartRescale refuses
+    (RequestError, or UnavailableError while the cluster is not bootstrapped)."""
     if not routing:
-        raise RequestError(
-            "the cluster is not bootstrapped yet", code="not_bootstrapped", status=409
-        )
+        raise UnavailableError("the cluster is not bootstrapped yet", code="not_bootstrapped")
     if not 1 <= partitions <= KEY_GROUPS:
         raise RequestError(f"partitions must be 1..{KEY_GROUPS}", field="partitions")
     current = routing[-1]
@@ -50,14 +50,12 @@ def preview(routing: Sequence[int], partitions: int) -> RescalePreview:
         raise RequestError(
             f"the cluster already has {current} partitions",
             code="same_partition_count",
-            status=409,
             field="partitions",
         )
     if len(routing) >= ROUTING_GENERATIONS_MAX:
         raise RequestError(
             f"the cluster has {ROUTING_GENERATIONS_MAX} routing generations, the most",
             code="conflict",
-            status=409,
         )
     old = Routing(generation=len(routing) - 1, partitions=current)
     new = Routing(generation=len(routing), partitions=partitions)

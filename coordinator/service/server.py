@@ -35,14 +35,14 @@ SHUTDOWN_GRACE_S = 5.0
 # How long a thread may hold the GIL while another waits for it (CPython's default is 5 ms).
 # A thread beside the event loop (the Raft stall guard here, pysyncobj's own tick thread in
 # the raw benchmark node) gives the GIL up at every socket call and waits up to this long to
-# get it back from a busy loop, and commits wait with it. docs/benchmarks.md has the
-# comparison.
+# get it back from a busy loop, and commits wait with it. docs/benchmarks.md says where
+# the comparison is.
 GIL_SWITCH_INTERVAL_S = 0.001
 # The cyclic collector's thresholds (CPython's default is 700, 10, 10). A leader allocates
 # objects per request that die young: at 700 the young generation is collected dozens of
 # times a second and its survivors promoted, and full collections of a large worker table
 # pause the leader. These keep collections rare and short at the same peak memory
-# (docs/benchmarks.md, "gc thresholds").
+# (docs/benchmarks.md, "Settings chosen by a one-off comparison").
 GC_THRESHOLDS = (10_000, 50, 10)
 
 

@@ -20,7 +20,8 @@ import logging
 from coordinator.core.commands import FinalizeVersion, ReportVersions
 from coordinator.core.model import NodeVersions
 from coordinator.core.versions import finalizable
-from coordinator.service.node import CoordinatorNode, now_ms
+from coordinator.service.node_parts import VersionNode
+from coordinator.service.stamps import now_ms
 from shared.errors import RippleError
 from shared.version import PACKAGE_VERSION
 
@@ -32,7 +33,7 @@ CHECK_INTERVAL_S = 1.0
 
 
 class VersionDuty:
-    def __init__(self, node: CoordinatorNode) -> None:
+    def __init__(self, node: VersionNode) -> None:
         self.node = node
         self._task: asyncio.Task[None] | None = None
 

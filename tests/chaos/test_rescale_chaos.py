@@ -99,13 +99,13 @@ def wait_phase(rig: PipelineRig, generation: int, phases: set[str], what: str) -
         x = rescale_record(rig)
         if x is None or x["generation"] != generation:
             return None
-        return x["phase"] if x["phase"] in phases | {"DONE"} else None
+        return x["phase"] if x["phase"] in phases | {"done"} else None
 
     return wait_until(reached, what, RESCALE_TIMEOUT_S, PHASE_POLL_S)
 
 
 def in_flight_or_invalid(phase: str, fault: str) -> None:
-    if phase == "DONE":
+    if phase == "done":
         raise AssertionError(f"INVALID RUN: {fault} came after the rescale ended")
 
 
@@ -132,7 +132,7 @@ def rescale_with_faults(
 ) -> None:
     """Rescale to `partitions`, one named fault while it cuts and one once the cuts are in."""
     generation = start_rescale(rig, partitions)["generation"]
-    for phases, (what, fault) in (({"CUTTING"}, while_cutting), ({"MOVING", "HOSTING"}, once_cut)):
+    for phases, (what, fault) in (({"cutting"}, while_cutting), ({"moving", "hosting"}, once_cut)):
         phase = wait_phase(rig, generation, phases, f"the rescale to {partitions}: {phases}")
         in_flight_or_invalid(phase, what)
         fault(rig, rng, figures)
@@ -202,7 +202,7 @@ def test_rescale_up_and_down_under_kills_equals_the_batch_job(rig: PipelineRig) 
     observer.record(parts)
 
     assert p.routing() == [8, *COUNTS]
-    assert status(p)["rescale"]["phase"] == "DONE"
+    assert status(p)["rescale"]["phase"] == "done"
     state_of = {x["partition"]: set(p.state([x])) for x in parts}
     check_routes(parts, state_of, figures)
     appended = None if feed.errors else INITIAL_RECORDS + feed.records

@@ -1,4 +1,4 @@
-"""Back up, restore, refuse: the runbooks of docs/operations.md ("Backing up", "Restoring"),
+"""Back up, restore, refuse: the runbooks docs/runbooks/backup.md and restore.md,
 on real coordinator processes and scripted workers that host partitions and checkpoint.
 
 `ripple backup` takes the state at one applied index from the leader, checks it, writes it

@@ -12,12 +12,13 @@ an abort and a drain, each seen in the page and confirmed through the API; then 
 the leader seen from the follower's page, and the new leader's own page. It saves
 screenshots (RIPPLE_SCREENSHOT_DIR, else the test's tmp dir). Single-node clusters show the
 no-store warning, the maintenance banner and the Rescale panel (a rescale started through the
-API, seen in CUTTING). It is skipped only when no Chromium or chromedriver binary is
+API, seen in its cutting phase). It is skipped only when no Chromium or chromedriver binary is
 installed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -26,6 +27,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from coordinator.service.dashboard import UI_FILES
+from coordinator.service.dashboard_enums import enums_document
 from shared.ports import free_ports
 from testkit.cluster import ADMIN, Cluster
 from testkit.http import call
@@ -115,7 +118,7 @@ def test_ui_files_and_headers(env: tuple[Cluster, ScriptedWorkers]) -> None:
     page = call("GET", base + "/ui")
     assert page.status == 200
     assert page.headers["Content-Type"].startswith("text/html")
-    assert '<script src="/ui/app.js">' in page.body
+    assert '<script type="module" src="/ui/app.js">' in page.body
     csp = page.headers["Content-Security-Policy"]
     directives = dict(d.strip().split(" ", 1) for d in csp.split(";"))
     assert directives["script-src"] == "'self'"
@@ -125,18 +128,25 @@ def test_ui_files_and_headers(env: tuple[Cluster, ScriptedWorkers]) -> None:
     assert page.headers["X-Content-Type-Options"] == "nosniff"
 
     for name, kind, marker in (
-        ("app.js", "text/javascript", "textContent"),
+        ("app.js", "text/javascript", "import"),
+        ("dom.js", "text/javascript", "textContent"),
         ("style.css", "text/css", ".cell"),
         ("favicon.svg", "image/svg+xml", "<svg"),
+        ("enums.json", "application/json", "RescalePhase"),
     ):
         r = call("GET", f"{base}/ui/{name}")
         assert r.status == 200, name
         assert r.headers["Content-Type"].startswith(kind), (name, r.headers)
-        assert marker in r.body
+        assert marker in (r.body if isinstance(r.body, str) else json.dumps(r.body))
         assert "Content-Security-Policy" in r.headers
+    # The state names the page uses are the core's, as this node built them.
+    assert call("GET", base + "/ui/enums.json").body == enums_document()
     # The page never builds HTML from strings: every value goes in as text.
-    js = call("GET", base + "/ui/app.js").body
-    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "eval(" not in js
+    for name, kind in UI_FILES.items():
+        if kind == "text/javascript":
+            js = call("GET", f"{base}/ui/{name}").body
+            assert "innerHTML" not in js and "insertAdjacentHTML" not in js, name
+            assert "eval(" not in js, name
 
     missing = call("GET", base + "/ui/secrets.txt")
     assert missing.status == 404 and missing.body["error"] == "not_found"
@@ -409,7 +419,7 @@ def test_a_rescale_shows_in_the_page(browser: Any, tmp_path: Path) -> None:
         assert "(routing generation 1) by admin" in shown, shown
         assert "cuts 0 / 8" in shown and "online 0 / 12" in shown, shown
         phase = browser.execute_script("return document.querySelector('#rescale').dataset.phase")
-        assert phase == "CUTTING"
+        assert phase == "cutting"
         now = page.text("#rescale .step-now")
         assert now.strip().lower() == "cutting", now
         save_full_page(browser, screenshot_dir(tmp_path) / "dashboard-rescale.png")
@@ -432,7 +442,7 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     assert f"served by {home} (follower)" in page.text("#served-by")
     # Why the page sends admin writes to the leader's URL itself: a browser follows the
     # follower's 307 with method and body, but drops Authorization on the way to another
-    # origin, so the leader answers 401 (docs/operations.md says so).
+    # origin, so the leader answers 401 (docs/dashboard.md says so).
     followed = browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         "fetch('/v1/admin/reassign', {method: 'POST', headers: {Authorization: 'Bearer ' +"

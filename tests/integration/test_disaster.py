@@ -1,5 +1,5 @@
-"""Recovering from a lost majority, the runbook of docs/operations.md ("Recovering from a lost
-majority"), on the pipeline rig: three coordinators, real `ripple worker` processes on the
+"""Recovering from a lost majority, the runbook docs/runbooks/lost-majority.md, on the pipeline
+rig: three coordinators, real `ripple worker` processes on the
 shared Spark Connect server, a local store.
 
 The pipeline catches up; all three coordinators die; two data directories are deleted (the

@@ -1,6 +1,6 @@
 """Coordinator membership online, on real `ripple coordinator` processes: a node joins, is
 added through the admin API and removed again (and refused from then on), the leader is
-replaced with `ripple nodes replace` (docs/operations.md's runbook), a node whose disk
+replaced with `ripple nodes replace` (docs/runbooks/replace-a-node.md), a node whose disk
 died is replaced by a new one, and a node of another cluster is refused. Every rejected
 request changes nothing. The whole cluster replaced under load is test_replace_all.py."""
 

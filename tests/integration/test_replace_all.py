@@ -1,5 +1,5 @@
 """Every coordinator node replaced in turn, the leader first, under a steady write load and
-with workers heartbeating: the runbook of docs/operations.md ("Replace a node") run three
+with workers heartbeating: the runbook docs/runbooks/replace-a-node.md run three
 times, as an operator would, with `ripple coordinator --join` and `ripple nodes replace`.
 
 At the end none of the original data directories exists, every acknowledged write is present

@@ -67,7 +67,7 @@ def test_dry_run_bad_bodies_start_and_status(cluster: Cluster) -> None:
     assert before["cluster"]["routing_generation"] == 0
     samples = metrics(c, leader)
     assert value(samples, "ripple_routing_generation") == 0
-    assert value(samples, "ripple_rescale_phase", phase="CUTTING") == 0
+    assert value(samples, "ripple_rescale_phase", phase="cutting") == 0
 
     # Admin only, before the body is read; a follower sends the write to the leader.
     assert call("POST", c.url(leader) + ROUTE, {"partitions": 16}).status == 401
@@ -118,17 +118,17 @@ def test_dry_run_bad_bodies_start_and_status(cluster: Cluster) -> None:
     started = rescale(c, {"partitions": 16})
     assert started.status == 202, started
     record = started.body
-    assert record["phase"] == "CUTTING" and record["by"] == "admin"
+    assert record["phase"] == "cutting" and record["by"] == "admin"
     assert (record["generation"], record["partitions"], record["previous"]) == (1, 16, 8)
     assert (record["cuts_done"], record["online"]) == (0, 0)
     shown = status(c)["rescale"]
-    assert shown["phase"] == "CUTTING" and shown["partitions"] == 16, shown
+    assert shown["phase"] == "cutting" and shown["partitions"] == 16, shown
     # The new generation exists only once its partitions are built.
     assert status(c)["cluster"]["routing_generation"] == 0
     for node in (leader, follower):
         samples = metrics(c, node)
-        assert value(samples, "ripple_rescale_phase", phase="CUTTING") == 1, node
-        assert value(samples, "ripple_rescale_phase", phase="DONE") == 0, node
+        assert value(samples, "ripple_rescale_phase", phase="cutting") == 1, node
+        assert value(samples, "ripple_rescale_phase", phase="done") == 0, node
         assert value(samples, "ripple_rescale_cuts_done") == 0, node
     health = c.get(follower, "/v1/health").body
     assert health["cluster"]["routing"] == [PARTITIONS]
@@ -141,7 +141,7 @@ def test_dry_run_bad_bodies_start_and_status(cluster: Cluster) -> None:
     # The CLI shows it; with no worker to cut, it stays CUTTING.
     out = c.ripple("status")
     assert "routing generation: 0 (partitions by generation: 8)" in out, out
-    assert "rescale: 8 -> 16 partitions (routing generation 1) by admin: CUTTING" in out, out
+    assert "rescale: 8 -> 16 partitions (routing generation 1) by admin: cutting" in out, out
     assert "cuts 0/8, online 0/16" in out
     urls = [a for nid in c.alive() for a in ("--coordinator", c.url(nid))]
     refused = ripple("rescale", "--partitions", "32", "--admin-token", ADMIN, *urls)
@@ -157,5 +157,5 @@ def test_the_cli_dry_run_and_run(cluster: Cluster) -> None:
     assert "partitions built: 12" in out
     assert status(c)["rescale"] is None
     out = c.ripple("rescale", "--partitions", "12", "--admin-token", ADMIN)
-    assert "rescale: 8 -> 12 partitions (routing generation 1) by admin: CUTTING" in out, out
-    assert status(c)["rescale"]["phase"] == "CUTTING"
+    assert "rescale: 8 -> 12 partitions (routing generation 1) by admin: cutting" in out, out
+    assert status(c)["rescale"]["phase"] == "cutting"

@@ -108,6 +108,7 @@ from shared.messages.host import HostReply, HostRequest
 from shared.messages.release import ReleasedCheckpoint, ReleaseReply, ReleaseRequest
 from shared.messages.rescale import BuildReply, BuildRequest, BuiltCheckpoint, CutReply, CutRequest
 from shared.messages.warm import UnwarmReply, UnwarmRequest, WarmReply, WarmRequest
+from tests.planner_base import quick_settings
 from tests.sim.balance_check import ShadowLoads, round_violations
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
@@ -779,7 +780,8 @@ class Simulation:
     @property
     def planner_settings(self) -> PlannerSettings:
         s = self.s
-        return PlannerSettings(
+        # What the simulation does not set (placement, fallback) is the config's default.
+        return quick_settings(
             total_partitions=s.total_partitions,
             min_cluster_size=s.min_cluster_size,
             max_concurrent_migrations=s.max_concurrent_migrations,

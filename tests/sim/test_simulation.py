@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from coordinator.core import move_plans, partition_commands, retirement
-from coordinator.core import planner as planner_module
+from coordinator.core import stages as stages_module
 from coordinator.core.commands import CheckpointsResult, CheckpointVerdict, Ok, RecordCheckpoints
 from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.load import LoadBook
@@ -115,7 +115,7 @@ def test_maintenance_pauses_balance_and_the_checker_sees_a_planner_that_does_not
         totals.update(run_seed(seed))
     assert totals["maintenance_on"] > 0 and totals["maintenance_expired"] > 0, dict(totals)
     assert totals["balance_plans"] > 0, dict(totals)
-    monkeypatch.setattr(planner_module, "balance_paused", lambda _state: False)
+    monkeypatch.setattr(stages_module, "balance_paused", lambda _state: False)
     with pytest.raises(SafetyViolation, match="while maintenance mode is on"):
         for seed in range(30):
             run_seed(seed)
@@ -132,7 +132,7 @@ def test_rescales_finish_and_the_checker_sees_a_planner_that_balances_during_one
         totals.update(run_seed(seed))
     assert totals["rescales"] > 0 and totals["cut_answers"] > 0, dict(totals)
     assert totals["build_answers"] > 0, dict(totals)
-    monkeypatch.setattr(planner_module, "rescaling", lambda _state: False)
+    monkeypatch.setattr(stages_module, "rescaling", lambda _state: False)
     with pytest.raises(SafetyViolation, match="while a rescale is in flight"):
         for seed in range(40):
             run_seed(seed)

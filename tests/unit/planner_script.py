@@ -63,6 +63,7 @@ Directives:
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -121,6 +122,7 @@ from shared.messages.host import HostReply
 from shared.messages.release import ReleasedCheckpoint, ReleaseReply
 from shared.messages.rescale import BuildReply, BuiltCheckpoint, CutReply
 from shared.messages.warm import UnwarmReply, WarmReply
+from tests.planner_base import quick_settings
 
 # The scenarios name checkpoints by short URIs, so no reply's checkpoint is fenced here; the
 # fence itself is tests/unit/test_call_results.py's.
@@ -237,9 +239,13 @@ def fmt_call(call: WorkerCall) -> str:
     return f"call checkpoint {call.worker_id}"
 
 
+# What a scenario's `settings` line starts from (a line names total_partitions at least).
+BASE = quick_settings()
+
+
 class Harness:
     def __init__(self) -> None:
-        self.settings = PlannerSettings(total_partitions=4)
+        self.settings = quick_settings(total_partitions=4)
         self.reset(self.settings, 0)
 
     def reset(self, settings: PlannerSettings, seed: int) -> None:
@@ -351,8 +357,8 @@ class Harness:
                 values[k] = v == "true"
             else:
                 values[k] = float(v) if types[k] == "float" else int(v)
-        values["warm"] = WarmPolicy(**warm)  # type: ignore[arg-type]
-        self.reset(PlannerSettings(**values), seed)  # type: ignore[arg-type]
+        values["warm"] = dataclasses.replace(BASE.warm, **warm)  # type: ignore[arg-type]
+        self.reset(dataclasses.replace(BASE, **values), seed)  # type: ignore[arg-type]
         return []
 
     def do_register(self, args: list[str], _kv: dict[str, str]) -> list[str]:

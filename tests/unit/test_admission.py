@@ -23,6 +23,7 @@ from coordinator.service.auth import (
     issue_token,
 )
 from shared.errors import RequestError
+from shared.http_statuses import status_of
 
 SECRET = "unit-secret-0123456789abcdef"
 ADMIN_TOKEN = "admin-token-0123456789"
@@ -49,7 +50,7 @@ def _bearer(token: str) -> dict[str, str]:
 def _refused(call: Callable[[], object], status: int, code: str) -> None:
     with pytest.raises(RequestError) as exc:
         call()
-    assert (exc.value.status, exc.value.code) == (status, code), exc.value
+    assert (status_of(exc.value), exc.value.code) == (status, code), exc.value
 
 
 def _state() -> ClusterState:

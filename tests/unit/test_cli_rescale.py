@@ -15,6 +15,7 @@ from ripple import rescale
 from ripple.cli import build_parser
 from ripple.rescale import dry_run_text, rescale_command, rescale_line, rescale_progress
 from ripple.tables import render_status
+from shared.clock import FakeClock
 from shared.errors import RippleError
 
 
@@ -75,20 +76,22 @@ def test_dry_run_text_names_every_number() -> None:
 
 
 def test_progress_and_status_lines() -> None:
-    assert rescale_progress(record("CUTTING", cuts=3)) == "CUTTING, cuts 3/128, online 0/200"
-    line = rescale_line(record("HOSTING", cuts=128, online=17))
+    assert rescale_progress(record("cutting", cuts=3)) == "cutting, cuts 3/128, online 0/200"
+    line = rescale_line(record("hosting", cuts=128, online=17))
     assert line.startswith("rescale: 128 -> 200 partitions (routing generation 1) by admin: ")
-    assert line.endswith("HOSTING, cuts 128/128, online 17/200")
-    assert rescale_line(record("DONE", cuts=128, online=200)).endswith("by admin: DONE")
+    assert line.endswith("hosting, cuts 128/128, online 17/200")
+    assert rescale_line(record("done", cuts=128, online=200)).endswith("by admin: done")
     assert rescale_line(None) == "rescale: none"
+    # A node of 0.4.2 or older spells the phases upper case: its rescale ends all the same.
+    assert rescale_line(record("DONE", cuts=128, online=200)).endswith("by admin: done")
 
 
 def test_status_shows_the_routing_generation_and_the_rescale() -> None:
     text = render_status(
-        status(record("MOVING", cuts=128), routing=[128, 200], routing_generation=1)
+        status(record("moving", cuts=128), routing=[128, 200], routing_generation=1)
     )
     assert "routing generation: 1 (partitions by generation: 128 -> 200)" in text
-    assert "rescale: 128 -> 200 partitions" in text and "MOVING, cuts 128/128" in text
+    assert "rescale: 128 -> 200 partitions" in text and "moving, cuts 128/128" in text
     # A node of an older release sends neither field: the line says so rather than fail.
     old = render_status(status(None))
     assert "routing generation: - (partitions by generation: -)" in old
@@ -106,12 +109,18 @@ def test_the_parser_takes_the_flags() -> None:
 
 
 class FakeClient:
-    """Answers the two calls the command makes, from a script of status answers."""
+    """Answers the two calls the command makes, from a script of status answers; each status
+    read takes `read_ms` on the client's clock."""
 
-    def __init__(self, reply: dict[str, Any], statuses: list[dict[str, Any] | None]) -> None:
+    def __init__(
+        self, reply: dict[str, Any], statuses: list[dict[str, Any] | None], read_ms: int = 0
+    ) -> None:
         self.reply = reply
         self.statuses = statuses
         self.posts: list[tuple[str, Any]] = []
+        self.clock = FakeClock()
+        self.read_ms = read_ms
+        self.reads = 0
 
     async def post(self, path: str, json: Any) -> dict[str, Any]:
         self.posts.append((path, json))
@@ -119,6 +128,8 @@ class FakeClient:
 
     async def get(self, path: str) -> dict[str, Any]:
         assert path == "/v1/status"
+        self.clock.advance(self.read_ms)
+        self.reads += 1
         one = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
         return {"rescale": one}
 
@@ -132,20 +143,22 @@ def test_wait_follows_the_phases_until_done(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(rescale, "WAIT_EVERY_S", 0.0)
-    phases = [record("CUTTING", 5), record("MOVING", 128), record("DONE", 128, 200)]
-    client = FakeClient(record("CUTTING"), phases)
+    phases = [record("cutting", 5), record("moving", 128), record("done", 128, 200)]
+    client = FakeClient(record("cutting"), phases)
     assert run(["--partitions", "200", "--wait"], client) == 0
     assert client.posts == [("/v1/admin/rescale", {"partitions": 200, "dry_run": False})]
     out = capsys.readouterr().out
-    assert "CUTTING, cuts 5/128" in out and "MOVING" in out and "DONE, cuts 128/128" in out
+    assert "cutting, cuts 5/128" in out and "moving" in out and "done, cuts 128/128" in out
 
 
 def test_wait_gives_up_at_its_deadline(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(rescale, "WAIT_EVERY_S", 0.01)
-    client = FakeClient(record("CUTTING"), [record("CUTTING", 1)])
-    assert run(["--partitions", "200", "--wait", "--wait-s", "0.05"], client) == 1
+    monkeypatch.setattr(rescale, "WAIT_EVERY_S", 0.0)
+    # Each read takes 20 s of the client's clock: reads start at 0, 20 and 40 s of the 60.
+    client = FakeClient(record("cutting"), [record("cutting", 1)], read_ms=20_000)
+    assert run(["--partitions", "200", "--wait", "--wait-s", "60"], client) == 1
+    assert client.reads == 3
     assert "still not DONE" in capsys.readouterr().out
 
 
@@ -158,7 +171,7 @@ def test_wait_gives_up_at_its_deadline(
     ],
 )
 def test_usage_errors_send_nothing(argv: list[str]) -> None:
-    client = FakeClient(record("CUTTING"), [None])
+    client = FakeClient(record("cutting"), [None])
     with pytest.raises(RippleError) as err:
         run(argv, client)
     assert err.value.code == "usage" and client.posts == []

@@ -17,7 +17,8 @@ from coordinator.core.commands import Bootstrap, DeclareDead, RegisterWorker
 from coordinator.core.model import WorkerId
 from coordinator.core.planner import Planner
 from coordinator.core.state import apply
-from coordinator.service.duties import LeaderDuties, planner_settings
+from coordinator.planner_config import planner_settings
+from coordinator.service.duties import LeaderDuties
 from pipeline.lease import Lease
 from pipeline.store import LocalStore
 from pipeline.worker import Worker
@@ -40,7 +41,7 @@ def test_wall_clock_steps_move_no_liveness_verdict() -> None:
     apply(node.state, "b", Bootstrap(total_partitions=4, now_ms=clock.wall_ms()))
     apply(node.state, "r", RegisterWorker(worker_id=W1, address="http://127.0.0.1:9", now_ms=1))
     duties = LeaderDuties(node, random.Random(1), clock)  # type: ignore[arg-type]
-    settings = planner_settings(node)  # type: ignore[arg-type]
+    settings = planner_settings(node.config)
     duties.planner = Planner(settings, duties.rng, node.state, clock.monotonic_ms())
 
     async def main() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from coordinator.config import ClusterConfig, NodeSpec
 from coordinator.config_file import load_config, render_toml
+from coordinator.config_rules import validate as validate_config
 from shared.errors import ConfigError
 
 SECRET = "unit-secret-0123456789abcdef"
@@ -57,7 +58,7 @@ def test_bad_node_tables_are_clear_errors(tmp_path: Path, table: str, message: s
 def test_two_nodes_may_not_listen_on_one_raft_port() -> None:
     clash = nodes(spec(1, "127.0.0.1:7020"), spec(2), spec(3))
     with pytest.raises(ConfigError, match="raft_listen addresses must be unique"):
-        clash.validate()
+        validate_config(clash)
 
 
 # -- worker timings derived from heartbeat_timeout_s ----------------------------------------
@@ -195,7 +196,7 @@ def test_validation_errors_name_the_setting_and_the_rule(
 def test_raft_transport_bounds_are_checked(settings: dict[str, float], field: str) -> None:
     config = ClusterConfig(cluster_secret=SECRET, admin_token=ADMIN, **settings)  # type: ignore[arg-type]
     with pytest.raises(ConfigError) as exc:
-        config.validate()
+        validate_config(config)
     assert exc.value.field == field
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import get_args
 
 import msgpack
@@ -20,6 +21,7 @@ from coordinator.core.codec import (
 from coordinator.core.commands import (
     COMMAND_BY_TAG,
     COMMAND_TYPES,
+    REJECT_CODES,
     AbortMigration,
     AbortResult,
     Assignment,
@@ -76,6 +78,7 @@ from coordinator.core.commands import (
     StartWarm,
     StatesBuilt,
     StuckResult,
+    rejected,
 )
 from coordinator.core.model import (
     BATCH_ITEMS_MAX,
@@ -511,9 +514,8 @@ result_values: st.SearchStrategy[CommandResult] = st.one_of(
 )
 results = st.builds(Ok, value=result_values) | st.builds(
     Rejected,
-    code=st.sampled_from(["invalid", "conflict", "not_found"]),
+    code=st.sampled_from(sorted(REJECT_CODES)),
     message=short_text,
-    status=st.sampled_from([400, 404, 409]),
     field=st.none() | short_text,
 )
 
@@ -605,7 +607,9 @@ def test_nested_records_and_bounds() -> None:
 
 def test_malformed_results() -> None:
     for obj in [[], [FORMAT_VERSION, "ok"], [FORMAT_VERSION, "ok", []], [2, "ok", {}],
-                [FORMAT_VERSION, "rejected", "c", "m", "409", None], "x"]:  # fmt: skip
+                [FORMAT_VERSION, "rejected", "conflict", "m", "409", None],
+                [FORMAT_VERSION, "rejected", "c", "m", 409, None],  # no such code
+                [FORMAT_VERSION, "rejected", ["conflict"], "m", 409, None], "x"]:  # fmt: skip
         with pytest.raises(CodecError):
             decode_result(msgpack.packb(obj))
 
@@ -1182,3 +1186,84 @@ def test_malformed_state() -> None:
             decode_state(msgpack.packb(obj))
     with pytest.raises(CodecError):
         decode_state(b"\xff")
+
+
+# A rejection's bytes, one per code the machine refuses with. They sit in the replicated
+# request table (snapshots) and in every answer a node returns to its proposer, so they do not
+# change: the fifth element is the legacy status slot a mixed cluster's older nodes still read.
+GOLDEN_REJECTED: list[tuple[str, str | None, str]] = [
+    ("invalid", None, "9601a872656a6563746564a7696e76616c6964a16dcd0190c0"),
+    ("not_found", None, "9601a872656a6563746564a96e6f745f666f756e64a16dcd0194c0"),
+    (
+        "conflict",
+        "partition",
+        "9601a872656a6563746564a8636f6e666c696374a16dcd0199a9706172746974696f6e",
+    ),
+    ("stale_epoch", None, "9601a872656a6563746564ab7374616c655f65706f6368a16dcd0199c0"),
+    ("fenced", None, "9601a872656a6563746564a666656e636564a16dcd0199c0"),
+    (
+        "not_bootstrapped",
+        None,
+        "9601a872656a6563746564b06e6f745f626f6f747374726170706564a16dcd01f7c0",
+    ),
+    (
+        "version_not_finalized",
+        None,
+        "9601a872656a6563746564b576657273696f6e5f6e6f745f66696e616c697a6564a16dcd01f7c0",
+    ),
+    (
+        "version_unsupported",
+        None,
+        "9601a872656a6563746564b376657273696f6e5f756e737570706f72746564a16dcd0199c0",
+    ),
+    ("halted", None, "9601a872656a6563746564a668616c746564a16dcd01f7c0"),
+    (
+        "rescale_in_flight",
+        None,
+        "9601a872656a6563746564b172657363616c655f696e5f666c69676874a16dcd0199c0",
+    ),
+    (
+        "same_partition_count",
+        None,
+        "9601a872656a6563746564b473616d655f706172746974696f6e5f636f756e74a16dcd0199c0",
+    ),
+    ("not_online", None, "9601a872656a6563746564aa6e6f745f6f6e6c696e65a16dcd0199c0"),
+    ("rescaled", None, "9601a872656a6563746564a872657363616c6564a16dcd0199c0"),
+    ("internal", None, "9601a872656a6563746564a8696e7465726e616ca16dcd01f4c0"),
+]
+
+
+@pytest.mark.parametrize(("code", "field", "hex_bytes"), GOLDEN_REJECTED)
+def test_rejected_golden_bytes(code: str, field: str | None, hex_bytes: str) -> None:
+    result = rejected(code, "m", field)
+    assert encode_result(result).hex() == hex_bytes
+    assert decode_result(bytes.fromhex(hex_bytes)) == result
+
+
+def test_the_status_slot_is_read_as_no_more_than_an_int() -> None:
+    # Whatever an older release wrote there, the code alone says what the rejection is.
+    for slot in (409, 418, 0):
+        wired = msgpack.packb([FORMAT_VERSION, "rejected", "conflict", "m", slot, "partition"])
+        assert decode_result(wired) == rejected("conflict", "m", "partition")
+
+
+def test_rescale_phases_keep_their_upper_case_bytes() -> None:
+    """RescalePhase's values are lower case like every enum's; the state (and the results
+    above) still spell them as they did when they were upper case, and read that back."""
+    s = ClusterState()
+    for i, (cmd, _) in enumerate(GOLDEN_RESULTS):
+        apply(s, f"r{i}", cmd)
+    r = s.rescale
+    assert r is not None
+    for phase, spelled in (
+        (RescalePhase.CUTTING, "CUTTING"),
+        (RescalePhase.MOVING, "MOVING"),
+        (RescalePhase.HOSTING, "HOSTING"),
+        (RescalePhase.DONE, "DONE"),
+    ):
+        assert phase.value == spelled.lower()
+        s.rescale = dataclasses.replace(r, phase=phase)
+        data = encode_state(s)
+        assert msgpack.unpackb(data, strict_map_key=False)["rescale"][3] == spelled
+        restored = decode_state(data).rescale
+        assert restored is not None and restored.phase is phase

@@ -43,9 +43,9 @@ from coordinator.core.model import (
 )
 from coordinator.core.planner import (
     Planner,
-    PlannerSettings,
 )
 from coordinator.core.state import ClusterState
+from tests.planner_base import quick_settings
 from tests.unit.test_core_state import W1, W2, ok, plan, rejects
 from tests.unit.test_core_state import s as s  # the fixture, re-exported for pytest
 
@@ -208,7 +208,7 @@ def test_the_planner_walks_the_chain_on_checkpoint_unavailable(s: ClusterState) 
     report(s, 5)
     report(s, 9)
     restart_w1(s)
-    settings = PlannerSettings(
+    settings = quick_settings(
         total_partitions=len(s.partitions),
         suspect_after_ms=10**9,
         dead_after_ms=2 * 10**9,

@@ -1,7 +1,7 @@
 """The supervised duty loop: a step that raises is logged, counted, and the loop goes on.
 
-The node here is a stand-in for CoordinatorNode's small surface the executor uses (read,
-submit, metrics, config); Raft itself is exercised by tests/integration/test_duties.py.
+The node here is a stand-in for what the duties take of a node (`node_parts.DutyNode`: read,
+submit, metrics, config, leader_info); Raft itself is exercised by tests/integration/test_duties.py.
 """
 
 from __future__ import annotations
@@ -20,19 +20,26 @@ from coordinator.core.commands import Command, CommandResult, Ok
 from coordinator.core.effects import Batch
 from coordinator.core.planner import Planner
 from coordinator.core.state import ClusterState, apply
-from coordinator.service.duties import LeaderDuties, planner_settings
+from coordinator.planner_config import planner_settings
+from coordinator.service.duties import LeaderDuties
 from coordinator.service.metrics import Metrics
+from coordinator.service.node_parts import LeaderInfo
+from replication.log import RaftRole, RaftStatus
 from shared.clock import FakeClock
 from shared.errors import UnavailableError
 
 
-class _Status:
-    term = 1
-
-
-class _Log:
-    def status(self) -> _Status:
-        return _Status()
+def ready_leader_info(applied_index: int) -> LeaderInfo:
+    """A stand-in node's view of itself: the ready leader of term 1, applied so far."""
+    status = RaftStatus(
+        role=RaftRole.LEADER,
+        term=1,
+        commit_index=applied_index,
+        applied_index=applied_index,
+        leader_addr=None,
+        ready=True,
+    )
+    return LeaderInfo(role=RaftRole.LEADER, ready=True, leader=None, status=status)
 
 
 class StandInNode:
@@ -40,7 +47,6 @@ class StandInNode:
         self.config = ClusterConfig(total_partitions=4)
         self.node_id = "n1"
         self.metrics = Metrics()
-        self.log = _Log()
         self.state = ClusterState()
         self.is_ready_leader = True
         self.submitted: list[Command] = []
@@ -48,6 +54,9 @@ class StandInNode:
     @contextlib.contextmanager
     def read(self) -> Iterator[ClusterState]:
         yield self.state
+
+    def leader_info(self) -> LeaderInfo:
+        return ready_leader_info(applied_index=0)
 
     async def submit(self, command: Command, request_id: str | None = None) -> CommandResult:
         self.submitted.append(command)
@@ -145,7 +154,7 @@ def test_commits_lost_while_stepping_down_are_not_counted_as_errors() -> None:
 
 
 def test_a_death_storm_logs_a_bounded_line() -> None:
-    from coordinator.service.duties import DEAD_IDS_LOGGED_MAX, ids_text
+    from coordinator.service.command_log import DEAD_IDS_LOGGED_MAX, ids_text
 
     assert ids_text(["w1", "w2"]) == "w1, w2"
     many = [f"w{i}" for i in range(DEAD_IDS_LOGGED_MAX + 480)]
@@ -184,7 +193,7 @@ def test_a_warm_call_asks_the_target_to_hold_its_answer_within_the_call_timeout(
         incarnation=1,
         checkpoint=None,
     )
-    planner = Planner(planner_settings(node), random.Random(1), node.state, 0)  # type: ignore[arg-type]
+    planner = Planner(planner_settings(node.config), random.Random(1), node.state, 0)
     results: list[Any] = []
     planner.on_result = lambda result, *_: results.append(result)  # type: ignore[method-assign]
     duties.planner = planner

@@ -41,6 +41,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from coordinator.addresses import is_wildcard, split_host_port
 from coordinator.config import ClusterConfig, NodeSpec
 from coordinator.config_file import load_config
+from coordinator.config_rules import validate as validate_config
 from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import SPOKEN
@@ -68,6 +69,7 @@ from shared.checkpoint_ref import (
     store_mismatch,
 )
 from shared.errors import ConfigError, RequestError
+from shared.http_statuses import status_of
 from testkit.process import python_argv
 from tests.unit.test_pipeline_worker import offline_settings
 
@@ -163,7 +165,7 @@ def test_worker_token_claims_and_expiry() -> None:
     for bad in forged:
         with pytest.raises(RequestError) as exc:
             read_worker_token(SECRET, f"Bearer {bad}", now)
-        assert exc.value.status == 401, bad
+        assert status_of(exc.value) == 401, bad
     assert token_matches("admin-token-0123456789", "Bearer admin-token-0123456789")
     assert not token_matches("admin-token-0123456789", "Bearer \udcff")
     assert not token_matches("", "Bearer ")
@@ -282,18 +284,9 @@ class _Node:
             self.locked = False
 
     def leader_info(self) -> Any:
-        from coordinator.service.node import LeaderInfo
-        from replication.log import RaftRole, RaftStatus
+        from tests.unit.test_duty_loop import ready_leader_info
 
-        status = RaftStatus(
-            role=RaftRole.LEADER,
-            term=1,
-            commit_index=5,
-            applied_index=5,
-            leader_addr=None,
-            ready=True,
-        )
-        return LeaderInfo(role=RaftRole.LEADER, ready=True, leader=None, status=status)
+        return ready_leader_info(applied_index=5)
 
 
 async def test_digest_is_encoded_outside_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -334,8 +327,8 @@ def test_wildcard_binds_are_parsed(where: str, addr: str) -> None:
     node = NodeSpec(**{**base, where: addr})
     config = ClusterConfig(cluster_secret=SECRET, admin_token="a" * 20, nodes=(node,))
     with pytest.raises(ConfigError, match="every interface"):
-        config.validate()
-    replace(config, allow_wildcard_bind=True).validate()  # said explicitly: allowed
+        validate_config(config)
+    validate_config(replace(config, allow_wildcard_bind=True))  # said explicitly: allowed
 
 
 def test_bind_addresses_that_are_not_wildcards() -> None:
@@ -472,7 +465,7 @@ async def test_new_owner_loads_only_what_it_was_sent(tmp_path: Path) -> None:
 def test_worker_networks_restrict_addresses() -> None:
     base = {"cluster_secret": SECRET, "admin_token": "a" * 20}
     config = ClusterConfig(**base, worker_networks="10.0.0.0/8, fd00::/8")
-    config.validate()
+    validate_config(config)
     nets = config.worker_network_list()
     assert check_address("http://10.1.2.3:9101", nets)
     assert check_address("https://[fd00::5]:9101", nets)
@@ -492,7 +485,7 @@ def test_worker_networks_restrict_addresses() -> None:
         check_address(f"http://h{i}.internal:1")
     assert address_module._host_refusal.cache_info().currsize <= HOST_VERDICTS_CACHED_MAX
     with pytest.raises(ConfigError):
-        ClusterConfig(**base, worker_networks="10.0.0.0/8, nonsense").validate()
+        validate_config(ClusterConfig(**base, worker_networks="10.0.0.0/8, nonsense"))
 
 
 def test_generated_request_ids_never_repeat() -> None:
@@ -501,12 +494,12 @@ def test_generated_request_ids_never_repeat() -> None:
     between processes (the random prefix), valid ids, and never the length of a hashed
     client key."""
     from coordinator.core.model import REQUEST_ID_LEN_MAX, valid_id
-    from coordinator.service.node import new_request_id
+    from coordinator.service.stamps import new_request_id
 
     ids = [new_request_id() for _ in range(20_000)]
     assert len(set(ids)) == len(ids)
     assert all(valid_id(i) and len(i) <= 32 < REQUEST_ID_LEN_MAX for i in ids)
-    code = "from coordinator.service.node import new_request_id; print(new_request_id())"
+    code = "from coordinator.service.stamps import new_request_id; print(new_request_id())"
     others = {
         subprocess.run(
             python_argv("-c", code), capture_output=True, text=True, check=True, timeout=60

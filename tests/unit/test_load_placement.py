@@ -17,13 +17,14 @@ from coordinator.core.commands import Assignment, AssignPartitions, Bootstrap, R
 from coordinator.core.load import LoadBook
 from coordinator.core.model import PartitionId, PartitionStatus, WorkerId
 from coordinator.core.placement import moves, moves_lower_bound, plan_balanced
-from coordinator.core.planner import Planner, PlannerSettings
+from coordinator.core.planner import Planner
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.weighted import plan_weighted, weighted_spread
 from coordinator.service import models as m
 from coordinator.service.http.request import parse_body
 from pipeline.input_rate import RATE_SAMPLE_S_MIN, InputRate
-from shared.errors import ConfigError, RequestError
+from shared.errors import ConfigError, ErrorKind, RequestError
+from tests.planner_base import quick_settings
 
 POOL = [f"w{i:02d}" for i in range(12)]
 
@@ -227,7 +228,7 @@ def report_all(planner: Planner, state: ClusterState, rates: list[float], now_ms
 
 def test_the_planner_balances_load_then_falls_back_to_counts_when_load_goes_stale() -> None:
     state = online_cluster(["a", "b", "a", "b", "a", "b"])
-    s = PlannerSettings(total_partitions=6, load_stale_ms=1_000, balance_tolerance=0.1)
+    s = quick_settings(total_partitions=6, load_stale_ms=1_000, balance_tolerance=0.1)
     planner = Planner(s, random.Random(0), state, 0)
     rates = [10.0, 1.0, 10.0, 1.0, 1.0, 1.0]  # a = 21, b = 3
     report_all(planner, state, rates, 0)
@@ -242,7 +243,7 @@ def test_a_rescale_forgets_the_old_tables_load() -> None:
     table, the old reports weigh nothing, and the round balances counts until the new
     owners report."""
     state = online_cluster(["a", "b", "a", "b", "a", "b"])
-    s = PlannerSettings(total_partitions=6, load_stale_ms=1_000, balance_tolerance=0.1)
+    s = quick_settings(total_partitions=6, load_stale_ms=1_000, balance_tolerance=0.1)
     planner = Planner(s, random.Random(0), state, 0)
     report_all(planner, state, [10.0, 1.0, 10.0, 1.0, 1.0, 1.0], 0)
     assert len(planner.balance_moves(state, 0)) == 1  # by load
@@ -253,7 +254,7 @@ def test_a_rescale_forgets_the_old_tables_load() -> None:
 
 def test_reports_from_a_non_owner_or_an_old_epoch_are_ignored() -> None:
     state = online_cluster(["a", "b"])
-    planner = Planner(PlannerSettings(total_partitions=2), random.Random(0), state, 0)
+    planner = Planner(quick_settings(total_partitions=2), random.Random(0), state, 0)
     epoch = state.partitions[0].epoch
     reports = [(0, epoch, 5.0, None), (1, epoch - 1, 5.0, None), (9, epoch, 1.0, None)]
     assert planner.partition_loads(state, WorkerId("b"), reports, 0) == 0
@@ -263,7 +264,7 @@ def test_reports_from_a_non_owner_or_an_old_epoch_are_ignored() -> None:
 
 def test_a_new_leader_does_not_rebalance_before_it_hears_the_owners() -> None:
     state = online_cluster(["a", "a", "a", "b"])  # counts off by two: count balance moves one
-    s = PlannerSettings(total_partitions=4, rebalance_on_join=True, load_stale_ms=5_000)
+    s = quick_settings(total_partitions=4, rebalance_on_join=True, load_stale_ms=5_000)
     planner = Planner(s, random.Random(0), state, 0)
     assert planner.plan(state, 100, 100).commands == ()
     planner.heartbeat(WorkerId("a"), 0.0, 200)
@@ -341,6 +342,6 @@ def test_a_heartbeat_with_a_bad_rate_is_a_400(rate: str, why: str) -> None:
     body = '{"incarnation": 1, "partitions": {"0": {"epoch": 1, "offset": 0, "rate": %s}}}'
     with pytest.raises(RequestError) as err:
         parse_body((body % rate).encode(), m.HeartbeatRequest)
-    assert err.value.status == 400 and why in err.value.message
+    assert err.value.kind is ErrorKind.INVALID and why in err.value.message
     ok = parse_body((body % "2.5").encode(), m.HeartbeatRequest)
     assert ok.partitions["0"].rate == 2.5

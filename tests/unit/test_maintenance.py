@@ -99,7 +99,7 @@ def test_bad_commands_are_refused_without_a_change(
     run(s, on(reason="kept"))
     before = encode_state(s)
     result = run(s, cmd)
-    assert isinstance(result, Rejected) and result.field == field and result.status == 400
+    assert isinstance(result, Rejected) and result.field == field and result.code == "invalid"
     assert encode_state(s) == before
 
 

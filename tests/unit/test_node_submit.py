@@ -30,28 +30,41 @@ from coordinator.core.model import WorkerId
 from coordinator.core.state import ClusterState, apply
 from coordinator.service.metrics import Metrics
 from coordinator.service.node import CoordinatorNode
+from shared.clock import FakeClock
 from shared.errors import RequestError, UnavailableError
+from shared.http_statuses import status_of
 
 W1 = WorkerId("w1")
+PROPOSE_MS = 7
 REGISTER = RegisterWorker(worker_id=W1, address="http://w1:1", now_ms=1)
 
 
 class AnsweringLog:
     """Answers every proposal with `answer`, as the machine's encoded result."""
 
-    def __init__(self, answer: Result) -> None:
+    def __init__(self, answer: Result, clock: FakeClock | None = None) -> None:
         self.answer = answer
+        # A commit takes PROPOSE_MS on this clock (the node times it for its metric).
+        self.clock = clock
         self.request_ids: list[str] = []
         self.is_ready_leader = True
 
     async def propose(self, entry: bytes, _timeout_s: float) -> bytes:
         request_id, _ = decode_command(entry)
         self.request_ids.append(request_id)
+        if self.clock is not None:
+            self.clock.advance(PROPOSE_MS)
         return encode_result(self.answer)
 
 
 def _node(answer: Result) -> SimpleNamespace:
-    return SimpleNamespace(config=ClusterConfig(), log=AnsweringLog(answer), metrics=Metrics())
+    clock = FakeClock()
+    return SimpleNamespace(
+        config=ClusterConfig(),
+        log=AnsweringLog(answer, clock),
+        metrics=Metrics(),
+        clock=clock,
+    )
 
 
 async def test_submit_returns_the_commands_own_result_type() -> None:
@@ -62,12 +75,22 @@ async def test_submit_returns_the_commands_own_result_type() -> None:
     assert node.log.request_ids == ["rid-1"]
 
 
+async def test_a_proposals_latency_is_read_on_the_nodes_clock() -> None:
+    node = _node(Ok(value=RegisterResult(worker_id=W1, incarnation=1, rehosted=())))
+    await CoordinatorNode.submit(node, REGISTER, "rid-1")  # type: ignore[arg-type]
+    [latency] = [
+        m for m in node.metrics.registry.collect() if m.name == "ripple_proposal_latency_seconds"
+    ]
+    total = [s.value for s in latency.samples if s.name.endswith("_sum")]
+    assert total == [PROPOSE_MS / 1000]
+
+
 async def test_a_result_of_another_command_is_a_conflict() -> None:
     """A request id recorded for another command answers that command, not this one."""
     node = _node(Ok(value=BarrierResult(nonce="n")))
     with pytest.raises(RequestError) as exc:
         await CoordinatorNode.submit(node, REGISTER, "rid-1")  # type: ignore[arg-type]
-    assert (exc.value.status, exc.value.code) == (409, "conflict")
+    assert (status_of(exc.value), exc.value.code) == (409, "conflict")
     barrier = await CoordinatorNode.submit(node, Barrier(nonce="n"))  # type: ignore[arg-type]
     assert barrier == BarrierResult(nonce="n")
 
@@ -76,7 +99,11 @@ async def test_a_rejection_is_the_requests_error() -> None:
     node = _node(rejected("not_found", "unknown worker w1", "worker_id"))
     with pytest.raises(RequestError) as exc:
         await CoordinatorNode.submit(node, REGISTER)  # type: ignore[arg-type]
-    assert (exc.value.status, exc.value.code, exc.value.field) == (404, "not_found", "worker_id")
+    assert (status_of(exc.value), exc.value.code, exc.value.field) == (
+        404,
+        "not_found",
+        "worker_id",
+    )
 
 
 def _state_with(*reports: tuple[str, int]) -> ClusterState:
@@ -105,7 +132,7 @@ async def test_a_command_above_the_finalized_version_is_refused_before_it_is_pro
     node.voters = lambda: ("n1", "n2")
     with pytest.raises(RequestError) as behind:
         await CoordinatorNode.submit(node, backup)  # type: ignore[arg-type]
-    assert (behind.value.status, behind.value.code) == (409, "version_unsupported")
+    assert (status_of(behind.value), behind.value.code) == (409, "version_unsupported")
     assert "n2 speaks 1..1" in behind.value.message
     apply(
         state,

@@ -49,10 +49,11 @@ from coordinator.core.planner import (
     PlannerSettings,
 )
 from coordinator.core.state import ClusterState, apply
+from tests.planner_base import quick_settings
 
 W1, W2 = WorkerId("w1"), WorkerId("w2")
 _ids = itertools.count()
-SETTINGS = PlannerSettings(total_partitions=4, suspect_after_ms=1_000, dead_after_ms=3_000)
+SETTINGS = quick_settings(total_partitions=4, suspect_after_ms=1_000, dead_after_ms=3_000)
 
 
 def run(s: ClusterState, planner: Planner, now: int) -> list[object]:
@@ -96,7 +97,7 @@ def with_w1_assigned(settings: PlannerSettings) -> tuple[ClusterState, Planner]:
 
 def quiet(total: int, calls_max: int = 64) -> PlannerSettings:
     """Liveness far out of the way; one checkpoint round a second."""
-    return PlannerSettings(
+    return quick_settings(
         total_partitions=total,
         suspect_after_ms=1_000_000,
         dead_after_ms=3_000_000,
@@ -281,14 +282,14 @@ def test_the_dead_who_own_nothing_get_no_placement_pass() -> None:
         apply(s, w, RegisterWorker(worker_id=w, address=f"http://{w}", now_ms=0))
         planner.registered(w, 0)
     passes = 0
-    eligible = planner.eligible
+    eligible = planner.moves.eligible
 
     def counting(*args: object, **kw: object) -> list[WorkerId]:
         nonlocal passes
         passes += 1
         return eligible(*args, **kw)  # type: ignore[arg-type]
 
-    planner.eligible = counting  # type: ignore[method-assign]
+    planner.moves.eligible = counting  # type: ignore[method-assign]
     late = SETTINGS.dead_after_ms + 1
     planner.heartbeat(W1, 0.1, late)
     declared = planner._detect_failures(s, late, late)

@@ -16,11 +16,11 @@ from coordinator.core.executor import BatchRun, commit_batch
 from coordinator.core.model import MigrationId, WorkerId
 from coordinator.core.planner import (
     Planner,
-    PlannerSettings,
 )
 from coordinator.core.state import ClusterState
+from tests.planner_base import quick_settings
 
-SETTINGS = PlannerSettings(total_partitions=1, tick_ms=100)
+SETTINGS = quick_settings(total_partitions=1, tick_ms=100)
 A, B, C = (StartRelease(migration_id=MigrationId(f"m-{i}"), now_ms=0) for i in (1, 2, 3))
 CALL = CheckpointCall(worker_id=WorkerId("w1"), address="http://w1", incarnation=1)
 

@@ -21,6 +21,14 @@ def test_there_are_enough_scenarios() -> None:
     assert len(FILES) >= 20
 
 
+def test_each_scenario_has_a_number_of_its_own() -> None:
+    # The number is the order they run and read in; two files under one number hide which
+    # came first and invite a third.
+    numbers = [f.name.split("_", 1)[0] for f in FILES]
+    assert all(n.isdigit() for n in numbers), numbers
+    assert len(set(numbers)) == len(numbers), sorted(n for n in numbers if numbers.count(n) > 1)
+
+
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
 def test_scenario(path: Path, request: pytest.FixtureRequest) -> None:
     blocks, outputs = run_file(path)

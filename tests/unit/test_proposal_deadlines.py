@@ -1,6 +1,7 @@
 """The proposals' deadlines (`replication.group_commit.Deadlines`): one timer for the
 earliest, each waiting proposal given up on at its own deadline, settled ones never touched,
-the heap bounded however many proposals settle in time."""
+the heap bounded however many proposals settle in time, and every deadline read on the clock
+the deadlines are given (the loop's timer only wakes them)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import pytest
 
 from replication.group_commit import DEADLINES_PRUNE_MIN, Deadlines
+from shared.clock import FakeClock
 
 
 async def test_each_waiting_proposal_gives_up_at_its_own_deadline() -> None:
@@ -54,3 +56,21 @@ async def test_the_heap_stays_bounded_when_proposals_settle_in_time() -> None:
     assert not any(f.done() for f in waiting)
     for fut in waiting:
         fut.cancel()
+
+
+async def test_a_deadline_is_due_by_the_given_clock_not_by_the_loops_timer() -> None:
+    loop = asyncio.get_running_loop()
+    clock = FakeClock()
+    deadlines = Deadlines(clock)
+    fut = loop.create_future()
+    deadlines.add(loop, 0.02, fut)
+    # The loop's timer fires (and rearms) every 20 ms of real time; the clock stands still.
+    await asyncio.sleep(0.1)
+    assert not fut.done() and len(deadlines) == 1
+    clock.advance(18)  # within DEADLINE_SLACK_MS of it: not yet
+    await asyncio.sleep(0.05)
+    assert not fut.done()
+    clock.advance(1)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(fut, 1.0)
+    assert len(deadlines) == 0

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from replication.connection import TransportLimits
+from replication.hub import TransportLimits
 from replication.refusals import REFUSAL_REASONS, Refusals
 from replication.transport import HardenedTransport
 from replication.wire import (
@@ -37,6 +37,7 @@ from replication.wire import (
     handshake_key,
     parse_offer,
 )
+from shared.clock import FakeClock
 
 KEY = handshake_key("unit-secret-0123456789")
 OTHER_KEY = handshake_key("another-secret-0123456789")
@@ -379,19 +380,21 @@ def test_decompression_is_bounded_too() -> None:
 def test_refusals_are_counted_always_and_logged_at_a_rate_limit(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    now = [100.0]
-    refusals = Refusals(log_interval_s=10.0, clock=lambda: now[0])
+    clock = FakeClock(monotonic_ms=100_000)
+    refusals = Refusals(log_interval_s=10.0, clock=clock)
     assert refusals.counts() == dict.fromkeys(REFUSAL_REASONS, 0)
     with caplog.at_level(logging.WARNING, logger="replication.refusals"):
         for _ in range(1000):
             refusals.refuse("bad_handshake", "127.0.0.1:5")
         refusals.refuse("bad_proof", "127.0.0.1:6")
-        now[0] += 10.5
+        clock.advance(9_999)
+        refusals.refuse("bad_handshake", "127.0.0.1:7")  # within the interval: not logged
+        clock.advance(1)
         refusals.refuse("bad_handshake", "127.0.0.1:7")
-    assert refusals.counts()["bad_handshake"] == 1001
+    assert refusals.counts()["bad_handshake"] == 1002
     assert refusals.counts()["bad_proof"] == 1
     assert refusals.logged == 3  # first of each reason, then one more after the interval
-    assert "999 more not logged" in caplog.records[-1].getMessage()
+    assert "1000 more not logged" in caplog.records[-1].getMessage()
     with pytest.raises(ValueError):
         refusals.refuse("made_up", "x")
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from coordinator.core.model import ROUTING_GENERATIONS_MAX
 from coordinator.service.rescale_preview import preview
-from shared.errors import RequestError
+from shared.errors import RippleError
+from shared.http_statuses import status_of
 from shared.partition_map import feeders, feeders_max, moved_fraction
 from shared.routing import KEY_GROUPS, Routing
 
@@ -68,13 +69,13 @@ def test_a_large_generation_zero_is_counted_without_listing_feeders() -> None:
         ((8,), KEY_GROUPS + 1, "invalid", 400, "partitions"),
         ((8,), 8, "same_partition_count", 409, "partitions"),
         ((8, 16), 16, "same_partition_count", 409, "partitions"),
-        ((), 4, "not_bootstrapped", 409, None),
+        ((), 4, "not_bootstrapped", 503, None),  # as StartRescale: wait for the bootstrap
         ((8,) * ROUTING_GENERATIONS_MAX, 4, "conflict", 409, None),
     ],
 )
 def test_refusals_name_the_code_and_field(
     routing: tuple[int, ...], partitions: int, code: str, status: int, field: str | None
 ) -> None:
-    with pytest.raises(RequestError) as err:
+    with pytest.raises(RippleError) as err:
         preview(routing, partitions)
-    assert (err.value.code, err.value.status, err.value.field) == (code, status, field)
+    assert (err.value.code, status_of(err.value), err.value.field) == (code, status, field)

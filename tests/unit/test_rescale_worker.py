@@ -24,7 +24,7 @@ from pipeline.state import KeyState, PartitionState, aggregate_records
 from pipeline.state_move import MovedState, move_states
 from pipeline.store import LocalStore, ObjectStore, StoreError, open_store
 from pipeline.worker import Worker, WorkerSettings
-from shared.errors import RequestError, UnavailableError
+from shared.errors import ErrorKind, RequestError, UnavailableError
 from shared.messages.common import SentCheckpoint, authorization
 from shared.messages.host import HostRequest
 from shared.messages.rescale import BuildReply, BuildRequest, CutCheckpoint, CutReply
@@ -334,7 +334,7 @@ async def test_one_build_at_a_time_and_a_failed_one_starts_again(tmp_path: Path)
     other = BuildRequest(generation=1, routing=(OLD, NEW), epoch=4, cuts=call.cuts)
     with pytest.raises(RequestError) as info:
         rebuild.build(other)
-    assert info.value.status == 409 and info.value.code == "build_in_flight"
+    assert info.value.kind is ErrorKind.CONFLICT and info.value.code == "build_in_flight"
     assert not rebuild.build(call).done  # the same call answers progress
     go.set()
     await rebuild.wait()

@@ -31,12 +31,13 @@ from coordinator.core.commands import (
 )
 from coordinator.core.invariants import Ledger, step_violations, view
 from coordinator.core.model import MigrationId, MigrationReason, WorkerId, WorkerState
-from coordinator.core.planner import Planner, PlannerSettings
+from coordinator.core.planner import Planner
 from coordinator.core.retirement import RETIRE_LOOKAHEAD_MAX, due
 from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 from coordinator.service.auth import Admission, call_token
-from shared.errors import RequestError
+from shared.errors import ErrorKind, RequestError
+from tests.planner_base import quick_settings
 
 _IDS = itertools.count()
 SECRET = "s" * 32
@@ -110,14 +111,14 @@ def test_an_old_token_of_a_retired_id_is_refused_after_the_id_registers_again() 
     claims = adm.admit_worker({"Authorization": f"Bearer {old_token}"}, now + 1)
     with pytest.raises(RequestError) as gone:
         adm.current_incarnation(s, claims)
-    assert gone.value.status == 404
+    assert gone.value.kind is ErrorKind.NOT_FOUND
     # The id registers again (a new pod under an old name): a new incarnation, above the
     # one its old token and call token name, which stay refused while still unexpired.
     again = register(s, "w", now + 2)
     assert again == 2
     with pytest.raises(RequestError) as stale:
         adm.current_incarnation(s, claims)
-    assert (stale.value.status, stale.value.code) == (409, "stale_incarnation")
+    assert (stale.value.kind, stale.value.code) == (ErrorKind.CONFLICT, "stale_incarnation")
     assert call_token(SECRET, "w", again) != old_call
     fresh = adm.admit_worker(
         {"Authorization": f"Bearer {adm.worker_token('w', again, now + 2)[0]}"}, now + 3
@@ -268,7 +269,7 @@ def test_the_planner_retires_as_its_last_stage() -> None:
     s = cluster()
     register(s, "gone", 0)
     leave(s, "gone", 1_000)
-    settings = PlannerSettings(total_partitions=4, retire_after_ms=HOUR_MS)
+    settings = quick_settings(total_partitions=4, retire_after_ms=HOUR_MS)
     planner = Planner(settings, random.Random(1), s, now_ms=0)
     early = planner.plan(s, now_ms=0, wall_ms=1_000 + HOUR_MS - 1)
     assert not any(isinstance(c, RetireWorkers) for c in early.commands)

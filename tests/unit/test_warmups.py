@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
+from typing import Any
 
 import pytest
 
@@ -18,14 +20,18 @@ from coordinator.core.model import (
     PartitionId,
     WorkerId,
 )
-from coordinator.core.planner import Planner, PlannerSettings
+from coordinator.core.planner import Planner
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.warmups import WarmOutcome, WarmPolicy, WarmUps
 from pipeline.holdings import Holdings
+from pipeline.settings import WARM_COPY_IDLE_S_DEFAULT
 from pipeline.state import KeyState
 from pipeline.warming import Warming
-from shared.errors import RequestError, UnavailableError
+from shared.clock import Clock, FakeClock
+from shared.errors import ErrorKind, RequestError, UnavailableError
 from shared.messages.warm import WarmReply, WarmRequest
+from shared.system_clock import SYSTEM_CLOCK
+from tests.planner_base import quick_settings
 
 POLICY = WarmPolicy(
     enabled=True, timeout_ms=1_000, lag_records_max=10, in_flight_max=3, per_worker_max=2
@@ -149,7 +155,7 @@ def _moving_cluster(finalized: int, partitions: int = 1) -> ClusterState:
 @pytest.mark.parametrize(("finalized", "warm"), [(1, False), (2, False), (3, True)])
 def test_moves_stay_cold_until_the_cluster_speaks_start_warm(finalized: int, warm: bool) -> None:
     s = _moving_cluster(finalized)
-    settings = PlannerSettings(total_partitions=1, warm=POLICY)
+    settings = quick_settings(total_partitions=1, warm=POLICY)
     batch = Planner(settings, random.Random(0), s, 0).plan(s, 0, 0)
     assert [type(c) is StartWarm for c in batch.commands] == [warm], batch
 
@@ -162,7 +168,7 @@ def test_a_leader_with_warm_moves_off_releases_a_warming_migration_cold() -> Non
     s = _moving_cluster(3)
     (m,) = s.in_flight_migrations()
     assert isinstance(apply(s, "w", StartWarm(migration_id=m.migration_id, now_ms=0)), Ok)
-    batch = Planner(PlannerSettings(total_partitions=1), random.Random(0), s, 0).plan(s, 0, 0)
+    batch = Planner(quick_settings(total_partitions=1), random.Random(0), s, 0).plan(s, 0, 0)
     assert [c for c in batch.commands if isinstance(c, (StartRelease, StartWarm))] == [
         StartRelease(migration_id=m.migration_id, now_ms=0)
     ], batch
@@ -177,8 +183,10 @@ def test_warm_calls_hold_at_most_half_the_leaders_call_slots() -> None:
         assert isinstance(
             apply(s, f"w{x.partition}", StartWarm(migration_id=x.migration_id, now_ms=0)), Ok
         )
-    policy = WarmPolicy(enabled=True, in_flight_max=8, per_worker_max=8)
-    settings = PlannerSettings(total_partitions=6, warm=policy, calls_max=4)
+    policy = dataclasses.replace(
+        POLICY, timeout_ms=60_000, lag_records_max=10_000, in_flight_max=8, per_worker_max=8
+    )
+    settings = quick_settings(total_partitions=6, warm=policy, calls_max=4)
     planner = Planner(settings, random.Random(0), s, 0)
     warm = [c for c in planner.plan(s, 0, 0).calls if isinstance(c, WarmCall)]
     assert len(warm) == 2, warm  # half of 4
@@ -194,9 +202,12 @@ class _NoLoads:
         raise AssertionError("no checkpoint is sent in these tests")
 
 
-def _warming(copies_max: int = 2) -> tuple[Warming, Holdings]:
+def _warming(
+    copies_max: int = 2, clock: Clock = SYSTEM_CLOCK, idle_s: float = WARM_COPY_IDLE_S_DEFAULT
+) -> tuple[Warming, Holdings]:
     holdings = Holdings()
-    return Warming(holdings, _NoLoads(), copies_max=copies_max), holdings  # type: ignore[arg-type]
+    loads: Any = _NoLoads()
+    return Warming(holdings, loads, copies_max=copies_max, idle_s=idle_s, clock=clock), holdings
 
 
 def _ks(v: float, offset: int) -> KeyState:
@@ -230,6 +241,28 @@ def test_a_warm_copy_follows_the_log_and_a_host_starts_from_it_once_caught_up() 
     asyncio.run(go())
 
 
+def test_a_warm_copy_the_leader_stops_asking_about_is_dropped_after_idle_s() -> None:
+    async def go() -> None:
+        clock = FakeClock()
+        w, _ = _warming(clock=clock, idle_s=30.0)
+        w.warm(WarmRequest(partition=1, migration_id="m-1"))
+        w.warm(WarmRequest(partition=2, migration_id="m-2"))
+        await w.loads_done()
+        clock.advance(20_000)
+        w.warm(WarmRequest(partition=2, migration_id="m-2"))  # asked again: its idle restarts
+        clock.advance(10_000)
+        w.expire()
+        assert set(w.copies) == {1, 2}  # 30 s exactly is not past the bound
+        clock.advance(1)
+        w.expire()
+        assert set(w.copies) == {2} and w.stats["dropped"] == 1
+        clock.advance(20_000)
+        w.expire()
+        assert w.copies == {}
+
+    asyncio.run(go())
+
+
 def test_warm_copies_are_bounded_refused_when_hosted_and_end_rather_than_dead_letter() -> None:
     async def go() -> None:
         w, holdings = _warming(copies_max=1)
@@ -242,7 +275,7 @@ def test_warm_copies_are_bounded_refused_when_hosted_and_end_rather_than_dead_le
         holdings.parts[2] = PartitionRuntime(epoch=1)
         with pytest.raises(RequestError) as hosted:
             w.warm(WarmRequest(partition=2, migration_id="m-2"))
-        assert hosted.value.status == 409
+        assert hosted.value.kind is ErrorKind.CONFLICT
         await w.loads_done()
         two = {"a": _ks(1.0, 0), "b": _ks(1.0, 1)}
         assert w.merge(1, 0, 2, 2, two, 1) == 0  # one key over the limit: the copy ends

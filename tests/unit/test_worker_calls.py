@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shared.errors import ErrorKind
 from shared.messages.checkpoint import CheckpointReply, CheckpointRequest
 from shared.messages.common import (
     EPOCH_MAX,
@@ -98,7 +99,7 @@ def test_requests_read_back_as_themselves(
 def test_a_bad_host_body_names_its_field(body: object, field: str) -> None:
     with pytest.raises(InvalidCallBody) as info:
         HostRequest.from_json(1, body)
-    assert info.value.status == 400 and info.value.field == field
+    assert info.value.kind is ErrorKind.INVALID and info.value.field == field
 
 
 @pytest.mark.parametrize(
@@ -114,7 +115,7 @@ def test_a_bad_host_body_names_its_field(body: object, field: str) -> None:
 def test_a_bad_release_body_names_its_field(body: object, field: str) -> None:
     with pytest.raises(InvalidCallBody) as info:
         ReleaseRequest.from_json(1, body)
-    assert info.value.status == 400 and info.value.field == field
+    assert info.value.kind is ErrorKind.INVALID and info.value.field == field
 
 
 def test_a_release_reply_names_a_checkpoint_only_when_well_formed() -> None:
@@ -168,7 +169,7 @@ def test_a_warm_call_asks_for_a_hold_only_when_it_wants_one() -> None:
 def test_a_bad_hold_is_refused_naming_it(hold: object) -> None:
     with pytest.raises(InvalidCallBody) as info:
         WarmRequest.from_json(1, {"migration_id": "m", "hold_s": hold})
-    assert info.value.status == 400 and info.value.field == "hold_s"
+    assert info.value.kind is ErrorKind.INVALID and info.value.field == "hold_s"
 
 
 def test_the_unwarm_call_on_the_wire() -> None:

@@ -34,7 +34,8 @@ from coordinator.service.http.context import ADMISSION_KEY, DUTIES_KEY, ORIGINS_
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import idempotency_key, parse, path_partition
-from coordinator.service.node import CoordinatorNode, new_request_id, now_ms
+from coordinator.service.node_parts import Writes
+from coordinator.service.stamps import new_request_id, now_ms
 from shared.errors import RequestError
 from shared.version import PACKAGE_VERSION
 
@@ -114,7 +115,6 @@ async def backup(request: web.Request) -> web.StreamResponse:
         raise RequestError(
             f"the state is {len(body)} bytes, over backup_bytes_max = {limit}",
             code="too_large",
-            status=413,
             field="backup_bytes_max",
         )
     header, data = encode_backup(
@@ -185,7 +185,7 @@ async def maintenance_off(request: web.Request) -> web.Response:
 
 
 async def _maintenance_reply(
-    node: CoordinatorNode, cmd: MaintenanceOn | MaintenanceOff, request_id: str
+    node: Writes, cmd: MaintenanceOn | MaintenanceOff, request_id: str
 ) -> web.Response:
     done = await node.submit(cmd, request_id)
     with node.read() as state:

@@ -2,7 +2,8 @@
 
 Every error is `{"error": code, "message": text}` (plus `field` or `leader_id` where one
 applies), docs/design.md §6; an unexpected exception answers 500 with no trace, and is
-logged here. A 503 carries Retry-After; a 307 carries Location and Ripple-Leader.
+logged here. The status is the error's kind's, from the one table (`shared.http_statuses`);
+an UnavailableError carries Retry-After; a LeaderRedirect carries Location and Ripple-Leader.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from coordinator.core.commands import Move, NewMigration, Rejected
 from coordinator.service import models as m
 from coordinator.service.http.leader import LeaderRedirect
 from coordinator.service.http.request import ApiRequest
-from shared.errors import RequestError, RippleError, UnavailableError
+from shared.errors import ErrorKind, RequestError, RippleError, UnavailableError
+from shared.http_statuses import ERROR_CODE_OF_STATUS, STATUS_OF_KIND, status_of
 
 __all__ = [
     "JSON_CONTENT_TYPE",
@@ -31,9 +33,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
-
-# aiohttp's own HTTP errors, by status, as the error code of the JSON shape.
-_HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
 def json_bytes(
@@ -65,7 +64,7 @@ def _ripple_error(exc: RippleError) -> web.Response:
         headers["Location"] = exc.location
         headers["Ripple-Leader"] = exc.leader_id
         body["leader_id"] = exc.leader_id
-    return web.json_response(body, status=exc.status, headers=headers)
+    return web.json_response(body, status=status_of(exc), headers=headers)
 
 
 def error_response(request: ApiRequest, exc: Exception) -> web.Response:
@@ -73,21 +72,20 @@ def error_response(request: ApiRequest, exc: Exception) -> web.Response:
     if isinstance(exc, RippleError):
         return _ripple_error(exc)
     if isinstance(exc, web.HTTPException):
-        code = _HTTP_ERROR_CODES.get(exc.status, "http_error")
+        code = ERROR_CODE_OF_STATUS.get(exc.status, "http_error")
         response = web.json_response({"error": code, "message": exc.reason}, status=exc.status)
         if "Allow" in exc.headers:  # a 405 names the methods the path has (RFC 9110)
             response.headers["Allow"] = exc.headers["Allow"]
         return response
     log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
-    return web.json_response({"error": "internal", "message": "internal error"}, status=500)
+    body = {"error": "internal", "message": "internal error"}
+    return web.json_response(body, status=STATUS_OF_KIND[ErrorKind.INTERNAL])
 
 
 def raise_rejected(planned: tuple[Move, ...] | Rejected) -> tuple[Move, ...]:
     """A planning query's rejection as the request's error (nothing was proposed)."""
     if isinstance(planned, Rejected):
-        raise RequestError(
-            planned.message, code=planned.code, status=planned.status, field=planned.field
-        )
+        raise RequestError(planned.message, code=planned.code, field=planned.field)
     return planned
 
 

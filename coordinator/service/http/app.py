@@ -35,7 +35,7 @@ from coordinator.service.http.openapi import Handler, Route
 from coordinator.service.http.openapi import openapi_document as document_of
 from coordinator.service.http.request import ApiRequest
 from coordinator.service.membership import MembershipChanges
-from coordinator.service.node import CoordinatorNode
+from coordinator.service.node_parts import ApiNode
 from coordinator.service.replies import AssignmentTexts
 
 __all__ = ["ROUTES", "create_app", "error_middleware", "finish", "openapi_document"]
@@ -96,9 +96,7 @@ def finish(request: ApiRequest, response: R, route_name: str) -> R:
     return response
 
 
-def create_app(
-    node: CoordinatorNode, duties: Duties, changes: MembershipChanges
-) -> web.Application:
+def create_app(node: ApiNode, duties: Duties, changes: MembershipChanges) -> web.Application:
     app = web.Application(
         middlewares=[error_middleware], client_max_size=node.config.body_bytes_max
     )

@@ -19,7 +19,7 @@ from coordinator.core.planner import Planner
 from coordinator.service.auth import Admission
 from coordinator.service.failing import FailingReports
 from coordinator.service.membership import MembershipChanges
-from coordinator.service.node import CoordinatorNode
+from coordinator.service.node_parts import ApiNode
 from coordinator.service.replies import AssignmentTexts
 
 __all__ = [
@@ -78,7 +78,9 @@ class Duties(Protocol):
         """The partition's input rate as last reported, while fresh; else None."""
 
 
-NODE_KEY = web.AppKey("node", CoordinatorNode)
+# A protocol, not the node's class: handlers take what the node offers them, and this
+# package never imports coordinator/service/node.py.
+NODE_KEY: web.AppKey[ApiNode] = web.AppKey("node")
 DUTIES_KEY: web.AppKey[Duties] = web.AppKey("duties")
 ADMISSION_KEY = web.AppKey("admission", Admission)
 ASSIGNMENT_TEXTS_KEY = web.AppKey("assignment_texts", AssignmentTexts)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from coordinator.service.http.context import NODE_KEY
 from coordinator.service.http.request import ApiRequest
-from coordinator.service.node import CoordinatorNode
+from coordinator.service.node_parts import ApiNode
 from replication.log import RaftRole
 from shared.errors import RippleError, UnavailableError
 
@@ -18,7 +18,8 @@ __all__ = ["LeaderRedirect", "require_leader"]
 
 
 class LeaderRedirect(RippleError):
-    status = 307
+    """Not an error of the caller's: kind ELSEWHERE, which the HTTP edge answers with 307."""
+
     code = "not_leader"
 
     def __init__(self, location: str, leader_id: str) -> None:
@@ -27,7 +28,7 @@ class LeaderRedirect(RippleError):
         self.leader_id = leader_id
 
 
-def require_leader(request: ApiRequest) -> CoordinatorNode:
+def require_leader(request: ApiRequest) -> ApiNode:
     node = request.app[NODE_KEY]
     if node.is_ready_leader:  # the common case, without building a status
         return node

@@ -19,7 +19,7 @@ from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import parse
 from coordinator.service.http.views import read_view
 from coordinator.service.membership import Change
-from coordinator.service.node import CoordinatorNode
+from coordinator.service.node_parts import ApiNode
 from replication.log import Member
 
 __all__ = ["ROUTES", "change_view", "node_views"]
@@ -39,7 +39,7 @@ def change_view(change: Change | None) -> m.ChangeView | None:
     )
 
 
-def node_views(node: CoordinatorNode) -> list[m.NodeView]:
+def node_views(node: ApiNode) -> list[m.NodeView]:
     """The voters, and on the leader the learners, with what this node knows of each."""
     membership = node.log.membership()
     info = node.leader_info()
@@ -96,7 +96,7 @@ async def list_nodes(request: web.Request) -> web.Response:
     return json_reply(body)
 
 
-def _answer(node: CoordinatorNode, change: Change | None) -> web.Response:
+def _answer(node: ApiNode, change: Change | None) -> web.Response:
     return json_reply(
         m.NodeChangeResponse(change=change_view(change), nodes=node_views(node)),
         status=200 if change is None else 202,

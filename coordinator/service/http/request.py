@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from coordinator.core.model import Partition, WorkerId, valid_id
 from coordinator.core.state import ClusterState
 from coordinator.service.http.context import NODE_KEY
-from coordinator.service.node import new_request_id
+from coordinator.service.stamps import new_request_id
 from shared.errors import RequestError
 
 __all__ = [
@@ -139,9 +139,7 @@ def path_partition(request: web.Request, state: ClusterState) -> Partition:
         raise RequestError("partition must be a non-negative integer", field="partition")
     p = int(text)
     if p >= len(state.partitions):
-        raise RequestError(
-            f"partition {p} does not exist", code="not_found", status=404, field="partition"
-        )
+        raise RequestError(f"partition {p} does not exist", code="not_found", field="partition")
     return state.partitions[p]
 
 

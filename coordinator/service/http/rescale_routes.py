@@ -22,9 +22,9 @@ from coordinator.service.http.context import ADMISSION_KEY
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import idempotency_key, parse
-from coordinator.service.node import now_ms
 from coordinator.service.rescale_models import RescaleDryRunResponse, RescaleRequest, RescaleView
 from coordinator.service.rescale_preview import preview
+from coordinator.service.stamps import now_ms
 from shared.errors import RequestError
 
 __all__ = ["ROUTES", "rescale_view"]
@@ -67,7 +67,6 @@ async def rescale(request: web.Request) -> web.Response:
                 f"a rescale to generation {current.generation} is in flight "
                 f"({current.phase.value})",
                 code="rescale_in_flight",
-                status=409,
             )
         # Up to a few hundred ms for a large generation 0: off the event loop.
         shown = await asyncio.to_thread(preview, routing, body.partitions)

@@ -17,6 +17,7 @@ from typing import TypedDict
 
 from aiohttp import web
 
+from coordinator.config import ClusterConfig
 from coordinator.core.model import MigrationPhase, Partition, PartitionStatus, WorkerState
 from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
@@ -29,7 +30,7 @@ from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import path_partition, path_worker, query_bool
 from coordinator.service.http.rescale_routes import rescale_view
 from coordinator.service.metrics import PartitionProgress, ProgressReports
-from coordinator.service.node import CoordinatorNode
+from coordinator.service.node_parts import ApiNode, Reads
 from replication.log import RaftRole
 from shared.errors import RequestError
 from shared.version import PACKAGE_VERSION
@@ -47,7 +48,7 @@ class Envelope(TypedDict):
 class ReadView:
     """The node a read is served by, and what every answer says of how fresh it is."""
 
-    node: CoordinatorNode
+    node: ApiNode
     stale: bool
     # Taken before the state is read: the state is at least this far along.
     applied_index: int
@@ -104,17 +105,17 @@ def lag_of(seen: PartitionProgress) -> int | None:
     return None if seen.source_end is None else max(0, seen.source_end - seen.offset)
 
 
-def _progress(node: CoordinatorNode) -> ProgressReports | None:
+def _progress(node: ApiNode) -> ProgressReports | None:
     """The leader's heartbeat progress reports; None on a follower (it hears none)."""
     return node.metrics.progress if node.is_ready_leader else None
 
 
-def _rate(request: web.Request, node: CoordinatorNode, partition: int) -> float | None:
+def _rate(request: web.Request, node: Reads, partition: int) -> float | None:
     """The partition's fresh input rate; None on a follower (it hears no heartbeats)."""
     return request.app[DUTIES_KEY].rate_of(partition) if node.is_ready_leader else None
 
 
-def _failing(request: web.Request, node: CoordinatorNode) -> FailingReports | None:
+def _failing(request: web.Request, node: Reads) -> FailingReports | None:
     """The leader's failing-batch reports; None on a follower (it hears no heartbeats)."""
     return request.app[DUTIES_KEY].failing if node.is_ready_leader else None
 
@@ -135,9 +136,9 @@ NO_STORE_WARNING = (
 )
 
 
-def warnings(node: CoordinatorNode) -> list[str]:
+def warnings(config: ClusterConfig) -> list[str]:
     """What an operator should fix about the cluster's settings (empty: nothing)."""
-    return [] if node.config.store else [NO_STORE_WARNING]
+    return [] if config.store else [NO_STORE_WARNING]
 
 
 async def health(request: web.Request) -> web.Response:
@@ -180,7 +181,7 @@ async def health(request: web.Request) -> web.Response:
             finalized_command_set_version=finalized,
             halted=st.halted,
             store_set=bool(node.config.store),
-            warnings=warnings(node),
+            warnings=warnings(node.config),
             voter=node.is_voter,
             maintenance=None if record is None else m.MaintenanceView(**dataclasses.asdict(record)),
         )
@@ -227,7 +228,7 @@ async def status(request: web.Request) -> web.Response:
             maintenance=None
             if state.maintenance is None
             else m.MaintenanceView(**dataclasses.asdict(state.maintenance)),
-            warnings=warnings(view.node),
+            warnings=warnings(view.node.config),
             rescale=rescale_view(state),
         )
     return json_reply(body)
@@ -338,9 +339,7 @@ async def assignment(request: web.Request) -> web.Response:
     view = await read_view(request)
     with view.node.read() as state:
         if wid not in state.workers:
-            raise RequestError(
-                f"unknown worker {wid}", code="not_found", status=404, field="worker_id"
-            )
+            raise RequestError(f"unknown worker {wid}", code="not_found", field="worker_id")
         body = m.AssignmentResponse(
             **view.envelope(state),
             worker_id=wid,

@@ -44,8 +44,9 @@ from coordinator.service.http.request import (
     read_body,
 )
 from coordinator.service.metrics import PartitionProgress
-from coordinator.service.node import CoordinatorNode, now_ms
+from coordinator.service.node_parts import ApiNode
 from coordinator.service.replies import heartbeat_body
+from coordinator.service.stamps import now_ms
 from shared.checkpoint_ref import reference_problem, store_mismatch
 from shared.errors import RequestError
 
@@ -98,7 +99,7 @@ def check_store(cluster_store: str, worker_store: str | None) -> None:
         ) from None
     if problem is not None:
         log.warning("registration refused: %s", problem)
-        raise RequestError(problem, code="store_mismatch", status=409, field="store")
+        raise RequestError(problem, code="store_mismatch", field="store")
 
 
 async def heartbeat(request: ApiRequest) -> web.Response:
@@ -117,7 +118,7 @@ class HeartbeatCaller:
     """Who sent a heartbeat, admitted before its body is read."""
 
     worker_id: WorkerId
-    node: CoordinatorNode
+    node: ApiNode
     admission: Admission
     now_ms: int
     claims: WorkerClaims
@@ -143,7 +144,6 @@ def sent_incarnation(
             "body incarnation does not match the token",
             field="incarnation",
             code="stale_incarnation",
-            status=409,
         )
     return incarnation
 
@@ -201,7 +201,7 @@ async def checkpoints(request: ApiRequest) -> web.Response:
     body = await parse(request, m.CheckpointsRequest)
     wid = WorkerId(body.worker_id)
     if wid != claims.worker_id:
-        raise RequestError("the token is another worker's", code="forbidden", status=403)
+        raise RequestError("the token is another worker's", code="forbidden")
     with node.read() as state:
         admission.current_incarnation(state, claims)
     # A reference that is not the canonical object of its (partition, epoch, offset) in the
@@ -266,7 +266,6 @@ async def restarting(request: web.Request) -> web.Response:
             raise RequestError(
                 f"worker {wid} is {worker.state.value}: a leaving worker is not held",
                 code="conflict",
-                status=409,
                 field="worker_id",
             )
         owned = len(state.owned_by(wid))
@@ -288,9 +287,7 @@ async def drain(request: web.Request) -> web.Response:
     caller = admission.admit_worker_or_admin(request.headers, now_ms(), wid)
     with node.read() as state:
         if wid not in state.workers:
-            raise RequestError(
-                f"unknown worker {wid}", code="not_found", status=404, field="worker_id"
-            )
+            raise RequestError(f"unknown worker {wid}", code="not_found", field="worker_id")
         if isinstance(caller, WorkerClaims):
             admission.current_incarnation(state, caller)
         planner, now = request.app[DUTIES_KEY].query()
