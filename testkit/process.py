@@ -2,6 +2,8 @@
 
 Every process a test or a benchmark starts goes through `Proc`, which records its PID and
 ends exactly that PID (SIGTERM, then SIGKILL after a bound); nothing is ever killed by name.
+A child that runs a module of the checkout rather than of the product (`python -m
+testkit.scripted_worker`) takes `checkout_env()`: the installed wheel holds only the product.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["STOP_WAIT_S", "Proc", "python_argv"]
+__all__ = ["CHECKOUT_ROOT", "STOP_WAIT_S", "Proc", "checkout_env", "python_argv"]
 
 STOP_WAIT_S = 10.0
+# The checkout this test kit is in: where testkit, tests and bench are found.
+CHECKOUT_ROOT = Path(__file__).resolve().parents[1]
 
 
 class Proc:
@@ -66,6 +70,14 @@ class Proc:
             return self.log_path.read_text(errors="replace")
         except OSError:
             return ""
+
+
+def checkout_env() -> dict[str, str]:
+    """What a child needs to import testkit, tests or bench from any working directory: the
+    checkout's root first on its PYTHONPATH (the caller's entries kept after it)."""
+    path = os.environ.get("PYTHONPATH")
+    root = str(CHECKOUT_ROOT)
+    return {"PYTHONPATH": root if not path else os.pathsep.join((root, path))}
 
 
 def python_argv(*args: str) -> list[str]:

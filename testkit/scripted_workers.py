@@ -14,7 +14,7 @@ from typing import Any
 from shared.ports import free_ports
 from testkit.cluster import Cluster
 from testkit.http import HTTP_TIMEOUT_S, call
-from testkit.process import Proc, python_argv
+from testkit.process import Proc, checkout_env, python_argv
 
 __all__ = ["HEARTBEAT_INTERVAL_S", "ScriptedWorkers"]
 
@@ -35,7 +35,7 @@ class ScriptedWorkers:
         argv += ["--store", self.cluster.config.store]
         for s in self.cluster.specs:
             argv += ["--coordinator", s.url]
-        proc = Proc(argv, self.cluster.root / "logs" / f"{wid}.log")
+        proc = Proc(argv, self.cluster.root / "logs" / f"{wid}.log", env=checkout_env())
         self.procs[wid], self.ports[wid] = proc, port
         return proc
 

@@ -17,7 +17,9 @@ so each answer aiohttp gives is unchanged.
 Invariants: one request at a time per connection, answers in order (pipelined requests
 wait in the buffer, which is bounded: reading pauses past `BUFFER_BYTES_MAX`); a connection
 idle past `IDLE_TIMEOUT_S` or part-way through a request past `REQUEST_READ_TIMEOUT_S` is
-closed (monotonic loop time); on shutdown, requests in flight are answered within the grace.
+closed (the site's monotonic clock, `shared.clock`, injectable); on shutdown, requests in
+flight are answered within the grace. The aiohttp internals the hand-over needs are
+`front_aiohttp.py`'s, named there.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from email.utils import formatdate
 from typing import cast
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from coordinator.service.event_metrics import FrontDoorCounts
+from coordinator.service.front_aiohttp import HandOverSite
 from coordinator.service.front_reader import (
     BODY_BYTES_MAX,
     HEAD_BYTES_MAX,
@@ -49,6 +51,7 @@ from coordinator.service.http.app import finish
 from coordinator.service.http.context import NODE_KEY
 from coordinator.service.http.request import ApiRequest, PlainRequest
 from coordinator.service.http.worker_routes import checkpoints, heartbeat_now, register
+from shared.clock import Clock
 from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = [
@@ -126,6 +129,7 @@ class FrontDoor(asyncio.Protocol):
     def __init__(self, site: FrontDoorSite) -> None:
         self._site = site
         self._loop = site.loop
+        self._clock = site.clock
         self._buf = bytearray()  # the bytes of the requests not yet served, as they arrived
         self._reader = RequestReader(site.body_bytes_max)
         self._transport: asyncio.Transport | None = None
@@ -133,7 +137,7 @@ class FrontDoor(asyncio.Protocol):
         self._closing = False  # close once the request in flight is answered
         self._reading_paused = False
         self._writing_paused = False
-        self._since_s = self._loop.time()  # start of the idle spell or of the request
+        self._since_ms = self._clock.monotonic_ms()  # start of the idle spell or of the request
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -161,7 +165,7 @@ class FrontDoor(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if not self._buf and not self._busy:
-            self._since_s = self._loop.time()
+            self._since_ms = self._clock.monotonic_ms()
         self._buf += data
         self._next()
 
@@ -244,7 +248,7 @@ class FrontDoor(asyncio.Protocol):
         self._next()
 
     def _answer(self, request: PlainRequest, response: web.Response, route: str) -> None:
-        self._since_s = self._loop.time()
+        self._since_ms = self._clock.monotonic_ms()
         transport = self._transport
         if transport is None:
             return  # the client left; the command (if any) still committed or failed alone
@@ -271,23 +275,17 @@ class FrontDoor(asyncio.Protocol):
         self._site.connections.discard(self)
         self._site.counts.handed_over += 1
         self._transport = None
-        handler = self._site.aiohttp_handler()
         data = bytes(self._buf)
         self._buf.clear()
-        transport.set_protocol(handler)
-        handler.connection_made(transport)
-        if self._reading_paused:
-            transport.resume_reading()
-        if data:
-            handler.data_received(data)
+        self._site.hand_over(transport, data, resume=self._reading_paused)
 
     # -- the site's sweep --------------------------------------------------------------------
 
-    def expired(self, now_s: float) -> bool:
+    def expired(self, now_ms: int) -> bool:
         if self._busy:
             return False
-        limit = REQUEST_READ_TIMEOUT_S if self._buf else IDLE_TIMEOUT_S
-        return now_s - self._since_s > limit
+        limit_s = REQUEST_READ_TIMEOUT_S if self._buf else IDLE_TIMEOUT_S
+        return now_ms - self._since_ms > limit_s * 1000
 
     def close(self) -> None:
         """Close now if idle, else once the request in flight is answered."""
@@ -296,7 +294,7 @@ class FrontDoor(asyncio.Protocol):
             self._shut()
 
 
-class FrontDoorSite(web.BaseSite):
+class FrontDoorSite(HandOverSite):
     """aiohttp's TCPSite with the front door as each connection's first protocol. The
     runner's cleanup stops it like any site: no new connections, idle ones closed, those
     with a request in flight closed once it is answered (within the grace)."""
@@ -308,6 +306,7 @@ class FrontDoorSite(web.BaseSite):
         "_sweeper",
         "app",
         "body_bytes_max",
+        "clock",
         "connections",
         "counts",
         "loop",
@@ -323,6 +322,7 @@ class FrontDoorSite(web.BaseSite):
         body_bytes_max: int,
         ssl_context: ssl.SSLContext | None = None,
         grace_s: float = 5.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context)
         self._host = host
@@ -332,39 +332,31 @@ class FrontDoorSite(web.BaseSite):
         self.app = runner.app
         self.counts: FrontDoorCounts = self.app[NODE_KEY].metrics.front_door
         self.loop = asyncio.get_running_loop()
+        self.clock = clock
         self.connections: set[FrontDoor] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
-        scheme = "https" if self._ssl_context else "http"
+        scheme = "https" if self.ssl_context else "http"
         return f"{scheme}://{self._host}:{self._port} (front door)"
-
-    def aiohttp_handler(self) -> RequestHandler:
-        """A new aiohttp protocol for a connection handed over (what TCPSite would make)."""
-        server = self._runner.server
-        assert server is not None
-        return server()
 
     async def start(self) -> None:
         await super().start()
-        self._server = await self.loop.create_server(
-            lambda: FrontDoor(self),
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=True,
-        )
+        await self.listen(lambda: FrontDoor(self), self._host, self._port)
         self._sweeper = self.loop.create_task(self._sweep_forever())
 
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_PERIOD_S)
-            now_s = self.loop.time()
-            for conn in [c for c in self.connections if c.expired(now_s)]:
-                conn.close()
+            self.sweep()
+
+    def sweep(self) -> None:
+        """Close the connections idle or half-read past their limit, by the site's clock."""
+        now_ms = self.clock.monotonic_ms()
+        for conn in [c for c in self.connections if c.expired(now_ms)]:
+            conn.close()
 
     async def stop(self) -> None:
         if self._sweeper is not None:

@@ -102,6 +102,7 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
             body_bytes_max=config.body_bytes_max,
             ssl_context=ssl_context,
             grace_s=SHUTDOWN_GRACE_S,
+            clock=node.clock,
         )
     else:
         site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)

@@ -25,7 +25,7 @@ from shared.errors import ClientError
 from shared.ports import free_ports
 from testkit.cluster import Cluster
 from testkit.http import call
-from testkit.process import Proc, python_argv
+from testkit.process import Proc, checkout_env, python_argv
 from testkit.wait import wait_until
 from tests.tls import TlsFiles, make_tls
 from tests.unit.test_pipeline_worker import offline_settings
@@ -105,7 +105,7 @@ def test_leader_calls_a_tls_worker(cluster: Cluster, tls: TlsFiles) -> None:
     argv += ["--tls-key", str(tls.key), "--tls-ca", str(tls.ca)]
     for s in cluster.specs:
         argv += ["--coordinator", s.url]
-    proc = Proc(argv, cluster.root / "logs" / "tw.log")
+    proc = Proc(argv, cluster.root / "logs" / "tw.log", env=checkout_env())
     try:
 
         def online() -> Any:

@@ -51,11 +51,6 @@ ALLOW: dict[str, str] = {
     ),
 }
 
-# Readings in modules another change of the same issue converts; emptied when it lands.
-PENDING: dict[str, str] = {
-    "coordinator/service/front.py": "idle and request timers on the event loop's clock",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class Reading:
@@ -143,7 +138,7 @@ def product_readings() -> list[Reading]:
 
 
 def test_product_code_reads_time_only_through_a_clock() -> None:
-    stray = [r for r in product_readings() if r.path not in ALLOW and r.path not in PENDING]
+    stray = [r for r in product_readings() if r.path not in ALLOW]
     assert not stray, (
         "time read outside shared.clock.Clock (take a `clock: Clock` and call "
         "clock.monotonic_ms() / wall_ms(), or add the file to ALLOW with the reason):\n"
@@ -153,10 +148,9 @@ def test_product_code_reads_time_only_through_a_clock() -> None:
 
 def test_every_allowed_file_still_reads_the_time() -> None:
     reading = {r.path for r in product_readings()}
-    stale = sorted(path for path in (*ALLOW, *PENDING) if path not in reading)
-    assert not stale, f"no time reading left in {stale}: drop them from ALLOW / PENDING"
-    assert not ALLOW.keys() & PENDING.keys()
-    assert all(reason.strip() for reason in (*ALLOW.values(), *PENDING.values()))
+    stale = sorted(path for path in ALLOW if path not in reading)
+    assert not stale, f"no time reading left in {stale}: drop them from ALLOW"
+    assert all(reason.strip() for reason in ALLOW.values())
 
 
 # Each line that reads the time ends with "# R"; nothing else is a reading.

@@ -11,7 +11,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from coordinator.core.codec import (
     FORMAT_VERSION,
-    WIRE_STATUS_OF_CODE,
     decode_result,
     encode_command,
     encode_result,
@@ -54,6 +53,7 @@ from coordinator.core.model import (
     WorkerId,
     WorkerState,
 )
+from coordinator.core.result_codec import WIRE_STATUS_OF_CODE
 from coordinator.core.snapshot import decode_state, encode_state
 from tests.unit.test_core_codec import commands, json_like, request_ids
 

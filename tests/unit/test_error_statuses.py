@@ -17,8 +17,8 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from coordinator.client import _error
-from coordinator.core.codec import WIRE_STATUS_OF_CODE, decode_result, encode_result
 from coordinator.core.commands import REJECT_CODES, RejectCode, Rejected, rejected
+from coordinator.core.result_codec import WIRE_STATUS_OF_CODE, decode_result, encode_result
 from coordinator.service.http.answers import error_response, raise_rejected
 from coordinator.service.http.leader import LeaderRedirect
 from coordinator.service.http.request import PlainRequest
