@@ -28,9 +28,13 @@ from shared.errors import RequestError
 
 __all__ = [
     "AGGREGATIONS_MAX",
+    "FORMAT_KEYS",
     "LG_CONFIG_K_DEFAULT",
+    "LG_CONFIG_K_MAX",
+    "LG_CONFIG_K_MIN",
     "OUTPUT_NAME_CHARS_MAX",
     "SPEC_BYTES_MAX",
+    "TRANSFORM_FUNCTION_DEFAULT",
     "load_spec_file",
     "parse_spec",
 ]
@@ -48,6 +52,13 @@ _TOP_KEYS = frozenset({"format", "schema", "transform", "aggregations"})
 _SCHEMA_KEYS = frozenset({"ddl", "key"})
 _TRANSFORM_KEYS = frozenset({"source", "file", "function", "output"})
 _AGG_KEYS = frozenset({"name", "fn", "column", "lg_config_k"})
+# Every key of the format, as a refusal's field spells it (the reference lists each).
+FORMAT_KEYS = (
+    *sorted(_TOP_KEYS),
+    *(f"schema.{k}" for k in sorted(_SCHEMA_KEYS)),
+    *(f"transform.{k}" for k in sorted(_TRANSFORM_KEYS)),
+    *(f"aggregations[i].{k}" for k in sorted(_AGG_KEYS)),
+)
 _KEY_TYPES = frozenset({TypeKind.STRING, TypeKind.INT, TypeKind.BIGINT})
 # sum and mean are exact over integers and decimals only: floating-point addition is not
 # associative, so a DOUBLE's sum would depend on how the input was split into batches.
