@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["rows_ddl", "spec_rows", "transformed"]
+__all__ = ["pandas_runner", "rows_ddl", "spec_rows", "transformed"]
 
 OFFSET_DDL = "offset BIGINT"
 
@@ -28,9 +28,11 @@ def rows_ddl(schema: Schema) -> str:
     return f"{schema.ddl}, {OFFSET_DDL}"
 
 
-def _batches_runner(
+def pandas_runner(
     fn: TransformFn, columns: list[str]
 ) -> Any:  # Callable[[Iterator[pandas.DataFrame]], Iterator[pandas.DataFrame]]
+    """`fn` over each batch, its output cut to `columns` in that order (mapInPandas's shape)."""
+
     # A closure, so cloudpickle ships it to Spark's Python workers by value with the
     # transform it holds: they need not import this package, nor find the owner's code.
     def run(batches: Iterator[Any]) -> Iterator[Any]:
@@ -51,7 +53,7 @@ def transformed(df: DataFrame, spec: PipelineSpec) -> DataFrame:
     t = spec.transform
     fn = load_transform(t.source, t.function)
     columns = [*t.output.names, "offset"]
-    return df.mapInPandas(_batches_runner(fn, columns), schema=rows_ddl(t.output))
+    return df.mapInPandas(pandas_runner(fn, columns), schema=rows_ddl(t.output))
 
 
 def spec_rows(spark: SparkSession, spec: PipelineSpec, table: pa.Table) -> DataFrame:

@@ -118,7 +118,7 @@ def parse_spec(text: str, *, base_dir: Path | None = None) -> PipelineSpec:
         _refuse("spec", f"is not TOML: {exc}")
     _no_unknown_keys(doc, _TOP_KEYS, "")
     fmt = doc.get("format", FORMAT_VERSION)
-    if fmt != FORMAT_VERSION:
+    if type(fmt) is not int or fmt != FORMAT_VERSION:  # `true == 1` in Python: not a format
         _refuse("format", f"{fmt!r} is not a format this release reads ({FORMAT_VERSION})")
 
     schema_doc = _table(doc, "schema", "schema", required=True)
@@ -148,9 +148,9 @@ def load_spec_file(path: Path) -> PipelineSpec:
 def _transform(
     doc: Mapping[str, Any], schema: Schema, key_column: Column, base_dir: Path | None
 ) -> TransformSpec | None:
-    t = _table(doc, "transform", "transform", required=False)
-    if not t:
+    if "transform" not in doc:
         return None
+    t = _table(doc, "transform", "transform", required=True)
     _no_unknown_keys(t, _TRANSFORM_KEYS, "transform.")
     source = _string(t, "source", "transform.source", required=False)
     file = _string(t, "file", "transform.file", required=False)

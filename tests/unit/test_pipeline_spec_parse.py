@@ -209,3 +209,16 @@ def test_the_version_pins_the_transform_source_byte_for_byte() -> None:
     other_fn = parse_spec(transform_spec("def t(df):\n    return df", "t"))
     assert len({one.version, spaced.version, other_fn.version}) == 3
     assert parse_spec(transform_spec("def transform(df):\n    return df")).version == one.version
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("format = true\n" + BASE + agg("n", "count"), "format"),
+        (BASE + "[transform]\n" + agg("n", "count"), "transform"),
+        ('transform = "t.py"\n' + BASE + agg("n", "count"), "transform"),
+        ("aggregations = [1]\n" + BASE, "aggregations[0]"),
+    ],
+)
+def test_a_value_of_the_wrong_shape_is_refused(text: str, field: str) -> None:
+    assert refused(text).field == field
