@@ -2,9 +2,9 @@
 
 Two tools, because the faults differ in what they need:
 
-- `DiskFaults`: an ``LD_PRELOAD`` shim (diskfault.c, built here with gcc, cached by the hash
-  of its source) in the processes started with `env()`. For files under one directory it
-  fails fsync/fdatasync/msync(MS_SYNC) with ``EIO``, delays them by N ms, or fails
+- `DiskFaults`: an ``LD_PRELOAD`` shim (diskfault.c, built by testkit/faults/shim.py) in
+  the processes started with `env()`. For files under one directory it fails
+  fsync/fdatasync/msync(MS_SYNC) with ``EIO``, delays them by N ms, or fails
   write/pwrite/writev/ftruncate/(posix_)fallocate with ``ENOSPC``, as a small control file
   says; the test rewrites that file to turn faults on and off in a running process.
 - `small_tmpfs_argv`: a command run on a size-limited tmpfs mounted over its data directory in
@@ -31,58 +31,30 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from testkit.faults.shim import build as shim_build
+from testkit.faults.shim import preloaded
+
 __all__ = [
     "DiskFaultCounts",
     "DiskFaults",
-    "build_shim",
     "fill",
     "small_tmpfs_argv",
     "unfill",
 ]
 
 SOURCE = Path(__file__).with_name("diskfault.c")
-CACHE_DIR = Path(tempfile.gettempdir()) / "ripple-testkit-faults"
-COMPILE_TIMEOUT_S = 60.0
 FAULT_S_MAX = 3600.0
 SYNC_DELAY_MS_MAX = 60_000  # the shim clamps to the same bound
 PREFIX_ENV = "RIPPLE_DISKFAULT_PREFIX"
 CONTROL_ENV = "RIPPLE_DISKFAULT_CONTROL"
 BALLAST_NAME = ".ripple-ballast"
 FILL_CHUNK_BYTES = 1 << 20
-
-
-def build_shim(cache_dir: Path = CACHE_DIR) -> Path:
-    """The shim's shared object, compiled once per version of its source."""
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:16]
-    out = cache_dir / f"diskfault-{digest}.so"
-    if out.exists():
-        return out
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        raise RuntimeError("gcc is needed to build the disk fault shim (apt-get install gcc)")
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    # Built under a private name and renamed: test processes building at once never load a
-    # half-written object.
-    tmp = cache_dir / f"diskfault-{digest}.{os.getpid()}.so"
-    subprocess.run(
-        [gcc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(tmp), str(SOURCE), "-ldl"],
-        check=True,
-        capture_output=True,
-        timeout=COMPILE_TIMEOUT_S,
-    )
-    os.replace(tmp, out)
-    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,14 +74,13 @@ class DiskFaults:
     def __init__(self, prefix: Path, control: Path, *, shim: Path | None = None) -> None:
         self.prefix = prefix.resolve()
         self.control = control
-        self.shim = build_shim() if shim is None else shim
+        self.shim = shim_build(SOURCE) if shim is None else shim
         self.clear()
 
     def env(self) -> dict[str, str]:
         """Environment for a child: the shim preloaded, aimed at `prefix` and `control`."""
-        preload = " ".join(p for p in (str(self.shim), os.environ.get("LD_PRELOAD", "")) if p)
         return {
-            "LD_PRELOAD": preload,
+            "LD_PRELOAD": preloaded(self.shim),
             PREFIX_ENV: str(self.prefix),
             CONTROL_ENV: str(self.control),
         }

@@ -1,0 +1,48 @@
+"""The fault kit's LD_PRELOAD shims: built from their C source with gcc, cached by its hash.
+
+Owns building a shim and naming it in a child's ``LD_PRELOAD``. Invariant: a shim loaded is
+exactly the one its current source compiles to (the cache key is the source's hash, and an
+object is renamed into place only once complete, so concurrent builders never load half of one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["build", "preloaded"]
+
+CACHE_DIR = Path(tempfile.gettempdir()) / "ripple-testkit-faults"
+COMPILE_TIMEOUT_S = 60.0
+
+
+def build(source: Path, cache_dir: Path = CACHE_DIR) -> Path:
+    """The shared object `source` compiles to, built once per version of the source."""
+    text = source.read_bytes()
+    digest = hashlib.sha256(text).hexdigest()[:16]
+    out = cache_dir / f"{source.stem}-{digest}.so"
+    if out.exists():
+        return out
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise RuntimeError(f"gcc is needed to build {source.name} (apt-get install gcc)")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = cache_dir / f"{source.stem}-{digest}.{os.getpid()}.so"
+    argv = [gcc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(tmp), str(source)]
+    done = subprocess.run(
+        [*argv, "-ldl"], capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"gcc failed on {source.name}:\n{done.stderr[-4000:]}")
+    os.replace(tmp, out)
+    return out
+
+
+def preloaded(shim: Path, env: dict[str, str] | None = None) -> str:
+    """An ``LD_PRELOAD`` value with `shim` first, before what `env` (or this process) has."""
+    before = (os.environ if env is None else env).get("LD_PRELOAD", "")
+    return " ".join(p for p in (str(shim), before) if p)
