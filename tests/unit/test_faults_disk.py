@@ -5,8 +5,6 @@ so, in a process already running; the small tmpfs gives a child the kernel's own
 from __future__ import annotations
 
 import errno
-import select
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -16,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from testkit.faults.disk import DiskFaultCounts, DiskFaults, fill, small_tmpfs_argv, unfill
+from testkit.faults.line_child import LineChild
 from testkit.spark_cluster import unshare_available
 from testkit.wait import wait_until
 
-REPLY_TIMEOUT_S = 10.0
 DELAY_MS = 300
 TMPFS_BYTES = 1 << 20
 
@@ -63,37 +61,12 @@ for line in sys.stdin:
 """
 
 
-class Driver:
-    """A child process doing file operations on command, tracked by PID."""
-
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.popen = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
-        )
-
-    def do(self, op: str, path: Path) -> tuple[int, int]:
-        """(errno or 0, elapsed ms) of `op` on `path` in the child."""
-        assert self.popen.stdin is not None and self.popen.stdout is not None
-        self.popen.stdin.write(f"{op} {path}\n")
-        self.popen.stdin.flush()
-        ready, _, _ = select.select([self.popen.stdout], [], [], REPLY_TIMEOUT_S)
-        assert ready, f"no answer to {op} {path} within {REPLY_TIMEOUT_S} s"
-        words = self.popen.stdout.readline().split()
-        assert words, f"the driver exited (rc {self.popen.poll()})"
-        if words[0] == "ok":
-            return 0, int(words[1])
-        return int(words[1]), int(words[2])
-
-    def stop(self) -> None:
-        if self.popen.stdin is not None:
-            self.popen.stdin.close()
-        try:
-            self.popen.wait(REPLY_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()  # by its PID
-            self.popen.wait(REPLY_TIMEOUT_S)
-        if self.popen.stdout is not None:
-            self.popen.stdout.close()
+def do(child: LineChild, op: str, path: Path) -> tuple[int, int]:
+    """(errno or 0, elapsed ms) of `op` on `path` in the child."""
+    words = child.ask(f"{op} {path}").split()
+    if words[0] == "ok":
+        return 0, int(words[1])
+    return int(words[1]), int(words[2])
 
 
 @pytest.fixture
@@ -104,10 +77,8 @@ def disk(tmp_path: Path) -> DiskFaults:
 
 
 @pytest.fixture
-def child(disk: DiskFaults) -> Iterator[Driver]:
-    import os
-
-    d = Driver([sys.executable, "-c", DRIVER], env={**os.environ, **disk.env()})
+def child(disk: DiskFaults) -> Iterator[LineChild]:
+    d = LineChild([sys.executable, "-c", DRIVER], env=disk.env())
     try:
         yield d
     finally:
@@ -120,13 +91,13 @@ class Node:
     beside it, outside."""
 
     disk: DiskFaults
-    child: Driver
+    child: LineChild
     inside: Path
     outside: Path
 
 
 @pytest.fixture
-def node(disk: DiskFaults, child: Driver, tmp_path: Path) -> Node:
+def node(disk: DiskFaults, child: LineChild, tmp_path: Path) -> Node:
     return Node(disk, child, tmp_path / "node" / "f", tmp_path / "other" / "f")
 
 
@@ -135,33 +106,33 @@ WRITES = ("write", "ftruncate", "fallocate")
 
 
 def test_no_fault_unless_the_control_file_says_so(
-    disk: DiskFaults, child: Driver, tmp_path: Path
+    disk: DiskFaults, child: LineChild, tmp_path: Path
 ) -> None:
     for op in SYNCS + WRITES:
-        assert child.do(op, tmp_path / "node" / op)[0] == 0, op
+        assert do(child, op, tmp_path / "node" / op)[0] == 0, op
     assert disk.counts() == DiskFaultCounts()
 
 
 def test_sync_eio_under_the_prefix_only_and_off_again(node: Node) -> None:
     disk, child, inside, outside = node.disk, node.child, node.inside, node.outside
-    assert child.do("write", inside)[0] == 0
+    assert do(child, "write", inside)[0] == 0
     disk.set(duration_s=60, sync_eio=True)
     for op in SYNCS:
-        assert child.do(op, inside)[0] == errno.EIO, op
-        assert child.do(op, outside)[0] == 0, op
-    assert child.do("write", inside)[0] == 0  # a sync fault leaves writes alone
+        assert do(child, op, inside)[0] == errno.EIO, op
+        assert do(child, op, outside)[0] == 0, op
+    assert do(child, "write", inside)[0] == 0  # a sync fault leaves writes alone
     disk.clear()
     for op in SYNCS:
-        assert child.do(op, inside)[0] == 0, op
+        assert do(child, op, inside)[0] == 0, op
     assert disk.counts() == DiskFaultCounts(sync_eio=len(SYNCS))
 
 
 def test_sync_delay_slows_syncs_under_the_prefix(node: Node) -> None:
     disk, child, inside, outside = node.disk, node.child, node.inside, node.outside
     with disk.faults(duration_s=60, sync_delay_ms=DELAY_MS):
-        slowed = {op: child.do(op, inside) for op in SYNCS}
-        beside = child.do("fsync", outside)
-    after = child.do("fsync", inside)
+        slowed = {op: do(child, op, inside) for op in SYNCS}
+        beside = do(child, "fsync", outside)
+    after = do(child, "fsync", inside)
     assert all(rc == 0 and ms >= DELAY_MS for rc, ms in slowed.values()), slowed
     assert beside[0] == 0 and beside[1] < DELAY_MS
     assert after[0] == 0 and after[1] < DELAY_MS
@@ -171,19 +142,19 @@ def test_sync_delay_slows_syncs_under_the_prefix(node: Node) -> None:
 def test_write_enospc_under_the_prefix_only(node: Node) -> None:
     disk, child, inside, outside = node.disk, node.child, node.inside, node.outside
     with disk.faults(duration_s=60, write_enospc=True):
-        assert [child.do(op, inside)[0] for op in WRITES] == [errno.ENOSPC] * len(WRITES)
-        assert [child.do(op, outside)[0] for op in WRITES] == [0] * len(WRITES)
-        assert child.do("fsync", inside)[0] == 0  # a write fault leaves syncs alone
-    assert [child.do(op, inside)[0] for op in WRITES] == [0] * len(WRITES)
+        assert [do(child, op, inside)[0] for op in WRITES] == [errno.ENOSPC] * len(WRITES)
+        assert [do(child, op, outside)[0] for op in WRITES] == [0] * len(WRITES)
+        assert do(child, "fsync", inside)[0] == 0  # a write fault leaves syncs alone
+    assert [do(child, op, inside)[0] for op in WRITES] == [0] * len(WRITES)
     assert disk.counts() == DiskFaultCounts(write_enospc=len(WRITES))
 
 
-def test_a_fault_ends_by_itself(disk: DiskFaults, child: Driver, tmp_path: Path) -> None:
+def test_a_fault_ends_by_itself(disk: DiskFaults, child: LineChild, tmp_path: Path) -> None:
     inside = tmp_path / "node" / "journal"
     began = time.monotonic()
     disk.set(duration_s=0.5, sync_eio=True)
-    assert child.do("fsync", inside)[0] == errno.EIO
-    wait_until(lambda: child.do("fsync", inside)[0] == 0, "the fault's end", 5.0, 0.05)
+    assert do(child, "fsync", inside)[0] == errno.EIO
+    wait_until(lambda: do(child, "fsync", inside)[0] == 0, "the fault's end", 5.0, 0.05)
     assert time.monotonic() - began >= 0.5
 
 
@@ -203,16 +174,16 @@ def test_small_tmpfs_gives_a_real_enospc(tmp_path: Path) -> None:
         pytest.skip(why)
     data = tmp_path / "data"
     data.mkdir()
-    d = Driver(small_tmpfs_argv(data, TMPFS_BYTES, [sys.executable, "-c", DRIVER]))
+    d = LineChild(small_tmpfs_argv(data, TMPFS_BYTES, [sys.executable, "-c", DRIVER]))
     try:
-        assert d.do("write", data / "a")[0] == 0
+        assert do(d, "write", data / "a")[0] == 0
         # The mount is the child's alone: this process still sees the empty directory.
         assert list(data.iterdir()) == []
-        written = fill(d.popen.pid, data)
+        written = fill(d.pid, data)
         assert 0 < written <= TMPFS_BYTES
-        assert d.do("write", data / "a")[0] == errno.ENOSPC
-        assert d.do("write", tmp_path / "outside")[0] == 0
-        unfill(d.popen.pid, data)
-        assert d.do("write", data / "a")[0] == 0
+        assert do(d, "write", data / "a")[0] == errno.ENOSPC
+        assert do(d, "write", tmp_path / "outside")[0] == 0
+        unfill(d.pid, data)
+        assert do(d, "write", data / "a")[0] == 0
     finally:
         d.stop()
