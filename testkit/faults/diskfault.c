@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "control_file.h"
+
 #define CONTROL_BYTES_MAX 512
 #define MAPS_LINE_MAX 4096
 #define SYNC_DELAY_MS_MAX 60000
@@ -48,9 +50,7 @@ struct control {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct control current;
-static ino_t seen_ino;
-static off_t seen_size = -1;
-static struct timespec seen_mtime;
+static struct control_seen seen = CONTROL_SEEN_NONE;
 static unsigned long count_sync_eio, count_sync_delay, count_write_enospc;
 
 static long long monotonic_ms(void) {
@@ -92,27 +92,9 @@ static struct control load(void) {
     memset(&none, 0, sizeof(none));
     const char *path = getenv("RIPPLE_DISKFAULT_CONTROL");
     if (path == NULL) return none;
-    struct stat st;
+    char text[CONTROL_BYTES_MAX + 1];
     pthread_mutex_lock(&lock);
-    if (stat(path, &st) != 0) {
-        memset(&current, 0, sizeof(current));
-        seen_size = -1;
-    } else if (st.st_ino != seen_ino || st.st_size != seen_size ||
-               st.st_mtim.tv_sec != seen_mtime.tv_sec ||
-               st.st_mtim.tv_nsec != seen_mtime.tv_nsec) {
-        char text[CONTROL_BYTES_MAX + 1];
-        ssize_t n = -1;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            n = read(fd, text, CONTROL_BYTES_MAX);
-            close(fd);
-        }
-        text[n > 0 ? n : 0] = '\0';
-        parse(text, &current);
-        seen_ino = st.st_ino;
-        seen_size = st.st_size;
-        seen_mtime = st.st_mtim;
-    }
+    if (control_file_read(path, &seen, text, sizeof(text))) parse(text, &current);
     struct control c = current;
     pthread_mutex_unlock(&lock);
     if (c.until_ms != 0 && monotonic_ms() >= c.until_ms) return none;

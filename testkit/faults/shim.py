@@ -21,9 +21,12 @@ COMPILE_TIMEOUT_S = 60.0
 
 
 def build(source: Path, cache_dir: Path = CACHE_DIR) -> Path:
-    """The shared object `source` compiles to, built once per version of the source."""
-    text = source.read_bytes()
-    digest = hashlib.sha256(text).hexdigest()[:16]
+    """The shared object `source` compiles to, built once per version of the source and of
+    the headers beside it (which it may include)."""
+    digest_of = hashlib.sha256(source.read_bytes())
+    for header in sorted(source.parent.glob("*.h")):
+        digest_of.update(header.name.encode() + b"\0" + header.read_bytes())
+    digest = digest_of.hexdigest()[:16]
     out = cache_dir / f"{source.stem}-{digest}.so"
     if out.exists():
         return out

@@ -19,14 +19,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "control_file.h"
+
 #define CONTROL_BYTES_MAX 128
 #define NS_PER_S 1000000000LL
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static long long offset_ns;
-static ino_t seen_ino;
-static off_t seen_size = -1;
-static struct timespec seen_mtime;
+static struct control_seen seen = CONTROL_SEEN_NONE;
 
 typedef int (*clock_gettime_fn)(clockid_t, struct timespec *);
 
@@ -43,27 +43,11 @@ static clock_gettime_fn real_clock_gettime(void) {
 static long long current_offset_ns(void) {
     const char *path = getenv("RIPPLE_WALLCLOCK_CONTROL");
     if (path == NULL) return 0;
-    struct stat st;
+    char text[CONTROL_BYTES_MAX + 1];
     pthread_mutex_lock(&lock);
-    if (stat(path, &st) != 0) {
-        offset_ns = 0;
-        seen_size = -1;
-    } else if (st.st_ino != seen_ino || st.st_size != seen_size ||
-               st.st_mtim.tv_sec != seen_mtime.tv_sec ||
-               st.st_mtim.tv_nsec != seen_mtime.tv_nsec) {
-        char text[CONTROL_BYTES_MAX + 1];
-        ssize_t n = -1;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            n = read(fd, text, CONTROL_BYTES_MAX);
-            close(fd);
-        }
-        text[n > 0 ? n : 0] = '\0';
+    if (control_file_read(path, &seen, text, sizeof(text))) {
         const char *at = strstr(text, "offset_ns=");
         offset_ns = at ? strtoll(at + 10, NULL, 10) : 0;
-        seen_ino = st.st_ino;
-        seen_size = st.st_size;
-        seen_mtime = st.st_mtim;
     }
     long long off = offset_ns;
     pthread_mutex_unlock(&lock);

@@ -33,3 +33,12 @@ def test_a_compile_error_names_itself(tmp_path: Path) -> None:
 def test_preloaded_goes_first() -> None:
     assert preloaded(Path("/a.so"), {"LD_PRELOAD": "/b.so"}) == "/a.so /b.so"
     assert preloaded(Path("/a.so"), {}) == "/a.so"
+
+
+def test_a_header_change_rebuilds(tmp_path: Path) -> None:
+    (tmp_path / "value.h").write_text("#define VALUE 1\n")
+    source = tmp_path / "probe.c"
+    source.write_text('#include "value.h"\nint probe(void) { return VALUE; }\n')
+    first = build(source, tmp_path / "cache")
+    (tmp_path / "value.h").write_text("#define VALUE 2\n")
+    assert build(source, tmp_path / "cache") != first
