@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
+from testkit.faults.threads import Threads
+
 __all__ = ["OUTAGE_FAULTS", "Fault", "S3FaultProxy", "Window"]
 
 BODY_BYTES_MAX = 64 * 1024 * 1024
@@ -53,7 +55,6 @@ UPSTREAM_TIMEOUT_S = 15.0
 # An idle keep-alive connection from a client ends after this; boto3 simply reconnects.
 CLIENT_IDLE_TIMEOUT_S = 30.0
 POLL_S = 0.05
-JOIN_TIMEOUT_S = 5.0
 LISTEN_SWITCH_TIMEOUT_S = 2.0
 WINDOW_S_MAX = 3600.0
 HOLD_S_MAX = 120.0
@@ -166,7 +167,8 @@ class S3FaultProxy:
         self._upstream_errors = 0
         self._stop = threading.Event()
         self._conns: set[socket.socket] = set()
-        self._threads: list[threading.Thread] = []
+        self._threads = Threads("s3-fault-proxy")
+        self._started = False
         self._listener: socket.socket | None = socket.create_server(
             ("127.0.0.1", 0), backlog=LISTEN_BACKLOG
         )
@@ -175,14 +177,19 @@ class S3FaultProxy:
         self._listening.set()
         self.port = int(self._listener.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
-        self._accept_thread = threading.Thread(
-            target=self._accept_loop, name=f"s3-fault-proxy-{self.port}", daemon=True
-        )
 
     # -- control -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._accept_thread.start()
+        self._threads.start(self._accept_loop)
+        self._started = True
+
+    def __enter__(self) -> S3FaultProxy:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def schedule(self, windows: Sequence[Window]) -> None:
         """Add `windows`, their times counted from now. Returns once an unreachable window
@@ -191,7 +198,7 @@ class S3FaultProxy:
         added = [_Scheduled(w, now + w.start_s, now + w.end_s) for w in windows]
         with self._lock:
             self._windows.extend(added)
-        if self._unreachable(time.monotonic()) and self._accept_thread.is_alive():
+        if self._started and self._unreachable(time.monotonic()):
             deadline = time.monotonic() + LISTEN_SWITCH_TIMEOUT_S
             while self._listening.is_set() and time.monotonic() < deadline:
                 time.sleep(POLL_S / 5)
@@ -253,17 +260,12 @@ class S3FaultProxy:
         return self._listening.is_set()
 
     def close(self) -> None:
-        self._stop.set()
+        self._stop.set()  # the accept loop and every held request see it within POLL_S
         self.clear()
-        if self._accept_thread.is_alive():
-            self._accept_thread.join(JOIN_TIMEOUT_S)
-        elif self._listener is not None:
-            self._listener.close()
         self._reset_connections()
-        with self._lock:
-            threads = list(self._threads)
-        for t in threads:
-            t.join(JOIN_TIMEOUT_S)
+        self._threads.join()
+        if self._listener is not None:  # never started: no accept loop closed it
+            self._listener.close()
 
     # -- the accept loop (owns the listening socket) ------------------------------------------
 
@@ -314,11 +316,9 @@ class S3FaultProxy:
         # Headers and body leave in two writes: without this, Nagle's algorithm holds the
         # body for the client's delayed ACK (40 ms a request).
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
         with self._lock:
             self._conns.add(conn)
-            self._threads = [x for x in self._threads if x.is_alive()] + [t]
-        t.start()
+        self._threads.start(self._serve, conn)
 
     def _serve(self, conn: socket.socket) -> None:
         try:

@@ -29,12 +29,8 @@ READ_TIMEOUT_S = 0.5
 
 @pytest.fixture
 def proxy(moto_endpoint: str) -> Iterator[S3FaultProxy]:
-    p = S3FaultProxy(moto_endpoint, seed=SEED)
-    p.start()
-    try:
+    with S3FaultProxy(moto_endpoint, seed=SEED) as p:
         yield p
-    finally:
-        p.close()
 
 
 @pytest.fixture
@@ -106,9 +102,7 @@ def test_same_seed_hits_the_same_requests(moto_endpoint: str, s3_bucket: tuple[A
     direct.put_object(Bucket=bucket, Key="k", Body=b"v")
     runs = []
     for _ in range(2):
-        p = S3FaultProxy(moto_endpoint, seed=SEED)
-        p.start()
-        try:
+        with S3FaultProxy(moto_endpoint, seed=SEED) as p:
             via = client(p.url)
             p.inject(Fault.SLOW_DOWN, duration_s=60, rate=0.5)
             pattern = []
@@ -119,8 +113,6 @@ def test_same_seed_hits_the_same_requests(moto_endpoint: str, s3_bucket: tuple[A
                 except ClientError:
                     pattern.append(False)
             runs.append(pattern)
-        finally:
-            p.close()
     assert runs[0] == runs[1] and True in runs[0] and False in runs[0]
 
 
