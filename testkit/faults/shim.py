@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["build", "preloaded"]
+__all__ = ["build", "merged_env", "preloaded"]
 
 CACHE_DIR = Path(tempfile.gettempdir()) / "ripple-testkit-faults"
 COMPILE_TIMEOUT_S = 60.0
@@ -49,3 +49,16 @@ def preloaded(shim: Path, env: dict[str, str] | None = None) -> str:
     """An ``LD_PRELOAD`` value with `shim` first, before what `env` (or this process) has."""
     before = (os.environ if env is None else env).get("LD_PRELOAD", "")
     return " ".join(p for p in (str(shim), before) if p)
+
+
+def merged_env(*envs: dict[str, str]) -> dict[str, str]:
+    """The fault environments `envs` for one child: later values win, except that every
+    shim named in an ``LD_PRELOAD`` is kept (once, in order)."""
+    out: dict[str, str] = {}
+    shims: list[str] = []
+    for env in envs:
+        out.update(env)
+        shims += [s for s in env.get("LD_PRELOAD", "").split() if s not in shims]
+    if shims:
+        out["LD_PRELOAD"] = " ".join(shims)
+    return out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.faults.shim import build, preloaded
+from testkit.faults.shim import build, merged_env, preloaded
 
 
 def test_built_once_per_source_version(tmp_path: Path) -> None:
@@ -42,3 +42,13 @@ def test_a_header_change_rebuilds(tmp_path: Path) -> None:
     first = build(source, tmp_path / "cache")
     (tmp_path / "value.h").write_text("#define VALUE 2\n")
     assert build(source, tmp_path / "cache") != first
+
+
+def test_merged_env_keeps_every_shim() -> None:
+    disk = {"LD_PRELOAD": "/d.so /base.so", "DISK": "1"}
+    clock = {"LD_PRELOAD": "/c.so /base.so", "CLOCK": "2"}
+    assert merged_env(disk, clock) == {
+        "LD_PRELOAD": "/d.so /base.so /c.so",
+        "DISK": "1",
+        "CLOCK": "2",
+    }
