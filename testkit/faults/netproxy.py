@@ -17,6 +17,9 @@ a direction (`LinkFaults`) apply to every connection, current and future, from t
   connections are accepted as usual. When the blackhole is lifted, every connection that lost
   bytes is closed (its stream has a hole) and the peers reconnect, as after a real partition.
 
+With an `identify` function the proxy names the peer of each connection it accepts, and
+faults can be set per peer (testkit/faults/raft_links.py names coordinators this way).
+
 Which chunk is lost is drawn from one `random.Random` whose seed is printed and kept in
 `seed`. Invariants: bytes that are forwarded arrive whole and in order; every wait is bounded
 (sockets have timeouts, loops wake every ``POLL_S``, a direction buffers at most
@@ -33,12 +36,13 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from testkit.faults.threads import Threads
 
-__all__ = ["Direction", "LinkFaults", "TcpFaultProxy"]
+__all__ = ["HEALTHY", "Direction", "Identify", "LinkFaults", "TcpFaultProxy"]
 
 Direction = Literal["up", "down"]
 DIRECTIONS: tuple[Direction, ...] = ("up", "down")
@@ -91,6 +95,7 @@ class _Line:
 @dataclass(eq=False)
 class _Pipe:
     lines: tuple[_Line, _Line]
+    peer: str | None
     closed: threading.Event = field(default_factory=threading.Event)
 
     def close(self) -> None:
@@ -102,24 +107,39 @@ class _Pipe:
                 line.ready.notify_all()
 
 
+# Who is at the other end of an accepted connection (a name, or None: not known, refused).
+Identify = Callable[[socket.socket], str | None]
+
+
 class TcpFaultProxy:
-    """Listen on 127.0.0.1 (a free port, or `listen_port`) and forward to `target`."""
+    """Listen on `listen` (127.0.0.1 on a free port by default) and forward to `target`.
+
+    With `identify`, each accepted connection is first named by its peer (a connection it
+    cannot name is closed and counted in `unidentified`), and faults can be set per peer:
+    a fault set for a peer overrides the one set for every peer, in its direction."""
 
     def __init__(
-        self, target: tuple[str, int], *, listen_port: int = 0, seed: int | None = None
+        self,
+        target: tuple[str, int],
+        *,
+        listen: tuple[str, int] = ("127.0.0.1", 0),
+        seed: int | None = None,
+        identify: Identify | None = None,
     ) -> None:
         self.target = target
+        self.identify = identify
+        self.unidentified = 0
         self.seed = random.SystemRandom().randrange(2**32) if seed is None else seed
         print(f"tcp fault proxy seed={self.seed}", file=sys.stderr)
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
-        self._faults: dict[Direction, LinkFaults] = dict.fromkeys(DIRECTIONS, HEALTHY)
+        self._faults: dict[tuple[Direction, str | None], LinkFaults] = {}
         self._pipes: set[_Pipe] = set()
         self._threads = Threads("tcp-fault-proxy")
         self._stop = threading.Event()
         self._losses = dict.fromkeys(DIRECTIONS, 0)
         self._dropped_bytes = 0
-        self._listener = socket.create_server(("127.0.0.1", listen_port))
+        self._listener = socket.create_server(listen)
         self._listener.settimeout(POLL_S)
         self.port = int(self._listener.getsockname()[1])
 
@@ -135,28 +155,40 @@ class TcpFaultProxy:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def set(self, direction: Direction, faults: LinkFaults) -> None:
-        """`faults` on `direction` from its next chunk on; lifting a blackhole closes every
-        connection that lost bytes to it."""
+    def set(self, direction: Direction, faults: LinkFaults, *, peer: str | None = None) -> None:
+        """`faults` on `direction` (of `peer`'s connections, or of all) from the next chunk
+        on. Where no blackhole is left, connections that lost bytes to one are closed."""
         with self._lock:
-            lifted = self._faults[direction].blackhole and not faults.blackhole
-            self._faults[direction] = faults
+            self._faults[(direction, peer)] = faults
+        self._close_holed()
+
+    def heal(self) -> None:
+        """Every direction of every peer healthy again; holed connections closed."""
+        with self._lock:
+            self._faults.clear()
+        self._close_holed()
+
+    def faults(self, direction: Direction, peer: str | None = None) -> LinkFaults:
+        """What `direction` of `peer`'s connections does now."""
+        with self._lock:
+            return self._faults_of(direction, peer)
+
+    def _faults_of(self, direction: Direction, peer: str | None) -> LinkFaults:
+        got = self._faults.get((direction, peer)) if peer is not None else None
+        return got or self._faults.get((direction, None), HEALTHY)
+
+    def _close_holed(self) -> None:
+        with self._lock:
             holed = [
                 p
                 for p in self._pipes
-                if lifted and any(ln.direction == direction and ln.dropped_bytes for ln in p.lines)
+                if any(
+                    ln.dropped_bytes and not self._faults_of(ln.direction, p.peer).blackhole
+                    for ln in p.lines
+                )
             ]
         for p in holed:
             p.close()
-
-    def heal(self) -> None:
-        """Both directions healthy again."""
-        for d in DIRECTIONS:
-            self.set(d, HEALTHY)
-
-    def faults(self, direction: Direction) -> LinkFaults:
-        with self._lock:
-            return self._faults[direction]
 
     def losses(self) -> dict[Direction, int]:
         """Chunks held back as lost, per direction."""
@@ -192,6 +224,14 @@ class TcpFaultProxy:
             self._listener.close()
 
     def _connect(self, conn: socket.socket) -> None:
+        peer = None
+        if self.identify is not None:
+            peer = self.identify(conn)
+            if peer is None:
+                with self._lock:
+                    self.unidentified += 1
+                conn.close()
+                return
         try:
             upstream = socket.create_connection(self.target, timeout=CONNECT_TIMEOUT_S)
         except OSError:
@@ -200,7 +240,7 @@ class TcpFaultProxy:
         for s in (conn, upstream):
             s.settimeout(SEND_TIMEOUT_S)
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        pipe = _Pipe((_Line("up", conn, upstream), _Line("down", upstream, conn)))
+        pipe = _Pipe((_Line("up", conn, upstream), _Line("down", upstream, conn)), peer)
         with self._lock:
             self._pipes.add(pipe)
         for line in pipe.lines:
@@ -232,7 +272,7 @@ class TcpFaultProxy:
                 if not ready:
                     continue
                 data = line.src.recv(CHUNK_BYTES)
-                faults = self.faults(line.direction)
+                faults = self.faults(line.direction, pipe.peer)
                 if data and faults.blackhole:
                     line.dropped_bytes += len(data)
                     with self._lock:

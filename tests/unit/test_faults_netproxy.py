@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.faults.netproxy import LinkFaults, TcpFaultProxy
+from testkit.faults.netproxy import HEALTHY, LinkFaults, TcpFaultProxy
 
 SEED = 39
 DELAY_S = 0.15
@@ -23,8 +23,12 @@ SILENCE_S = 0.5
 class Link:
     """A client connected through the proxy and the server's end of that connection."""
 
-    def __init__(self, proxy: TcpFaultProxy, server: socket.socket) -> None:
-        self.client = socket.create_connection(("127.0.0.1", proxy.port), timeout=IO_TIMEOUT_S)
+    def __init__(
+        self, proxy: TcpFaultProxy, server: socket.socket, client: socket.socket | None = None
+    ) -> None:
+        self.client = client or socket.socket()
+        self.client.settimeout(IO_TIMEOUT_S)
+        self.client.connect(("127.0.0.1", proxy.port))
         self.client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server, _ = server.accept()
         self.server.settimeout(IO_TIMEOUT_S)
@@ -142,3 +146,43 @@ def test_a_half_close_passes_on_and_the_other_way_still_flows(link: Link) -> Non
     link.client.shutdown(socket.SHUT_WR)
     assert link.server.recv(1) == b""
     assert one_way_s(link.server, link.client, b"after") < FAST_S
+
+
+def test_faults_per_peer(server: socket.socket) -> None:
+    """Connections named by their peer (here: by the client's local port) take that peer's
+    faults; an unnamed one is refused."""
+    names: dict[int, str] = {}
+
+    def identify(conn: socket.socket) -> str | None:
+        return names.get(conn.getpeername()[1])
+
+    def dial(name: str | None) -> Link:
+        # The name is known before the proxy asks: the client binds its port first.
+        client = socket.socket()
+        client.bind(("127.0.0.1", 0))
+        if name is not None:
+            names[client.getsockname()[1]] = name
+        return Link(proxy, server, client)
+
+    with TcpFaultProxy(("127.0.0.1", server.getsockname()[1]), identify=identify) as proxy:
+        proxy.set("up", LinkFaults(delay_s=DELAY_S))
+        proxy.set("up", LinkFaults(blackhole=True), peer="a")
+        a, b = dial("a"), dial("b")
+        try:
+            a.client.sendall(b"x")
+            assert one_way_s(b.client, b.server) >= DELAY_S  # b: the all-peers fault
+            assert one_way_s(a.server, a.client) < FAST_S  # a: only its way up is cut
+            assert proxy.dropped_bytes() == 1
+            proxy.set("up", HEALTHY, peer="a")  # a now takes the all-peers fault
+            a.client.settimeout(IO_TIMEOUT_S)
+            with pytest.raises((EOFError, ConnectionResetError)):
+                recv_exactly(a.client, 1)  # its holed stream was closed
+        finally:
+            a.close()
+            b.close()
+        stranger = socket.create_connection(("127.0.0.1", proxy.port), timeout=IO_TIMEOUT_S)
+        try:
+            assert stranger.recv(1) == b""
+        finally:
+            stranger.close()
+        assert proxy.unidentified == 1
