@@ -44,6 +44,12 @@ The network (`netproxy.TcpFaultProxy`): a forwarder in front of a TCP port, each
         link.set("down", LinkFaults(blackhole=True))          # one-way partition
         link.heal()                                           # holed streams are closed
 
+Between coordinators (`raft_links.RaftLinks`): one such forwarder in front of every node's Raft
+port (a cluster started with ``raft_bind=True``), faults per ordered pair of nodes, whoever
+dialed: ``links.set_all(LinkFaults(delay_s=0.15, loss=0.05))``, ``links.isolate_outbound(
+leader)`` (nobody hears it, it hears everyone), ``links.cut_one_way(a, b)``, ``links.isolate(
+node)``, ``links.heal()``.
+
 One process under both shims: ``env=merged_env(disk.env(), clock.env())`` (`shim.merged_env`
 keeps both in ``LD_PRELOAD``). The shims (diskfault.c, wallclock.c) are C, built with gcc at
 first use and cached by the hash of their source (`shim.build`); `line_child.LineChild` is the
