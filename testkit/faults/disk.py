@@ -149,14 +149,17 @@ class DiskFaults:
 
 
 def small_tmpfs_argv(data_dir: Path, size_bytes: int, argv: list[str]) -> list[str]:
-    """`argv` run with a tmpfs of `size_bytes` mounted on `data_dir`, seen by it alone.
+    """`argv` run with a tmpfs of `size_bytes` mounted on `data_dir` (made if missing), seen
+    by it alone.
 
     unshare execs without forking, so the returned command keeps one PID from start to end
     (the one a `Proc` tracks). The mount goes when the process's namespace does: whatever the
     node wrote there lives only as long as it runs."""
     if size_bytes < 4096:
         raise ValueError(f"a tmpfs smaller than a page cannot hold a file: {size_bytes}")
-    mount = 'mount -t tmpfs -o size="$1" ripple-small-disk "$0" && shift && exec "$@"'
+    mount = (
+        'mkdir -p "$0" && mount -t tmpfs -o size="$1" ripple-small-disk "$0" && shift && exec "$@"'
+    )
     return [
         "unshare", "--mount", "--propagation", "private", "sh", "-c", mount,
         str(data_dir), str(size_bytes), *argv,

@@ -172,8 +172,7 @@ def test_small_tmpfs_gives_a_real_enospc(tmp_path: Path) -> None:
     why = unshare_available()
     if why is not None:
         pytest.skip(why)
-    data = tmp_path / "data"
-    data.mkdir()
+    data = tmp_path / "data"  # made by the command, as a node makes its data directory
     d = LineChild(small_tmpfs_argv(data, TMPFS_BYTES, [sys.executable, "-c", DRIVER]))
     try:
         assert do(d, "write", data / "a")[0] == 0
