@@ -197,7 +197,8 @@ class S3FaultProxy:
         now = time.monotonic()
         added = [_Scheduled(w, now + w.start_s, now + w.end_s) for w in windows]
         with self._lock:
-            self._windows.extend(added)
+            # Ended windows go, so a long soak's requests do not scan its whole history.
+            self._windows = [s for s in self._windows if s.end > now] + added
         if self._started and self._unreachable(time.monotonic()):
             deadline = time.monotonic() + LISTEN_SWITCH_TIMEOUT_S
             while self._listening.is_set() and time.monotonic() < deadline:

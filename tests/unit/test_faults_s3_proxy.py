@@ -193,3 +193,11 @@ def test_windows_are_bounded() -> None:
         Window(fault=Fault.LATENCY, start_s=0, end_s=1)
     with pytest.raises(ValueError):
         Window(fault=Fault.SLOW_DOWN, start_s=2, end_s=1)
+
+
+def test_ended_windows_are_dropped(proxy: S3FaultProxy) -> None:
+    # Internal, on purpose: what is kept is what every request scans.
+    proxy.inject(Fault.SLOW_DOWN, duration_s=0.05)
+    wait_until(lambda: proxy._windows[0].end <= time.monotonic(), "the window's end", 5.0)
+    proxy.inject(Fault.INTERNAL_ERROR, duration_s=60)
+    assert [s.window.fault for s in proxy._windows] == [Fault.INTERNAL_ERROR]
