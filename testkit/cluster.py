@@ -56,7 +56,7 @@ class Cluster(NodeCluster):
         self, root: Path, *, nodes: int = 3, raft_bind: bool = False, **settings: Any
     ) -> None:
         """`raft_bind`: every node listens for Raft on a port of its own, distinct from
-        the `raft` address its peers dial (where tests.chaos.netproxy puts a forwarder)."""
+        the `raft` address its peers dial (where testkit.faults.raft_links puts a forwarder)."""
         ports = free_ports(3 * nodes)
         specs = tuple(
             NodeSpec(

@@ -25,11 +25,11 @@ from typing import Any
 
 from testkit.background import Background
 from testkit.cluster import Cluster
+from testkit.faults.raft_links import RaftLinks
 from testkit.http import Reply, call
 from testkit.scripted_workers import ScriptedWorkers
 from testkit.wait import wait_until
 from tests.chaos.history import History, check_epochs, check_history
-from tests.chaos.netproxy import RaftLinks
 
 CHAOS_SETTINGS: dict[str, Any] = {
     "total_partitions": 12,

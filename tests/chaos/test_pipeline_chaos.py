@@ -2,8 +2,8 @@
 checkpoint-store outage ends equal, key for key, to one Spark batch job over its input.
 
 Real parts only: three coordinator processes, `ripple worker` processes on the session's
-Spark Connect server, moto's S3 server. Workers reach the store through a StoreOutageProxy
-(tests/chaos/store_fault.py) the test turns off and on; the producer and the oracle reach
+Spark Connect server, moto's S3 server. Workers reach the store through an S3FaultProxy
+(testkit/faults/s3_proxy.py) the test turns off and on; the producer and the oracle reach
 the server directly, so the outage hits exactly the workers' checkpoints, loads and reads.
 
 While a producer keeps appending, a fixed seed orders and times the faults (one round of
@@ -44,10 +44,10 @@ from pipeline.state import PartitionState, aggregate_records
 from pipeline.store import StoreError
 from testkit.background import Background
 from testkit.cluster import ADMIN
+from testkit.faults.s3_proxy import OUTAGE_FAULTS, S3FaultProxy
 from testkit.pipeline_rig import CATCH_UP_TIMEOUT_S, PipelineRig
 from testkit.wait import wait_until
 from tests.chaos.harness import Figures, request, wait_settled
-from tests.chaos.store_fault import OUTAGE_CODES, StoreOutageProxy
 
 SEED = 606
 WORKERS = ("w1", "w2", "w3")
@@ -249,14 +249,14 @@ def reassign(
 
 def store_outage(
     rig: PipelineRig,
-    proxy: StoreOutageProxy,
+    proxy: S3FaultProxy,
     rng: random.Random,
     figures: Figures,
     planned: list[str],
 ) -> None:
     """The store answers the workers 503 for a few seconds; partitions are moved meanwhile,
     so a source's final checkpoint write and a target's checkpoint load both fail."""
-    code = rng.choice(OUTAGE_CODES)
+    code = rng.choice(OUTAGE_FAULTS)
     outage_s = rng.uniform(*OUTAGE_S)
     before = proxy.refused
     with proxy.outage(code):
@@ -275,7 +275,7 @@ def store_outage(
 
 def run_faults(
     rig: PipelineRig,
-    proxy: StoreOutageProxy,
+    proxy: S3FaultProxy,
     rng: random.Random,
     figures: Figures,
     planned: list[str],
@@ -297,8 +297,8 @@ def run_faults(
             return
 
 
-def heal(rig: PipelineRig, proxy: StoreOutageProxy) -> None:
-    proxy.up()
+def heal(rig: PipelineRig, proxy: S3FaultProxy) -> None:
+    proxy.clear()
     for spec in rig.cluster.specs:
         if not rig.cluster.procs[spec.id].alive():
             rig.cluster.start(spec.id)
@@ -423,9 +423,9 @@ def check_retry_delays(rig: PipelineRig, figures: Figures) -> None:
 @pytest.fixture
 def rig(
     tmp_path: Path, spark_remote: str, moto_endpoint: str, s3_bucket: tuple[Any, str]
-) -> Iterator[tuple[PipelineRig, StoreOutageProxy]]:
+) -> Iterator[tuple[PipelineRig, S3FaultProxy]]:
     _, bucket = s3_bucket
-    proxy = StoreOutageProxy(moto_endpoint)
+    proxy = S3FaultProxy(moto_endpoint)
     proxy.start()
     try:
         p = PipelineRig(
@@ -446,7 +446,7 @@ def rig(
 
 
 def test_f_pipeline_under_kills_migrations_and_store_outage(
-    rig: tuple[PipelineRig, StoreOutageProxy], request: pytest.FixtureRequest
+    rig: tuple[PipelineRig, S3FaultProxy], request: pytest.FixtureRequest
 ) -> None:
     p, proxy = rig
     seed = SEED
@@ -526,7 +526,7 @@ def test_store_outage_proxy_forwards_whole_and_refuses_whole(
     from botocore.exceptions import ClientError
 
     direct, bucket = s3_bucket
-    proxy = StoreOutageProxy(moto_endpoint)
+    proxy = S3FaultProxy(moto_endpoint)
     proxy.start()
     try:
         via = boto3.client(
@@ -547,11 +547,13 @@ def test_store_outage_proxy_forwards_whole_and_refuses_whole(
         assert [o["Key"] for o in listed] == ["a/x"]
         forwarded = proxy.forwarded
 
-        for code in OUTAGE_CODES:
-            with proxy.outage(code):
+        for fault in OUTAGE_FAULTS:
+            with proxy.outage(fault):
                 with pytest.raises(ClientError) as down:
-                    via.put_object(Bucket=bucket, Key=f"a/{code}", Body=b"y", IfNoneMatch="*")
-                assert down.value.response["Error"]["Code"] == code
+                    via.put_object(
+                        Bucket=bucket, Key=f"a/{fault.value}", Body=b"y", IfNoneMatch="*"
+                    )
+                assert down.value.response["Error"]["Code"] == fault.value
                 assert down.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
                 with pytest.raises(ClientError):
                     via.head_object(Bucket=bucket, Key="a/x")

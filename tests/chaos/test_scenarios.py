@@ -21,6 +21,7 @@ import pytest
 
 from testkit.background import Background
 from testkit.cluster import ADMIN, Cluster, worker_token
+from testkit.faults.raft_links import RaftLinks
 from testkit.http import Reply, call
 from testkit.scripted_workers import ScriptedWorkers
 from testkit.wait import wait_until
@@ -39,7 +40,6 @@ from tests.chaos.harness import (
     start_env_with_links,
     wait_settled,
 )
-from tests.chaos.netproxy import RaftLinks
 
 MIN_OPS_PER_S = 5.0
 WARMUP_S = 2.0
