@@ -1,0 +1,136 @@
+"""One node's disk failing or slowing under three real Raft nodes.
+
+The faults go in through the test-only control file `replication.disk_faults` reads when
+RIPPLE_TEST_FAULTS names it (never set in production): the real journal sync then raises
+EIO, or sleeps before it, in that node alone. The replicated-log half runs three
+`ReplicatedLog`s in this process (as test_replication.py); the coordinator half runs three
+coordinator processes and reads what an operator would: /v1/health, /metrics, the 503.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from replication.disk_faults import FAULTS_ENV
+from replication.errors import NoLeaderError, ReplicationError
+from replication.journal import UNSYNCED_MARK_SUFFIX
+from replication.log import RaftRole, ReplicatedLog
+from tests.integration.test_replication import Cluster, wait_for
+
+
+@contextlib.asynccontextmanager
+async def faulty_cluster(
+    tmp: Path, mp: pytest.MonkeyPatch, **kw: object
+) -> AsyncIterator[tuple[Cluster, list[Path]]]:
+    """Three nodes, each reading its own control file (none written yet: no fault)."""
+    c = Cluster(tmp, **kw)
+    controls = [tmp / f"faults-{i}.json" for i in range(3)]
+    for i, control in enumerate(controls):
+        mp.setenv(FAULTS_ENV, str(control))
+        c.start(i)
+    mp.delenv(FAULTS_ENV)
+    try:
+        yield c, controls
+    finally:
+        for i in range(3):
+            c.stop(i)
+
+
+async def write(c: Cluster, entries: list[bytes], acked: list[bytes]) -> None:
+    """Propose each entry at the current leader; `acked` gets those acknowledged."""
+    for entry in entries:
+        for _attempt in range(50):
+            leader = await c.leader()
+            try:
+                await leader.propose(entry, timeout_s=5.0)
+            except ReplicationError:
+                continue  # not appended, or unknown: the final check counts only the acked
+            acked.append(entry)
+            break
+
+
+def holds_all(c: Cluster, i: int, acked: list[bytes]) -> bool:
+    entries = c.machines[i].entries
+    return set(acked) <= set(entries)
+
+
+def settled(c: Cluster, acked: list[bytes]) -> bool:
+    """Every node holds every acknowledged write, and the three replicas are equal."""
+    a, b, d = (m.entries for m in c.machines)
+    return a == b == d and holds_all(c, 0, acked)
+
+
+async def test_a_follower_whose_sync_fails_halts_and_rejoins_with_nothing_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with faulty_cluster(tmp_path, monkeypatch) as (c, controls):
+        acked: list[bytes] = []
+        await write(c, [b"a%d" % k for k in range(20)], acked)
+        leader = await c.leader()
+        f = next(i for i, n in enumerate(c.nodes) if n is not None and n is not leader)
+        follower = c.nodes[f]
+        assert follower is not None
+        controls[f].write_text(json.dumps({"journal_sync_errno": "EIO"}))
+        await write(c, [b"b%d" % k for k in range(20)], acked)
+        await wait_for(lambda: follower.halted is not None, "the follower to halt")
+        st = follower.status()
+        assert st.halt_kind == "sync_failed" and st.role is RaftRole.FOLLOWER
+        assert "journal sync" in (st.halted or "") and "EIO" in (st.halted or "")
+        with pytest.raises(NoLeaderError, match="halted"):
+            await follower.propose(b"refused")
+        mark = Path(follower.settings.journal_path + UNSYNCED_MARK_SUFFIX)
+        assert mark.exists()
+        # The other two go on: every write acknowledged, none at the halted node.
+        await write(c, [b"c%d" % k for k in range(20)], acked)
+        assert len(acked) == 60
+        c.stop(f)
+        controls[f].unlink()  # the disk replaced: the restart reads no fault
+        c.start(f)
+        await wait_for(lambda: holds_all(c, f, acked), "the restarted node to catch up")
+        restarted = c.nodes[f]
+        assert restarted is not None and restarted.halted is None
+        assert not mark.exists()  # its unsynced tail was cut, then it caught up
+        await write(c, [b"d"], acked)
+        await wait_for(lambda: settled(c, acked), "equal replicas holding every ack")
+
+
+async def test_a_leader_whose_syncs_turn_slow_hands_its_leadership_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Election timeouts above two slow syncs, so only the step-down moves the leadership.
+    async with faulty_cluster(
+        tmp_path,
+        monkeypatch,
+        raft_min_timeout_s=1.5,
+        raft_max_timeout_s=3.0,
+        connection_timeout_s=3.0,
+        leader_sync_slow_ms=200,
+        leader_sync_cooldown_s=30.0,
+    ) as (c, controls):
+        acked: list[bytes] = []
+        await write(c, [b"a%d" % k for k in range(5)], acked)
+        slow = await c.leader()
+        s = c.nodes.index(slow)
+        controls[s].write_text(json.dumps({"journal_sync_delay_ms": 400}))
+
+        def another_leader() -> ReplicatedLog | None:
+            leaders = [n for n in c.nodes if n is not None and n.is_ready_leader]
+            return leaders[0] if len(leaders) == 1 and leaders[0] is not slow else None
+
+        for k in range(100):  # bounded: writes keep the slow leader syncing
+            if another_leader() is not None:
+                break
+            await write(c, [b"b%d" % k], acked)
+        new = await wait_for(another_leader, "a follower to take the leadership")
+        assert slow.slow_disk_step_downs == 1
+        assert slow.status().disk_slow  # still slow as a follower: it stands aside
+        await write(c, [b"c%d" % k for k in range(10)], acked)
+        assert new.is_ready_leader and not slow.is_ready_leader  # it did not stand again
+        controls[s].unlink()
+        await write(c, [b"d"], acked)
+        await wait_for(lambda: settled(c, acked), "equal replicas holding every ack")
