@@ -20,6 +20,9 @@ from replication.disk_faults import FAULTS_ENV
 from replication.errors import NoLeaderError, ReplicationError
 from replication.journal import UNSYNCED_MARK_SUFFIX
 from replication.log import RaftRole, ReplicatedLog
+from testkit.cluster import Cluster as CoordinatorCluster
+from testkit.prom import parse, value
+from testkit.wait import wait_until
 from tests.integration.test_replication import Cluster, wait_for
 
 
@@ -134,3 +137,63 @@ async def test_a_leader_whose_syncs_turn_slow_hands_its_leadership_over(
         controls[s].unlink()
         await write(c, [b"d"], acked)
         await wait_for(lambda: settled(c, acked), "equal replicas holding every ack")
+
+
+# -- three coordinator processes -------------------------------------------------------------
+
+
+def register(c: CoordinatorCluster, worker: str) -> None:
+    body = {"worker_id": worker, "address": "http://127.0.0.1:9"}
+    r = c.write_via_any("/v1/workers", body)
+    assert r.status == 200, r
+
+
+def workers_at(c: CoordinatorCluster, node: str) -> set[str]:
+    r = c.get(node, "/v1/workers")
+    return {w["worker_id"] for w in r.body["workers"]} if r.status == 200 else set()
+
+
+def test_a_coordinator_whose_sync_fails_halts_says_why_and_rejoins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = CoordinatorCluster(tmp_path)
+    controls = {s.id: tmp_path / f"faults-{s.id}.json" for s in c.specs}
+    try:
+        for node, control in controls.items():
+            monkeypatch.setenv(FAULTS_ENV, str(control))  # each process reads its own
+            c.start(node)
+        monkeypatch.delenv(FAULTS_ENV)
+        leader = c.ready()
+        acked = [f"w{k}" for k in range(10)]
+        for worker in acked:
+            register(c, worker)
+        f = next(s.id for s in c.specs if s.id != leader)
+        controls[f].write_text(json.dumps({"journal_sync_errno": "EIO"}))
+        more = [f"x{k}" for k in range(10)]
+        for worker in more:
+            register(c, worker)  # the other two acknowledge them
+        acked += more
+
+        def halted() -> str | None:
+            h = c.health(f)
+            return None if h is None else h.get("halted")
+
+        reason = wait_until(halted, "the follower to halt", 20.0)
+        assert reason.startswith("sync_failed: journal sync of ") and "EIO" in reason
+        assert "restart the node: it rejoins and catches up from the others" in reason
+        refused = c.post(f, "/v1/workers", {"worker_id": "y", "address": "http://127.0.0.1:9"})
+        assert refused.status == 503 and "halted" in json.dumps(refused.body)
+        samples = parse(str(c.get(f, "/metrics").body))
+        assert value(samples, "ripple_node_halted", reason="sync_failed") == 1
+        assert value(samples, "ripple_node_halted", reason="disk_full") == 0
+        assert "ERROR" in c.procs[f].output() and "HALTED (sync_failed)" in c.procs[f].output()
+        register(c, "z")  # the other two go on
+        acked.append("z")
+        c.procs[f].stop()
+        controls[f].unlink()  # the disk fixed
+        c.start(f)
+        wait_until(lambda: set(acked) <= workers_at(c, f), "the node to catch up", 30.0)
+        h = c.health(f)
+        assert h is not None and h["halted"] is None and h["role"] == "follower"
+    finally:
+        c.stop_all()
