@@ -197,3 +197,49 @@ def test_a_coordinator_whose_sync_fails_halts_says_why_and_rejoins(
         assert h is not None and h["halted"] is None and h["role"] == "follower"
     finally:
         c.stop_all()
+
+
+def test_a_coordinator_leader_on_a_slow_disk_hands_over_and_writes_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Election timeouts above two slow syncs, so only the step-down moves the leadership.
+    c = CoordinatorCluster(
+        tmp_path,
+        raft_min_timeout_s=1.0,
+        raft_max_timeout_s=1.5,
+        leader_sync_slow_ms=100,
+        leader_sync_cooldown_s=60.0,
+    )
+    controls = {s.id: tmp_path / f"faults-{s.id}.json" for s in c.specs}
+    try:
+        for node, control in controls.items():
+            monkeypatch.setenv(FAULTS_ENV, str(control))
+            c.start(node)
+        monkeypatch.delenv(FAULTS_ENV)
+        slow = c.ready(60.0)
+        controls[slow].write_text(json.dumps({"journal_sync_delay_ms": 200}))
+        acked: list[str] = []
+
+        def handed_over() -> str | None:
+            register(c, f"w{len(acked)}")  # writes keep the slow leader syncing
+            acked.append(f"w{len(acked)}")
+            h = c.health(slow)
+            return None if h is None or h["role"] == "leader" else slow
+
+        wait_until(handed_over, "the slow leader to hand its leadership over", 30.0)
+        new = c.leader(30.0)
+        assert new != slow
+        h = c.health(slow)
+        assert h is not None and h["disk_slow"] and h["halted"] is None
+        samples = parse(str(c.get(slow, "/metrics").body))
+        assert value(samples, "ripple_raft_slow_disk_step_downs_total") == 1
+        assert value(samples, "ripple_raft_disk_slow") == 1
+        assert "journal syncs are slow" in c.procs[slow].output()
+        for k in range(5):
+            register(c, f"after{k}")  # at the new leader's pace
+            acked.append(f"after{k}")
+        assert c.leader(10.0) == new  # the slow node did not stand again
+        controls[slow].unlink()
+        wait_until(lambda: set(acked) <= workers_at(c, slow), "the slow node to hold all", 30.0)
+    finally:
+        c.stop_all()
