@@ -20,9 +20,9 @@ once, and what the node does about each file. Invariants:
 
 Test-only fault injection: when the environment variable FAULTS_ENV names a file (never set
 in production), each journal sync and write first reads that file, a JSON object whose keys
-`journal_sync_errno` / `journal_write_errno` (an errno name, "EIO") fail the call and
-`journal_sync_delay_ms` slows each sync down, so an integration test can fail or slow one
-node's disk while it runs.
+`journal_sync_errno` / `journal_write_errno` / `dump_errno` (an errno name, "EIO") fail the
+call and `journal_sync_delay_ms` slows each sync down, so an integration test can fail or
+slow one node's disk while it runs.
 """
 
 from __future__ import annotations
@@ -119,6 +119,10 @@ class DiskFaults:
     def before_write(self) -> None:
         """Test-only: fail a journal write as the control file says."""
         _raise_named(self._plan().get("journal_write_errno"))
+
+    def before_dump(self) -> None:
+        """Test-only: fail a dump's replacement as the control file says."""
+        _raise_named(self._plan().get("dump_errno"))
 
     def _plan(self) -> dict[str, object]:
         if self._control is None:

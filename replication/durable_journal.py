@@ -74,6 +74,7 @@ def _replace_dump(tmp: str, path: str) -> None:
         return
     times, faults = entry
     try:
+        faults.before_dump()
         durable_replace(tmp, path)
     except OSError as exc:
         if tmp.endswith(_RECEIVED_SUFFIX):  # pysyncobj logs the raise; the tick halts

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from replication.log import RaftRole, ReplicatedLog
 from testkit.cluster import Cluster as CoordinatorCluster
 from testkit.prom import parse, value
 from testkit.wait import wait_until
-from tests.integration.test_replication import Cluster, wait_for
+from tests.integration.test_replication import WAIT_S, Cluster, wait_for
 
 
 @contextlib.asynccontextmanager
@@ -99,6 +100,33 @@ async def test_a_follower_whose_sync_fails_halts_and_rejoins_with_nothing_lost(
         assert restarted is not None and restarted.halted is None
         assert not mark.exists()  # its unsynced tail was cut, then it caught up
         await write(c, [b"d"], acked)
+        await wait_for(lambda: settled(c, acked), "equal replicas holding every ack")
+
+
+async def test_a_dump_that_fails_leaves_the_node_running_and_is_retried_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with faulty_cluster(
+        tmp_path, monkeypatch, log_compaction_min_entries=5, log_compaction_min_time_s=0.5
+    ) as (c, controls):
+        acked: list[bytes] = []
+        leader = await c.leader()
+        d = c.nodes.index(leader)
+        controls[d].write_text(json.dumps({"dump_errno": "ENOSPC"}))
+        await write(c, [b"a%d" % k for k in range(30)], acked)
+        node = c.nodes[d]
+        assert node is not None
+        await wait_for(lambda: node.dump_failures >= 1, "a failed dump")
+        await write(c, [b"b%d" % k for k in range(30)], acked)  # it keeps leading
+        assert node.halted is None and node.is_ready_leader
+        # Retried after DUMP_RETRY_MIN_S, not on every tick: one failure so far.
+        assert node.dump_failures == 1
+        assert not os.path.exists(node.settings.dump_path)
+        controls[d].unlink()
+        await wait_for(
+            lambda: os.path.exists(node.settings.dump_path), "the retried dump", 2 * WAIT_S
+        )
+        await write(c, [b"c"], acked)
         await wait_for(lambda: settled(c, acked), "equal replicas holding every ack")
 
 
