@@ -12,6 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -167,6 +171,76 @@ async def test_a_leader_whose_syncs_turn_slow_hands_its_leadership_over(
         await wait_for(lambda: settled(c, acked), "equal replicas holding every ack")
 
 
+# -- a real full disk: a small tmpfs in a private mount namespace ----------------------------
+
+# Appends 1 KB records to a DurableJournal on the directory argv[1], syncing each, until the
+# node would halt; argv[2] "no-fallocate" takes the allocation away, as pysyncobj writes.
+FILL_JOURNAL = """
+import errno, os, sys
+from replication.disk_faults import DiskFaults
+from replication.durability import SyncTimes
+from replication.durable_journal import DurableJournal
+from replication.errors import SyncFailedError
+if sys.argv[2] == "no-fallocate":
+    def refused(*_args):
+        raise OSError(errno.EOPNOTSUPP, "not here")
+    os.posix_fallocate = refused
+faults = DiskFaults()
+j = DurableJournal(sys.argv[1] + "/raft.journal", SyncTimes(), faults, fsync=True)
+try:
+    for i in range(1, 100_000):
+        j.add(b"x" * 1000, i, 1)
+        j.sync()
+except SyncFailedError:
+    print("halted", faults.failure.kind, j.synced_index)
+"""
+TMPFS_BYTES = 256 * 1024
+
+
+def can_mount_privately() -> bool:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return False
+    probe = subprocess.run([unshare, "--mount", "true"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not can_mount_privately(), reason="no private mount namespace here")
+@pytest.mark.parametrize("mode", ["fallocate", "no-fallocate"])
+def test_a_journal_on_a_full_tmpfs_halts_with_enospc_rather_than_sigbus(
+    tmp_path: Path, mode: str
+) -> None:
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    done = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "sh",
+            "-c",
+            f'mount -t tmpfs -o size={TMPFS_BYTES} tmpfs "$1" && exec "$2" -c "$3" "$1" "$4"',
+            "sh",
+            str(mount),
+            sys.executable,
+            FILL_JOURNAL,
+            mode,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if mode == "fallocate":
+        assert done.returncode == 0, done.stderr
+        word, kind, synced = done.stdout.split()
+        assert (word, kind) == ("halted", "disk_full")
+        assert int(synced) > TMPFS_BYTES // 2048  # it filled most of the disk first
+    else:
+        # pysyncobj's own way: the write into an unallocated page of the mapping kills the
+        # process with SIGBUS, which is why the journal allocates first.
+        assert done.returncode == -signal.SIGBUS and "halted" not in done.stdout
+
+
 # -- three coordinator processes -------------------------------------------------------------
 
 
@@ -181,8 +255,21 @@ def workers_at(c: CoordinatorCluster, node: str) -> set[str]:
     return {w["worker_id"] for w in r.body["workers"]} if r.status == 200 else set()
 
 
-def test_a_coordinator_whose_sync_fails_halts_says_why_and_rejoins(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("fault", "kind", "op", "other"),
+    [
+        ({"journal_sync_errno": "EIO"}, "sync_failed", "journal sync", "disk_full"),
+        ({"journal_write_errno": "ENOSPC"}, "disk_full", "journal write", "sync_failed"),
+    ],
+    ids=["eio", "enospc"],
+)
+def test_a_coordinator_whose_disk_fails_halts_says_why_and_rejoins(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: dict[str, str],
+    kind: str,
+    op: str,
+    other: str,
 ) -> None:
     c = CoordinatorCluster(tmp_path)
     controls = {s.id: tmp_path / f"faults-{s.id}.json" for s in c.specs}
@@ -196,7 +283,7 @@ def test_a_coordinator_whose_sync_fails_halts_says_why_and_rejoins(
         for worker in acked:
             register(c, worker)
         f = next(s.id for s in c.specs if s.id != leader)
-        controls[f].write_text(json.dumps({"journal_sync_errno": "EIO"}))
+        controls[f].write_text(json.dumps(fault))
         more = [f"x{k}" for k in range(10)]
         for worker in more:
             register(c, worker)  # the other two acknowledge them
@@ -207,14 +294,14 @@ def test_a_coordinator_whose_sync_fails_halts_says_why_and_rejoins(
             return None if h is None else h.get("halted")
 
         reason = wait_until(halted, "the follower to halt", 20.0)
-        assert reason.startswith("sync_failed: journal sync of ") and "EIO" in reason
+        assert reason.startswith(f"{kind}: {op} of ") and next(iter(fault.values())) in reason
         assert "restart the node: it rejoins and catches up from the others" in reason
         refused = c.post(f, "/v1/workers", {"worker_id": "y", "address": "http://127.0.0.1:9"})
         assert refused.status == 503 and "halted" in json.dumps(refused.body)
         samples = parse(str(c.get(f, "/metrics").body))
-        assert value(samples, "ripple_node_halted", reason="sync_failed") == 1
-        assert value(samples, "ripple_node_halted", reason="disk_full") == 0
-        assert "ERROR" in c.procs[f].output() and "HALTED (sync_failed)" in c.procs[f].output()
+        assert value(samples, "ripple_node_halted", reason=kind) == 1
+        assert value(samples, "ripple_node_halted", reason=other) == 0
+        assert "ERROR" in c.procs[f].output() and f"HALTED ({kind})" in c.procs[f].output()
         register(c, "z")  # the other two go on
         acked.append("z")
         c.procs[f].stop()
