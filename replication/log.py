@@ -297,18 +297,17 @@ class ReplicatedLog:
                 return
             _match, raft = max(candidates)
             slow = self._slow_disk
-            slow.stepped_down()
             log.warning(
                 "raft: this leader's journal syncs are slow (median %d ms of the last ones, "
                 "bound %d ms): handing the leadership to %s and standing for no election "
-                "until the disk is fast again for %g s (step-down %d); check the disk",
+                "until the disk is fast again for %g s; check the disk",
                 slow.median_ms,
                 self._settings.leader_sync_slow_ms,
                 voters[raft].id,
                 self._settings.leader_sync_cooldown_s,
-                slow.step_downs,
             )
             await self.reconfig.transfer_leadership(voters[raft], timeout_s=SLOW_DISK_TRANSFER_S)
+            slow.stepped_down()  # counted once this node no longer leads
         except ReplicationError as exc:
             log.warning("raft: handing the leadership over for a slow disk failed: %s", exc)
         finally:

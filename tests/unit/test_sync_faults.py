@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -34,7 +36,9 @@ from replication.journal import (
     read_journal,
 )
 from replication.slow_disk import SLOW_SYNC_WINDOW, SlowDisk
+from replication.ticker import Ticker
 from shared.clock import FakeClock
+from tests.unit.test_ticker_clock import FakeNode, FakePoller
 
 
 def raising(code: int):  # type: ignore[no-untyped-def]
@@ -255,3 +259,29 @@ def test_a_bound_of_zero_turns_the_verdict_off() -> None:
     for _ in range(2 * SLOW_SYNC_WINDOW):
         disk.synced(10.0, clock.monotonic_ms())
     assert not disk.slow and disk.may_stand(clock.monotonic_ms())
+
+
+class FailingNode(FakeNode):
+    """A node whose tick meets a failed sync."""
+
+    def doTick(self, time_to_wait: float) -> None:
+        super().doTick(time_to_wait)
+        raise SyncFailedError("sync_failed: journal sync of raft.journal failed with EIO")
+
+
+def test_a_tick_that_meets_a_failed_sync_goes_on_to_the_halt_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    after: list[str] = []
+    ticker = Ticker(
+        FailingNode(),  # type: ignore[arg-type]
+        FakePoller(),  # type: ignore[arg-type]
+        threading.Lock(),
+        threading.Lock(),
+        after_tick=lambda: after.append("halt check"),
+        clock=FakeClock(),
+    )
+    with caplog.at_level(logging.ERROR):
+        ticker._tick()
+    assert after == ["halt check"]  # the log's after_tick halts the node there
+    assert "raft tick failed" not in caplog.text  # the halt logs it once, not a traceback
