@@ -10,6 +10,7 @@ coordinator processes and reads what an operator would: /v1/health, /metrics, th
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import shutil
@@ -20,15 +21,37 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from pysyncobj import SyncObj
+from pysyncobj.journal import ResizableFile
+from pysyncobj.serializer import Serializer
 
 from replication.disk_faults import FAULTS_ENV
 from replication.errors import NoLeaderError, ReplicationError
 from replication.journal import UNSYNCED_MARK_SUFFIX
 from replication.log import RaftRole, ReplicatedLog
+from replication.raft_node import RaftNode
 from testkit.cluster import Cluster as CoordinatorCluster
 from testkit.prom import parse, value
 from testkit.wait import wait_until
 from tests.integration.test_replication import WAIT_S, Cluster, wait_for
+
+
+def test_the_disk_fault_corrections_still_fit_pysyncobj() -> None:
+    """What the disk-fault handling relies on of pysyncobj's private code (replication/
+    raft_node.py and durable_journal.py): fail here, not in production, if an upgrade moves
+    it."""
+    assert "_SyncObj__tryLogCompaction" in vars(RaftNode)
+    compaction = inspect.getsource(SyncObj._SyncObj__tryLogCompaction)
+    assert "self.__serializer.checkSerializing()" in compaction
+    assert "SERIALIZER_STATE.FAILED" in compaction
+    # A compaction's dump and a received one, told apart by their temporary names.
+    assert "tmpFile = self.__fileName + '.tmp'" in inspect.getsource(Serializer.serialize)
+    received = inspect.getsource(Serializer.setTransmissionData)
+    assert "tmpFile = self.__fileName + '.1.tmp'" in received
+    mapped = inspect.getsource(ResizableFile.__init__)
+    assert "self.__f = open(fileName, 'r+b')" in mapped and "self.__mm = mmap.mmap(" in mapped
+    assert "offset + size > self.__mm.size()" in inspect.getsource(ResizableFile.write)
+    assert "'timeout_now'" in inspect.getsource(SyncObj._SyncObj__onMessageReceived)
 
 
 @contextlib.asynccontextmanager
