@@ -319,6 +319,9 @@ def test_a_coordinator_whose_disk_fails_halts_says_why_and_rejoins(
         reason = wait_until(halted, "the follower to halt", 20.0)
         assert reason.startswith(f"{kind}: {op} of ") and next(iter(fault.values())) in reason
         assert "restart the node: it rejoins and catches up from the others" in reason
+        # Local reads still answer, from the (stale) state it had when it stopped.
+        assert c.get(f, "/v1/workers").status == 200
+        assert {"w0"} <= workers_at(c, f) <= set(acked)
         refused = c.post(f, "/v1/workers", {"worker_id": "y", "address": "http://127.0.0.1:9"})
         assert refused.status == 503 and "halted" in json.dumps(refused.body)
         samples = parse(str(c.get(f, "/metrics").body))
