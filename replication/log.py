@@ -100,9 +100,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# How long a leader with a slow disk tries to hand its leadership over, a round at a time: a
-# tick of a slow leader takes two syncs, so the chosen follower may need a few to catch up.
-SLOW_DISK_TRANSFER_S = 10.0
+# How long a leader with a slow disk tries to hand its leadership over (new writes wait
+# meanwhile): a tick of a slow leader takes two syncs, so the follower may need a few to catch
+# up. A hand-over that fails (every follower slow too) is tried again only after the cooldown.
+SLOW_DISK_TRANSFER_S = 5.0
 
 # The name dumps on disk give the snapshot's unpickler (replication.entry): kept importable.
 _unpickle_snapshot = unpickle_snapshot
@@ -190,6 +191,7 @@ class ReplicatedLog:
         self._sync_times.on_journal_sync = lambda s: slow.synced(s, clock.monotonic_ms())
         self._step_down: asyncio.Task[None] | None = None
         self._handing_over = False  # a hand-over is scheduled or running
+        self._hand_over_after_ms = 0  # none before (a failed one waits out the cooldown)
         raft_lock = threading.Lock()
         self._raft_lock = raft_lock
         self._poller = LoopPoller(raft_lock)
@@ -273,7 +275,12 @@ class ReplicatedLog:
             self._halt(reason)
             return
         self._check_readiness()
-        if self._role is RaftRole.LEADER and self._slow_disk.slow and not self._handing_over:
+        if (
+            self._role is RaftRole.LEADER
+            and self._slow_disk.slow
+            and not self._handing_over
+            and self._clock.monotonic_ms() >= self._hand_over_after_ms
+        ):
             loop = self._loop
             if loop is not None:  # the hand-over awaits: a task on the loop, from any thread
                 self._handing_over = True
@@ -309,7 +316,14 @@ class ReplicatedLog:
             await self.reconfig.transfer_leadership(voters[raft], timeout_s=SLOW_DISK_TRANSFER_S)
             slow.stepped_down()  # counted once this node no longer leads
         except ReplicationError as exc:
-            log.warning("raft: handing the leadership over for a slow disk failed: %s", exc)
+            cooldown_s = self._settings.leader_sync_cooldown_s
+            self._hand_over_after_ms = self._clock.monotonic_ms() + int(cooldown_s * 1000)
+            log.warning(
+                "raft: handing the leadership over for a slow disk failed (%s): leading on, "
+                "tried again in %g s",
+                exc,
+                cooldown_s,
+            )
         finally:
             self._step_down = None
             self._handing_over = False

@@ -79,7 +79,9 @@ A failing disk (`replication.disk_faults`):
   dump that failed is tried again after a backoff, not on the next tick.
 - A node whose journal syncs are slow (`may_stand` false) stands aside: like a non-voter it
   never starts an election of its own and ignores `timeout_now`, but it still votes and
-  answers appends (`replication.slow_disk`).
+  answers appends (`replication.slow_disk`). Unless it has heard no leader for
+  LEADERLESS_STAND_TIMEOUTS election timeouts: when every disk is slow, a slow leader beats
+  none.
 
 Other invariants: the one replicated method (`_apply_entry`) never raises
 (`replication.entry`); the machine is touched only under the apply lock; the only attribute
@@ -133,6 +135,9 @@ BIND_RETRY_S = 0.25
 # index in an AppendEntries of its own (`RaftNode._SyncObj__applyLogEntries`).
 COMMIT_NOTICE_DELAY_S = 0.005
 _MEMBERSHIP = bytes([_COMMAND_TYPE.MEMBERSHIP])  # the first byte of a membership entry
+# A node standing aside for a slow disk stands anyway once it has heard no leader for this
+# many of the longest election timeouts: the others had time for a few elections of their own.
+LEADERLESS_STAND_TIMEOUTS = 4
 
 
 class RaftRole(Enum):
@@ -198,6 +203,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         self._ripple_clock = clock
         self._ripple_faults = faults if faults is not None else DiskFaults()
         self._ripple_may_stand = may_stand  # false: its disk is slow (module doc)
+        self._ripple_heard_leader_at = monotonic()  # the last append_entries received
         self._ripple_dump_backoff = DumpBackoff()
         self._ripple_machine = machine
         self._ripple_lock = lock
@@ -313,7 +319,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         what the leader appended in the tick, while the followers are writing it too."""
         if self._ripple_faults.failure is not None:
             return  # the disk failed: nothing more from this node (module doc)
-        if not self._ripple_voter or not self._ripple_may_stand():
+        if not self._ripple_voter or self._ripple_standing_aside():
             # Not a voter, or a slow disk: never an election of its own (module doc).
             self._SyncObj__raftElectionDeadline = monotonic() + self.conf.raftMaxTimeout
         self._ripple_sync_and_answer()
@@ -499,11 +505,20 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         if self._ripple_faults.failure is not None:
             return  # the disk failed: no answer, no vote (module doc)
         kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "append_entries":
+            self._ripple_heard_leader_at = monotonic()
         if not self._ripple_voter and kind in ("request_vote", "timeout_now"):
             return  # not a voter: no vote, no leadership (module doc)
         if kind == "timeout_now" and not self._ripple_may_stand():
             return  # a slow disk: no leadership handed to it (module doc)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _ripple_standing_aside(self) -> bool:
+        """A slow disk, and a leader heard recently enough to leave the leading to it."""
+        if self._ripple_may_stand():
+            return False
+        silent_s = monotonic() - self._ripple_heard_leader_at
+        return bool(silent_s < LEADERLESS_STAND_TIMEOUTS * self.conf.raftMaxTimeout)
 
     # Overrides pysyncobj's private SyncObj.__tryLogCompaction (its name, mangled).
     def _SyncObj__tryLogCompaction(self) -> None:

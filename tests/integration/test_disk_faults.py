@@ -194,6 +194,34 @@ async def test_a_leader_whose_syncs_turn_slow_hands_its_leadership_over(
         await wait_for(lambda: settled(c, acked), "equal replicas holding every ack")
 
 
+async def test_when_every_disk_is_slow_a_leader_remains_and_writes_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No follower can take the leadership (each stands aside): the hand-over fails once and
+    # waits out the cooldown, and the slow leader keeps leading rather than none.
+    async with faulty_cluster(
+        tmp_path,
+        monkeypatch,
+        raft_min_timeout_s=1.5,
+        raft_max_timeout_s=3.0,
+        connection_timeout_s=3.0,
+        leader_sync_slow_ms=100,
+        leader_sync_cooldown_s=60.0,
+    ) as (c, controls):
+        acked: list[bytes] = []
+        await write(c, [b"a%d" % k for k in range(3)], acked)
+        for control in controls:
+            control.write_text(json.dumps({"journal_sync_delay_ms": 150}))
+        await write(c, [b"b%d" % k for k in range(20)], acked)
+        assert len(acked) == 23  # every write was acknowledged in the end
+        assert sum(n.slow_disk_step_downs for n in c.nodes if n is not None) == 0
+        leader = await c.leader()
+        assert leader.status().disk_slow
+        for control in controls:
+            control.unlink()
+        await wait_for(lambda: settled(c, acked), "equal replicas holding every ack")
+
+
 # -- a real full disk: a small tmpfs in a private mount namespace ----------------------------
 
 # Appends 1 KB records to a DurableJournal on the directory argv[1], syncing each, until the
