@@ -157,24 +157,26 @@ async def test_a_dump_that_fails_leaves_the_node_running_and_is_retried_later(
         await wait_for(lambda: settled(c, acked), "equal replicas holding every ack")
 
 
+# Election timeouts above two slow syncs (of 150-300 ms against a 100 ms bound), so only the
+# step-down moves the leadership.
+SLOW_DISK_SETTINGS: dict[str, object] = {
+    "raft_min_timeout_s": 1.5,
+    "raft_max_timeout_s": 3.0,
+    "connection_timeout_s": 3.0,
+    "leader_sync_slow_ms": 100,
+    "leader_sync_cooldown_s": 60.0,
+}
+
+
 async def test_a_leader_whose_syncs_turn_slow_hands_its_leadership_over(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Election timeouts above two slow syncs, so only the step-down moves the leadership.
-    async with faulty_cluster(
-        tmp_path,
-        monkeypatch,
-        raft_min_timeout_s=1.5,
-        raft_max_timeout_s=3.0,
-        connection_timeout_s=3.0,
-        leader_sync_slow_ms=200,
-        leader_sync_cooldown_s=30.0,
-    ) as (c, controls):
+    async with faulty_cluster(tmp_path, monkeypatch, **SLOW_DISK_SETTINGS) as (c, controls):
         acked: list[bytes] = []
         await write(c, [b"a%d" % k for k in range(5)], acked)
         slow = await c.leader()
         s = c.nodes.index(slow)
-        controls[s].write_text(json.dumps({"journal_sync_delay_ms": 400}))
+        controls[s].write_text(json.dumps({"journal_sync_delay_ms": 300}))
 
         def another_leader() -> ReplicatedLog | None:
             leaders = [n for n in c.nodes if n is not None and n.is_ready_leader]
@@ -199,15 +201,7 @@ async def test_when_every_disk_is_slow_a_leader_remains_and_writes_go_on(
 ) -> None:
     # No follower can take the leadership (each stands aside): the hand-over fails once and
     # waits out the cooldown, and the slow leader keeps leading rather than none.
-    async with faulty_cluster(
-        tmp_path,
-        monkeypatch,
-        raft_min_timeout_s=1.5,
-        raft_max_timeout_s=3.0,
-        connection_timeout_s=3.0,
-        leader_sync_slow_ms=100,
-        leader_sync_cooldown_s=60.0,
-    ) as (c, controls):
+    async with faulty_cluster(tmp_path, monkeypatch, **SLOW_DISK_SETTINGS) as (c, controls):
         acked: list[bytes] = []
         await write(c, [b"a%d" % k for k in range(3)], acked)
         for control in controls:
