@@ -7,6 +7,8 @@ returned. It wires the parts, each in a module of its own:
 - `replication.settings`: what the node is configured with, refused when unsafe;
 - `replication.journal`: the journal file, its torn tail repaired before pysyncobj opens it;
 - `replication.durability`: the syncs that make an acknowledgement durable, and their times;
+- `replication.disk_faults`, `replication.slow_disk` and `replication.step_down`: a failing
+  disk that halts the node, a slow one that makes a leader hand its leadership over;
 - `replication.raft_node`: the pysyncobj node and every correction made to it;
 - `replication.poller` and `replication.ticker`: Raft on the event loop, and on the stall
   guard thread while the loop is stuck;
@@ -34,8 +36,8 @@ The invariants this module keeps itself:
   ERROR line; it leaves the last index its syncs covered beside the journal, and restarted,
   cuts its journal there (`replication.journal.drop_unsynced_tail`) and catches up.
 - A leader whose journal syncs are slow (`replication.slow_disk`) hands its leadership to
-  the follower that holds the most of its log (Raft's TimeoutNow, `Reconfiguration`), and
-  stands for no election until its disk has been fast for the cooldown.
+  the follower that holds the most of its log (`replication.step_down`), and stands for no
+  election until its disk has been fast for the cooldown.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from replication.reconfig import Reconfiguration
 from replication.refusals import Refusals
 from replication.settings import RaftSettings
 from replication.slow_disk import SlowDisk
+from replication.step_down import StepDown
 from replication.ticker import Ticker
 from shared.clock import Clock
 from shared.system_clock import SYSTEM_CLOCK
@@ -99,11 +102,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# How long a leader with a slow disk tries to hand its leadership over (new writes wait
-# meanwhile): a tick of a slow leader takes two syncs, so the follower may need a few to catch
-# up. A hand-over that fails (every follower slow too) is tried again only after the cooldown.
-SLOW_DISK_TRANSFER_S = 5.0
 
 # The name dumps on disk give the snapshot's unpickler (replication.entry): kept importable.
 _unpickle_snapshot = unpickle_snapshot
@@ -189,9 +187,6 @@ class ReplicatedLog:
             bound_ms=settings.leader_sync_slow_ms, cooldown_s=settings.leader_sync_cooldown_s
         )
         self._sync_times.on_journal_sync = lambda s: slow.synced(s, clock.monotonic_ms())
-        self._step_down: asyncio.Task[None] | None = None
-        self._handing_over = False  # a hand-over is scheduled or running
-        self._hand_over_after_ms = 0  # none before (a failed one waits out the cooldown)
         raft_lock = threading.Lock()
         self._raft_lock = raft_lock
         self._poller = LoopPoller(raft_lock)
@@ -210,6 +205,7 @@ class ReplicatedLog:
         # The leader's membership calls (`replication.reconfig`), on the loop, under the
         # same Raft lock every tick holds.
         self.reconfig = Reconfiguration(self._node, raft_lock, clock)
+        self._step_down = StepDown(slow, self._node, raft_lock, self.reconfig, settings, clock)
         self._ticker = Ticker(
             self._node,
             self._poller,
@@ -236,8 +232,7 @@ class ReplicatedLog:
         """Stop ticking and close the Raft port and the journal (on the event loop's thread)."""
         if not self._closed:
             self._closed = True
-            if self._step_down is not None:
-                self._step_down.cancel()
+            self._step_down.close()
             self._ticker.close()
 
     @property
@@ -275,58 +270,7 @@ class ReplicatedLog:
             self._halt(reason)
             return
         self._check_readiness()
-        if (
-            self._role is RaftRole.LEADER
-            and self._slow_disk.slow
-            and not self._handing_over
-            and self._clock.monotonic_ms() >= self._hand_over_after_ms
-        ):
-            loop = self._loop
-            if loop is not None:  # the hand-over awaits: a task on the loop, from any thread
-                self._handing_over = True
-                loop.call_soon_threadsafe(self._start_hand_over)
-
-    def _start_hand_over(self) -> None:
-        if self._closed:
-            self._handing_over = False
-        else:
-            self._step_down = asyncio.get_running_loop().create_task(self._hand_over())
-
-    async def _hand_over(self) -> None:
-        """The leader's disk is slow: hand the leadership to the voter holding the most of
-        its log, and stand aside (`SlowDisk.may_stand`)."""
-        try:
-            with self._raft_lock:
-                progress = self._node.progress()
-                voters = {m.raft: m for m in self._node.membership().voters}
-            candidates = [(match, r) for r, (match, _age) in progress.items() if r in voters]
-            if not candidates:
-                return
-            _match, raft = max(candidates)
-            slow = self._slow_disk
-            log.warning(
-                "raft: this leader's journal syncs are slow (median %d ms of the last ones, "
-                "bound %d ms): handing the leadership to %s and standing for no election "
-                "until the disk is fast again for %g s; check the disk",
-                slow.median_ms,
-                self._settings.leader_sync_slow_ms,
-                voters[raft].id,
-                self._settings.leader_sync_cooldown_s,
-            )
-            await self.reconfig.transfer_leadership(voters[raft], timeout_s=SLOW_DISK_TRANSFER_S)
-            slow.stepped_down()  # counted once this node no longer leads
-        except ReplicationError as exc:
-            cooldown_s = self._settings.leader_sync_cooldown_s
-            self._hand_over_after_ms = self._clock.monotonic_ms() + int(cooldown_s * 1000)
-            log.warning(
-                "raft: handing the leadership over for a slow disk failed (%s): leading on, "
-                "tried again in %g s",
-                exc,
-                cooldown_s,
-            )
-        finally:
-            self._step_down = None
-            self._handing_over = False
+        self._step_down.after_tick(self._role is RaftRole.LEADER, self._loop)
 
     def _halt_on_disk(self, failure: DiskFailure) -> None:
         """A sync or write of a Raft file failed: leave Raft, never syncing again (module
