@@ -223,6 +223,12 @@ class ClusterConfig:
     append_entries_period_s: float = rs.APPEND_ENTRIES_PERIOD_S_DEFAULT
     # pysyncobj's leaderFallbackTimeout: a leader cut off from the majority steps down after this.
     leader_fallback_timeout_s: float = rs.LEADER_FALLBACK_TIMEOUT_S_DEFAULT
+    # A leader whose median journal sync of the last three exceeds this hands its leadership to
+    # an up-to-date follower (every write and heartbeat waits on its syncs); 0 turns it off.
+    leader_sync_slow_ms: int = rs.LEADER_SYNC_SLOW_MS_DEFAULT
+    # After such a step-down the node stands for no election until its syncs have been under
+    # leader_sync_slow_ms for this long.
+    leader_sync_cooldown_s: float = rs.LEADER_SYNC_COOLDOWN_S_DEFAULT
     # pysyncobj's log compaction trigger, in entries.
     log_compaction_min_entries: int = rs.LOG_COMPACTION_MIN_ENTRIES_DEFAULT
     # pysyncobj's log compaction trigger, in seconds.

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
@@ -154,9 +155,11 @@ class SyncTimes:
     scrape time without it: a reader may see one sync's bucket without its time, never a
     count go back."""
 
-    __slots__ = ("_counts", "_dumps", "_metas", "_rewrites", "_total_s")
+    __slots__ = ("_counts", "_dumps", "_metas", "_rewrites", "_total_s", "on_journal_sync")
 
     def __init__(self) -> None:
+        # Told each journal sync's seconds as it ends (the slow-disk verdict's feed).
+        self.on_journal_sync: Callable[[float], None] | None = None
         self._counts = [0] * (len(SYNC_SECONDS_BUCKETS) + 1)
         self._total_s = 0.0
         self._metas = 0
@@ -167,6 +170,8 @@ class SyncTimes:
         # A bucket counts the times at or under its bound, as prometheus_client's Histogram.
         self._counts[bisect.bisect_left(SYNC_SECONDS_BUCKETS, seconds)] += 1
         self._total_s += seconds
+        if self.on_journal_sync is not None:
+            self.on_journal_sync(seconds)
 
     def meta_synced(self) -> None:
         self._metas += 1

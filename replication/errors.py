@@ -13,6 +13,7 @@ __all__ = [
     "OutcomeUnknownError",
     "QueueFullError",
     "ReplicationError",
+    "SyncFailedError",
 ]
 
 
@@ -27,7 +28,10 @@ class ReplicationError(Exception):
     +-- MembershipRefusedError a membership change the leader would not append (another is
     |                          not committed yet, or it names the leader itself)
     +-- OutcomeUnknownError    the entry may or may not commit later (timeout, leader
-                               changed, discarded): retry with the same request id
+    |                          changed, discarded): retry with the same request id
+    +-- SyncFailedError        inside the node only: a sync or write of a Raft file failed
+                               and the node halts (`replication.disk_faults`); callers see
+                               NoLeaderError
     """
 
 
@@ -44,4 +48,8 @@ class OutcomeUnknownError(ReplicationError):
 
 
 class MembershipRefusedError(ReplicationError):
+    pass
+
+
+class SyncFailedError(ReplicationError):
     pass

@@ -13,18 +13,29 @@ records, as etcd's WAL repair does: Raft-safe, since a node acknowledges only wh
 (with `fsync` off, only while a majority kept the tail). `sync_writes` says what a sync
 covered, for the synced images of power-cut tests (`replication.durability`), and
 `encode_journal` writes a whole journal for the trim after a compaction.
+
+A node halted by a failed sync (`replication.disk_faults`) cannot trust the bytes written
+after its last good sync: the kernel may have dropped them, or kept some. It leaves a mark
+beside the journal (`mark_unsynced_tail`, the last index a sync covered) and its restart cuts
+the journal there (`drop_unsynced_tail`) before pysyncobj opens it: Raft-safe, since the node
+acknowledged nothing past that index, and the leader sends the rest again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import struct
 from collections.abc import Callable, Iterable
 
 __all__ = [
     "FIRST_RECORD_OFFSET",
     "LAST_OFFSET_AT",
+    "UNSYNCED_MARK_SUFFIX",
+    "drop_unsynced_tail",
     "encode_journal",
+    "mark_unsynced_tail",
     "read_journal",
     "repair_journal_tail",
     "sync_writes",
@@ -38,6 +49,54 @@ RECORD_SIZE_MIN = 16  # idx and term come before any command
 
 _U32 = struct.Struct("<I")
 _IDX_TERM = struct.Struct("<QQ")
+UNSYNCED_MARK_SUFFIX = ".unsynced"
+
+
+def mark_unsynced_tail(path: str, synced_index: int) -> None:
+    """Leave beside the journal at `path` the last index its syncs covered; raises OSError
+    when even that cannot be written (the restart then has only `repair_journal_tail`)."""
+    mark = path + UNSYNCED_MARK_SUFFIX
+    with open(mark, "w", encoding="ascii") as f:
+        f.write(f"{synced_index}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def drop_unsynced_tail(path: str) -> int:
+    """Cut the journal at `path` after the index its mark names, then remove the mark;
+    return the records dropped, -1 without a mark."""
+    mark = path + UNSYNCED_MARK_SUFFIX
+    try:
+        with open(mark, encoding="ascii") as f:
+            synced_index = int(f.read().strip() or 0)
+    except FileNotFoundError:
+        return -1
+    except ValueError:
+        synced_index = 0  # a torn mark: trust nothing of the journal's records
+    dropped = 0
+    with contextlib.suppress(FileNotFoundError), open(path, "r+b") as f:
+        data = f.read()
+        if len(data) >= FIRST_RECORD_OFFSET:
+            records, _ = _whole_records(data)
+            end = FIRST_RECORD_OFFSET
+            for command, idx, _term in records:
+                if idx > synced_index:
+                    break
+                end += 4 + _IDX_TERM.size + len(command) + 4
+            dropped = sum(1 for _c, idx, _t in records if idx > synced_index)
+            f.seek(LAST_OFFSET_AT)
+            f.write(_U32.pack(end))
+            f.flush()
+            os.fsync(f.fileno())
+    log.warning(
+        "journal %s: the node halted on a failed sync; %d entries after index %d (never "
+        "synced, so never acknowledged) dropped: the leader sends them again",
+        path,
+        dropped,
+        synced_index,
+    )
+    os.remove(mark)
+    return dropped
 
 
 def repair_journal_tail(path: str) -> int:

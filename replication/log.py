@@ -7,6 +7,8 @@ returned. It wires the parts, each in a module of its own:
 - `replication.settings`: what the node is configured with, refused when unsafe;
 - `replication.journal`: the journal file, its torn tail repaired before pysyncobj opens it;
 - `replication.durability`: the syncs that make an acknowledgement durable, and their times;
+- `replication.disk_faults`, `replication.slow_disk` and `replication.step_down`: a failing
+  disk that halts the node, a slow one that makes a leader hand its leadership over;
 - `replication.raft_node`: the pysyncobj node and every correction made to it;
 - `replication.poller` and `replication.ticker`: Raft on the event loop, and on the stall
   guard thread while the loop is stuck;
@@ -29,6 +31,13 @@ The invariants this module keeps itself:
   its frozen state; it keeps its data directory as it was, answers `status` with the reason,
   and refuses proposals. Restarted on code that can apply the entry, it replays its journal
   from its last dump and catches up.
+- A node whose disk failed a sync or write of a Raft file (`replication.disk_faults`) halts
+  the same way, at the end of the tick that met it, with the failure as its reason and one
+  ERROR line; it leaves the last index its syncs covered beside the journal, and restarted,
+  cuts its journal there (`replication.journal.drop_unsynced_tail`) and catches up.
+- A leader whose journal syncs are slow (`replication.slow_disk`) hands its leadership to
+  the follower that holds the most of its log (`replication.step_down`), and stands for no
+  election until its disk has been fast for the cooldown.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from pysyncobj import FAIL_REASON
 
+from replication.disk_faults import DiskFailure, DiskFaults
 from replication.durability import SYNC_SECONDS_BUCKETS, SyncStats, SyncTimes, make_directory
 from replication.entry import (
     StateMachine,
@@ -57,13 +67,15 @@ from replication.errors import (
     ReplicationError,
 )
 from replication.group_commit import DEFAULT_PROPOSE_TIMEOUT_S, GroupCommit, GroupCommitStats
-from replication.journal import repair_journal_tail
+from replication.journal import drop_unsynced_tail, mark_unsynced_tail, repair_journal_tail
 from replication.members import Member, Membership
 from replication.poller import LoopPoller
 from replication.raft_node import RaftNode, RaftRole
 from replication.reconfig import Reconfiguration
 from replication.refusals import Refusals
 from replication.settings import RaftSettings
+from replication.slow_disk import SlowDisk
+from replication.step_down import StepDown
 from replication.ticker import Ticker
 from shared.clock import Clock
 from shared.system_clock import SYSTEM_CLOCK
@@ -105,7 +117,10 @@ class RaftStatus:
     commit_index: int
     applied_index: int
     ready: bool  # leader whose own entry of this term has been applied
-    halted: str | None = None  # why the machine stopped applying (the node left Raft)
+    halted: str | None = None  # why the node left Raft (a machine or disk failure)
+    # `machine`, `sync_failed` or `disk_full` (replication.disk_faults), with `halted`.
+    halt_kind: str | None = None
+    disk_slow: bool = False  # the last journal syncs are over leader_sync_slow_ms
 
 
 def _itself(machine: StateMachine) -> StateMachine:
@@ -154,6 +169,8 @@ class ReplicatedLog:
         self._settings = settings
         self._machine = machine
         self._halted: str | None = None
+        self._halt_kind: str | None = None
+        self._clock = clock
         self._closed = False
         self._lock = threading.Lock()  # the apply lock: the machine's, for ticks and reads
         self._role = RaftRole.FOLLOWER
@@ -161,9 +178,15 @@ class ReplicatedLog:
         self._readiness_pending_term = -1
         self._loop: asyncio.AbstractEventLoop | None = None
         self._role_listeners: list[Callable[[RaftRole], None]] = []
+        drop_unsynced_tail(settings.journal_path)  # before the torn-tail repair reads it
         repair_journal_tail(settings.journal_path)
         self._refusals = Refusals(clock=clock)
         self._sync_times = SyncTimes()
+        self._faults = DiskFaults.from_env()
+        self._slow_disk = slow = SlowDisk(
+            bound_ms=settings.leader_sync_slow_ms, cooldown_s=settings.leader_sync_cooldown_s
+        )
+        self._sync_times.on_journal_sync = lambda s: slow.synced(s, clock.monotonic_ms())
         raft_lock = threading.Lock()
         self._raft_lock = raft_lock
         self._poller = LoopPoller(raft_lock)
@@ -176,10 +199,13 @@ class ReplicatedLog:
             self._poller,
             self._sync_times,
             clock,
+            faults=self._faults,
+            may_stand=lambda: slow.may_stand(clock.monotonic_ms()),
         )
         # The leader's membership calls (`replication.reconfig`), on the loop, under the
         # same Raft lock every tick holds.
         self.reconfig = Reconfiguration(self._node, raft_lock, clock)
+        self._step_down = StepDown(slow, self._node, raft_lock, self.reconfig, settings, clock)
         self._ticker = Ticker(
             self._node,
             self._poller,
@@ -206,6 +232,7 @@ class ReplicatedLog:
         """Stop ticking and close the Raft port and the journal (on the event loop's thread)."""
         if not self._closed:
             self._closed = True
+            self._step_down.close()
             self._ticker.close()
 
     @property
@@ -234,15 +261,41 @@ class ReplicatedLog:
         """After every tick (the Raft lock held, on the loop or the guard)."""
         if self._halted is not None:
             return
+        failure = self._faults.failure
+        if failure is not None:
+            self._halt_on_disk(failure)
+            return
         reason = self._machine.halted()
         if reason is not None:
             self._halt(reason)
             return
         self._check_readiness()
+        self._step_down.after_tick(self._role is RaftRole.LEADER, self._loop)
+
+    def _halt_on_disk(self, failure: DiskFailure) -> None:
+        """A sync or write of a Raft file failed: leave Raft, never syncing again (module
+        doc), and leave the synced index for the restart."""
+        self._halted = failure.reason
+        self._halt_kind = failure.kind
+        self._role = RaftRole.FOLLOWER
+        synced = self._node.journal().synced_index
+        log.error(
+            "HALTED (%s): %s. This node left Raft at synced index %d and answers 503 "
+            "`halted`; the others go on without it",
+            failure.kind,
+            failure.reason,
+            synced,
+        )
+        try:
+            mark_unsynced_tail(self._settings.journal_path, synced)
+        except OSError as exc:
+            log.warning("could not mark the journal's synced index %d: %s", synced, exc)
+        self._leave_raft_soon()
 
     def _halt(self, reason: str) -> None:
         """The machine stopped applying: leave Raft (on the loop, which owns closing)."""
         self._halted = reason
+        self._halt_kind = "machine"
         self._role = RaftRole.FOLLOWER
         log.critical(
             "HALTED: the state machine stopped applying entries at index %d and this node "
@@ -250,6 +303,9 @@ class ReplicatedLog:
             int(self._node.raftLastApplied),
             reason,
         )
+        self._leave_raft_soon()
+
+    def _leave_raft_soon(self) -> None:
         loop = self._loop
         if loop is not None:
             loop.call_soon_threadsafe(self._leave_raft)
@@ -296,6 +352,8 @@ class ReplicatedLog:
             and role is RaftRole.LEADER
             and self._ready_term == node.raftCurrentTerm,
             halted=halted,
+            halt_kind=self._halt_kind,
+            disk_slow=self._slow_disk.slow,
         )
 
     @property
@@ -306,6 +364,16 @@ class ReplicatedLog:
     def sync_stats(self) -> SyncStats:
         """The journal syncs and other synced writes of this node (so far; any thread)."""
         return self._sync_times.stats()
+
+    @property
+    def slow_disk_step_downs(self) -> int:
+        """Leaderships this node handed over for a slow disk (so far; any thread)."""
+        return self._slow_disk.step_downs
+
+    @property
+    def dump_failures(self) -> int:
+        """Compaction dumps that failed (each retried later; so far; any thread)."""
+        return self._node.dump_failures()
 
     def link_versions(self) -> dict[str, int]:
         """The transport version of each open Raft link, by peer address (any thread)."""

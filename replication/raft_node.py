@@ -70,6 +70,19 @@ Online membership (docs/design.md §10; pysyncobj's dynamic membership on, nodes
   is not (pysyncobj undoes a truncated entry's change even when the entry changed nothing,
   so a truncation during the catch-up could drop a current voter).
 
+A failing disk (`replication.disk_faults`):
+
+- `_onTick` and `__onMessageReceived`: once a sync or write of a Raft file failed, the node
+  ticks no more and ignores every message: no append is answered, no vote given, no
+  heartbeat sent (the owner halts it and closes the port, the next tick at the latest).
+- `__tryLogCompaction` (with the serializer's `checkSerializing` watched): a compaction's
+  dump that failed is tried again after a backoff, not on the next tick.
+- A node whose journal syncs are slow (`may_stand` false) stands aside: like a non-voter it
+  never starts an election of its own and ignores `timeout_now`, but it still votes and
+  answers appends (`replication.slow_disk`). Unless it has heard no leader for
+  LEADERLESS_STAND_TIMEOUTS election timeouts: when every disk is slow, a slow leader beats
+  none.
+
 Other invariants: the one replicated method (`_apply_entry`) never raises
 (`replication.entry`); the machine is touched only under the apply lock; the only attribute
 pysyncobj dumps is `_cell`, the machine's snapshot bytes.
@@ -85,9 +98,11 @@ from enum import Enum
 from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.monotonic import monotonic
 from pysyncobj.syncobj import _COMMAND_TYPE
 
+from replication.disk_faults import DiskFaults, DumpBackoff
 from replication.durability import SyncTimes
 from replication.durable_journal import DurableJournal, register_dump
 from replication.entry import PendingSnapshot, SnapshotCell, StateMachine, apply_entry
@@ -120,6 +135,9 @@ BIND_RETRY_S = 0.25
 # index in an AppendEntries of its own (`RaftNode._SyncObj__applyLogEntries`).
 COMMIT_NOTICE_DELAY_S = 0.005
 _MEMBERSHIP = bytes([_COMMAND_TYPE.MEMBERSHIP])  # the first byte of a membership entry
+# A node standing aside for a slow disk stands anyway once it has heard no leader for this
+# many of the longest election timeouts: the others had time for a few elections of their own.
+LEADERLESS_STAND_TIMEOUTS = 4
 
 
 class RaftRole(Enum):
@@ -176,10 +194,17 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         poller: LoopPoller,
         sync_times: SyncTimes,
         clock: Clock = SYSTEM_CLOCK,
+        faults: DiskFaults | None = None,
+        may_stand: Callable[[], bool] = lambda: True,
     ) -> None:
         # Attributes set before SyncObj.__init__ are pysyncobj "properties": excluded from
         # dumps. Only `_cell`, set after, is serialized.
         self._ripple_loop_poller = poller
+        self._ripple_clock = clock
+        self._ripple_faults = faults if faults is not None else DiskFaults()
+        self._ripple_may_stand = may_stand  # false: its disk is slow (module doc)
+        self._ripple_heard_leader_at = monotonic()  # the last append_entries received
+        self._ripple_dump_backoff = DumpBackoff()
         self._ripple_machine = machine
         self._ripple_lock = lock
         self._ripple_backup_to: int | None = None
@@ -201,7 +226,9 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         self._ripple_membership = Membership(
             voters=(), committed=(), voter=self._ripple_voter, pending_index=None, learners=()
         )
-        register_dump(settings.dump_path, sync_times if settings.fsync else None)
+        register_dump(
+            settings.dump_path, sync_times if settings.fsync else None, self._ripple_faults
+        )
         conf = syncobj_conf(
             settings,
             autoTick=False,
@@ -244,9 +271,21 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         # the same file: closing it syncs its mapping, and ours reads what it wrote.
         self.__dict__["_SyncObj__raftLog"]._destroy()
         self._ripple_journal = DurableJournal(
-            settings.journal_path, sync_times, fsync=settings.fsync
+            settings.journal_path, sync_times, self._ripple_faults, fsync=settings.fsync
         )
         self._SyncObj__raftLog = self._ripple_journal
+        serializer = self.__dict__["_SyncObj__serializer"]
+        check_serializing = serializer.checkSerializing
+
+        def watched() -> Any:
+            state, ident = check_serializing()
+            if state == SERIALIZER_STATE.FAILED:
+                self._ripple_dump_failed()
+            elif state == SERIALIZER_STATE.SUCCESS:
+                self._ripple_dump_backoff.succeeded()
+            return state, ident
+
+        serializer.checkSerializing = watched
         self._cell = SnapshotCell(machine)
         self._ripple_publish()
 
@@ -278,8 +317,10 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         since the last tick durable before the tick's commit computation counts the leader
         itself for each entry of its log, and lets a follower's answers go; the second syncs
         what the leader appended in the tick, while the followers are writing it too."""
-        if not self._ripple_voter:
-            # Not a voter: never an election of its own (the join race, module doc).
+        if self._ripple_faults.failure is not None:
+            return  # the disk failed: nothing more from this node (module doc)
+        if not self._ripple_voter or self._ripple_standing_aside():
+            # Not a voter, or a slow disk: never an election of its own (module doc).
             self._SyncObj__raftElectionDeadline = monotonic() + self.conf.raftMaxTimeout
         self._ripple_sync_and_answer()
         SyncObj._onTick(self, timeToWait)
@@ -461,13 +502,43 @@ class RaftNode(SyncObj):  # type: ignore[misc]
 
     # Overrides pysyncobj's private SyncObj.__onMessageReceived (its name, mangled).
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
-        if (
-            not self._ripple_voter
-            and isinstance(message, dict)
-            and message.get("type") in ("request_vote", "timeout_now")
-        ):
+        if self._ripple_faults.failure is not None:
+            return  # the disk failed: no answer, no vote (module doc)
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "append_entries":
+            self._ripple_heard_leader_at = monotonic()
+        if not self._ripple_voter and kind in ("request_vote", "timeout_now"):
             return  # not a voter: no vote, no leadership (module doc)
+        if kind == "timeout_now" and not self._ripple_may_stand():
+            return  # a slow disk: no leadership handed to it (module doc)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _ripple_standing_aside(self) -> bool:
+        """A slow disk, and a leader heard recently enough to leave the leading to it."""
+        if self._ripple_may_stand():
+            return False
+        silent_s = monotonic() - self._ripple_heard_leader_at
+        return bool(silent_s < LEADERLESS_STAND_TIMEOUTS * self.conf.raftMaxTimeout)
+
+    # Overrides pysyncobj's private SyncObj.__tryLogCompaction (its name, mangled).
+    def _SyncObj__tryLogCompaction(self) -> None:
+        if self._ripple_dump_backoff.waiting(self._ripple_clock.monotonic_ms()):
+            return  # a dump failed: nothing in flight, the next try waits (module doc)
+        SyncObj._SyncObj__tryLogCompaction(self)
+
+    def _ripple_dump_failed(self) -> None:
+        retry_s = self._ripple_dump_backoff.failed(self._ripple_clock.monotonic_ms())
+        log.warning(
+            "raft: writing the dump %s failed (%d so far): the node keeps every entry in its "
+            "journal and tries again in %.0f s; check the disk's free space",
+            self.conf.fullDumpFile,
+            self._ripple_dump_backoff.failures,
+            retry_s,
+        )
+
+    def dump_failures(self) -> int:
+        """Compaction dumps that failed so far (any thread)."""
+        return self._ripple_dump_backoff.failures
 
     def membership(self) -> Membership:
         """The voter set as of the last tick (any thread: the view is replaced whole)."""

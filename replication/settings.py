@@ -38,6 +38,8 @@ __all__ = [
     "GROUP_COMMIT_IN_FLIGHT_MAX_DEFAULT",
     "HANDSHAKE_TIMEOUT_S_DEFAULT",
     "LEADER_FALLBACK_TIMEOUT_S_DEFAULT",
+    "LEADER_SYNC_COOLDOWN_S_DEFAULT",
+    "LEADER_SYNC_SLOW_MS_DEFAULT",
     "LOG_COMPACTION_MIN_ENTRIES_DEFAULT",
     "LOG_COMPACTION_MIN_TIME_S_DEFAULT",
     "PROPOSALS_QUEUED_BYTES_MAX_DEFAULT",
@@ -60,6 +62,10 @@ LEADER_FALLBACK_TIMEOUT_S_DEFAULT = 2.0
 CONNECTION_TIMEOUT_S_DEFAULT = 1.5  # also the transport's idle timeout
 LOG_COMPACTION_MIN_ENTRIES_DEFAULT = 5000
 LOG_COMPACTION_MIN_TIME_S_DEFAULT = 300.0
+# etcd's "slow fdatasync" warning bound; a sync that slow already stretches a tick past the
+# election timeout.
+LEADER_SYNC_SLOW_MS_DEFAULT = 1000
+LEADER_SYNC_COOLDOWN_S_DEFAULT = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +117,12 @@ class RaftSettings:
     # clusters only): nothing is synced, and a power cut of a majority can lose acknowledged
     # writes.
     fsync: bool = True
+    # A leader whose median journal sync of the last few exceeds this hands its leadership
+    # to an up-to-date follower (replication.slow_disk); 0 turns it off.
+    leader_sync_slow_ms: int = LEADER_SYNC_SLOW_MS_DEFAULT
+    # After that, the node does not stand for leader until its syncs have been under the
+    # bound for this long.
+    leader_sync_cooldown_s: float = LEADER_SYNC_COOLDOWN_S_DEFAULT
 
     def transport_limits(self) -> TransportLimits:
         return TransportLimits(
@@ -158,3 +170,5 @@ class RaftSettings:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.leader_sync_slow_ms < 0 or self.leader_sync_cooldown_s < 0:
+            raise ValueError("leader_sync_slow_ms and leader_sync_cooldown_s must be >= 0")

@@ -30,6 +30,7 @@ import math
 import threading
 from collections.abc import Callable
 
+from replication.errors import SyncFailedError
 from replication.poller import LoopPoller
 from replication.raft_node import RaftNode
 from shared.clock import Clock
@@ -121,8 +122,11 @@ class Ticker:
     def _tick(self) -> None:
         """One pysyncobj tick, on the loop or on the guard, with the Raft lock held."""
         try:
-            self._node.doTick(0.0)
-            self._node.restore_loaded_snapshot()
+            try:
+                self._node.doTick(0.0)
+                self._node.restore_loaded_snapshot()
+            except SyncFailedError:
+                pass  # the disk failed: recorded, and `after_tick` halts the node
             self._after_tick()
         except Exception:
             log.exception("raft tick failed")

@@ -26,19 +26,18 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from coordinator.config import ClusterConfig
 from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import VersionRange
+from coordinator.service.disk_metrics import disk_metrics
 from coordinator.service.event_metrics import FrontDoorCounts, ProposalStats, RequestCounts
 from coordinator.service.rescale_metrics import rescale_metrics
-from replication.log import SYNC_SECONDS_BUCKETS, MachineRead, ReplicatedLog, SyncStats
+from replication.log import MachineRead, ReplicatedLog
 from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = ["ClusterCollector", "Metrics", "PartitionProgress", "ProgressReports", "ScrapedNode"]
@@ -224,33 +223,6 @@ def _membership(node: ScrapedNode, changing: bool) -> Iterator[Metric]:
     yield links
 
 
-def _syncs(stats: SyncStats) -> Iterator[Metric]:
-    """The node's syncs (empty with `fsync = false`): the journal's on the write path, as a
-    histogram like etcd's `etcd_disk_wal_fsync_duration_seconds`, and every synced write by
-    file."""
-    latency = HistogramMetricFamily(
-        "ripple_raft_journal_sync_duration_seconds",
-        "Time of each journal sync before an entry counts as acknowledged by this node",
-    )
-    bounds = [*map(floatToGoString, SYNC_SECONDS_BUCKETS), "+Inf"]
-    cumulative, buckets = 0, []
-    for bound, n in zip(bounds, stats.journal_sync_counts, strict=True):
-        cumulative += n
-        buckets.append((bound, cumulative))
-    latency.add_metric([], buckets, stats.journal_sync_s_total)
-    yield latency
-    syncs = CounterMetricFamily(
-        "ripple_raft_syncs",
-        "Synced writes: journal syncs, term/vote records, dumps received, journals rewritten",
-        labels=["file"],
-    )
-    syncs.add_metric(["journal"], stats.journal_syncs)
-    syncs.add_metric(["meta"], stats.meta_syncs)
-    syncs.add_metric(["dump"], stats.dump_syncs)
-    syncs.add_metric(["journal_rewrite"], stats.journal_rewrites)
-    yield syncs
-
-
 def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
 
@@ -322,13 +294,7 @@ class ClusterCollector(Collector):
             "Writes refused with 503 because the proposal queue was at its bound",
             value=group.queue_full,
         )
-        yield from _syncs(node.log.sync_stats())
-        yield GaugeMetricFamily(
-            "ripple_apply_halted",
-            "1 when this node stopped applying entries (a command set it does not speak) "
-            "and left Raft",
-            value=0 if status.halted is None else 1,
-        )
+        yield from disk_metrics(node.log)
         leader = node.is_ready_leader
         # An age shown to operators, not a decision: checkpoint times are wall-clock stamps.
         wall_ms = SYSTEM_CLOCK.wall_ms()

@@ -368,9 +368,13 @@ class HealthResponse(_Response):
     cluster_id: str
     command_set: VersionRangeView
     finalized_command_set_version: int
-    # Why this node stopped applying entries and left Raft (an entry of a command set it
-    # does not speak); None while it applies them. Alert on it.
+    # Why this node left Raft: an entry of a command set it does not speak, or a failed sync
+    # or full disk (`sync_failed: ...`, `disk_full: ...`, naming the file and the errno);
+    # None while it takes part. Alert on it.
     halted: str | None = None
+    # Whether this node's last journal syncs are over leader_sync_slow_ms: it hands over any
+    # leadership it holds and stands for no election (docs/reliability.md).
+    disk_slow: bool = False
     # Whether the cluster file sets `store`: without it every checkpoint is fenced, and
     # partitions recover only by replaying the source log from the start.
     store_set: bool = True

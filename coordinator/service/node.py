@@ -110,6 +110,8 @@ class CoordinatorNode:
             raft_max_timeout_s=config.raft_max_timeout_s,
             append_entries_period_s=config.append_entries_period_s,
             leader_fallback_timeout_s=config.leader_fallback_timeout_s,
+            leader_sync_slow_ms=config.leader_sync_slow_ms,
+            leader_sync_cooldown_s=config.leader_sync_cooldown_s,
             # pysyncobj needs connectionTimeout >= raftMaxTimeout.
             connection_timeout_s=max(config.raft_idle_timeout_s, config.raft_max_timeout_s),
             log_compaction_min_entries=config.log_compaction_min_entries,

@@ -266,6 +266,10 @@ tests:
         values: '2x20'
       - series: 'ripple_apply_halted{instance="n3"}'
         values: '1x20'
+      - series: 'ripple_node_halted{reason="disk_full", instance="n2"}'
+        values: '0 0 1x20'
+      - series: 'ripple_raft_slow_disk_step_downs_total{instance="n1"}'
+        values: '0 0 1x20'
     alert_rule_test:
       - eval_time: 5m
         alertname: RippleNoLeader
@@ -297,6 +301,18 @@ tests:
         exp_alerts:
           - exp_labels: {severity: page, instance: n3}
             exp_annotations: {summary: "Ripple node n3 halted: restart it on a newer release"}
+      - eval_time: 3m
+        alertname: RippleNodeDiskHalted
+        exp_alerts:
+          - exp_labels: {severity: page, instance: n2, reason: disk_full}
+            exp_annotations:
+              summary: "Ripple node n2 halted (disk_full): fix its disk, restart it"
+      - eval_time: 5m
+        alertname: RippleLeaderSlowDisk
+        exp_alerts:
+          - exp_labels: {severity: ticket, instance: n1}
+            exp_annotations:
+              summary: "Ripple node n1 gave up the leadership for a slow disk"
   - interval: 1m
     input_series:
       - series: 'ripple_raft_role{role="leader", instance="n1"}'
@@ -311,6 +327,12 @@ tests:
         values: '0x20'
       - series: 'ripple_apply_halted{instance="n3"}'
         values: '0x20'
+      - series: 'ripple_node_halted{reason="machine", instance="n2"}'
+        values: '1x20'
+      - series: 'ripple_node_halted{reason="sync_failed", instance="n2"}'
+        values: '0x20'
+      - series: 'ripple_raft_slow_disk_step_downs_total{instance="n1"}'
+        values: '3x40'
     alert_rule_test:
       - {eval_time: 15m, alertname: RippleNoLeader, exp_alerts: []}
       - {eval_time: 15m, alertname: RipplePartitionsNotOnline, exp_alerts: []}
@@ -318,4 +340,6 @@ tests:
       - {eval_time: 15m, alertname: RippleCheckpointsOld, exp_alerts: []}
       - {eval_time: 15m, alertname: RipplePartitionStuck, exp_alerts: []}
       - {eval_time: 15m, alertname: RippleNodeHalted, exp_alerts: []}
+      - {eval_time: 15m, alertname: RippleNodeDiskHalted, exp_alerts: []}
+      - {eval_time: 35m, alertname: RippleLeaderSlowDisk, exp_alerts: []}
 """

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from pysyncobj.journal import FileJournal
 
 import replication.durable_journal
+from replication.disk_faults import DiskFaults
 from replication.durability import (
     SYNCED_IMAGE_SUFFIX,
     SYNCED_IMAGES_ENV,
@@ -292,7 +293,7 @@ def durable_dump(tmp_path: Path) -> Iterator[tuple[Path, SyncTimes]]:
     path = tmp_path / "raft.dump"
     times = SyncTimes()
     registry = replication.durable_journal._DURABLE_DUMPS  # what a node with fsync on registers
-    registry[str(path)] = times
+    registry[str(path)] = (times, DiskFaults())
     try:
         yield path, times
     finally:

@@ -180,6 +180,7 @@ async def health(request: web.Request) -> web.Response:
             ),
             finalized_command_set_version=finalized,
             halted=st.halted,
+            disk_slow=st.disk_slow,
             store_set=bool(node.config.store),
             warnings=warnings(node.config),
             voter=node.is_voter,
