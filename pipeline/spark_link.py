@@ -11,6 +11,7 @@ unreachable, since when, and why. Pure: times come in as arguments, nothing here
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 
 __all__ = ["BatchFault", "SparkJobTimeout", "SparkLink", "classify", "first_line"]
@@ -28,6 +29,9 @@ SESSION_LOST_MARKERS = (
 )
 # gRPC's status for "no server there" (connection refused, reset, DNS), as code and as text.
 UNREACHABLE_MARKERS = ("StatusCode.UNAVAILABLE", "failed to connect to all addresses")
+# The fields of a raw gRPC error's text ("<_InactiveRpcError of RPC that terminated with:").
+_GRPC_STATUS = re.compile(r"status = StatusCode\.(\w+)")
+_GRPC_DETAILS = re.compile(r'details = "([^"\n]*)"')
 # How deep the exception chain is searched (`raise ... from`, pyspark's wrappers).
 CAUSE_DEPTH_MAX = 8
 
@@ -93,7 +97,19 @@ def classify(exc: BaseException) -> BatchFault:
 
 
 def first_line(exc: BaseException, chars_max: int = ERROR_CHARS_MAX) -> str:
+    """What an operator reads of `exc`: its first line, or for a raw gRPC error (whose first
+    line says only "<_InactiveRpcError of RPC that terminated with:") its status and detail."""
+    details = getattr(exc, "details", None)
+    if callable(details):
+        try:
+            return f"gRPC {_grpc_code(exc).rsplit('.', 1)[-1]}: {details()}"[:chars_max]
+        except Exception:  # a `details` that is not grpc's: fall back to the text
+            pass
     text = str(exc).strip() or type(exc).__name__
+    # pyspark wraps a raw gRPC error in its own exception by the error's text.
+    status, detail = _GRPC_STATUS.search(text), _GRPC_DETAILS.search(text)
+    if status and detail:
+        return f"gRPC {status.group(1)}: {detail.group(1)}"[:chars_max]
     return text.splitlines()[0][:chars_max]
 
 

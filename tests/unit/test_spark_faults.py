@@ -21,7 +21,7 @@ from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 from pipeline.datapath import PlannedBatch
 from pipeline.holdings import PartitionRuntime
 from pipeline.lease import Lease
-from pipeline.spark_link import BatchFault, SparkJobTimeout, SparkLink, classify
+from pipeline.spark_link import BatchFault, SparkJobTimeout, SparkLink, classify, first_line
 from pipeline.state import KeyState, PartitionState
 from pipeline.store import LocalStore
 from pipeline.worker import Worker
@@ -229,3 +229,32 @@ def test_the_reconnect_pause_doubles_within_its_bounds() -> None:
         "attempts": 0,
         "reconnects": 1,
     }
+
+
+def test_a_raw_grpc_error_is_shown_by_its_status_and_detail() -> None:
+    class RefusedCall(grpc.RpcError):
+        """What the Connect client raises once its retries of a refused connection end."""
+
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNAVAILABLE
+
+        def details(self) -> str:
+            return "failed to connect to all addresses; last error: Connection refused"
+
+        def __str__(self) -> str:
+            return "<_InactiveRpcError of RPC that terminated with:\n\tstatus = ..."
+
+    refused = RefusedCall()
+    assert classify(refused) is BatchFault.SPARK_UNREACHABLE
+    assert first_line(refused) == (
+        "gRPC UNAVAILABLE: failed to connect to all addresses; last error: Connection refused"
+    )
+    # pyspark's wrapping of the same error, by its text.
+    wrapped = SparkConnectGrpcException(
+        message="<_InactiveRpcError of RPC that terminated with:\n\tstatus = "
+        'StatusCode.UNAVAILABLE\n\tdetails = "failed to connect to all addresses"\n>',
+        grpc_status_code=grpc.StatusCode.UNAVAILABLE,
+    )
+    assert classify(wrapped) is BatchFault.SPARK_UNREACHABLE
+    assert first_line(wrapped) == "gRPC UNAVAILABLE: failed to connect to all addresses"
+    assert first_line(ValueError("one\ntwo")) == "one"
