@@ -217,6 +217,12 @@ class Processor:
         with contextlib.suppress(Exception):
             # Its result, if it still comes, is dropped: the batch is retried whole.
             await asyncio.wait_for(asyncio.shield(task), PROBE_CANCEL_WAIT_S)
+        if not task.done():
+            log.error(
+                "spark: the interrupted job did not return in %g s; its thread is left to "
+                "finish alone and the batch retried on a new session",
+                PROBE_CANCEL_WAIT_S,
+            )
         raise SparkJobTimeout(
             f"the Spark job ran past spark_job_timeout_s={timeout_s:g} and was interrupted"
         )

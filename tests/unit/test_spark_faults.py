@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,16 @@ class FakeSpark:
         self.mode = "ok"
 
 
+def hosting(worker: Worker, partitions: Iterable[int], *, epoch: int) -> None:
+    """`worker` holds a long lease and every one of `partitions` open at `epoch`, loaded."""
+    worker.lease = Lease(lease_ms=600_000).renewed(worker.clock.monotonic_ms())
+    for p in partitions:
+        rt = PartitionRuntime(epoch=epoch)
+        rt.loaded.set()
+        worker.parts[p] = rt
+        worker.holdings.gates.host(p, epoch)
+
+
 @pytest.fixture
 async def rig(tmp_path: Path) -> Any:
     settings = dataclasses.replace(
@@ -116,12 +127,7 @@ async def rig(tmp_path: Path) -> Any:
     worker.processor.feed = spark  # type: ignore[assignment]
     worker.processor.aggregator = spark  # type: ignore[assignment]
     worker.processor.warming = None
-    worker.lease = Lease(lease_ms=600_000).renewed(worker.clock.monotonic_ms())
-    for p in (0, 1):
-        rt = PartitionRuntime(epoch=3)
-        rt.loaded.set()
-        worker.parts[p] = rt
-        worker.holdings.gates.host(p, 3)
+    hosting(worker, (0, 1), epoch=3)
     try:
         yield worker, spark
     finally:
