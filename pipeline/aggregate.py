@@ -37,6 +37,7 @@ __all__ = [
     "Aggregator",
     "BatchInput",
     "Transform",
+    "bound_retries",
     "identity",
     "key_state_of_row",
     "load_transform",
@@ -60,6 +61,33 @@ FILES_PER_JOB_MAX = 4096
 # unioned (no per-row file path, no join); over more, one read joined with a (file ->
 # partition, from_offset) table, so that the plan does not grow with the partitions.
 UNION_READS_MAX = 32
+# The Connect client's own retries of a call that found no server (gRPC UNAVAILABLE). Its
+# default waits 50 ms * 4^n up to a minute, fifteen times (over ten minutes): a restarted
+# server is back long before the client looks again. Capped here at about 1.5 s, so that
+# the failure reaches the micro-batch loop, which makes a new session on its own schedule
+# (spark_reconnect_backoff_s_min/max).
+SPARK_RPC_RETRIES_MAX = 4
+SPARK_RPC_BACKOFF_MS_INITIAL = 100
+SPARK_RPC_BACKOFF_MS_MAX = 800
+
+
+def bound_retries(spark: SparkSession) -> None:
+    """Cap the Connect client's own retries of `spark` (SPARK_RPC_RETRIES_MAX above)."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    client = getattr(spark, "client", None)
+    if client is None:  # a classic (non-Connect) session: nothing to bound
+        return
+    client.set_retry_policies(
+        [
+            DefaultPolicy(
+                max_retries=SPARK_RPC_RETRIES_MAX,
+                initial_backoff=SPARK_RPC_BACKOFF_MS_INITIAL,
+                backoff_multiplier=2.0,
+                max_backoff=SPARK_RPC_BACKOFF_MS_MAX,
+            )
+        ]
+    )
 
 
 class AggregateError(Exception):
@@ -149,8 +177,9 @@ def key_state_of_row(row: dict[str, Any]) -> KeyState:
 class Aggregator:
     """Runs the aggregation on a Spark Connect server (local or a cluster's).
 
-    One session for the worker's whole life: a new session per batch would cost a round of
-    session set-up and lose the server's cached metadata."""
+    One session while it works: a new session per batch would cost a round of session set-up
+    and lose the server's cached metadata. `reconnect` replaces it when the server lost it
+    (a restart) or a job on it had to be cut off."""
 
     def __init__(
         self, spark_remote: str, transform: Transform = identity, *, own_session: bool = False
@@ -170,6 +199,7 @@ class Aggregator:
         self._configure()
 
     def _configure(self) -> None:
+        bound_retries(self.spark)
         # Every arrow batch is a new plan holding its rows: the Connect plan cache would keep
         # them all for the session's life, until the driver runs out of memory. Servers we
         # start turn it off; ask for it per session too, for servers we did not start.
@@ -178,15 +208,40 @@ class Aggregator:
 
     def _renew_session(self) -> None:
         """A new session, the old one released: the server frees what it kept per session."""
+        self._replace(self._connect())
+        self.sessions_renewed += 1
+
+    def _connect(self) -> SparkSession:
+        """A new session on a fresh channel, proven by one call (making one calls nothing)."""
         from pyspark.sql import SparkSession
 
-        old = self.spark
-        self.spark = SparkSession.builder.remote(self._remote).create()
+        spark = SparkSession.builder.remote(self._remote).create()
+        bound_retries(spark)
+        try:
+            spark.version  # noqa: B018 - an AnalyzePlan round trip: the server knows us
+        except BaseException:
+            with contextlib.suppress(Exception):
+                spark.stop()
+            raise
+        return spark
+
+    def _replace(self, spark: SparkSession) -> None:
+        old, self.spark = self.spark, spark
         self._configure()
         self._arrow_batches = self._arrow_bytes = 0
-        self.sessions_renewed += 1
+        # Releasing the old session frees what the server kept for it; one the server lost
+        # answers with an error, which changes nothing here.
         with contextlib.suppress(Exception):
             old.stop()
+
+    def reconnect(self) -> None:
+        """Replace the session with a new one that answers; raises (the old one kept) when
+        the server cannot make one. Blocking: run it in a thread."""
+        self._replace(self._connect())
+
+    def interrupt(self) -> None:
+        """Cancel every operation running on the session (a job past its timeout)."""
+        self.spark.interruptAll()
 
     def _read(self, paths: Sequence[str]) -> DataFrame:
         return self.spark.read.schema(INPUT_DDL).parquet(*paths)

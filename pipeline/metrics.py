@@ -34,6 +34,8 @@ STAT_HELP = {
     "lease_pauses": "Micro-batches skipped or discarded because the lease had run out",
     "batch_failures": "Micro-batches that failed (retried with their input kept)",
     "segments_fetched": "Source segments read from the store",
+    "spark_reconnects": "New Spark Connect sessions made after the server lost ours or could "
+    "not be reached (a restart); each is one log line",
 }
 
 
@@ -53,6 +55,9 @@ class WorkerMetrics(Collector):
         lease_valid: Callable[[], bool],
         warm_copies: Callable[[], Mapping[str, int]] = dict,
         clock: Clock = SYSTEM_CLOCK,
+        *,
+        failed_batches: Mapping[str, int] | None = None,
+        spark_reachable: Callable[[], bool] = lambda: True,
     ) -> None:
         self.clock = clock  # the checkpoint ages are read on it
         self.stats = stats
@@ -61,6 +66,9 @@ class WorkerMetrics(Collector):
         self.batch_seconds = batch_seconds
         self.holdings = holdings
         self.lease_valid = lease_valid
+        # Failed micro-batches by reason (pipeline/spark_link.py's BatchFault values).
+        self.failed_batches = failed_batches if failed_batches is not None else {}
+        self.spark_reachable = spark_reachable
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
@@ -82,6 +90,22 @@ class WorkerMetrics(Collector):
         for stage, value in sorted(self.batch_seconds.items()):
             seconds.add_metric([stage], value)
         yield seconds
+        failed = CounterMetricFamily(
+            "ripple_worker_failed_batches",
+            "Micro-batches that failed, by reason: plan (the store), spark_unreachable, "
+            "spark_session_lost (a server restart), spark_timeout (spark_job_timeout_s), "
+            "spark_job",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self.failed_batches.items()):
+            failed.add_metric([reason], count)
+        yield failed
+        yield GaugeMetricFamily(
+            "ripple_worker_spark_reachable",
+            "1 while the worker has a Spark Connect session that works, 0 while it makes a "
+            "new one (the server restarted, is down, or a job ran past its timeout)",
+            value=int(self.spark_reachable()),
+        )
         yield GaugeMetricFamily(
             "ripple_worker_partitions_open",
             "Partitions whose gate is open here",

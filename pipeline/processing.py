@@ -4,8 +4,12 @@ Owns the Spark session (an `Aggregator`), the data path's `Feed`, the start-up p
 processing loop. Invariant: a batch's results are merged into a partition only if, after
 the job, the lease still holds and the gate is still open at the epoch the batch started
 with; a failed batch moves no offset (its input is kept for the retry) and is retried after
-a growing, capped pause. Blocking work (store, Spark) runs in threads; partition state is
-touched only on the event loop, under the batch lock.
+a growing, capped pause. A batch's Spark job is bounded by spark_job_timeout_s; a job cut off
+by it, or a session the server lost (a restart) or cannot reach, is followed by a new session
+before the next batch (pipeline/spark_link.py), never by a partition move. Results are merged
+only once the job's whole result is collected, so a batch fails whole or merges whole.
+Blocking work (store, Spark) runs in threads; partition state is touched only on the event
+loop, under the batch lock.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN, Holdings, PartitionRu
 from pipeline.session import Session
 from pipeline.settings import WorkerSettings
 from pipeline.source import SourceLog
+from pipeline.spark_link import BatchFault, SparkJobTimeout, SparkLink, classify, first_line
 from pipeline.state import PartitionState, merge_batch
 from pipeline.store import ObjectStore
 from pipeline.warming import Warming
@@ -36,7 +41,8 @@ log = logging.getLogger(__name__)
 
 # Failing batches are retried with a growing pause, capped, so a broken path does not spin.
 BATCH_RETRY_PAUSE_S_MAX = 5.0
-# How long an interrupted start-up probe may take to hand its thread back.
+# How long an interrupted start-up probe, or a job past its timeout, may take to hand its
+# thread back (the interrupt itself included); past it the thread is left to finish alone.
 PROBE_CANCEL_WAIT_S = 10.0
 
 
@@ -73,6 +79,11 @@ class Processor:
         # job (plan, scan or upload, join, aggregate, collect), merging into the state.
         self.batch_seconds = {"plan": 0.0, "spark": 0.0, "merge": 0.0}
         self._batch_failures_in_row = 0
+        # Failed micro-batches by BatchFault value (ripple_worker_failed_batches_total).
+        self.failed_batches = dict.fromkeys((f.value for f in BatchFault), 0)
+        self.link = SparkLink(
+            settings.spark_reconnect_backoff_s_min, settings.spark_reconnect_backoff_s_max
+        )
         # Warm copies ride along in every micro-batch, read-only (pipeline/warming.py).
         self.warming: Warming | None = None
 
@@ -109,7 +120,7 @@ class Processor:
             # The job is stuck server-side (say, no executor ever came): cancel it so the
             # thread returns, then refuse to start.
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(aggregator.spark.interruptAll)
+                await asyncio.to_thread(aggregator.interrupt)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, PROBE_CANCEL_WAIT_S)
             raise ProbeFailed(
@@ -134,6 +145,9 @@ class Processor:
             return 0
         self.follow_generations()
         feed, aggregator = self.feed, self.aggregator
+        if self.link.lost:
+            # Outside the batch lock: checkpoints and hand-offs need not wait on Spark.
+            await self._reconnect(aggregator)
         async with self.holdings.batch_lock:
             if not self.session.lease_valid():
                 self.stats["lease_pauses"] += 1
@@ -145,6 +159,7 @@ class Processor:
             epochs = {p: rt.epoch for p, rt in open_now.items()}
             began = monotonic_s(self.clock)
             fetched = feed.fetched
+            planning = True
             try:
                 # Per-partition offsets only advance for segments read whole: a batch never
                 # splits a segment.
@@ -165,9 +180,10 @@ class Processor:
                     await self._merge_warm(batch, {}, warm)
                     return 0
                 # One Spark job for every open partition's new records.
-                results = await asyncio.to_thread(feed.run, aggregator, batch)
+                planning = False
+                results = await self._run_job(feed, aggregator, batch)
             except Exception as exc:
-                self._batch_failed(open_now, exc)
+                self._batch_failed(open_now, exc, BatchFault.PLAN if planning else classify(exc))
                 raise
             finally:
                 self.stats["segments_fetched"] += feed.fetched - fetched
@@ -179,13 +195,77 @@ class Processor:
             self.batch_seconds["merge"] += monotonic_s(self.clock) - merging
             return merged
 
-    def _batch_failed(self, parts: dict[int, PartitionRuntime], exc: BaseException) -> None:
-        text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+    async def _run_job(
+        self, feed: Feed, aggregator: Aggregator, batch: PlannedBatch
+    ) -> dict[int, PartitionState]:
+        """The batch's Spark job, whole result collected, within spark_job_timeout_s; past it
+        the job is interrupted and SparkJobTimeout raised (its session is then replaced)."""
+        timeout_s = self.settings.spark_job_timeout_s
+        task = asyncio.ensure_future(asyncio.to_thread(feed.run, aggregator, batch))
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        except TimeoutError:
+            pass
+        log.error(
+            "spark: a micro-batch job over %d segments ran past spark_job_timeout_s=%g; "
+            "interrupting it, retrying on a new session",
+            len(batch.keys),
+            timeout_s,
+        )
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.to_thread(aggregator.interrupt), PROBE_CANCEL_WAIT_S)
+        with contextlib.suppress(Exception):
+            # Its result, if it still comes, is dropped: the batch is retried whole.
+            await asyncio.wait_for(asyncio.shield(task), PROBE_CANCEL_WAIT_S)
+        if not task.done():
+            log.error(
+                "spark: the interrupted job did not return in %g s; its thread is left to "
+                "finish alone and the batch retried on a new session",
+                PROBE_CANCEL_WAIT_S,
+            )
+        raise SparkJobTimeout(
+            f"the Spark job ran past spark_job_timeout_s={timeout_s:g} and was interrupted"
+        )
+
+    async def _reconnect(self, aggregator: Aggregator) -> None:
+        """A new session in place of the lost one; raises (counted as a failed batch of every
+        open partition) while Spark cannot make one."""
+        try:
+            await asyncio.wait_for(
+                asyncio.to_thread(aggregator.reconnect), self.settings.spark_job_timeout_s
+            )
+        except Exception as exc:
+            fault = classify(exc)
+            if not fault.needs_new_session:  # whatever stops a session being made
+                fault = BatchFault.SPARK_UNREACHABLE
+            self._batch_failed(self.holdings.open_now(), exc, fault)
+            raise
+        lasted = self.link.reconnected(monotonic_s(self.clock))
+        self.stats["spark_reconnects"] += 1
+        log.warning(
+            "spark: new session on %s; micro-batches resume after %.1f s without one",
+            self.settings.spark_remote,
+            lasted,
+        )
+
+    def _batch_failed(
+        self, parts: dict[int, PartitionRuntime], exc: BaseException, fault: BatchFault
+    ) -> None:
+        text = first_line(exc, BATCH_ERROR_LEN_MAX)
         self.stats["batch_failures"] += 1
+        self.failed_batches[fault.value] += 1
         self._batch_failures_in_row += 1
+        if self.link.failed(fault, text, monotonic_s(self.clock)):
+            log.warning(
+                "spark: %s (%s); making a new session, retrying every %g-%g s",
+                fault.value,
+                text,
+                self.link.backoff_s_min,
+                self.link.backoff_s_max,
+            )
         for p, rt in parts.items():
             rt.failures += 1
-            rt.error = text[:BATCH_ERROR_LEN_MAX]
+            rt.error = text
             if rt.failures == BATCH_FAILURES_REPORTED_MIN:
                 log.error(
                     "partition %d epoch %d: %d micro-batches in a row failed; reporting it: %s",
@@ -275,12 +355,24 @@ class Processor:
             pause_s = self.settings.batch_interval_s
             try:
                 merged = await self.process_once()
-            except Exception:  # keep the worker alive; the batch is retried (input kept)
-                log.exception("micro-batch failed; retrying")
+            except Exception as exc:  # keep the worker alive; the batch is retried (input kept)
                 merged = 0
-                pause_s = min(
-                    BATCH_RETRY_PAUSE_S_MAX, pause_s * 2 ** min(self._batch_failures_in_row, 8)
-                )
+                if self.link.lost:
+                    # One line per attempt: the traceback of a refused connection says nothing.
+                    pause_s = self.link.pause_s()
+                    log.warning(
+                        "spark: no usable session (%s, attempt %d): %s; next try in %.1f s",
+                        self.link.fault.value if self.link.fault else "?",
+                        self.link.attempts,
+                        first_line(exc),
+                        pause_s,
+                    )
+                else:
+                    log.exception("micro-batch failed; retrying")
+                    pause_s = min(
+                        BATCH_RETRY_PAUSE_S_MAX,
+                        pause_s * 2 ** min(self._batch_failures_in_row, 8),
+                    )
             if merged == 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopped.wait(), pause_s)

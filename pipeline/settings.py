@@ -15,6 +15,9 @@ __all__ = [
     "BATCH_INTERVAL_S_DEFAULT",
     "DRAIN_TIMEOUT_S",
     "PROBE_TIMEOUT_S_DEFAULT",
+    "SPARK_JOB_TIMEOUT_S_DEFAULT",
+    "SPARK_RECONNECT_BACKOFF_S_MAX_DEFAULT",
+    "SPARK_RECONNECT_BACKOFF_S_MIN_DEFAULT",
     "STOP_TIMEOUT_S",
     "WARM_COPIES_MAX_DEFAULT",
     "WARM_COPY_IDLE_S_DEFAULT",
@@ -27,6 +30,14 @@ BATCH_INTERVAL_S_DEFAULT = 0.5
 # and never runs it.
 PROBE_TIMEOUT_S_DEFAULT = 120.0
 DRAIN_TIMEOUT_S = 120.0
+# A micro-batch's Spark job that runs longer is interrupted, its session dropped, and the
+# batch retried on a new one: a hung job (executors gone, a stuck stage) is bounded and seen.
+SPARK_JOB_TIMEOUT_S_DEFAULT = 120.0
+# New sessions after Spark lost ours (a restart) or cannot be reached: the first attempt
+# waits the minimum, each failed one doubles it, up to the maximum (a restarted server is
+# back within seconds to a minute; ten seconds between attempts costs little once it is).
+SPARK_RECONNECT_BACKOFF_S_MIN_DEFAULT = 0.5
+SPARK_RECONNECT_BACKOFF_S_MAX_DEFAULT = 10.0
 WARM_COPIES_MAX_DEFAULT = 4
 # Longer than a warm-up's deadline plus the release and hand-off that follow it.
 WARM_COPY_IDLE_S_DEFAULT = 180.0
@@ -79,6 +90,13 @@ class WorkerSettings:
     arrow_batch_bytes_max: int = ARROW_BATCH_BYTES_MAX_DEFAULT
     # The start-up probe's wait for Spark (PROBE_TIMEOUT_S_DEFAULT above).
     probe_timeout_s: float = PROBE_TIMEOUT_S_DEFAULT
+    # A micro-batch's Spark job running longer is interrupted and the batch retried on a new
+    # session, its input kept (SPARK_JOB_TIMEOUT_S_DEFAULT above).
+    spark_job_timeout_s: float = SPARK_JOB_TIMEOUT_S_DEFAULT
+    # The first wait before a new Spark session, once the old one is lost or unreachable.
+    spark_reconnect_backoff_s_min: float = SPARK_RECONNECT_BACKOFF_S_MIN_DEFAULT
+    # The longest wait between attempts at a new Spark session (doubling from the minimum).
+    spark_reconnect_backoff_s_max: float = SPARK_RECONNECT_BACKOFF_S_MAX_DEFAULT
     # Warm copies for moves into this worker (pipeline/warming.py): at most this many at
     # once, and one the leader stopped asking about is dropped after warm_copy_idle_s.
     warm_copies_max: int = WARM_COPIES_MAX_DEFAULT

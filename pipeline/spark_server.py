@@ -67,7 +67,8 @@ def free_port() -> int:
 
 
 class SparkConnectServer:
-    """Start with ``start()`` (or ``with``), get ``url`` ("sc://127.0.0.1:PORT"), ``stop()``."""
+    """Start with ``start()`` (or ``with``), get ``url`` ("sc://127.0.0.1:PORT"), ``stop()``;
+    ``kill()`` then ``start(port=...)`` is a crash and a restart on the same address."""
 
     def __init__(
         self,
@@ -242,6 +243,18 @@ class SparkConnectServer:
                 proc.kill()
                 proc.wait(timeout=KILL_TIMEOUT_S)
         log.info("spark connect server pid=%d stopped rc=%s", proc.pid, proc.returncode)
+        self._proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the JVM by PID and reap it (a crash: no session survives, nothing is
+        flushed). `start(port=self.port)` brings a new server up where it was."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=KILL_TIMEOUT_S)
+        log.info("spark connect server pid=%d killed rc=%s", proc.pid, proc.returncode)
         self._proc = None
 
     def __enter__(self) -> SparkConnectServer:

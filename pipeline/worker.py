@@ -120,6 +120,8 @@ class Worker:
             self.session.lease_valid,
             self.warming.counts,
             clock,
+            failed_batches=self.processor.failed_batches,
+            spark_reachable=lambda: not self.processor.link.lost,
         )
         self.api = WorkerApi(
             settings,
@@ -213,6 +215,7 @@ class Worker:
             },
             "stats": self.stats,
             "data_path": self.processor.data_path.value,
+            "spark": self.processor.link.health(monotonic_s(self.clock)),
             "batch_seconds": {k: round(v, 3) for k, v in self.processor.batch_seconds.items()},
         }
 

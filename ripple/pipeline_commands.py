@@ -68,6 +68,26 @@ def add_pipeline_parsers(sub: Any, client_args: Callable[[argparse.ArgumentParse
         help="a warm copy the leader has not asked about for this long is dropped",
     )
     w.add_argument(
+        "--spark-job-timeout-s",
+        type=float,
+        metavar="S",
+        help="a micro-batch's Spark job running longer is interrupted and the batch retried "
+        "on a new Spark session",
+    )
+    w.add_argument(
+        "--spark-reconnect-backoff-s-min",
+        type=float,
+        metavar="S",
+        help="the first wait before a new Spark session once the old one is lost (a Spark "
+        "restart) or unreachable; doubled after each failed attempt",
+    )
+    w.add_argument(
+        "--spark-reconnect-backoff-s-max",
+        type=float,
+        metavar="S",
+        help="the longest wait between attempts at a new Spark session",
+    )
+    w.add_argument(
         "--tls-cert",
         metavar="PEM",
         help="serve the worker API over TLS with this certificate chain (then --tls-key)",
@@ -172,6 +192,37 @@ async def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
+def spark_bounds(args: argparse.Namespace) -> dict[str, float]:
+    """The Spark timeout and reconnect flags given, checked (unset: the settings' defaults)."""
+    from pipeline.settings import (
+        SPARK_RECONNECT_BACKOFF_S_MAX_DEFAULT,
+        SPARK_RECONNECT_BACKOFF_S_MIN_DEFAULT,
+    )
+
+    given = {
+        field: getattr(args, field)
+        for field in (
+            "spark_job_timeout_s",
+            "spark_reconnect_backoff_s_min",
+            "spark_reconnect_backoff_s_max",
+        )
+        if getattr(args, field) is not None
+    }
+    for field, seconds in given.items():
+        if not 0 < seconds < float("inf"):
+            flag = "--" + field.replace("_", "-")
+            raise ConfigError(f"{flag} must be a number of seconds > 0", field=field)
+    low = given.get("spark_reconnect_backoff_s_min", SPARK_RECONNECT_BACKOFF_S_MIN_DEFAULT)
+    high = given.get("spark_reconnect_backoff_s_max", SPARK_RECONNECT_BACKOFF_S_MAX_DEFAULT)
+    if low > high:
+        raise ConfigError(
+            f"--spark-reconnect-backoff-s-min ({low:g}) must not exceed "
+            f"--spark-reconnect-backoff-s-max ({high:g})",
+            field="spark_reconnect_backoff_s_min",
+        )
+    return given
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from pipeline.aggregate import identity, load_transform
     from pipeline.store import open_store
@@ -195,6 +246,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if not args.warm_copy_idle_s > 0:
             raise ConfigError("--warm-copy-idle-s must be > 0", field="warm_copy_idle_s")
         warm["warm_copy_idle_s"] = args.warm_copy_idle_s
+    warm.update(spark_bounds(args))
     settings = WorkerSettings(
         coordinators=tuple(coordinator_urls(args)),
         worker_id=args.worker_id,
