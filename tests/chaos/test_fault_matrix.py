@@ -201,7 +201,7 @@ def matrix(
                 clock.reset()
             links.heal()
             for bg in (feed, observer, watch):
-                if bg._thread.is_alive():
+                if bg.alive():
                     bg.stop()
     finally:
         rig.stop()
@@ -266,8 +266,18 @@ def run_cell(
     return figures, began, undone
 
 
+def environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if item)
+
+
 def clock_cell(m: Matrix, cell: str, who: str) -> None:
     clock = m.clocks[who]
+    proc = m.rig.workers[who] if who in m.rig.workers else m.rig.cluster.procs[who]
+    # A step that reached no process would pass every check: that run is INVALID.
+    shim = environ(proc.pid)
+    if any(shim.get(k) != v for k, v in clock.env().items()):
+        raise AssertionError(f"INVALID RUN: {who} (pid {proc.pid}) runs without its clock shim")
     figures, _, _ = run_cell(
         m, cell, lambda: clock.step(STEP_S), lambda: clock.step(-STEP_S), HOLD_STEP_S
     )
