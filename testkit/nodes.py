@@ -5,7 +5,8 @@ What each node runs is a `NodeProgram`: its command line, the path of its health
 how the answers of the live nodes name one agreed leader. `testkit.cluster.Cluster` runs
 `ripple coordinator` on it; the benchmarks run their bare-Raft baseline nodes on it. Every
 node is a `testkit.process.Proc` (its output in `<root>/logs/<node id>.log`); every wait is
-bounded.
+bounded. `node_env` gives one node variables of its own over the inherited environment
+(a fault shim's ``LD_PRELOAD`` for that node alone), on every start of that node.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class NodeCluster:
         self.urls = dict(urls)
         self.context = context  # trusted for https:// nodes
         self.procs: dict[str, Proc] = {}
+        # Node id -> variables merged over the inherited environment on each of its starts.
+        self.node_env: dict[str, dict[str, str]] = {}
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -65,7 +68,7 @@ class NodeCluster:
 
     def spawn(self, node_id: str, argv: list[str]) -> Proc:
         """Start node `node_id` with `argv` (again, after its last process exited)."""
-        proc = Proc(argv, self.root / "logs" / f"{node_id}.log")
+        proc = Proc(argv, self.root / "logs" / f"{node_id}.log", env=self.node_env.get(node_id))
         self.procs[node_id] = proc
         return proc
 

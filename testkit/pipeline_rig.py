@@ -85,6 +85,7 @@ class PipelineRig:
         self.producer = Producer(self.store, PARTITIONS)
         self.workers: dict[str, Proc] = {}
         self.ports: dict[str, int] = {}
+        self.worker_env: dict[str, dict[str, str]] = {}  # worker id -> its own variables
         self.worker_args = worker_args
         # On a Spark whose executors cannot see our files the oracle sends the rows it read
         # (the arrow path's way), on its own session of that server.
@@ -92,9 +93,17 @@ class PipelineRig:
         self._oracle: Aggregator | None = None
 
     def start_worker(
-        self, wid: str, *extra: str, batch_interval_s: float = BATCH_INTERVAL_S
+        self,
+        wid: str,
+        *extra: str,
+        batch_interval_s: float = BATCH_INTERVAL_S,
+        env: dict[str, str] | None = None,
     ) -> Proc:
-        """Start `wid` (again, after its previous process has exited: same id, new port)."""
+        """Start `wid` (again, after its previous process has exited: same id, new port).
+        `env`: variables of its own over the inherited ones (a fault shim for this worker
+        alone); kept for its restarts."""
+        if env is not None:
+            self.worker_env[wid] = dict(env)
         old = self.workers.get(wid)
         if old is not None:
             assert not old.alive(), f"{wid} is still running (pid {old.pid})"
@@ -112,9 +121,7 @@ class PipelineRig:
             state_dir=self.cluster.root / "worker-state" / wid,
             extra=[*self.worker_args, *extra],
         )
-        proc = Proc(
-            argv, self.cluster.root / "logs" / f"{wid}.log", env={"PYSPARK_PYTHON": sys.executable}
-        )
+        proc = Proc(argv, self.cluster.root / "logs" / f"{wid}.log", env=self.env_of(wid))
         self.workers[wid], self.ports[wid] = proc, port
         return proc
 
@@ -124,9 +131,13 @@ class PipelineRig:
         old = self.workers[wid]
         assert not old.alive(), f"{wid} is still running (pid {old.pid})"
         old.stop()  # closes its log
-        proc = Proc(old.argv, old.log_path, env={"PYSPARK_PYTHON": sys.executable})
+        proc = Proc(old.argv, old.log_path, env=self.env_of(wid))
         self.workers[wid] = proc
         return proc
+
+    def env_of(self, wid: str) -> dict[str, str]:
+        """What a start of `wid` sets over the inherited environment."""
+        return {"PYSPARK_PYTHON": sys.executable, **self.worker_env.get(wid, {})}
 
     def worker_url(self, wid: str) -> str:
         return f"http://127.0.0.1:{self.ports[wid]}"

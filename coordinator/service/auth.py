@@ -12,7 +12,11 @@ about the others.
   successor; it expires (wall-clock ms: tokens are checked by whichever node leads, and
   monotonic clocks do not cross machines) and the leader renews it on a heartbeat once
   half its lifetime has passed. A verified token's claims are kept (bounded), so its MAC
-  is computed once, not on every heartbeat.
+  is computed once, not on every heartbeat. Step-safe: when the leader first verifies a
+  token it also notes how long it had left on its own monotonic clock, and a kept token is
+  valid while either clock says so. A wall-clock step forward (NTP, a VM resume) then
+  expires no token the leader already holds; a step back lengthens one by at most the
+  step; a token the leader first sees after a forward step is shortened by the step.
 - Call token, `<incarnation>.<hex HMAC>`: what the leader presents to a worker on host /
   release / checkpoint calls. Given to the worker at registration; bound to its id and
   incarnation; it does not expire (the worker accepts it only for its current incarnation).
@@ -31,6 +35,7 @@ answers another's request.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -44,8 +49,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from coordinator.config import ClusterConfig
 from coordinator.core.model import WorkerId, WorkerState
 from coordinator.core.state import ClusterState
+from shared.clock import Clock
 from shared.errors import RequestError
 from shared.messages.common import WORKER_TOKEN_HEADER
+from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = [
     "TOKEN_LEN_MAX",
@@ -163,6 +170,23 @@ class WorkerClaims:
     # The exact token text these claims were read from (a heartbeat hands it back while it
     # has more than half its lifetime left).
     token: str
+    # Its expiry on this process's monotonic clock (what it had left when first verified
+    # here), so a wall-clock step does not expire it; None when read without that clock.
+    expires_at_mono_ms: int | None = None
+
+    def left_ms(self, now_ms: int, mono_ms: int | None) -> int:
+        """Time left: the longer of the wall clock's and the monotonic clock's answers."""
+        wall_left_ms = self.expires_at_ms - now_ms
+        if mono_ms is None or self.expires_at_mono_ms is None:
+            return wall_left_ms
+        return max(wall_left_ms, self.expires_at_mono_ms - mono_ms)
+
+    def renew_in_ms(self, now_ms: int, mono_ms: int | None) -> int:
+        """Time left by the shorter answer: renewal comes early rather than late."""
+        wall_left_ms = self.expires_at_ms - now_ms
+        if mono_ms is None or self.expires_at_mono_ms is None:
+            return wall_left_ms
+        return min(wall_left_ms, self.expires_at_mono_ms - mono_ms)
 
     @property
     def scope(self) -> str:
@@ -198,9 +222,12 @@ def _verify_worker_token(secret: str, token: str) -> WorkerClaims:
     return claims
 
 
-def read_worker_token(secret: str, header: str | None, now_ms: int) -> WorkerClaims:
+def read_worker_token(
+    secret: str, header: str | None, now_ms: int, mono_ms: int | None = None
+) -> WorkerClaims:
     """The claims of a genuine, unexpired worker token; 401 otherwise. Whether the claimed
-    worker and incarnation are current is the caller's question (it holds the state)."""
+    worker and incarnation are current is the caller's question (it holds the state).
+    With `mono_ms` (this process's monotonic clock) the token is step-safe (`left_ms`)."""
     # Keyed by the whole header as sent: a hit needs no parsing at all (the header's token
     # was parsed and its MAC verified when it entered).
     claims = _verified.get((secret, header)) if header is not None else None
@@ -212,7 +239,12 @@ def read_worker_token(secret: str, header: str | None, now_ms: int) -> WorkerCla
         if len(_verified) >= VERIFIED_TOKENS_CACHED_MAX:
             _verified.clear()
         _verified[(secret, header or "")] = claims
-    if claims.expires_at_ms <= now_ms:
+    if mono_ms is not None and claims.expires_at_mono_ms is None:
+        claims = dataclasses.replace(
+            claims, expires_at_mono_ms=mono_ms + claims.expires_at_ms - now_ms
+        )
+        _verified[(secret, header or "")] = claims
+    if claims.left_ms(now_ms, mono_ms) <= 0:
         raise RequestError("worker token expired; register again", code="unauthorized")
     return claims
 
@@ -276,6 +308,8 @@ class Admission:
     join_token: str
     open_registration: bool
     worker_token_lifetime_s: float
+    # Only its monotonic reading is used here: what makes kept tokens step-safe.
+    clock: Clock = SYSTEM_CLOCK
 
     @classmethod
     def of(cls, config: ClusterConfig) -> Admission:
@@ -298,7 +332,9 @@ class Admission:
     ) -> WorkerClaims:
         """A genuine worker token unexpired at wall time `now_ms` (for `worker_id` when
         given). Whether its incarnation is current is `current_incarnation`."""
-        claims = read_worker_token(self.secret, headers.get("Authorization"), now_ms)
+        claims = read_worker_token(
+            self.secret, headers.get("Authorization"), now_ms, self.clock.monotonic_ms()
+        )
         if worker_id is not None and claims.worker_id != worker_id:
             raise RequestError("the token is another worker's", code="forbidden")
         return claims
@@ -338,7 +374,10 @@ class Admission:
         presented = registrant.worker_token
         try:
             claims = read_worker_token(
-                self.secret, f"Bearer {presented}" if presented else None, now_ms
+                self.secret,
+                f"Bearer {presented}" if presented else None,
+                now_ms,
+                self.clock.monotonic_ms(),
             )
         except RequestError:
             claims = None
@@ -386,7 +425,7 @@ class Admission:
         generation and about once per half lifetime, and a heartbeating worker's token
         never lapses."""
         half_life_ms = int(self.worker_token_lifetime_s * 500)
-        if claims.expires_at_ms - now_ms > half_life_ms:
+        if claims.renew_in_ms(now_ms, self.clock.monotonic_ms()) > half_life_ms:
             return claims.token, claims.expires_at_ms
         return self.worker_token(claims.worker_id, incarnation, now_ms)
 
