@@ -22,7 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.service import front
+from coordinator.service.admission_load import LoadGate, RequestClass
 from coordinator.service.event_metrics import FrontDoorCounts
+from coordinator.service.http.app import LOAD_GATE_KEY
 from coordinator.service.http.context import NODE_KEY, ORIGINS_KEY
 from replication.log import RaftRole
 from shared.clock import Clock, FakeClock
@@ -66,6 +68,9 @@ async def _site(clock: Clock = SYSTEM_CLOCK) -> AsyncIterator[front.FrontDoorSit
     app = web.Application()
     app[NODE_KEY] = _fake_node()  # type: ignore[assignment]
     app[ORIGINS_KEY] = frozenset()
+    app[LOAD_GATE_KEY] = LoadGate(
+        in_flight_max=dict.fromkeys(RequestClass, 8), shed_lag_ms={}, retry_after_s=1
+    )
 
     async def ping(_request: web.Request) -> web.Response:
         return web.Response(text="pong")
