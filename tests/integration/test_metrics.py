@@ -266,6 +266,8 @@ tests:
         values: '2x20'
       - series: 'ripple_apply_halted{instance="n3"}'
         values: '1x20'
+      - series: 'ripple_http_shed_requests_total{class="reads", instance="n1"}'
+        values: '0+600x20'
     alert_rule_test:
       - eval_time: 5m
         alertname: RippleNoLeader
@@ -297,6 +299,11 @@ tests:
         exp_alerts:
           - exp_labels: {severity: page, instance: n3}
             exp_annotations: {summary: "Ripple node n3 halted: restart it on a newer release"}
+      - eval_time: 16m
+        alertname: RippleShedding
+        exp_alerts:
+          - exp_labels: {severity: ticket, instance: n1}
+            exp_annotations: {summary: "Ripple node n1 sheds 10 requests/s"}
   - interval: 1m
     input_series:
       - series: 'ripple_raft_role{role="leader", instance="n1"}'
@@ -311,6 +318,8 @@ tests:
         values: '0x20'
       - series: 'ripple_apply_halted{instance="n3"}'
         values: '0x20'
+      - series: 'ripple_http_shed_requests_total{class="reads", instance="n1"}'
+        values: '0+30x20'
     alert_rule_test:
       - {eval_time: 15m, alertname: RippleNoLeader, exp_alerts: []}
       - {eval_time: 15m, alertname: RipplePartitionsNotOnline, exp_alerts: []}
@@ -318,4 +327,5 @@ tests:
       - {eval_time: 15m, alertname: RippleCheckpointsOld, exp_alerts: []}
       - {eval_time: 15m, alertname: RipplePartitionStuck, exp_alerts: []}
       - {eval_time: 15m, alertname: RippleNodeHalted, exp_alerts: []}
+      - {eval_time: 16m, alertname: RippleShedding, exp_alerts: []}
 """
