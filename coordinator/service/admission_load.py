@@ -4,7 +4,8 @@ Owns the rule that decides, from a request's method and path alone (before its b
 read), whether it is served now or answered at once with 503 `overloaded` and
 `Retry-After`. The classes, most protected first:
 
-- liveness: workers' registrations, heartbeats and restart notices. Its own bound
+- liveness: workers' registrations, heartbeats and restart notices, and `GET /v1/health`
+  (what probes and the other nodes decide who is alive by). Its own bound
   (`liveness_in_flight_max`), never shared: reads and writes can never take its capacity,
   and the event loop's lag never sheds it.
 - writes: checkpoint acks and every other non-GET call (`writes_in_flight_max`); shed too
@@ -49,12 +50,15 @@ class RequestClass(Enum):
 
 
 _LIVENESS_PATH = re.compile(r"/v1/workers(/[^/]+/(heartbeat|restarting))?")
+_HEALTH_PATH = "/v1/health"
 _READ_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 
 
 def classify(method: str, path: str) -> RequestClass:
     """The class of a request, from its request line only (no header, no body)."""
     if method == "POST" and _LIVENESS_PATH.fullmatch(path):
+        return RequestClass.LIVENESS
+    if method == "GET" and path == _HEALTH_PATH:
         return RequestClass.LIVENESS
     if method in _READ_METHODS:
         return RequestClass.READS

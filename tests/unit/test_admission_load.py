@@ -28,6 +28,7 @@ def test_classify_by_request_line() -> None:
     assert classify("POST", "/v1/workers") is L
     assert classify("POST", "/v1/workers/w-1/heartbeat") is L
     assert classify("POST", "/v1/workers/w-1/restarting") is L
+    assert classify("GET", "/v1/health") is L  # probes decide who is alive by it
     assert classify("POST", "/v1/checkpoints") is W
     assert classify("POST", "/v1/workers/w-1/drain") is W
     assert classify("GET", "/v1/workers") is R
