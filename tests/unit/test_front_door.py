@@ -188,6 +188,34 @@ async def test_hot_requests_then_a_cold_one_on_one_connection(site: front.FrontD
     writer.close()
 
 
+async def test_a_full_class_is_shed_with_retry_after_and_counts_stay_balanced(
+    site: front.FrontDoorSite,
+) -> None:
+    """Hot requests are admitted by class: heartbeats served leave the liveness count as it
+    was; with the class full the next is answered 503 overloaded, never handled."""
+    gate = site.app[LOAD_GATE_KEY]
+    reader, writer = await _connect(site)
+
+    async def answers(n: int) -> bytes:
+        data = b""
+        while data.count(b"HTTP/1.1 ") < n or not data.endswith(b"}"):
+            chunk = await asyncio.wait_for(reader.read(65536), WAIT_S)
+            assert chunk, data
+            data += chunk
+        return data
+
+    writer.write(HEARTBEAT)
+    assert b"no leader known" in await answers(1)  # handled: the fake node leads nobody
+    assert gate.in_flight[RequestClass.LIVENESS] == 0
+    gate.in_flight[RequestClass.LIVENESS] = 8  # the class is full
+    writer.write(HEARTBEAT)
+    data = await answers(1)
+    assert b"HTTP/1.1 503 " in data and b'"overloaded"' in data and b"Retry-After: 1" in data
+    assert gate.shed[RequestClass.LIVENESS] == 1
+    assert gate.in_flight[RequestClass.LIVENESS] == 8
+    writer.close()
+
+
 async def test_buffer_is_bounded_while_the_client_reads_no_answer(
     site: front.FrontDoorSite,
 ) -> None:
