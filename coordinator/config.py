@@ -193,6 +193,19 @@ class ClusterConfig:
     # and checkpoint acks read and answered on a lean HTTP/1.1 path, every other request
     # through aiohttp. false: every request through aiohttp (the same answers, more CPU each).
     http_front_door: bool = True
+    # Workers' registrations, heartbeats and restart notices in flight at once; its own
+    # bound, never shared with reads or writes (503 overloaded above it).
+    liveness_in_flight_max: int = 4096
+    # Checkpoint acks and other writes in flight at once (503 overloaded above it).
+    writes_in_flight_max: int = 1024
+    # GET views, /metrics and dashboard reads in flight at once (503 overloaded above it).
+    reads_in_flight_max: int = 64
+    # Reads are answered 503 overloaded while the event loop runs later than this.
+    reads_shed_lag_s: float = 0.1
+    # Writes other than liveness are answered 503 overloaded while the loop is this late.
+    writes_shed_lag_s: float = 1.0
+    # The Retry-After of a 503 overloaded answer.
+    overload_retry_after_s: int = 1
     # Partitions one heartbeat may report (400 above it).
     heartbeat_partitions_max: int = 100_000
     # The wait for one proposal to commit, and for a consistent read's barrier.

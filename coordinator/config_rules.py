@@ -30,6 +30,12 @@ RETIRE_AFTER_S_MAX = 365 * 86400
 # Settings that are a count, a size or a duration: zero or less is never meaningful.
 # The timeout comes first: the timings derived from it would otherwise be blamed for it.
 _POSITIVE_KEYS = (
+    "liveness_in_flight_max",
+    "writes_in_flight_max",
+    "reads_in_flight_max",
+    "reads_shed_lag_s",
+    "writes_shed_lag_s",
+    "overload_retry_after_s",
     "heartbeat_timeout_s",
     "min_cluster_size",
     "heartbeat_interval_s",

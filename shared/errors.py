@@ -135,7 +135,7 @@ KIND_OF: Final[Mapping[str, ErrorKind]] = {
     # This node has stopped applying entries (an entry of a command set it does not speak).
     "halted": _K.UNAVAILABLE,
     "not_ready": _K.UNAVAILABLE,  # the leader's duties have not started yet
-    "overloaded": _K.UNAVAILABLE,  # too many writes waiting to commit
+    "overloaded": _K.UNAVAILABLE,  # writes waiting to commit, or a full admission class
     "unreachable": _K.UNAVAILABLE,  # no coordinator answered the client
     "timeout": _K.UNAVAILABLE,  # the command line waited its bound for the cluster
     "store_failed": _K.UNAVAILABLE,  # the object store failed a read or a write

@@ -18,7 +18,9 @@ Invariants: one request at a time per connection, answers in order (pipelined re
 wait in the buffer, which is bounded: reading pauses past `BUFFER_BYTES_MAX`); a connection
 idle past `IDLE_TIMEOUT_S` or part-way through a request past `REQUEST_READ_TIMEOUT_S` is
 closed (the site's monotonic clock, `shared.clock`, injectable); on shutdown, requests in
-flight are answered within the grace. The aiohttp internals the hand-over needs are
+flight are answered within the grace. Every hot request is admitted by its class first
+(`admission_load.py`: heartbeats and registrations are liveness, never shed for lag;
+checkpoint acks are writes). The aiohttp internals the hand-over needs are
 `front_aiohttp.py`'s, named there.
 """
 
@@ -34,6 +36,7 @@ from typing import cast
 
 from aiohttp import web
 
+from coordinator.service.admission_load import RequestClass
 from coordinator.service.event_metrics import FrontDoorCounts
 from coordinator.service.front_aiohttp import HandOverSite
 from coordinator.service.front_reader import (
@@ -47,7 +50,7 @@ from coordinator.service.front_reader import (
     parse_head,
 )
 from coordinator.service.http.answers import error_response
-from coordinator.service.http.app import finish
+from coordinator.service.http.app import LOAD_GATE_KEY, finish
 from coordinator.service.http.context import NODE_KEY
 from coordinator.service.http.request import ApiRequest, PlainRequest
 from coordinator.service.http.worker_routes import checkpoints, heartbeat_now, register
@@ -220,16 +223,24 @@ class FrontDoor(asyncio.Protocol):
             body,
         )
         self._closing = self._closing or head.close
+        # Admitted by class like aiohttp's requests (http/app.py's shed_middleware): the
+        # liveness class has a bound of its own, which reads and writes never take.
+        gate = site.app[LOAD_GATE_KEY]
+        cls = RequestClass.WRITES if head.route == HOT_ROUTES[2] else RequestClass.LIVENESS
+        if not gate.enter(cls):
+            self._answer(request, error_response(request, gate.refusal(cls)), head.route)
+            return
         if head.worker_id is not None:  # a heartbeat: answered here, no task
             try:
                 response = heartbeat_now(request)
             except Exception as exc:
                 response = error_response(request, exc)
+            gate.leave(cls)
             self._answer(request, response, head.route)
             return
         handler = register if head.route == HOT_ROUTES[0] else checkpoints
         self._busy = True
-        task = self._loop.create_task(self._serve_async(request, handler, head.route))
+        task = self._loop.create_task(self._serve_async(request, handler, head.route, cls))
         site.tasks.add(task)
         task.add_done_callback(site.tasks.discard)
 
@@ -238,11 +249,14 @@ class FrontDoor(asyncio.Protocol):
         request: PlainRequest,
         handler: Callable[[ApiRequest], Awaitable[web.Response]],
         route: str,
+        cls: RequestClass,
     ) -> None:
         try:
             response = await handler(request)
         except Exception as exc:
             response = error_response(request, exc)
+        finally:
+            self._site.app[LOAD_GATE_KEY].leave(cls)
         self._busy = False
         self._answer(request, response, route)
         self._next()

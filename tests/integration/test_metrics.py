@@ -270,6 +270,8 @@ tests:
         values: '0 0 1x20'
       - series: 'ripple_raft_slow_disk_step_downs_total{instance="n1"}'
         values: '0 0 1x20'
+      - series: 'ripple_http_shed_requests_total{class="reads", instance="n1"}'
+        values: '0+600x20'
     alert_rule_test:
       - eval_time: 5m
         alertname: RippleNoLeader
@@ -313,6 +315,9 @@ tests:
           - exp_labels: {severity: ticket, instance: n1}
             exp_annotations:
               summary: "Ripple node n1 gave up the leadership for a slow disk"
+      - eval_time: 16m
+        alertname: RippleShedding
+            exp_annotations: {summary: "Ripple node n1 sheds 10 requests/s"}
   - interval: 1m
     input_series:
       - series: 'ripple_raft_role{role="leader", instance="n1"}'
@@ -333,6 +338,8 @@ tests:
         values: '0x20'
       - series: 'ripple_raft_slow_disk_step_downs_total{instance="n1"}'
         values: '3x40'
+      - series: 'ripple_http_shed_requests_total{class="reads", instance="n1"}'
+        values: '0+30x20'
     alert_rule_test:
       - {eval_time: 15m, alertname: RippleNoLeader, exp_alerts: []}
       - {eval_time: 15m, alertname: RipplePartitionsNotOnline, exp_alerts: []}
@@ -342,4 +349,5 @@ tests:
       - {eval_time: 15m, alertname: RippleNodeHalted, exp_alerts: []}
       - {eval_time: 15m, alertname: RippleNodeDiskHalted, exp_alerts: []}
       - {eval_time: 35m, alertname: RippleLeaderSlowDisk, exp_alerts: []}
+      - {eval_time: 16m, alertname: RippleShedding, exp_alerts: []}
 """

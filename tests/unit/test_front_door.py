@@ -22,7 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.service import front
+from coordinator.service.admission_load import LoadGate, RequestClass
 from coordinator.service.event_metrics import FrontDoorCounts
+from coordinator.service.http.app import LOAD_GATE_KEY
 from coordinator.service.http.context import NODE_KEY, ORIGINS_KEY
 from replication.log import RaftRole
 from shared.clock import Clock, FakeClock
@@ -66,6 +68,9 @@ async def _site(clock: Clock = SYSTEM_CLOCK) -> AsyncIterator[front.FrontDoorSit
     app = web.Application()
     app[NODE_KEY] = _fake_node()  # type: ignore[assignment]
     app[ORIGINS_KEY] = frozenset()
+    app[LOAD_GATE_KEY] = LoadGate(
+        in_flight_max=dict.fromkeys(RequestClass, 8), shed_lag_ms={}, retry_after_s=1
+    )
 
     async def ping(_request: web.Request) -> web.Response:
         return web.Response(text="pong")
@@ -180,6 +185,34 @@ async def test_hot_requests_then_a_cold_one_on_one_connection(site: front.FrontD
     assert counts == [("/v1/workers/{worker_id}/heartbeat", "POST", 503)] * 2
     assert not site.connections  # the connection is aiohttp's now
     assert (site.counts.served, site.counts.handed_over) == (2, 1)
+    writer.close()
+
+
+async def test_a_full_class_is_shed_with_retry_after_and_counts_stay_balanced(
+    site: front.FrontDoorSite,
+) -> None:
+    """Hot requests are admitted by class: heartbeats served leave the liveness count as it
+    was; with the class full the next is answered 503 overloaded, never handled."""
+    gate = site.app[LOAD_GATE_KEY]
+    reader, writer = await _connect(site)
+
+    async def answers(n: int) -> bytes:
+        data = b""
+        while data.count(b"HTTP/1.1 ") < n or not data.endswith(b"}"):
+            chunk = await asyncio.wait_for(reader.read(65536), WAIT_S)
+            assert chunk, data
+            data += chunk
+        return data
+
+    writer.write(HEARTBEAT)
+    assert b"no leader known" in await answers(1)  # handled: the fake node leads nobody
+    assert gate.in_flight[RequestClass.LIVENESS] == 0
+    gate.in_flight[RequestClass.LIVENESS] = 8  # the class is full
+    writer.write(HEARTBEAT)
+    data = await answers(1)
+    assert b"HTTP/1.1 503 " in data and b'"overloaded"' in data and b"Retry-After: 1" in data
+    assert gate.shed[RequestClass.LIVENESS] == 1
+    assert gate.in_flight[RequestClass.LIVENESS] == 8
     writer.close()
 
 

@@ -8,11 +8,15 @@ fails leaves as the JSON error shape (`answers.error_response`), never as a trac
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from coordinator.service import dashboard
+from coordinator.service.admission_load import LagSampler, LoadGate, RequestClass, classify
 from coordinator.service.auth import Admission
 from coordinator.service.http import (
     admin_routes,
@@ -37,10 +41,24 @@ from coordinator.service.http.request import ApiRequest
 from coordinator.service.membership import MembershipChanges
 from coordinator.service.node_parts import ApiNode
 from coordinator.service.replies import AssignmentTexts
+from shared.system_clock import SYSTEM_CLOCK
 
-__all__ = ["ROUTES", "create_app", "error_middleware", "finish", "openapi_document"]
+__all__ = [
+    "LOAD_GATE_KEY",
+    "ROUTES",
+    "create_app",
+    "error_middleware",
+    "finish",
+    "load_gate_of",
+    "openapi_document",
+    "shed_middleware",
+]
 
 R = TypeVar("R", bound=web.StreamResponse)
+
+LOAD_GATE_KEY = web.AppKey("load_gate", LoadGate)
+# How often the event loop's lag is measured (admission_load.LagSampler).
+LAG_SAMPLE_PERIOD_MS = 50
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -89,6 +107,45 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     return finish(request, response, route_name)
 
 
+@web.middleware
+async def shed_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Admit by class (admission_load.py) before the handler reads the body; a refusal is
+    the 503 `overloaded` answer `error_middleware` around it renders, with Retry-After."""
+    gate = request.app[LOAD_GATE_KEY]
+    cls = classify(request.method, request.path)
+    gate.admit(cls)
+    try:
+        return await handler(request)
+    finally:
+        gate.leave(cls)
+
+
+def load_gate_of(node: ApiNode) -> LoadGate:
+    cfg = node.config
+    return LoadGate(
+        in_flight_max={
+            RequestClass.LIVENESS: cfg.liveness_in_flight_max,
+            RequestClass.WRITES: cfg.writes_in_flight_max,
+            RequestClass.READS: cfg.reads_in_flight_max,
+        },
+        shed_lag_ms={
+            RequestClass.WRITES: round(cfg.writes_shed_lag_s * 1000),
+            RequestClass.READS: round(cfg.reads_shed_lag_s * 1000),
+        },
+        retry_after_s=cfg.overload_retry_after_s,
+    )
+
+
+async def _sample_lag(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(
+        LagSampler(app[LOAD_GATE_KEY], SYSTEM_CLOCK, LAG_SAMPLE_PERIOD_MS).run()
+    )
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def finish(request: ApiRequest, response: R, route_name: str) -> R:
     """Every answer's CORS headers and its count, whichever path served it."""
     dashboard.cors_headers(request, response, request.app[ORIGINS_KEY])
@@ -98,13 +155,16 @@ def finish(request: ApiRequest, response: R, route_name: str) -> R:
 
 def create_app(node: ApiNode, duties: Duties, changes: MembershipChanges) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware], client_max_size=node.config.body_bytes_max
+        middlewares=[error_middleware, shed_middleware], client_max_size=node.config.body_bytes_max
     )
     app[NODE_KEY] = node
     app[DUTIES_KEY] = duties
     app[MEMBERSHIP_KEY] = changes
     app[ADMISSION_KEY] = Admission.of(node.config)
     app[ASSIGNMENT_TEXTS_KEY] = AssignmentTexts()
+    gate = app[LOAD_GATE_KEY] = load_gate_of(node)
+    node.metrics.registry.register(gate)
+    app.cleanup_ctx.append(_sample_lag)
     origins = dashboard.NodeOrigins(node)
     app[ORIGINS_KEY] = origins
     node.metrics.attach(node, duties.liveness_of, lambda: changes.in_flight)
