@@ -20,9 +20,9 @@ Why lag: the node's handlers mostly run without awaiting, so requests in flight 
 while reads still fill the event loop, and heartbeats (and Raft, which runs on the same
 loop) wait behind them unread. `LagSampler` measures how late the loop wakes a sleeper;
 past a class's lag bound that class is answered with a cheap 503 until the loop catches up.
-Only a sustained lag sheds: every one of the last `LAG_SAMPLES_SUSTAINED` samples must be
+Only a lag that lasts sheds: the median of the last `LAG_SAMPLES_SUSTAINED` samples must be
 past the bound, so one late wake (a collection, a descheduled process on a busy host) sheds
-nothing, while a flood, which holds the loop sample after sample, does.
+nothing, while a flood, which holds the loop in most samples, does.
 
 Invariant: a class's in-flight count equals the admitted requests of that class not yet
 answered (every `enter` that returns True is matched by one `leave`), and no bound of one
@@ -46,7 +46,7 @@ from shared.errors import UnavailableError
 
 __all__ = ["LAG_SAMPLES_SUSTAINED", "LagSampler", "LoadGate", "RequestClass", "classify"]
 
-# Consecutive lag samples that must all be past a class's bound before it is shed for lag.
+# The lag samples whose median must be past a class's bound before it is shed for lag.
 LAG_SAMPLES_SUSTAINED = 3
 
 
@@ -90,13 +90,14 @@ class LoadGate(Collector):
         self.shed = dict.fromkeys(RequestClass, 0)
         self.lag_ms = 0  # the event loop's latest measured lag
         self._recent_lag_ms: deque[int] = deque(maxlen=LAG_SAMPLES_SUSTAINED)
-        self._sustained_lag_ms = 0  # the least of the recent samples: what sheds
+        self._sustained_lag_ms = 0  # the median of the recent samples: what sheds
 
     def lagged(self, lag_ms: int) -> None:
         self.lag_ms = max(0, lag_ms)
         self._recent_lag_ms.append(self.lag_ms)
         full = len(self._recent_lag_ms) == LAG_SAMPLES_SUSTAINED
-        self._sustained_lag_ms = min(self._recent_lag_ms) if full else 0
+        recent = sorted(self._recent_lag_ms)
+        self._sustained_lag_ms = recent[LAG_SAMPLES_SUSTAINED // 2] if full else 0
 
     def enter(self, cls: RequestClass) -> bool:
         """Admit one request of `cls` (True: call `leave` once answered), or count it shed."""

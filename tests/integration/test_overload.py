@@ -23,9 +23,10 @@ WORKERS = 3
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    # A short timeout so the flood spans several of them; a low read lag bound, a floor a
-    # flooded loop cannot keep, so shedding is seen on a fast machine too.
-    c = Cluster(tmp_path, heartbeat_timeout_s=6.0, reads_shed_lag_s=0.01)
+    # A short timeout so the flood spans several of them; a 1 ms read lag bound, a floor
+    # the median of a flooded loop's samples cannot keep, so shedding is seen on a fast
+    # machine too.
+    c = Cluster(tmp_path, heartbeat_timeout_s=6.0, reads_shed_lag_s=0.001)
     c.start_all()
     try:
         yield c
