@@ -28,6 +28,10 @@ __all__ = ["HEALTH_TIMEOUT_S", "Healths", "NodeCluster", "NodeProgram"]
 HEALTH_TIMEOUT_S = 2.0
 WRITE_CALL_TIMEOUT_S = 3.0
 WRITE_RETRY_S = 0.02
+# A read a node sheds (503 `overloaded`, its loop lagging) is asked again, as every client
+# does after Retry-After, within this bound; each wait is at most OVERLOADED_WAIT_S_MAX.
+OVERLOADED_READ_S_MAX = 20.0
+OVERLOADED_WAIT_S_MAX = 0.5
 
 # Node id -> its health answer, for every node asked (all of them answered).
 Healths = Mapping[str, dict[str, Any]]
@@ -141,7 +145,17 @@ class NodeCluster:
         return call("POST", self.url(node_id) + path, body, context=self.context, **kw)
 
     def get(self, node_id: str, path: str, **kw: Any) -> Reply:
-        return call("GET", self.url(node_id) + path, context=self.context, **kw)
+        """GET from one node; a shed read (503 `overloaded`) is asked again within a bound,
+        any other answer comes back as it is."""
+        deadline = time.monotonic() + OVERLOADED_READ_S_MAX
+        while True:
+            r = call("GET", self.url(node_id) + path, context=self.context, **kw)
+            shed = (
+                r.status == 503 and isinstance(r.body, dict) and r.body.get("error") == "overloaded"
+            )
+            if not shed or time.monotonic() >= deadline:
+                return r
+            time.sleep(min(float(r.headers.get("Retry-After", "1")), OVERLOADED_WAIT_S_MAX))
 
     def write_via_any(self, path: str, body: Any, *, timeout_s: float = 30.0, **kw: Any) -> Reply:
         """POST to whichever node answers, following redirects and 503s, until it lands."""

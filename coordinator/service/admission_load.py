@@ -4,13 +4,14 @@ Owns the rule that decides, from a request's method and path alone (before its b
 read), whether it is served now or answered at once with 503 `overloaded` and
 `Retry-After`. The classes, most protected first:
 
-- liveness: workers' registrations, heartbeats and restart notices, and `GET /v1/health`
-  (what probes and the other nodes decide who is alive by). Its own bound
+- liveness: workers' registrations, heartbeats and restart notices, `GET /v1/health`
+  (what probes and the other nodes decide who is alive by) and `GET /metrics` (an overload
+  must be seen: the shedding alert is computed from this node's own scrapes). Its own bound
   (`liveness_in_flight_max`), never shared: reads and writes can never take its capacity,
   and the event loop's lag never sheds it.
 - writes: checkpoint acks and every other non-GET call (`writes_in_flight_max`); shed too
   while the loop lags past `writes_shed_lag_s`.
-- reads: GET/HEAD views, /metrics and the dashboard (`reads_in_flight_max`); shed first,
+- reads: GET/HEAD views and the dashboard (`reads_in_flight_max`); shed first,
   while the loop lags past `reads_shed_lag_s`.
 
 503 and not 429: the cause is this node's capacity, not one client's rate, and every client
@@ -57,7 +58,7 @@ class RequestClass(Enum):
 
 
 _LIVENESS_PATH = re.compile(r"/v1/workers(/[^/]+/(heartbeat|restarting))?")
-_HEALTH_PATH = "/v1/health"
+_PROBE_PATHS = frozenset(("/v1/health", "/metrics"))
 _READ_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 
 
@@ -65,7 +66,7 @@ def classify(method: str, path: str) -> RequestClass:
     """The class of a request, from its request line only (no header, no body)."""
     if method == "POST" and _LIVENESS_PATH.fullmatch(path):
         return RequestClass.LIVENESS
-    if method == "GET" and path == _HEALTH_PATH:
+    if method == "GET" and path in _PROBE_PATHS:
         return RequestClass.LIVENESS
     if method in _READ_METHODS:
         return RequestClass.READS

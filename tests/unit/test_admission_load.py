@@ -38,7 +38,7 @@ def test_classify_by_request_line() -> None:
     assert classify("POST", "/v1/checkpoints") is W
     assert classify("POST", "/v1/workers/w-1/drain") is W
     assert classify("GET", "/v1/workers") is R
-    assert classify("GET", "/metrics") is R
+    assert classify("GET", "/metrics") is L  # an overload must stay visible to scrapes
     assert classify("GET", "/v1/workers/w-1/heartbeat") is R
 
 
