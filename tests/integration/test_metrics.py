@@ -317,6 +317,8 @@ tests:
               summary: "Ripple node n1 gave up the leadership for a slow disk"
       - eval_time: 16m
         alertname: RippleShedding
+        exp_alerts:
+          - exp_labels: {severity: ticket, instance: n1}
             exp_annotations: {summary: "Ripple node n1 sheds 10 requests/s"}
   - interval: 1m
     input_series:
