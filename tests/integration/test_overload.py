@@ -29,7 +29,7 @@ WORKERS = 3
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     # A short timeout so the flood spans several of them; a 1 ms read lag bound, so reads
     # are shed whenever the flood holds the loop at all, and the shed answers are checked.
-    c = Cluster(tmp_path, heartbeat_timeout_s=6.0, reads_shed_lag_s=0.001)
+    c = Cluster(tmp_path, heartbeat_timeout_s=10.0, reads_shed_lag_s=0.001)
     c.start_all()
     try:
         yield c
