@@ -88,7 +88,7 @@ def test_error_rate_hits_its_share_with_s3_codes(
             )
             seen[key] = seen.get(key, 0) + 1
     counts = proxy.counts()
-    # 0.2 + 0.8 * 0.125 = 30% of the raw requests fail, each with S3's own code and status.
+    # Both scheduled faults answer, each with S3's own code and status, counted by the proxy.
     assert set(seen) == {("SlowDown", 503), ("InternalError", 500)}
     assert seen[("SlowDown", 503)] == counts[Fault.SLOW_DOWN]
     assert seen[("InternalError", 500)] == counts[Fault.INTERNAL_ERROR]
