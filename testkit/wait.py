@@ -6,11 +6,12 @@ the last error the condition raised is in the failure so a timeout says why.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["GiveUp", "wait_until"]
+__all__ = ["GiveUp", "wait_until", "wait_until_async"]
 
 T = TypeVar("T")
 
@@ -39,3 +40,17 @@ def wait_until(
     raise AssertionError(
         f"timed out after {timeout_s} s waiting for {what} (last error: {last_exc})"
     )
+
+
+async def wait_until_async(
+    pred: Callable[[], T | None], what: str, timeout_s: float = 20.0, every_s: float = 0.005
+) -> T:
+    """`wait_until` for a test on the event loop: the loop runs between polls, so what it
+    drives (timers, tasks) can make `pred` true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        await asyncio.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")

@@ -12,6 +12,7 @@ from typing import Any
 
 from replication.ticker import LOOP_STALL_S, Ticker
 from shared.clock import FakeClock
+from testkit.wait import wait_until_async
 
 GUARD_WAIT_S = 2.0  # bound on waiting for the guard to tick
 # Long enough for twenty of the guard's rounds: one that has not ticked by then would not.
@@ -72,7 +73,7 @@ async def test_the_guard_ticks_only_when_the_clock_says_the_loop_stalled() -> No
     )
     ticker.start()
     try:
-        await asyncio.sleep(0.05)  # the loop's own ticks
+        await wait_until_async(lambda: node.ticked_on, "the loop's own ticks", 10.0)
         assert node.ticked_on and "raft-guard" not in node.ticked_on
         # The loop is held far longer than LOOP_STALL_S of real time; on the clock, no time.
         assert not block_loop_until(lambda: ticker.guard_ticks > 0, STILL_S)
