@@ -69,6 +69,10 @@ class Sample:
     ok: bool
 
 
+# Barriers acknowledged before a cell's fault: the watch's baseline.
+BASELINE_WRITES = 5
+
+
 class Watch(Background):
     """Barrier writes, the leader and the worker table, sampled all along the cell."""
 
@@ -235,7 +239,10 @@ def run_cell(
     figures and the watch times the fault began and was undone."""
     figures = Figures(scenario=f"matrix_{cell}", seed=SEED)
     started = time.monotonic()
-    time.sleep(2.0)  # a few barriers before the fault, the baseline of the watch
+    # The watch's baseline: a few acknowledged barriers before the fault.
+    wait_until(
+        lambda: sum(s.ok for s in list(m.watch.writes)) >= BASELINE_WRITES, "a baseline", 30.0
+    )
     began = m.watch.now_s()
     fault()
     figures.fault(cell)
