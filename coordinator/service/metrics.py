@@ -176,7 +176,7 @@ class Metrics:
     def attach(
         self,
         node: ScrapedNode,
-        liveness_of: Callable[[str, int], str | None],
+        liveness_of: Callable[[str], str | None],
         membership_changing: Callable[[], bool] = lambda: False,
     ) -> None:
         """Export the node's state at scrape time (called when the app is built; a second
@@ -233,7 +233,7 @@ class ClusterCollector(Collector):
     def __init__(
         self,
         node: ScrapedNode,
-        liveness_of: Callable[[str, int], str | None],
+        liveness_of: Callable[[str], str | None],
         progress: ProgressReports,
         membership_changing: Callable[[], bool],
     ) -> None:
@@ -304,7 +304,7 @@ class ClusterCollector(Collector):
             yield from rescale_metrics(state)
             yield from self._state(state, wall_ms)
             if leader:
-                yield from self._leader_view(state, wall_ms)
+                yield from self._leader_view(state)
 
     def _versions(self, state: ClusterState) -> Iterator[Metric]:
         versions = _gauge(
@@ -392,12 +392,11 @@ class ClusterCollector(Collector):
                 per.add_metric([str(partition)], age)
             yield per
 
-    def _leader_view(self, state: ClusterState, wall_ms: int) -> Iterator[Metric]:
-        now = wall_ms
+    def _leader_view(self, state: ClusterState) -> Iterator[Metric]:
         by_liveness = dict.fromkeys(LIVENESS, 0)
         for wid, w in state.workers.items():
             if w.state in (WorkerState.ACTIVE, WorkerState.DRAINING):
-                by_liveness[self.liveness_of(wid, now) or "unknown"] += 1
+                by_liveness[self.liveness_of(wid) or "unknown"] += 1
         live = _gauge(
             "ripple_workers_by_liveness",
             "ACTIVE and DRAINING workers by heartbeat liveness (leader only)",

@@ -66,9 +66,9 @@ class PlannerDoor:
         if self.planner is not None:
             self.planner.partition_loads(state, worker_id, reports, self.clock.monotonic_ms())
 
-    def liveness_of(self, worker_id: str, _wall_ms: int | None = None) -> str | None:
-        """The planner's verdict now, on the monotonic clock (a caller's time is ignored:
-        liveness is never judged against the wall clock)."""
+    def liveness_of(self, worker_id: str) -> str | None:
+        """The planner's verdict now, on the monotonic clock (liveness is never judged
+        against the wall clock, so a caller passes no time)."""
         p = self.planner
         status = None if p is None else p.liveness(worker_id, self.clock.monotonic_ms())
         return None if status is None else status.value

@@ -27,6 +27,7 @@ from coordinator.service.node_parts import LeaderInfo
 from replication.log import RaftRole, RaftStatus
 from shared.clock import FakeClock
 from shared.errors import UnavailableError
+from testkit.wait import wait_until_async
 
 
 def ready_leader_info(applied_index: int) -> LeaderInfo:
@@ -70,15 +71,6 @@ def errors(node: StandInNode, step: str) -> float:
     return 0.0 if value is None else value
 
 
-async def _until(what: str, check: Any, timeout_s: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 def test_a_raising_step_is_logged_counted_and_the_loop_continues(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -96,7 +88,9 @@ def test_a_raising_step_is_logged_counted_and_the_loop_continues(
     async def main() -> None:
         duties.on_role(None)  # type: ignore[arg-type]
         assert duties.running
-        await _until("bootstrap after two failed steps", lambda: node.state.total_partitions == 4)
+        await wait_until_async(
+            lambda: node.state.total_partitions == 4, "bootstrap after two failed steps"
+        )
         assert duties.running
         await duties.close()
         assert not duties.running
@@ -122,7 +116,7 @@ def test_a_dead_loop_task_is_reported_by_running_and_counted() -> None:
     async def main() -> None:
         duties._run = broken  # type: ignore[method-assign]
         duties.on_role(None)  # type: ignore[arg-type]
-        await _until("the task to end", lambda: not duties.running)
+        await wait_until_async(lambda: not duties.running, "the task to end")
         await asyncio.sleep(0)  # let the done-callback run
 
     asyncio.run(main())
@@ -143,10 +137,12 @@ def test_commits_lost_while_stepping_down_are_not_counted_as_errors() -> None:
         node.submit = unavailable  # type: ignore[method-assign]
         duties.on_role(None)  # type: ignore[arg-type]
         node.is_ready_leader = False  # stepping down: the role callback has not run yet
-        await _until("a failed commit while stepping down", lambda: len(attempts) >= 1)
+        await wait_until_async(lambda: len(attempts) >= 1, "a failed commit while stepping down")
         assert errors(node, "commit") == 0
         node.is_ready_leader = True
-        await _until("a failed commit as the ready leader", lambda: errors(node, "commit") >= 1)
+        await wait_until_async(
+            lambda: errors(node, "commit") >= 1, "a failed commit as the ready leader"
+        )
         await duties.close()
 
     asyncio.run(main())

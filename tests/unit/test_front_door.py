@@ -30,6 +30,7 @@ from replication.log import RaftRole
 from shared.clock import Clock, FakeClock
 from shared.ports import free_ports
 from shared.system_clock import SYSTEM_CLOCK
+from testkit.wait import wait_until_async
 
 HEARTBEAT = (
     b"POST /v1/workers/w1/heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"
@@ -91,14 +92,6 @@ async def _site(clock: Clock = SYSTEM_CLOCK) -> AsyncIterator[front.FrontDoorSit
 
 async def _connect(site: front.FrontDoorSite) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection("127.0.0.1", site._port)
-
-
-async def _until(pred: object, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
-    while not pred():  # type: ignore[operator]
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.01)
 
 
 def test_parse_head_reads_only_strict_hot_requests() -> None:
@@ -222,11 +215,11 @@ async def test_buffer_is_bounded_while_the_client_reads_no_answer(
     """A client that pipelines requests and never reads the answers: once the socket's send
     buffer is full the front door stops serving, and past BUFFER_BYTES_MAX stops reading."""
     reader, writer = await _connect(site)
-    await _until(lambda: site.connections, "the connection is accepted")
+    await wait_until_async(lambda: site.connections, "the connection is accepted")
     (conn,) = site.connections
     conn.pause_writing()  # what the transport says when the client reads nothing
     writer.write(HEARTBEAT * (4 * front.BUFFER_BYTES_MAX // len(HEARTBEAT)))
-    await _until(lambda: conn._reading_paused, "reading pauses")
+    await wait_until_async(lambda: conn._reading_paused, "reading pauses")
     held = len(conn._buf)
     assert front.BUFFER_BYTES_MAX < held <= front.BUFFER_BYTES_MAX + 256 * 1024
     assert conn._transport is not None and not conn._transport.is_reading()
@@ -273,7 +266,7 @@ async def test_the_sweep_reads_the_sites_clock() -> None:
         idle_reader, idle_writer = await _connect(site)
         half_reader, half_writer = await _connect(site)
         half_writer.write(HEARTBEAT[:40])
-        await _until(
+        await wait_until_async(
             lambda: len(site.connections) == 2 and any(c._buf for c in site.connections),
             "both connections are accepted and one holds half a request",
         )
@@ -309,11 +302,11 @@ async def test_a_hand_over_while_reading_is_paused_reads_on(
     aiohttp's own flow control never pauses and resumes reading for it."""
     monkeypatch.setattr(front, "BUFFER_BYTES_MAX", len(HEARTBEAT))
     reader, writer = await _connect(site)
-    await _until(lambda: site.connections, "the connection is accepted")
+    await wait_until_async(lambda: site.connections, "the connection is accepted")
     (conn,) = site.connections
     conn.pause_writing()
     writer.write(HEARTBEAT * 2 + PING)
-    await _until(lambda: conn._reading_paused, "reading pauses")
+    await wait_until_async(lambda: conn._reading_paused, "reading pauses")
     behind = 5
     writer.write(HEARTBEAT * behind)  # stays in the socket: the front door reads no more
     await writer.drain()

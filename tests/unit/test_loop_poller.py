@@ -18,6 +18,7 @@ import pytest
 from pysyncobj.poller import POLL_EVENT_TYPE
 
 from replication.poller import LoopPoller
+from testkit.wait import wait_until_async
 
 READ, WRITE, ERROR = POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR
 WAIT_S = 5.0
@@ -72,14 +73,6 @@ def off_loop(fn) -> None:  # type: ignore[no-untyped-def]
     assert not t.is_alive()
 
 
-async def until(pred, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + WAIT_S
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
 async def passes(n: int = 5) -> None:
     """Let the loop run `n` passes: each polls for I/O without waiting (a task is ready), so
     an event already due is delivered within them."""
@@ -110,7 +103,7 @@ async def test_a_subscription_made_before_attach_fires_after_it(
     assert rec.events == []  # no loop yet: nothing can fire
     attach(poller, rec)
     try:
-        await until(lambda: rec.events, "the read event")
+        await wait_until_async(lambda: rec.events, "the read event", WAIT_S)
         assert rec.events[0] == (a.fileno(), READ)
         assert rec.kicks >= 1 and rec.turns >= 1  # every event: a tick, and the loop is alive
     finally:
@@ -123,14 +116,14 @@ async def test_write_interest_follows_the_mask_and_unsubscribe_stops_events(
     a, _b = pair
     poller, rec, _loop = attached
     poller.subscribe(a.fileno(), rec.on_event, READ | WRITE | ERROR)
-    await until(lambda: (a.fileno(), WRITE) in rec.events, "writable")
+    await wait_until_async(lambda: (a.fileno(), WRITE) in rec.events, "writable", WAIT_S)
     poller.subscribe(a.fileno(), rec.on_event, READ | ERROR)  # drop write interest
     await passes()
     rec.events.clear()
     await passes()
     assert rec.events == []  # a writable socket no longer fires once WRITE is dropped
     poller.subscribe(a.fileno(), rec.on_event, READ | WRITE | ERROR)
-    await until(lambda: rec.events, "writable again")
+    await wait_until_async(lambda: rec.events, "writable again", WAIT_S)
     poller.unsubscribe(a.fileno())
     await passes()
     rec.events.clear()
@@ -145,7 +138,7 @@ async def test_an_error_only_subscription_still_learns_of_a_closed_peer(
     poller, rec, _loop = attached
     poller.subscribe(a.fileno(), rec.on_event, ERROR)
     b.close()  # the peer goes away: shows as readable, and recv meets the end
-    await until(lambda: rec.events, "the peer's close")
+    await wait_until_async(lambda: rec.events, "the peer's close", WAIT_S)
     assert a.recv(16) == b""
 
 
@@ -167,10 +160,10 @@ async def test_a_failing_callback_is_logged_and_the_tick_still_comes(
     poller.subscribe(a.fileno(), boom, READ)
     with caplog.at_level(logging.ERROR, logger="replication.poller"):
         b.send(b"x")
-        await until(lambda: calls == 1 and rec.kicks == 1, "the failing event")
+        await wait_until_async(lambda: calls == 1 and rec.kicks == 1, "the failing event", WAIT_S)
     assert "raft socket event failed" in caplog.text
     b.send(b"y")  # the subscription survives the failure
-    await until(lambda: calls == 2, "the next event")
+    await wait_until_async(lambda: calls == 2, "the next event", WAIT_S)
 
 
 async def test_poll_never_waits_and_close_drops_every_subscription(
@@ -200,7 +193,9 @@ async def test_off_the_loop_registrations_and_closes_wait_for_the_loop(
     try:
         off_loop(lambda: poller.subscribe(c.fileno(), rec.on_event, READ))
         d.send(b"x")
-        await until(lambda: (c.fileno(), READ) in rec.events, "the event of a guard subscription")
+        await wait_until_async(
+            lambda: (c.fileno(), READ) in rec.events, "the event of a guard subscription", WAIT_S
+        )
         assert c.recv(16) == b"x"
         fd = c.fileno()
 
@@ -210,7 +205,7 @@ async def test_off_the_loop_registrations_and_closes_wait_for_the_loop(
 
         off_loop(drop)
         assert c.fileno() == fd  # not closed yet: the loop may still watch it
-        await until(lambda: c.fileno() == -1, "the loop to close it")
+        await wait_until_async(lambda: c.fileno() == -1, "the loop to close it", WAIT_S)
         assert not loop.remove_reader(fd)
         assert d.recv(16) == b""  # the peer was told at once (shutdown), then closed
     finally:
