@@ -19,8 +19,9 @@ scenario line) and decides what a violation costs.
   incarnation floor after it), a new worker registers above the floor, and every pipeline
   record's change is an edge of its table, its spec version never going back;
 - `Ledger`: across a run and any number of replicas, epochs only grow on each replica, no
-  (partition, epoch) ever has two owners, and no (worker, incarnation) is issued twice (a
-  retired id comes back above every incarnation it had);
+  (partition, epoch) ever has two owners, no (worker, incarnation) is issued twice (a
+  retired id comes back above every incarnation it had), and neither the pipeline counter
+  nor a pipeline's spec version goes back;
 - `gate_violations`: no two workers hold an open gate for one partition at one epoch;
 - `settled_violations(state)`: once settled, every migration ended DONE or ABORTED, a
   rescale ended DONE, and the owned counts add up to every partition, each ONLINE.
@@ -377,6 +378,9 @@ class Ledger:
         self.incarnations: dict[str, dict[WorkerId, int]] = {}
         # Per replica, the ids seen and since retired (absent from the state).
         self.retired: dict[str, set[WorkerId]] = {}
+        # Per replica, the pipeline counter and each (pipeline, incarnation)'s spec version.
+        self.pipeline_seq: dict[str, int] = {}
+        self.spec_versions: dict[str, dict[tuple[PipelineName, int], int]] = {}
 
     def observe(self, replica: str, state: ClusterState) -> list[str]:
         out = []
@@ -404,6 +408,21 @@ class Ledger:
                 )
             seen[w.worker_id] = w.incarnation
             gone.discard(w.worker_id)
+        return out + self._pipelines(replica, state)
+
+    def _pipelines(self, replica: str, state: ClusterState) -> list[str]:
+        out = []
+        if state.pipeline_seq < self.pipeline_seq.get(replica, 0):
+            out.append(f"{replica} pipeline counter went back to {state.pipeline_seq}")
+        self.pipeline_seq[replica] = state.pipeline_seq
+        versions = self.spec_versions.setdefault(replica, {})
+        for p in state.pipelines.values():
+            key = (p.name, p.incarnation)
+            if p.spec_version < versions.get(key, 0):
+                out.append(
+                    f"{replica} pipeline {p.name} spec version went back to {p.spec_version}"
+                )
+            versions[key] = p.spec_version
         return out
 
 

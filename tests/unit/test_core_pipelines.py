@@ -30,7 +30,7 @@ from coordinator.core.commands import (
     ResumePipeline,
     StartRescale,
 )
-from coordinator.core.invariants import state_violations, step_violations, view
+from coordinator.core.invariants import Ledger, state_violations, step_violations, view
 from coordinator.core.model import (
     BATCH_INTERVAL_MS_MIN,
     DEFAULT_PIPELINE,
@@ -450,3 +450,17 @@ def test_any_sequence_holds_the_invariants_and_a_refusal_changes_nothing(
         assert step_violations(before, s, cmd) == [], cmd
     restored = decode_state(encode_state(s))
     assert restored.pipelines == s.pipelines and restored.pipeline_seq == s.pipeline_seq
+
+
+def test_the_ledger_sees_a_replica_go_back(s: ClusterState) -> None:
+    ledger = Ledger()
+    step(s, create())
+    assert ledger.observe("n1", s) == []
+    s.pipelines[ORDERS] = dataclasses.replace(s.pipelines[ORDERS], spec_version=3)
+    assert ledger.observe("n1", s) == []
+    s.pipelines[ORDERS] = dataclasses.replace(s.pipelines[ORDERS], spec_version=2)
+    s.pipeline_seq = 0
+    found = ledger.observe("n1", s)
+    assert any("spec version went back to 2" in v for v in found)
+    assert any("pipeline counter went back to 0" in v for v in found)
+    assert ledger.observe("n2", s) == []  # each replica on its own
