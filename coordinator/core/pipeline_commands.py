@@ -150,7 +150,7 @@ def _pool_problem(pool: tuple[Label, ...]) -> Rejected | None:
     return None
 
 
-def _create_problem(state: ClusterState, cmd: CreatePipeline) -> Rejected | None:
+def _create_problem(cmd: CreatePipeline) -> Rejected | None:
     if not valid_id(cmd.name):
         return rejected("invalid", "name must match [A-Za-z0-9._-]{1,64}", "name")
     if cmd.name == DEFAULT_PIPELINE:
@@ -173,7 +173,7 @@ def _create_problem(state: ClusterState, cmd: CreatePipeline) -> Rejected | None
 
 
 def create_pipeline(state: ClusterState, cmd: CreatePipeline) -> Result:
-    problem = _create_problem(state, cmd)
+    problem = _create_problem(cmd)
     if problem is not None:
         return problem
     pool = tuple(sorted(cmd.pool))

@@ -281,10 +281,14 @@ def test_unknown_and_default_names(s: ClusterState) -> None:
 
 
 def test_the_number_of_pipelines_and_their_partitions_are_bounded() -> None:
-    s = cluster(total=TOTAL_PARTITIONS_MAX - 20)
-    step(s, create(name="a", partitions=16))
-    rejects(s, create(name="b", partitions=5), "conflict", "partitions")
-    step(s, create(name="b", partitions=4))
+    s = cluster(total=8)
+    for i in range(15):  # 15 of the largest and the cluster's own 8: 983 048 partitions
+        assert isinstance(
+            apply(s, f"big{i}", create(name=f"big{i}", partitions=PIPELINE_PARTITIONS_MAX)), Ok
+        )
+    room = TOTAL_PARTITIONS_MAX - 8 - 15 * PIPELINE_PARTITIONS_MAX
+    rejects(s, create(name="a", partitions=room + 1), "conflict", "partitions")
+    step(s, create(name="a", partitions=room))
     s2 = cluster()
     for i in range(PIPELINES_MAX):
         assert isinstance(apply(s2, f"c{i}", create(name=f"p{i}", partitions=1)), Ok)
