@@ -48,7 +48,7 @@ from coordinator.core.model import (
 from coordinator.core.pipelines import pipeline_named, pipelines_view
 from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
-from coordinator.core.versions import INTRODUCED_IN
+from coordinator.core.versions import INTRODUCED_IN, SPOKEN, finalizable, refusal, version_of
 from shared.spec.parse import parse_spec
 from tests.unit.test_core_codec import GOLDEN_STATE_PRE_FALLBACK
 from tests.unit.test_core_state import rejects
@@ -468,3 +468,16 @@ def test_the_ledger_sees_a_replica_go_back(s: ClusterState) -> None:
     assert any("spec version went back to 2" in v for v in found)
     assert any("pipeline counter went back to 0" in v for v in found)
     assert ledger.observe("n2", s) == []  # each replica on its own
+
+
+def test_the_leader_refuses_a_create_while_a_voter_speaks_only_4() -> None:
+    s = cluster(version=4)
+    behind = ReportVersions(
+        node_id="n2", min_version=1, max_version=4, package_version="0.4", now_ms=2
+    )
+    assert isinstance(apply(s, "n2", behind), Ok)
+    r = refusal(s, "CreatePipeline", version_of(create()), ["n1", "n2"])
+    assert r is not None and r.code == "version_unsupported" and "n2 speaks 1..4" in r.message
+    r = refusal(s, "CreatePipeline", version_of(create()), ["n1"])
+    assert r is not None and r.code == "version_not_finalized"
+    assert finalizable(s, ["n1"], SPOKEN) == 5 and finalizable(s, ["n1", "n2"], SPOKEN) is None
