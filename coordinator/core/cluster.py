@@ -3,7 +3,7 @@
 Owns `ClusterState`: the workers, partitions, migrations and request results every replica
 holds, the cluster's records about itself (the command-set versions each coordinator node
 speaks, the finalized one, the last backup, the retired workers' incarnation floor, the
-routing generations and the newest rescale), plus the
+routing generations and the newest rescale), the pipelines, plus the
 indices the leader's every-tick questions read (owner -> partitions, source -> in-flight
 migrations, in-flight migrations in creation order, terminal ones in eviction order, workers
 by state, departed workers in the order they departed, the owning set's changes, the
@@ -35,6 +35,8 @@ from coordinator.core.model import (
     Partition,
     PartitionEpoch,
     PartitionId,
+    Pipeline,
+    PipelineName,
     Rescale,
     Worker,
     WorkerId,
@@ -83,6 +85,8 @@ class ClusterState:
         "migrations",
         "node_versions",
         "partitions",
+        "pipeline_seq",
+        "pipelines",
         "requests",
         "rescale",
         "retired_total",
@@ -120,6 +124,11 @@ class ClusterState:
         # (coordinator/core/rescale.py).
         self.routing: tuple[int, ...] = ()
         self.rescale: Rescale | None = None
+        # The pipeline records by name (coordinator/core/pipeline_commands.py), and the
+        # counter their incarnations come from (it only grows). A cluster without records
+        # runs its one implicit pipeline, `default` (coordinator/core/pipelines.py).
+        self.pipelines: dict[PipelineName, Pipeline] = {}
+        self.pipeline_seq: int = 0
         self._owned: dict[WorkerId, set[PartitionId]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
         # The non-terminal migrations in creation order (a dict as an ordered set): the
@@ -199,6 +208,8 @@ class ClusterState:
         copy.maintenance = self.maintenance
         copy.routing = self.routing
         copy.rescale = self.rescale
+        copy.pipelines = dict(self.pipelines)
+        copy.pipeline_seq = self.pipeline_seq
         return copy
 
     # --- reads ---------------------------------------------------------------------------------

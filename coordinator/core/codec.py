@@ -33,12 +33,15 @@ from coordinator.core.model import (
     NONCE_LEN_MAX,
     NOTE_LEN_MAX,
     PACKAGE_VERSION_LEN_MAX,
+    POOL_LABELS_MAX,
     REQUEST_ID_LEN_MAX,
     RESCALE_PARTITIONS_MAX,
     SHA256_HEX_LEN,
+    SPEC_TEXT_BYTES_MAX,
     URI_LEN_MAX,
     MigrationReason,
 )
+from coordinator.core.pipeline_fields import label_value, pipeline_name_value, settings_value
 from coordinator.core.result_codec import (
     FORMAT_VERSION,
     decode_result,
@@ -53,6 +56,7 @@ from coordinator.core.wire_fields import (
     NewerCommandError,
     Where,
     array,
+    bool_value,
     enum_value,
     epoch_value,
     int_value,
@@ -206,6 +210,27 @@ _COMMAND_SPECS: dict[int, dict[str, Decoder]] = {
         "now_ms": int_value,
     },
     27: {"generation": int_value, "now_ms": int_value},
+    28: {
+        "name": pipeline_name_value,
+        # Characters, at most the bytes' bound: apply checks the UTF-8 bytes.
+        "spec_text": str_value(SPEC_TEXT_BYTES_MAX, empty_ok=False),
+        "spec_sha256": str_value(SHA256_HEX_LEN, empty_ok=False),
+        "partitions": int_value,
+        "pool": array(label_value, POOL_LABELS_MAX),
+        "settings": settings_value,
+        "by": str_value(MAINTENANCE_BY_LEN_MAX),
+        "now_ms": int_value,
+    },
+    29: {"name": pipeline_name_value, "incarnation": int_value, "now_ms": int_value},
+    30: {"name": pipeline_name_value, "by": str_value(MAINTENANCE_BY_LEN_MAX), "now_ms": int_value},
+    31: {"name": pipeline_name_value, "by": str_value(MAINTENANCE_BY_LEN_MAX), "now_ms": int_value},
+    32: {
+        "name": pipeline_name_value,
+        "purge": bool_value,
+        "by": str_value(MAINTENANCE_BY_LEN_MAX),
+        "now_ms": int_value,
+    },
+    33: {"name": pipeline_name_value, "incarnation": int_value, "now_ms": int_value},
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, Where], Command]] = {

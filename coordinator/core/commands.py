@@ -18,10 +18,14 @@ from typing import ClassVar, Generic, Literal, TypeVar, cast, get_args, get_orig
 
 from coordinator.core.model import (
     Epoch,
+    Label,
     MigrationId,
     MigrationPhase,
     MigrationReason,
     PartitionId,
+    PipelineName,
+    PipelineSettings,
+    PipelineState,
     RescalePhase,
     WorkerId,
     WorkerState,
@@ -243,6 +247,17 @@ class CutResult:
     phase: RescalePhase  # the rescale's, after the command
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineResult:
+    """Where a pipeline is after one of its commands (CreatePipeline .. ForgetPipeline)."""
+
+    name: PipelineName
+    incarnation: int
+    state: PipelineState | None  # None: gone (ForgetPipeline)
+    spec_version: int
+    changed: bool  # False: the command found it as it asked
+
+
 CommandResult = (
     BootstrapResult
     | RegisterResult
@@ -266,6 +281,7 @@ CommandResult = (
     | MaintenanceResult
     | RescaleResult
     | CutResult
+    | PipelineResult
 )
 
 R = TypeVar("R", bound=CommandResult)
@@ -551,6 +567,77 @@ class FinishRescale(Returns[RescaleResult]):
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatePipeline(Returns[PipelineResult]):
+    """An operator creates pipeline `name` from a spec the proposer has parsed and checked
+    (`shared/spec/`): recorded CREATING, the create's commit point
+    (coordinator/core/pipeline_commands.py). Command-set version 5."""
+
+    TAG: ClassVar[int] = 28
+    name: PipelineName
+    spec_text: str
+    spec_sha256: str  # hex sha256 of spec_text's UTF-8 bytes: apply checks it
+    partitions: int
+    pool: tuple[Label, ...]
+    settings: PipelineSettings
+    by: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActivatePipeline(Returns[PipelineResult]):
+    """The leader has set up incarnation `incarnation` of pipeline `name`: CREATING ->
+    ACTIVE. Command-set version 5."""
+
+    TAG: ClassVar[int] = 29
+    name: PipelineName
+    incarnation: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PausePipeline(Returns[PipelineResult]):
+    """An operator pauses a pipeline: ACTIVE -> PAUSED. Command-set version 5."""
+
+    TAG: ClassVar[int] = 30
+    name: PipelineName
+    by: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumePipeline(Returns[PipelineResult]):
+    """An operator resumes a paused pipeline: PAUSED -> ACTIVE. Command-set version 5."""
+
+    TAG: ClassVar[int] = 31
+    name: PipelineName
+    by: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropPipeline(Returns[PipelineResult]):
+    """An operator drops a pipeline (with `purge`, its objects in the store too): ->
+    DROPPING, the drop's commit point. Command-set version 5."""
+
+    TAG: ClassVar[int] = 32
+    name: PipelineName
+    purge: bool
+    by: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForgetPipeline(Returns[PipelineResult]):
+    """The leader has torn down incarnation `incarnation` of pipeline `name`: its record
+    leaves the state. Command-set version 5."""
+
+    TAG: ClassVar[int] = 33
+    name: PipelineName
+    incarnation: int
+    now_ms: int
+
+
 Command = (
     Bootstrap
     | RegisterWorker
@@ -578,6 +665,12 @@ Command = (
     | RecordCut
     | StatesBuilt
     | FinishRescale
+    | CreatePipeline
+    | ActivatePipeline
+    | PausePipeline
+    | ResumePipeline
+    | DropPipeline
+    | ForgetPipeline
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -607,6 +700,12 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     RecordCut,
     StatesBuilt,
     FinishRescale,
+    CreatePipeline,
+    ActivatePipeline,
+    PausePipeline,
+    ResumePipeline,
+    DropPipeline,
+    ForgetPipeline,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"

@@ -8,18 +8,20 @@ scenario line) and decides what a violation costs.
 
 - `state_violations(state)`: one live owner per partition, migrations and partitions agree
   and name workers the state holds, the fallback chain is ordered and bounded, the routing
-  generations and the rescale agree with the partition table, and the derived indices equal
-  a scan;
+  generations and the rescale agree with the partition table, the derived indices equal
+  a scan, and the pipeline records hold theirs (`coordinator/core/pipeline_invariants.py`);
 - `step_violations(before, state, command)`: every change is an edge of
   `coordinator/core/lifecycle.py` (a rescale's new partition table is a table of new
   partitions), epochs and the generation only grow, an epoch keeps its
   owner, a checkpoint is accepted only at its partition's current epoch (and, reported, only
   from its owner), a rescaled table's partitions keep their builds as their chains' floors,
   only RetireWorkers removes a worker (a DEAD or LEFT one, below the
-  incarnation floor after it), and a new worker registers above the floor;
+  incarnation floor after it), a new worker registers above the floor, and every pipeline
+  record's change is an edge of its table, its spec version never going back;
 - `Ledger`: across a run and any number of replicas, epochs only grow on each replica, no
-  (partition, epoch) ever has two owners, and no (worker, incarnation) is issued twice (a
-  retired id comes back above every incarnation it had);
+  (partition, epoch) ever has two owners, no (worker, incarnation) is issued twice (a
+  retired id comes back above every incarnation it had), and neither the pipeline counter
+  nor a pipeline's spec version goes back;
 - `gate_violations`: no two workers hold an open gate for one partition at one epoch;
 - `settled_violations(state)`: once settled, every migration ended DONE or ABORTED, a
   rescale ended DONE, and the owned counts add up to every partition, each ONLINE.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coordinator.core import lifecycle
 from coordinator.core.cluster import ClusterState
@@ -50,9 +52,16 @@ from coordinator.core.model import (
     MigrationId,
     MigrationPhase,
     PartitionStatus,
+    PipelineName,
     RescalePhase,
     WorkerId,
     WorkerState,
+)
+from coordinator.core.pipeline_invariants import (
+    PipelineView,
+    pipeline_state_violations,
+    pipeline_step_violations,
+    views,
 )
 
 __all__ = [
@@ -87,6 +96,8 @@ class View:
     incarnation_floor: int = 0
     routing: tuple[int, ...] = ()
     rescale_phase: RescalePhase | None = None
+    pipelines: dict[PipelineName, PipelineView] = field(default_factory=dict)
+    pipeline_seq: int = 0
 
 
 def view(state: ClusterState) -> View:
@@ -106,6 +117,8 @@ def view(state: ClusterState) -> View:
         incarnation_floor=state.incarnation_floor,
         routing=state.routing,
         rescale_phase=None if state.rescale is None else state.rescale.phase,
+        pipelines=views(state),
+        pipeline_seq=state.pipeline_seq,
     )
 
 
@@ -147,6 +160,7 @@ def state_violations(state: ClusterState) -> list[str]:
         holder = m.target if m.phase is MigrationPhase.HANDED_OFF else m.source
         if part.owner != holder:
             out.append(f"{m.migration_id} is {m.phase.value} but p{m.partition} is {part.owner}'s")
+    out += pipeline_state_violations(state)
     return out + _index_violations(state, owned)
 
 
@@ -237,6 +251,7 @@ def step_violations(before: View, state: ClusterState, command: Command) -> list
         out.append(f"{name} changed the routing generations to {list(state.routing)}")
     out += _lifecycle_violations(before, state, name, new_table)
     out += _retirement_violations(before, state, command)
+    out += pipeline_step_violations(before.pipelines, before.pipeline_seq, state, name)
     if state.generation < before.generation:
         out.append(f"{name} took the generation back to {state.generation}")
     if new_table:
@@ -363,6 +378,9 @@ class Ledger:
         self.incarnations: dict[str, dict[WorkerId, int]] = {}
         # Per replica, the ids seen and since retired (absent from the state).
         self.retired: dict[str, set[WorkerId]] = {}
+        # Per replica, the pipeline counter and each (pipeline, incarnation)'s spec version.
+        self.pipeline_seq: dict[str, int] = {}
+        self.spec_versions: dict[str, dict[tuple[PipelineName, int], int]] = {}
 
     def observe(self, replica: str, state: ClusterState) -> list[str]:
         out = []
@@ -390,6 +408,21 @@ class Ledger:
                 )
             seen[w.worker_id] = w.incarnation
             gone.discard(w.worker_id)
+        return out + self._pipelines(replica, state)
+
+    def _pipelines(self, replica: str, state: ClusterState) -> list[str]:
+        out = []
+        if state.pipeline_seq < self.pipeline_seq.get(replica, 0):
+            out.append(f"{replica} pipeline counter went back to {state.pipeline_seq}")
+        self.pipeline_seq[replica] = state.pipeline_seq
+        versions = self.spec_versions.setdefault(replica, {})
+        for p in state.pipelines.values():
+            key = (p.name, p.incarnation)
+            if p.spec_version < versions.get(key, 0):
+                out.append(
+                    f"{replica} pipeline {p.name} spec version went back to {p.spec_version}"
+                )
+            versions[key] = p.spec_version
         return out
 
 

@@ -1,4 +1,5 @@
-"""Lifecycles as data: the transition tables of workers, partitions, migrations and rescales.
+"""Lifecycles as data: the transition tables of workers, partitions, migrations, rescales and
+pipelines.
 
 Owns which state changes exist and which commands make them, in the manner of h11's
 `_state.py`: the tables below are the single description that `apply` consults before
@@ -10,7 +11,8 @@ An edge is (state before the command, state after it): a command that moves a re
 (a drain that ends at once: ACTIVE, DRAINING, LEFT) is one edge (ACTIVE -> LEFT).
 
 `None` as a source is "no record yet" (a worker's first registration, a migration's
-creation). A self-edge (ASSIGNING -> ASSIGNING) is a new epoch without a status change.
+creation); as a destination, "no record any more" (a pipeline forgotten). A self-edge
+(ASSIGNING -> ASSIGNING) is a new epoch without a status change.
 
 HandOff straight from PLANNED is deliberately NOT an edge. A PLANNED migration's source has
 not been asked to release: its gate is still open, so a hand-off would start the target while
@@ -26,14 +28,21 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from enum import Enum
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from coordinator.core.commands import Rejected, rejected
-from coordinator.core.model import MigrationPhase, PartitionStatus, RescalePhase, WorkerState
+from coordinator.core.model import (
+    MigrationPhase,
+    PartitionStatus,
+    PipelineState,
+    RescalePhase,
+    WorkerState,
+)
 
 __all__ = [
     "MIGRATION_EDGES",
     "PARTITION_EDGES",
+    "PIPELINE_EDGES",
     "RESCALE_EDGES",
     "WORKER_EDGES",
     "allowed",
@@ -45,6 +54,7 @@ W = WorkerState
 P = PartitionStatus
 M = MigrationPhase
 R = RescalePhase
+L = PipelineState
 
 S = TypeVar("S", bound=Hashable)
 Edges = Mapping[tuple[S | None, S], frozenset[str]]
@@ -139,24 +149,42 @@ RESCALE_EDGES: Edges[RescalePhase] = _edges(  # type: ignore[assignment]
     (R.HOSTING, R.DONE, "FinishRescale"),
 )
 
+# A create and a drop are each two commits, as the seed's createTable: CreatePipeline records
+# the pipeline CREATING (the commit point: any leader finishes setting it up, then
+# ActivatePipeline), DropPipeline records it DROPPING (any leader finishes tearing it down,
+# then ForgetPipeline removes the record). A create a leader gives up on is dropped.
+PIPELINE_EDGES: Mapping[tuple[PipelineState | None, PipelineState | None], frozenset[str]] = _edges(  # type: ignore[assignment]
+    (None, L.CREATING, "CreatePipeline"),
+    (L.CREATING, L.ACTIVE, "ActivatePipeline"),
+    (L.ACTIVE, L.PAUSED, "PausePipeline"),
+    (L.PAUSED, L.ACTIVE, "ResumePipeline"),
+    (L.CREATING, L.DROPPING, "DropPipeline"),
+    (L.ACTIVE, L.DROPPING, "DropPipeline"),
+    (L.PAUSED, L.DROPPING, "DropPipeline"),
+    (L.DROPPING, None, "ForgetPipeline"),
+)
+
 TABLES: dict[str, Mapping[tuple[object, object], frozenset[str]]] = {
     "worker": WORKER_EDGES,  # type: ignore[dict-item]
     "partition": PARTITION_EDGES,  # type: ignore[dict-item]
     "migration": MIGRATION_EDGES,  # type: ignore[dict-item]
     "rescale": RESCALE_EDGES,  # type: ignore[dict-item]
+    "pipeline": PIPELINE_EDGES,  # type: ignore[dict-item]
 }
 
 
 def allowed(
-    table: Mapping[tuple[S | None, S], frozenset[str]], src: S | None, dst: S, command: str
+    table: Mapping[tuple[S | None, S], frozenset[str]], src: S | None, dst: S | None, command: str
 ) -> bool:
-    return command in table.get((src, dst), frozenset())
+    # A destination may be None (the pipeline table's "gone"): looked up as any other key.
+    edges = cast(Mapping[tuple[object, object], frozenset[str]], table)
+    return command in edges.get((src, dst), frozenset())
 
 
 def check(
     table: Mapping[tuple[S | None, S], frozenset[str]],
     src: S | None,
-    dst: S,
+    dst: S | None,
     command: str,
     what: str,
     field: str | None = None,
@@ -165,7 +193,8 @@ def check(
     if allowed(table, src, dst, command):
         return None
     name = "nothing" if src is None else _value(src)
-    return rejected("conflict", f"{what} is {name}: {command} cannot make it {_value(dst)}", field)
+    goal = "gone" if dst is None else _value(dst)
+    return rejected("conflict", f"{what} is {name}: {command} cannot make it {goal}", field)
 
 
 def _value(s: object) -> str:
@@ -179,6 +208,7 @@ def render_markdown() -> str:
         lines += [f"**{name}**", "", "| from | to | commands |", "|---|---|---|"]
         for (src, dst), commands in table.items():
             frm = "(new)" if src is None else _value(src)
-            lines.append(f"| {frm} | {_value(dst)} | {', '.join(sorted(commands))} |")
+            to = "(gone)" if dst is None else _value(dst)
+            lines.append(f"| {frm} | {to} | {', '.join(sorted(commands))} |")
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -15,6 +15,7 @@ from typing import NewType
 from shared.messages.common import INT_VALUE_MAX as _INT_VALUE_MAX
 from shared.messages.common import ROUTING_GENERATIONS_MAX as _ROUTING_GENERATIONS_MAX
 from shared.routing import KEY_GROUPS
+from shared.spec.parse import SPEC_BYTES_MAX
 
 WorkerId = NewType("WorkerId", str)
 # A partition's number, 0 .. total_partitions - 1, as records, commands and the planner's
@@ -25,6 +26,8 @@ PartitionId = NewType("PartitionId", int)
 # reassign) and by the codec, so mypy shows any other place that would invent one.
 Epoch = NewType("Epoch", int)
 MigrationId = NewType("MigrationId", str)
+# A pipeline's name: an id (`valid_id`), unique among the pipelines the state holds.
+PipelineName = NewType("PipelineName", str)
 # One partition at one epoch: what a host call, its retries and its failures are about.
 PartitionEpoch = tuple[PartitionId, Epoch]
 
@@ -65,6 +68,26 @@ RESCALE_PARTITIONS_MAX = KEY_GROUPS
 # messages.
 ROUTING_GENERATIONS_MAX = _ROUTING_GENERATIONS_MAX
 INT_VALUE_MAX = _INT_VALUE_MAX
+
+# Pipelines (coordinator/core/pipeline_commands.py). The one a cluster has without any record:
+# its own partition table and routing (coordinator/core/pipelines.py), a name nobody creates.
+DEFAULT_PIPELINE = PipelineName("default")
+# Pipeline records the state holds (each carries its spec text): the issue's scale goal is a
+# thousand, with room, while bounding a snapshot at about PIPELINES_MAX * SPEC_TEXT_BYTES_MAX.
+PIPELINES_MAX = 4_096
+# A pipeline's partition count: as a rescale's (each generation after 0 routes by key groups).
+PIPELINE_PARTITIONS_MAX = RESCALE_PARTITIONS_MAX
+# A spec's text as the replicated record holds it: the spec format's own bound.
+SPEC_TEXT_BYTES_MAX = SPEC_BYTES_MAX
+# A pool's selector: at most this many labels, each key and value an id.
+POOL_LABELS_MAX = 16
+# Per-pipeline settings' bounds: a micro-batch interval, a checkpoint interval (not shorter than
+# the batch interval), keys one partition keeps, and how long its source log is kept (0: for
+# ever, as a cluster without retention keeps it).
+BATCH_INTERVAL_MS_MIN, BATCH_INTERVAL_MS_MAX = 100, 3_600_000
+CHECKPOINT_INTERVAL_MS_MIN, CHECKPOINT_INTERVAL_MS_MAX = 1_000, 86_400_000
+KEYS_PER_PARTITION_MAX = 100_000_000
+RETENTION_MS_MAX = 3_650 * 86_400_000
 
 
 def valid_id(s: object) -> bool:
@@ -218,6 +241,69 @@ class Rescale:
 
     def cuts_done(self) -> int:
         return sum(1 for c in self.cuts if c is not None)
+
+
+class PipelineState(Enum):
+    """A pipeline's lifecycle (`coordinator/core/lifecycle.py`'s pipeline table); a dropped
+    one's record leaves the state (ForgetPipeline), so "gone" is no state."""
+
+    CREATING = "creating"  # recorded: a leader sets it up, then ActivatePipeline
+    ACTIVE = "active"
+    PAUSED = "paused"  # processing stops, offsets and checkpoints kept
+    DROPPING = "dropping"  # recorded: a leader tears it down, then ForgetPipeline
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class Label:
+    """One label of a pool's selector: a worker is in the pool when it carries every one."""
+
+    key: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineSettings:
+    """What an owner tunes per pipeline, each within its bounds above."""
+
+    batch_interval_ms: int
+    checkpoint_interval_ms: int
+    max_keys_per_partition: int
+    retention_ms: int  # 0: keep the source log for ever
+
+
+# The settings a pipeline gets when its create names none: the worker's own defaults.
+DEFAULT_PIPELINE_SETTINGS = PipelineSettings(
+    batch_interval_ms=500,
+    checkpoint_interval_ms=10_000,
+    max_keys_per_partition=2_000,
+    retention_ms=0,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pipeline:
+    """A pipeline (CreatePipeline): its spec, its partitions and routing, where it may run,
+    its settings and where it is in its lifecycle."""
+
+    name: PipelineName
+    # Made by apply from the state's counter at create and never reused: a leader's step of
+    # one incarnation (ActivatePipeline, ForgetPipeline) cannot land on a namesake made since.
+    incarnation: int
+    spec_text: str  # the owner's TOML, transform embedded: what every worker parses and runs
+    spec_sha256: str  # hex sha256 of spec_text's UTF-8 bytes (apply checks it at create)
+    spec_version: int  # 1 at create; one more per spec change (never back)
+    partitions: int
+    routing_generation: int
+    pool: tuple[Label, ...]  # the selector, sorted by key; () is every worker
+    settings: PipelineSettings
+    state: PipelineState
+    purge: bool  # DROPPING: the drop also deletes its objects in the store
+    created_at_ms: int
+    updated_at_ms: int
+    by: str  # who asked for the last change (the admin caller)
+
+    def pool_labels(self) -> dict[str, str]:
+        return {label.key: label.value for label in self.pool}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

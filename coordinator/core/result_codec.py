@@ -38,6 +38,7 @@ from coordinator.core.commands import (
     NewMigration,
     Ok,
     OnlineResult,
+    PipelineResult,
     PlanResult,
     RegisterResult,
     RejectCode,
@@ -56,9 +57,11 @@ from coordinator.core.model import (
     REQUEST_ID_LEN_MAX,
     TOTAL_PARTITIONS_MAX,
     MigrationPhase,
+    PipelineState,
     RescalePhase,
     WorkerState,
 )
+from coordinator.core.pipeline_fields import pipeline_name_value
 from coordinator.core.wire_fields import (
     SCALAR_TYPES,
     STATE_BYTES_MAX,
@@ -247,6 +250,16 @@ _RESULT_SHAPES: tuple[_Shape, ...] = (
             "partition": int_value,
             "status": choice("accepted", "fenced"),
             "phase": enum_value(RescalePhase),
+        },
+    ),
+    _shape(
+        PipelineResult,
+        {
+            "pipeline": pipeline_name_value,
+            "incarnation": int_value,
+            "state": optional(enum_value(PipelineState)),
+            "spec_version": int_value,
+            "changed": bool_value,
         },
     ),
 )

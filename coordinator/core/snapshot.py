@@ -23,6 +23,7 @@ from coordinator.core.model import (
     NODE_VERSIONS_MAX,
     NOTE_LEN_MAX,
     PACKAGE_VERSION_LEN_MAX,
+    PIPELINES_MAX,
     REQUEST_ID_LEN_MAX,
     ROUTING_GENERATIONS_MAX,
     SHA256_HEX_LEN,
@@ -45,6 +46,7 @@ from coordinator.core.model import (
     Worker,
     WorkerState,
 )
+from coordinator.core.pipeline_fields import decode_pipeline, pipeline_plain
 from coordinator.core.wire_fields import (
     STATE_BYTES_MAX,
     CodecError,
@@ -179,6 +181,11 @@ def _bookkeeping_plain(state: ClusterState) -> dict[str, object]:
             r.by,
             r.started_at_ms,
             r.updated_at_ms,
+        ]
+    if state.pipeline_seq:
+        out["pipelines"] = [
+            state.pipeline_seq,
+            [pipeline_plain(p) for p in state.pipelines.values()],
         ]
     return out
 
@@ -332,11 +339,21 @@ def decode_state(data: bytes) -> ClusterState:
         raise CodecError("routing's last count must be total_partitions", "routing")
     if "rescale" in obj:
         state.rescale = _decode_rescale(obj["rescale"])
+    if "pipelines" in obj:
+        _decode_pipelines(state, obj["pipelines"])
     state.reindex()
     return state
 
 
-_BOOKKEEPING_KEYS = ("command_set", "last_backup", "retired", "maintenance", "routing", "rescale")
+_BOOKKEEPING_KEYS = (
+    "command_set",
+    "last_backup",
+    "retired",
+    "maintenance",
+    "routing",
+    "rescale",
+    "pipelines",
+)
 
 
 def _in_order(present: list[object], allowed: tuple[str, ...]) -> bool:
@@ -412,3 +429,16 @@ def _decode_rescale(value: object) -> Rescale:
         started_at_ms=int_value(started, where),
         updated_at_ms=int_value(updated, where),
     )
+
+
+def _decode_pipelines(state: ClusterState, value: object) -> None:
+    """The pipeline records and their incarnation counter (absent: none was ever created)."""
+    seq, rows = tuple_value(value, 2, "pipelines")
+    state.pipeline_seq = int_value(seq, "pipelines")
+    for i, row in enumerate(list_value(rows, "pipelines")):
+        if i >= PIPELINES_MAX:
+            raise CodecError(f"pipelines has more than {PIPELINES_MAX} records", "pipelines")
+        p = decode_pipeline(row, f"pipelines[{i}]")
+        if p.name in state.pipelines:
+            raise CodecError(f"pipeline {p.name} appears twice", "pipelines")
+        state.pipelines[p.name] = p

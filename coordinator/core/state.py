@@ -5,7 +5,8 @@ here: the workers' commands in `coordinator/core/worker_commands.py`, the partit
 `partition_commands.py`, a migration's steps in `migration_commands.py` (the changes and
 checks they share in `edits.py`), the cluster's records about itself in `bookkeeping.py`,
 maintenance mode in `maintenance.py`, the retirement of departed workers in
-`retirement.py`, a rescale's steps in `rescale.py`. The container they change,
+`retirement.py`, a rescale's steps in `rescale.py`, a pipeline's lifecycle in
+`pipeline_commands.py`. The container they change,
 ``ClusterState`` (`coordinator/core/cluster.py`, re-exported here as ``apply``'s argument
 type), only keeps its indices true. ``apply`` is deterministic (no clock, no randomness:
 both are stamped into commands) and total: every input yields a Result value. Each
@@ -30,6 +31,7 @@ from coordinator.core import (
     maintenance,
     migration_commands,
     partition_commands,
+    pipeline_commands,
     rescale,
     retirement,
     worker_commands,
@@ -37,22 +39,27 @@ from coordinator.core import (
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     AbortMigration,
+    ActivatePipeline,
     AssignPartitions,
     Barrier,
     BarrierResult,
     Bootstrap,
     Command,
+    CreatePipeline,
     DeclareDead,
     DrainWorker,
+    DropPipeline,
     FallBack,
     FinalizeVersion,
     FinishRescale,
+    ForgetPipeline,
     HandOff,
     MaintenanceOff,
     MaintenanceOn,
     MarkStuck,
     Ok,
     PartitionOnline,
+    PausePipeline,
     PlanMigrations,
     RecordBackup,
     RecordCheckpoints,
@@ -61,6 +68,7 @@ from coordinator.core.commands import (
     ReportVersions,
     ResetPartition,
     Result,
+    ResumePipeline,
     RetireWorkers,
     StartRelease,
     StartRescale,
@@ -171,6 +179,18 @@ def _dispatch(state: ClusterState, cmd: Command) -> Outcome:
             return rescale.states_built(state, cmd)
         case FinishRescale():
             return rescale.finish_rescale(state, cmd), False
+        case CreatePipeline():
+            return pipeline_commands.create_pipeline(state, cmd), False
+        case ActivatePipeline():
+            return pipeline_commands.activate_pipeline(state, cmd), False
+        case PausePipeline():
+            return pipeline_commands.pause_pipeline(state, cmd), False
+        case ResumePipeline():
+            return pipeline_commands.resume_pipeline(state, cmd), False
+        case DropPipeline():
+            return pipeline_commands.drop_pipeline(state, cmd), False
+        case ForgetPipeline():
+            return pipeline_commands.forget_pipeline(state, cmd), False
         case Barrier():  # handled before dispatch; kept so the match is exhaustive
             return Ok(value=BarrierResult(nonce=cmd.nonce)), False
         case ReportVersions() | FinalizeVersion() | RecordBackup():  # dispatched above

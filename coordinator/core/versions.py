@@ -13,7 +13,9 @@ Version 1 is the first numbered set: the fifteen commands of release 0.1.0 (whic
 none and advertised nothing) and the two through which nodes advertise and finalize
 versions. Version 2 adds RecordBackup; version 3 MaintenanceOn, MaintenanceOff,
 RetireWorkers and StartWarm (warm hand-offs); version 4 StartRescale, RecordCut,
-StatesBuilt and FinishRescale (rescaling).
+StatesBuilt and FinishRescale (rescaling); version 5 CreatePipeline, ActivatePipeline,
+PausePipeline, ResumePipeline, DropPipeline and ForgetPipeline (pipeline records). A cluster
+finalized below 5 holds no pipeline record and runs its one implicit pipeline, `default`.
 """
 
 from __future__ import annotations
@@ -25,14 +27,20 @@ from typing import Any
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     COMMAND_BY_TAG,
+    ActivatePipeline,
+    CreatePipeline,
+    DropPipeline,
     FinalizeVersion,
     FinishRescale,
+    ForgetPipeline,
     MaintenanceOff,
     MaintenanceOn,
+    PausePipeline,
     RecordBackup,
     RecordCut,
     Rejected,
     ReportVersions,
+    ResumePipeline,
     RetireWorkers,
     Returns,
     StartRescale,
@@ -53,7 +61,7 @@ __all__ = [
     "version_of",
 ]
 
-COMMAND_SET_VERSION = 4  # the newest version this code speaks
+COMMAND_SET_VERSION = 5  # the newest version this code speaks
 
 # Tag -> the command-set version that introduced it. Append only: a tag never moves.
 INTRODUCED_IN: dict[int, int] = {
@@ -69,6 +77,12 @@ INTRODUCED_IN: dict[int, int] = {
     RecordCut.TAG: 4,
     StatesBuilt.TAG: 4,
     FinishRescale.TAG: 4,
+    CreatePipeline.TAG: 5,
+    ActivatePipeline.TAG: 5,
+    PausePipeline.TAG: 5,
+    ResumePipeline.TAG: 5,
+    DropPipeline.TAG: 5,
+    ForgetPipeline.TAG: 5,
 }
 assert INTRODUCED_IN.keys() == COMMAND_BY_TAG.keys(), "every command tag has a version"
 assert max(INTRODUCED_IN.values()) == COMMAND_SET_VERSION

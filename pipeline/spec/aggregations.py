@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pipeline.spec.ddl import ColumnType, TypeKind
-from pipeline.spec.model import AggFn, AggregationSpec, PipelineSpec
+from shared.spec.ddl import ColumnType, TypeKind
+from shared.spec.model import AggFn, AggregationSpec, PipelineSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pipeline.spec.ddl import Schema
-from pipeline.spec.model import PipelineSpec
-from pipeline.spec.transform import TransformFn, load_transform
+from shared.spec.ddl import Schema
+from shared.spec.model import PipelineSpec
+from shared.spec.transform import TransformFn, load_transform
 
 if TYPE_CHECKING:
     import pyarrow as pa

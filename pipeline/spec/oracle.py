@@ -21,8 +21,8 @@ from pipeline.spec.aggregations import (
     outputs_of,
 )
 from pipeline.spec.frames import spec_rows
-from pipeline.spec.model import AggFn, PipelineSpec
 from pipeline.spec.sketches import SparkSketches
+from shared.spec.model import AggFn, PipelineSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pytest
 
 from pipeline.spec.oracle import Incremental, batch_job
-from pipeline.spec.parse import load_spec_file, parse_spec
+from shared.spec.parse import load_spec_file, parse_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

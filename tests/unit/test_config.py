@@ -10,6 +10,7 @@ import pytest
 from coordinator.config import ClusterConfig, NodeSpec
 from coordinator.config_file import load_config, render_toml
 from coordinator.config_rules import validate as validate_config
+from coordinator.core.versions import COMMAND_SET_VERSION
 from shared.errors import ConfigError
 
 SECRET = "unit-secret-0123456789abcdef"
@@ -162,7 +163,11 @@ def test_render_leaves_derived_timings_out_so_they_keep_following(tmp_path: Path
             ">= raft_transport_version_min",
         ),
         ("membership_catch_up_timeout_s = 0", "membership_catch_up_timeout_s", "> 0"),
-        ("command_set_version_max = 5", "command_set_version_max", "1..4"),
+        (
+            f"command_set_version_max = {COMMAND_SET_VERSION + 1}",
+            "command_set_version_max",
+            f"1..{COMMAND_SET_VERSION}",
+        ),
         ("retire_after_s = -1", "retire_after_s", "0 (never retire"),
         ("retire_after_s = 40000000", "retire_after_s", "a year"),
         (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import get_args
 
 import msgpack
@@ -24,6 +25,7 @@ from coordinator.core.commands import (
     REJECT_CODES,
     AbortMigration,
     AbortResult,
+    ActivatePipeline,
     Assignment,
     AssignPartitions,
     AssignResult,
@@ -37,16 +39,19 @@ from coordinator.core.commands import (
     CheckpointVerdict,
     Command,
     CommandResult,
+    CreatePipeline,
     CutResult,
     DeclareDead,
     DeclareDeadResult,
     DrainResult,
     DrainWorker,
+    DropPipeline,
     FallBack,
     FallBackResult,
     FinalCheckpoint,
     FinalizeVersion,
     FinishRescale,
+    ForgetPipeline,
     HandOff,
     HandOffResult,
     MaintenanceOff,
@@ -58,6 +63,8 @@ from coordinator.core.commands import (
     Ok,
     OnlineResult,
     PartitionOnline,
+    PausePipeline,
+    PipelineResult,
     PlanMigrations,
     PlanResult,
     RecordBackup,
@@ -71,6 +78,7 @@ from coordinator.core.commands import (
     RescaleResult,
     ResetPartition,
     ResetResult,
+    ResumePipeline,
     RetireResult,
     RetireWorkers,
     StartRelease,
@@ -84,9 +92,13 @@ from coordinator.core.model import (
     BATCH_ITEMS_MAX,
     REQUEST_ID_LEN_MAX,
     URI_LEN_MAX,
+    Label,
     MigrationId,
     MigrationPhase,
     MigrationReason,
+    PipelineName,
+    PipelineSettings,
+    PipelineState,
     RescalePhase,
     WorkerId,
     WorkerState,
@@ -95,6 +107,14 @@ from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 
 W1, W2, W3, W4 = WorkerId("w1"), WorkerId("w2"), WorkerId("w3"), WorkerId("w4")
+SPEC_TEXT = '[schema]\nddl = "k STRING"\nkey = "k"\n\n[[aggregations]]\nname = "n"\nfn = "count"\n'
+SPEC_SHA256 = hashlib.sha256(SPEC_TEXT.encode()).hexdigest()
+SETTINGS = PipelineSettings(
+    batch_interval_ms=500,
+    checkpoint_interval_ms=10_000,
+    max_keys_per_partition=2_000,
+    retention_ms=0,
+)
 
 # (request_id, command, expected bytes as hex). Computed once and pasted: a change here is a
 # wire-format change, which needs a new FORMAT_VERSION or a new tag, never an edit.
@@ -313,6 +333,64 @@ GOLDEN: list[tuple[str, Command, str]] = [
         FinishRescale(generation=1, now_ms=1027),
         "94011ba4722d323782aa67656e65726174696f6e01a66e6f775f6d73cd0403",
     ),
+    (
+        "r-28",
+        CreatePipeline(
+            name=PipelineName("orders"),
+            spec_text=SPEC_TEXT,
+            spec_sha256=SPEC_SHA256,
+            partitions=16,
+            pool=(Label(key="gpu", value="true"),),
+            settings=SETTINGS,
+            by="admin",
+            now_ms=1028,
+        ),
+        (
+            "94011ca4722d323888a46e616d65a66f7264657273a9737065635f74657874d94e5b736368656d61"
+            "5d0a64646c203d20226b20535452494e47220a6b6579203d20226b220a0a5b5b6167677265676174"
+            "696f6e735d5d0a6e616d65203d20226e220a666e203d2022636f756e74220aab737065635f736861"
+            "323536d9406233363834383439666365656438316561396330376635343466393233336337386265"
+            "3639373363393764643631313539306330663031663237306636643936aa706172746974696f6e73"
+            "10a4706f6f6c9182a36b6579a3677075a576616c7565a474727565a873657474696e677384b16261"
+            "7463685f696e74657276616c5f6d73cd01f4b6636865636b706f696e745f696e74657276616c5f6d"
+            "73cd2710b66d61785f6b6579735f7065725f706172746974696f6ecd07d0ac726574656e74696f6e"
+            "5f6d7300a26279a561646d696ea66e6f775f6d73cd0404"
+        ),
+    ),
+    (
+        "r-29",
+        ActivatePipeline(name=PipelineName("orders"), incarnation=1, now_ms=1029),
+        (
+            "94011da4722d323983a46e616d65a66f7264657273ab696e6361726e6174696f6e01a66e6f775f6d"
+            "73cd0405"
+        ),
+    ),
+    (
+        "r-30",
+        PausePipeline(name=PipelineName("orders"), by="admin", now_ms=1030),
+        ("94011ea4722d333083a46e616d65a66f7264657273a26279a561646d696ea66e6f775f6d73cd0406"),
+    ),
+    (
+        "r-31",
+        ResumePipeline(name=PipelineName("orders"), by="admin", now_ms=1031),
+        ("94011fa4722d333183a46e616d65a66f7264657273a26279a561646d696ea66e6f775f6d73cd0407"),
+    ),
+    (
+        "r-32",
+        DropPipeline(name=PipelineName("orders"), purge=True, by="admin", now_ms=1032),
+        (
+            "940120a4722d333284a46e616d65a66f7264657273a57075726765c3a26279a561646d696ea66e6f"
+            "775f6d73cd0408"
+        ),
+    ),
+    (
+        "r-33",
+        ForgetPipeline(name=PipelineName("orders"), incarnation=1, now_ms=1033),
+        (
+            "940121a4722d333383a46e616d65a66f7264657273ab696e6361726e6174696f6e01a66e6f775f6d"
+            "73cd0409"
+        ),
+    ),
 ]
 
 
@@ -322,7 +400,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), *range(23, 28)]
+    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), *range(23, 34)]
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
@@ -336,6 +414,7 @@ def test_golden_bytes(request_id: str, cmd: Command, hex_bytes: str) -> None:
 ids = st.text(alphabet="abcXYZ019._-", min_size=1, max_size=8)
 worker_ids = ids.map(WorkerId)
 migration_ids = ids.map(MigrationId)
+pipeline_names = ids.map(PipelineName)
 nats = st.integers(min_value=0, max_value=2**63 - 1)
 small = st.integers(min_value=0, max_value=20)
 short_text = st.text(max_size=20)
@@ -418,6 +497,28 @@ commands: st.SearchStrategy[Command] = st.one_of(
         now_ms=nats,
     ),
     st.builds(FinishRescale, generation=nats, now_ms=nats),
+    st.builds(
+        CreatePipeline,
+        name=pipeline_names,
+        spec_text=st.text(min_size=1, max_size=40),
+        spec_sha256=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+        partitions=nats,
+        pool=st.lists(st.builds(Label, key=ids, value=ids), max_size=3).map(tuple),
+        settings=st.builds(
+            PipelineSettings,
+            batch_interval_ms=nats,
+            checkpoint_interval_ms=nats,
+            max_keys_per_partition=nats,
+            retention_ms=nats,
+        ),
+        by=short_text,
+        now_ms=nats,
+    ),
+    st.builds(ActivatePipeline, name=pipeline_names, incarnation=nats, now_ms=nats),
+    st.builds(PausePipeline, name=pipeline_names, by=short_text, now_ms=nats),
+    st.builds(ResumePipeline, name=pipeline_names, by=short_text, now_ms=nats),
+    st.builds(DropPipeline, name=pipeline_names, purge=st.booleans(), by=short_text, now_ms=nats),
+    st.builds(ForgetPipeline, name=pipeline_names, incarnation=nats, now_ms=nats),
 )
 
 json_like = st.recursive(
@@ -510,6 +611,14 @@ result_values: st.SearchStrategy[CommandResult] = st.one_of(
         partition=nats,
         status=st.sampled_from(["accepted", "fenced"]),
         phase=st.sampled_from(RescalePhase),
+    ),
+    st.builds(
+        PipelineResult,
+        name=pipeline_names,
+        incarnation=nats,
+        state=st.none() | st.sampled_from(PipelineState),
+        spec_version=nats,
+        changed=st.booleans(),
     ),
 )
 results = st.builds(Ok, value=result_values) | st.builds(
@@ -667,6 +776,33 @@ _CUT_RESULTS = [
     "9301a26f6b83a9706172746974696f6e03a6737461747573a86163636570746564a57068617365a743555454494e47",
     "9301a26f6b83a9706172746974696f6e04a6737461747573a86163636570746564a57068617365a743555454494e47",
     "9301a26f6b83a9706172746974696f6e05a6737461747573a86163636570746564a57068617365a64d4f56494e47",
+]
+# What each pipeline command of GOLDEN answers, in order (GOLDEN_RESULTS applies them).
+_PIPELINE_RESULTS = [
+    (
+        "9301a26f6b85a8706970656c696e65a66f7264657273ab696e6361726e6174696f6e01a573746174"
+        "65a86372656174696e67ac737065635f76657273696f6e01a76368616e676564c3"
+    ),
+    (
+        "9301a26f6b85a8706970656c696e65a66f7264657273ab696e6361726e6174696f6e01a573746174"
+        "65a6616374697665ac737065635f76657273696f6e01a76368616e676564c3"
+    ),
+    (
+        "9301a26f6b85a8706970656c696e65a66f7264657273ab696e6361726e6174696f6e01a573746174"
+        "65a6706175736564ac737065635f76657273696f6e01a76368616e676564c3"
+    ),
+    (
+        "9301a26f6b85a8706970656c696e65a66f7264657273ab696e6361726e6174696f6e01a573746174"
+        "65a6616374697665ac737065635f76657273696f6e01a76368616e676564c3"
+    ),
+    (
+        "9301a26f6b85a8706970656c696e65a66f7264657273ab696e6361726e6174696f6e01a573746174"
+        "65a864726f7070696e67ac737065635f76657273696f6e01a76368616e676564c3"
+    ),
+    (
+        "9301a26f6b85a8706970656c696e65a66f7264657273ab696e6361726e6174696f6e01a573746174"
+        "65c0ac737065635f76657273696f6e01a76368616e676564c3"
+    ),
 ]
 GOLDEN_RESULTS: list[tuple[Command, str]] = [
     (
@@ -1002,6 +1138,22 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
             "9301a26f6b84aa67656e65726174696f6e01aa706172746974696f6e7302a870726576696f757306"
             "a57068617365a4444f4e45"
         ),
+    ),
+    # Pipeline records (command-set version 5): created, activated, paused, resumed, dropped
+    # with its objects, forgotten.
+    (
+        ReportVersions(
+            node_id="n1", min_version=1, max_version=5, package_version="0.5.0", now_ms=45
+        ),
+        ("9301a26f6b82a76e6f64655f6964a26e31b166696e616c697a65645f76657273696f6e04"),
+    ),
+    (
+        FinalizeVersion(version=5, voters=("n1",), now_ms=45),
+        ("9301a26f6b82b166696e616c697a65645f76657273696f6e05a76368616e676564c3"),
+    ),
+    *(
+        (cmd, hex_bytes)
+        for (_, cmd, _), hex_bytes in zip(GOLDEN[-6:], _PIPELINE_RESULTS, strict=True)
     ),
 ]
 

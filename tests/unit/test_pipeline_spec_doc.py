@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pipeline.spec import ddl
-from pipeline.spec.model import FORMAT_VERSION, AggFn
-from pipeline.spec.parse import (
+from shared.spec import ddl
+from shared.spec.model import FORMAT_VERSION, AggFn
+from shared.spec.parse import (
     AGGREGATIONS_MAX,
     FORMAT_KEYS,
     LG_CONFIG_K_DEFAULT,

@@ -25,9 +25,9 @@ from pipeline.spec.aggregations import (
     merge_states,
     outputs_of,
 )
-from pipeline.spec.ddl import ColumnType, TypeKind
-from pipeline.spec.model import AggFn, AggregationSpec
-from pipeline.spec.parse import parse_spec
+from shared.spec.ddl import ColumnType, TypeKind
+from shared.spec.model import AggFn, AggregationSpec
+from shared.spec.parse import parse_spec
 
 BIGINT = ColumnType(kind=TypeKind.BIGINT)
 DEC = ColumnType(kind=TypeKind.DECIMAL, precision=12, scale=2)

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.spec.ddl import TypeKind
-from pipeline.spec.model import AggFn
-from pipeline.spec.parse import (
+from shared.errors import RequestError
+from shared.spec.ddl import TypeKind
+from shared.spec.model import AggFn
+from shared.spec.parse import (
     AGGREGATIONS_MAX,
     LG_CONFIG_K_DEFAULT,
     SPEC_BYTES_MAX,
     load_spec_file,
     parse_spec,
 )
-from shared.errors import RequestError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "orders.toml"
 

@@ -12,7 +12,7 @@ import pytest
 from pyspark import cloudpickle
 
 from pipeline.spec.frames import pandas_runner
-from pipeline.spec.transform import TransformError, load_transform
+from shared.spec.transform import TransformError, load_transform
 
 SOURCE = "import json\n\ndef transform(df):\n    return df.assign(tag=json.dumps('x'))\n"
 

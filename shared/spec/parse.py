@@ -15,16 +15,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from pipeline.spec.ddl import Column, DdlError, Schema, TypeKind, parse_ddl
-from pipeline.spec.model import (
+from shared.errors import RequestError
+from shared.spec.ddl import Column, DdlError, Schema, TypeKind, parse_ddl
+from shared.spec.model import (
     FORMAT_VERSION,
     AggFn,
     AggregationSpec,
     PipelineSpec,
     TransformSpec,
 )
-from pipeline.spec.transform import TransformError, load_transform
-from shared.errors import RequestError
+from shared.spec.transform import TransformError, load_transform
 
 __all__ = [
     "AGGREGATIONS_MAX",

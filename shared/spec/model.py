@@ -1,7 +1,7 @@
 """What a pipeline spec is, once parsed and validated, and its version id.
 
 Owns the spec's value types and the canonical encoding its version is the hash of.
-Invariant: a `PipelineSpec` is only built by `pipeline.spec.parse` after every check passed,
+Invariant: a `PipelineSpec` is only built by `shared.spec.parse` after every check passed,
 and `version` is sha256 over `canonical_bytes`, which holds everything that decides a result
 (schema, key, the transform's exact source, the aggregations and their parameters) and
 nothing else (TOML layout, comments, key order). Two specs with one version compute the same
@@ -15,7 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from pipeline.spec.ddl import Schema
+from shared.spec.ddl import Schema
 
 __all__ = [
     "FORMAT_VERSION",

@@ -1,0 +1,298 @@
+"""The apply handlers of a pipeline's lifecycle: CreatePipeline, ActivatePipeline,
+PausePipeline, ResumePipeline, DropPipeline, ForgetPipeline.
+
+Owns `ClusterState.pipelines` and `ClusterState.pipeline_seq`. A create and a drop are each
+two commits with a commit point a new leader resumes from (docs/design.md §3, "Pipelines"):
+CreatePipeline records the pipeline CREATING, and ActivatePipeline ends the create;
+DropPipeline records it DROPPING, and ForgetPipeline removes the record. Every change is an
+edge of `coordinator/core/lifecycle.py`'s pipeline table, asked before it is made, and each
+handler validates completely before its one change, so a Rejected changes nothing. The
+spec's text is parsed and checked by the proposer (`shared/spec/`, which runs the owner's
+transform, never in apply); apply checks that the text is the one hashed. Invariants: at
+most PIPELINES_MAX records, each under its own valid name, never `default`; incarnations
+come from `pipeline_seq`, which only grows; a record's spec version never goes back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+from coordinator.core import lifecycle
+from coordinator.core.cluster import ClusterState
+from coordinator.core.commands import (
+    ActivatePipeline,
+    CreatePipeline,
+    DropPipeline,
+    ForgetPipeline,
+    Ok,
+    PausePipeline,
+    PipelineResult,
+    Rejected,
+    Result,
+    ResumePipeline,
+    rejected,
+)
+from coordinator.core.model import (
+    BATCH_INTERVAL_MS_MAX,
+    BATCH_INTERVAL_MS_MIN,
+    CHECKPOINT_INTERVAL_MS_MAX,
+    CHECKPOINT_INTERVAL_MS_MIN,
+    DEFAULT_PIPELINE,
+    KEYS_PER_PARTITION_MAX,
+    MAINTENANCE_BY_LEN_MAX,
+    PIPELINE_PARTITIONS_MAX,
+    PIPELINES_MAX,
+    POOL_LABELS_MAX,
+    RETENTION_MS_MAX,
+    SHA256_HEX_LEN,
+    SPEC_TEXT_BYTES_MAX,
+    TOTAL_PARTITIONS_MAX,
+    Label,
+    Pipeline,
+    PipelineName,
+    PipelineSettings,
+    PipelineState,
+    valid_id,
+)
+
+__all__ = [
+    "activate_pipeline",
+    "create_pipeline",
+    "drop_pipeline",
+    "forget_pipeline",
+    "pause_pipeline",
+    "resume_pipeline",
+    "settings_problem",
+]
+
+L = PipelineState
+
+
+def _result(p: Pipeline, *, changed: bool, gone: bool = False) -> Ok:
+    return Ok(
+        value=PipelineResult(
+            name=p.name,
+            incarnation=p.incarnation,
+            state=None if gone else p.state,
+            spec_version=p.spec_version,
+            changed=changed,
+        )
+    )
+
+
+def _moved(p: Pipeline, dst: PipelineState | None, command: str) -> Rejected | None:
+    return lifecycle.check(
+        lifecycle.PIPELINE_EDGES, p.state, dst, command, f"pipeline {p.name}", "name"
+    )
+
+
+def _by(by: str) -> Rejected | None:
+    if not 1 <= len(by) <= MAINTENANCE_BY_LEN_MAX:
+        return rejected("invalid", f"by must be 1..{MAINTENANCE_BY_LEN_MAX} chars", "by")
+    return None
+
+
+def _named(state: ClusterState, name: str) -> Pipeline | Rejected:
+    """The record called `name`, or why there is none to change."""
+    if not valid_id(name):
+        return rejected("invalid", "name must match [A-Za-z0-9._-]{1,64}", "name")
+    p = state.pipelines.get(PipelineName(name))
+    if p is not None:
+        return p
+    if name == DEFAULT_PIPELINE:
+        return rejected(
+            "conflict",
+            f"{DEFAULT_PIPELINE} is the cluster's own pipeline, which has no record to change",
+            "name",
+        )
+    return rejected("not_found", f"no pipeline {name}", "name")
+
+
+def _of_incarnation(state: ClusterState, name: str, incarnation: int) -> Pipeline | Rejected:
+    p = _named(state, name)
+    if isinstance(p, Pipeline) and p.incarnation != incarnation:
+        return rejected(
+            "conflict",
+            f"pipeline {name} is incarnation {p.incarnation}, not {incarnation}",
+            "incarnation",
+        )
+    return p
+
+
+def settings_problem(s: PipelineSettings) -> Rejected | None:
+    """Why `s` is outside its bounds (the field named), or None."""
+    bounds = (
+        ("batch_interval_ms", s.batch_interval_ms, BATCH_INTERVAL_MS_MIN, BATCH_INTERVAL_MS_MAX),
+        (
+            "checkpoint_interval_ms",
+            s.checkpoint_interval_ms,
+            max(CHECKPOINT_INTERVAL_MS_MIN, s.batch_interval_ms),
+            CHECKPOINT_INTERVAL_MS_MAX,
+        ),
+        ("max_keys_per_partition", s.max_keys_per_partition, 1, KEYS_PER_PARTITION_MAX),
+        ("retention_ms", s.retention_ms, 0, RETENTION_MS_MAX),
+    )
+    for name, value, low, high in bounds:
+        if not low <= value <= high:
+            return rejected("invalid", f"{name} must be in {low}..{high}", f"settings.{name}")
+    return None
+
+
+def _pool_problem(pool: tuple[Label, ...]) -> Rejected | None:
+    if len(pool) > POOL_LABELS_MAX:
+        return rejected("invalid", f"a pool has at most {POOL_LABELS_MAX} labels", "pool")
+    keys = [label.key for label in pool]
+    if not all(valid_id(label.key) and valid_id(label.value) for label in pool):
+        return rejected("invalid", "pool labels' keys and values must be ids", "pool")
+    if len(set(keys)) != len(keys):
+        return rejected("invalid", "a pool names each label key once", "pool")
+    return None
+
+
+def _create_problem(cmd: CreatePipeline) -> Rejected | None:
+    if not valid_id(cmd.name):
+        return rejected("invalid", "name must match [A-Za-z0-9._-]{1,64}", "name")
+    if cmd.name == DEFAULT_PIPELINE:
+        return rejected(
+            "conflict", f"{DEFAULT_PIPELINE} is the cluster's own pipeline's name", "name"
+        )
+    problem = _by(cmd.by)
+    if problem is not None:
+        return problem
+    text = cmd.spec_text.encode()
+    if not 1 <= len(text) <= SPEC_TEXT_BYTES_MAX:
+        return rejected("invalid", f"spec_text must be 1..{SPEC_TEXT_BYTES_MAX} bytes", "spec_text")
+    if len(cmd.spec_sha256) != SHA256_HEX_LEN or hashlib.sha256(text).hexdigest() != (
+        cmd.spec_sha256
+    ):
+        return rejected("invalid", "spec_sha256 is not the sha256 of spec_text", "spec_sha256")
+    if not 1 <= cmd.partitions <= PIPELINE_PARTITIONS_MAX:
+        return rejected("invalid", f"partitions must be 1..{PIPELINE_PARTITIONS_MAX}", "partitions")
+    return _pool_problem(cmd.pool) or settings_problem(cmd.settings)
+
+
+def create_pipeline(state: ClusterState, cmd: CreatePipeline) -> Result:
+    problem = _create_problem(cmd)
+    if problem is not None:
+        return problem
+    pool = tuple(sorted(cmd.pool))
+    existing = state.pipelines.get(cmd.name)
+    if existing is not None:
+        same = (existing.spec_sha256, existing.partitions, existing.pool, existing.settings) == (
+            cmd.spec_sha256,
+            cmd.partitions,
+            pool,
+            cmd.settings,
+        )
+        if same and existing.state is not L.DROPPING:
+            # A create sent again (its request id forgotten): the pipeline it made.
+            return _result(existing, changed=False)
+        return rejected("conflict", f"pipeline {cmd.name} exists ({existing.state.value})", "name")
+    if len(state.pipelines) >= PIPELINES_MAX:
+        return rejected("conflict", f"the cluster has {PIPELINES_MAX} pipelines, the most")
+    held = state.total_partitions + sum(p.partitions for p in state.pipelines.values())
+    if held + cmd.partitions > TOTAL_PARTITIONS_MAX:
+        return rejected(
+            "conflict",
+            f"the cluster's pipelines have {held} partitions; {cmd.partitions} more would pass "
+            f"{TOTAL_PARTITIONS_MAX}",
+            "partitions",
+        )
+    problem = lifecycle.check(
+        lifecycle.PIPELINE_EDGES, None, L.CREATING, "CreatePipeline", f"pipeline {cmd.name}"
+    )
+    if problem is not None:
+        return problem
+    state.pipeline_seq += 1
+    p = Pipeline(
+        name=cmd.name,
+        incarnation=state.pipeline_seq,
+        spec_text=cmd.spec_text,
+        spec_sha256=cmd.spec_sha256,
+        spec_version=1,
+        partitions=cmd.partitions,
+        routing_generation=0,
+        pool=pool,
+        settings=cmd.settings,
+        state=L.CREATING,
+        purge=False,
+        created_at_ms=cmd.now_ms,
+        updated_at_ms=cmd.now_ms,
+        by=cmd.by,
+    )
+    state.pipelines[p.name] = p
+    return _result(p, changed=True)
+
+
+def _move(
+    state: ClusterState,
+    p: Pipeline | Rejected,
+    dst: PipelineState,
+    command: str,
+    by: str,
+    now_ms: int,
+    *,
+    purge: bool | None = None,
+) -> Result:
+    """`p` moved to `dst` by `command`; a record already there is an Ok that changed nothing."""
+    if isinstance(p, Rejected):
+        return p
+    if p.state is dst:
+        return _result(p, changed=False)
+    problem = _moved(p, dst, command)
+    if problem is not None:
+        return problem
+    new = replace(
+        p, state=dst, updated_at_ms=now_ms, by=by, purge=p.purge if purge is None else purge
+    )
+    state.pipelines[p.name] = new
+    return _result(new, changed=True)
+
+
+def activate_pipeline(state: ClusterState, cmd: ActivatePipeline) -> Result:
+    p = _of_incarnation(state, cmd.name, cmd.incarnation)
+    if isinstance(p, Rejected):
+        return p
+    if p.state is L.PAUSED:
+        # Activated and paused since: a leader's step repeated under a new request id.
+        return _result(p, changed=False)
+    return _move(state, p, L.ACTIVE, "ActivatePipeline", p.by, cmd.now_ms)
+
+
+def _asked(
+    state: ClusterState, cmd: PausePipeline | ResumePipeline | DropPipeline
+) -> Pipeline | Rejected:
+    """The record an operator's command names, once its caller is in bounds."""
+    return _by(cmd.by) or _named(state, cmd.name)
+
+
+def pause_pipeline(state: ClusterState, cmd: PausePipeline) -> Result:
+    p = _asked(state, cmd)
+    return _move(state, p, L.PAUSED, "PausePipeline", cmd.by, cmd.now_ms)
+
+
+def resume_pipeline(state: ClusterState, cmd: ResumePipeline) -> Result:
+    p = _asked(state, cmd)
+    return _move(state, p, L.ACTIVE, "ResumePipeline", cmd.by, cmd.now_ms)
+
+
+def drop_pipeline(state: ClusterState, cmd: DropPipeline) -> Result:
+    p = _asked(state, cmd)
+    if isinstance(p, Pipeline) and p.state is L.DROPPING and cmd.purge and not p.purge:
+        # A drop asked again with --purge while it is being torn down: purge as well.
+        new = replace(p, purge=True, updated_at_ms=cmd.now_ms, by=cmd.by)
+        state.pipelines[p.name] = new
+        return _result(new, changed=True)
+    return _move(state, p, L.DROPPING, "DropPipeline", cmd.by, cmd.now_ms, purge=cmd.purge)
+
+
+def forget_pipeline(state: ClusterState, cmd: ForgetPipeline) -> Result:
+    p = _of_incarnation(state, cmd.name, cmd.incarnation)
+    if isinstance(p, Rejected):
+        return p
+    problem = _moved(p, None, "ForgetPipeline")
+    if problem is not None:
+        return problem
+    del state.pipelines[p.name]
+    return _result(p, changed=True, gone=True)

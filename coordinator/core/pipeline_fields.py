@@ -1,0 +1,132 @@
+"""The wire form of a pipeline's fields: in commands (coordinator/core/codec.py, maps in
+declared field order) and as a snapshot's record (coordinator/core/snapshot.py, an array).
+
+Owns the decoders of a pipeline's name, pool labels, settings and whole record. Like every
+decoder of the core they trust nothing: malformed input is a `CodecError` naming the field.
+The bounds a handler enforces (settings' ranges, a spec's hash) are apply's; these check
+only shape, types and sizes, so a snapshot decodes whatever apply could have recorded.
+"""
+
+from __future__ import annotations
+
+from coordinator.core.model import (
+    MAINTENANCE_BY_LEN_MAX,
+    POOL_LABELS_MAX,
+    SHA256_HEX_LEN,
+    SPEC_TEXT_BYTES_MAX,
+    Label,
+    Pipeline,
+    PipelineName,
+    PipelineSettings,
+    PipelineState,
+)
+from coordinator.core.wire_fields import (
+    Where,
+    array,
+    bool_value,
+    enum_value,
+    int_value,
+    record,
+    str_value,
+    tuple_value,
+    worker_id_value,
+)
+
+__all__ = [
+    "decode_pipeline",
+    "label_value",
+    "pipeline_name_value",
+    "pipeline_plain",
+    "settings_value",
+]
+
+
+def _id_value(value: object, where: Where) -> str:
+    # Every id of the core has one pattern (`valid_id`), which the worker id's decoder checks.
+    return str(worker_id_value(value, where))
+
+
+def pipeline_name_value(value: object, where: Where) -> PipelineName:
+    return PipelineName(_id_value(value, where))
+
+
+label_value = record(Label, {"key": _id_value, "value": _id_value})
+settings_value = record(
+    PipelineSettings,
+    {
+        "batch_interval_ms": int_value,
+        "checkpoint_interval_ms": int_value,
+        "max_keys_per_partition": int_value,
+        "retention_ms": int_value,
+    },
+)
+
+
+def pipeline_plain(p: Pipeline) -> list[object]:
+    """A record as a snapshot's array, fields in declared order."""
+    s = p.settings
+    return [
+        p.name,
+        p.incarnation,
+        p.spec_text,
+        p.spec_sha256,
+        p.spec_version,
+        p.partitions,
+        p.routing_generation,
+        [[label.key, label.value] for label in p.pool],
+        [s.batch_interval_ms, s.checkpoint_interval_ms, s.max_keys_per_partition, s.retention_ms],
+        p.state.value,
+        p.purge,
+        p.created_at_ms,
+        p.updated_at_ms,
+        p.by,
+    ]
+
+
+_state = enum_value(PipelineState)
+
+
+def _label_row(value: object, where: Where) -> Label:
+    key, val = tuple_value(value, 2, where)
+    return Label(key=_id_value(key, where), value=_id_value(val, where))
+
+
+def decode_pipeline(value: object, where: str) -> Pipeline:
+    (
+        name,
+        incarnation,
+        spec_text,
+        spec_sha256,
+        spec_version,
+        partitions,
+        routing_generation,
+        pool,
+        settings,
+        state,
+        purge,
+        created,
+        updated,
+        by,
+    ) = tuple_value(value, 14, where)
+    batch, checkpoint, keys, retention = tuple_value(settings, 4, f"{where}.settings")
+    return Pipeline(
+        name=pipeline_name_value(name, where),
+        incarnation=int_value(incarnation, where),
+        spec_text=str_value(SPEC_TEXT_BYTES_MAX, empty_ok=False)(spec_text, where),
+        spec_sha256=str_value(SHA256_HEX_LEN, empty_ok=False)(spec_sha256, where),
+        spec_version=int_value(spec_version, where),
+        partitions=int_value(partitions, where),
+        routing_generation=int_value(routing_generation, where),
+        pool=array(_label_row, POOL_LABELS_MAX)(pool, f"{where}.pool"),
+        settings=PipelineSettings(
+            batch_interval_ms=int_value(batch, where),
+            checkpoint_interval_ms=int_value(checkpoint, where),
+            max_keys_per_partition=int_value(keys, where),
+            retention_ms=int_value(retention, where),
+        ),
+        state=_state(state, where),
+        purge=bool_value(purge, where),
+        created_at_ms=int_value(created, where),
+        updated_at_ms=int_value(updated, where),
+        by=str_value(MAINTENANCE_BY_LEN_MAX)(by, where),
+    )

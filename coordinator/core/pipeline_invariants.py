@@ -1,0 +1,106 @@
+"""The safety invariants of the pipeline records, as pure functions that return violations.
+
+Owns what must hold of `ClusterState.pipelines` in one state and from one state to the next;
+`coordinator/core/invariants.py` adds these to its own checks, so the property tests and the
+simulation hold every applied command to them. Each returns strings (none: it holds) and
+never raises.
+
+- one state: at most PIPELINES_MAX records, each under its own valid name and never
+  `default`, within its partition and settings bounds, of an incarnation the counter has
+  issued, no two of one incarnation;
+- one step: every record's change is an edge of the pipeline lifecycle table (a record that
+  leaves the state, an edge to "gone"), the incarnation counter and a record's spec version
+  never go back, a record keeps its incarnation, and a new record's incarnation is new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from coordinator.core import lifecycle
+from coordinator.core.cluster import ClusterState
+from coordinator.core.model import (
+    DEFAULT_PIPELINE,
+    PIPELINE_PARTITIONS_MAX,
+    PIPELINES_MAX,
+    PipelineName,
+    PipelineState,
+    valid_id,
+)
+from coordinator.core.pipeline_commands import settings_problem
+
+__all__ = ["PipelineView", "pipeline_state_violations", "pipeline_step_violations", "views"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineView:
+    """What the step checks compare of a record before a command."""
+
+    state: PipelineState
+    incarnation: int
+    spec_version: int
+
+
+def views(state: ClusterState) -> dict[PipelineName, PipelineView]:
+    return {
+        p.name: PipelineView(state=p.state, incarnation=p.incarnation, spec_version=p.spec_version)
+        for p in state.pipelines.values()
+    }
+
+
+def pipeline_state_violations(state: ClusterState) -> list[str]:
+    out = []
+    if len(state.pipelines) > PIPELINES_MAX:
+        out.append(f"{len(state.pipelines)} pipelines, above {PIPELINES_MAX}")
+    incarnations: dict[int, str] = {}
+    for name, p in state.pipelines.items():
+        if p.name != name or not valid_id(name) or name == DEFAULT_PIPELINE:
+            out.append(f"pipeline record {p.name} is held under the name {name!r}")
+        if not 1 <= p.partitions <= PIPELINE_PARTITIONS_MAX:
+            out.append(f"pipeline {name} has {p.partitions} partitions")
+        if settings_problem(p.settings) is not None:
+            out.append(f"pipeline {name}'s settings are out of bounds: {p.settings}")
+        if not 1 <= p.incarnation <= state.pipeline_seq:
+            out.append(f"pipeline {name} is incarnation {p.incarnation} of {state.pipeline_seq}")
+        other = incarnations.setdefault(p.incarnation, name)
+        if other != name:
+            out.append(f"pipelines {other} and {name} are both incarnation {p.incarnation}")
+        if p.spec_version < 1:
+            out.append(f"pipeline {name} is at spec version {p.spec_version}")
+    return out
+
+
+def pipeline_step_violations(
+    before: Mapping[PipelineName, PipelineView],
+    seq_before: int,
+    state: ClusterState,
+    command: str,
+) -> list[str]:
+    """What `command` did to the pipeline records (`before`, counter `seq_before`) that it
+    must not have."""
+    out = []
+    if state.pipeline_seq < seq_before:
+        out.append(f"{command} took the pipeline counter back to {state.pipeline_seq}")
+    for name, was in before.items():
+        if name not in state.pipelines and not lifecycle.allowed(
+            lifecycle.PIPELINE_EDGES, was.state, None, command
+        ):
+            out.append(
+                f"{command} removed pipeline {name} ({was.state.value}): not in lifecycle.py"
+            )
+    for p in state.pipelines.values():
+        old = before.get(p.name)
+        if old is None:
+            if p.incarnation <= seq_before:
+                out.append(f"{command} made pipeline {p.name} at old incarnation {p.incarnation}")
+        elif p.incarnation != old.incarnation:
+            out.append(f"{command} changed pipeline {p.name}'s incarnation to {p.incarnation}")
+        elif p.spec_version < old.spec_version:
+            out.append(f"{command} took pipeline {p.name}'s spec version back to {p.spec_version}")
+        src = None if old is None else old.state
+        if src != p.state and not lifecycle.allowed(
+            lifecycle.PIPELINE_EDGES, src, p.state, command
+        ):
+            out.append(f"{command} moved pipeline {p.name} {src} -> {p.state}: not in lifecycle.py")
+    return out

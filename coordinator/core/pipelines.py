@@ -1,0 +1,63 @@
+"""The pipelines a cluster runs, as a reader sees them: the records, and `default`.
+
+Owns how the implicit pipeline appears. A cluster made by a release before pipeline records
+(or one that never created a pipeline) has one pipeline, the one its partition table and
+routing generations are: it is shown as `default`, synthesized from the state on every read
+and never stored, so an upgraded cluster's state and snapshots keep their bytes and its
+partitions, epochs and routing stay exactly as they were. CreatePipeline refuses the name.
+Invariant: `pipelines_view` lists `default` first once the cluster is bootstrapped, then
+every record by name, and every name once.
+"""
+
+from __future__ import annotations
+
+from coordinator.core.cluster import ClusterState
+from coordinator.core.model import (
+    DEFAULT_PIPELINE,
+    DEFAULT_PIPELINE_SETTINGS,
+    Pipeline,
+    PipelineName,
+    PipelineState,
+)
+
+__all__ = ["default_pipeline", "pipeline_named", "pipelines_view"]
+
+
+def default_pipeline(state: ClusterState) -> Pipeline | None:
+    """The cluster's own pipeline, or None before Bootstrap. It has no spec (its workers run
+    the built-in aggregation: spec version 0, no text), selects every worker, keeps the
+    worker's default settings, and is ACTIVE: pausing or dropping it needs a record."""
+    if state.total_partitions == 0:
+        return None
+    return Pipeline(
+        name=DEFAULT_PIPELINE,
+        incarnation=0,
+        spec_text="",
+        spec_sha256="",
+        spec_version=0,
+        partitions=state.total_partitions,
+        routing_generation=state.routing_generation,
+        pool=(),
+        settings=DEFAULT_PIPELINE_SETTINGS,
+        state=PipelineState.ACTIVE,
+        purge=False,
+        # Unknown: the state keeps no time of the Bootstrap (histories are bounded).
+        created_at_ms=0,
+        updated_at_ms=0,
+        by="",
+    )
+
+
+def pipelines_view(state: ClusterState) -> tuple[Pipeline, ...]:
+    """Every pipeline the cluster runs: `default` (once bootstrapped), then the records by
+    name."""
+    own = default_pipeline(state)
+    records = tuple(state.pipelines[name] for name in sorted(state.pipelines))
+    return records if own is None else (own, *records)
+
+
+def pipeline_named(state: ClusterState, name: str) -> Pipeline | None:
+    """The pipeline called `name` (`default` included), or None."""
+    if name == DEFAULT_PIPELINE:
+        return default_pipeline(state)
+    return state.pipelines.get(PipelineName(name))
