@@ -103,19 +103,26 @@ def overload_cell(m: Matrix, cell: str, requests: list[bytes], hold_s: float) ->
         rate = goal / FLOOD_PROCS
         flood.start(FLOOD_PROCS, host, int(port), requests, rate, FLOOD_CONNS, WINDOW, hold_s)
 
-    try:
-        figures, began, undone = run_cell(
-            m, cell, start, lambda: tallies.append(flood.tally()), hold_s
+    def stop() -> None:
+        t = flood.tally()
+        tallies.append(t)
+        # Printed at once: the rates are the cell's figures even if an end check fails.
+        print(
+            f"\n[overload] {cell}: capacity={capacity:.0f}/s goal={goal:.0f}/s "
+            f"offered={t.rate(t.offered + t.held):.0f}/s on_the_wire={t.rate(t.offered):.0f}/s "
+            f"answered={t.rate(t.ok):.0f}/s shed={t.rate(t.shed):.0f}/s other={t.other} "
+            f"reconnects={t.reconnects} load_max_gap={t.max_gap_s:.2f}s "
+            f"elections={m.watch.elections_after(began)} "
+            f"liveness_changes={m.watch.liveness_changes}"
         )
+
+    began = m.watch.now_s()
+    try:
+        figures, began, undone = run_cell(m, cell, start, stop, hold_s)
     finally:
         flood.stop()
     t = tallies[0]
     offered, wire, answered = t.rate(t.offered + t.held), t.rate(t.offered), t.rate(t.ok)
-    print(
-        f"[overload] {cell}: capacity={capacity:.0f}/s goal={goal:.0f}/s offered={offered:.0f}/s "
-        f"on_the_wire={wire:.0f}/s answered={answered:.0f}/s shed={t.rate(t.shed):.0f}/s "
-        f"other={t.other} reconnects={t.reconnects} load_max_gap={t.max_gap_s:.2f}s"
-    )
     figures.ops.update(
         capacity_per_s=round(capacity),
         offered_per_s=round(offered),
@@ -151,16 +158,19 @@ def overload_cell(m: Matrix, cell: str, requests: list[bytes], hold_s: float) ->
     assert not figures.violations, f"{cell}: {figures.violations}"
 
 
+@pytest.mark.timeout(900)  # a pipeline's start and end on a loaded machine, around the hold
 def test_read_flood_short(matrix: Matrix) -> None:
     overload_cell(matrix, "overload_reads_short", [_read()], SHORT_HOLD_S)
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1200)
 def test_read_flood_for_a_minute(matrix: Matrix) -> None:
     overload_cell(matrix, "overload_reads", [_read()], MINUTE_S)
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize("hold_s", [MINUTE_S])
 def test_heartbeat_flood(matrix: Matrix, hold_s: float) -> None:
     overload_cell(matrix, "overload_heartbeats", _fake_heartbeats(matrix), hold_s)
