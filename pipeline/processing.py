@@ -93,6 +93,7 @@ class Processor:
         self.batch_seconds = {"plan": 0.0, "spark": 0.0, "merge": 0.0}
         self._batch_failures_in_row = 0
         self.rng = random.Random()  # the retry pauses' jitter
+        self.last_fault: BatchFault | None = None  # why the last failed batch failed
         # Failed micro-batches by BatchFault value (ripple_worker_failed_batches_total).
         self.failed_batches = dict.fromkeys((f.value for f in BatchFault), 0)
         self.link = SparkLink(
@@ -269,6 +270,7 @@ class Processor:
         self.stats["batch_failures"] += 1
         self.failed_batches[fault.value] += 1
         self._batch_failures_in_row += 1
+        self.last_fault = fault
         if self.link.failed(fault, text, monotonic_s(self.clock)):
             log.warning(
                 "spark: %s (%s); making a new session, retrying every %g-%g s",
@@ -382,8 +384,18 @@ class Processor:
                         pause_s,
                     )
                 else:
-                    log.exception("micro-batch failed; retrying")
                     pause_s = retry_pause_s(pause_s, self._batch_failures_in_row, self.rng)
+                    fault = self.last_fault
+                    if fault in (BatchFault.STORE, BatchFault.STAGING_DISK):
+                        # One line per retry: a store outage's traceback says nothing new.
+                        log.warning(
+                            "micro-batch failed (%s): %s; retrying in %.1f s",
+                            fault.value if fault else "?",
+                            first_line(exc),
+                            pause_s,
+                        )
+                    else:
+                        log.exception("micro-batch failed; retrying")
             if merged == 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopped.wait(), pause_s)

@@ -217,6 +217,10 @@ class Worker:
                 for p, rt in sorted(holdings.parts.items())
             },
             "stats": self.stats,
+            # Why batches failed (store, staging_disk, spark_...) and the store calls that
+            # failed past their retries: what an operator reads first when lag grows.
+            "failed_batches": dict(self.processor.failed_batches),
+            "store_errors": dict(self.store.errors),
             "data_path": self.processor.data_path.value,
             "spark": self.processor.link.health(monotonic_s(self.clock)),
             "batch_seconds": {k: round(v, 3) for k, v in self.processor.batch_seconds.items()},

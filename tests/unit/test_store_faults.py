@@ -6,19 +6,22 @@ copy the disk could not hold leaves nothing behind."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from pipeline.aggregate import stage
+from pipeline.aggregate import Aggregator, stage
+from pipeline.datapath import DataPath, Feed
+from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN
 from pipeline.lease import Lease
 from pipeline.processing import BATCH_RETRY_PAUSE_S_MAX, retry_pause_s
-from pipeline.source import Segment
+from pipeline.source import Segment, SourceLog
 from pipeline.spark_link import BatchFault, classify
 from pipeline.store import (
     S3_ATTEMPTS_MAX,
@@ -31,6 +34,7 @@ from pipeline.store import (
 )
 from testkit.faults.s3_proxy import Fault, S3FaultProxy
 from testkit.prom import parse, value
+from testkit.wait import wait_until_async
 from tests.unit.test_pipeline_worker import holding_p2
 
 SEGMENT = Segment(partition=0, first_offset=0, count=2, key="log/p0/seg-0")
@@ -119,6 +123,7 @@ async def test_a_checkpoint_round_the_store_fails_is_retried_by_the_next(
         samples = parse(worker.metrics.render().decode())
         assert value(samples, "ripple_worker_store_errors_total", op="put") == 1
         assert value(samples, "ripple_worker_checkpoint_failures_total") == 1
+        assert worker.health()["store_errors"] == {"put": 1, "get": 0, "list": 0}
 
         store.down = False
         entries = await worker.checkpointer.write_checkpoints()
@@ -135,3 +140,37 @@ def test_a_failing_batch_is_retried_after_a_capped_pause_with_jitter() -> None:
     assert len(set(first)) > 1  # jittered: workers failing together do not retry in step
     late = [retry_pause_s(0.5, 30, rng) for _ in range(50)]
     assert all(BATCH_RETRY_PAUSE_S_MAX / 2 <= p <= BATCH_RETRY_PAUSE_S_MAX for p in late)
+
+
+async def test_a_store_outage_fails_batches_as_store_and_reports_them_failing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker, store = holding_p2(tmp_path, {})
+    worker.lease = Lease(lease_ms=60_000).renewed(worker.clock.monotonic_ms())
+    processor = worker.processor
+    # Through the worker's own store, as `Processor.start` builds them: the counted one.
+    processor.source = SourceLog(processor.store, 8)
+    processor.feed = Feed(DataPath.FILES, processor.store, processor.source, processor.staging)
+    # Never called: planning fails before any Spark job, and a store fault needs no session.
+    processor.aggregator = cast(Aggregator, object())
+    stopped = asyncio.Event()
+    store.down = True
+    try:
+        with caplog.at_level(logging.WARNING, logger="pipeline.processing"):
+            loop = asyncio.create_task(processor.loop(stopped))
+            await wait_until_async(
+                lambda: processor.failed_batches["store"] >= BATCH_FAILURES_REPORTED_MIN,
+                "three failed batches",
+                timeout_s=30.0,
+            )
+            stopped.set()
+            await asyncio.wait_for(loop, 10.0)
+        assert worker.holdings.failing() == [2]
+        assert "503 ServiceUnavailable" in worker.parts[2].error
+        assert not processor.link.lost  # the store's fault never costs the Spark session
+        assert "micro-batch failed (store): 503 ServiceUnavailable" in caplog.text
+        assert "Traceback" not in caplog.text
+        assert worker.store.errors["list"] >= BATCH_FAILURES_REPORTED_MIN
+    finally:
+        stopped.set()
+        await worker.client.close()
