@@ -10,7 +10,10 @@ the disk shim (`DiskFaults`) aimed at its temporary directory, where it stages t
 Spark reads: the staging-disk cell fails its writes there with ENOSPC. The shim, not a small
 tmpfs in a private mount namespace, because the fault must come and go in the running
 worker (a full disk that gets space back) and the rig starts workers by environment; the
-shim's limit (calls through libc only) covers the staging copies, written by Python.
+shim's limit (calls through libc only) covers the staging copies, written by Python. A
+worker stages copies only for a batch past the files path's Arrow bound (smaller ones go to
+Spark as Arrow, from memory), so the cell appends a burst past it as the disk fills: w1's
+next batch must write there. Its other local writes (the token file) happen at registration.
 
 What each cell adds to the matrix's checks: the fault happened (the proxy or the shim
 counted it); no worker left ACTIVE or re-registered and no partition changed owner or epoch
@@ -32,12 +35,16 @@ from typing import Any
 
 import pytest
 
+from pipeline.datapath import FILES_ARROW_ROWS_MAX_DEFAULT
+from pipeline.source import generate
 from testkit.background import Background
 from testkit.faults.disk import DiskFaults
 from testkit.faults.s3_proxy import Fault, S3FaultProxy, Window
 from testkit.http import call
 from tests.chaos.matrix import (
     CLOCK_WORKER,
+    KEYS,
+    SEED,
     Matrix,
     Options,
     open_matrix,
@@ -56,6 +63,8 @@ ERROR_RATE = 0.3
 # A fault window outlives its hold by this, so only the cell's undo ends it.
 WINDOW_MARGIN_S = 30.0
 DISK_WORKER = CLOCK_WORKER  # w1: under the clock shim already, the disk shim added
+# Past FILES_ARROW_ROWS_MAX_DEFAULT for the half of the partitions one worker holds.
+BURST_RECORDS = 2 * FILES_ARROW_ROWS_MAX_DEFAULT + 20_000
 FAILING_EVERY_S = 0.5
 FAILING_TIMEOUT_S = 3.0
 
@@ -220,9 +229,18 @@ def store_unreachable(s: Store, hold_s: float) -> Cell:
 
 
 def staging_disk_full(s: Store, hold_s: float) -> Cell:
-    disk = s.disk
+    disk, m = s.disk, s.matrix
+
+    def fault() -> None:
+        disk.set(duration_s=hold_s + WINDOW_MARGIN_S, write_enospc=True)
+        # A batch stages copies only past the files path's Arrow bound (50,000 rows): a
+        # burst puts each worker's next batch past it, so w1 must write to its full disk.
+        records = generate(BURST_RECORDS, KEYS, seed=SEED * 1_000_003)
+        m.rig.producer.produce(records)
+        m.extra_records += len(records)
+
     return Cell(
-        fault=lambda: disk.set(duration_s=hold_s + WINDOW_MARGIN_S, write_enospc=True),
+        fault=fault,
         undo=disk.clear,
         invalid=lambda: None if disk.counts().write_enospc else f"no write failed in {s.tmp}",
     )
