@@ -158,14 +158,18 @@ def store_cell(
     m = s.matrix
     before = placement(m)
     with FailingSeen(m) as seen:
-        figures, began, _ = run_cell(m, cell, fault, undo, hold_s)
+        figures, began, undone = run_cell(m, cell, fault, undo, hold_s)
     after = placement(m)
     moved = {p: (before[p], after.get(p)) for p in before if after.get(p) != before[p]}
     if moved:
         figures.violations.append(f"partitions moved under a store fault: {moved}")
     figures.violations.extend(m.watch.liveness_changes)
-    if figures.ops["elections"]:
-        figures.violations.append(f"{figures.ops['elections']} elections under a store fault")
+    # The coordinators never touch the store: an election while it fails would be its doing.
+    # One later, as the pipeline catches up and the oracle runs Spark on shared cores, is
+    # load (the figures line counts every election from the fault on).
+    during = [t for t, _ in m.watch.leaders if began <= t <= undone]
+    if during:
+        figures.violations.append(f"{len(during)} elections while the store failed")
     shown = None if seen.first_at_s is None else round(seen.first_at_s - began, 1)
     print(f"[matrix] {cell}: failing shown after {shown} s: {sorted(seen.errors)[:3]}")
     print(f"[matrix] {cell}: store {s.proxy.counts()}, disk {s.disk.counts()}")
