@@ -140,9 +140,15 @@ def stage(store: ObjectStore, segment: Segment, directory: str) -> str:
         return target
     os.makedirs(os.path.dirname(target), exist_ok=True)
     tmp = f"{target}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(store.get(segment.key))
-    os.replace(tmp, target)  # atomic: Spark never sees a half-copied file
+    try:
+        with open(tmp, "wb") as f:
+            f.write(store.get(segment.key))
+        os.replace(tmp, target)  # atomic: Spark never sees a half-copied file
+    except BaseException:
+        # A full disk keeps no half-written copy: it would hold on to the space it lacks.
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     return target
 
 

@@ -7,7 +7,8 @@ checkpoints (`close_for_restart`) are written the same way and their gates close
 same lock, so nothing is processed after the offset they record. A checkpoint the
 leader sends with a host call is loaded only if it is the canonical object of that
 partition, epoch and offset in this worker's own store and holds exactly those, so no other
-partition's checkpoint can stand in for this one's.
+partition's checkpoint can stand in for this one's. A round the store fails is logged and
+counted, and the next round retries it: the state it would have covered is still held.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import logging
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointStore
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.session import CheckpointEntry, Session
+from pipeline.spark_link import first_line
+from pipeline.store import StoreError
 from shared.checkpoint_ref import checkpoint_key
 from shared.clock import Clock, monotonic_s
 from shared.messages.common import SentCheckpoint
@@ -84,7 +87,16 @@ class Checkpointer:
         return entries
 
     async def checkpoint_and_report(self) -> None:
-        await self.report(await self.write_checkpoints())
+        """One checkpoint round (in the background). A store that fails it past its client's
+        retries costs this round only: the state stays in memory, the checkpoint age grows
+        (ripple_worker_checkpoint_age_max_seconds) and the next round writes it again."""
+        try:
+            entries = await self.write_checkpoints()
+        except StoreError as exc:
+            self.stats["checkpoint_failures"] += 1
+            log.warning("checkpoint round failed, the next one retries: %s", first_line(exc))
+            return
+        await self.report(entries)
 
     async def report(self, entries: list[CheckpointEntry]) -> None:
         """Report written checkpoints; log the fenced ones."""

@@ -30,6 +30,7 @@ STAT_HELP = {
     "records": "Source records merged into partition state",
     "dead_letter_keys": "New keys refused by max_keys_per_partition, sent to dead-letter",
     "checkpoints": "Checkpoints written",
+    "checkpoint_failures": "Checkpoint rounds the store failed (the next round retries)",
     "fenced": "Checkpoints the coordinator refused as fenced",
     "lease_pauses": "Micro-batches skipped or discarded because the lease had run out",
     "batch_failures": "Micro-batches that failed (retried with their input kept)",
@@ -58,6 +59,7 @@ class WorkerMetrics(Collector):
         *,
         failed_batches: Mapping[str, int] | None = None,
         spark_reachable: Callable[[], bool] = lambda: True,
+        store_errors: Mapping[str, int] | None = None,
     ) -> None:
         self.clock = clock  # the checkpoint ages are read on it
         self.stats = stats
@@ -69,6 +71,8 @@ class WorkerMetrics(Collector):
         # Failed micro-batches by reason (pipeline/spark_link.py's BatchFault values).
         self.failed_batches = failed_batches if failed_batches is not None else {}
         self.spark_reachable = spark_reachable
+        # Store calls that failed past the client's retries, by operation (CountedStore).
+        self.store_errors = store_errors if store_errors is not None else {}
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
@@ -92,7 +96,8 @@ class WorkerMetrics(Collector):
         yield seconds
         failed = CounterMetricFamily(
             "ripple_worker_failed_batches",
-            "Micro-batches that failed, by reason: plan (the store), spark_unreachable, "
+            "Micro-batches that failed, by reason: store (a store call past its retries), "
+            "staging_disk (the local staging disk full or failing), plan, spark_unreachable, "
             "spark_session_lost (a server restart), spark_timeout (spark_job_timeout_s), "
             "spark_job",
             labels=["reason"],
@@ -100,6 +105,15 @@ class WorkerMetrics(Collector):
         for reason, count in sorted(self.failed_batches.items()):
             failed.add_metric([reason], count)
         yield failed
+        store = CounterMetricFamily(
+            "ripple_worker_store_errors",
+            "Store calls that failed past the S3 client's retries (backoff with jitter), by "
+            "operation: put, get, list; each is retried by the next batch or checkpoint round",
+            labels=["op"],
+        )
+        for op, count in sorted(self.store_errors.items()):
+            store.add_metric([op], count)
+        yield store
         yield GaugeMetricFamily(
             "ripple_worker_spark_reachable",
             "1 while the worker has a Spark Connect session that works, 0 while it makes a "

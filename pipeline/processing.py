@@ -4,10 +4,11 @@ Owns the Spark session (an `Aggregator`), the data path's `Feed`, the start-up p
 processing loop. Invariant: a batch's results are merged into a partition only if, after
 the job, the lease still holds and the gate is still open at the epoch the batch started
 with; a failed batch moves no offset (its input is kept for the retry) and is retried after
-a growing, capped pause. A batch's Spark job is bounded by spark_job_timeout_s; a job cut off
-by it, or a session the server lost (a restart) or cannot reach, is followed by a new session
-before the next batch (pipeline/spark_link.py), never by a partition move. Results are merged
-only once the job's whole result is collected, so a batch fails whole or merges whole.
+a growing, capped pause with jitter. A batch's Spark job is bounded by spark_job_timeout_s;
+a job cut off by it, or a session the server lost (a restart) or cannot reach, is followed
+by a new session before the next batch (pipeline/spark_link.py), never by a partition move;
+a store or staging-disk fault is waited out the same way. Results are merged only once the
+job's whole result is collected, so a batch fails whole or merges whole.
 Blocking work (store, Spark) runs in threads; partition state is touched only on the event
 loop, under the batch lock.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import tempfile
 from collections.abc import Sequence
 
@@ -35,15 +37,26 @@ from shared.clock import Clock, monotonic_s
 from shared.messages.session import BATCH_ERROR_LEN_MAX
 from shared.system_clock import SYSTEM_CLOCK
 
-__all__ = ["Processor"]
+__all__ = ["Processor", "retry_pause_s"]
 
 log = logging.getLogger(__name__)
 
-# Failing batches are retried with a growing pause, capped, so a broken path does not spin.
+# Failing batches are retried with a growing pause, capped, so a broken path does not spin;
+# each pause is drawn between half and all of it, so workers failing on one store together
+# do not retry in step.
 BATCH_RETRY_PAUSE_S_MAX = 5.0
+BATCH_RETRY_DOUBLINGS_MAX = 8
+BATCH_RETRY_JITTER_MIN = 0.5
 # How long an interrupted start-up probe, or a job past its timeout, may take to hand its
 # thread back (the interrupt itself included); past it the thread is left to finish alone.
 PROBE_CANCEL_WAIT_S = 10.0
+
+
+def retry_pause_s(interval_s: float, failures_in_row: int, rng: random.Random) -> float:
+    """The pause before retrying a failed micro-batch: the batch interval doubled per
+    failure in a row, capped, with jitter."""
+    backoff_s = interval_s * float(2 ** min(failures_in_row, BATCH_RETRY_DOUBLINGS_MAX))
+    return min(BATCH_RETRY_PAUSE_S_MAX, backoff_s) * rng.uniform(BATCH_RETRY_JITTER_MIN, 1.0)
 
 
 class Processor:
@@ -79,6 +92,8 @@ class Processor:
         # job (plan, scan or upload, join, aggregate, collect), merging into the state.
         self.batch_seconds = {"plan": 0.0, "spark": 0.0, "merge": 0.0}
         self._batch_failures_in_row = 0
+        self.rng = random.Random()  # the retry pauses' jitter
+        self.last_fault: BatchFault | None = None  # why the last failed batch failed
         # Failed micro-batches by BatchFault value (ripple_worker_failed_batches_total).
         self.failed_batches = dict.fromkeys((f.value for f in BatchFault), 0)
         self.link = SparkLink(
@@ -183,7 +198,7 @@ class Processor:
                 planning = False
                 results = await self._run_job(feed, aggregator, batch)
             except Exception as exc:
-                self._batch_failed(open_now, exc, BatchFault.PLAN if planning else classify(exc))
+                self._batch_failed(open_now, exc, classify(exc, planning=planning))
                 raise
             finally:
                 self.stats["segments_fetched"] += feed.fetched - fetched
@@ -255,6 +270,7 @@ class Processor:
         self.stats["batch_failures"] += 1
         self.failed_batches[fault.value] += 1
         self._batch_failures_in_row += 1
+        self.last_fault = fault
         if self.link.failed(fault, text, monotonic_s(self.clock)):
             log.warning(
                 "spark: %s (%s); making a new session, retrying every %g-%g s",
@@ -368,11 +384,18 @@ class Processor:
                         pause_s,
                     )
                 else:
-                    log.exception("micro-batch failed; retrying")
-                    pause_s = min(
-                        BATCH_RETRY_PAUSE_S_MAX,
-                        pause_s * 2 ** min(self._batch_failures_in_row, 8),
-                    )
+                    pause_s = retry_pause_s(pause_s, self._batch_failures_in_row, self.rng)
+                    fault = self.last_fault
+                    if fault in (BatchFault.STORE, BatchFault.STAGING_DISK):
+                        # One line per retry: a store outage's traceback says nothing new.
+                        log.warning(
+                            "micro-batch failed (%s): %s; retrying in %.1f s",
+                            fault.value if fault else "?",
+                            first_line(exc),
+                            pause_s,
+                        )
+                    else:
+                        log.exception("micro-batch failed; retrying")
             if merged == 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopped.wait(), pause_s)

@@ -1,7 +1,8 @@
 """The worker's link to its Spark Connect server: why a Spark call failed, and when to connect
 again.
 
-Owns the naming of Spark failures (`BatchFault`) and the reconnect schedule (`SparkLink`).
+Owns the naming of a micro-batch's failures (`BatchFault`: Spark's, the store's, the
+staging disk's) and the reconnect schedule (`SparkLink`).
 Invariant: after a fault that means the session is gone or cannot be reached (the server
 restarted, is down, or a job ran past its timeout and was cut off) the next micro-batch runs
 on a new session, never on the old one; attempts to make it are spaced by a doubling pause
@@ -11,8 +12,11 @@ unreachable, since when, and why. Pure: times come in as arguments, nothing here
 
 from __future__ import annotations
 
+import errno
 import re
 from enum import Enum
+
+from pipeline.store import StoreError
 
 __all__ = ["BatchFault", "SparkJobTimeout", "SparkLink", "classify", "first_line"]
 
@@ -32,6 +36,8 @@ UNREACHABLE_MARKERS = ("StatusCode.UNAVAILABLE", "failed to connect to all addre
 # The fields of a raw gRPC error's text ("<_InactiveRpcError of RPC that terminated with:").
 _GRPC_STATUS = re.compile(r"status = StatusCode\.(\w+)")
 _GRPC_DETAILS = re.compile(r'details = "([^"\n]*)"')
+# A local disk's errors (never a socket's): the staging directory is full or failing.
+LOCAL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 # How deep the exception chain is searched (`raise ... from`, pyspark's wrappers).
 CAUSE_DEPTH_MAX = 8
 
@@ -39,7 +45,9 @@ CAUSE_DEPTH_MAX = 8
 class BatchFault(Enum):
     """Why a micro-batch failed; the label of ripple_worker_failed_batches_total."""
 
-    PLAN = "plan"  # listing or reading the source segments (the store)
+    PLAN = "plan"  # planning the batch failed other than in the store (a corrupt segment)
+    STORE = "store"  # a store call failed past its retries (listing, reading or staging)
+    STAGING_DISK = "staging_disk"  # the local disk refused a staged copy (full, read-only)
     SPARK_UNREACHABLE = "spark_unreachable"  # no Spark Connect server answers
     SPARK_SESSION_LOST = "spark_session_lost"  # it answers, without our session (a restart)
     SPARK_TIMEOUT = "spark_timeout"  # the job ran past spark_job_timeout_s
@@ -83,9 +91,17 @@ def _grpc_code(exc: BaseException) -> str:
     return ""
 
 
-def classify(exc: BaseException) -> BatchFault:
-    """The fault a failed Spark call (the job, or making a session) stands for."""
+def classify(exc: BaseException, *, planning: bool = False) -> BatchFault:
+    """The fault a failed micro-batch (planning it, its Spark job, or making a session)
+    stands for. The store's and the local disk's come first: a store outage is waited out,
+    never a reason for a new Spark session."""
     chain = _chain(exc)
+    if any(isinstance(e, StoreError) for e in chain):
+        return BatchFault.STORE
+    if any(isinstance(e, OSError) and e.errno in LOCAL_DISK_ERRNOS for e in chain):
+        return BatchFault.STAGING_DISK
+    if planning:
+        return BatchFault.PLAN
     if any(isinstance(e, SparkJobTimeout) for e in chain):
         return BatchFault.SPARK_TIMEOUT
     texts = [f"{_grpc_code(e)} {e}" for e in chain]

@@ -6,6 +6,12 @@ Exceptions::
     +-- StoreKeyMissing get() of a key that does not exist
     +-- StoreKeyInvalid a key that is empty, absolute or walks out of the store root
 
+Failures: an S3 call is retried by botocore's "standard" mode (exponential backoff with full
+jitter, capped at 20 s) on throttling (503 SlowDown), 5xx answers, resets and timeouts, at
+most S3_ATTEMPTS_MAX attempts, each connect and read bounded; what is still failing then is a
+StoreError for the caller's own retry (the next micro-batch, checkpoint round or host call).
+`CountedStore` counts those failures by operation (ripple_worker_store_errors_total).
+
 Invariant: objects are immutable once visible. ``put_if_absent`` is the only write and it
 creates a key at most once (S3: ``IfNoneMatch='*'``; local: ``os.link`` of a fully written,
 fsynced temp file), so a reader never sees a partial object and two writers never overwrite
@@ -22,6 +28,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
 __all__ = [
+    "CountedStore",
     "LocalStore",
     "ObjectStore",
     "S3Store",
@@ -38,6 +45,13 @@ TEMP_PREFIX = ".tmp-"
 # in flight; the retry then sees 412 (lost) or 200 (won).
 CONFLICT_RETRIES_MAX = 5
 CONFLICT_BACKOFF_S = 0.05
+# botocore's own retries of one S3 call: attempts (the first included) and each attempt's
+# bounds. The whole call stays well under a micro-batch's or a host call's time.
+S3_ATTEMPTS_MAX = 5
+S3_CONNECT_TIMEOUT_S = 5.0
+S3_READ_TIMEOUT_S = 30.0
+# The operations CountedStore counts failures of (the metric's `op` label).
+STORE_OPS = ("put", "get", "list")
 
 
 class StoreError(Exception):
@@ -182,7 +196,7 @@ class S3Store:
         if client is None:
             import boto3  # deferred: local-only deployments never pay for importing boto3
 
-            client = boto3.client("s3", endpoint_url=endpoint_url)
+            client = boto3.client("s3", endpoint_url=endpoint_url, config=s3_client_config())
         self._client = client
 
     def _full(self, key: str) -> str:
@@ -244,6 +258,59 @@ class S3Store:
 
     def uri(self, key: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{_check_key(key) if key else ''}"
+
+
+def s3_client_config() -> Any:
+    """botocore's Config for the store's client: bounded retries with backoff and full jitter
+    ("standard" mode), bounded connects and reads (botocore's defaults wait 60 s each)."""
+    from botocore.config import Config
+
+    return Config(
+        retries={"mode": "standard", "max_attempts": S3_ATTEMPTS_MAX},
+        connect_timeout=S3_CONNECT_TIMEOUT_S,
+        read_timeout=S3_READ_TIMEOUT_S,
+    )
+
+
+class CountedStore:
+    """An ObjectStore that counts the calls of `inner` that failed (a StoreError other than
+    a missing key, which is an answer), by operation: what the worker's store-errors metric
+    and alert read."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.errors = dict.fromkeys(STORE_OPS, 0)
+
+    def _failed(self, op: str, exc: StoreError) -> None:
+        if not isinstance(exc, StoreKeyMissing | StoreKeyInvalid):
+            self.errors[op] += 1
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        try:
+            return self.inner.put_if_absent(key, data)
+        except StoreError as exc:
+            self._failed("put", exc)
+            raise
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self.inner.get(key)
+        except StoreError as exc:
+            self._failed("get", exc)
+            raise
+
+    def list_keys(self, prefix: str) -> list[str]:
+        try:
+            return self.inner.list_keys(prefix)
+        except StoreError as exc:
+            self._failed("list", exc)
+            raise
+
+    def local_path(self, key: str) -> str | None:
+        return self.inner.local_path(key)
+
+    def uri(self, key: str) -> str:
+        return self.inner.uri(key)
 
 
 def _client_error(exc: Any) -> tuple[str, int]:

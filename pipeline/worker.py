@@ -46,7 +46,7 @@ from pipeline.rebuild import Move, Rebuild, spark_move
 from pipeline.session import Session
 from pipeline.settings import BATCH_INTERVAL_S_DEFAULT, StartRefused, WorkerSettings
 from pipeline.state_move import move_states
-from pipeline.store import ObjectStore
+from pipeline.store import CountedStore, ObjectStore
 from pipeline.warming import Warming
 from shared.clock import Clock, monotonic_s
 from shared.system_clock import SYSTEM_CLOCK
@@ -72,7 +72,9 @@ class Worker:
     ) -> None:
         self.settings = settings
         self.clock = clock
-        self.store = store
+        # Every store call of the worker goes through the count its metric and alert read.
+        self.store = CountedStore(store)
+        store = self.store
         self.address = settings.address
         self.client = CoordinatorClient(
             list(settings.coordinators),
@@ -122,6 +124,7 @@ class Worker:
             clock,
             failed_batches=self.processor.failed_batches,
             spark_reachable=lambda: not self.processor.link.lost,
+            store_errors=self.store.errors,
         )
         self.api = WorkerApi(
             settings,
@@ -214,6 +217,10 @@ class Worker:
                 for p, rt in sorted(holdings.parts.items())
             },
             "stats": self.stats,
+            # Why batches failed (store, staging_disk, spark_...) and the store calls that
+            # failed past their retries: what an operator reads first when lag grows.
+            "failed_batches": dict(self.processor.failed_batches),
+            "store_errors": dict(self.store.errors),
             "data_path": self.processor.data_path.value,
             "spark": self.processor.link.health(monotonic_s(self.clock)),
             "batch_seconds": {k: round(v, 3) for k, v in self.processor.batch_seconds.items()},

@@ -28,6 +28,7 @@ from testkit.background import Background
 from testkit.cluster import ADMIN
 from testkit.faults.clock import WallClock
 from testkit.faults.raft_links import RaftLinks
+from testkit.faults.shim import merged_env
 from testkit.pipeline_rig import CATCH_UP_TIMEOUT_S, SETTINGS, START_TIMEOUT_S, PipelineRig
 from testkit.wait import wait_until
 from tests.chaos.harness import Figures, request, wait_settled
@@ -145,6 +146,8 @@ class Matrix:
     feed: Feed
     observer: Observer
     watch: Watch
+    # Records a cell appended itself, beside the feed's (a burst the fault meets).
+    extra_records: int = 0
 
 
 @dataclass
@@ -201,7 +204,8 @@ def open_matrix(
         rig.producer.produce(generate(INITIAL_RECORDS, KEYS, seed=SEED))
         for wid in WORKERS:
             env = clocks[wid].env() if wid == CLOCK_WORKER else {}
-            rig.start_worker(wid, env={**env, **opts.worker_env(wid)} or None)
+            # merged_env keeps both shims when a cell adds one to w1's clock shim.
+            rig.start_worker(wid, env=merged_env(env, opts.worker_env(wid)) or None)
         rig.wait_ready(START_TIMEOUT_S)  # a worker's start takes minutes on a loaded machine
         wait_until(rig.caught_up, "the initial records processed", CATCH_UP_TIMEOUT_S, 0.5)
         feed, observer, watch = Feed(rig.producer, SEED), Observer(rig), Watch(rig)
@@ -231,7 +235,7 @@ def finish(m: Matrix, figures: Figures) -> float:
     caught_up = m.watch.now_s()
     m.observer.stop()
     m.observer.record(parts)
-    appended = None if m.feed.errors else INITIAL_RECORDS + m.feed.records
+    appended = None if m.feed.errors else INITIAL_RECORDS + m.feed.records + m.extra_records
     check_equal_to_batch_job(m.rig, parts, appended, figures)
     check_checkpoints(m.rig, m.observer.checkpoints, figures)
     figures.violations.extend(m.observer.violations)
@@ -270,7 +274,7 @@ def run_cell(
         writes_refused=refused,
         writes_acknowledged=sum(1 for s in m.watch.writes if s.ok),
         elections=len(m.watch.elections_after(began)),
-        records_appended=INITIAL_RECORDS + m.feed.records,
+        records_appended=INITIAL_RECORDS + m.feed.records + m.extra_records,
     )
     figures.duration_s = time.monotonic() - started
     print(

@@ -272,6 +272,10 @@ tests:
         values: '0 0 1x20'
       - series: 'ripple_http_shed_requests_total{class="reads", instance="n1"}'
         values: '0+600x20'
+      - series: 'ripple_worker_store_errors_total{op="get", instance="w1"}'
+        values: '0+10x20'
+      - series: 'ripple_worker_failed_batches_total{reason="staging_disk", instance="w2"}'
+        values: '0+2x20'
     alert_rule_test:
       - eval_time: 5m
         alertname: RippleNoLeader
@@ -320,6 +324,18 @@ tests:
         exp_alerts:
           - exp_labels: {severity: ticket, instance: n1}
             exp_annotations: {summary: "Ripple node n1 sheds 10 requests/s"}
+      - eval_time: 10m
+        alertname: RippleWorkerStoreErrors
+        exp_alerts:
+          - exp_labels: {severity: page, instance: w1}
+            exp_annotations:
+              summary: "Ripple worker w1 keeps failing store calls past their retries"
+      - eval_time: 10m
+        alertname: RippleWorkerStagingDiskFull
+        exp_alerts:
+          - exp_labels: {severity: page, instance: w2}
+            exp_annotations:
+              summary: "Ripple worker w2's staging disk refuses writes: free space"
   - interval: 1m
     input_series:
       - series: 'ripple_raft_role{role="leader", instance="n1"}'
@@ -342,6 +358,10 @@ tests:
         values: '3x40'
       - series: 'ripple_http_shed_requests_total{class="reads", instance="n1"}'
         values: '0+30x20'
+      - series: 'ripple_worker_store_errors_total{op="get", instance="w1"}'
+        values: '3x20'
+      - series: 'ripple_worker_failed_batches_total{reason="spark_job", instance="w2"}'
+        values: '0+2x20'
     alert_rule_test:
       - {eval_time: 15m, alertname: RippleNoLeader, exp_alerts: []}
       - {eval_time: 15m, alertname: RipplePartitionsNotOnline, exp_alerts: []}
@@ -352,4 +372,6 @@ tests:
       - {eval_time: 15m, alertname: RippleNodeDiskHalted, exp_alerts: []}
       - {eval_time: 35m, alertname: RippleLeaderSlowDisk, exp_alerts: []}
       - {eval_time: 16m, alertname: RippleShedding, exp_alerts: []}
+      - {eval_time: 10m, alertname: RippleWorkerStoreErrors, exp_alerts: []}
+      - {eval_time: 10m, alertname: RippleWorkerStagingDiskFull, exp_alerts: []}
 """
