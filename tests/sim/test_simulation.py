@@ -149,8 +149,11 @@ def test_balance_rounds_by_load_and_by_counts() -> None:
     """The drifting rates make the leader rebalance by load while every rate is fresh and by
     counts while some is stale; both kinds of round are checked as they are planned."""
     totals: Counter[str] = Counter()
-    for seed in range(10):  # a round by counts comes in about one seed of six
-        totals.update(run_seed(seed))
+    # A round by counts comes in about one seed of six. Without the sync, store and clock
+    # faults (their own stream: the rest of each seed runs as it would) these ten show one.
+    calm = replace(SimSettings(), p_sync_halt=0.0, p_store_outage=0.0, p_clock_step=0.0)
+    for seed in range(10):
+        totals.update(run_seed(seed, calm))
     assert totals["weighted_rounds"] > 0 and totals["count_rounds"] > 0, dict(totals)
     assert totals["weighted_heartbeats"] > 0 and totals["stale_load_reports"] > 0, dict(totals)
 
