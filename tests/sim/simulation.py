@@ -31,7 +31,15 @@ The log model (Raft, simplified but with the parts that matter here):
 - group commit: what the leader appended since it last replicated goes out as ONE batch entry
   (``replication.batch``); replicas c1, c2 apply it through ``replication.log.apply_entry``,
   c0 command by command with the per-command checks, and the per-index state hash holds the
-  two paths to one state.
+  two paths to one state;
+- a replica whose sync fails halts: what it wrote and did not sync is acknowledged to no one,
+  it votes and applies nothing, and restarted it drops that unsynced tail and catches up
+  (committed entries are checked to be synced on a majority after every replication).
+
+Around the log: the store fails every call for a while (checkpoint writes and loads, source
+reads; every checkpoint the state names must be an object a worker wrote), and each replica
+has a wall clock of its own, which steps: commands carry the leader's wall clock, the planner
+decides on the monotonic one (a worker is declared dead only after dead_after_ms unheard).
 """
 
 from __future__ import annotations
