@@ -31,7 +31,15 @@ The log model (Raft, simplified but with the parts that matter here):
 - group commit: what the leader appended since it last replicated goes out as ONE batch entry
   (``replication.batch``); replicas c1, c2 apply it through ``replication.log.apply_entry``,
   c0 command by command with the per-command checks, and the per-index state hash holds the
-  two paths to one state.
+  two paths to one state;
+- a replica whose sync fails halts: what it wrote and did not sync is acknowledged to no one,
+  it votes and applies nothing, and restarted it drops that unsynced tail and catches up
+  (committed entries are checked to be synced on a majority after every replication).
+
+Around the log: the store fails every call for a while (checkpoint writes and loads, source
+reads; every checkpoint the state names must be an object a worker wrote), and each replica
+has a wall clock of its own, which steps: commands carry the leader's wall clock, the planner
+decides on the monotonic one (a worker is declared dead only after dead_after_ms unheard).
 """
 
 from __future__ import annotations
@@ -206,13 +214,34 @@ class SimSettings:
     delay_ms_max: int = 400
     # Per step, per follower: an append message from the leader gets through.
     p_append: float = 0.7
+    # A replica's journal sync fails (docs/reliability.md §5): it halts for good -- no
+    # acknowledgement of what it wrote, no vote, no part in the log -- until it is started
+    # again after up to halt_ms_max, when it drops its unsynced tail and catches up. Per
+    # sync (a leader's before it sends, a follower's on an append), at most one halted.
+    p_sync_halt: float = 0.002
+    halt_ms_max: int = 4_000
+    # The store fails every call for up to store_outage_ms_max (per step): errors or
+    # timeouts, on checkpoint writes and reads and source reads alike; workers retry.
+    p_store_outage: float = 0.01
+    store_outage_ms_max: int = 2_500
+    # A replica's wall clock steps by clock_step_ms, forward or back (per step): what it
+    # stamps into commands moves, what decides liveness and expiries (monotonic) does not.
+    p_clock_step: float = 0.01
+    clock_step_ms: int = 3_600_000
     # A deliberately broken Raft (any replica may win an election), so a test can show the
     # checker catches lost committed entries. Never set outside that test.
     unsafe_election: bool = False
+    # A deliberately broken journal: a follower whose sync failed acknowledges the append
+    # anyway. Never set outside the test that shows the durability check catches it.
+    unsafe_ack_unsynced: bool = False
 
 
 _PLANNED = MigrationPhase.PLANNED
 RESCALE_STREAM = 1_000_003  # offset of the rescale stream's seed from the run's
+FAULT_STREAM = 2_000_003  # offset of the sync, store and clock faults' stream
+# The wall clock's reading at the simulation's time 0 (2026-01-01), so a step back stays
+# a plausible stamp.
+WALL_EPOCH_MS = 1_767_225_600_000
 
 
 class SafetyViolation(AssertionError):
@@ -287,6 +316,12 @@ class Replica:
         self.applied = 0
         # Result of every applied entry by request id: what the proposer's future resolves to.
         self.results: dict[str, bytes] = {}
+        # How much of `log` is on disk: what it acknowledged, and what it keeps at a restart.
+        self.synced = 0
+        # Halted by a failed sync until then (None: running).
+        self.halted_until_ms: int | None = None
+        # Its wall clock's step from the true time (a clock step fault).
+        self.wall_offset_ms = 0
 
 
 # --- scripted workers ---------------------------------------------------------------------------
@@ -355,6 +390,12 @@ class Proposer:
         self.rescaling_at_plan: int | None = None
         # The checker's own record of the load this leader accepted (balance_check.py).
         self.shadow = ShadowLoads(sim.s.load_stale_ms)
+        # The checker's record of when this leader last heard each worker (monotonic), and
+        # when its planner started (it counts every owning worker as heard then).
+        self.heard: dict[str, int] = {}
+        self.started_ms = now_ms
+        # The furthest ahead of the true time its wall clock has been while it led.
+        self.wall_ahead_ms_max = WALL_EPOCH_MS + replica.wall_offset_ms
 
     @property
     def ready(self) -> bool:
@@ -369,7 +410,19 @@ class Proposer:
         if planned_at is not None:  # the planner's, not the operator's
             self.check_maintenance(cmd)
             self.check_throttles(cmd)
+            self.check_liveness(cmd, planned_at)
         return self.sim.append(cmd)
+
+    def check_liveness(self, cmd: Command, planned_at: int) -> None:
+        """A worker is declared dead only once this leader has not heard it for longer than
+        dead_after_ms on the monotonic clock: neither a store that fails calls nor a wall
+        clock that steps makes anyone dead."""
+        if not isinstance(cmd, DeclareDead):
+            return
+        for wid in cmd.worker_ids:
+            quiet_ms = planned_at - self.heard.get(wid, self.started_ms)
+            if quiet_ms <= self.sim.s.dead_after_ms:
+                self.sim.fail(f"DeclareDead {wid} heard {quiet_ms} ms before (monotonic)")
 
     def check_maintenance(self, cmd: Command) -> None:
         """While maintenance mode is on the planner proposes no balance move (it saw the mode
@@ -389,10 +442,15 @@ class Proposer:
                 self.sim.fail("PlanMigrations (automatic balance) while a rescale is in flight")
             self.sim.stats["balance_plans"] += 1
         elif isinstance(cmd, MaintenanceOff) and record is not None:
-            if cmd.since_ms == record.since_ms and (
-                record.until_ms is None or self.sim.now_ms < record.until_ms
-            ):
-                self.sim.fail("the leader ended maintenance mode before its time")
+            # Its end on the true clock: the stamp less the stamping clock's step. A leader
+            # whose clock was further ahead than that reads the end as past, and ends it at
+            # once (coordinator/core/maintenance_timer.py); any other ends it at its time.
+            stamp_ahead_ms = self.sim.maintenance_stamps.get(record.since_ms, WALL_EPOCH_MS)
+            early = record.until_ms is None or self.sim.now_ms < record.until_ms - stamp_ahead_ms
+            if cmd.since_ms == record.since_ms and early:
+                if self.wall_ahead_ms_max <= stamp_ahead_ms:
+                    self.sim.fail("the leader ended maintenance mode before its time")
+                self.sim.stats["maintenance_ended_by_step"] += 1
             self.sim.stats["maintenance_expired"] += 1
 
     def check_throttles(self, cmd: Command) -> None:
@@ -465,7 +523,11 @@ class Proposer:
             if sim.own_uncommitted():
                 return  # not until the takeover no-op has committed and everything is applied
             self.planner = Planner(sim.planner_settings, sim.rng, self.state, now)
+            self.started_ms = now
         planner = self.planner
+        wall = sim.wall_ms()
+        ahead_ms = WALL_EPOCH_MS + self.replica.wall_offset_ms
+        self.wall_ahead_ms_max = max(self.wall_ahead_ms_max, ahead_ms)
         if not self._commit_step(now):
             return  # a command of the batch is still on its way
         self._time_out_calls(planner, now)
@@ -477,7 +539,7 @@ class Proposer:
         self.paused_at_plan = self.state.maintenance
         r = self.state.rescale
         self.rescaling_at_plan = r.generation if rescale_in_flight(self.state) and r else None
-        batch = planner.plan(self.state, now, now)
+        batch = planner.plan(self.state, now, wall)
         for cmd in batch.commands:
             if isinstance(cmd, PlanMigrations):  # the planner's own: a balance round
                 self.check_balance_round(planner, cmd, now)
@@ -490,7 +552,7 @@ class Proposer:
         """What each real node and its leader do (coordinator/service/node.py): report the
         versions it speaks, then finalize the newest every voter speaks. Only in a run that
         retires: RetireWorkers needs the newest version."""
-        sim = self.sim
+        sim, wall = self.sim, self.sim.wall_ms()
         if not sim.s.retire_after_ms or self.versions_sent:
             return
         if self.state.finalized_version >= COMMAND_SET_VERSION:
@@ -504,10 +566,10 @@ class Proposer:
                     min_version=1,
                     max_version=COMMAND_SET_VERSION,
                     package_version="sim",
-                    now_ms=now,
+                    now_ms=wall,
                 )
             )
-        self.submit(FinalizeVersion(version=COMMAND_SET_VERSION, voters=names, now_ms=now))
+        self.submit(FinalizeVersion(version=COMMAND_SET_VERSION, voters=names, now_ms=wall))
 
     def _commit_step(self, now: int) -> bool:
         """Advance the batch being committed; True when nothing of it is left in flight."""
@@ -549,7 +611,7 @@ class Proposer:
                 continue
             del self.outstanding[key]
             silent = Answer(outcome=Outcome.UNREACHABLE, body={"message": "timed out"})
-            planner.on_result(result_of(call, silent, UNFENCED), now, now)
+            planner.on_result(result_of(call, silent, UNFENCED), now, self.sim.wall_ms())
 
     def _answer(self, key: tuple[str, object], now: int) -> WorkerCall | None:
         """The outstanding call a reply answers, or None (late, duplicate or unknown)."""
@@ -566,7 +628,7 @@ class Proposer:
 
     def _admin(self, planner: Planner, now: int) -> None:
         """The operator: random moves and aborts through the same queries the API uses."""
-        sim, state = self.sim, self.state
+        sim, state, wall = self.sim, self.state, self.sim.wall_ms()
         if not sim.faults_on or self.current is not None:
             return
         upgraded = state.finalized_version >= COMMAND_SET_VERSION
@@ -584,7 +646,8 @@ class Proposer:
                     wanted.append((p.partition, to))
             moves = planner.plan_reassign(state, now, balance=False, moves=wanted)
             if wanted and not isinstance(moves, Rejected):
-                self.submit(PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=now))
+                admin = MigrationReason.ADMIN
+                self.submit(PlanMigrations(moves=moves, reason=admin, now_ms=wall))
                 return
         if sim.rng.random() < sim.s.p_admin_drain:
             active = state.active_workers()
@@ -593,26 +656,27 @@ class Proposer:
                 drain = planner.plan_drain(state, wid, now)
                 if not isinstance(drain, Rejected):
                     planner.left(wid)  # as the drain route does: a leave ends a hold
-                    self.submit(DrainWorker(worker_id=wid, moves=drain, now_ms=now))
+                    self.submit(DrainWorker(worker_id=wid, moves=drain, now_ms=wall))
                     sim.stats["drains"] += 1
                     return
         rescale_draw = sim.rescale_rng.random()
         if upgraded and not rescale_in_flight(state) and rescale_draw < sim.s.p_rescale:
             to = sim.rescale_rng.randint(1, sim.s.rescale_partitions_max)
             if to != state.total_partitions:
-                self.submit(StartRescale(partitions=to, by="admin", now_ms=now))
+                self.submit(StartRescale(partitions=to, by="admin", now_ms=wall))
                 sim.stats["rescales"] += 1
                 return
         if sim.rng.random() < sim.s.p_admin_abort:
             in_flight = state.in_flight_migrations()
             if in_flight:
                 m = sim.rng.choice(in_flight)
-                self.submit(AbortMigration(migration_id=m.migration_id, note="admin", now_ms=now))
+                note = "admin"
+                self.submit(AbortMigration(migration_id=m.migration_id, note=note, now_ms=wall))
 
     def _maintenance(self, now: int) -> None:
         """The operator turns maintenance mode on (timed or not) or off; the first time, the
         cluster is brought to the command-set version that has it, as its leader would."""
-        sim, state = self.sim, self.state
+        sim, state, wall = self.sim, self.state, self.sim.wall_ms()
         names = [r.name for r in sim.replicas]
         if state.finalized_version < COMMAND_SET_VERSION:
             missing = [n for n in names if n not in state.node_versions]
@@ -623,22 +687,23 @@ class Proposer:
                         min_version=1,
                         max_version=COMMAND_SET_VERSION,
                         package_version="sim",
-                        now_ms=now,
+                        now_ms=wall,
                     )
                 )
             else:
                 self.submit(
-                    FinalizeVersion(version=COMMAND_SET_VERSION, voters=tuple(names), now_ms=now)
+                    FinalizeVersion(version=COMMAND_SET_VERSION, voters=tuple(names), now_ms=wall)
                 )
             return
         if state.maintenance is None:
             until = None
             if sim.rng.random() < 0.5:
-                until = now + sim.rng.randint(1, sim.s.maintenance_ms_max)
-            self.submit(MaintenanceOn(by="admin", reason="sim", until_ms=until, now_ms=now))
+                until = wall + sim.rng.randint(1, sim.s.maintenance_ms_max)
+            self.submit(MaintenanceOn(by="admin", reason="sim", until_ms=until, now_ms=wall))
+            sim.maintenance_stamps[wall] = wall - now
             sim.stats["maintenance_on"] += 1
         else:
-            self.submit(MaintenanceOff(by="admin", reason="sim", since_ms=None, now_ms=now))
+            self.submit(MaintenanceOff(by="admin", reason="sim", since_ms=None, now_ms=wall))
 
     # -- messages from workers ------------------------------------------------------------------
 
@@ -664,8 +729,11 @@ class Proposer:
             if planner.detector.held(wid, now):
                 self.sim.stats["rejoined_in_grace"] += 1
             planner.registered(WorkerId(wid), now)
+            self.heard[wid] = now
             return self.submit(
-                RegisterWorker(worker_id=WorkerId(wid), address=f"sim://{wid}", now_ms=now)
+                RegisterWorker(
+                    worker_id=WorkerId(wid), address=f"sim://{wid}", now_ms=self.sim.wall_ms()
+                )
             )
         rec = state.workers.get(WorkerId(wid))
         if kind == "heartbeat":
@@ -673,6 +741,7 @@ class Proposer:
                 self.send(wid, "reregister", {"incarnation": b["incarnation"]})
                 return None
             due = planner.heartbeat(WorkerId(wid), 0.1, now)
+            self.heard[wid] = now
             rates = self.sim.rates_of(wid)
             planner.partition_loads(state, WorkerId(wid), rates, now)
             for p, epoch, rate, _lag in rates:
@@ -699,7 +768,7 @@ class Proposer:
             call = self._answer_from(b["key"], wid, now)
             if call is not None:
                 answer = Answer(outcome=b["outcome"], body=b["body"])
-                planner.on_result(result_of(call, answer, UNFENCED), now, now)
+                planner.on_result(result_of(call, answer, UNFENCED), now, self.sim.wall_ms())
         elif kind == "checkpoints":
             entries = tuple(
                 CheckpointReport(partition=e[0], epoch=e[1], offset=e[2], uri=e[3])
@@ -710,7 +779,7 @@ class Proposer:
                     worker_id=WorkerId(wid),
                     incarnation=b["incarnation"],
                     entries=entries,
-                    now_ms=now,
+                    now_ms=self.sim.wall_ms(),
                 )
             )
         return None
@@ -727,6 +796,8 @@ class Simulation:
         # The operator's rescales and the builds' answers draw from their own stream, so
         # the other faults of a seed happen as they would without rescales.
         self.rescale_rng = random.Random(seed + RESCALE_STREAM)
+        # So are the sync, store and clock faults' draws.
+        self.fault_rng = random.Random(seed + FAULT_STREAM)
         self.now_ms = 0
         self.step_no = 0
         self.net = Network(self.rng, self.s)
@@ -773,6 +844,16 @@ class Simulation:
         # (generation, partition) -> the furthest offset any gate has read or opened at.
         self.read_to: dict[tuple[int, int], int] = {}
         self.stats |= {"rescales": 0, "cut_answers": 0, "build_answers": 0}
+        self.stats |= {"sync_halts": 0, "halted_leaders": 0, "unsynced_dropped": 0}
+        # The store fails every call until then, by errors or by timeouts.
+        self.store_down_until_ms = -1
+        self.store_times_out = False
+        # Every checkpoint object a worker wrote: what a reference in the state may name.
+        self.written: set[str] = set()
+        self.stats |= {"store_outages": 0, "store_failures": 0}
+        # A maintenance record's since_ms -> how far ahead of the true time its stamp was.
+        self.maintenance_stamps: dict[int, int] = {}
+        self.stats |= {"clock_steps": 0, "maintenance_ended_by_step": 0}
         # A cluster finalized at the newest command-set version, as a running one is.
         for r in self.replicas:
             r.machine.state.finalized_version = COMMAND_SET_VERSION
@@ -811,6 +892,42 @@ class Simulation:
     def leader_name(self) -> str:
         return f"c{self.leader}@{self.term}"
 
+    def wall_ms(self) -> int:
+        """The leader's wall clock: what it stamps into commands (now_ms fields)."""
+        return WALL_EPOCH_MS + self.now_ms + self.replicas[self.leader].wall_offset_ms
+
+    def halted(self, i: int) -> bool:
+        return self.replicas[i].halted_until_ms is not None
+
+    def halt_on_sync(self, i: int) -> bool:
+        """Replica i's sync fails now (fault phase, with p_sync_halt, while no other is
+        halted): it halts. A halted leader is replaced at once by an election among the
+        others; when none can win, this sync is spared (the simulation needs a leader)."""
+        if not self.faults_on or any(self.halted(j) for j in range(len(self.replicas))):
+            return False
+        if self.fault_rng.random() >= self.s.p_sync_halt:
+            return False
+        r = self.replicas[i]
+        r.halted_until_ms = self.now_ms + self.fault_rng.randint(200, self.s.halt_ms_max)
+        if i == self.leader:
+            if not self.change_leader():
+                r.halted_until_ms = None
+                return False
+            self.stats["halted_leaders"] += 1
+        self.stats["sync_halts"] += 1
+        return True
+
+    def restart_halted(self, heal: bool = False) -> None:
+        """A halted replica whose time is up (all of them at the heal) starts again: it drops
+        what it never synced and catches up from the leader."""
+        for i, r in enumerate(self.replicas):
+            if r.halted_until_ms is None or (r.halted_until_ms > self.now_ms and not heal):
+                continue
+            r.halted_until_ms = None
+            self.stats["unsynced_dropped"] += len(r.log) - r.synced
+            r.log = r.log[: r.synced]
+            self.match[i] = min(self.match[i], len(r.log))
+
     def append(self, cmd: Command) -> str:
         self.request_seq += 1
         rid = f"r{self.request_seq}"
@@ -843,10 +960,13 @@ class Simulation:
 
     def replicate(self) -> None:
         self.pack_unsent()
+        if self.halt_on_sync(self.leader):
+            return  # its unsynced run never left it; the new leader replicates next step
         lead = self.replicas[self.leader]
+        lead.synced = len(lead.log)
         reached = [self.leader]
         for i, r in enumerate(self.replicas):
-            if i == self.leader:
+            if i == self.leader or self.halted(i):
                 continue
             if self.faults_on and (
                 self.rng.random() >= self.s.p_append
@@ -862,6 +982,13 @@ class Simulation:
                 # Overwriting an applied entry would mean a committed entry was lost.
                 self.fail(f"replica {r.name} loses applied entry {n + 1} (applied {r.applied})")
             r.log = r.log[:n] + lead.log[n:]
+            if self.halt_on_sync(i):
+                # Written, never synced: not acknowledged, and gone at its restart.
+                r.synced = n
+                if self.s.unsafe_ack_unsynced:
+                    self.match[i] = len(r.log)
+                continue
+            r.synced = len(r.log)
             self.match[i] = len(r.log)
             reached.append(i)
         majority = len(self.replicas) // 2 + 1
@@ -874,9 +1001,24 @@ class Simulation:
         # once its log matches the leader's (Raft's leaderCommit rule).
         for i in reached:
             self.known_commit[i] = self.commit_index
+        self.check_durable()
+
+    def check_durable(self) -> None:
+        """Every committed entry is on the disk of a majority (synced, as the leader has it),
+        so no set of restarts that drop unsynced tails can lose one."""
+        committed = self.replicas[self.leader].log[: self.commit_index]
+        on_disk = sum(
+            1
+            for r in self.replicas
+            if r.synced >= self.commit_index and r.log[: self.commit_index] == committed
+        )
+        if on_disk < len(self.replicas) // 2 + 1:
+            self.fail(f"committed index {self.commit_index} is synced on {on_disk} replicas")
 
     def apply_committed(self) -> None:
         for i, r in enumerate(self.replicas):
+            if self.halted(i):
+                continue  # a halted process applies nothing
             upto = min(self.known_commit[i], len(r.log))
             while r.applied < upto:
                 _, entry = r.log[r.applied]
@@ -899,7 +1041,9 @@ class Simulation:
                 r.applied += 1
                 self.check_applied(r, results)
 
-    def change_leader(self) -> None:
+    def change_leader(self) -> bool:
+        """Elect a new leader (False: no replica can win now). A halted replica neither
+        stands nor votes."""
         # Raft's election restriction: only a replica holding every committed entry can win.
         committed = self.replicas[self.leader].log[: self.commit_index]
         candidates = [
@@ -907,9 +1051,10 @@ class Simulation:
             for i, r in enumerate(self.replicas)
             if (self.s.unsafe_election or r.log[: self.commit_index] == committed)
             and f"c{i}" not in self.net.cut
+            and not self.halted(i)
         ]
         if not candidates:
-            return
+            return False
         self.leader = self.rng.choice(candidates)
         self.term += 1
         self.unsent_from = None  # the old leader's unsent run went out (or not) as it was
@@ -920,6 +1065,7 @@ class Simulation:
         # Raft's no-op at the start of a term: commits the old tail (or overwrites it).
         self.append(Barrier(nonce=f"term-{self.term}"))
         self.stats["leader_changes"] += 1
+        return True
 
     # -- checker -----------------------------------------------------------------------------
 
@@ -952,6 +1098,14 @@ class Simulation:
         problems = step_violations(before, state, cmd)
         if problems:
             self.fail("; ".join(problems))
+        unwritten = sorted(
+            ck.uri
+            for p in state.partitions
+            for ck in (p.checkpoint, *p.earlier)
+            if ck is not None and ck.uri not in self.written
+        )
+        if unwritten:
+            self.fail(f"{type(cmd).__name__} left references to unwritten objects {unwritten}")
         result = decode_result(result_bytes)
         if isinstance(cmd, RecordCheckpoints) and (cmd.worker_id, cmd.incarnation) in self.retired:
             accepted = isinstance(result, Ok) and any(
@@ -996,6 +1150,8 @@ class Simulation:
             for p, g in w.gates.items():
                 # A sealed partition processes up to its cut and no further.
                 seal = self.seals.get((int(g.get("generation", 0)), p))
+                if self.store_failing():
+                    break  # its source reads fail: processing waits and retries
                 if g["open"] and (seal is None or int(g["offset"]) < seal):
                     g["offset"] = int(g["offset"]) + 1
                     key = (int(g.get("generation", 0)), p)
@@ -1020,6 +1176,9 @@ class Simulation:
             g = w.gates[p]
             epoch = max(0, int(g["epoch"]) - self.rng.randint(0, 2))
             self.stats["stale_reports"] += 1
+            uri = checkpoint_uri(w.wid, p, epoch, g["offset"])
+            if not self.store_write(uri):
+                return  # reported only once written
             self.net.send(
                 now,
                 w.wid,
@@ -1028,9 +1187,7 @@ class Simulation:
                 {
                     "worker": w.wid,
                     "incarnation": w.incarnation,
-                    "entries": [
-                        [p, epoch, int(g["offset"]), checkpoint_uri(w.wid, p, epoch, g["offset"])]
-                    ],
+                    "entries": [[p, epoch, int(g["offset"]), uri]],
                 },
             )
 
@@ -1084,6 +1241,9 @@ class Simulation:
             if g is not None and epoch < int(g["epoch"]):
                 return
             ck = host.checkpoint
+            if ck is not None and self.store_failing():
+                self.store_error(w, b)  # the load fails: the leader retries the host call
+                return
             if ck is not None and ck.uri in self.lost_checkpoints:
                 self.answer(
                     w, b, Outcome.REFUSED, ErrorReply(error="checkpoint_unavailable", message="sim")
@@ -1108,8 +1268,13 @@ class Simulation:
             if g is None or g["epoch"] != release.epoch:
                 self.answer(w, b, Outcome.STALE, ErrorReply(error="stale_epoch", message="sim"))
             else:
-                g["open"] = False
                 uri = checkpoint_uri(w.wid, p, g["epoch"], g["offset"])
+                if not self.store_write(uri):
+                    # As pipeline/hosting.py: the final checkpoint first, the gate after, so
+                    # a failed write leaves the gate open and the release retryable.
+                    self.store_error(w, b)
+                    return
+                g["open"] = False
                 final = ReleasedCheckpoint(offset=int(g["offset"]), uri=uri)
                 reply = ReleaseReply(partition=p, epoch=release.epoch, checkpoint=final)
                 self.answer(w, b, Outcome.OK, reply)
@@ -1155,6 +1320,9 @@ class Simulation:
             cut = self.seals.setdefault(key, max(self.read_to.get(key, 0), int(g["offset"])))
             done = int(g["offset"]) >= cut
             uri = checkpoint_uri(w.wid, p, epoch, cut) if done else None
+            if uri is not None and not self.store_write(uri):
+                self.store_error(w, b)  # the cut's checkpoint is not written: asked again
+                return
             self.stats["cut_answers"] += 1
             reply_cut = CutReply(partition=p, epoch=epoch, offset=cut, done=done, uri=uri)
             self.answer(w, b, Outcome.OK, reply_cut)
@@ -1162,11 +1330,15 @@ class Simulation:
             # Deterministic: the same inputs give the same names, whoever builds.
             build = BuildRequest.from_json(b["request"])
             gen, m = build.generation, build.routing[-1]
+            if self.store_failing():
+                self.store_error(w, b)  # it reads the cuts and writes the builds
+                return
             done = self.rescale_rng.random() >= self.s.p_build_pending
             built = tuple(
                 BuiltCheckpoint(partition=q, offset=gen << 40, uri=f"mem://build/g{gen}/{q}")
                 for q in range(m)
             )
+            self.written.update(c.uri for c in built if done)
             self.stats["build_answers"] += 1
             reply_build = BuildReply(generation=gen, done=done, checkpoints=built if done else ())
             self.answer(w, b, Outcome.OK, reply_build)
@@ -1182,7 +1354,30 @@ class Simulation:
         body = {"worker": w.wid, "key": call["key"], "outcome": outcome, "body": reply.to_json()}
         self.net.send(self.now_ms, w.wid, self.leader_name(), "answer", body)
 
+    def store_failing(self) -> bool:
+        return self.now_ms < self.store_down_until_ms
+
+    def store_write(self, uri: str) -> bool:
+        """Write a checkpoint object; False when the store fails the call."""
+        if self.store_failing():
+            self.stats["store_failures"] += 1
+            return False
+        self.written.add(uri)
+        return True
+
+    def store_error(self, w: SimWorker, call: dict[str, Any]) -> None:
+        """Answer a call whose store access failed as the worker does: checkpoint_unavailable
+        for an error; nothing for a timeout (the leader's call times out first)."""
+        self.stats["store_failures"] += 1
+        if not self.store_times_out:
+            reply = ErrorReply(error="checkpoint_unavailable", message="sim: store failed")
+            self.answer(w, call, Outcome.REFUSED, reply)
+
     def report_checkpoints(self, w: SimWorker, reply_to: str) -> None:
+        if self.store_failing():
+            # The writes fail: nothing is reported; the next checkpoint request retries.
+            self.stats["store_failures"] += 1
+            return
         entries = [
             [
                 p,
@@ -1193,6 +1388,7 @@ class Simulation:
             for p, g in sorted(w.gates.items())
             if g["open"]
         ]
+        self.written.update(e[3] for e in entries)
         if entries:
             self.net.send(
                 self.now_ms,
@@ -1266,6 +1462,24 @@ class Simulation:
                 self.stats["pauses"] += 1
             elif not w.alive and r < self.s.p_worker_restart:
                 self.restart_worker(w)
+
+    def inject_store_outage(self) -> None:
+        """The store fails every call for a while, by errors or by timeouts."""
+        if self.store_failing() or self.fault_rng.random() >= self.s.p_store_outage:
+            return
+        self.store_down_until_ms = self.now_ms + self.fault_rng.randint(
+            self.s.step_ms, self.s.store_outage_ms_max
+        )
+        self.store_times_out = self.fault_rng.random() < 0.5
+        self.stats["store_outages"] += 1
+
+    def inject_clock_step(self) -> None:
+        """One replica's wall clock steps clock_step_ms forward or back (NTP, a VM resume)."""
+        if self.fault_rng.random() >= self.s.p_clock_step:
+            return
+        r = self.fault_rng.choice(self.replicas)
+        r.wall_offset_ms += self.fault_rng.choice((-1, 1)) * self.s.clock_step_ms
+        self.stats["clock_steps"] += 1
 
     def inject_store_faults(self) -> None:
         """Lose one accepted checkpoint object (the current one or an earlier one)."""
@@ -1355,6 +1569,9 @@ class Simulation:
             self.inject_worker_faults()
             self.inject_churn()
             self.inject_store_faults()
+            self.restart_halted()
+            self.inject_store_outage()
+            self.inject_clock_step()
         for w in self.workers:
             self.worker_step(w)
         self.deliver()
@@ -1386,6 +1603,8 @@ class Simulation:
         self.net.faulty = False
         self.net.cut.clear()
         self.cut_until.clear()
+        self.restart_halted(heal=True)
+        self.store_down_until_ms = -1
         for w in self.workers:
             if not w.alive and not w.gone:
                 self.restart_worker(w)

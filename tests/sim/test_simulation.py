@@ -18,8 +18,15 @@ from coordinator.core.commands import CheckpointsResult, CheckpointVerdict, Ok, 
 from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.load import LoadBook
 from coordinator.core.model import Checkpoint
+from coordinator.core.planner import Planner
 from coordinator.core.state import ClusterState
-from tests.sim.simulation import SafetyViolation, SimSettings, Simulation, run_seed
+from tests.sim.simulation import (
+    WALL_EPOCH_MS,
+    SafetyViolation,
+    SimSettings,
+    Simulation,
+    run_seed,
+)
 
 DEFAULT_SEEDS = list(range(20))
 SOAK_SEEDS = range(10_000, 11_000)
@@ -142,8 +149,11 @@ def test_balance_rounds_by_load_and_by_counts() -> None:
     """The drifting rates make the leader rebalance by load while every rate is fresh and by
     counts while some is stale; both kinds of round are checked as they are planned."""
     totals: Counter[str] = Counter()
-    for seed in range(10):  # a round by counts comes in about one seed of six
-        totals.update(run_seed(seed))
+    # A round by counts comes in about one seed of six. Without the sync, store and clock
+    # faults (their own stream: the rest of each seed runs as it would) these ten show one.
+    calm = replace(SimSettings(), p_sync_halt=0.0, p_store_outage=0.0, p_clock_step=0.0)
+    for seed in range(10):
+        totals.update(run_seed(seed, calm))
     assert totals["weighted_rounds"] > 0 and totals["count_rounds"] > 0, dict(totals)
     assert totals["weighted_heartbeats"] > 0 and totals["stale_load_reports"] > 0, dict(totals)
 
@@ -187,6 +197,53 @@ def test_checker_catches_a_round_on_stale_load(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(SafetyViolation, match="stale load left counts unbalanced"):
         for seed in range(30):
             run_seed(seed)
+
+
+def test_sync_halts_store_outages_and_clock_steps_are_injected() -> None:
+    """The faults past a kill: replicas halt on a failed sync (a leader among them) and drop
+    their unsynced tails at the restart, the store fails calls by errors and timeouts, and
+    wall clocks step by an hour; every check above holds through them."""
+    totals: Counter[str] = Counter()
+    for seed in range(5):
+        totals.update(run_seed(seed))
+    assert totals["sync_halts"] > 0 and totals["halted_leaders"] > 0, dict(totals)
+    assert totals["unsynced_dropped"] > 0, dict(totals)
+    assert totals["store_outages"] > 0 and totals["store_failures"] > 0, dict(totals)
+    assert totals["clock_steps"] > 0, dict(totals)
+
+
+def test_checker_catches_an_ack_of_a_failed_sync() -> None:
+    """A follower that acknowledges an append whose sync failed lets an entry commit that
+    its restart drops: the durability check reports it, with its seed."""
+    settings = replace(SimSettings(), unsafe_ack_unsynced=True, p_sync_halt=0.05)
+    with pytest.raises(SafetyViolation, match=r"synced on|loses applied entry"):
+        for seed in range(30):
+            Simulation(seed, settings).run()
+
+
+def test_checker_catches_liveness_on_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planner that judged liveness by the wall clock would declare workers dead when a
+    leader's clock steps forward: the liveness check reports it, with its seed."""
+    real = Planner.plan
+
+    def on_wall(self: Planner, state: ClusterState, now_ms: int, wall_ms: int) -> Any:
+        return real(self, state, wall_ms - WALL_EPOCH_MS, wall_ms)
+
+    monkeypatch.setattr(Planner, "plan", on_wall)
+    with pytest.raises(SafetyViolation, match="DeclareDead"):
+        for seed in range(30):
+            run_seed(seed)
+
+
+def test_checker_catches_a_report_of_an_unwritten_checkpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker that reports a checkpoint whose write the store failed leaves the state
+    naming an object that does not exist: the reference check reports it."""
+    monkeypatch.setattr(Simulation, "store_failing", lambda _self: False)
+    monkeypatch.setattr(Simulation, "store_write", lambda _self, _uri: True)
+    with pytest.raises(SafetyViolation, match="unwritten objects"):
+        run_seed(0)
 
 
 @pytest.mark.soak
