@@ -214,9 +214,10 @@ class SimSettings:
     delay_ms_max: int = 400
     # Per step, per follower: an append message from the leader gets through.
     p_append: float = 0.7
-    # A replica's journal sync fails (docs/reliability.md §5): it halts for good -- no
-    # acknowledgement of what it wrote, no vote, no part in the log -- until it is started
-    # again after up to halt_ms_max, when it drops its unsynced tail and catches up. Per
+    # A replica's journal sync fails (docs/reliability.md, "5. Faults past kill -9"): it
+    # halts for good -- no acknowledgement of what it wrote, no vote, no part in the log --
+    # until it is started again after up to halt_ms_max, when it drops its unsynced tail
+    # and catches up. Per
     # sync (a leader's before it sends, a follower's on an append), at most one halted.
     p_sync_halt: float = 0.002
     halt_ms_max: int = 4_000
