@@ -30,7 +30,9 @@ from testkit.wait import wait_until
 from tests.chaos.harness import Figures
 from tests.chaos.matrix import Matrix, Options, environ, open_matrix, run_cell
 
-pytestmark = [pytest.mark.spark]
+# A pipeline's start, the cell, a restart and the batch job: 2-3 minutes alone, more than the
+# default 300 s when other Spark jobs share the cores.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 # Longer than any fault is held: the shim ends the fault by itself if the test died.
 FAULT_BOUND_S = 300.0
@@ -137,7 +139,7 @@ def halt_cell(
         f"[matrix] {cell}: {node} halted {seen['halted_at'] - began:.1f}s after the fault "
         f"({counts}); restarted, caught up with index {seen['target']} in "
         f"{seen['rejoin_s']:.1f}s; "
-        f"{len(acked)} writes acknowledged while it was halted"
+        f"{len(acked)} writes acknowledged while it was halted; leaders {m.watch.leaders}"
     )
     assert not figures.violations, f"{cell}: {figures.violations}"
     return figures
