@@ -192,7 +192,8 @@ def open_matrix(
     clocks = {s.id: WallClock(tmp_path / f"clock-{s.id}") for s in cluster.specs}
     clocks[CLOCK_WORKER] = WallClock(tmp_path / f"clock-{CLOCK_WORKER}")
     for s in cluster.specs:
-        cluster.node_env[s.id] = {**clocks[s.id].env(), **opts.node_env(s.id)}
+        # merged: a cell file's shim (LD_PRELOAD) goes beside the clock shim, not over it
+        cluster.node_env[s.id] = merged_env(clocks[s.id].env(), opts.node_env(s.id))
     links = RaftLinks(
         cluster.specs,
         lambda nid: p.pid if (p := cluster.procs.get(nid)) is not None and p.alive() else None,
