@@ -177,14 +177,19 @@ def test_journal_enospc_on_a_follower(matrix: DiskMatrix) -> None:
 # tick of the slow leader take ~4 s, far over the 0.3-0.6 s election timeout, so the followers
 # elect a new leader on their own (term 2) before StepDown ever runs (no hand-over logged), and
 # the new leader declared both workers dead 3 s in. The slow node's Raft links then break (the
-# others drop them on idle_timeout, it refuses theirs on handshake_timeout) and are never made
-# again after the disk is fast: 80 s after the undo it was still a candidate at term 3, far
+# others drop them on idle_timeout, it refuses theirs on handshake_timeout) and are not made
+# again for long after the disk is fast: 80 s after the undo it was still a candidate at term 3, far
 # behind (commit 51 vs 837), naming no leader, while the others led on at term 2 without ever
 # hearing its term. `cluster.leader()` wants every live node to name the leader: none agreed.
-# Next: why replication/transport does not redial once the node's loop is fast again.
+# The links came back only ~110 s after the undo (17:28:03 in that run): its term-3 vote request
+# then forced an election (term 4, n1 again) and it rejoined as a follower, caught up; that is
+# past RECOVER_TIMEOUT_S (120 s from the undo, with the settle wait before it). The shim was
+# not at fault (control file cleared, 10 delayed syncs). Next: what holds the redial for ~2
+# minutes (pysyncobj's reconnect timing in replication/transport, or the rig's raft_links
+# proxy), and whether election timeouts under one slow tick are what this cell should run with.
 @pytest.mark.xfail(
     reason="after the slow spell the old leader stays a candidate cut off from the other two "
-    "(its Raft links dropped on idle/handshake timeouts, never redialled): no agreed leader",
+    "for ~110 s (its Raft links dropped on idle/handshake timeouts): no agreed leader in time",
     strict=False,
 )
 def test_a_leader_disk_slowed_to_2s_per_sync(matrix: DiskMatrix) -> None:
