@@ -173,8 +173,24 @@ def test_journal_enospc_on_a_follower(matrix: DiskMatrix) -> None:
 
 
 @pytest.mark.soak
+# Diagnosed from a run's coordinator logs and /v1/health, not yet fixed. The 2 s syncs make a
+# tick of the slow leader take ~4 s, far over the 0.3-0.6 s election timeout, so the followers
+# elect a new leader on their own (term 2) before StepDown ever runs (no hand-over logged), and
+# the new leader declared both workers dead 3 s in. The slow node's Raft links then break (the
+# others drop them on idle_timeout, it refuses theirs on handshake_timeout) and are not made
+# again for long after the disk is fast: 80 s after the undo it was still a candidate at term 3, far
+# behind (commit 51 vs 837), naming no leader, while the others led on at term 2 without ever
+# hearing its term. `cluster.leader()` wants every live node to name the leader: none agreed.
+# The links came back only ~110 s after the undo (17:28:03 in that run): its term-3 vote request
+# then forced an election (term 4, n1 again) and it rejoined as a follower, caught up; that is
+# at the edge of RECOVER_TIMEOUT_S: that run passed with caught_up=112.3s (detect 3.2 s,
+# write_back 0.3 s, 4 writes refused, 4 liveness changes), the first did not. The shim was
+# not at fault (control file cleared, 10 delayed syncs). Next: what holds the redial for ~2
+# minutes (pysyncobj's reconnect timing in replication/transport, or the rig's raft_links
+# proxy), and whether election timeouts under one slow tick are what this cell should run with.
 @pytest.mark.xfail(
-    reason="its one run: after the slow spell no agreed ready leader for 120 s; not yet diagnosed",
+    reason="after the slow spell the old leader stays a candidate cut off from the other two "
+    "for ~110 s (its Raft links dropped on idle/handshake timeouts): no agreed leader in time",
     strict=False,
 )
 def test_a_leader_disk_slowed_to_2s_per_sync(matrix: DiskMatrix) -> None:
