@@ -29,6 +29,7 @@ from testkit.cluster import ADMIN
 from testkit.faults.clock import WallClock
 from testkit.faults.raft_links import RaftLinks
 from testkit.faults.shim import merged_env
+from testkit.http import call
 from testkit.pipeline_rig import CATCH_UP_TIMEOUT_S, SETTINGS, START_TIMEOUT_S, PipelineRig
 from testkit.wait import wait_until
 from tests.chaos.harness import Figures, request, wait_settled
@@ -291,3 +292,33 @@ def run_cell(
 def environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes()
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if item)
+
+
+def placement(m: Matrix) -> dict[int, tuple[str | None, int]]:
+    """The leader's partition table: partition -> (owner, epoch)."""
+    r = call("GET", m.rig.cluster.url(m.rig.cluster.leader()) + "/v1/partitions")
+    assert r.status == 200, r.body
+    return {x["partition"]: (x["owner"], x["epoch"]) for x in r.body["partitions"]}
+
+
+def check_held_steady(
+    m: Matrix,
+    figures: Figures,
+    before: dict[int, tuple[str | None, int]],
+    span: tuple[float, float],
+    fault: str,
+) -> None:
+    """A fault the coordinators never see (the store, Spark): no partition changed owner or
+    epoch, no worker left ACTIVE or re-registered, no election within `span` (the watch
+    times the fault began and was undone). One later, as the backlog and the oracle's job
+    run Spark on shared cores under the rig's short timeouts, is load; the figures line
+    counts every election from the fault on."""
+    after = placement(m)
+    moved = {p: (before[p], after.get(p)) for p in before if after.get(p) != before[p]}
+    if moved:
+        figures.violations.append(f"partitions moved under {fault}: {moved}")
+    figures.violations.extend(m.watch.liveness_changes)
+    began, undone = span
+    during = [t for t, _ in m.watch.leaders if began <= t <= undone]
+    if during:
+        figures.violations.append(f"{len(during)} elections under {fault}")

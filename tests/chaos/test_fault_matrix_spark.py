@@ -24,8 +24,14 @@ from typing import Any
 import pytest
 
 from pipeline.spark_server import SparkConnectServer
-from testkit.http import call
-from tests.chaos.matrix import WORKERS, Matrix, open_matrix, run_cell
+from tests.chaos.matrix import (
+    WORKERS,
+    Matrix,
+    check_held_steady,
+    open_matrix,
+    placement,
+    run_cell,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.soak, pytest.mark.timeout(1200)]
 
@@ -54,12 +60,6 @@ def matrix(
         yield m
 
 
-def placement(m: Matrix) -> dict[int, tuple[str | None, int]]:
-    r = call("GET", m.rig.cluster.url(m.rig.cluster.leader()) + "/v1/partitions")
-    assert r.status == 200, r.body
-    return {x["partition"]: (x["owner"], x["epoch"]) for x in r.body["partitions"]}
-
-
 def test_spark_connect_server_restarted_mid_batch(
     matrix: Matrix, server: SparkConnectServer
 ) -> None:
@@ -81,17 +81,7 @@ def test_spark_connect_server_restarted_mid_batch(
         server.start(port=server.port)
 
     figures, began, undone = run_cell(m, "spark_restart", down, back, DOWN_S)
-    after = placement(m)
-    moved = {p: (before[p], after.get(p)) for p in before if after.get(p) != before[p]}
-    if moved:
-        figures.violations.append(f"partitions moved under a Spark restart: {moved}")
-    figures.violations.extend(m.watch.liveness_changes)
-    # The coordinators never talk to Spark: an election while it is down (or starting) would
-    # be its doing. One later, as the backlog and the oracle's job run Spark on shared cores
-    # under the rig's short timeouts, is load (the figures line counts every one).
-    during = [t for t, _ in m.watch.leaders if began <= t <= undone]
-    if during:
-        figures.violations.append(f"{len(during)} elections while Spark was down")
+    check_held_steady(m, figures, before, (began, undone), "a Spark restart")
     reconnects = {wid: m.rig.metric(wid, "ripple_worker_spark_reconnects_total") for wid in WORKERS}
     print(f"[matrix] spark_restart: unreachable seen by {sorted(unreachable_seen)}; {reconnects}")
     if not unreachable_seen:

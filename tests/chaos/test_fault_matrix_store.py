@@ -47,7 +47,9 @@ from tests.chaos.matrix import (
     SEED,
     Matrix,
     Options,
+    check_held_steady,
     open_matrix,
+    placement,
     run_cell,
 )
 
@@ -137,12 +139,6 @@ class Cell:
     invalid: Callable[[], str | None]
 
 
-def placement(m: Matrix) -> dict[int, tuple[str | None, int]]:
-    r = call("GET", m.rig.cluster.url(m.rig.cluster.leader()) + "/v1/partitions")
-    assert r.status == 200, r.body
-    return {x["partition"]: (x["owner"], x["epoch"]) for x in r.body["partitions"]}
-
-
 def store_cell(
     s: Store,
     cell: str,
@@ -159,17 +155,7 @@ def store_cell(
     before = placement(m)
     with FailingSeen(m) as seen:
         figures, began, undone = run_cell(m, cell, fault, undo, hold_s)
-    after = placement(m)
-    moved = {p: (before[p], after.get(p)) for p in before if after.get(p) != before[p]}
-    if moved:
-        figures.violations.append(f"partitions moved under a store fault: {moved}")
-    figures.violations.extend(m.watch.liveness_changes)
-    # The coordinators never touch the store: an election while it fails would be its doing.
-    # One later, as the pipeline catches up and the oracle runs Spark on shared cores, is
-    # load (the figures line counts every election from the fault on).
-    during = [t for t, _ in m.watch.leaders if began <= t <= undone]
-    if during:
-        figures.violations.append(f"{len(during)} elections while the store failed")
+    check_held_steady(m, figures, before, (began, undone), "a store fault")
     shown = None if seen.first_at_s is None else round(seen.first_at_s - began, 1)
     print(f"[matrix] {cell}: failing shown after {shown} s: {sorted(seen.errors)[:3]}")
     print(f"[matrix] {cell}: store {s.proxy.counts()}, disk {s.disk.counts()}")
