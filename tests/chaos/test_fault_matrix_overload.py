@@ -18,8 +18,9 @@ Checks, on top of run_cell's end checks (every key equal to the batch job, nothi
 acknowledged lost, no epoch gone back): no election from the flood's start on; no real
 worker (w1, w2, which heartbeat all along) leaves ACTIVE or re-registers; in the heartbeat
 cell no flooding fake worker is declared dead while it floods either; every shed answer is
-503 with Retry-After. The short read cell runs by default; the minute-long cells the issue
-asks for are `soak` (opt-in with --soak).
+503 with Retry-After. Every cell is `soak` (opt-in with --soak): each needs a pipeline on
+Spark for minutes, and the default run holds overload shedding in
+tests/integration/test_overload.py.
 """
 
 from __future__ import annotations
@@ -161,6 +162,7 @@ def overload_cell(m: Matrix, cell: str, requests: list[bytes], hold_s: float) ->
 
 
 @pytest.mark.timeout(900)  # a pipeline's start and end on a loaded machine, around the hold
+@pytest.mark.soak
 def test_read_flood_short(matrix: Matrix) -> None:
     overload_cell(matrix, "overload_reads_short", [_read()], SHORT_HOLD_S)
 
