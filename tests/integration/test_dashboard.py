@@ -516,10 +516,16 @@ def walk_through(env: tuple[Cluster, ScriptedWorkers], browser: Any, shots: Path
     listed = c.get(c.leader(), "/v1/workers").body["workers"]
     by_worker = {x["worker_id"]: x.get("rate_per_s") for x in listed}
     assert by_worker == {"w1": None, "w2": None, lagging: 12.5 * len(owned3)}, by_worker
-    title = browser.execute_script(
-        f"return document.querySelector(\"#grid .cell[data-partition='{bad}']\").title"
+    # The grid and the workers table refresh from separate reads: wait for the grid's too.
+    page.wait(
+        lambda: (
+            "12.5/s"
+            in browser.execute_script(
+                f"return document.querySelector(\"#grid .cell[data-partition='{bad}']\").title"
+            )
+        ),
+        f"partition {bad}'s rate in its grid cell's title",
     )
-    assert "12.5/s" in title, title
     page.wait(lambda: "failing" in page.cells()[bad]["class"], f"partition {bad} marked failing")
     lag_panel = page.text("#lag")
     assert hostile in lag_panel, lag_panel
