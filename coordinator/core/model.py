@@ -72,13 +72,16 @@ INT_VALUE_MAX = _INT_VALUE_MAX
 # Pipelines (coordinator/core/pipeline_commands.py). The one a cluster has without any record:
 # its own partition table and routing (coordinator/core/pipelines.py), a name nobody creates.
 DEFAULT_PIPELINE = PipelineName("default")
-# Pipeline records the state holds (each carries its spec text): the issue's scale goal is a
-# thousand, with room, while bounding a snapshot at about PIPELINES_MAX * SPEC_TEXT_BYTES_MAX.
+# Pipeline records the state holds: the scale goal is a thousand, with room.
 PIPELINES_MAX = 4_096
 # A pipeline's partition count: as a rescale's (each generation after 0 routes by key groups).
 PIPELINE_PARTITIONS_MAX = RESCALE_PARTITIONS_MAX
 # A spec's text as the replicated record holds it: the spec format's own bound.
 SPEC_TEXT_BYTES_MAX = SPEC_BYTES_MAX
+# Every record's spec text together: what specs add to each snapshot and to each replica's
+# memory (PIPELINES_MAX specs of the largest size would be a gigabyte); a thousand specs of
+# 16 KiB fit.
+SPEC_TEXT_BYTES_TOTAL_MAX = 32 * 1024 * 1024
 # A pool's selector: at most this many labels, each key and value an id.
 POOL_LABELS_MAX = 16
 # Per-pipeline settings' bounds: a micro-batch interval, a checkpoint interval (not shorter than

@@ -47,6 +47,7 @@ from coordinator.core.model import (
     RETENTION_MS_MAX,
     SHA256_HEX_LEN,
     SPEC_TEXT_BYTES_MAX,
+    SPEC_TEXT_BYTES_TOTAL_MAX,
     TOTAL_PARTITIONS_MAX,
     Label,
     Pipeline,
@@ -198,6 +199,14 @@ def create_pipeline(state: ClusterState, cmd: CreatePipeline) -> Result:
             f"the cluster's pipelines have {held} partitions; {cmd.partitions} more would pass "
             f"{TOTAL_PARTITIONS_MAX}",
             "partitions",
+        )
+    spec_bytes = sum(len(p.spec_text.encode()) for p in state.pipelines.values())
+    if spec_bytes + len(cmd.spec_text.encode()) > SPEC_TEXT_BYTES_TOTAL_MAX:
+        return rejected(
+            "conflict",
+            f"the cluster's pipelines hold {spec_bytes} bytes of spec text; this one would "
+            f"pass {SPEC_TEXT_BYTES_TOTAL_MAX}",
+            "spec_text",
         )
     problem = lifecycle.check(
         lifecycle.PIPELINE_EDGES, None, L.CREATING, "CreatePipeline", f"pipeline {cmd.name}"

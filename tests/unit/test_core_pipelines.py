@@ -40,6 +40,7 @@ from coordinator.core.model import (
     POOL_LABELS_MAX,
     RETENTION_MS_MAX,
     SPEC_TEXT_BYTES_MAX,
+    SPEC_TEXT_BYTES_TOTAL_MAX,
     TOTAL_PARTITIONS_MAX,
     Label,
     PipelineName,
@@ -293,6 +294,18 @@ def test_the_number_of_pipelines_and_their_partitions_are_bounded() -> None:
     for i in range(PIPELINES_MAX):
         assert isinstance(apply(s2, f"c{i}", create(name=f"p{i}", partitions=1)), Ok)
     rejects(s2, create(name="one-more", partitions=1), "conflict", None, "the most")
+
+
+def test_the_spec_text_of_all_pipelines_together_is_bounded() -> None:
+    # apply checks a spec's size and hash, never its content (the proposer parses it).
+    s = cluster()
+    big = "#" * SPEC_TEXT_BYTES_MAX
+    fit = SPEC_TEXT_BYTES_TOTAL_MAX // SPEC_TEXT_BYTES_MAX
+    for i in range(fit - 1):
+        assert isinstance(apply(s, f"big{i}", create(name=f"big{i}", text=big)), Ok)
+    step(s, create(name="almost", text=big[:-10]))
+    rejects(s, create(name="over", text="#" * 11), "conflict", "spec_text", "bytes of spec text")
+    step(s, create(name="last", text="#" * 10))
 
 
 def test_the_commands_wait_for_command_set_version_5() -> None:
