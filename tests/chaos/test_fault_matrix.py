@@ -20,10 +20,6 @@ network cells are `soak` (opt-in with --soak), as each holds its fault for 20-30
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from testkit.faults.netproxy import LinkFaults
@@ -32,7 +28,6 @@ from tests.chaos.matrix import (
     RECOVER_TIMEOUT_S,
     Matrix,
     environ,
-    open_matrix,
     run_cell,
 )
 
@@ -45,14 +40,6 @@ LATENCY_HOLD_S = 30.0
 PARTITION_HOLD_S = 20.0
 # Elections under 150 ms latency with 5% loss as stalls: allowed, but bounded.
 ELECTIONS_UNDER_LATENCY_MAX = 3
-
-
-@pytest.fixture
-def matrix(
-    tmp_path: Path, spark_remote: str, moto_endpoint: str, s3_bucket: tuple[Any, str]
-) -> Iterator[Matrix]:
-    with open_matrix(tmp_path, spark_remote, moto_endpoint, s3_bucket[1]) as m:
-        yield m
 
 
 def clock_cell(m: Matrix, cell: str, who: str) -> None:

@@ -26,15 +26,12 @@ tests/integration/test_overload.py.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from testkit.flood import LoadProcs, Tally
 from testkit.http import call
-from tests.chaos.matrix import WORKERS, Matrix, open_matrix, run_cell
+from tests.chaos.matrix import WORKERS, Matrix, run_cell
 
 pytestmark = [pytest.mark.spark]
 
@@ -78,14 +75,6 @@ def _fake_heartbeats(m: Matrix) -> list[bytes]:
         body = f'{{"incarnation":{int(r.body["incarnation"])},"load":1.0,"partitions":{{}}}}'
         beats.append(_post(f"/v1/workers/{wid}/heartbeat", body, str(r.body["token"])))
     return beats
-
-
-@pytest.fixture
-def matrix(
-    tmp_path: Path, spark_remote: str, moto_endpoint: str, s3_bucket: tuple[Any, str]
-) -> Iterator[Matrix]:
-    with open_matrix(tmp_path, spark_remote, moto_endpoint, s3_bucket[1]) as m:
-        yield m
 
 
 def overload_cell(m: Matrix, cell: str, requests: list[bytes], hold_s: float) -> None:
