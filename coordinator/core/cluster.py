@@ -42,6 +42,7 @@ from coordinator.core.model import (
     WorkerId,
     WorkerState,
 )
+from coordinator.core.partition_table import PartitionTable
 
 __all__ = ["ClusterState"]
 
@@ -98,7 +99,7 @@ class ClusterState:
     def __init__(self) -> None:
         self.total_partitions: int = 0  # 0 = not bootstrapped
         self.workers: dict[WorkerId, Worker] = {}
-        self.partitions: list[Partition] = []
+        self.partitions = PartitionTable()
         self.generation: int = 0
         # Insertion ordered. A migration is moved to the end when it becomes terminal, so the
         # terminal ones appear in the order they finished: eviction drops the oldest-finished.
@@ -194,7 +195,7 @@ class ClusterState:
         copy = ClusterState()
         copy.total_partitions = self.total_partitions
         copy.workers = dict(self.workers)
-        copy.partitions = list(self.partitions)
+        copy.partitions = self.partitions.copy()
         copy.generation = self.generation
         copy.migrations = dict(self.migrations)
         copy.migration_seq = self.migration_seq
@@ -303,13 +304,13 @@ class ClusterState:
                     del self._owned[old.owner]
             if new.owner is not None:
                 self._owned.setdefault(new.owner, set()).add(new.partition)
-        self.partitions[new.partition] = new
+        self.partitions.put(new)
 
     def replace_partitions(self, table: list[Partition]) -> None:
         """The one way the partition table is replaced (a rescale's StatesBuilt): every new
         partition is unowned, so the owner index empties with the old table."""
         assert all(p.owner is None for p in table), "a new partition table is unowned"
-        self.partitions = table
+        self.partitions = PartitionTable(table)
         self.total_partitions = len(table)
         self._owned = {}
 

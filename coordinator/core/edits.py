@@ -208,7 +208,7 @@ def leavers(
 
 
 def in_range(state: ClusterState, partition: int) -> bool:
-    return 0 <= partition < state.total_partitions
+    return partition in state.partitions
 
 
 def check_moves(

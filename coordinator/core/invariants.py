@@ -150,7 +150,7 @@ def state_violations(state: ClusterState) -> list[str]:
         for wid in (m.source, m.target):
             if wid not in state.workers:
                 out.append(f"{m.migration_id} in flight names {wid}, which the state lacks")
-        if not 0 <= m.partition < len(state.partitions):
+        if m.partition not in state.partitions:
             out.append(f"{m.migration_id} in flight names p{m.partition}, beyond the table")
             continue
         part = state.partitions[m.partition]

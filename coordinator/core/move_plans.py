@@ -117,7 +117,7 @@ class MovePlans:
         else:
             out = []
             for i, (partition, to) in enumerate(moves):
-                if not 0 <= partition < state.total_partitions:
+                if partition not in state.partitions:
                     return rejected(
                         "invalid", f"moves[{i}]: partition {partition} does not exist", "partition"
                     )

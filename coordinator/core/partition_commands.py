@@ -46,6 +46,7 @@ from coordinator.core.model import (
     PartitionStatus,
     WorkerState,
 )
+from coordinator.core.partition_table import PartitionTable
 
 __all__ = [
     "assign_partitions",
@@ -84,7 +85,7 @@ def bootstrap(state: ClusterState, cmd: Bootstrap) -> Outcome:
         return problem, False
     state.total_partitions = total
     state.routing = (total,)
-    state.partitions = [
+    state.partitions = PartitionTable(
         Partition(
             partition=PartitionId(p),
             owner=None,
@@ -95,7 +96,7 @@ def bootstrap(state: ClusterState, cmd: Bootstrap) -> Outcome:
             history=(),
         )
         for p in range(total)
-    ]
+    )
     # Creating unowned partitions at epoch 0 changes no (owner, epoch): generation stays.
     return Ok(value=BootstrapResult(total_partitions=total, created=True)), False
 

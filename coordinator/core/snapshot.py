@@ -46,6 +46,7 @@ from coordinator.core.model import (
     Worker,
     WorkerState,
 )
+from coordinator.core.partition_table import PartitionTable
 from coordinator.core.pipeline_fields import decode_pipeline, pipeline_plain
 from coordinator.core.wire_fields import (
     STATE_BYTES_MAX,
@@ -309,9 +310,9 @@ def decode_state(data: bytes) -> ClusterState:
     for value in list_value(obj["workers"], "workers"):
         w = _decode_worker(value)
         state.workers[w.worker_id] = w
-    state.partitions = [
+    state.partitions = PartitionTable(
         _decode_partition(i, v) for i, v in enumerate(list_value(obj["partitions"], "partitions"))
-    ]
+    )
     if len(state.partitions) != state.total_partitions:
         raise CodecError("partition count does not match total_partitions", "partitions")
     for value in list_value(obj["migrations"], "migrations"):

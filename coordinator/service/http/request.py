@@ -137,10 +137,10 @@ def path_partition(request: web.Request, state: ClusterState) -> Partition:
     # isascii first: '²'.isdigit() is True (int() then raises) and int('\u0661') is 1.
     if not (text.isascii() and text.isdigit()) or len(text) > PARTITION_DIGITS_MAX:
         raise RequestError("partition must be a non-negative integer", field="partition")
-    p = int(text)
-    if p >= len(state.partitions):
-        raise RequestError(f"partition {p} does not exist", code="not_found", field="partition")
-    return state.partitions[p]
+    part = state.partitions.get(int(text))
+    if part is None:
+        raise RequestError(f"partition {text} does not exist", code="not_found", field="partition")
+    return part
 
 
 def path_worker(request: ApiRequest) -> WorkerId:
