@@ -74,6 +74,11 @@ INT_VALUE_MAX = _INT_VALUE_MAX
 DEFAULT_PIPELINE = PipelineName("default")
 # Pipeline records the state holds: the scale goal is a thousand, with room.
 PIPELINES_MAX = 4_096
+# The first number a recorded pipeline's partitions are carried under: above every number
+# `default`'s table can use, so `default` keeps 0 .. total_partitions - 1 through its
+# rescales. Numbers come from a counter that only grows (`ClusterState.slot_seq`): a dropped
+# pipeline's numbers, and the epochs workers' gates hold for them, are never met again.
+SLOT_BASE = 1 << 20
 # A pipeline's partition count: as a rescale's (each generation after 0 routes by key groups).
 PIPELINE_PARTITIONS_MAX = RESCALE_PARTITIONS_MAX
 # A spec's text as the replicated record holds it: the spec format's own bound.
@@ -199,6 +204,23 @@ class Partition:
     earlier: tuple[Checkpoint, ...] = ()
     # Why the partition cannot come online without an operator ("" = it is not stuck).
     stuck: str = ""
+    # The pipeline it is a partition of: `default`'s are numbered 0 .. total_partitions - 1,
+    # a recorded pipeline's from its `first_slot` (its own number is the difference).
+    pipeline: PipelineName = DEFAULT_PIPELINE
+
+
+def unassigned_partition(number: int, pipeline: PipelineName = DEFAULT_PIPELINE) -> Partition:
+    """A partition as a table first holds it: nobody's, at epoch 0, with no checkpoint."""
+    return Partition(
+        partition=PartitionId(number),
+        owner=None,
+        epoch=Epoch(0),
+        status=PartitionStatus.UNASSIGNED,
+        migration=None,
+        checkpoint=None,
+        history=(),
+        pipeline=pipeline,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -304,6 +326,9 @@ class Pipeline:
     created_at_ms: int
     updated_at_ms: int
     by: str  # who asked for the last change (the admin caller)
+    # The number its partition 0 is carried under (SLOT_BASE and up): set when a leader sets
+    # the pipeline up (ActivatePipeline); 0 until then and for `default`.
+    first_slot: int = 0
 
     def pool_labels(self) -> dict[str, str]:
         return {label.key: label.value for label in self.pool}

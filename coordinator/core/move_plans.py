@@ -17,7 +17,7 @@ from coordinator.core.edits import check_moves
 from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.load import LoadBook
 from coordinator.core.maintenance import balance_paused
-from coordinator.core.model import WorkerId
+from coordinator.core.model import DEFAULT_PIPELINE, WorkerId
 from coordinator.core.placement import PlacementStrategy, plan
 from coordinator.core.weighted import plan_weighted
 
@@ -64,7 +64,8 @@ class MovePlans:
     def placement(
         self, state: ClusterState, eligible: list[WorkerId], now_ms: int
     ) -> list[str | None]:
-        owners = [p.owner for p in state.partitions]
+        # By position in `default`'s table: a recorded pipeline's partitions are not placed.
+        owners = [p.owner for p in state.partitions.of(DEFAULT_PIPELINE)]
         if self.strategy is PlacementStrategy.BALANCED:
             # By load only when every partition's is fresh; else by counts (load.py).
             self.loads.follow(state.routing_generation)
@@ -83,7 +84,7 @@ class MovePlans:
         target = self.placement(state, [*eligible, *held], now_ms)
         return tuple(
             Move(partition=p.partition, source=p.owner, target=WorkerId(new))
-            for p in state.partitions
+            for p in state.partitions.of(DEFAULT_PIPELINE)
             if p.owner is not None
             and (new := target[p.partition]) is not None
             and new != p.owner

@@ -38,13 +38,12 @@ from coordinator.core.model import (
     TOTAL_PARTITIONS_MAX,
     ChangeReason,
     Checkpoint,
-    Epoch,
     Migration,
     MigrationPhase,
-    Partition,
     PartitionId,
     PartitionStatus,
     WorkerState,
+    unassigned_partition,
 )
 from coordinator.core.partition_table import PartitionTable
 
@@ -85,18 +84,7 @@ def bootstrap(state: ClusterState, cmd: Bootstrap) -> Outcome:
         return problem, False
     state.total_partitions = total
     state.routing = (total,)
-    state.partitions = PartitionTable(
-        Partition(
-            partition=PartitionId(p),
-            owner=None,
-            epoch=Epoch(0),
-            status=PartitionStatus.UNASSIGNED,
-            migration=None,
-            checkpoint=None,
-            history=(),
-        )
-        for p in range(total)
-    )
+    state.partitions = PartitionTable(unassigned_partition(p) for p in range(total))
     # Creating unowned partitions at epoch 0 changes no (owner, epoch): generation stays.
     return Ok(value=BootstrapResult(total_partitions=total, created=True)), False
 

@@ -1,18 +1,19 @@
 """The partition records of the replicated state, by the number each is carried under.
 
 Owns `PartitionTable`: what `ClusterState.partitions` is. A partition is found by its
-number (``table[p]``, ``p in table``), and the table iterates its records in ascending
-number. Invariant: every record sits under its own ``partition`` field, and iteration is in
-ascending number, whatever order records were written in. The table does not assume its
-numbers are contiguous from 0 (a number is an identity, not a position), so readers ask
-``p in table``, never ``p < len(table)``.
+number (``table[p]``, ``p in table``), the table iterates its records in ascending number,
+and ``of(pipeline)`` iterates one pipeline's. Invariant: every record sits under its own
+``partition`` field and in its own ``pipeline``'s index, and iteration is in ascending
+number, whatever order records were written in. Numbers are identities, not positions:
+`default`'s partitions are 0 .. total_partitions - 1 and a recorded pipeline's start at its
+``first_slot`` (SLOT_BASE and up), so readers ask ``p in table``, never ``p < len(table)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
-from coordinator.core.model import Partition, PartitionId
+from coordinator.core.model import Partition, PartitionId, PipelineName
 
 __all__ = ["PartitionTable"]
 
@@ -20,19 +21,23 @@ __all__ = ["PartitionTable"]
 class PartitionTable:
     """Partition records by number, iterated in ascending number.
 
-    Only `ClusterState` writes it (``put``, and a whole new table at Bootstrap, a rescale's
-    StatesBuilt and a snapshot's decode); everyone else reads.
+    Only `ClusterState` writes it (``put``, ``add``, ``remove``, and a whole new table at
+    Bootstrap, a rescale's StatesBuilt and a snapshot's decode); everyone else reads.
     """
 
-    __slots__ = ("_by_number",)
+    __slots__ = ("_by_number", "_by_pipeline")
 
     def __init__(self, records: Iterable[Partition] = ()) -> None:
         ordered = sorted(records, key=lambda r: r.partition)
-        # A dict keeps insertion order: built in ascending number, and `put` only replaces
-        # a record in place, so iterating it is iterating in ascending number.
+        # A dict keeps insertion order: built in ascending number, `put` replaces a record in
+        # place and `add` only appends numbers above every one held, so iterating it is
+        # iterating in ascending number.
         self._by_number: dict[PartitionId, Partition] = {r.partition: r for r in ordered}
         if len(self._by_number) != len(ordered):
             raise ValueError("two partition records under one number")
+        self._by_pipeline: dict[PipelineName, dict[PartitionId, None]] = {}
+        for r in ordered:
+            self._by_pipeline.setdefault(r.pipeline, {})[r.partition] = None
 
     def __getitem__(self, p: int) -> Partition:
         return self._by_number[PartitionId(p)]
@@ -59,14 +64,43 @@ class PartitionTable:
     def get(self, p: int) -> Partition | None:
         return self._by_number.get(PartitionId(p))
 
+    def of(self, pipeline: str) -> Iterator[Partition]:
+        """One pipeline's records, in ascending number."""
+        numbers = self._by_pipeline.get(PipelineName(pipeline), {})
+        return (self._by_number[p] for p in numbers)
+
+    def count_of(self, pipeline: str) -> int:
+        return len(self._by_pipeline.get(PipelineName(pipeline), ()))
+
     def put(self, record: Partition) -> None:
-        """Replace the record under ``record.partition``, which must be in the table."""
-        if record.partition not in self._by_number:
+        """Replace the record under ``record.partition``, which must be in the table, of the
+        same pipeline."""
+        old = self._by_number.get(record.partition)
+        if old is None:
             raise KeyError(record.partition)
+        if old.pipeline != record.pipeline:
+            raise ValueError(f"partition {record.partition} is {old.pipeline}'s")
         self._by_number[record.partition] = record
+
+    def add(self, records: Sequence[Partition]) -> None:
+        """Append records numbered above every number held, in ascending number."""
+        top = next(reversed(self._by_number), -1)
+        for r in records:
+            if r.partition <= top:
+                raise ValueError(f"partition {r.partition} is not above {top}")
+            top = r.partition
+        for r in records:
+            self._by_number[r.partition] = r
+            self._by_pipeline.setdefault(r.pipeline, {})[r.partition] = None
+
+    def remove(self, pipeline: str) -> tuple[Partition, ...]:
+        """Drop one pipeline's records; they are returned."""
+        numbers = self._by_pipeline.pop(PipelineName(pipeline), {})
+        return tuple(self._by_number.pop(p) for p in numbers)
 
     def copy(self) -> PartitionTable:
         """A table of the same (frozen, shared) records: a pointer copy per record."""
         out = PartitionTable()
         out._by_number = dict(self._by_number)
+        out._by_pipeline = {name: dict(ps) for name, ps in self._by_pipeline.items()}
         return out

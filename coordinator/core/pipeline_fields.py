@@ -80,6 +80,7 @@ def pipeline_plain(p: Pipeline) -> list[object]:
         p.created_at_ms,
         p.updated_at_ms,
         p.by,
+        p.first_slot,
     ]
 
 
@@ -107,7 +108,8 @@ def decode_pipeline(value: object, where: str) -> Pipeline:
         created,
         updated,
         by,
-    ) = tuple_value(value, 14, where)
+        first_slot,
+    ) = tuple_value(value, 15, where)
     batch, checkpoint, keys, retention = tuple_value(settings, 4, f"{where}.settings")
     return Pipeline(
         name=pipeline_name_value(name, where),
@@ -129,4 +131,5 @@ def decode_pipeline(value: object, where: str) -> Pipeline:
         created_at_ms=int_value(created, where),
         updated_at_ms=int_value(updated, where),
         by=str_value(MAINTENANCE_BY_LEN_MAX)(by, where),
+        first_slot=int_value(first_slot, where),
     )

@@ -8,6 +8,7 @@ decoding trusts nothing (``CodecError`` naming the field, as the command codec d
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 
 from coordinator.core.cluster import ClusterState
 from coordinator.core.codec import FORMAT_VERSION, result_from_plain, result_plain
@@ -17,8 +18,10 @@ from coordinator.core.commands import (
 from coordinator.core.model import (
     ADDRESS_LEN_MAX,
     CHECKPOINTS_KEPT_MAX,
+    DEFAULT_PIPELINE,
     FIRST_COMMAND_SET_VERSION,
     HISTORY_PER_PARTITION_MAX,
+    INT_VALUE_MAX,
     MAINTENANCE_BY_LEN_MAX,
     NODE_VERSIONS_MAX,
     NOTE_LEN_MAX,
@@ -27,6 +30,7 @@ from coordinator.core.model import (
     REQUEST_ID_LEN_MAX,
     ROUTING_GENERATIONS_MAX,
     SHA256_HEX_LEN,
+    SLOT_BASE,
     TOTAL_PARTITIONS_MAX,
     URI_LEN_MAX,
     BackupRecord,
@@ -47,7 +51,7 @@ from coordinator.core.model import (
     WorkerState,
 )
 from coordinator.core.partition_table import PartitionTable
-from coordinator.core.pipeline_fields import decode_pipeline, pipeline_plain
+from coordinator.core.pipeline_fields import decode_pipeline, pipeline_name_value, pipeline_plain
 from coordinator.core.wire_fields import (
     STATE_BYTES_MAX,
     CodecError,
@@ -119,7 +123,7 @@ def encode_state(state: ClusterState) -> bytes:
                 ]
                 for w in state.workers.values()
             ],
-            "partitions": [_partition_plain(p) for p in state.partitions],
+            "partitions": [_partition_plain(p) for p in state.partitions.of(DEFAULT_PIPELINE)],
             "migrations": [
                 [
                     m.migration_id,
@@ -187,6 +191,14 @@ def _bookkeeping_plain(state: ClusterState) -> dict[str, object]:
         out["pipelines"] = [
             state.pipeline_seq,
             [pipeline_plain(p) for p in state.pipelines.values()],
+            state.slot_seq,
+            # The recorded pipelines' partitions: each row is its number, its pipeline and
+            # then a partition's array, as `default`'s are under "partitions".
+            [
+                [p.partition, p.pipeline, *_partition_plain(p)]
+                for p in state.partitions
+                if p.pipeline != DEFAULT_PIPELINE
+            ],
         ]
     return out
 
@@ -433,8 +445,9 @@ def _decode_rescale(value: object) -> Rescale:
 
 
 def _decode_pipelines(state: ClusterState, value: object) -> None:
-    """The pipeline records and their incarnation counter (absent: none was ever created)."""
-    seq, rows = tuple_value(value, 2, "pipelines")
+    """The pipeline records, their incarnation counter, the partition number counter and
+    the recorded pipelines' partitions (absent: no pipeline was ever created)."""
+    seq, rows, slot_seq, partition_rows = tuple_value(value, 4, "pipelines")
     state.pipeline_seq = int_value(seq, "pipelines")
     for i, row in enumerate(list_value(rows, "pipelines")):
         if i >= PIPELINES_MAX:
@@ -443,3 +456,21 @@ def _decode_pipelines(state: ClusterState, value: object) -> None:
         if p.name in state.pipelines:
             raise CodecError(f"pipeline {p.name} appears twice", "pipelines")
         state.pipelines[p.name] = p
+    state.slot_seq = int_value(slot_seq, "pipelines")
+    if not SLOT_BASE <= state.slot_seq <= INT_VALUE_MAX + 1:
+        raise CodecError("the partition number counter is out of range", "pipelines")
+    parts = []
+    for i, row in enumerate(list_value(partition_rows, "pipelines")):
+        if i >= TOTAL_PARTITIONS_MAX:
+            raise CodecError(f"more than {TOTAL_PARTITIONS_MAX} partitions", "pipelines")
+        where = f"pipelines.partitions[{i}]"
+        number, name, *rest = tuple_value(row, 8, where, optional=2)
+        slot = int_value(number, where)
+        pipeline = pipeline_name_value(name, where)
+        if not SLOT_BASE <= slot < state.slot_seq or pipeline not in state.pipelines:
+            raise CodecError(f"partition {slot} of {pipeline} is not one the state made", where)
+        parts.append(replace(_decode_partition(slot, rest), pipeline=pipeline))
+    try:
+        state.partitions.add(sorted(parts, key=lambda x: x.partition))
+    except ValueError as e:
+        raise CodecError(str(e), "pipelines") from None

@@ -27,6 +27,7 @@ from coordinator.core.liveness import Detector
 from coordinator.core.load import LoadBook
 from coordinator.core.maintenance import balance_paused
 from coordinator.core.model import (
+    DEFAULT_PIPELINE,
     OWNING_WORKER_STATES,
     Migration,
     MigrationId,
@@ -108,7 +109,13 @@ def assign_unassigned(
     settings: PlannerSettings, plans: MovePlans, state: ClusterState, now: int, wall: int
 ) -> tuple[Command, ...]:
     """Unassigned partitions placed, once min_cluster_size workers are eligible."""
-    unassigned = [p.partition for p in state.partitions if p.status is PartitionStatus.UNASSIGNED]
+    # `default`'s only: placing a recorded pipeline's partitions (pools, specs on the
+    # workers) is not built, so they stay UNASSIGNED.
+    unassigned = [
+        p.partition
+        for p in state.partitions.of(DEFAULT_PIPELINE)
+        if p.status is PartitionStatus.UNASSIGNED
+    ]
     if not unassigned:
         return ()
     if state.count_in(WorkerState.ACTIVE) < settings.min_cluster_size:
@@ -140,7 +147,7 @@ def rebalance_on_join(
         # before this).
         return ()
     if state.in_flight_migrations() or any(
-        p.status is not PartitionStatus.ONLINE for p in state.partitions
+        p.status is not PartitionStatus.ONLINE for p in state.partitions.of(DEFAULT_PIPELINE)
     ):
         return ()
     if state.count_in(WorkerState.DRAINING) or detector.holds(now):
