@@ -11,9 +11,10 @@ number, whatever order records were written in. Numbers are identities, not posi
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 
-from coordinator.core.model import Partition, PartitionId, PipelineName
+from coordinator.core.model import DEFAULT_PIPELINE, SLOT_BASE, Partition, PipelineName
 
 __all__ = ["PartitionTable"]
 
@@ -32,15 +33,23 @@ class PartitionTable:
         # A dict keeps insertion order: built in ascending number, `put` replaces a record in
         # place and `add` only appends numbers above every one held, so iterating it is
         # iterating in ascending number.
-        self._by_number: dict[PartitionId, Partition] = {r.partition: r for r in ordered}
+        # Keyed by plain int: a lookup is the hot path of every tick at 100k partitions.
+        self._by_number: dict[int, Partition] = {r.partition: r for r in ordered}
         if len(self._by_number) != len(ordered):
             raise ValueError("two partition records under one number")
-        self._by_pipeline: dict[PipelineName, dict[PartitionId, None]] = {}
         for r in ordered:
-            self._by_pipeline.setdefault(r.pipeline, {})[r.partition] = None
+            if (r.pipeline == DEFAULT_PIPELINE) != (r.partition < SLOT_BASE):
+                raise ValueError(f"partition {r.partition} of {r.pipeline} is out of its range")
+        # A recorded pipeline's numbers; `default`'s are all those below SLOT_BASE, found
+        # from the front of `_by_number`, so a copy of the table does not copy an index of
+        # every partition twice.
+        self._by_pipeline: dict[PipelineName, dict[int, None]] = {}
+        for r in ordered:
+            if r.pipeline != DEFAULT_PIPELINE:
+                self._by_pipeline.setdefault(r.pipeline, {})[r.partition] = None
 
     def __getitem__(self, p: int) -> Partition:
-        return self._by_number[PartitionId(p)]
+        return self._by_number[p]
 
     def __contains__(self, p: object) -> bool:
         return p in self._by_number
@@ -62,14 +71,19 @@ class PartitionTable:
         return f"PartitionTable({list(self._by_number.values())!r})"
 
     def get(self, p: int) -> Partition | None:
-        return self._by_number.get(PartitionId(p))
+        return self._by_number.get(p)
 
     def of(self, pipeline: str) -> Iterator[Partition]:
         """One pipeline's records, in ascending number."""
+        if pipeline == DEFAULT_PIPELINE:
+            # The first ones in number order: every other pipeline's are above SLOT_BASE.
+            return itertools.islice(self._by_number.values(), self.count_of(pipeline))
         numbers = self._by_pipeline.get(PipelineName(pipeline), {})
         return (self._by_number[p] for p in numbers)
 
     def count_of(self, pipeline: str) -> int:
+        if pipeline == DEFAULT_PIPELINE:
+            return len(self._by_number) - sum(len(x) for x in self._by_pipeline.values())
         return len(self._by_pipeline.get(PipelineName(pipeline), ()))
 
     def put(self, record: Partition) -> None:
@@ -90,11 +104,16 @@ class PartitionTable:
                 raise ValueError(f"partition {r.partition} is not above {top}")
             top = r.partition
         for r in records:
+            if r.pipeline == DEFAULT_PIPELINE or r.partition < SLOT_BASE:
+                raise ValueError(f"partition {r.partition} is not a recorded pipeline's")
+        for r in records:
             self._by_number[r.partition] = r
             self._by_pipeline.setdefault(r.pipeline, {})[r.partition] = None
 
     def remove(self, pipeline: str) -> tuple[Partition, ...]:
-        """Drop one pipeline's records; they are returned."""
+        """Drop one recorded pipeline's records; they are returned."""
+        if pipeline == DEFAULT_PIPELINE:
+            raise ValueError("default's table is replaced, never removed")
         numbers = self._by_pipeline.pop(PipelineName(pipeline), {})
         return tuple(self._by_number.pop(p) for p in numbers)
 
