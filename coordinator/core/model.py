@@ -89,6 +89,10 @@ SPEC_TEXT_BYTES_MAX = SPEC_BYTES_MAX
 SPEC_TEXT_BYTES_TOTAL_MAX = 32 * 1024 * 1024
 # A pool's selector: at most this many labels, each key and value an id.
 POOL_LABELS_MAX = 16
+# A worker's labels (ProfileWorker), each key and value an id, and its slots: the most
+# partitions of recorded pipelines it takes.
+WORKER_LABELS_MAX = 32
+WORKER_SLOTS_MAX = 100_000
 # Per-pipeline settings' bounds: a micro-batch interval, a checkpoint interval (not shorter than
 # the batch interval), keys one partition keeps, and how long its source log is kept (0: for
 # ever, as a cluster without retention keeps it).
@@ -160,6 +164,19 @@ TERMINAL_PHASES = frozenset({MigrationPhase.DONE, MigrationPhase.ABORTED})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerProfile:
+    """What a worker offers recorded pipelines (ProfileWorker): its labels, sorted by key,
+    which pools select on, and its slots, the most of their partitions it takes."""
+
+    labels: tuple[Label, ...]
+    slots: int
+
+    def carries(self, pool: tuple[Label, ...]) -> bool:
+        """True iff every label of `pool` is one of this worker's."""
+        return set(pool) <= set(self.labels)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Worker:
     worker_id: WorkerId
     address: str
@@ -168,6 +185,9 @@ class Worker:
     # First registration of this id; updated_at_ms moves on every state or address change.
     registered_at_ms: int
     updated_at_ms: int
+    # None: it runs `default`'s partitions only (it declared no profile at this
+    # incarnation: a re-registration clears it, its ProfileWorker sets it again).
+    profile: WorkerProfile | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

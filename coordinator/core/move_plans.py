@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from coordinator.core import pools
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import Move, Rejected, rejected
 from coordinator.core.edits import check_moves
@@ -154,12 +155,29 @@ class MovePlans:
             return rejected(
                 "conflict", "no other ACTIVE worker can take its partitions", "worker_id"
             )
-        target = self.placement(state, eligible, now_ms)
+        ours = [p for p in owned if p.pipeline == DEFAULT_PIPELINE]
+        target = self.placement(state, eligible, now_ms) if ours else []
+        # A recorded pipeline's partitions move within its pool (coordinator/core/pools.py).
+        theirs = pools.place(state, eligible, [p for p in owned if p.pipeline != DEFAULT_PIPELINE])
+        stranded = [
+            p for p in owned if p.pipeline != DEFAULT_PIPELINE and p.partition not in theirs
+        ]
+        if stranded:
+            p = stranded[0]
+            return rejected(
+                "conflict",
+                f"no other worker of pipeline {p.pipeline}'s pool can take partition {p.partition}",
+                "worker_id",
+            )
         return tuple(
             Move(
                 partition=p.partition,
                 source=worker_id,
-                target=WorkerId(target[p.partition] or eligible[0]),
+                target=WorkerId(
+                    theirs[p.partition]
+                    if p.pipeline != DEFAULT_PIPELINE
+                    else target[p.partition] or eligible[0]
+                ),
             )
             for p in owned
         )

@@ -66,6 +66,7 @@ __all__ = [
     "create_pipeline",
     "drop_pipeline",
     "forget_pipeline",
+    "labels_problem",
     "pause_pipeline",
     "resume_pipeline",
     "settings_problem",
@@ -144,14 +145,16 @@ def settings_problem(s: PipelineSettings) -> Rejected | None:
     return None
 
 
-def _pool_problem(pool: tuple[Label, ...]) -> Rejected | None:
-    if len(pool) > POOL_LABELS_MAX:
-        return rejected("invalid", f"a pool has at most {POOL_LABELS_MAX} labels", "pool")
-    keys = [label.key for label in pool]
-    if not all(valid_id(label.key) and valid_id(label.value) for label in pool):
-        return rejected("invalid", "pool labels' keys and values must be ids", "pool")
+def labels_problem(labels: tuple[Label, ...], most: int, field: str) -> Rejected | None:
+    """Why `labels` (a pool's selector, a worker's labels) are not at most `most` labels,
+    each key and value an id, each key once; or None."""
+    if len(labels) > most:
+        return rejected("invalid", f"{field} has at most {most} labels", field)
+    keys = [label.key for label in labels]
+    if not all(valid_id(label.key) and valid_id(label.value) for label in labels):
+        return rejected("invalid", f"{field}: label keys and values must be ids", field)
     if len(set(keys)) != len(keys):
-        return rejected("invalid", "a pool names each label key once", "pool")
+        return rejected("invalid", f"{field} names each label key once", field)
     return None
 
 
@@ -174,7 +177,7 @@ def _create_problem(cmd: CreatePipeline) -> Rejected | None:
         return rejected("invalid", "spec_sha256 is not the sha256 of spec_text", "spec_sha256")
     if not 1 <= cmd.partitions <= PIPELINE_PARTITIONS_MAX:
         return rejected("invalid", f"partitions must be 1..{PIPELINE_PARTITIONS_MAX}", "partitions")
-    return _pool_problem(cmd.pool) or settings_problem(cmd.settings)
+    return labels_problem(cmd.pool, POOL_LABELS_MAX, "pool") or settings_problem(cmd.settings)
 
 
 def create_pipeline(state: ClusterState, cmd: CreatePipeline) -> Result:

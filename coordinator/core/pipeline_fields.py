@@ -34,6 +34,7 @@ from coordinator.core.wire_fields import (
 
 __all__ = [
     "decode_pipeline",
+    "label_row",
     "label_value",
     "pipeline_name_value",
     "pipeline_plain",
@@ -87,7 +88,7 @@ def pipeline_plain(p: Pipeline) -> list[object]:
 _state = enum_value(PipelineState)
 
 
-def _label_row(value: object, where: Where) -> Label:
+def label_row(value: object, where: Where) -> Label:
     key, val = tuple_value(value, 2, where)
     return Label(key=_id_value(key, where), value=_id_value(val, where))
 
@@ -119,7 +120,7 @@ def decode_pipeline(value: object, where: str) -> Pipeline:
         spec_version=int_value(spec_version, where),
         partitions=int_value(partitions, where),
         routing_generation=int_value(routing_generation, where),
-        pool=array(_label_row, POOL_LABELS_MAX)(pool, f"{where}.pool"),
+        pool=array(label_row, POOL_LABELS_MAX)(pool, f"{where}.pool"),
         settings=PipelineSettings(
             batch_interval_ms=int_value(batch, where),
             checkpoint_interval_ms=int_value(checkpoint, where),

@@ -33,6 +33,7 @@ from coordinator.core.model import (
     SLOT_BASE,
     TOTAL_PARTITIONS_MAX,
     URI_LEN_MAX,
+    WORKER_LABELS_MAX,
     BackupRecord,
     ChangeReason,
     Checkpoint,
@@ -48,10 +49,16 @@ from coordinator.core.model import (
     Rescale,
     RescalePhase,
     Worker,
+    WorkerProfile,
     WorkerState,
 )
 from coordinator.core.partition_table import PartitionTable
-from coordinator.core.pipeline_fields import decode_pipeline, pipeline_name_value, pipeline_plain
+from coordinator.core.pipeline_fields import (
+    decode_pipeline,
+    label_row,
+    pipeline_name_value,
+    pipeline_plain,
+)
 from coordinator.core.wire_fields import (
     STATE_BYTES_MAX,
     CodecError,
@@ -105,6 +112,20 @@ def _partition_plain(p: Partition) -> list[object]:
     return row
 
 
+def _worker_plain(w: Worker) -> list[object]:
+    row: list[object] = [
+        w.worker_id,
+        w.address,
+        w.incarnation,
+        w.state.value,
+        w.registered_at_ms,
+        w.updated_at_ms,
+    ]
+    if w.profile is not None:  # trailing, so a worker without one keeps its bytes
+        row += [[[x.key, x.value] for x in w.profile.labels], w.profile.slots]
+    return row
+
+
 def encode_state(state: ClusterState) -> bytes:
     return pack(
         {
@@ -112,17 +133,7 @@ def encode_state(state: ClusterState) -> bytes:
             "total_partitions": state.total_partitions,
             "generation": state.generation,
             "migration_seq": state.migration_seq,
-            "workers": [
-                [
-                    w.worker_id,
-                    w.address,
-                    w.incarnation,
-                    w.state.value,
-                    w.registered_at_ms,
-                    w.updated_at_ms,
-                ]
-                for w in state.workers.values()
-            ],
+            "workers": [_worker_plain(w) for w in state.workers.values()],
             "partitions": [_partition_plain(p) for p in state.partitions.of(DEFAULT_PIPELINE)],
             "migrations": [
                 [
@@ -261,8 +272,17 @@ def _decode_partition(index: int, value: object) -> Partition:
 
 
 def _decode_worker(value: object) -> Worker:
-    wid, address, incarnation, state, registered, updated = tuple_value(value, 6, "workers")
+    row = tuple_value(value, 6, "workers", optional=2)
+    wid, address, incarnation, state, registered, updated = row[:6]
+    profile = None
+    if len(row) == 8:
+        labels, slots = row[6:]
+        profile = WorkerProfile(
+            labels=array(label_row, WORKER_LABELS_MAX)(labels, "workers.labels"),
+            slots=int_value(slots, "workers.slots"),
+        )
     return Worker(
+        profile=profile,
         worker_id=worker_id_value(wid, "workers"),
         address=str_value(ADDRESS_LEN_MAX)(address, "workers"),
         incarnation=int_value(incarnation, "workers"),
