@@ -185,7 +185,7 @@ class CallPlans:
             if mid in in_flight:
                 continue
             p = warm.partition
-            handed = p < len(state.partitions) and state.partitions[p].owner == warm.worker_id
+            handed = p in state.partitions and state.partitions[p].owner == warm.worker_id
             target = state.workers.get(warm.worker_id)
             if (
                 handed  # the target hosts it: its host call took the copy or dropped it

@@ -23,9 +23,11 @@ from collections.abc import Set as AbstractSet
 
 from coordinator.core.commands import Result
 from coordinator.core.model import (
+    DEFAULT_PIPELINE,
     DEPARTED_WORKER_STATES,
     FIRST_COMMAND_SET_VERSION,
     OWNING_WORKER_STATES,
+    SLOT_BASE,
     TERMINAL_PHASES,
     BackupRecord,
     MaintenanceRecord,
@@ -42,6 +44,7 @@ from coordinator.core.model import (
     WorkerId,
     WorkerState,
 )
+from coordinator.core.partition_table import PartitionTable
 
 __all__ = ["ClusterState"]
 
@@ -91,6 +94,7 @@ class ClusterState:
         "rescale",
         "retired_total",
         "routing",
+        "slot_seq",
         "total_partitions",
         "workers",
     )
@@ -98,7 +102,7 @@ class ClusterState:
     def __init__(self) -> None:
         self.total_partitions: int = 0  # 0 = not bootstrapped
         self.workers: dict[WorkerId, Worker] = {}
-        self.partitions: list[Partition] = []
+        self.partitions = PartitionTable()
         self.generation: int = 0
         # Insertion ordered. A migration is moved to the end when it becomes terminal, so the
         # terminal ones appear in the order they finished: eviction drops the oldest-finished.
@@ -129,6 +133,8 @@ class ClusterState:
         # runs its one implicit pipeline, `default` (coordinator/core/pipelines.py).
         self.pipelines: dict[PipelineName, Pipeline] = {}
         self.pipeline_seq: int = 0
+        # The number the next recorded pipeline's partition 0 gets (it only grows).
+        self.slot_seq: int = SLOT_BASE
         self._owned: dict[WorkerId, set[PartitionId]] = {}
         self._sourcing: dict[WorkerId, set[MigrationId]] = {}
         # The non-terminal migrations in creation order (a dict as an ordered set): the
@@ -194,7 +200,7 @@ class ClusterState:
         copy = ClusterState()
         copy.total_partitions = self.total_partitions
         copy.workers = dict(self.workers)
-        copy.partitions = list(self.partitions)
+        copy.partitions = self.partitions.copy()
         copy.generation = self.generation
         copy.migrations = dict(self.migrations)
         copy.migration_seq = self.migration_seq
@@ -210,6 +216,7 @@ class ClusterState:
         copy.rescale = self.rescale
         copy.pipelines = dict(self.pipelines)
         copy.pipeline_seq = self.pipeline_seq
+        copy.slot_seq = self.slot_seq
         return copy
 
     # --- reads ---------------------------------------------------------------------------------
@@ -296,22 +303,40 @@ class ClusterState:
         """The one way a partition record is written: keeps the owner index true."""
         old = self.partitions[new.partition]
         if old.owner != new.owner:
-            if old.owner is not None:
-                owned = self._owned[old.owner]
-                owned.discard(new.partition)
-                if not owned:
-                    del self._owned[old.owner]
+            self._unown(old)
             if new.owner is not None:
                 self._owned.setdefault(new.owner, set()).add(new.partition)
-        self.partitions[new.partition] = new
+        self.partitions.put(new)
 
     def replace_partitions(self, table: list[Partition]) -> None:
-        """The one way the partition table is replaced (a rescale's StatesBuilt): every new
-        partition is unowned, so the owner index empties with the old table."""
+        """The one way `default`'s partition table is replaced (a rescale's StatesBuilt):
+        every new partition is unowned, so the old table's owners leave the owner index."""
         assert all(p.owner is None for p in table), "a new partition table is unowned"
-        self.partitions = table
+        assert all(p.pipeline == DEFAULT_PIPELINE for p in table), "default's table"
+        for part in self.partitions.of(DEFAULT_PIPELINE):
+            self._unown(part)
+        others = [p for p in self.partitions if p.pipeline != DEFAULT_PIPELINE]
+        self.partitions = PartitionTable([*table, *others])
         self.total_partitions = len(table)
-        self._owned = {}
+
+    def add_partitions(self, table: list[Partition]) -> None:
+        """The one way a recorded pipeline's partitions join (its set-up): unowned, numbered
+        from `slot_seq` up, which moves past them."""
+        assert all(p.owner is None for p in table), "a new pipeline's partitions are unowned"
+        self.partitions.add(table)
+        self.slot_seq = max(self.slot_seq, 1 + max((p.partition for p in table), default=0))
+
+    def remove_partitions(self, pipeline: PipelineName) -> None:
+        """The one way a recorded pipeline's partitions leave (its tear-down); none owned."""
+        assert all(p.owner is None for p in self.partitions.of(pipeline)), "torn down unowned"
+        self.partitions.remove(pipeline)
+
+    def _unown(self, part: Partition) -> None:
+        if part.owner is not None:
+            owned = self._owned[part.owner]
+            owned.discard(part.partition)
+            if not owned:
+                del self._owned[part.owner]
 
     def put_migration(self, new: Migration) -> None:
         """The one way a migration record is written: keeps the source, in-flight and

@@ -39,6 +39,7 @@ from coordinator.core.model import (
     SHA256_HEX_LEN,
     SPEC_TEXT_BYTES_MAX,
     URI_LEN_MAX,
+    WORKER_LABELS_MAX,
     MigrationReason,
 )
 from coordinator.core.pipeline_fields import label_value, pipeline_name_value, settings_value
@@ -231,6 +232,13 @@ _COMMAND_SPECS: dict[int, dict[str, Decoder]] = {
         "now_ms": int_value,
     },
     33: {"name": pipeline_name_value, "incarnation": int_value, "now_ms": int_value},
+    34: {
+        "worker_id": worker_id_value,
+        "incarnation": int_value,
+        "labels": array(label_value, WORKER_LABELS_MAX),
+        "slots": int_value,
+        "now_ms": int_value,
+    },
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, Where], Command]] = {

@@ -248,6 +248,13 @@ class CutResult:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileResult:
+    worker_id: WorkerId
+    incarnation: int
+    changed: bool  # False: the worker had this profile already
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineResult:
     """Where a pipeline is after one of its commands (CreatePipeline .. ForgetPipeline)."""
 
@@ -282,6 +289,7 @@ CommandResult = (
     | RescaleResult
     | CutResult
     | PipelineResult
+    | ProfileResult
 )
 
 R = TypeVar("R", bound=CommandResult)
@@ -638,6 +646,22 @@ class ForgetPipeline(Returns[PipelineResult]):
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileWorker(Returns[ProfileResult]):
+    """Incarnation `incarnation` of a registered worker runs recorded pipelines: its labels
+    (what pools select on) and its slots (the most partitions of recorded pipelines it
+    takes). Proposed by the leader right after the worker's RegisterWorker when it declared
+    them; a worker without a profile is given `default`'s partitions only. Command-set
+    version 5."""
+
+    TAG: ClassVar[int] = 34
+    worker_id: WorkerId
+    incarnation: int
+    labels: tuple[Label, ...]
+    slots: int
+    now_ms: int
+
+
 Command = (
     Bootstrap
     | RegisterWorker
@@ -671,6 +695,7 @@ Command = (
     | ResumePipeline
     | DropPipeline
     | ForgetPipeline
+    | ProfileWorker
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -706,6 +731,7 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     ResumePipeline,
     DropPipeline,
     ForgetPipeline,
+    ProfileWorker,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"

@@ -26,6 +26,7 @@ from coordinator.core.model import (
     CHECKPOINTS_KEPT_MAX,
     HISTORY_PER_PARTITION_MAX,
     NOTE_LEN_MAX,
+    OWNING_WORKER_STATES,
     ChangeReason,
     Checkpoint,
     Epoch,
@@ -37,6 +38,7 @@ from coordinator.core.model import (
     Partition,
     PartitionId,
     PartitionStatus,
+    Worker,
     WorkerId,
     WorkerState,
 )
@@ -48,6 +50,7 @@ __all__ = [
     "check_assignments",
     "check_moves",
     "create_migrations",
+    "current_worker",
     "finish_migration",
     "in_range",
     "leave",
@@ -207,8 +210,23 @@ def leavers(
     return out
 
 
+def current_worker(state: ClusterState, worker_id: str, incarnation: int) -> Worker | Rejected:
+    """The worker a command from (or about) this process speaks of: it exists, is at
+    `incarnation` and may own partitions; or why not."""
+    w = state.workers.get(WorkerId(worker_id))
+    if w is None:
+        return rejected("not_found", f"unknown worker {worker_id}", "worker_id")
+    if incarnation != w.incarnation:
+        return rejected(
+            "conflict", f"stale incarnation {incarnation} (current {w.incarnation})", "incarnation"
+        )
+    if w.state not in OWNING_WORKER_STATES:
+        return rejected("conflict", f"worker {w.worker_id} is {w.state.value}", "worker_id")
+    return w
+
+
 def in_range(state: ClusterState, partition: int) -> bool:
-    return 0 <= partition < state.total_partitions
+    return partition in state.partitions
 
 
 def check_moves(

@@ -15,11 +15,11 @@ against the state it lands on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinator.core.commands import FallBack, FinalCheckpoint, MarkStuck
 from coordinator.core.model import NOTE_LEN_MAX, Partition, PartitionEpoch, PartitionStatus
+from coordinator.core.partition_table import PartitionTable
 
 __all__ = [
     "CHECKPOINT_UNAVAILABLE",
@@ -131,7 +131,7 @@ class UnavailableCounts:
 
 
 def fallbacks_due(
-    partitions: Sequence[Partition],
+    partitions: PartitionTable,
     counts: UnavailableCounts,
     policy: FallbackPolicy,
     now_ms: int,
@@ -144,8 +144,9 @@ def fallbacks_due(
     for key, failures, message in counts.due(policy.after_failures):
         counts.forget(key)
         p, epoch = key
-        if p < len(partitions) and partitions[p].epoch == epoch:
-            cmd = decide(partitions[p], failures, message, policy, now_ms, rescaled)
+        part = partitions.get(p)
+        if part is not None and part.epoch == epoch:
+            cmd = decide(part, failures, message, policy, now_ms, rescaled)
             if cmd is not None:
                 out.append(cmd)
     return out

@@ -44,13 +44,16 @@ from coordinator.core.commands import (
 )
 from coordinator.core.model import (
     CHECKPOINTS_KEPT_MAX,
+    DEFAULT_PIPELINE,
     DEPARTED_WORKER_STATES,
     OWNING_WORKER_STATES,
+    SLOT_BASE,
     TERMINAL_PHASES,
     Checkpoint,
     Epoch,
     MigrationId,
     MigrationPhase,
+    PartitionId,
     PartitionStatus,
     PipelineName,
     RescalePhase,
@@ -90,7 +93,7 @@ class View:
     so holding them costs a pointer each)."""
 
     workers: dict[WorkerId, tuple[WorkerState, int]]
-    partitions: list[PartitionView]
+    partitions: dict[PartitionId, PartitionView]
     migrations: dict[MigrationId, MigrationPhase]
     generation: int
     incarnation_floor: int = 0
@@ -103,15 +106,15 @@ class View:
 def view(state: ClusterState) -> View:
     return View(
         workers={w.worker_id: (w.state, w.incarnation) for w in state.workers.values()},
-        partitions=[
-            PartitionView(
+        partitions={
+            p.partition: PartitionView(
                 status=p.status,
                 epoch=p.epoch,
                 owner=p.owner,
                 checkpoints=(p.checkpoint, *p.earlier) if p.checkpoint else p.earlier,
             )
             for p in state.partitions
-        ],
+        },
         migrations={m.migration_id: m.phase for m in state.migrations.values()},
         generation=state.generation,
         incarnation_floor=state.incarnation_floor,
@@ -128,7 +131,7 @@ def view(state: ClusterState) -> View:
 def state_violations(state: ClusterState) -> list[str]:
     out: list[str] = []
     owned: dict[WorkerId, list[int]] = {}
-    for i, p in enumerate(state.partitions):
+    for p in state.partitions:
         if (p.owner is None) != (p.status is PartitionStatus.UNASSIGNED):
             out.append(f"p{p.partition} is {p.status.value} with owner {p.owner}")
         if p.owner is not None:
@@ -143,14 +146,12 @@ def state_violations(state: ClusterState) -> list[str]:
         out += _chain_violations(p.partition, p.checkpoint, p.earlier, state.routing_generation > 0)
         if p.stuck and p.status is PartitionStatus.ONLINE:
             out.append(f"p{p.partition} is online and marked stuck")
-        if p.partition != i:
-            out.append(f"p{p.partition} is at index {i} of the partition table")
     out += _routing_violations(state)
     for m in state.in_flight_migrations():
         for wid in (m.source, m.target):
             if wid not in state.workers:
                 out.append(f"{m.migration_id} in flight names {wid}, which the state lacks")
-        if not 0 <= m.partition < len(state.partitions):
+        if m.partition not in state.partitions:
             out.append(f"{m.migration_id} in flight names p{m.partition}, beyond the table")
             continue
         part = state.partitions[m.partition]
@@ -170,8 +171,9 @@ def _routing_violations(state: ClusterState) -> list[str]:
     HOSTING on and the next one before."""
     out = []
     total = state.total_partitions
-    if len(state.partitions) != total:
-        out.append(f"{len(state.partitions)} partitions in the table, total_partitions {total}")
+    numbers = [p.partition for p in state.partitions.of(DEFAULT_PIPELINE)]
+    if numbers != list(range(total)):
+        out.append(f"{DEFAULT_PIPELINE}'s partitions are not 0..{total - 1}: {numbers[:8]}...")
     if state.routing[-1:] != ((total,) if total else ()):
         out.append(f"routing {list(state.routing)} does not end at total_partitions {total}")
     r = state.rescale
@@ -255,18 +257,18 @@ def step_violations(before: View, state: ClusterState, command: Command) -> list
     if state.generation < before.generation:
         out.append(f"{name} took the generation back to {state.generation}")
     if new_table:
-        top = max((p.epoch for p in before.partitions), default=0)
+        top = max((p.epoch for p in before.partitions.values()), default=0)
         out += [
             f"{name} made p{p.partition} at epoch {p.epoch}, not above the old table's {top}"
-            for p in state.partitions
+            for p in state.partitions.of(DEFAULT_PIPELINE)
             if p.epoch <= top
         ]
     # A rescaled table's oldest checkpoint is its build: the floor every command keeps.
     rescaled = state.routing_generation > 0
     for p in state.partitions:
-        if new_table or p.partition >= len(before.partitions):
+        was = before.partitions.get(p.partition)
+        if was is None or (new_table and p.pipeline == DEFAULT_PIPELINE):
             continue  # created by this command
-        was = before.partitions[p.partition]
         if p.epoch < was.epoch:
             out.append(f"{name} took p{p.partition} epoch back to {p.epoch}")
         elif p.epoch == was.epoch and p.owner != was.owner:
@@ -331,8 +333,8 @@ def _lifecycle_violations(
             )
     for p in state.partitions:
         old_p = None
-        if not new_table and p.partition < len(before.partitions):
-            old_p = before.partitions[p.partition]
+        if not (new_table and p.pipeline == DEFAULT_PIPELINE):
+            old_p = before.partitions.get(p.partition)
         if old_p is not None and (old_p.status, old_p.epoch) == (p.status, p.epoch):
             continue
         src_p = None if old_p is None else old_p.status
@@ -340,6 +342,13 @@ def _lifecycle_violations(
             out.append(
                 f"{command} moved partition {p.partition} {src_p} -> {p.status}: "
                 "not in lifecycle.py"
+            )
+    for number, was in before.partitions.items():
+        if number in state.partitions or (new_table and number < SLOT_BASE):
+            continue  # kept, or `default`'s old table that a rescale replaced
+        if not lifecycle.allowed(lifecycle.PARTITION_EDGES, was.status, None, command):
+            out.append(
+                f"{command} removed partition {number} ({was.status.value}): not in lifecycle.py"
             )
     for m in state.migrations.values():
         old_m = before.migrations.get(m.migration_id)
@@ -380,6 +389,8 @@ class Ledger:
         self.retired: dict[str, set[WorkerId]] = {}
         # Per replica, the pipeline counter and each (pipeline, incarnation)'s spec version.
         self.pipeline_seq: dict[str, int] = {}
+        # Per replica, the partition number counter (it only grows: numbers are never reused).
+        self.slot_seq: dict[str, int] = {}
         self.spec_versions: dict[str, dict[tuple[PipelineName, int], int]] = {}
 
     def observe(self, replica: str, state: ClusterState) -> list[str]:
@@ -415,6 +426,9 @@ class Ledger:
         if state.pipeline_seq < self.pipeline_seq.get(replica, 0):
             out.append(f"{replica} pipeline counter went back to {state.pipeline_seq}")
         self.pipeline_seq[replica] = state.pipeline_seq
+        if state.slot_seq < self.slot_seq.get(replica, 0):
+            out.append(f"{replica} partition number counter went back to {state.slot_seq}")
+        self.slot_seq[replica] = state.slot_seq
         versions = self.spec_versions.setdefault(replica, {})
         for p in state.pipelines.values():
             key = (p.name, p.incarnation)
@@ -444,9 +458,11 @@ def settled_violations(state: ClusterState) -> list[str]:
         for m in state.migrations.values()
         if m.phase not in TERMINAL_PHASES
     ]
+    # `default`'s only: a recorded pipeline's partitions are not placed yet
+    # (stages.assign_unassigned), so they stay UNASSIGNED however long the cluster settles.
     out += [
         f"p{p.partition} is {p.status.value}"
-        for p in state.partitions
+        for p in state.partitions.of(DEFAULT_PIPELINE)
         if p.status is not PartitionStatus.ONLINE
     ]
     r = state.rescale

@@ -94,8 +94,11 @@ WORKER_EDGES: Edges[WorkerState] = _edges(  # type: ignore[assignment]
 )
 
 PARTITION_EDGES: Edges[PartitionStatus] = _edges(  # type: ignore[assignment]
-    # The first table, and each rescale's new one (the old partitions go with the old table).
-    (None, P.UNASSIGNED, "Bootstrap StatesBuilt"),
+    # The first table, each rescale's new one (the old partitions go with the old table), and
+    # a recorded pipeline's, at its set-up.
+    (None, P.UNASSIGNED, "Bootstrap StatesBuilt ActivatePipeline"),
+    # A recorded pipeline's, at its tear-down: never while owned.
+    (P.UNASSIGNED, None, "ForgetPipeline"),
     (P.UNASSIGNED, P.ASSIGNING, "AssignPartitions DeclareDead"),
     (P.ASSIGNING, P.ONLINE, "PartitionOnline"),
     # A new epoch (new owner, or the same owner after a restart, an abort or a fallback).

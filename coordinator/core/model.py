@@ -74,6 +74,11 @@ INT_VALUE_MAX = _INT_VALUE_MAX
 DEFAULT_PIPELINE = PipelineName("default")
 # Pipeline records the state holds: the scale goal is a thousand, with room.
 PIPELINES_MAX = 4_096
+# The first number a recorded pipeline's partitions are carried under: above every number
+# `default`'s table can use, so `default` keeps 0 .. total_partitions - 1 through its
+# rescales. Numbers come from a counter that only grows (`ClusterState.slot_seq`): a dropped
+# pipeline's numbers, and the epochs workers' gates hold for them, are never met again.
+SLOT_BASE = 1 << 20
 # A pipeline's partition count: as a rescale's (each generation after 0 routes by key groups).
 PIPELINE_PARTITIONS_MAX = RESCALE_PARTITIONS_MAX
 # A spec's text as the replicated record holds it: the spec format's own bound.
@@ -84,6 +89,10 @@ SPEC_TEXT_BYTES_MAX = SPEC_BYTES_MAX
 SPEC_TEXT_BYTES_TOTAL_MAX = 32 * 1024 * 1024
 # A pool's selector: at most this many labels, each key and value an id.
 POOL_LABELS_MAX = 16
+# A worker's labels (ProfileWorker), each key and value an id, and its slots: the most
+# partitions of recorded pipelines it takes.
+WORKER_LABELS_MAX = 32
+WORKER_SLOTS_MAX = 100_000
 # Per-pipeline settings' bounds: a micro-batch interval, a checkpoint interval (not shorter than
 # the batch interval), keys one partition keeps, and how long its source log is kept (0: for
 # ever, as a cluster without retention keeps it).
@@ -155,6 +164,19 @@ TERMINAL_PHASES = frozenset({MigrationPhase.DONE, MigrationPhase.ABORTED})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerProfile:
+    """What a worker offers recorded pipelines (ProfileWorker): its labels, sorted by key,
+    which pools select on, and its slots, the most of their partitions it takes."""
+
+    labels: tuple[Label, ...]
+    slots: int
+
+    def carries(self, pool: tuple[Label, ...]) -> bool:
+        """True iff every label of `pool` is one of this worker's."""
+        return set(pool) <= set(self.labels)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Worker:
     worker_id: WorkerId
     address: str
@@ -163,6 +185,9 @@ class Worker:
     # First registration of this id; updated_at_ms moves on every state or address change.
     registered_at_ms: int
     updated_at_ms: int
+    # None: it runs `default`'s partitions only (it declared no profile at this
+    # incarnation: a re-registration clears it, its ProfileWorker sets it again).
+    profile: WorkerProfile | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,6 +224,23 @@ class Partition:
     earlier: tuple[Checkpoint, ...] = ()
     # Why the partition cannot come online without an operator ("" = it is not stuck).
     stuck: str = ""
+    # The pipeline it is a partition of: `default`'s are numbered 0 .. total_partitions - 1,
+    # a recorded pipeline's from its `first_slot` (its own number is the difference).
+    pipeline: PipelineName = DEFAULT_PIPELINE
+
+
+def unassigned_partition(number: int, pipeline: PipelineName = DEFAULT_PIPELINE) -> Partition:
+    """A partition as a table first holds it: nobody's, at epoch 0, with no checkpoint."""
+    return Partition(
+        partition=PartitionId(number),
+        owner=None,
+        epoch=Epoch(0),
+        status=PartitionStatus.UNASSIGNED,
+        migration=None,
+        checkpoint=None,
+        history=(),
+        pipeline=pipeline,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -304,6 +346,9 @@ class Pipeline:
     created_at_ms: int
     updated_at_ms: int
     by: str  # who asked for the last change (the admin caller)
+    # The number its partition 0 is carried under (SLOT_BASE and up): set when a leader sets
+    # the pipeline up (ActivatePipeline); 0 until then and for `default`.
+    first_slot: int = 0
 
     def pool_labels(self) -> dict[str, str]:
         return {label.key: label.value for label in self.pool}

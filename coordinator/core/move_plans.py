@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from coordinator.core import pools
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import Move, Rejected, rejected
 from coordinator.core.edits import check_moves
 from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.load import LoadBook
 from coordinator.core.maintenance import balance_paused
-from coordinator.core.model import WorkerId
+from coordinator.core.model import DEFAULT_PIPELINE, WorkerId
 from coordinator.core.placement import PlacementStrategy, plan
 from coordinator.core.weighted import plan_weighted
 
@@ -64,7 +65,8 @@ class MovePlans:
     def placement(
         self, state: ClusterState, eligible: list[WorkerId], now_ms: int
     ) -> list[str | None]:
-        owners = [p.owner for p in state.partitions]
+        # By position in `default`'s table: a recorded pipeline's partitions are not placed.
+        owners = [p.owner for p in state.partitions.of(DEFAULT_PIPELINE)]
         if self.strategy is PlacementStrategy.BALANCED:
             # By load only when every partition's is fresh; else by counts (load.py).
             self.loads.follow(state.routing_generation)
@@ -83,7 +85,7 @@ class MovePlans:
         target = self.placement(state, [*eligible, *held], now_ms)
         return tuple(
             Move(partition=p.partition, source=p.owner, target=WorkerId(new))
-            for p in state.partitions
+            for p in state.partitions.of(DEFAULT_PIPELINE)
             if p.owner is not None
             and (new := target[p.partition]) is not None
             and new != p.owner
@@ -117,7 +119,7 @@ class MovePlans:
         else:
             out = []
             for i, (partition, to) in enumerate(moves):
-                if not 0 <= partition < state.total_partitions:
+                if partition not in state.partitions:
                     return rejected(
                         "invalid", f"moves[{i}]: partition {partition} does not exist", "partition"
                     )
@@ -153,12 +155,29 @@ class MovePlans:
             return rejected(
                 "conflict", "no other ACTIVE worker can take its partitions", "worker_id"
             )
-        target = self.placement(state, eligible, now_ms)
+        ours = [p for p in owned if p.pipeline == DEFAULT_PIPELINE]
+        target = self.placement(state, eligible, now_ms) if ours else []
+        # A recorded pipeline's partitions move within its pool (coordinator/core/pools.py).
+        theirs = pools.place(state, eligible, [p for p in owned if p.pipeline != DEFAULT_PIPELINE])
+        stranded = [
+            p for p in owned if p.pipeline != DEFAULT_PIPELINE and p.partition not in theirs
+        ]
+        if stranded:
+            p = stranded[0]
+            return rejected(
+                "conflict",
+                f"no other worker of pipeline {p.pipeline}'s pool can take partition {p.partition}",
+                "worker_id",
+            )
         return tuple(
             Move(
                 partition=p.partition,
                 source=worker_id,
-                target=WorkerId(target[p.partition] or eligible[0]),
+                target=WorkerId(
+                    theirs[p.partition]
+                    if p.pipeline != DEFAULT_PIPELINE
+                    else target[p.partition] or eligible[0]
+                ),
             )
             for p in owned
         )

@@ -34,18 +34,17 @@ from coordinator.core.commands import (
 from coordinator.core.edits import Outcome
 from coordinator.core.model import (
     BATCH_ITEMS_MAX,
-    OWNING_WORKER_STATES,
     TOTAL_PARTITIONS_MAX,
     ChangeReason,
     Checkpoint,
-    Epoch,
     Migration,
     MigrationPhase,
-    Partition,
     PartitionId,
     PartitionStatus,
     WorkerState,
+    unassigned_partition,
 )
+from coordinator.core.partition_table import PartitionTable
 
 __all__ = [
     "assign_partitions",
@@ -84,18 +83,7 @@ def bootstrap(state: ClusterState, cmd: Bootstrap) -> Outcome:
         return problem, False
     state.total_partitions = total
     state.routing = (total,)
-    state.partitions = [
-        Partition(
-            partition=PartitionId(p),
-            owner=None,
-            epoch=Epoch(0),
-            status=PartitionStatus.UNASSIGNED,
-            migration=None,
-            checkpoint=None,
-            history=(),
-        )
-        for p in range(total)
-    ]
+    state.partitions = PartitionTable(unassigned_partition(p) for p in range(total))
     # Creating unowned partitions at epoch 0 changes no (owner, epoch): generation stays.
     return Ok(value=BootstrapResult(total_partitions=total, created=True)), False
 
@@ -174,17 +162,9 @@ def partition_online(state: ClusterState, cmd: PartitionOnline) -> Outcome:
 
 
 def record_checkpoints(state: ClusterState, cmd: RecordCheckpoints) -> Outcome:
-    w = state.workers.get(cmd.worker_id)
-    if w is None:
-        return rejected("not_found", f"unknown worker {cmd.worker_id}", "worker_id"), False
-    if cmd.incarnation != w.incarnation:
-        return rejected(
-            "conflict",
-            f"stale incarnation {cmd.incarnation} (current {w.incarnation})",
-            "incarnation",
-        ), False
-    if w.state not in OWNING_WORKER_STATES:
-        return rejected("conflict", f"worker {w.worker_id} is {w.state.value}", "worker_id"), False
+    w = edits.current_worker(state, cmd.worker_id, cmd.incarnation)
+    if isinstance(w, Rejected):
+        return w, False
     if len(cmd.entries) > BATCH_ITEMS_MAX:
         return rejected("invalid", f"at most {BATCH_ITEMS_MAX} entries", "entries"), False
     results: list[CheckpointVerdict] = []

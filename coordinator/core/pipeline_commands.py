@@ -1,10 +1,12 @@
 """The apply handlers of a pipeline's lifecycle: CreatePipeline, ActivatePipeline,
 PausePipeline, ResumePipeline, DropPipeline, ForgetPipeline.
 
-Owns `ClusterState.pipelines` and `ClusterState.pipeline_seq`. A create and a drop are each
-two commits with a commit point a new leader resumes from (docs/design.md §3, "Pipelines"):
-CreatePipeline records the pipeline CREATING, and ActivatePipeline ends the create;
-DropPipeline records it DROPPING, and ForgetPipeline removes the record. Every change is an
+Owns `ClusterState.pipelines`, `ClusterState.pipeline_seq` and `ClusterState.slot_seq`. A
+create and a drop are each two commits with a commit point a new leader resumes from
+(docs/design.md §3, "Pipelines"): CreatePipeline records the pipeline CREATING, and
+ActivatePipeline ends the create by adding its partitions to the table (numbered from
+`slot_seq`); DropPipeline records it DROPPING, and ForgetPipeline removes its partitions
+(none owned) and the record. Every change is an
 edge of `coordinator/core/lifecycle.py`'s pipeline table, asked before it is made, and each
 handler validates completely before its one change, so a Rejected changes nothing. The
 spec's text is parsed and checked by the proposer (`shared/spec/`, which runs the owner's
@@ -39,6 +41,7 @@ from coordinator.core.model import (
     CHECKPOINT_INTERVAL_MS_MAX,
     CHECKPOINT_INTERVAL_MS_MIN,
     DEFAULT_PIPELINE,
+    INT_VALUE_MAX,
     KEYS_PER_PARTITION_MAX,
     MAINTENANCE_BY_LEN_MAX,
     PIPELINE_PARTITIONS_MAX,
@@ -54,6 +57,7 @@ from coordinator.core.model import (
     PipelineName,
     PipelineSettings,
     PipelineState,
+    unassigned_partition,
     valid_id,
 )
 
@@ -62,6 +66,7 @@ __all__ = [
     "create_pipeline",
     "drop_pipeline",
     "forget_pipeline",
+    "labels_problem",
     "pause_pipeline",
     "resume_pipeline",
     "settings_problem",
@@ -140,14 +145,16 @@ def settings_problem(s: PipelineSettings) -> Rejected | None:
     return None
 
 
-def _pool_problem(pool: tuple[Label, ...]) -> Rejected | None:
-    if len(pool) > POOL_LABELS_MAX:
-        return rejected("invalid", f"a pool has at most {POOL_LABELS_MAX} labels", "pool")
-    keys = [label.key for label in pool]
-    if not all(valid_id(label.key) and valid_id(label.value) for label in pool):
-        return rejected("invalid", "pool labels' keys and values must be ids", "pool")
+def labels_problem(labels: tuple[Label, ...], most: int, field: str) -> Rejected | None:
+    """Why `labels` (a pool's selector, a worker's labels) are not at most `most` labels,
+    each key and value an id, each key once; or None."""
+    if len(labels) > most:
+        return rejected("invalid", f"{field} has at most {most} labels", field)
+    keys = [label.key for label in labels]
+    if not all(valid_id(label.key) and valid_id(label.value) for label in labels):
+        return rejected("invalid", f"{field}: label keys and values must be ids", field)
     if len(set(keys)) != len(keys):
-        return rejected("invalid", "a pool names each label key once", "pool")
+        return rejected("invalid", f"{field} names each label key once", field)
     return None
 
 
@@ -170,7 +177,7 @@ def _create_problem(cmd: CreatePipeline) -> Rejected | None:
         return rejected("invalid", "spec_sha256 is not the sha256 of spec_text", "spec_sha256")
     if not 1 <= cmd.partitions <= PIPELINE_PARTITIONS_MAX:
         return rejected("invalid", f"partitions must be 1..{PIPELINE_PARTITIONS_MAX}", "partitions")
-    return _pool_problem(cmd.pool) or settings_problem(cmd.settings)
+    return labels_problem(cmd.pool, POOL_LABELS_MAX, "pool") or settings_problem(cmd.settings)
 
 
 def create_pipeline(state: ClusterState, cmd: CreatePipeline) -> Result:
@@ -260,13 +267,24 @@ def _move(
 
 
 def activate_pipeline(state: ClusterState, cmd: ActivatePipeline) -> Result:
+    """The create's set-up, in one commit: the pipeline's partitions join the table,
+    unowned at epoch 0 and numbered from `slot_seq`, and the record turns ACTIVE."""
     p = _of_incarnation(state, cmd.name, cmd.incarnation)
     if isinstance(p, Rejected):
         return p
-    if p.state is L.PAUSED:
-        # Activated and paused since: a leader's step repeated under a new request id.
+    if p.state in (L.ACTIVE, L.PAUSED):
+        # Activated (and maybe paused) since: a leader's step repeated under a new request id.
         return _result(p, changed=False)
-    return _move(state, p, L.ACTIVE, "ActivatePipeline", p.by, cmd.now_ms)
+    problem = _moved(p, L.ACTIVE, "ActivatePipeline")
+    if problem is not None:
+        return problem
+    first = state.slot_seq
+    if first + p.partitions - 1 > INT_VALUE_MAX:
+        return rejected("conflict", "the cluster has used every partition number", "partitions")
+    state.add_partitions([unassigned_partition(first + i, p.name) for i in range(p.partitions)])
+    new = replace(p, state=L.ACTIVE, first_slot=first, updated_at_ms=cmd.now_ms)
+    state.pipelines[p.name] = new
+    return _result(new, changed=True)
 
 
 def _asked(
@@ -297,11 +315,21 @@ def drop_pipeline(state: ClusterState, cmd: DropPipeline) -> Result:
 
 
 def forget_pipeline(state: ClusterState, cmd: ForgetPipeline) -> Result:
+    """The drop's tear-down, in one commit: its partitions, none owned, leave the table and
+    the record leaves the state."""
     p = _of_incarnation(state, cmd.name, cmd.incarnation)
     if isinstance(p, Rejected):
         return p
     problem = _moved(p, None, "ForgetPipeline")
     if problem is not None:
         return problem
+    held = next((x for x in state.partitions.of(p.name) if x.owner is not None), None)
+    if held is not None:
+        return rejected(
+            "conflict",
+            f"pipeline {p.name}'s partition {held.partition} is still owned by {held.owner}",
+            "name",
+        )
+    state.remove_partitions(p.name)
     del state.pipelines[p.name]
     return _result(p, changed=True, gone=True)

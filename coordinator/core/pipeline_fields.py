@@ -34,6 +34,7 @@ from coordinator.core.wire_fields import (
 
 __all__ = [
     "decode_pipeline",
+    "label_row",
     "label_value",
     "pipeline_name_value",
     "pipeline_plain",
@@ -80,13 +81,14 @@ def pipeline_plain(p: Pipeline) -> list[object]:
         p.created_at_ms,
         p.updated_at_ms,
         p.by,
+        p.first_slot,
     ]
 
 
 _state = enum_value(PipelineState)
 
 
-def _label_row(value: object, where: Where) -> Label:
+def label_row(value: object, where: Where) -> Label:
     key, val = tuple_value(value, 2, where)
     return Label(key=_id_value(key, where), value=_id_value(val, where))
 
@@ -107,7 +109,8 @@ def decode_pipeline(value: object, where: str) -> Pipeline:
         created,
         updated,
         by,
-    ) = tuple_value(value, 14, where)
+        first_slot,
+    ) = tuple_value(value, 15, where)
     batch, checkpoint, keys, retention = tuple_value(settings, 4, f"{where}.settings")
     return Pipeline(
         name=pipeline_name_value(name, where),
@@ -117,7 +120,7 @@ def decode_pipeline(value: object, where: str) -> Pipeline:
         spec_version=int_value(spec_version, where),
         partitions=int_value(partitions, where),
         routing_generation=int_value(routing_generation, where),
-        pool=array(_label_row, POOL_LABELS_MAX)(pool, f"{where}.pool"),
+        pool=array(label_row, POOL_LABELS_MAX)(pool, f"{where}.pool"),
         settings=PipelineSettings(
             batch_interval_ms=int_value(batch, where),
             checkpoint_interval_ms=int_value(checkpoint, where),
@@ -129,4 +132,5 @@ def decode_pipeline(value: object, where: str) -> Pipeline:
         created_at_ms=int_value(created, where),
         updated_at_ms=int_value(updated, where),
         by=str_value(MAINTENANCE_BY_LEN_MAX)(by, where),
+        first_slot=int_value(first_slot, where),
     )

@@ -7,7 +7,10 @@ never raises.
 
 - one state: at most PIPELINES_MAX records, each under its own valid name and never
   `default`, within its partition and settings bounds, of an incarnation the counter has
-  issued, no two of one incarnation;
+  issued, no two of one incarnation; a record set up (`first_slot`) has exactly its
+  partitions in the table, numbered first_slot .. first_slot + partitions - 1 below the
+  number counter, one not set up has none, and the table holds no partition of a pipeline
+  without a record but `default`'s;
 - one step: every record's change is an edge of the pipeline lifecycle table (a record that
   leaves the state, an edge to "gone"), the incarnation counter and a record's spec version
   never go back, a record keeps its incarnation, and a new record's incarnation is new.
@@ -24,6 +27,8 @@ from coordinator.core.model import (
     DEFAULT_PIPELINE,
     PIPELINE_PARTITIONS_MAX,
     PIPELINES_MAX,
+    SLOT_BASE,
+    Pipeline,
     PipelineName,
     PipelineState,
     valid_id,
@@ -68,6 +73,27 @@ def pipeline_state_violations(state: ClusterState) -> list[str]:
             out.append(f"pipelines {other} and {name} are both incarnation {p.incarnation}")
         if p.spec_version < 1:
             out.append(f"pipeline {name} is at spec version {p.spec_version}")
+        out += _slot_violations(state, p)
+    if state.slot_seq < SLOT_BASE:
+        out.append(f"the partition number counter is {state.slot_seq}, below {SLOT_BASE}")
+    for part in state.partitions:
+        if part.pipeline != DEFAULT_PIPELINE and part.pipeline not in state.pipelines:
+            out.append(f"p{part.partition} is of {part.pipeline}, which has no record")
+    return out
+
+
+def _slot_violations(state: ClusterState, p: Pipeline) -> list[str]:
+    numbers = [x.partition for x in state.partitions.of(p.name)]
+    if p.first_slot == 0:
+        if p.state not in (PipelineState.CREATING, PipelineState.DROPPING) or numbers:
+            return [f"pipeline {p.name} is {p.state.value} with partitions {numbers[:4]}..."]
+        return []
+    want = list(range(p.first_slot, p.first_slot + p.partitions))
+    out = []
+    if p.first_slot < SLOT_BASE or p.first_slot + p.partitions > state.slot_seq:
+        out.append(f"pipeline {p.name}'s partitions start at {p.first_slot}, not a slot made")
+    if numbers != want:
+        out.append(f"pipeline {p.name} holds partitions {numbers[:4]}..., not {want[:4]}...")
     return out
 
 

@@ -365,6 +365,7 @@ class Planner:
             self._bootstrap,
             self._detect_failures,
             self._assign_unassigned,
+            self._assign_pipelines,
             self._finish_rescale,
             self._maintenance_expiry,
             self._rebalance_on_join,
@@ -429,6 +430,9 @@ class Planner:
 
     def _assign_unassigned(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
         return stages.assign_unassigned(self.settings, self.moves, state, now, wall)
+
+    def _assign_pipelines(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
+        return stages.assign_pipelines(self.moves, state, now, wall)
 
     def _finish_rescale(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
         return self.rescales.finish(state, wall)

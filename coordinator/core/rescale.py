@@ -32,6 +32,7 @@ from coordinator.core.commands import (
 )
 from coordinator.core.edits import Outcome
 from coordinator.core.model import (
+    DEFAULT_PIPELINE,
     MAINTENANCE_BY_LEN_MAX,
     RESCALE_PARTITIONS_MAX,
     ROUTING_GENERATIONS_MAX,
@@ -250,7 +251,9 @@ def finish_rescale(state: ClusterState, cmd: FinishRescale) -> Result:
     problem = _moved(r, RescalePhase.DONE, "FinishRescale")
     if problem is not None:
         return problem
-    waiting = sum(1 for p in state.partitions if p.status is not PartitionStatus.ONLINE)
+    waiting = sum(
+        1 for p in state.partitions.of(DEFAULT_PIPELINE) if p.status is not PartitionStatus.ONLINE
+    )
     if waiting:
         return rejected(
             "not_online", f"{waiting} of the {r.partitions} new partitions are not online yet"

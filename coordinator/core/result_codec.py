@@ -40,6 +40,7 @@ from coordinator.core.commands import (
     OnlineResult,
     PipelineResult,
     PlanResult,
+    ProfileResult,
     RegisterResult,
     RejectCode,
     Rejected,
@@ -251,6 +252,10 @@ _RESULT_SHAPES: tuple[_Shape, ...] = (
             "status": choice("accepted", "fenced"),
             "phase": enum_value(RescalePhase),
         },
+    ),
+    _shape(
+        ProfileResult,
+        {"worker_id": worker_id_value, "incarnation": int_value, "changed": bool_value},
     ),
     _shape(
         PipelineResult,

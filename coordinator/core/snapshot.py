@@ -8,6 +8,7 @@ decoding trusts nothing (``CodecError`` naming the field, as the command codec d
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 
 from coordinator.core.cluster import ClusterState
 from coordinator.core.codec import FORMAT_VERSION, result_from_plain, result_plain
@@ -17,8 +18,10 @@ from coordinator.core.commands import (
 from coordinator.core.model import (
     ADDRESS_LEN_MAX,
     CHECKPOINTS_KEPT_MAX,
+    DEFAULT_PIPELINE,
     FIRST_COMMAND_SET_VERSION,
     HISTORY_PER_PARTITION_MAX,
+    INT_VALUE_MAX,
     MAINTENANCE_BY_LEN_MAX,
     NODE_VERSIONS_MAX,
     NOTE_LEN_MAX,
@@ -27,8 +30,10 @@ from coordinator.core.model import (
     REQUEST_ID_LEN_MAX,
     ROUTING_GENERATIONS_MAX,
     SHA256_HEX_LEN,
+    SLOT_BASE,
     TOTAL_PARTITIONS_MAX,
     URI_LEN_MAX,
+    WORKER_LABELS_MAX,
     BackupRecord,
     ChangeReason,
     Checkpoint,
@@ -44,9 +49,16 @@ from coordinator.core.model import (
     Rescale,
     RescalePhase,
     Worker,
+    WorkerProfile,
     WorkerState,
 )
-from coordinator.core.pipeline_fields import decode_pipeline, pipeline_plain
+from coordinator.core.partition_table import PartitionTable
+from coordinator.core.pipeline_fields import (
+    decode_pipeline,
+    label_row,
+    pipeline_name_value,
+    pipeline_plain,
+)
 from coordinator.core.wire_fields import (
     STATE_BYTES_MAX,
     CodecError,
@@ -100,6 +112,20 @@ def _partition_plain(p: Partition) -> list[object]:
     return row
 
 
+def _worker_plain(w: Worker) -> list[object]:
+    row: list[object] = [
+        w.worker_id,
+        w.address,
+        w.incarnation,
+        w.state.value,
+        w.registered_at_ms,
+        w.updated_at_ms,
+    ]
+    if w.profile is not None:  # trailing, so a worker without one keeps its bytes
+        row += [[[x.key, x.value] for x in w.profile.labels], w.profile.slots]
+    return row
+
+
 def encode_state(state: ClusterState) -> bytes:
     return pack(
         {
@@ -107,18 +133,8 @@ def encode_state(state: ClusterState) -> bytes:
             "total_partitions": state.total_partitions,
             "generation": state.generation,
             "migration_seq": state.migration_seq,
-            "workers": [
-                [
-                    w.worker_id,
-                    w.address,
-                    w.incarnation,
-                    w.state.value,
-                    w.registered_at_ms,
-                    w.updated_at_ms,
-                ]
-                for w in state.workers.values()
-            ],
-            "partitions": [_partition_plain(p) for p in state.partitions],
+            "workers": [_worker_plain(w) for w in state.workers.values()],
+            "partitions": [_partition_plain(p) for p in state.partitions.of(DEFAULT_PIPELINE)],
             "migrations": [
                 [
                     m.migration_id,
@@ -186,6 +202,14 @@ def _bookkeeping_plain(state: ClusterState) -> dict[str, object]:
         out["pipelines"] = [
             state.pipeline_seq,
             [pipeline_plain(p) for p in state.pipelines.values()],
+            state.slot_seq,
+            # The recorded pipelines' partitions: each row is its number, its pipeline and
+            # then a partition's array, as `default`'s are under "partitions".
+            [
+                [p.partition, p.pipeline, *_partition_plain(p)]
+                for p in state.partitions
+                if p.pipeline != DEFAULT_PIPELINE
+            ],
         ]
     return out
 
@@ -248,8 +272,17 @@ def _decode_partition(index: int, value: object) -> Partition:
 
 
 def _decode_worker(value: object) -> Worker:
-    wid, address, incarnation, state, registered, updated = tuple_value(value, 6, "workers")
+    row = tuple_value(value, 6, "workers", optional=2)
+    wid, address, incarnation, state, registered, updated = row[:6]
+    profile = None
+    if len(row) == 8:
+        labels, slots = row[6:]
+        profile = WorkerProfile(
+            labels=array(label_row, WORKER_LABELS_MAX)(labels, "workers.labels"),
+            slots=int_value(slots, "workers.slots"),
+        )
     return Worker(
+        profile=profile,
         worker_id=worker_id_value(wid, "workers"),
         address=str_value(ADDRESS_LEN_MAX)(address, "workers"),
         incarnation=int_value(incarnation, "workers"),
@@ -309,9 +342,9 @@ def decode_state(data: bytes) -> ClusterState:
     for value in list_value(obj["workers"], "workers"):
         w = _decode_worker(value)
         state.workers[w.worker_id] = w
-    state.partitions = [
+    state.partitions = PartitionTable(
         _decode_partition(i, v) for i, v in enumerate(list_value(obj["partitions"], "partitions"))
-    ]
+    )
     if len(state.partitions) != state.total_partitions:
         raise CodecError("partition count does not match total_partitions", "partitions")
     for value in list_value(obj["migrations"], "migrations"):
@@ -432,8 +465,9 @@ def _decode_rescale(value: object) -> Rescale:
 
 
 def _decode_pipelines(state: ClusterState, value: object) -> None:
-    """The pipeline records and their incarnation counter (absent: none was ever created)."""
-    seq, rows = tuple_value(value, 2, "pipelines")
+    """The pipeline records, their incarnation counter, the partition number counter and
+    the recorded pipelines' partitions (absent: no pipeline was ever created)."""
+    seq, rows, slot_seq, partition_rows = tuple_value(value, 4, "pipelines")
     state.pipeline_seq = int_value(seq, "pipelines")
     for i, row in enumerate(list_value(rows, "pipelines")):
         if i >= PIPELINES_MAX:
@@ -442,3 +476,21 @@ def _decode_pipelines(state: ClusterState, value: object) -> None:
         if p.name in state.pipelines:
             raise CodecError(f"pipeline {p.name} appears twice", "pipelines")
         state.pipelines[p.name] = p
+    state.slot_seq = int_value(slot_seq, "pipelines")
+    if not SLOT_BASE <= state.slot_seq <= INT_VALUE_MAX + 1:
+        raise CodecError("the partition number counter is out of range", "pipelines")
+    parts = []
+    for i, row in enumerate(list_value(partition_rows, "pipelines")):
+        if i >= TOTAL_PARTITIONS_MAX:
+            raise CodecError(f"more than {TOTAL_PARTITIONS_MAX} partitions", "pipelines")
+        where = f"pipelines.partitions[{i}]"
+        number, name, *rest = tuple_value(row, 8, where, optional=2)
+        slot = int_value(number, where)
+        pipeline = pipeline_name_value(name, where)
+        if not SLOT_BASE <= slot < state.slot_seq or pipeline not in state.pipelines:
+            raise CodecError(f"partition {slot} of {pipeline} is not one the state made", where)
+        parts.append(replace(_decode_partition(slot, rest), pipeline=pipeline))
+    try:
+        state.partitions.add(sorted(parts, key=lambda x: x.partition))
+    except ValueError as e:
+        raise CodecError(str(e), "pipelines") from None

@@ -10,6 +10,7 @@ but the detector's forgotten ids (a dead verdict for a worker the state no longe
 
 from __future__ import annotations
 
+from coordinator.core import pools
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     AbortMigration,
@@ -27,6 +28,7 @@ from coordinator.core.liveness import Detector
 from coordinator.core.load import LoadBook
 from coordinator.core.maintenance import balance_paused
 from coordinator.core.model import (
+    DEFAULT_PIPELINE,
     OWNING_WORKER_STATES,
     Migration,
     MigrationId,
@@ -43,7 +45,14 @@ from coordinator.core.throttle import startable
 from coordinator.core.versions import version_of
 from coordinator.core.warmups import WarmUps
 
-__all__ = ["assign_unassigned", "detect_failures", "drains", "migrations", "rebalance_on_join"]
+__all__ = [
+    "assign_pipelines",
+    "assign_unassigned",
+    "detect_failures",
+    "drains",
+    "migrations",
+    "rebalance_on_join",
+]
 
 # A cluster not yet finalized at StartWarm's command-set version moves cold (a voter of an
 # older release would not apply it).
@@ -76,9 +85,17 @@ def detect_failures(
     # nothing (say thousands registered and never heard from) reads no liveness of
     # every ACTIVE worker.
     eligible = plans.eligible(state, now, dead) if orphaned else []
-    target = plans.placement(state, eligible, now) if eligible else []
+    ours = eligible and any(p.pipeline == DEFAULT_PIPELINE for p in orphaned)
+    target = plans.placement(state, eligible, now) if ours else []
+    # A recorded pipeline's go to its own pool (coordinator/core/pools.py), or wait
+    # UNASSIGNED for one: never to `default`'s placement.
+    theirs = pools.place(state, eligible, [p for p in orphaned if p.pipeline != DEFAULT_PIPELINE])
     for p in orphaned:
-        new_owner: str | None = target[p.partition] if eligible else None
+        new_owner: str | None
+        if p.pipeline != DEFAULT_PIPELINE:
+            new_owner = theirs.get(p.partition)
+        else:
+            new_owner = target[p.partition] if eligible else None
         if p.migration is not None:
             mig = state.migrations[p.migration]
             # A dead source hands off to its migration's target (with the last accepted
@@ -108,7 +125,13 @@ def assign_unassigned(
     settings: PlannerSettings, plans: MovePlans, state: ClusterState, now: int, wall: int
 ) -> tuple[Command, ...]:
     """Unassigned partitions placed, once min_cluster_size workers are eligible."""
-    unassigned = [p.partition for p in state.partitions if p.status is PartitionStatus.UNASSIGNED]
+    # `default`'s only: placing a recorded pipeline's partitions (pools, specs on the
+    # workers) is not built, so they stay UNASSIGNED.
+    unassigned = [
+        p.partition
+        for p in state.partitions.of(DEFAULT_PIPELINE)
+        if p.status is PartitionStatus.UNASSIGNED
+    ]
     if not unassigned:
         return ()
     if state.count_in(WorkerState.ACTIVE) < settings.min_cluster_size:
@@ -122,6 +145,19 @@ def assign_unassigned(
         for p in unassigned
         if (o := target[p]) is not None
     )
+    return (AssignPartitions(assignments=assignments, now_ms=wall),) if assignments else ()
+
+
+def assign_pipelines(
+    plans: MovePlans, state: ClusterState, now: int, wall: int
+) -> tuple[Command, ...]:
+    """Recorded pipelines' unassigned partitions placed in their pools (pools.py), at most
+    PIPELINE_ASSIGNMENTS_PER_PASS_MAX of each pipeline per pass."""
+    parts = pools.waiting(state)
+    if not parts:
+        return ()
+    target = pools.place(state, plans.eligible(state, now), parts)
+    assignments = tuple(Assignment(partition=p, owner=w) for p, w in target.items())
     return (AssignPartitions(assignments=assignments, now_ms=wall),) if assignments else ()
 
 
@@ -140,7 +176,7 @@ def rebalance_on_join(
         # before this).
         return ()
     if state.in_flight_migrations() or any(
-        p.status is not PartitionStatus.ONLINE for p in state.partitions
+        p.status is not PartitionStatus.ONLINE for p in state.partitions.of(DEFAULT_PIPELINE)
     ):
         return ()
     if state.count_in(WorkerState.DRAINING) or detector.holds(now):

@@ -61,6 +61,7 @@ from coordinator.core.commands import (
     PartitionOnline,
     PausePipeline,
     PlanMigrations,
+    ProfileWorker,
     RecordBackup,
     RecordCheckpoints,
     RecordCut,
@@ -191,6 +192,8 @@ def _dispatch(state: ClusterState, cmd: Command) -> Outcome:
             return pipeline_commands.drop_pipeline(state, cmd), False
         case ForgetPipeline():
             return pipeline_commands.forget_pipeline(state, cmd), False
+        case ProfileWorker():
+            return worker_commands.profile_worker(state, cmd)
         case Barrier():  # handled before dispatch; kept so the match is exhaustive
             return Ok(value=BarrierResult(nonce=cmd.nonce)), False
         case ReportVersions() | FinalizeVersion() | RecordBackup():  # dispatched above

@@ -14,7 +14,8 @@ none and advertised nothing) and the two through which nodes advertise and final
 versions. Version 2 adds RecordBackup; version 3 MaintenanceOn, MaintenanceOff,
 RetireWorkers and StartWarm (warm hand-offs); version 4 StartRescale, RecordCut,
 StatesBuilt and FinishRescale (rescaling); version 5 CreatePipeline, ActivatePipeline,
-PausePipeline, ResumePipeline, DropPipeline and ForgetPipeline (pipeline records). A cluster
+PausePipeline, ResumePipeline, DropPipeline, ForgetPipeline (pipeline records) and
+ProfileWorker (workers that run them). A cluster
 finalized below 5 holds no pipeline record and runs its one implicit pipeline, `default`.
 """
 
@@ -36,6 +37,7 @@ from coordinator.core.commands import (
     MaintenanceOff,
     MaintenanceOn,
     PausePipeline,
+    ProfileWorker,
     RecordBackup,
     RecordCut,
     Rejected,
@@ -83,6 +85,7 @@ INTRODUCED_IN: dict[int, int] = {
     ResumePipeline.TAG: 5,
     DropPipeline.TAG: 5,
     ForgetPipeline.TAG: 5,
+    ProfileWorker.TAG: 5,
 }
 assert INTRODUCED_IN.keys() == COMMAND_BY_TAG.keys(), "every command tag has a version"
 assert max(INTRODUCED_IN.values()) == COMMAND_SET_VERSION

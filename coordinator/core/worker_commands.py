@@ -16,8 +16,11 @@ from coordinator.core.commands import (
     DrainResult,
     DrainWorker,
     Ok,
+    ProfileResult,
+    ProfileWorker,
     RegisterResult,
     RegisterWorker,
+    Rejected,
     rejected,
 )
 from coordinator.core.edits import Outcome
@@ -25,6 +28,8 @@ from coordinator.core.model import (
     ADDRESS_LEN_MAX,
     BATCH_ITEMS_MAX,
     OWNING_WORKER_STATES,
+    WORKER_LABELS_MAX,
+    WORKER_SLOTS_MAX,
     ChangeReason,
     Migration,
     MigrationPhase,
@@ -32,9 +37,11 @@ from coordinator.core.model import (
     PartitionStatus,
     Worker,
     WorkerId,
+    WorkerProfile,
     WorkerState,
     valid_id,
 )
+from coordinator.core.pipeline_commands import labels_problem
 
 __all__ = ["declare_dead", "drain_worker", "register_worker"]
 
@@ -124,11 +131,31 @@ def register_worker(state: ClusterState, cmd: RegisterWorker) -> Outcome:
             incarnation=old.incarnation + 1,
             state=WorkerState.ACTIVE,
             updated_at_ms=now,
+            profile=None,  # the new process says its own (ProfileWorker)
         )
     state.put_worker(worker)
     edits.leave(state, leaving, now)
     value = RegisterResult(worker_id=wid, incarnation=worker.incarnation, rehosted=tuple(rehosted))
     return Ok(value=value), bool(bumped)
+
+
+def profile_worker(state: ClusterState, cmd: ProfileWorker) -> Outcome:
+    """The worker's labels and slots, for its current incarnation only: a profile of a
+    process that has since re-registered is refused, so it never describes its successor."""
+    old = edits.current_worker(state, cmd.worker_id, cmd.incarnation)
+    if isinstance(old, Rejected):
+        return old, False
+    problem = labels_problem(cmd.labels, WORKER_LABELS_MAX, "labels")
+    if problem is not None:
+        return problem, False
+    if not 1 <= cmd.slots <= WORKER_SLOTS_MAX:
+        return rejected("invalid", f"slots must be 1..{WORKER_SLOTS_MAX}", "slots"), False
+    profile = WorkerProfile(labels=tuple(sorted(cmd.labels)), slots=cmd.slots)
+    changed = old.profile != profile
+    if changed:
+        state.put_worker(replace(old, profile=profile))
+    value = ProfileResult(worker_id=old.worker_id, incarnation=old.incarnation, changed=changed)
+    return Ok(value=value), False
 
 
 def declare_dead(state: ClusterState, cmd: DeclareDead) -> Outcome:

@@ -31,7 +31,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.config import ClusterConfig
-from coordinator.core.model import MigrationPhase, PartitionStatus, WorkerState
+from coordinator.core.model import DEFAULT_PIPELINE, MigrationPhase, PartitionStatus, WorkerState
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import VersionRange
 from coordinator.service.disk_metrics import disk_metrics
@@ -326,7 +326,7 @@ class ClusterCollector(Collector):
 
     def _state(self, state: ClusterState, wall_ms: int) -> Iterator[Metric]:
         by_status = {s.value: 0 for s in PartitionStatus}
-        for p in state.partitions:
+        for p in state.partitions.of(DEFAULT_PIPELINE):
             by_status[p.status.value] += 1
         parts = _gauge("ripple_partitions", "Partitions by status (this node's state)", ["status"])
         for name, count in sorted(by_status.items()):
@@ -364,7 +364,7 @@ class ClusterCollector(Collector):
 
         ages = {
             p.partition: max(0.0, (wall_ms - p.checkpoint.at_ms) / 1000)
-            for p in state.partitions
+            for p in state.partitions.of(DEFAULT_PIPELINE)
             if p.checkpoint is not None
         }
         yield GaugeMetricFamily(
@@ -380,7 +380,7 @@ class ClusterCollector(Collector):
         yield GaugeMetricFamily(
             "ripple_partitions_without_checkpoint",
             "Partitions with no accepted checkpoint yet (a new owner replays from offset 0)",
-            value=len(state.partitions) - len(ages),
+            value=state.partitions.count_of(DEFAULT_PIPELINE) - len(ages),
         )
         if self._per_partition(state):
             per = _gauge(
@@ -407,7 +407,7 @@ class ClusterCollector(Collector):
         yield live
 
         lags: dict[int, int] = {}
-        for p in state.partitions:
+        for p in state.partitions.of(DEFAULT_PIPELINE):
             report = self.progress.of(p.partition, p.owner, p.epoch)
             if report is not None and report.source_end is not None:
                 lags[p.partition] = max(0, report.source_end - report.offset)
@@ -438,7 +438,10 @@ class ClusterCollector(Collector):
             yield per
 
     def _per_partition(self, state: ClusterState) -> bool:
-        return bool(len(state.partitions) <= self.node.config.metrics_partition_series_max)
+        return bool(
+            state.partitions.count_of(DEFAULT_PIPELINE)
+            <= self.node.config.metrics_partition_series_max
+        )
 
 
 def _maintenance(state: ClusterState, wall_ms: int) -> Iterator[Metric]:

@@ -67,6 +67,7 @@ from coordinator.core.commands import (
     PipelineResult,
     PlanMigrations,
     PlanResult,
+    ProfileWorker,
     RecordBackup,
     RecordCheckpoints,
     RecordCut,
@@ -391,6 +392,20 @@ GOLDEN: list[tuple[str, Command, str]] = [
             "73cd0409"
         ),
     ),
+    (
+        "r-34",
+        ProfileWorker(
+            worker_id=WorkerId("w3"),
+            incarnation=2,
+            labels=(Label(key="gpu", value="true"),),
+            slots=40,
+            now_ms=1034,
+        ),
+        (
+            "940122a4722d333485a9776f726b65725f6964a27733ab696e6361726e6174696f6e02a66c616265"
+            "6c739182a36b6579a3677075a576616c7565a474727565a5736c6f747328a66e6f775f6d73cd040a"
+        ),
+    ),
 ]
 
 
@@ -400,7 +415,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), *range(23, 34)]
+    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), *range(23, 35)]
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
@@ -519,6 +534,14 @@ commands: st.SearchStrategy[Command] = st.one_of(
     st.builds(ResumePipeline, name=pipeline_names, by=short_text, now_ms=nats),
     st.builds(DropPipeline, name=pipeline_names, purge=st.booleans(), by=short_text, now_ms=nats),
     st.builds(ForgetPipeline, name=pipeline_names, incarnation=nats, now_ms=nats),
+    st.builds(
+        ProfileWorker,
+        worker_id=ids.map(WorkerId),
+        incarnation=nats,
+        labels=st.lists(st.builds(Label, key=ids, value=ids), max_size=3).map(tuple),
+        slots=nats,
+        now_ms=nats,
+    ),
 )
 
 json_like = st.recursive(
@@ -1153,7 +1176,17 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
     ),
     *(
         (cmd, hex_bytes)
-        for (_, cmd, _), hex_bytes in zip(GOLDEN[-6:], _PIPELINE_RESULTS, strict=True)
+        for (_, cmd, _), hex_bytes in zip(GOLDEN[-7:-1], _PIPELINE_RESULTS, strict=True)
+    ),
+    (
+        ProfileWorker(
+            worker_id=W2,
+            incarnation=1,
+            labels=(Label(key="gpu", value="true"),),
+            slots=40,
+            now_ms=46,
+        ),
+        "9301a26f6b83a9776f726b65725f6964a27732ab696e6361726e6174696f6e01a76368616e676564c3",
     ),
 ]
 

@@ -246,7 +246,7 @@ class CoordinatorRun(RuleBasedStateMachine):
     @rule(data=st.data(), exact=st.integers(0, 3))
     def online(self, data: st.DataObject, exact: int) -> None:
         pending = [p for p in self.s.partitions if p.status is PartitionStatus.ASSIGNING]
-        part = data.draw(st.sampled_from(pending or self.s.partitions))
+        part = data.draw(st.sampled_from(pending or list(self.s.partitions)))
         epochs = [part.epoch, max(0, part.epoch - 1), part.epoch + 1]
         epoch = part.epoch if exact else data.draw(st.sampled_from(epochs))
         owner = part.owner or data.draw(st.sampled_from(POOL))
@@ -325,7 +325,7 @@ class CoordinatorRun(RuleBasedStateMachine):
         """Preferably an ASSIGNING partition with earlier checkpoints (the deep cases)."""
         pending = [p for p in self.s.partitions if p.status is PartitionStatus.ASSIGNING]
         deep = [p for p in pending if p.earlier]
-        return data.draw(st.sampled_from(deep or pending or self.s.partitions))
+        return data.draw(st.sampled_from(deep or pending or list(self.s.partitions)))
 
     @rule(data=st.data(), exact=st.integers(0, 3), replay=st.booleans())
     def fall_back(self, data: st.DataObject, exact: int, replay: bool) -> None:

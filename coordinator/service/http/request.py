@@ -15,7 +15,7 @@ from aiohttp import web
 from multidict import CIMultiDictProxy
 from pydantic import BaseModel, ValidationError
 
-from coordinator.core.model import Partition, WorkerId, valid_id
+from coordinator.core.model import DEFAULT_PIPELINE, Partition, WorkerId, valid_id
 from coordinator.core.state import ClusterState
 from coordinator.service.http.context import NODE_KEY
 from coordinator.service.stamps import new_request_id
@@ -137,10 +137,12 @@ def path_partition(request: web.Request, state: ClusterState) -> Partition:
     # isascii first: '²'.isdigit() is True (int() then raises) and int('\u0661') is 1.
     if not (text.isascii() and text.isdigit()) or len(text) > PARTITION_DIGITS_MAX:
         raise RequestError("partition must be a non-negative integer", field="partition")
-    p = int(text)
-    if p >= len(state.partitions):
-        raise RequestError(f"partition {p} does not exist", code="not_found", field="partition")
-    return state.partitions[p]
+    part = state.partitions.get(int(text))
+    # The /v1/partitions routes are `default`'s table: a recorded pipeline's partition is
+    # not found by its internal number there.
+    if part is None or part.pipeline != DEFAULT_PIPELINE:
+        raise RequestError(f"partition {text} does not exist", code="not_found", field="partition")
+    return part
 
 
 def path_worker(request: ApiRequest) -> WorkerId:

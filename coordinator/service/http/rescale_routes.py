@@ -15,7 +15,7 @@ import asyncio
 from aiohttp import web
 
 from coordinator.core.commands import StartRescale
-from coordinator.core.model import PartitionStatus, RescalePhase
+from coordinator.core.model import DEFAULT_PIPELINE, PartitionStatus, RescalePhase
 from coordinator.core.state import ClusterState
 from coordinator.service.http.answers import json_reply
 from coordinator.service.http.context import ADMISSION_KEY
@@ -40,7 +40,9 @@ def rescale_view(state: ClusterState) -> RescaleView | None:
         return None
     online = 0
     if r.phase in _NEW_TABLE:
-        online = sum(1 for p in state.partitions if p.status is PartitionStatus.ONLINE)
+        online = sum(
+            1 for p in state.partitions.of(DEFAULT_PIPELINE) if p.status is PartitionStatus.ONLINE
+        )
     return RescaleView(
         generation=r.generation,
         partitions=r.partitions,

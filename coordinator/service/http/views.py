@@ -18,7 +18,13 @@ from typing import TypedDict
 from aiohttp import web
 
 from coordinator.config import ClusterConfig
-from coordinator.core.model import MigrationPhase, Partition, PartitionStatus, WorkerState
+from coordinator.core.model import (
+    DEFAULT_PIPELINE,
+    MigrationPhase,
+    Partition,
+    PartitionStatus,
+    WorkerState,
+)
 from coordinator.core.snapshot import encode_state
 from coordinator.core.state import ClusterState
 from coordinator.service import models as m
@@ -195,7 +201,7 @@ async def status(request: web.Request) -> web.Response:
     voters = view.node.voters()
     with view.node.read() as state:
         by_status = {s.value: 0 for s in PartitionStatus}
-        for p in state.partitions:
+        for p in state.partitions.of(DEFAULT_PIPELINE):
             by_status[p.status.value] += 1
         by_state = {s.value: 0 for s in WorkerState}
         for w in state.workers.values():
@@ -245,7 +251,7 @@ async def partitions(request: web.Request) -> web.Response:
                 partition_view(
                     p, _failing(request, node), _progress(node), _rate(request, node, p.partition)
                 )
-                for p in state.partitions
+                for p in state.partitions.of(DEFAULT_PIPELINE)
             ],
         )
     return json_reply(body)

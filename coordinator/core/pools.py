@@ -1,0 +1,133 @@
+"""Where a recorded pipeline's partitions may go: its pool, each pipeline spread, slots.
+
+Owns the placement of recorded pipelines' partitions (`default`'s are `placement.py`'s).
+A partition of pipeline P goes only to a worker the caller found eligible (ACTIVE and
+heard from) that declared a profile (it runs recorded pipelines) carrying every label of
+P's pool, and whose slots are not all taken: never to another worker, so a pool nobody
+serves leaves its partitions UNASSIGNED and `unplaceable` says why (a tag with no
+instance must not fall back to every instance, as Helix's once did). Among the workers
+that may take it, it goes to the one with the fewest of P's partitions (each pipeline
+spread across its pool first, the seed's rule), then the most free slots, then by id.
+Invariants: the choice is a function of the state and the eligible list alone; no worker
+is given more partitions of recorded pipelines than its slots; at most
+PIPELINE_ASSIGNMENTS_PER_PASS_MAX partitions of one pipeline are placed per call, so one
+pipeline's thousands of partitions do not make another's wait for a long pass.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from coordinator.core.cluster import ClusterState
+from coordinator.core.model import (
+    DEFAULT_PIPELINE,
+    SLOT_BASE,
+    Partition,
+    PartitionId,
+    Pipeline,
+    PipelineName,
+    PipelineState,
+    WorkerId,
+)
+
+__all__ = ["PIPELINE_ASSIGNMENTS_PER_PASS_MAX", "place", "unplaceable", "waiting"]
+
+PIPELINE_ASSIGNMENTS_PER_PASS_MAX = 1_024
+# Pipelines whose partitions the planner places: a CREATING one has none yet, a DROPPING one
+# is being torn down.
+PLACED_STATES = frozenset({PipelineState.ACTIVE, PipelineState.PAUSED})
+
+
+def members(state: ClusterState, p: Pipeline, eligible: Iterable[WorkerId]) -> list[WorkerId]:
+    """The eligible workers in `p`'s pool, by id."""
+    out = []
+    for w in eligible:
+        rec = state.workers.get(w)
+        if rec is not None and rec.profile is not None and rec.profile.carries(p.pool):
+            out.append(w)
+    return sorted(out)
+
+
+def _used(
+    state: ClusterState, workers: Iterable[WorkerId]
+) -> tuple[Counter[WorkerId], Counter[tuple[WorkerId, PipelineName]]]:
+    """Per worker, its partitions of recorded pipelines, in all and per pipeline."""
+    total: Counter[WorkerId] = Counter()
+    each: Counter[tuple[WorkerId, PipelineName]] = Counter()
+    for w in workers:
+        for number in state.owned_by(w):
+            if number >= SLOT_BASE:
+                total[w] += 1
+                each[(w, state.partitions[number].pipeline)] += 1
+    return total, each
+
+
+def place(
+    state: ClusterState, eligible: Sequence[WorkerId], parts: Iterable[Partition]
+) -> dict[PartitionId, WorkerId]:
+    """An owner for each of `parts` (recorded pipelines' partitions, in the order given) that
+    its pool has room for; a partition no worker may take is left out."""
+    pool_of: dict[PipelineName, list[WorkerId]] = {}
+    out: dict[PartitionId, WorkerId] = {}
+    candidates = [w for w in eligible if (rec := state.workers.get(w)) and rec.profile]
+    total, each = _used(state, candidates)
+    placed: Counter[PipelineName] = Counter()
+    for part in parts:
+        name = part.pipeline
+        p = state.pipelines.get(name)
+        if p is None or name == DEFAULT_PIPELINE:
+            continue
+        if placed[name] >= PIPELINE_ASSIGNMENTS_PER_PASS_MAX:
+            continue
+        pool = pool_of.get(name)
+        if pool is None:
+            pool = pool_of[name] = members(state, p, candidates)
+        best: tuple[int, int, str] | None = None
+        for w in pool:
+            profile = state.workers[w].profile
+            assert profile is not None  # members() has only workers with a profile
+            free = profile.slots - total[w]
+            if free <= 0:
+                continue
+            key = (each[(w, name)], -free, w)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            continue
+        w = WorkerId(best[2])
+        out[part.partition] = w
+        total[w] += 1
+        each[(w, name)] += 1
+        placed[name] += 1
+    return out
+
+
+def waiting(state: ClusterState) -> list[Partition]:
+    """The UNASSIGNED partitions of the pipelines the planner places, by number."""
+    out = []
+    for name in sorted(state.pipelines):
+        p = state.pipelines[name]
+        if p.state in PLACED_STATES:
+            out += [x for x in state.partitions.of(name) if x.owner is None]
+    return out
+
+
+def unplaceable(state: ClusterState, p: Pipeline, eligible: Sequence[WorkerId]) -> str:
+    """Why `p`'s unassigned partitions have nowhere to go now, or "" (they have, or there
+    are none)."""
+    if p.state not in PLACED_STATES or all(
+        x.owner is not None for x in state.partitions.of(p.name)
+    ):
+        return ""
+    profiled = [w for w in eligible if (rec := state.workers.get(w)) and rec.profile]
+    if not profiled:
+        return "no eligible worker runs recorded pipelines (none declared labels and slots)"
+    pool = members(state, p, profiled)
+    if not pool:
+        wanted = ", ".join(f"{x.key}={x.value}" for x in p.pool)
+        return f"no eligible worker carries the pool's labels {wanted}"
+    total, _ = _used(state, pool)
+    if all(state.workers[w].profile.slots <= total[w] for w in pool):  # type: ignore[union-attr]
+        return f"every slot of the pool's {len(pool)} workers is taken"
+    return ""
