@@ -6,6 +6,7 @@ token and are deduplicated by their Idempotency-Key."""
 from __future__ import annotations
 
 import hashlib
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,54 @@ def test_a_body_past_the_spec_bound_is_refused(cluster: Cluster) -> None:
     spec = ORDERS + "#" * (256 * 1024)
     r = create(cluster, "big", spec, partitions=1)
     assert r.status == 400 and r.body["field"] == "spec_text", r.body
+
+
+def state_of(c: Cluster, name: str) -> str:
+    return listed(c).get(name, {}).get("state", "gone")
+
+
+def test_the_leader_finishes_a_create_and_a_drop(cluster: Cluster) -> None:
+    made = create(cluster, "life", partitions=2)
+    assert made.status == 202 and made.body["state"] == "creating", made.body
+    wait_until(lambda: state_of(cluster, "life") == "active", "life ACTIVE", 10)
+
+    paused = admin(cluster, "POST", "/v1/pipelines/life/pause")
+    assert paused.status == 200 and paused.body["state"] == "paused", paused.body
+    assert admin(cluster, "POST", "/v1/pipelines/life/pause").body["changed"] is False
+    assert state_of(cluster, "life") == "paused"
+    resumed = admin(cluster, "POST", "/v1/pipelines/life/resume")
+    assert resumed.status == 200 and resumed.body["state"] == "active", resumed.body
+
+    dropped = admin(cluster, "DELETE", "/v1/pipelines/life?purge=true")
+    assert dropped.status == 202 and dropped.body["state"] == "dropping", dropped.body
+    wait_until(lambda: state_of(cluster, "life") == "gone", "life forgotten", 10)
+    assert cluster.get(cluster.leader(), "/v1/pipelines/life?consistent=true").status == 404
+
+    again = create(cluster, "life", partitions=2)
+    assert again.status == 202 and again.body["incarnation"] > made.body["incarnation"]
+
+
+ATTEMPTS_MAX = 3
+
+
+def test_a_new_leader_finishes_a_create_the_old_one_committed(cluster: Cluster) -> None:
+    """The old leader is frozen the moment it answers the create (its commit point) and then
+    killed; the next leader activates the pipeline from the state alone. Should the old one
+    have activated it in the few milliseconds before it froze, the attempt proves nothing
+    and another is made (after the old node is back)."""
+    for attempt in range(ATTEMPTS_MAX):
+        name = f"handover{attempt}"
+        old = cluster.leader()
+        r = create(cluster, name, partitions=1)
+        cluster.procs[old].signal(signal.SIGSTOP)
+        assert r.status == 202, r.body
+        cluster.kill9(old)
+        new = cluster.leader(40)  # among the live nodes: not the old one
+        wait_until(lambda name=name: state_of(cluster, name) == "active", f"{name} ACTIVE", 20)
+        finished_here = f"pipeline {name} incarnation {r.body['incarnation']}: ACTIVE"
+        by_new = finished_here in cluster.procs[new].output()
+        cluster.start(old)
+        cluster.leader(30)
+        if by_new:
+            return
+    pytest.fail(f"the old leader activated the pipeline before it froze, {ATTEMPTS_MAX} times")
