@@ -69,6 +69,9 @@ def test_default_is_listed_first_and_described(cluster: Cluster) -> None:
     one = cluster.get(cluster.leader(), "/v1/pipelines/default").body
     assert one["spec_version"] == 0 and one["spec_text"] == ""
     assert cluster.get(cluster.leader(), "/v1/pipelines/nope").status == 404
+    follower = next(n for n in cluster.alive() if n != cluster.leader())
+    seen = cluster.get(follower, "/v1/pipelines").body
+    assert seen["stale"] is True and seen["pipelines"][0]["name"] == "default"
 
 
 REVENUE = 'name = "revenue"\nfn = "sum"\ncolumn = "amount"'
