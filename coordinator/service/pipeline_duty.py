@@ -13,8 +13,6 @@ ready leader proposes, at most `STEPS_PER_ROUND_MAX` commands a round, oldest ch
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Protocol
 
@@ -22,8 +20,8 @@ from coordinator.core.commands import ActivatePipeline, ForgetPipeline
 from coordinator.core.model import PipelineState
 from coordinator.core.state import ClusterState
 from coordinator.service.node_parts import Leadership, Proposer
+from coordinator.service.periodic import PeriodicDuty
 from coordinator.service.stamps import now_ms
-from shared.errors import RippleError
 
 __all__ = ["CHECK_INTERVAL_S", "STEPS_PER_ROUND_MAX", "PipelineDuty", "leader_steps"]
 
@@ -62,24 +60,18 @@ _STEP_OF: dict[PipelineState, type[PipelineStep]] = {
 }
 
 
-class PipelineDuty:
+class PipelineDuty(PeriodicDuty):
     """A task every node runs beside its HTTP server; it acts only while the node is the
     ready leader."""
 
+    # A lost leadership, no quorum, a refusal (the record changed under the step): worth a
+    # line, and the next round reads the state again.
+    quiet_level = logging.INFO
+
     def __init__(self, node: PipelineDutyNode, *, interval_s: float = CHECK_INTERVAL_S) -> None:
+        super().__init__()
         self.node = node
         self.interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def step(self) -> int:
         """One round; returns how many steps changed a record."""
@@ -100,15 +92,3 @@ class PipelineDuty:
                     "gone" if done.state is None else done.state.value.upper(),
                 )
         return changed
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.step()
-            except RippleError as exc:
-                # A lost leadership, no quorum, a refusal (the record changed under the
-                # step): the next round reads the state again.
-                log.info("pipeline steps not finished this round: %s", exc.message)
-            except Exception:
-                log.exception("pipeline duty step raised; continuing")
-            await asyncio.sleep(self.interval_s)
