@@ -9,6 +9,10 @@ its process group's id (its own PID) when it overruns `timeout_s`. Invariant: `c
 returns only for a spec the child parsed whole, and otherwise raises a `RequestError` whose
 `field` is a path into the request (`spec_text` or `spec_text.<the spec's field>`); at most
 `CHECKS_IN_FLIGHT_MAX` children run at once, a check past that is a 503 to retry.
+
+The bounds protect the coordinator from a transform's mistakes; they are not a sandbox
+against a hostile one. The child gets none of the node's environment (its secrets may be
+there), but it runs as the node's user: only the admin token may create a pipeline.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ CHECKS_IN_FLIGHT_MAX = 2
 ANSWER_BYTES_MAX = 64 * 1024
 # The field every refusal is named under: the request's own.
 FIELD = "spec_text"
+# What the child keeps of this process's environment: where programs and locales are.
+_ENV_KEPT = ("PATH", "LANG", "LC_ALL", "TZ")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,10 +93,12 @@ class SpecChecker:
             self._in_flight -= 1
 
     async def _run(self, text: str) -> SpecSummary:
-        env = {
-            **os.environ,
+        # Not this process's environment: it may hold the cluster's secrets (RIPPLE_*), which
+        # the owner's code has no business reading.
+        env = {k: os.environ[k] for k in _ENV_KEPT if k in os.environ}
+        env |= {
             # The child imports what this process imports, from the same places.
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if os.path.isabs(p)),
             "OPENBLAS_NUM_THREADS": "1",  # numpy's thread pool would reserve memory per core
             "OMP_NUM_THREADS": "1",
         }
@@ -105,6 +113,7 @@ class SpecChecker:
             stderr=asyncio.subprocess.DEVNULL,
             env=env,
             start_new_session=True,  # its own process group, whose id is its PID
+            cwd="/",  # not the node's directory
         )
         try:
             raw = await asyncio.wait_for(self._exchange(proc, text), self.timeout_s)

@@ -140,3 +140,16 @@ async def test_checks_past_the_bound_are_refused_to_retry() -> None:
     with pytest.raises(RequestError):
         await slow
     assert (await checker.check(HEAD)).key == "customer"  # the slot is free again
+
+
+async def test_the_child_sees_none_of_the_node_s_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RIPPLE_ADMIN_TOKEN", "do-not-leak")
+    source = (
+        "import os\n"
+        "if 'RIPPLE_ADMIN_TOKEN' in os.environ:\n    raise KeyError('leaked')\n"
+        "def transform(df):\n    return df"
+    )
+    summary = await SpecChecker().check(with_transform(source))
+    assert summary.key == "customer"
