@@ -90,7 +90,7 @@ def render_pipelines(body: dict[str, Any]) -> str:
         ]
         for p in body["pipelines"]
     ]
-    stale = " (stale: this node may lag the leader)" if body["stale"] else ""
+    stale = "\n(stale: this node may lag the leader)" if body["stale"] else ""
     return table(rows, ["NAME", "STATE", "PARTITIONS", "SPEC", "POOL", "INCARNATION"]) + stale
 
 
