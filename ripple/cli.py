@@ -9,6 +9,9 @@
   ripple nodes [add|remove|replace ID ...]          the coordinator voters; admin: change them
   ripple maintenance on|off --reason TEXT [--for D] admin: pause automatic balance moves
   ripple rescale --partitions M [--dry-run] [--wait] admin: change the partition count
+  ripple pipelines list|describe NAME               the pipelines the cluster runs
+  ripple pipelines create NAME --spec FILE [--partitions N] [--label K=V ...]
+  ripple pipelines pause|resume NAME | drop NAME [--purge]   admin: change one
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log
   ripple get KEY                                    a key's state from its owning worker
@@ -50,6 +53,7 @@ from ripple.connect import (
 from ripple.local_cluster import up
 from ripple.nodes import add_nodes_parser, cmd_nodes, prepare_join
 from ripple.pipeline_commands import add_pipeline_parsers, cmd_get, cmd_produce, cmd_worker
+from ripple.pipelines import add_pipelines_parser, pipelines_command
 from ripple.rescale import add_rescale_parser, rescale_command, rescale_done, rescale_progress
 from ripple.tables import (
     render_membership,
@@ -303,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_rescale_parser(sub, client_args)
 
+    add_pipelines_parser(sub, client_args)
+
     d = sub.add_parser("drain", help="admin: move a worker's partitions away, then LEFT")
     client_args(d)
     d.add_argument("worker")
@@ -368,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cmd_maintenance(args))
         if args.command == "rescale":
             return asyncio.run(cmd_rescale(args))
+        if args.command == "pipelines":
+            return asyncio.run(pipelines_command(args))
         if args.command == "worker":
             return cmd_worker(args)
         if args.command == "produce":

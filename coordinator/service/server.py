@@ -1,8 +1,8 @@
 """Process wiring for one coordinator node: Raft log + leader duties + HTTP server.
 
 `serve()` runs until SIGTERM or SIGINT, then stops the HTTP server, the duties (the
-leader's and the version records') and the Raft node in that order (so no request is
-answered from a closed log).
+leader's, the version records' and the pipelines' steps) and the Raft node in that order (so
+no request is answered from a closed log).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from coordinator.service.front import FrontDoorSite
 from coordinator.service.http.app import create_app
 from coordinator.service.membership import MembershipChanges
 from coordinator.service.node import CoordinatorNode
+from coordinator.service.pipeline_duty import PipelineDuty
 from coordinator.service.versions import VersionDuty
 from shared.tls import server_context
 from shared.version import PACKAGE_VERSION
@@ -109,6 +110,8 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
     node.start()
     versions = VersionDuty(node)
     versions.start()
+    pipeline_steps = PipelineDuty(node)
+    pipeline_steps.start()
     await site.start()
     loop = asyncio.get_running_loop()
     log.info(
@@ -137,4 +140,5 @@ async def serve(config: ClusterConfig, node_id: str) -> None:
         await changes.close()
         await duties.close()
         await versions.close()
+        await pipeline_steps.close()
         node.close()

@@ -13,16 +13,14 @@ is tried again on the next round. What may be proposed is decided elsewhere, by 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 from coordinator.core.commands import FinalizeVersion, ReportVersions
 from coordinator.core.model import NodeVersions
 from coordinator.core.versions import finalizable
 from coordinator.service.node_parts import VersionNode
+from coordinator.service.periodic import PeriodicDuty
 from coordinator.service.stamps import now_ms
-from shared.errors import RippleError
 from shared.version import PACKAGE_VERSION
 
 __all__ = ["CHECK_INTERVAL_S", "VersionDuty"]
@@ -32,20 +30,14 @@ log = logging.getLogger(__name__)
 CHECK_INTERVAL_S = 1.0
 
 
-class VersionDuty:
+class VersionDuty(PeriodicDuty):
+    # A failed round (no leader yet, an election, a write that timed out) is logged at debug
+    # (`PeriodicDuty.quiet_level`) and the next one retries.
+    interval_s = CHECK_INTERVAL_S
+
     def __init__(self, node: VersionNode) -> None:
+        super().__init__()
         self.node = node
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     def _mine_is_true(self, record: NodeVersions | None) -> bool:
         speaks = self.node.speaks
@@ -99,14 +91,3 @@ class VersionDuty:
                     done.finalized_version,
                     before,
                 )
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.step()
-            except RippleError as exc:
-                # No leader yet, an election, a write that timed out: the next round retries.
-                log.debug("version records not updated this round: %s", exc.message)
-            except Exception:
-                log.exception("version duty step raised; continuing")
-            await asyncio.sleep(CHECK_INTERVAL_S)

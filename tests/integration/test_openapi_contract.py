@@ -21,8 +21,11 @@ and the leader calls registered workers, so only loopback addresses may be accep
 leaves the machine). One check is left out where the schema cannot say the whole rule:
 "a schema-valid request is accepted" (positive_data_acceptance) for registration (the
 address must be in worker_networks), for reassign (moves name partitions and workers that
-must exist, in a state that allows the move) and for the membership changes (sent without
-the token, below). Every other check runs on every operation.
+must exist, in a state that allows the move), for the membership changes (sent without
+the token, below) and for the pipelines' writes (a spec must parse and check, and a pause,
+resume or drop names a pipeline that exists, in a state that allows it). Every other check
+runs on every operation. The pipeline routes get the admin token, so generated creates reach
+the spec check.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class Live:
         path = case.operation.path
         if path.startswith("/v1/admin/nodes"):
             return {}  # generated ids name real nodes: a removal would change every later call
-        if path.startswith("/v1/admin/") or path.endswith("/drain"):
+        if path.startswith(("/v1/admin/", "/v1/pipelines")) or path.endswith("/drain"):
             return {"Authorization": f"Bearer {ADMIN}"}
         if path.endswith("/heartbeat") or path == "/v1/checkpoints":
             return {"Authorization": f"Bearer {self.worker_token}"}
@@ -105,6 +108,10 @@ STATE_RULES = frozenset(
         "POST /v1/admin/nodes",
         "DELETE /v1/admin/nodes/{node_id}",
         "POST /v1/admin/nodes/{node_id}/replace",
+        "POST /v1/pipelines",
+        "POST /v1/pipelines/{name}/pause",
+        "POST /v1/pipelines/{name}/resume",
+        "DELETE /v1/pipelines/{name}",
     }
 )
 

@@ -1,9 +1,9 @@
 """Bad input against every coordinator endpoint of ONE real 3-node cluster (started once).
 
 No 5xx other than 503 (no leader yet), never a stack trace, and a rejected request (4xx)
-changes neither the worker list nor the partition table. One worker is registered (so a
-genuine worker token reaches past authentication), but min_cluster_size keeps anything
-from being assigned: no duty writes behind the fuzzer's back.
+changes neither the worker list, nor the partition table, nor the pipelines. One worker is
+registered (so a genuine worker token reaches past authentication), but min_cluster_size
+keeps anything from being assigned: no duty writes behind the fuzzer's back.
 
 The input probes of tests/integration/test_http_security.py are among the samples:
 Unicode digits in paths (`%C2%B2`, `%D9%A1`), non-ASCII and undecodable bearer tokens
@@ -45,6 +45,11 @@ PATHS = [
     "/v1/admin/migrations/{w}/abort",
     "/v1/admin/partitions/{p}/reset",
     "/v1/admin/barrier",
+    "/v1/pipelines",
+    "/v1/pipelines/{w}",
+    "/v1/pipelines/{w}/pause",
+    "/v1/pipelines/{w}/resume",
+    "/v1/pipelines/{w}?purge=true",
     "/v1/openapi.json",
     "/v1/{w}",
 ]
@@ -54,6 +59,7 @@ SEGMENTS = st.one_of(
     ),
     st.text(alphabet="abcXYZ019._-%", min_size=0, max_size=12),
 )
+BIG_OR_SMALL = st.integers(-(2**70), 2**70) | st.sampled_from([0, 1, 4])
 JSONISH = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=20),
     lambda inner: (
@@ -73,6 +79,11 @@ BODIES = st.one_of(
             "moves": JSONISH,
             "checkpoints": JSONISH,
             "dry_run": JSONISH,
+            "name": SEGMENTS,
+            "spec_text": st.sampled_from(["", "format = 1", "[schema]\nddl = 'k STRING'"]),
+            "partitions": BIG_OR_SMALL,
+            "pool": JSONISH,
+            "settings": JSONISH,
         },
     ).map(lambda d: json.dumps(d).encode()),
     st.binary(max_size=64),
@@ -117,7 +128,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def snapshot(c: Cluster, leader: str) -> Any:
     ws = c.get(leader, "/v1/workers?consistent=true").body["workers"]
     parts = c.get(leader, "/v1/partitions?consistent=true").body["partitions"]
-    return [{k: v for k, v in w.items() if k not in ("liveness", "load")} for w in ws], parts
+    pipelines = c.get(leader, "/v1/pipelines?consistent=true").body["pipelines"]
+    workers = [{k: v for k, v in w.items() if k not in ("liveness", "load")} for w in ws]
+    return workers, parts, pipelines
 
 
 @settings(

@@ -21,6 +21,7 @@ from coordinator.service.auth import Admission
 from coordinator.service.http import (
     admin_routes,
     node_routes,
+    pipeline_routes,
     rescale_routes,
     views,
     worker_routes,
@@ -41,6 +42,7 @@ from coordinator.service.http.request import ApiRequest
 from coordinator.service.membership import MembershipChanges
 from coordinator.service.node_parts import ApiNode
 from coordinator.service.replies import AssignmentTexts
+from coordinator.service.spec_check import SpecChecker
 from shared.system_clock import SYSTEM_CLOCK
 
 __all__ = [
@@ -87,6 +89,7 @@ ROUTES: tuple[Route, ...] = (
     + worker_routes.ROUTES
     + admin_routes.ROUTES
     + rescale_routes.ROUTES
+    + pipeline_routes.ROUTES
     + _META_ROUTES
 )
 
@@ -162,6 +165,7 @@ def create_app(node: ApiNode, duties: Duties, changes: MembershipChanges) -> web
     app[MEMBERSHIP_KEY] = changes
     app[ADMISSION_KEY] = Admission.of(node.config)
     app[ASSIGNMENT_TEXTS_KEY] = AssignmentTexts()
+    app[pipeline_routes.SPEC_CHECKER_KEY] = SpecChecker()
     gate = app[LOAD_GATE_KEY] = load_gate_of(node)
     node.metrics.registry.register(gate)
     app.cleanup_ctx.append(_sample_lag)

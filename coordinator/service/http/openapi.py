@@ -44,6 +44,8 @@ class Route:
     binary: bool = False
     # Other success answers, by status: (status, model, what it means) (a dry run's 200).
     also: tuple[tuple[int, type[BaseModel], str], ...] = ()
+    # Boolean query parameters the handler reads (`query_bool`), beside `consistent`.
+    flags: tuple[str, ...] = ()
 
 
 # Path parameters as the handlers parse them (request.path_partition, request.path_worker,
@@ -53,6 +55,7 @@ _PATH_PARAMS: dict[str, dict[str, Any]] = {
     "{worker_id}": {"type": "string", "pattern": m.ID_REGEX},
     "{migration_id}": {"type": "string", "pattern": m.ID_REGEX},
     "{node_id}": {"type": "string", "pattern": m.ID_REGEX},
+    "{name}": {"type": "string", "pattern": m.ID_REGEX},
 }
 
 
@@ -62,7 +65,7 @@ def _error_responses(
     """Every error status the operation can answer, each with the JSON error shape."""
     statuses = {"400": "Bad input (the field named)"}
     if has_path_params:
-        statuses["404"] = "No such partition, worker, migration or node"
+        statuses["404"] = "No such partition, worker, migration, node or pipeline"
     if r.method in ("POST", "DELETE"):
         statuses["409"] = (
             "Conflict: fenced, stale epoch or incarnation, wrong state, a change in flight"
@@ -165,9 +168,9 @@ def openapi_document(routes: Sequence[Route]) -> dict[str, Any]:
             for part in r.path.split("/")
             if part.startswith("{")
         ]
-        if query is not None:
+        for flag in (*r.flags, *(() if query is None else (query,))):
             params.append(
-                {"name": query, "in": "query", "required": False, "schema": {"type": "boolean"}}
+                {"name": flag, "in": "query", "required": False, "schema": {"type": "boolean"}}
             )
         op["responses"].update(_error_responses(r, bool(params), query == "consistent", err))
         if r.auth:

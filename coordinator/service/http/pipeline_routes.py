@@ -1,0 +1,254 @@
+"""The pipeline routes under /v1/pipelines: create, list, describe, pause, resume, drop.
+
+Owns how an operator's request becomes a pipeline command. Writes are leader-only (a
+follower answers 307) and read top-down: parse the path, admit the caller (`admit`, the one
+place that decides who may act on which pipeline), read the body, check it, propose, reply.
+A create's spec is parsed and checked by `coordinator/service/spec_check.py` in a child
+process before anything is proposed, so a bad spec is a 400 naming the field and changes
+nothing. Each write is deduplicated by its Idempotency-Key, scoped to the caller and the
+command. Reads are any node's (`?consistent=true`: the leader's after a barrier) and show
+`default` first (`coordinator/core/pipelines.py`). What the leader does after a create's or a
+drop's commit point is `coordinator/service/pipeline_duty.py`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+from aiohttp import web
+
+from coordinator.core.commands import (
+    CreatePipeline,
+    DropPipeline,
+    PausePipeline,
+    PipelineResult,
+    ResumePipeline,
+)
+from coordinator.core.model import (
+    DEFAULT_PIPELINE_SETTINGS,
+    SPEC_TEXT_BYTES_MAX,
+    Label,
+    Pipeline,
+    PipelineName,
+    PipelineSettings,
+    valid_id,
+)
+from coordinator.core.pipelines import pipeline_named, pipelines_view
+from coordinator.service.auth import Admin
+from coordinator.service.http.answers import json_reply
+from coordinator.service.http.context import ADMISSION_KEY
+from coordinator.service.http.leader import require_leader
+from coordinator.service.http.openapi import Route
+from coordinator.service.http.request import idempotency_key, parse, query_bool
+from coordinator.service.http.views import read_view
+from coordinator.service.pipeline_models import (
+    PipelineChange,
+    PipelineCreateRequest,
+    PipelineDescription,
+    PipelineSettingsBody,
+    PipelineSettingsView,
+    PipelinesResponse,
+    PipelineView,
+)
+from coordinator.service.spec_check import SpecChecker
+from coordinator.service.stamps import now_ms
+from shared.errors import RequestError
+
+__all__ = ["ROUTES", "SPEC_CHECKER_KEY", "admit"]
+
+# The app's one spec checker: its bound on checks at once holds across requests.
+SPEC_CHECKER_KEY = web.AppKey("spec_checker", SpecChecker)
+
+
+def admit(request: web.Request, name: PipelineName | None) -> Admin:
+    """Who may change pipeline `name` (None: create one): the cluster's admin token. The one
+    place the decision is made, so a token scoped to one pipeline is a change here only."""
+    return request.app[ADMISSION_KEY].admit_admin(request.headers)
+
+
+def _path_name(request: web.Request) -> PipelineName:
+    name = request.match_info["name"]
+    if not valid_id(name):
+        raise RequestError("pipeline name must match [A-Za-z0-9._-]{1,64}", field="name")
+    return PipelineName(name)
+
+
+def _settings(body: PipelineSettingsBody) -> PipelineSettings:
+    """The settings asked for, each field left out at the worker's default."""
+    asked = {k: v for k, v in body.model_dump().items() if v is not None}
+    return replace(DEFAULT_PIPELINE_SETTINGS, **asked)
+
+
+def _view(p: Pipeline) -> PipelineView:
+    return PipelineView(
+        name=p.name,
+        incarnation=p.incarnation,
+        state=p.state.value,
+        spec_version=p.spec_version,
+        partitions=p.partitions,
+        routing_generation=p.routing_generation,
+        pool=p.pool_labels(),
+        purge=p.purge,
+        created_at_ms=p.created_at_ms,
+        updated_at_ms=p.updated_at_ms,
+        by=p.by,
+    )
+
+
+def _change(r: PipelineResult) -> PipelineChange:
+    return PipelineChange(
+        name=r.name,
+        incarnation=r.incarnation,
+        state="gone" if r.state is None else r.state.value,
+        spec_version=r.spec_version,
+        changed=r.changed,
+    )
+
+
+async def create_pipeline(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    admin = admit(request, None)
+    body = await parse(request, PipelineCreateRequest)
+    text = body.spec_text.encode()
+    if len(text) > SPEC_TEXT_BYTES_MAX:
+        raise RequestError(f"spec_text is over {SPEC_TEXT_BYTES_MAX} bytes", field="spec_text")
+    await request.app[SPEC_CHECKER_KEY].check(body.spec_text)
+    sha256 = hashlib.sha256(text).hexdigest()
+    done = await node.submit(
+        CreatePipeline(
+            name=PipelineName(body.name),
+            spec_text=body.spec_text,
+            spec_sha256=sha256,
+            partitions=body.partitions or node.config.total_partitions,
+            pool=tuple(Label(key=k, value=v) for k, v in sorted(body.pool.items())),
+            settings=_settings(body.settings),
+            by=admin.scope,
+            now_ms=now_ms(),
+        ),
+        idempotency_key(request, admin.scope, f"pipeline:create:{body.name}:{sha256}"),
+    )
+    return json_reply(_change(done), status=202)
+
+
+async def pipelines(request: web.Request) -> web.Response:
+    view = await read_view(request)
+    with view.node.read() as state:
+        body = PipelinesResponse(
+            **view.envelope(state), pipelines=[_view(p) for p in pipelines_view(state)]
+        )
+    return json_reply(body)
+
+
+async def pipeline(request: web.Request) -> web.Response:
+    name = _path_name(request)
+    view = await read_view(request)
+    with view.node.read() as state:
+        p = pipeline_named(state, name)
+        if p is None:
+            raise RequestError(f"no pipeline {name}", code="not_found", field="name")
+        s = p.settings
+        body = PipelineDescription(
+            **view.envelope(state),
+            **_view(p).model_dump(),
+            spec_sha256=p.spec_sha256,
+            spec_text=p.spec_text,
+            settings=PipelineSettingsView(
+                batch_interval_ms=s.batch_interval_ms,
+                checkpoint_interval_ms=s.checkpoint_interval_ms,
+                max_keys_per_partition=s.max_keys_per_partition,
+                retention_ms=s.retention_ms,
+            ),
+        )
+    return json_reply(body)
+
+
+async def pause_pipeline(request: web.Request) -> web.Response:
+    return await _switch(request, PausePipeline, "pause")
+
+
+async def resume_pipeline(request: web.Request) -> web.Response:
+    return await _switch(request, ResumePipeline, "resume")
+
+
+async def _switch(
+    request: web.Request, command: type[PausePipeline | ResumePipeline], verb: str
+) -> web.Response:
+    node = require_leader(request)
+    name = _path_name(request)
+    admin = admit(request, name)
+    done = await node.submit(
+        command(name=name, by=admin.scope, now_ms=now_ms()),
+        idempotency_key(request, admin.scope, f"pipeline:{verb}:{name}"),
+    )
+    return json_reply(_change(done))
+
+
+async def drop_pipeline(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    name = _path_name(request)
+    admin = admit(request, name)
+    purge = query_bool(request, "purge")
+    done = await node.submit(
+        DropPipeline(name=name, purge=purge, by=admin.scope, now_ms=now_ms()),
+        idempotency_key(request, admin.scope, f"pipeline:drop:{name}:{purge}"),
+    )
+    return json_reply(_change(done), status=202)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        method="POST",
+        path="/v1/pipelines",
+        handler=create_pipeline,
+        summary="Create a pipeline from its spec (checked first; command-set version 5)",
+        request=PipelineCreateRequest,
+        response=PipelineChange,
+        status=202,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="GET",
+        path="/v1/pipelines",
+        handler=pipelines,
+        summary="Every pipeline and its state, `default` first",
+        response=PipelinesResponse,
+    ),
+    Route(
+        method="GET",
+        path="/v1/pipelines/{name}",
+        handler=pipeline,
+        summary="One pipeline: its record, settings, pool and spec",
+        response=PipelineDescription,
+    ),
+    Route(
+        method="DELETE",
+        path="/v1/pipelines/{name}",
+        handler=drop_pipeline,
+        summary="Drop a pipeline (purge: its objects in the store too)",
+        response=PipelineChange,
+        status=202,
+        leader_only=True,
+        auth="admin",
+        flags=("purge",),
+    ),
+    Route(
+        method="POST",
+        path="/v1/pipelines/{name}/pause",
+        handler=pause_pipeline,
+        summary="Pause a pipeline: processing stops, offsets kept",
+        response=PipelineChange,
+        leader_only=True,
+        auth="admin",
+    ),
+    Route(
+        method="POST",
+        path="/v1/pipelines/{name}/resume",
+        handler=resume_pipeline,
+        summary="Resume a paused pipeline",
+        response=PipelineChange,
+        leader_only=True,
+        auth="admin",
+    ),
+)

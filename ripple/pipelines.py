@@ -1,0 +1,193 @@
+"""`ripple pipelines create|list|describe|pause|resume|drop`: the operator's commands for
+the pipelines a cluster runs, over `/v1/pipelines` (docs/http-api.md, "Pipelines").
+
+Owns the subcommands' flags, the request each sends and the lines each prints. A create
+sends the spec file's text as it is (its transform embedded as `transform.source`); the
+leader checks it and refuses a bad one naming the field, which the command shows as every
+`ripple` error is shown. Every write carries an Idempotency-Key made once per invocation, so
+the client's retries (another node, a lost answer) are one request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from coordinator.client import CoordinatorClient
+from ripple.connect import admin_token, client_for, coordinator_urls, tls_ca
+from ripple.tables import table
+from shared.errors import RippleError
+
+__all__ = ["CREATE_TIMEOUT_S", "add_pipelines_parser", "pipelines_command", "render_pipelines"]
+
+# A create waits for the leader's spec check (at most 10 s) and the commit.
+CREATE_TIMEOUT_S = 30.0
+# The settings `--set` may name (the API's `settings` object).
+SETTINGS = ("batch_interval_ms", "checkpoint_interval_ms", "max_keys_per_partition", "retention_ms")
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise RippleError(f"{flag} wants KEY=VALUE, got {item!r}", code="usage", field=flag)
+        if key in out:
+            raise RippleError(f"{flag} names {key} twice", code="usage", field=flag)
+        out[key] = value
+    return out
+
+
+def _settings(items: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, value in _pairs(items, "--set").items():
+        if key not in SETTINGS:
+            raise RippleError(
+                f"--set {key}: not a pipeline setting (one of {', '.join(SETTINGS)})",
+                code="usage",
+                field="--set",
+            )
+        if not value.isdigit():
+            raise RippleError(f"--set {key} wants an integer", code="usage", field="--set")
+        out[key] = int(value)
+    return out
+
+
+def _create_body(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        spec_text = Path(args.spec).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RippleError(f"--spec {args.spec}: {exc}", code="usage", field="--spec") from None
+    body: dict[str, Any] = {
+        "name": args.name,
+        "spec_text": spec_text,
+        "pool": _pairs(args.label, "--label"),
+        "settings": _settings(args.set),
+    }
+    if args.partitions is not None:
+        body["partitions"] = args.partitions
+    return body
+
+
+def _change_line(body: dict[str, Any]) -> str:
+    tail = "" if body["changed"] else " (unchanged)"
+    return f"pipeline {body['name']} (incarnation {body['incarnation']}): {body['state']}{tail}"
+
+
+def render_pipelines(body: dict[str, Any]) -> str:
+    rows = [
+        [
+            p["name"],
+            p["state"],
+            p["partitions"],
+            p["spec_version"],
+            ",".join(f"{k}={v}" for k, v in sorted(p["pool"].items())) or "(any)",
+            p["incarnation"],
+        ]
+        for p in body["pipelines"]
+    ]
+    stale = "\n(stale: this node may lag the leader)" if body["stale"] else ""
+    return table(rows, ["NAME", "STATE", "PARTITIONS", "SPEC", "POOL", "INCARNATION"]) + stale
+
+
+def render_pipeline(p: dict[str, Any]) -> str:
+    pool = ", ".join(f"{k}={v}" for k, v in sorted(p["pool"].items())) or "every worker"
+    settings = ", ".join(f"{k}={v}" for k, v in p["settings"].items())
+    lines = [
+        f"pipeline {p['name']} (incarnation {p['incarnation']}): {p['state']}"
+        + (" (purge)" if p["purge"] else ""),
+        f"partitions: {p['partitions']}   routing generation: {p['routing_generation']}",
+        f"pool: {pool}",
+        f"settings: {settings}",
+        f"spec: version {p['spec_version']}, sha256 {p['spec_sha256'] or '-'}",
+    ]
+    if p["spec_text"]:
+        lines += ["", p["spec_text"].rstrip("\n")]
+    else:
+        lines.append("spec text: none (the cluster's own pipeline runs the built-in aggregation)")
+    return "\n".join(lines)
+
+
+async def pipelines_command(args: argparse.Namespace) -> int:
+    action = args.action
+    as_json: bool = args.json
+    name = quote(args.name, safe="") if getattr(args, "name", None) else ""
+    if action in ("list", "describe"):
+        path = "/v1/pipelines" + ("" if action == "list" else f"/{name}")
+        async with client_for(args) as client:
+            body = await client.get(path, consistent=args.consistent)
+        render = render_pipelines if action == "list" else render_pipeline
+        print(json.dumps(body, indent=2, sort_keys=True) if as_json else render(body))
+        return 0
+    key = uuid.uuid4().hex
+    token = admin_token(args)
+    if action == "create":
+        payload = _create_body(args)
+        client = CoordinatorClient(
+            coordinator_urls(args), token=token, ca_file=tls_ca(args), timeout_s=CREATE_TIMEOUT_S
+        )
+        async with client:
+            body = await client.post("/v1/pipelines", payload, idempotency_key=key)
+    else:
+        async with client_for(args, token=token) as client:
+            if action == "drop":
+                purge = "true" if args.purge else "false"
+                body = await client.request(
+                    "DELETE",
+                    f"/v1/pipelines/{name}?purge={purge}",
+                    headers={"Idempotency-Key": key},
+                )
+            else:
+                body = await client.post(
+                    f"/v1/pipelines/{name}/{action}", None, idempotency_key=key
+                )
+    print(json.dumps(body, indent=2, sort_keys=True) if as_json else _change_line(body))
+    return 0
+
+
+def add_pipelines_parser(sub: Any, client_args: Any) -> None:
+    p = sub.add_parser("pipelines", help="the pipelines the cluster runs; admin: change them")
+    actions = p.add_subparsers(dest="action", required=True)
+
+    def action(name: str, help_text: str, *, named: bool, admin: bool) -> argparse.ArgumentParser:
+        a: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
+        client_args(a)
+        if named:
+            a.add_argument("name", metavar="NAME")
+        if admin:
+            a.add_argument("--admin-token")
+        else:
+            a.add_argument(
+                "--consistent", action="store_true", help="linearizable read through the leader"
+            )
+        return a
+
+    c = action("create", "admin: create a pipeline from its spec", named=True, admin=True)
+    c.add_argument("--spec", required=True, metavar="FILE", help="the spec (TOML)")
+    c.add_argument(
+        "--partitions", type=int, metavar="N", help="default: the cluster's total_partitions"
+    )
+    c.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the worker pool: workers carrying every label (repeatable; none: any worker)",
+    )
+    c.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SETTING=N",
+        help=f"a pipeline setting ({', '.join(SETTINGS)}; repeatable)",
+    )
+    action("list", "every pipeline and its state", named=False, admin=False)
+    action("describe", "one pipeline: record, settings, pool, spec", named=True, admin=False)
+    action("pause", "admin: stop processing, offsets kept", named=True, admin=True)
+    action("resume", "admin: resume a paused pipeline", named=True, admin=True)
+    d = action("drop", "admin: drop a pipeline", named=True, admin=True)
+    d.add_argument("--purge", action="store_true", help="delete its objects in the store too")

@@ -1,0 +1,84 @@
+"""`ripple pipelines` without a cluster: the flags become the request the API takes, a
+malformed flag is a usage error naming it, and the list and describe answers print as
+tables and lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ripple.cli import build_parser
+from ripple.pipelines import _create_body, render_pipeline, render_pipelines
+from shared.errors import RippleError
+
+
+def args(tmp_path: Path, *extra: str) -> Any:
+    spec = tmp_path / "s.toml"
+    spec.write_text("format = 1\n")
+    return build_parser().parse_args(["pipelines", "create", "p1", "--spec", str(spec), *extra])
+
+
+def test_flags_become_the_request(tmp_path: Path) -> None:
+    body = _create_body(
+        args(tmp_path, "--partitions", "3", "--label", "gpu=true", "--set", "retention_ms=0")
+    )
+    assert body == {
+        "name": "p1",
+        "spec_text": "format = 1\n",
+        "pool": {"gpu": "true"},
+        "settings": {"retention_ms": 0},
+        "partitions": 3,
+    }
+    assert "partitions" not in _create_body(args(tmp_path))  # the cluster's default
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--label", "gpu"], "--label wants KEY=VALUE"),
+        (["--label", "a=1", "--label", "a=2"], "--label names a twice"),
+        (["--set", "speed=3"], "not a pipeline setting"),
+        (["--set", "retention_ms=-1"], "wants an integer"),
+    ],
+)
+def test_a_malformed_flag_is_a_usage_error(tmp_path: Path, extra: list[str], says: str) -> None:
+    with pytest.raises(RippleError) as info:
+        _create_body(args(tmp_path, *extra))
+    assert info.value.code == "usage" and says in info.value.message
+
+
+def test_a_spec_file_that_cannot_be_read_names_the_flag(tmp_path: Path) -> None:
+    a = args(tmp_path)
+    a.spec = str(tmp_path / "missing.toml")
+    with pytest.raises(RippleError) as info:
+        _create_body(a)
+    assert info.value.field == "--spec"
+
+
+VIEW: dict[str, Any] = {
+    "name": "orders",
+    "incarnation": 2,
+    "state": "active",
+    "spec_version": 1,
+    "partitions": 3,
+    "routing_generation": 0,
+    "pool": {"zone": "b", "gpu": "true"},
+    "purge": False,
+    "created_at_ms": 1,
+    "updated_at_ms": 2,
+    "by": "admin",
+}
+
+
+def test_the_list_and_one_pipeline_print() -> None:
+    text = render_pipelines({"stale": True, "pipelines": [VIEW]})
+    header, row = text.splitlines()[:2]
+    assert header.split() == ["NAME", "STATE", "PARTITIONS", "SPEC", "POOL", "INCARNATION"]
+    assert row.split() == ["orders", "active", "3", "1", "gpu=true,zone=b", "2"]
+    assert text.endswith("(stale: this node may lag the leader)")
+    settings = {"batch_interval_ms": 500, "retention_ms": 0}
+    one = render_pipeline({**VIEW, "settings": settings, "spec_sha256": "ab", "spec_text": "x=1"})
+    assert one.splitlines()[0] == "pipeline orders (incarnation 2): active"
+    assert "pool: gpu=true, zone=b" in one and one.endswith("\nx=1")
