@@ -100,7 +100,9 @@ def render_pipeline(p: dict[str, Any]) -> str:
     lines = [
         f"pipeline {p['name']} (incarnation {p['incarnation']}): {p['state']}"
         + (" (purge)" if p["purge"] else ""),
-        f"partitions: {p['partitions']}   routing generation: {p['routing_generation']}",
+        f"partitions: {p['partitions']}   routing generation: {p['routing_generation']}   "
+        + "  ".join(f"{k} {v}" for k, v in sorted(p.get("partition_states", {}).items())),
+        *([f"unplaceable: {p['unplaceable']}"] if p.get("unplaceable") else []),
         f"pool: {pool}",
         f"settings: {settings}",
         f"spec: version {p['spec_version']}, sha256 {p['spec_sha256'] or '-'}",

@@ -140,6 +140,11 @@ class PipelineDescription(PipelineView):
     spec_sha256: str
     spec_text: str
     settings: PipelineSettingsView
+    # Its partitions by status (unassigned, assigning, online): none until it is set up.
+    partition_states: dict[str, int]
+    # Why its unassigned partitions have nowhere to go among the ACTIVE workers the state
+    # holds (coordinator/core/pools.py), or "".
+    unplaceable: str
 
 
 class PipelinesResponse(BaseModel):

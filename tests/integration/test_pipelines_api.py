@@ -158,6 +158,10 @@ def test_the_leader_finishes_a_create_and_a_drop(cluster: Cluster) -> None:
     made = create(cluster, "life", partitions=2)
     assert made.status == 202 and made.body["state"] == "creating", made.body
     wait_until(lambda: state_of(cluster, "life") == "active", "life ACTIVE", 10)
+    # Set up: its partitions are in the table, and no worker runs a spec to take them.
+    described = cluster.get(cluster.leader(), "/v1/pipelines/life?consistent=true").body
+    assert described["partition_states"] == {"unassigned": 2, "assigning": 0, "online": 0}
+    assert "declared labels and slots" in described["unplaceable"], described
 
     paused = admin(cluster, "POST", "/v1/pipelines/life/pause")
     assert paused.status == 200 and paused.body["state"] == "paused", paused.body

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from aiohttp import web
 
+from coordinator.core import pools
 from coordinator.core.commands import (
     CreatePipeline,
     DropPipeline,
@@ -29,6 +30,7 @@ from coordinator.core.model import (
     DEFAULT_PIPELINE_SETTINGS,
     SPEC_TEXT_BYTES_MAX,
     Label,
+    PartitionStatus,
     Pipeline,
     PipelineName,
     PipelineSettings,
@@ -148,7 +150,12 @@ async def pipeline(request: web.Request) -> web.Response:
         if p is None:
             raise RequestError(f"no pipeline {name}", code="not_found", field="name")
         s = p.settings
+        counts = {x.value: 0 for x in PartitionStatus}
+        for part in state.partitions.of(p.name):
+            counts[part.status.value] += 1
         body = PipelineDescription(
+            partition_states=counts,
+            unplaceable=pools.unplaceable(state, p, state.active_workers()),
             **view.envelope(state),
             **_view(p).model_dump(),
             spec_sha256=p.spec_sha256,
