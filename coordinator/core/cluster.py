@@ -327,9 +327,10 @@ class ClusterState:
         self.slot_seq = max(self.slot_seq, 1 + max((p.partition for p in table), default=0))
 
     def remove_partitions(self, pipeline: PipelineName) -> None:
-        """The one way a recorded pipeline's partitions leave (its tear-down); none owned."""
-        assert all(p.owner is None for p in self.partitions.of(pipeline)), "torn down unowned"
-        self.partitions.remove(pipeline)
+        """The one way a recorded pipeline's partitions leave (its tear-down): its owners
+        leave the owner index with them."""
+        for part in self.partitions.remove(pipeline):
+            self._unown(part)
 
     def _unown(self, part: Partition) -> None:
         if part.owner is not None:

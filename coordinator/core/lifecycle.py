@@ -89,16 +89,19 @@ WORKER_EDGES: Edges[WorkerState] = _edges(  # type: ignore[assignment]
         "DrainWorker PartitionOnline AbortMigration DeclareDead RegisterWorker PlanMigrations",
     ),
     # A rescale's new partition table: a draining worker owns nothing of it and every
-    # migration it sourced is aborted.
-    (W.DRAINING, W.LEFT, "StatesBuilt"),
+    # migration it sourced is aborted; likewise a pipeline's tear-down for one that owned
+    # only that pipeline's partitions.
+    (W.DRAINING, W.LEFT, "StatesBuilt ForgetPipeline"),
 )
 
 PARTITION_EDGES: Edges[PartitionStatus] = _edges(  # type: ignore[assignment]
     # The first table, each rescale's new one (the old partitions go with the old table), and
     # a recorded pipeline's, at its set-up.
     (None, P.UNASSIGNED, "Bootstrap StatesBuilt ActivatePipeline"),
-    # A recorded pipeline's, at its tear-down: never while owned.
+    # A recorded pipeline's, at its tear-down, owned or not: its numbers are never reused.
     (P.UNASSIGNED, None, "ForgetPipeline"),
+    (P.ASSIGNING, None, "ForgetPipeline"),
+    (P.ONLINE, None, "ForgetPipeline"),
     (P.UNASSIGNED, P.ASSIGNING, "AssignPartitions DeclareDead"),
     (P.ASSIGNING, P.ONLINE, "PartitionOnline"),
     # A new epoch (new owner, or the same owner after a restart, an abort or a fallback).
@@ -134,11 +137,12 @@ MIGRATION_EDGES: Edges[MigrationPhase] = _edges(  # type: ignore[assignment]
     # The target owns it since the hand-off but died or never came online; or a new move of
     # the partition (PlanMigrations, DrainWorker) supersedes it.
     (M.HANDED_OFF, M.ABORTED, "AbortMigration DeclareDead PlanMigrations DrainWorker"),
-    # A rescale's new partition table ends every migration of the old one.
-    (M.PLANNED, M.ABORTED, "StatesBuilt"),
-    (M.WARMING, M.ABORTED, "StatesBuilt"),
-    (M.RELEASING, M.ABORTED, "StatesBuilt"),
-    (M.HANDED_OFF, M.ABORTED, "StatesBuilt"),
+    # A rescale's new partition table ends every migration of the old one, and a pipeline's
+    # tear-down every migration of its partitions.
+    (M.PLANNED, M.ABORTED, "StatesBuilt ForgetPipeline"),
+    (M.WARMING, M.ABORTED, "StatesBuilt ForgetPipeline"),
+    (M.RELEASING, M.ABORTED, "StatesBuilt ForgetPipeline"),
+    (M.HANDED_OFF, M.ABORTED, "StatesBuilt ForgetPipeline"),
 )
 
 RESCALE_EDGES: Edges[RescalePhase] = _edges(  # type: ignore[assignment]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
-from coordinator.core import lifecycle
+from coordinator.core import edits, lifecycle
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
     ActivatePipeline,
@@ -35,6 +35,7 @@ from coordinator.core.commands import (
     ResumePipeline,
     rejected,
 )
+from coordinator.core.edits import Outcome
 from coordinator.core.model import (
     BATCH_INTERVAL_MS_MAX,
     BATCH_INTERVAL_MS_MIN,
@@ -53,10 +54,12 @@ from coordinator.core.model import (
     SPEC_TEXT_BYTES_TOTAL_MAX,
     TOTAL_PARTITIONS_MAX,
     Label,
+    MigrationPhase,
     Pipeline,
     PipelineName,
     PipelineSettings,
     PipelineState,
+    WorkerState,
     unassigned_partition,
     valid_id,
 )
@@ -314,22 +317,44 @@ def drop_pipeline(state: ClusterState, cmd: DropPipeline) -> Result:
     return _move(state, p, L.DROPPING, "DropPipeline", cmd.by, cmd.now_ms, purge=cmd.purge)
 
 
-def forget_pipeline(state: ClusterState, cmd: ForgetPipeline) -> Result:
-    """The drop's tear-down, in one commit: its partitions, none owned, leave the table and
-    the record leaves the state."""
+def forget_pipeline(state: ClusterState, cmd: ForgetPipeline) -> Outcome:
+    """The drop's tear-down, in one commit: its partitions leave the table (owned ones
+    too: their numbers are never used again, so no gate of them can meet a new owner, and a
+    report about one finds no partition), their migrations in flight are aborted, a
+    DRAINING worker left with nothing is LEFT, and the record leaves the state. The
+    generation grows when an owned partition went."""
     p = _of_incarnation(state, cmd.name, cmd.incarnation)
     if isinstance(p, Rejected):
-        return p
+        return p, False
     problem = _moved(p, None, "ForgetPipeline")
     if problem is not None:
-        return problem
-    held = next((x for x in state.partitions.of(p.name) if x.owner is not None), None)
-    if held is not None:
-        return rejected(
-            "conflict",
-            f"pipeline {p.name}'s partition {held.partition} is still owned by {held.owner}",
-            "name",
+        return problem, False
+    parts = list(state.partitions.of(p.name))
+    owned = [x for x in parts if x.owner is not None]
+    ending = [state.migrations[x.migration] for x in parts if x.migration is not None]
+    candidates = [x.owner for x in owned if x.owner is not None]
+    candidates += [w for m in ending for w in (m.source, m.target)]
+    leaving = edits.leavers(
+        state,
+        candidates,
+        ending={m.migration_id for m in ending},
+        new_owner={x.partition: None for x in owned},
+    )
+    problem = edits.lifecycle_problem(
+        state,
+        "ForgetPipeline",
+        workers=((w, WorkerState.LEFT) for w in leaving),
+        migrations=((m.migration_id, MigrationPhase.ABORTED) for m in ending),
+    )
+    for was in dict.fromkeys(x.status for x in parts):
+        problem = problem or lifecycle.check(
+            lifecycle.PARTITION_EDGES, was, None, "ForgetPipeline", f"pipeline {p.name}", "name"
         )
+    if problem is not None:
+        return problem, False
+    for m in ending:
+        edits.finish_migration(state, m, MigrationPhase.ABORTED, "pipeline dropped", cmd.now_ms)
     state.remove_partitions(p.name)
+    edits.leave(state, leaving, cmd.now_ms)
     del state.pipelines[p.name]
-    return _result(p, changed=True, gone=True)
+    return _result(p, changed=True, gone=True), bool(owned)

@@ -21,7 +21,6 @@ from collections.abc import Iterable, Sequence
 
 from coordinator.core.cluster import ClusterState
 from coordinator.core.model import (
-    DEFAULT_PIPELINE,
     SLOT_BASE,
     Partition,
     PartitionId,
@@ -76,8 +75,8 @@ def place(
     for part in parts:
         name = part.pipeline
         p = state.pipelines.get(name)
-        if p is None or name == DEFAULT_PIPELINE:
-            continue
+        if p is None or p.state not in PLACED_STATES:
+            continue  # `default`'s, or a pipeline being set up or torn down
         if placed[name] >= PIPELINE_ASSIGNMENTS_PER_PASS_MAX:
             continue
         pool = pool_of.get(name)

@@ -191,7 +191,7 @@ def _dispatch(state: ClusterState, cmd: Command) -> Outcome:
         case DropPipeline():
             return pipeline_commands.drop_pipeline(state, cmd), False
         case ForgetPipeline():
-            return pipeline_commands.forget_pipeline(state, cmd), False
+            return pipeline_commands.forget_pipeline(state, cmd)
         case ProfileWorker():
             return worker_commands.profile_worker(state, cmd)
         case Barrier():  # handled before dispatch; kept so the match is exhaustive

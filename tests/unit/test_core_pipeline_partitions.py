@@ -33,7 +33,6 @@ from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 from tests.planner_base import quick_settings
 from tests.unit.test_core_pipelines import ORDERS, cluster, create, step
-from tests.unit.test_core_state import rejects
 from tests.unit.test_planner import run
 
 CLICKS = PipelineName("clicks")
@@ -85,21 +84,6 @@ def test_a_create_dropped_before_its_set_up_had_no_partitions(s: ClusterState) -
     step(s, DropPipeline(name=ORDERS, purge=False, by="ops", now_ms=101))
     step(s, ForgetPipeline(name=ORDERS, incarnation=1, now_ms=102))
     assert len(s.partitions) == 8 and s.slot_seq == SLOT_BASE
-
-
-def test_the_tear_down_waits_for_an_owned_partition(s: ClusterState) -> None:
-    step(s, create(partitions=2))
-    step(s, ActivatePipeline(name=ORDERS, incarnation=1, now_ms=101))
-    step(s, DropPipeline(name=ORDERS, purge=False, by="ops", now_ms=102))
-    apply(s, "w", RegisterWorker(worker_id=WorkerId("w1"), address="http://w1", now_ms=1))
-    first = s.partitions[SLOT_BASE]
-    s.put_partition(
-        dataclasses.replace(
-            first, owner=WorkerId("w1"), epoch=Epoch(1), status=PartitionStatus.ASSIGNING
-        )
-    )
-    rejects(s, ForgetPipeline(name=ORDERS, incarnation=1, now_ms=103), "conflict", "name")
-    assert ORDERS in s.pipelines and SLOT_BASE in s.partitions
 
 
 def test_they_round_trip_in_a_snapshot_and_bad_rows_are_codec_errors(s: ClusterState) -> None:

@@ -16,6 +16,8 @@ from coordinator.core.commands import (
     AssignPartitions,
     DeclareDead,
     DrainWorker,
+    DropPipeline,
+    ForgetPipeline,
     Ok,
     ProfileWorker,
     RegisterWorker,
@@ -23,6 +25,7 @@ from coordinator.core.commands import (
 from coordinator.core.model import (
     SLOT_BASE,
     Label,
+    MigrationPhase,
     PipelineName,
     WorkerId,
     WorkerProfile,
@@ -212,3 +215,26 @@ def test_a_drain_moves_a_pools_partitions_within_the_pool_or_is_refused() -> Non
     assert isinstance(moves, tuple)
     assert {m.target for m in moves if m.partition >= SLOT_BASE} == {W2}
     assert isinstance(apply(s, "drain", DrainWorker(worker_id=W1, moves=moves, now_ms=30)), Ok)
+
+
+def test_the_tear_down_takes_owned_partitions_and_aborts_their_moves() -> None:
+    s, planner = with_orders(4, ())
+    join(s, planner, W1, (), slots=10)
+    join(s, planner, W2, (), slots=10)
+    run(s, planner, 10)
+    mine = [p.partition for p in s.partitions.of(ORDERS) if p.owner == W1]
+    assert mine and all(p.owner is not None for p in s.partitions.of(ORDERS))
+    moves = planner.plan_drain(s, W1, 20)
+    assert isinstance(moves, tuple)
+    assert isinstance(apply(s, "drain", DrainWorker(worker_id=W1, moves=moves, now_ms=20)), Ok)
+    moving = [m for m in s.in_flight_migrations() if m.partition >= SLOT_BASE]
+    assert moving
+    step(s, DropPipeline(name=ORDERS, purge=True, by="ops", now_ms=30))
+    generation = s.generation
+    step(s, ForgetPipeline(name=ORDERS, incarnation=1, now_ms=31))  # the invariants hold
+    assert ORDERS not in s.pipelines and list(s.partitions.of(ORDERS)) == []
+    assert all(s.migrations[m.migration_id].phase is MigrationPhase.ABORTED for m in moving)
+    assert all(p < SLOT_BASE for w in (W1, W2) for p in s.owned_by(w))
+    assert s.generation == generation + 1  # owners of (partition, epoch) pairs went
+    # W1 still owns a partition of `default` while draining: it has not left.
+    assert s.workers[W1].state is WorkerState.DRAINING
