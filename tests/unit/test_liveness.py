@@ -165,6 +165,20 @@ def test_a_leader_stalled_for_good_still_declares_a_silent_worker_dead() -> None
     assert d.dead(limit_ms + 1) == frozenset({"w1"})
 
 
+def test_an_older_worker_credited_more_does_not_hide_a_newer_dead_one() -> None:
+    # Told a stall larger than the time between two heartbeats (a total read late), the
+    # older worker has more credit than the newer: the oldest-first reading must go on past
+    # it rather than stop at the first one alive.
+    d = Detector(suspect_after_ms=1_000, dead_after_ms=3_000)
+    d.observe("w1", 0, 0.5)
+    d.stalled(3_000)
+    d.observe("w2", 100, 0.5)
+    assert d.status("w1", 3_500) is Liveness.ALIVE
+    assert d.status("w2", 3_500) is Liveness.DEAD
+    assert d.dead(3_500) == frozenset({"w2"})
+    assert d.evaluate(3_500) == Verdict(suspected=frozenset(), dead=frozenset({"w2"}))
+
+
 def test_a_smaller_stall_total_changes_nothing() -> None:
     d = make()
     d.observe("w1", 0, 0.5)
