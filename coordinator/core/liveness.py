@@ -10,8 +10,18 @@ Invariants: a worker's last-seen time never moves backwards, a worker this detec
 never heard of is never reported dead -- a failover must not mass-kill healthy workers --
 and a held worker is never reported dead before its hold ends.
 Workers are kept in last-seen order, so `evaluate` reads only the workers past the suspect
-threshold and one more (the leader evaluates every duty tick, and a scan of every worker
-would grow with all the workers ever registered).
+threshold (before any stall credit, below) and one more (the leader evaluates every duty
+tick, and a scan of every worker would grow with all the workers ever registered).
+
+The leader's own stall is not a worker's silence: a heartbeat counts when the leader's loop
+reads it, so while that loop is stalled (a flood of requests, the process descheduled) every
+worker looks silent. The service tells the detector the loop's total stall (`stalled`, a
+monotonic total in ms); each last-seen time keeps the total as it was then, and silence is
+judged as the time since the last heartbeat less the stall since it, the credit capped at
+`STALL_CREDIT_MAX_SHARE` of `dead_after_ms` so that a leader stalled for good still declares
+a silent worker dead (within `(1 + STALL_CREDIT_MAX_SHARE) * dead_after_ms`). The credit only
+ever postpones a verdict, never brings one forward: a worker's lease, which runs out before
+`dead_after_ms` of real silence, still runs out before it is declared dead.
 """
 
 from __future__ import annotations
@@ -22,7 +32,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Detector", "Liveness", "Verdict"]
+__all__ = ["STALL_CREDIT_MAX_SHARE", "Detector", "Liveness", "Verdict"]
+
+# The most of the leader's loop stall credited to one worker's silence, as a share of
+# `dead_after_ms`: a stall longer than that is judged as the worker's silence again.
+STALL_CREDIT_MAX_SHARE = 1.0
 
 
 class Liveness(Enum):
@@ -47,12 +61,22 @@ class _Seen:
     last_seen_ms: int
     # None until the first real heartbeat: a seeded worker has reported no load yet.
     load: float | None
+    # The leader's total loop stall (`Detector.stalled`) when last seen.
+    stall_ms: int
 
 
 class Detector:
     """Mutable but pure: time comes in as `now_ms`, nothing here reads a clock."""
 
-    __slots__ = ("_holds", "_newest_ms", "_seen", "dead_after_ms", "suspect_after_ms")
+    __slots__ = (
+        "_holds",
+        "_newest_ms",
+        "_seen",
+        "_stall_ms",
+        "dead_after_ms",
+        "stall_credit_max_ms",
+        "suspect_after_ms",
+    )
 
     def __init__(self, *, suspect_after_ms: int, dead_after_ms: int) -> None:
         if not 0 < suspect_after_ms < dead_after_ms:
@@ -68,6 +92,14 @@ class Detector:
         # Workers held for a restart -> when the hold ends (monotonic ms). At most one per
         # known worker: `forget` and `unhold` drop it, and an ended hold is dropped when read.
         self._holds: dict[str, int] = {}
+        # The leader's loop stall in all, as last told (never decreases).
+        self._stall_ms = 0
+        self.stall_credit_max_ms = int(dead_after_ms * STALL_CREDIT_MAX_SHARE)
+
+    def stalled(self, total_ms: int) -> None:
+        """The leader's event loop has been stalled `total_ms` in all so far (the service's
+        measure, on the monotonic clock); a smaller total than before changes nothing."""
+        self._stall_ms = max(self._stall_ms, total_ms)
 
     def _put(self, worker_id: str, seen: _Seen) -> None:
         """Insert or update, keeping `_seen` ordered by last-seen time, oldest first."""
@@ -92,17 +124,24 @@ class Detector:
         if not math.isfinite(load):
             raise ValueError(f"load must be finite, got {load!r}")
         prev = self._seen.get(worker_id)
-        last = now_ms if prev is None else max(prev.last_seen_ms, now_ms)
-        self._put(worker_id, _Seen(last_seen_ms=last, load=load))
+        if prev is None or prev.last_seen_ms <= now_ms:
+            self._put(worker_id, _Seen(last_seen_ms=now_ms, load=load, stall_ms=self._stall_ms))
+        else:
+            self._put(
+                worker_id,
+                _Seen(last_seen_ms=prev.last_seen_ms, load=load, stall_ms=prev.stall_ms),
+            )
 
     def seed(self, worker_ids: Iterable[str], now_ms: int) -> None:
         """Count every given worker as seen at `now_ms` (called when becoming leader)."""
         for worker_id in worker_ids:
             prev = self._seen.get(worker_id)
             if prev is None:
-                self._put(worker_id, _Seen(last_seen_ms=now_ms, load=None))
+                self._put(worker_id, _Seen(last_seen_ms=now_ms, load=None, stall_ms=self._stall_ms))
             elif prev.last_seen_ms < now_ms:
-                self._put(worker_id, _Seen(last_seen_ms=now_ms, load=prev.load))
+                self._put(
+                    worker_id, _Seen(last_seen_ms=now_ms, load=prev.load, stall_ms=self._stall_ms)
+                )
 
     def forget(self, worker_id: str) -> None:
         self._seen.pop(worker_id, None)
@@ -137,7 +176,8 @@ class Detector:
 
     def _judge(self, seen: _Seen, now_ms: int) -> Liveness:
         # Time is assumed monotonic; if it is not, a clock step must not kill anyone.
-        elapsed_ms = max(0, now_ms - seen.last_seen_ms)
+        credit_ms = min(self.stall_credit_max_ms, self._stall_ms - seen.stall_ms)
+        elapsed_ms = max(0, now_ms - seen.last_seen_ms - credit_ms)
         # Strictly greater: exactly at the timeout is still in time.
         if elapsed_ms > self.dead_after_ms:
             return Liveness.DEAD
@@ -158,9 +198,14 @@ class Detector:
         suspected: set[str] = set()
         dead: set[str] = set()
         for worker_id, seen in self._seen.items():  # oldest first
+            if now_ms - seen.last_seen_ms <= self.suspect_after_ms:
+                # Alive without any stall credit: everyone after it was seen later, alive
+                # too. (Judged with the credit, the order of silences can differ from the
+                # order of last-seen times by the stall told between two heartbeats.)
+                break
             verdict = self._judge(seen, now_ms)
             if verdict is Liveness.ALIVE:
-                break  # everyone after it was seen later: alive too
+                continue
             if self._holds and self.held(worker_id, now_ms):
                 continue
             (dead if verdict is Liveness.DEAD else suspected).add(worker_id)
@@ -172,8 +217,10 @@ class Detector:
         there."""
         dead: list[str] = []
         for worker_id, seen in self._seen.items():  # oldest first
+            if now_ms - seen.last_seen_ms <= self.dead_after_ms:
+                break  # not dead even without stall credit, nor anyone seen after it
             if self._judge(seen, now_ms) is not Liveness.DEAD:
-                break
+                continue
             if self._holds and self.held(worker_id, now_ms):
                 continue
             dead.append(worker_id)

@@ -208,6 +208,12 @@ class Planner:
         heartbeat judges it again (and if it is gone, its partitions move now)."""
         self.detector.unhold(worker_id)
 
+    def stalled(self, total_ms: int) -> None:
+        """The leader's event loop has been stalled `total_ms` in all (the service measures
+        it on the monotonic clock): no worker's silence is judged to include it, within the
+        detector's bound (`coordinator/core/liveness.py`)."""
+        self.detector.stalled(total_ms)
+
     def heartbeat(self, worker_id: WorkerId, load: float, now_ms: int) -> bool:
         """Record a heartbeat; True when the reply must ask for a checkpoint (the leader's
         last request to this worker did not get through)."""

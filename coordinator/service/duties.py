@@ -14,7 +14,10 @@ a bounded backoff. The task has a done-callback, and `running` tells `/v1/health
 leader's duties are actually running.
 
 Time comes from one `Clock`: the planner gets monotonic time for every decision and wall
-time only for the timestamps it stamps into commands.
+time only for the timestamps it stamps into commands. Beside the loop, while it runs, a
+sampler measures the event loop's stall (`coordinator/service/loop_stall.py`) and tells the
+planner its total at every wake and before every plan, so a heartbeat that waited unread
+behind a stalled loop does not make its worker look silent (`coordinator/core/liveness.py`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from coordinator.core.planner import Planner
 from coordinator.planner_config import planner_settings
 from coordinator.service import command_log
 from coordinator.service.call_results import request_of, result_of, store_fence
+from coordinator.service.loop_stall import STALL_SAMPLE_PERIOD_MS, LoopStall
 from coordinator.service.node_parts import DutyNode
 from coordinator.service.planner_door import PlannerDoor
 from coordinator.service.worker_client import WorkerClient
@@ -67,6 +71,9 @@ class LeaderDuties(PlannerDoor):
         self._calls: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        # The loop's stall since this leadership's planner was built (each planner is told
+        # totals from zero, the count it seeded its workers at).
+        self.stall = LoopStall()
         cfg = node.config
         self._client = WorkerClient(
             cluster_secret=cfg.cluster_secret,
@@ -113,6 +120,18 @@ class LeaderDuties(PlannerDoor):
 
     # -- the loop ----------------------------------------------------------------------------
 
+    async def _sample_stall(self, stall: LoopStall) -> None:
+        """Measure the loop's stall into `stall` and tell the planner of this leadership,
+        until cancelled with the loop."""
+        clock = self.clock
+        while True:
+            stall.sleeping(clock.monotonic_ms() + STALL_SAMPLE_PERIOD_MS)
+            await asyncio.sleep(STALL_SAMPLE_PERIOD_MS / 1000)
+            now = clock.monotonic_ms()
+            stall.woke(now)
+            if self.planner is not None and stall is self.stall:
+                self.planner.stalled(stall.total_ms(now))
+
     async def _run(self) -> None:
         log.info(
             "leader duties starting on %s (term %d)",
@@ -129,6 +148,8 @@ class LeaderDuties(PlannerDoor):
             self.planner = Planner(
                 planner_settings(self.node.config), self.rng, state, self.clock.monotonic_ms()
             )
+        stall = self.stall = LoopStall()
+        sampler = asyncio.get_running_loop().create_task(self._sample_stall(stall))
         failures = 0
         try:
             while True:
@@ -156,6 +177,8 @@ class LeaderDuties(PlannerDoor):
         except asyncio.CancelledError:
             log.info("leader duties stopped on %s", self.node.node_id)
             raise
+        finally:
+            sampler.cancel()
 
     async def step(self) -> int:
         """One plan-and-execute round; returns the monotonic time to plan again."""
@@ -163,8 +186,12 @@ class LeaderDuties(PlannerDoor):
         if planner is None:
             raise RuntimeError("step() without a planner (not the ready leader)")
         self._wake.clear()  # a result arriving from here on wakes the next sleep
+        now = self.clock.monotonic_ms()
+        # The stall so far, the one in progress included: a death check right after a stall
+        # must not count it as the workers' silence.
+        planner.stalled(self.stall.total_ms(now))
         with self.node.read() as state:
-            batch = planner.plan(state, self.clock.monotonic_ms(), self.clock.wall_ms())
+            batch = planner.plan(state, now, self.clock.wall_ms())
         run = BatchRun(planner, batch)
         await self._commit(run)
         for call in run.calls():

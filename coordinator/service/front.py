@@ -16,6 +16,9 @@ so each answer aiohttp gives is unchanged.
 
 Invariants: one request at a time per connection, answers in order (pipelined requests
 wait in the buffer, which is bounded: reading pauses past `BUFFER_BYTES_MAX`); a connection
+serves at most `REQUESTS_PER_TURN_MAX` of its buffered requests per turn of the event loop,
+then waits for the next turn, so a client pipelining many requests does not hold the loop
+while other connections' heartbeats (and Raft, on the same loop) wait unread; a connection
 idle past `IDLE_TIMEOUT_S` or part-way through a request past `REQUEST_READ_TIMEOUT_S` is
 closed (the site's monotonic clock, `shared.clock`, injectable); on shutdown, requests in
 flight are answered within the grace. Every hot request is admitted by its class first
@@ -78,6 +81,10 @@ IDLE_TIMEOUT_S = 75.0
 # A request whose head or body has begun to arrive but not finished within this is dropped.
 REQUEST_READ_TIMEOUT_S = 30.0
 SWEEP_PERIOD_S = 5.0
+# Buffered requests one connection serves before the loop's other ready callbacks run: a
+# flood pipelined on many connections then costs a heartbeat on another connection one
+# request per flooding connection, not every request they have buffered.
+REQUESTS_PER_TURN_MAX = 1
 
 
 class _DateHeader:
@@ -137,7 +144,9 @@ class FrontDoor(asyncio.Protocol):
         self._reader = RequestReader(site.body_bytes_max)
         self._transport: asyncio.Transport | None = None
         self._busy = False  # a request is being answered
+        self._deferred = False  # served its share of this loop turn: the rest waits a turn
         self._closing = False  # close once the request in flight is answered
+        self._eof = False  # the client sends no more: close once what it sent is answered
         self._reading_paused = False
         self._writing_paused = False
         self._since_ms = self._clock.monotonic_ms()  # start of the idle spell or of the request
@@ -160,11 +169,12 @@ class FrontDoor(asyncio.Protocol):
         self._next()
 
     def eof_received(self) -> bool:
-        # The client will send no more: answer what is in flight, then close.
-        self._closing = True
+        # The client will send no more: answer what it sent (its requests may still wait
+        # their turns), then close.
+        self._eof = True
         if not self._busy:
             self._next()
-        return self._busy
+        return self._transport is not None  # still ours: shut once answered
 
     def data_received(self, data: bytes) -> None:
         if not self._buf and not self._busy:
@@ -179,21 +189,37 @@ class FrontDoor(asyncio.Protocol):
         self._flow()
 
     def _serve_buffered(self) -> None:
-        """Serve the requests the buffer holds, one at a time; hand the connection over at
-        the first one that is not a hot request."""
-        while not self._busy and not self._writing_paused and self._transport is not None:
+        """Serve the requests the buffer holds, one at a time and at most
+        REQUESTS_PER_TURN_MAX in this turn of the loop (the rest in the next turns); hand the
+        connection over at the first one that is not a hot request."""
+        served = 0
+        while (
+            not self._busy
+            and not self._deferred
+            and not self._writing_paused
+            and self._transport is not None
+        ):
             if not self._buf:
-                if self._closing:
+                if self._closing or self._eof:
                     self._shut()
                 return
+            if served == REQUESTS_PER_TURN_MAX:
+                self._deferred = True
+                self._loop.call_soon(self._next_turn)
+                return
+            served += 1
             try:
-                request = self._reader.take(self._buf, self._closing)
+                request = self._reader.take(self._buf, self._eof)
             except NotHot:
                 self._hand_over()
                 return
             if request is None:
                 return
             self._serve(*request)
+
+    def _next_turn(self) -> None:
+        self._deferred = False
+        self._next()
 
     def _flow(self) -> None:
         """Bound what waits in the buffer: while no request can be served (one is in flight,
@@ -203,7 +229,7 @@ class FrontDoor(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        stalled = self._busy or self._writing_paused
+        stalled = self._busy or self._writing_paused or self._deferred
         if stalled and not self._reading_paused and len(self._buf) > BUFFER_BYTES_MAX:
             transport.pause_reading()
             self._reading_paused = True
@@ -266,13 +292,15 @@ class FrontDoor(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return  # the client left; the command (if any) still committed or failed alone
+        # After the client's end, the last of what it sent closes the connection.
+        close = self._closing or (self._eof and not self._buf)
         try:
-            data = response_bytes(finish(request, response, route), self._closing)
+            data = response_bytes(finish(request, response, route), close)
         except Exception:
             log.exception("could not encode the answer to POST %s", request.path)
-            data, self._closing = _INTERNAL, True
+            data, close = _INTERNAL, True
         transport.write(data)
-        if self._closing:
+        if close:
             self._shut()
 
     def _shut(self) -> None:

@@ -237,6 +237,69 @@ async def test_buffer_is_bounded_while_the_client_reads_no_answer(
     writer.close()
 
 
+class _Wire:
+    """A connection's transport that records what the front door writes."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _door(site: front.FrontDoorSite) -> tuple[front.FrontDoor, _Wire]:
+    wire = _Wire()
+    door = front.FrontDoor(site)
+    door.connection_made(wire)  # type: ignore[arg-type]
+    return door, wire
+
+
+async def test_a_pipelining_connection_serves_its_share_per_turn_and_others_get_theirs(
+    site: front.FrontDoorSite,
+) -> None:
+    """A client with many requests pipelined is served REQUESTS_PER_TURN_MAX of them per
+    turn of the loop: a heartbeat arriving on another connection meanwhile is answered in
+    its own first turn, not after the whole pipeline."""
+    flood, flood_wire = _door(site)
+    worker, worker_wire = _door(site)
+    pipelined = 6 * front.REQUESTS_PER_TURN_MAX
+    flood.data_received(HEARTBEAT * pipelined)
+    assert len(flood_wire.written) == front.REQUESTS_PER_TURN_MAX
+    worker.data_received(HEARTBEAT)
+    assert len(worker_wire.written) == 1  # not behind the flood's pipeline
+    assert len(flood_wire.written) == front.REQUESTS_PER_TURN_MAX
+    turns = 0
+    while len(flood_wire.written) < pipelined:
+        await asyncio.sleep(0)
+        turns += 1
+        assert len(flood_wire.written) <= front.REQUESTS_PER_TURN_MAX * (turns + 1)
+    assert turns == pipelined // front.REQUESTS_PER_TURN_MAX - 1
+    assert all(b"no leader known" in w for w in flood_wire.written)
+    assert not flood_wire.closed
+
+
+async def test_a_client_that_ends_with_requests_waiting_their_turn_gets_them_all(
+    site: front.FrontDoorSite,
+) -> None:
+    door, wire = _door(site)
+    pipelined = 3 * front.REQUESTS_PER_TURN_MAX + 1
+    door.data_received(HEARTBEAT * pipelined)
+    assert door.eof_received()  # kept open: the transport is not closed under the waiting
+    await wait_until_async(lambda: wire.closed, "every request answered, then the close")
+    assert len(wire.written) == pipelined
+    assert b"Connection: close" in wire.written[-1]
+
+
 async def test_idle_and_half_sent_requests_are_closed(
     site: front.FrontDoorSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:

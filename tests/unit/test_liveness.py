@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.core.liveness import Detector, Liveness, Verdict
+from coordinator.core.liveness import STALL_CREDIT_MAX_SHARE, Detector, Liveness, Verdict
 
 
 class FakeClock:
@@ -128,9 +128,68 @@ def test_rejects_bad_thresholds_and_load() -> None:
         make().observe("w1", 0, float("nan"))
 
 
+def test_the_leaders_stall_since_a_heartbeat_is_not_the_workers_silence() -> None:
+    # 35 s since w1's heartbeat, 20 s of it the leader's loop stalled: 15 s of silence.
+    d = make()
+    d.observe("w1", 0, 0.5)
+    d.observe("w2", 0, 0.5)
+    d.stalled(20_000)
+    assert d.status("w1", 35_000) is Liveness.SUSPECTED
+    assert d.dead(35_000) == frozenset()
+    assert d.evaluate(35_000) == Verdict(suspected=frozenset({"w1", "w2"}), dead=frozenset())
+    # Without the stall told, the same silence is a death.
+    plain = make()
+    plain.observe("w1", 0, 0.5)
+    assert plain.status("w1", 35_000) is Liveness.DEAD
+    # A heartbeat stamps the stall so far: only a stall after it is credited.
+    d.observe("w2", 36_000, 0.5)
+    assert d.status("w2", 66_001) is Liveness.DEAD
+    d.stalled(21_000)
+    assert d.status("w2", 66_001) is Liveness.SUSPECTED
+    assert d.status("w1", 51_000) is Liveness.SUSPECTED  # 51 - 21 = 30 s: still in time
+    assert d.status("w1", 51_001) is Liveness.DEAD
+    assert d.dead(51_001) == frozenset({"w1"})
+
+
+def test_a_leader_stalled_for_good_still_declares_a_silent_worker_dead() -> None:
+    # The credit is capped: a loop that never catches up (every millisecond of the silence
+    # its stall) declares the worker dead once the silence passes the cap on top.
+    d = make()
+    d.observe("w1", 0, 0.5)
+    limit_ms = int(d.dead_after_ms * (1 + STALL_CREDIT_MAX_SHARE))
+    for now in range(0, limit_ms + 1, 1_000):
+        d.stalled(now)
+        assert d.status("w1", now) is not Liveness.DEAD, now
+    d.stalled(limit_ms + 1)
+    assert d.status("w1", limit_ms + 1) is Liveness.DEAD
+    assert d.dead(limit_ms + 1) == frozenset({"w1"})
+
+
+def test_an_older_worker_credited_more_does_not_hide_a_newer_dead_one() -> None:
+    # Told a stall larger than the time between two heartbeats (a total read late), the
+    # older worker has more credit than the newer: the oldest-first reading must go on past
+    # it rather than stop at the first one alive.
+    d = Detector(suspect_after_ms=1_000, dead_after_ms=3_000)
+    d.observe("w1", 0, 0.5)
+    d.stalled(3_000)
+    d.observe("w2", 100, 0.5)
+    assert d.status("w1", 3_500) is Liveness.ALIVE
+    assert d.status("w2", 3_500) is Liveness.DEAD
+    assert d.dead(3_500) == frozenset({"w2"})
+    assert d.evaluate(3_500) == Verdict(suspected=frozenset(), dead=frozenset({"w2"}))
+
+
+def test_a_smaller_stall_total_changes_nothing() -> None:
+    d = make()
+    d.observe("w1", 0, 0.5)
+    d.stalled(10_000)
+    d.stalled(5_000)  # a stale total told late
+    assert d.status("w1", 40_000) is Liveness.SUSPECTED  # 40 - 10 = 30 s
+
+
 _OPS = st.lists(
     st.tuples(
-        st.sampled_from(["observe", "seed", "forget", "hold", "unhold"]),
+        st.sampled_from(["observe", "seed", "forget", "hold", "unhold", "stalled"]),
         st.sampled_from(["w1", "w2", "w3", "w4", "w5"]),
         st.integers(min_value=0, max_value=5_000),  # any order: a caller's clock may step back
     ),
@@ -152,6 +211,9 @@ def test_evaluate_reads_only_the_oldest_but_judges_like_a_full_scan(
             d.hold(wid, t + 2_000)
         elif op == "unhold":
             d.unhold(wid)
+        elif op == "stalled":
+            # Any total, in any order: the credit must not break the oldest-first reading.
+            d.stalled(t)
         else:
             d.forget(wid)
     full = {w: d.status(w, now) for w in d.known()}
