@@ -2,7 +2,10 @@
 
 `CoordinatorClient` talks to any node of a cluster: reads go to whichever node answers,
 writes follow `307` redirects to the leader (remembering it) and wait out `503` with its
-`Retry-After`, all within named bounds. The nodes it knows grow with the cluster: a
+`Retry-After`, all within named bounds. Each attempt is bounded by `timeout_s` (read at each
+attempt, so an owner may tighten it), and a node that failed an attempt is asked last from
+then on: a node that holds calls without answering (a leader whose disk stalls its loop)
+costs one attempt, not every call's whole deadline. The nodes it knows grow with the cluster: a
 redirect's leader is remembered, and every NODES_REFRESH_S the node that answered is asked
 for the voters (`/v1/health`), so a client outlives the replacement of every node it was
 started with. Errors come back as `ClientError` carrying the
@@ -138,7 +141,12 @@ class CoordinatorClient:
                 for _ in range(REDIRECTS_MAX):
                     try:
                         async with self._http().request(
-                            method, url, json=json, headers=hdrs, allow_redirects=False
+                            method,
+                            url,
+                            json=json,
+                            headers=hdrs,
+                            allow_redirects=False,
+                            timeout=aiohttp.ClientTimeout(total=self.timeout_s),
                         ) as resp:
                             if resp.status == 307 and "Location" in resp.headers:
                                 url = resp.headers["Location"]
@@ -162,6 +170,7 @@ class CoordinatorClient:
                             return value
                     except (aiohttp.ClientError, TimeoutError) as exc:
                         last = exc
+                        self._demote(base)
                         break
                 if unavailable > UNAVAILABLE_RETRIES_MAX:
                     break
@@ -175,6 +184,12 @@ class CoordinatorClient:
             code="unreachable",
             kind=ErrorKind.UNAVAILABLE,
         )
+
+    def _demote(self, base: str) -> None:
+        """`base` failed an attempt: the next known node is asked first from now on."""
+        if base == self._preferred and len(self.urls) > 1:
+            at = self.urls.index(base) if base in self.urls else -1
+            self._preferred = self.urls[(at + 1) % len(self.urls)]
 
     def _learn(self, urls: list[str]) -> None:
         for url in urls:

@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 SESSION_LOST_CODES = ("unknown_worker", "stale_incarnation", "unauthorized")
 # Registration refusals that trying again cannot mend: the worker stops and says why.
 REFUSED_CODES = ("store_mismatch",)
+# Attempts at a coordinator call (one node each) that fit in one lease, once registered.
+ATTEMPTS_PER_LEASE = 2
 
 
 def partition_report(rt: PartitionRuntime) -> PartitionReport:
@@ -151,6 +153,11 @@ class Session:
         self.incarnation = registration.incarnation
         self.heartbeat_interval_s = registration.heartbeat_interval_s
         self.lease = Lease(lease_ms=int(registration.lease_s * 1000))
+        # A heartbeat that waits on a node holding calls unanswered (a leader whose disk
+        # stalls it) gives up in time to reach another node within the lease; else each
+        # call spent it all on that node, and a new leader declared this worker dead.
+        attempt_s = registration.lease_s / ATTEMPTS_PER_LEASE
+        self.client.timeout_s = min(self.client.timeout_s, attempt_s)
         log.info("registered %s incarnation %d", self.settings.worker_id, self.incarnation)
 
     async def heartbeat_once(self) -> None:
