@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 SESSION_LOST_CODES = ("unknown_worker", "stale_incarnation", "unauthorized")
 # Registration refusals that trying again cannot mend: the worker stops and says why.
 REFUSED_CODES = ("store_mismatch",)
-# Attempts at a coordinator call (one node each) that fit in one lease, once registered.
+# Attempts at a heartbeat (one node each) that fit in one lease, once registered.
 ATTEMPTS_PER_LEASE = 2
 
 
@@ -93,6 +93,7 @@ class Session:
         self.checkpoint_due = checkpoint_due
         self.lease = Lease(lease_ms=1)
         self.heartbeat_interval_s = 1.0
+        self.heartbeat_attempt_s: float | None = None  # the client's own until registered
         self.token = ""  # what we present to the coordinator (renewed by each heartbeat)
         self.call_token = ""  # what the leader presents to us
         self.incarnation = 0
@@ -155,9 +156,10 @@ class Session:
         self.lease = Lease(lease_ms=int(registration.lease_s * 1000))
         # A heartbeat that waits on a node holding calls unanswered (a leader whose disk
         # stalls it) gives up in time to reach another node within the lease; else each
-        # call spent it all on that node, and a new leader declared this worker dead.
+        # beat spent it all on that node, and a new leader declared this worker dead. Only
+        # heartbeats: a registration or a report retried after a lost answer is not.
         attempt_s = registration.lease_s / ATTEMPTS_PER_LEASE
-        self.client.timeout_s = min(self.client.timeout_s, attempt_s)
+        self.heartbeat_attempt_s = min(self.client.timeout_s, attempt_s)
         log.info("registered %s incarnation %d", self.settings.worker_id, self.incarnation)
 
     async def heartbeat_once(self) -> None:
@@ -175,6 +177,7 @@ class Session:
             f"/v1/workers/{self.settings.worker_id}/heartbeat",
             heartbeat.to_json(),
             token=self.token,
+            timeout_s=self.heartbeat_attempt_s,
         )
         self.lease = self.lease.renewed(sent_at)
         reply = HeartbeatReply.from_json(body)

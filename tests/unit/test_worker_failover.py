@@ -88,7 +88,7 @@ async def test_a_heartbeat_leaves_a_stalled_coordinator_within_the_lease(
     worker = Worker(settings, LocalStore(str(tmp_path / "store")))
     try:
         await worker.session.register()  # the stalled node still answers this
-        assert worker.client.timeout_s == LEASE_S / ATTEMPTS_PER_LEASE
+        assert worker.session.heartbeat_attempt_s == LEASE_S / ATTEMPTS_PER_LEASE
         started = time.monotonic()
         await worker.session.heartbeat_once()
         took_s = time.monotonic() - started
