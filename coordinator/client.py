@@ -2,10 +2,13 @@
 
 `CoordinatorClient` talks to any node of a cluster: reads go to whichever node answers,
 writes follow `307` redirects to the leader (remembering it) and wait out `503` with its
-`Retry-After`, all within named bounds. The nodes it knows grow with the cluster: a
-redirect's leader is remembered, and every NODES_REFRESH_S the node that answered is asked
-for the voters (`/v1/health`), so a client outlives the replacement of every node it was
-started with. Errors come back as `ClientError` carrying the
+`Retry-After`, all within named bounds. Each attempt is bounded by `timeout_s` (or by a
+call's own, for a call that must try another node sooner), and a node that failed an attempt
+is asked last from then on: a node that holds calls without answering (a leader whose disk
+stalls its loop) costs one attempt, not every call's whole deadline. The nodes it knows grow
+with the cluster: a redirect's leader is remembered, and every NODES_REFRESH_S the node that
+answered is asked for the voters (`/v1/health`), so a client outlives the replacement of
+every node it was started with. Errors come back as `ClientError` carrying the
 server's JSON error (code, message, field) and the kind its HTTP status names
 (`shared.http_statuses`: the client's edge reads the status back). Every bound in time is
 read on the `Clock` the client is given (the process's real one by default), so a test can
@@ -96,9 +99,11 @@ class CoordinatorClient:
         json: Any = None,
         token: str | None = None,
         headers: dict[str, str] | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, Any]:
-        """One API call with leader-following, node failover and bounded retries."""
-        return await self._call(method, path, json, token, headers, _body)
+        """One API call with leader-following, node failover and bounded retries; each
+        attempt bounded by `timeout_s` when given, else by the client's."""
+        return await self._call(method, path, json, token, headers, _body, timeout_s)
 
     async def download(self, path: str, *, bytes_max: int, token: str | None = None) -> bytes:
         """A GET whose answer is a file of at most `bytes_max` bytes (a backup), with the
@@ -124,7 +129,9 @@ class CoordinatorClient:
         token: str | None,
         headers: dict[str, str] | None,
         read: Callable[[aiohttp.ClientResponse], Awaitable[_T]],
+        timeout_s: float | None = None,
     ) -> _T:
+        attempt = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         deadline_ms = self.clock.monotonic_ms() + round(self.deadline_s * 1000)
         hdrs = dict(headers or {})
         bearer = token or self.token
@@ -138,7 +145,12 @@ class CoordinatorClient:
                 for _ in range(REDIRECTS_MAX):
                     try:
                         async with self._http().request(
-                            method, url, json=json, headers=hdrs, allow_redirects=False
+                            method,
+                            url,
+                            json=json,
+                            headers=hdrs,
+                            allow_redirects=False,
+                            timeout=attempt,
                         ) as resp:
                             if resp.status == 307 and "Location" in resp.headers:
                                 url = resp.headers["Location"]
@@ -162,6 +174,7 @@ class CoordinatorClient:
                             return value
                     except (aiohttp.ClientError, TimeoutError) as exc:
                         last = exc
+                        self._demote(base)
                         break
                 if unavailable > UNAVAILABLE_RETRIES_MAX:
                     break
@@ -175,6 +188,12 @@ class CoordinatorClient:
             code="unreachable",
             kind=ErrorKind.UNAVAILABLE,
         )
+
+    def _demote(self, base: str) -> None:
+        """`base` failed an attempt: the next known node is asked first from now on."""
+        if base == self._preferred and len(self.urls) > 1:
+            at = self.urls.index(base) if base in self.urls else -1
+            self._preferred = self.urls[(at + 1) % len(self.urls)]
 
     def _learn(self, urls: list[str]) -> None:
         for url in urls:
@@ -208,10 +227,18 @@ class CoordinatorClient:
         return await self.request("GET", path + (f"{sep}consistent=true" if consistent else ""))
 
     async def post(
-        self, path: str, json: Any, *, token: str | None = None, idempotency_key: str | None = None
+        self,
+        path: str,
+        json: Any,
+        *,
+        token: str | None = None,
+        idempotency_key: str | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        return await self.request("POST", path, json=json, token=token, headers=headers)
+        return await self.request(
+            "POST", path, json=json, token=token, headers=headers, timeout_s=timeout_s
+        )
 
 
 async def _body(resp: aiohttp.ClientResponse) -> dict[str, Any]:

@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 SESSION_LOST_CODES = ("unknown_worker", "stale_incarnation", "unauthorized")
 # Registration refusals that trying again cannot mend: the worker stops and says why.
 REFUSED_CODES = ("store_mismatch",)
+# Attempts at a heartbeat (one node each) that fit in one lease, once registered.
+ATTEMPTS_PER_LEASE = 2
 
 
 def partition_report(rt: PartitionRuntime) -> PartitionReport:
@@ -91,6 +93,7 @@ class Session:
         self.checkpoint_due = checkpoint_due
         self.lease = Lease(lease_ms=1)
         self.heartbeat_interval_s = 1.0
+        self.heartbeat_attempt_s: float | None = None  # the client's own until registered
         self.token = ""  # what we present to the coordinator (renewed by each heartbeat)
         self.call_token = ""  # what the leader presents to us
         self.incarnation = 0
@@ -151,6 +154,12 @@ class Session:
         self.incarnation = registration.incarnation
         self.heartbeat_interval_s = registration.heartbeat_interval_s
         self.lease = Lease(lease_ms=int(registration.lease_s * 1000))
+        # A heartbeat that waits on a node holding calls unanswered (a leader whose disk
+        # stalls it) gives up in time to reach another node within the lease; else each
+        # beat spent it all on that node, and a new leader declared this worker dead. Only
+        # heartbeats: a registration or a report retried after a lost answer is not.
+        attempt_s = registration.lease_s / ATTEMPTS_PER_LEASE
+        self.heartbeat_attempt_s = min(self.client.timeout_s, attempt_s)
         log.info("registered %s incarnation %d", self.settings.worker_id, self.incarnation)
 
     async def heartbeat_once(self) -> None:
@@ -168,6 +177,7 @@ class Session:
             f"/v1/workers/{self.settings.worker_id}/heartbeat",
             heartbeat.to_json(),
             token=self.token,
+            timeout_s=self.heartbeat_attempt_s,
         )
         self.lease = self.lease.renewed(sent_at)
         reply = HeartbeatReply.from_json(body)

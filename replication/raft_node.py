@@ -78,10 +78,16 @@ A failing disk (`replication.disk_faults`):
 - `__tryLogCompaction` (with the serializer's `checkSerializing` watched): a compaction's
   dump that failed is tried again after a backoff, not on the next tick.
 - A node whose journal syncs are slow (`may_stand` false) stands aside: like a non-voter it
-  never starts an election of its own and ignores `timeout_now`, but it still votes and
-  answers appends (`replication.slow_disk`). Unless it has heard no leader for
+  never starts an election of its own (`_onTick` puts the election deadline off after the
+  tick's first sync, which on a slow disk outlasts any election timeout set before it) and
+  ignores `timeout_now`, but it still votes and answers appends (`replication.slow_disk`).
+  Unless it has heard no leader for
   LEADERLESS_STAND_TIMEOUTS election timeouts: when every disk is slow, a slow leader beats
-  none.
+  none. Only a leader of its own term or a newer one counts as heard: a node that became a
+  candidate at a higher term (a slow tick outlasted the others' election) ignores the
+  appends of the leader they elected meanwhile, which never learns that term from it; were
+  those appends counted, the node would stand aside, unheard, until its disk was found fast
+  again, which takes syncs that a candidate never makes.
 
 Other invariants: the one replicated method (`_apply_entry`) never raises
 (`replication.entry`); the machine is touched only under the apply lock; the only attribute
@@ -203,7 +209,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         self._ripple_clock = clock
         self._ripple_faults = faults if faults is not None else DiskFaults()
         self._ripple_may_stand = may_stand  # false: its disk is slow (module doc)
-        self._ripple_heard_leader_at = monotonic()  # the last append_entries received
+        self._ripple_heard_leader_at = monotonic()  # the last append of a current leader
         self._ripple_dump_backoff = DumpBackoff()
         self._ripple_machine = machine
         self._ripple_lock = lock
@@ -319,10 +325,11 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         what the leader appended in the tick, while the followers are writing it too."""
         if self._ripple_faults.failure is not None:
             return  # the disk failed: nothing more from this node (module doc)
-        if not self._ripple_voter or self._ripple_standing_aside():
-            # Not a voter, or a slow disk: never an election of its own (module doc).
-            self._SyncObj__raftElectionDeadline = monotonic() + self.conf.raftMaxTimeout
         self._ripple_sync_and_answer()
+        if not self._ripple_voter or self._ripple_standing_aside():
+            # Not a voter, or a slow disk: never an election of its own (module doc). After
+            # the sync, which on a slow disk outlasts the deadline set before it.
+            self._SyncObj__raftElectionDeadline = monotonic() + self.conf.raftMaxTimeout
         SyncObj._onTick(self, timeToWait)
         self.journal().sync()
         self._ripple_publish()
@@ -505,7 +512,10 @@ class RaftNode(SyncObj):  # type: ignore[misc]
         if self._ripple_faults.failure is not None:
             return  # the disk failed: no answer, no vote (module doc)
         kind = message.get("type") if isinstance(message, dict) else None
-        if kind == "append_entries":
+        if kind == "append_entries" and message.get("term", 0) >= self.raftCurrentTerm:
+            # A leader of an older term is none: pysyncobj drops its appends unanswered, so
+            # counting them would keep a node standing aside at a higher term for good,
+            # unheard by that leader (module doc).
             self._ripple_heard_leader_at = monotonic()
         if not self._ripple_voter and kind in ("request_vote", "timeout_now"):
             return  # not a voter: no vote, no leadership (module doc)

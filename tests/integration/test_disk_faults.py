@@ -289,6 +289,18 @@ def test_a_journal_on_a_full_tmpfs_halts_with_enospc_rather_than_sigbus(
 # -- three coordinator processes -------------------------------------------------------------
 
 
+def start_with_controls(
+    c: CoordinatorCluster, tmp: Path, mp: pytest.MonkeyPatch
+) -> dict[str, Path]:
+    """Start every node, each reading its own fault control file (none written yet)."""
+    controls = {s.id: tmp / f"faults-{s.id}.json" for s in c.specs}
+    for node, control in controls.items():
+        mp.setenv(FAULTS_ENV, str(control))  # each process reads its own
+        c.start(node)
+    mp.delenv(FAULTS_ENV)
+    return controls
+
+
 def register(c: CoordinatorCluster, worker: str) -> None:
     body = {"worker_id": worker, "address": "http://127.0.0.1:9"}
     r = c.write_via_any("/v1/workers", body)
@@ -317,12 +329,8 @@ def test_a_coordinator_whose_disk_fails_halts_says_why_and_rejoins(
     other: str,
 ) -> None:
     c = CoordinatorCluster(tmp_path)
-    controls = {s.id: tmp_path / f"faults-{s.id}.json" for s in c.specs}
     try:
-        for node, control in controls.items():
-            monkeypatch.setenv(FAULTS_ENV, str(control))  # each process reads its own
-            c.start(node)
-        monkeypatch.delenv(FAULTS_ENV)
+        controls = start_with_controls(c, tmp_path, monkeypatch)
         leader = c.ready()
         acked = [f"w{k}" for k in range(10)]
         for worker in acked:
@@ -373,12 +381,8 @@ def test_a_coordinator_leader_on_a_slow_disk_hands_over_and_writes_go_on(
         leader_sync_slow_ms=100,
         leader_sync_cooldown_s=60.0,
     )
-    controls = {s.id: tmp_path / f"faults-{s.id}.json" for s in c.specs}
     try:
-        for node, control in controls.items():
-            monkeypatch.setenv(FAULTS_ENV, str(control))
-            c.start(node)
-        monkeypatch.delenv(FAULTS_ENV)
+        controls = start_with_controls(c, tmp_path, monkeypatch)
         slow = c.ready(60.0)
         controls[slow].write_text(json.dumps({"journal_sync_delay_ms": 200}))
         acked: list[str] = []
