@@ -24,6 +24,7 @@ from coordinator.core.commands import (
 from coordinator.core.model import (
     BATCH_ITEMS_MAX,
     CHECKPOINTS_KEPT_MAX,
+    DEFAULT_PIPELINE,
     HISTORY_PER_PARTITION_MAX,
     NOTE_LEN_MAX,
     OWNING_WORKER_STATES,
@@ -113,9 +114,10 @@ def accept_checkpoint(part: Partition, new: Checkpoint, *, rescaled: bool) -> Pa
     return replace(part, checkpoint=new, earlier=earlier[:CHECKPOINTS_KEPT_MAX])
 
 
-def rescaled(state: ClusterState) -> bool:
-    """Whether the partition table is a rescale's (its partitions start at their builds)."""
-    return state.routing_generation > 0
+def rescaled(state: ClusterState, part: Partition) -> bool:
+    """Whether `part` is of a rescale's table (it starts at its build): `default`'s, after
+    a rescale; a recorded pipeline is never rescaled yet."""
+    return part.pipeline == DEFAULT_PIPELINE and state.routing_generation > 0
 
 
 def finish_migration(

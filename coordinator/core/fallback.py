@@ -18,7 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.core.commands import FallBack, FinalCheckpoint, MarkStuck
-from coordinator.core.model import NOTE_LEN_MAX, Partition, PartitionEpoch, PartitionStatus
+from coordinator.core.model import (
+    DEFAULT_PIPELINE,
+    NOTE_LEN_MAX,
+    Partition,
+    PartitionEpoch,
+    PartitionStatus,
+)
 from coordinator.core.partition_table import PartitionTable
 
 __all__ = [
@@ -146,7 +152,9 @@ def fallbacks_due(
         p, epoch = key
         part = partitions.get(p)
         if part is not None and part.epoch == epoch:
-            cmd = decide(part, failures, message, policy, now_ms, rescaled)
+            # Only `default`'s table is ever a rescale's.
+            mine = rescaled and part.pipeline == DEFAULT_PIPELINE
+            cmd = decide(part, failures, message, policy, now_ms, mine)
             if cmd is not None:
                 out.append(cmd)
     return out

@@ -42,6 +42,7 @@ from coordinator.core.commands import (
     RetireWorkers,
     StatesBuilt,
 )
+from coordinator.core.edits import rescaled
 from coordinator.core.model import (
     CHECKPOINTS_KEPT_MAX,
     DEFAULT_PIPELINE,
@@ -64,6 +65,7 @@ from coordinator.core.pipeline_invariants import (
     PipelineView,
     pipeline_state_violations,
     pipeline_step_violations,
+    placement_violations,
     views,
 )
 
@@ -143,7 +145,7 @@ def state_violations(state: ClusterState) -> list[str]:
             m = state.migrations.get(p.migration)
             if m is None or m.phase in TERMINAL_PHASES or m.partition != p.partition:
                 out.append(f"p{p.partition} points at {p.migration}, not its migration in flight")
-        out += _chain_violations(p.partition, p.checkpoint, p.earlier, state.routing_generation > 0)
+        out += _chain_violations(p.partition, p.checkpoint, p.earlier, rescaled(state, p))
         if p.stuck and p.status is PartitionStatus.ONLINE:
             out.append(f"p{p.partition} is online and marked stuck")
     out += _routing_violations(state)
@@ -264,7 +266,6 @@ def step_violations(before: View, state: ClusterState, command: Command) -> list
             if p.epoch <= top
         ]
     # A rescaled table's oldest checkpoint is its build: the floor every command keeps.
-    rescaled = state.routing_generation > 0
     for p in state.partitions:
         was = before.partitions.get(p.partition)
         if was is None or (new_table and p.pipeline == DEFAULT_PIPELINE):
@@ -273,7 +274,8 @@ def step_violations(before: View, state: ClusterState, command: Command) -> list
             out.append(f"{name} took p{p.partition} epoch back to {p.epoch}")
         elif p.epoch == was.epoch and p.owner != was.owner:
             out.append(f"p{p.partition} epoch {p.epoch} has two owners: {was.owner} and {p.owner}")
-        if rescaled and was.checkpoints and was.checkpoints[-1] not in (p.checkpoint, *p.earlier):
+        floor = was.checkpoints[-1] if rescaled(state, p) and was.checkpoints else None
+        if floor is not None and floor not in (p.checkpoint, *p.earlier):
             out.append(f"{name} dropped p{p.partition}'s floor {was.checkpoints[-1].uri}")
         ck = p.checkpoint
         if ck is None or ck in was.checkpoints:
@@ -468,7 +470,7 @@ def settled_violations(state: ClusterState) -> list[str]:
     r = state.rescale
     if r is not None and r.phase is not RescalePhase.DONE:
         out.append(f"the rescale to generation {r.generation} ended {r.phase.value}")
-    owned = sum(len(state.owned_by(w)) for w in state.workers)
+    owned = sum(1 for w in state.workers for p in state.owned_by(w) if p < SLOT_BASE)
     if owned != state.total_partitions:
         out.append(f"workers own {owned} partitions of {state.total_partitions}")
-    return out
+    return out + placement_violations(state)

@@ -135,7 +135,9 @@ def hand_off(state: ClusterState, cmd: HandOff) -> Outcome:
         accepted = Checkpoint(
             offset=final.offset, uri=final.uri, epoch=final.epoch, at_ms=cmd.now_ms
         )
-        state.put_partition(edits.accept_checkpoint(part, accepted, rescaled=edits.rescaled(state)))
+        state.put_partition(
+            edits.accept_checkpoint(part, accepted, rescaled=edits.rescaled(state, part))
+        )
     # Otherwise a missing, stale or backwards final checkpoint is ignored: the target
     # resumes from the last accepted one.
     reason = ChangeReason.DRAIN if m.reason is MigrationReason.DRAIN else ChangeReason.MIGRATION

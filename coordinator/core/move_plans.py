@@ -130,6 +130,10 @@ class MovePlans:
                     )
                 out.append(Move(partition=part.partition, source=part.owner, target=WorkerId(to)))
             planned = tuple(out)
+            refused = pools.outside(state, planned)
+            if refused is not None:
+                i, why = refused
+                return rejected("conflict", f"moves[{i}]: {why}", "to")
             held = set(self.held(state, now_ms))
             for i, mv in enumerate(planned):
                 if held & {mv.source, mv.target}:

@@ -185,7 +185,7 @@ def record_checkpoints(state: ClusterState, cmd: RecordCheckpoints) -> Outcome:
                     offset=e.offset, uri=e.uri, epoch=part.epoch, at_ms=cmd.now_ms
                 )
                 state.put_partition(
-                    edits.accept_checkpoint(part, checkpoint, rescaled=edits.rescaled(state))
+                    edits.accept_checkpoint(part, checkpoint, rescaled=edits.rescaled(state, part))
                 )
         status: Literal["accepted", "fenced"] = "fenced" if reason is not None else "accepted"
         results.append(CheckpointVerdict(partition=e.partition, status=status, reason=reason))
@@ -199,7 +199,7 @@ def fall_back(state: ClusterState, cmd: FallBack) -> Outcome:
     if part.checkpoint is None:
         return rejected("conflict", f"partition {part.partition} has no checkpoint"), False
     to = cmd.checkpoint
-    if to is None and state.routing_generation > 0:
+    if to is None and edits.rescaled(state, part):
         return _no_full_replay(part.partition, "fall back to a full replay"), False
     checkpoint: Checkpoint | None = None
     earlier: tuple[Checkpoint, ...] = ()
@@ -263,7 +263,7 @@ def reset_partition(state: ClusterState, cmd: ResetPartition) -> Outcome:
         return rejected(
             "conflict", f"partition {p} is {part.status.value}; only an assigning one resets"
         ), False
-    if state.routing_generation > 0:
+    if edits.rescaled(state, part):
         return _no_full_replay(p, "reset"), False
     problem = edits.lifecycle_problem(
         state, "ResetPartition", partitions=[([p], PartitionStatus.ASSIGNING)]

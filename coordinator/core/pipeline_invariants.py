@@ -31,11 +31,18 @@ from coordinator.core.model import (
     Pipeline,
     PipelineName,
     PipelineState,
+    WorkerId,
     valid_id,
 )
 from coordinator.core.pipeline_commands import settings_problem
 
-__all__ = ["PipelineView", "pipeline_state_violations", "pipeline_step_violations", "views"]
+__all__ = [
+    "PipelineView",
+    "pipeline_state_violations",
+    "pipeline_step_violations",
+    "placement_violations",
+    "views",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,4 +136,27 @@ def pipeline_step_violations(
             lifecycle.PIPELINE_EDGES, src, p.state, command
         ):
             out.append(f"{command} moved pipeline {p.name} {src} -> {p.state}: not in lifecycle.py")
+    return out
+
+
+def placement_violations(state: ClusterState) -> list[str]:
+    """What must hold of where recorded pipelines' partitions are once a cluster settled
+    (a re-registered owner has no profile until it declares one again, so not after every
+    command): each is owned by a worker whose profile carries its pool, and no worker owns
+    more of them than its slots."""
+    out = []
+    held: dict[str, int] = {}
+    for part in state.partitions:
+        if part.pipeline == DEFAULT_PIPELINE or part.owner is None:
+            continue
+        p = state.pipelines.get(part.pipeline)
+        w = state.workers.get(part.owner)
+        profile = None if w is None else w.profile
+        if p is not None and (profile is None or not profile.carries(p.pool)):
+            out.append(f"p{part.partition} of {part.pipeline} is on {part.owner}, outside its pool")
+        held[part.owner] = held.get(part.owner, 0) + 1
+    for wid, n in held.items():
+        w = state.workers.get(WorkerId(wid))
+        if w is not None and w.profile is not None and n > w.profile.slots:
+            out.append(f"{wid} holds {n} partitions of recorded pipelines, over {w.profile.slots}")
     return out

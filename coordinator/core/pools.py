@@ -20,8 +20,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from coordinator.core.cluster import ClusterState
+from coordinator.core.commands import Move
 from coordinator.core.model import (
     SLOT_BASE,
+    MigrationPhase,
     Partition,
     PartitionId,
     Pipeline,
@@ -30,9 +32,10 @@ from coordinator.core.model import (
     WorkerId,
 )
 
-__all__ = ["PIPELINE_ASSIGNMENTS_PER_PASS_MAX", "place", "unplaceable", "waiting"]
+__all__ = ["PIPELINE_ASSIGNMENTS_PER_PASS_MAX", "outside", "place", "unplaceable", "waiting"]
 
 PIPELINE_ASSIGNMENTS_PER_PASS_MAX = 1_024
+HANDED_OFF = MigrationPhase.HANDED_OFF  # its target owns the partition already
 # Pipelines whose partitions the planner places: a CREATING one has none yet, a DROPPING one
 # is being torn down.
 PLACED_STATES = frozenset({PipelineState.ACTIVE, PipelineState.PAUSED})
@@ -51,14 +54,20 @@ def members(state: ClusterState, p: Pipeline, eligible: Iterable[WorkerId]) -> l
 def _used(
     state: ClusterState, workers: Iterable[WorkerId]
 ) -> tuple[Counter[WorkerId], Counter[tuple[WorkerId, PipelineName]]]:
-    """Per worker, its partitions of recorded pipelines, in all and per pipeline."""
+    """Per worker, the partitions of recorded pipelines it holds or is about to (the target
+    of a move not yet handed off), in all and per pipeline: what its slots are spent on."""
     total: Counter[WorkerId] = Counter()
     each: Counter[tuple[WorkerId, PipelineName]] = Counter()
-    for w in workers:
+    wanted = set(workers)
+    for w in wanted:
         for number in state.owned_by(w):
             if number >= SLOT_BASE:
                 total[w] += 1
                 each[(w, state.partitions[number].pipeline)] += 1
+    for m in state.in_flight_migrations():
+        if m.target in wanted and m.partition >= SLOT_BASE and m.phase is not HANDED_OFF:
+            total[m.target] += 1
+            each[(m.target, state.partitions[m.partition].pipeline)] += 1
     return total, each
 
 
@@ -130,3 +139,21 @@ def unplaceable(state: ClusterState, p: Pipeline, eligible: Sequence[WorkerId]) 
     if all(state.workers[w].profile.slots <= total[w] for w in pool):  # type: ignore[union-attr]
         return f"every slot of the pool's {len(pool)} workers is taken"
     return ""
+
+
+def outside(state: ClusterState, moves: Sequence[Move]) -> tuple[int, str] | None:
+    """The first of an operator's moves that would take a recorded pipeline's partition out
+    of its pool or past its target's slots (index, why), or None."""
+    total, _ = _used(state, {mv.target for mv in moves})
+    for i, mv in enumerate(moves):
+        part = state.partitions[mv.partition]
+        p = state.pipelines.get(part.pipeline)
+        if p is None:
+            continue  # `default`'s
+        rec = state.workers.get(mv.target)
+        if rec is None or rec.profile is None or not rec.profile.carries(p.pool):
+            return i, f"{mv.target} is not in pipeline {p.name}'s pool"
+        total[mv.target] += 1
+        if total[mv.target] > rec.profile.slots:
+            return i, f"{mv.target} has no free slot ({rec.profile.slots})"
+    return None

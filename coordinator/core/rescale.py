@@ -160,7 +160,7 @@ def record_cut(state: ClusterState, cmd: RecordCut) -> Result:
         return problem
     cut = cuts[p]
     assert cut is not None
-    state.put_partition(edits.accept_checkpoint(part, cut, rescaled=edits.rescaled(state)))
+    state.put_partition(edits.accept_checkpoint(part, cut, rescaled=edits.rescaled(state, part)))
     base: Epoch | None = None
     if done:
         base = Epoch(1 + max(x.epoch for x in state.partitions))

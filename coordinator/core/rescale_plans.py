@@ -18,6 +18,7 @@ from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import Command, FinishRescale
 from coordinator.core.effects import BuildCall, CutCall, WorkerCall
 from coordinator.core.model import (
+    DEFAULT_PIPELINE,
     Epoch,
     PartitionId,
     PartitionStatus,
@@ -65,7 +66,10 @@ class RescalePlans:
         r = state.rescale
         if r is None or r.phase is not RescalePhase.HOSTING:
             return ()
-        if any(p.status is not PartitionStatus.ONLINE for p in state.partitions):
+        # `default`'s table is the one rescaled; a recorded pipeline's may be unplaceable.
+        if any(
+            p.status is not PartitionStatus.ONLINE for p in state.partitions.of(DEFAULT_PIPELINE)
+        ):
             return ()
         return (FinishRescale(generation=r.generation, now_ms=wall_ms),)
 

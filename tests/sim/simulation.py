@@ -46,29 +46,38 @@ from __future__ import annotations
 
 import hashlib
 import random
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.core import pools
 from coordinator.core.codec import decode_command, decode_result, encode_command
 from coordinator.core.commands import (
     AbortMigration,
+    ActivatePipeline,
     AssignPartitions,
     Barrier,
     CheckpointReport,
     CheckpointsResult,
     Command,
+    CreatePipeline,
     DeclareDead,
     DrainWorker,
+    DropPipeline,
     FallBack,
     FinalizeVersion,
+    ForgetPipeline,
     MaintenanceOff,
     MaintenanceOn,
     Ok,
+    PausePipeline,
     PlanMigrations,
+    ProfileWorker,
     RecordCheckpoints,
     RegisterWorker,
     Rejected,
     ReportVersions,
+    ResumePipeline,
     RetireWorkers,
     StartRelease,
     StartRescale,
@@ -91,10 +100,16 @@ from coordinator.core.invariants import (
 )
 from coordinator.core.machine import Machine
 from coordinator.core.model import (
+    DEFAULT_PIPELINE,
+    DEFAULT_PIPELINE_SETTINGS,
+    Label,
     MaintenanceRecord,
     MigrationPhase,
     MigrationReason,
+    Partition,
     PartitionStatus,
+    PipelineName,
+    PipelineState,
     WorkerId,
     WorkerState,
 )
@@ -235,11 +250,32 @@ class SimSettings:
     # A deliberately broken journal: a follower whose sync failed acknowledges the append
     # anyway. Never set outside the test that shows the durability check catches it.
     unsafe_ack_unsynced: bool = False
+    # Recorded pipelines (once the cluster speaks command-set version 5): per step of the
+    # fault phase, the operator creates one (up to pipelines_max at once, each of up to
+    # pipeline_partitions_max partitions, its pool every worker, zone=a or zone=b), pauses,
+    # resumes or drops one. Every worker declares a profile (its zone by its id, and
+    # worker_slots_min..max slots), and the leader sets pipelines up and tears them down.
+    p_pipeline: float = 0.02
+    pipelines_max: int = 3
+    pipeline_partitions_max: int = 4
+    worker_slots_min: int = 2
+    worker_slots_max: int = 6
 
 
 _PLANNED = MigrationPhase.PLANNED
 RESCALE_STREAM = 1_000_003  # offset of the rescale stream's seed from the run's
 FAULT_STREAM = 2_000_003  # offset of the sync, store and clock faults' stream
+PIPELINE_STREAM = 3_000_003  # offset of the operator's pipeline changes' stream
+# What a recorded pipeline's spec is in the simulation: apply checks only its hash.
+SIM_SPEC = """[schema]
+ddl = "k STRING, v DOUBLE"
+key = "k"
+
+[[aggregations]]
+name = "n"
+fn = "count"
+"""
+ZONES = ("a", "b")
 # The wall clock's reading at the simulation's time 0 (2026-01-01), so a step back stays
 # a plausible stamp.
 WALL_EPOCH_MS = 1_767_225_600_000
@@ -506,7 +542,7 @@ class Proposer:
         no busier; one with any stale load balances counts (balance_check.py)."""
         state = self.state
         kind = round_violations(
-            [p.owner for p in state.partitions],
+            [p.owner for p in state.partitions.of(DEFAULT_PIPELINE)],
             cmd.moves,
             planner.eligible(state, now),
             self.shadow.weights(state.total_partitions, now, state.routing_generation),
@@ -534,6 +570,8 @@ class Proposer:
         self._time_out_calls(planner, now)
         self._admin(planner, now)
         if self.current is not None:
+            return
+        if self._pipelines(now):
             return
         self._finalize_versions(now)
         self.planned_at = now
@@ -674,6 +712,66 @@ class Proposer:
                 note = "admin"
                 self.submit(AbortMigration(migration_id=m.migration_id, note=note, now_ms=wall))
 
+    def _pipelines(self, now: int) -> bool:
+        """The leader's pipeline steps (coordinator/service/pipeline_duty.py), a profile for
+        every ACTIVE worker without one (as a worker that runs recorded pipelines declares
+        it after registering), then now and then the operator's create, pause, resume or
+        drop. At most one command; True when it submitted one."""
+        sim, state, wall = self.sim, self.state, self.sim.wall_ms()
+        if state.finalized_version < COMMAND_SET_VERSION:
+            return False
+        for p in state.pipelines.values():
+            if p.state is PipelineState.CREATING:
+                self.submit(ActivatePipeline(name=p.name, incarnation=p.incarnation, now_ms=wall))
+                return True
+            if p.state is PipelineState.DROPPING:
+                self.submit(ForgetPipeline(name=p.name, incarnation=p.incarnation, now_ms=wall))
+                sim.stats["pipelines_dropped"] += 1
+                return True
+        for w in state.workers.values():
+            if w.state is WorkerState.ACTIVE and w.profile is None:
+                labels, slots = sim.profile_of(w.worker_id)
+                self.submit(
+                    ProfileWorker(
+                        worker_id=w.worker_id,
+                        incarnation=w.incarnation,
+                        labels=labels,
+                        slots=slots,
+                        now_ms=wall,
+                    )
+                )
+                return True
+        r = sim.pipeline_rng
+        if not sim.faults_on or r.random() >= sim.s.p_pipeline:
+            return False
+        names = sorted(state.pipelines)
+        draw = r.random()
+        if draw < 0.4 and len(names) < sim.s.pipelines_max:
+            sim.stats["pipelines_created"] += 1
+            zone = r.choice((None, *ZONES))
+            self.submit(
+                CreatePipeline(
+                    name=PipelineName(f"pl{sim.stats['pipelines_created']}"),
+                    spec_text=SIM_SPEC,
+                    spec_sha256=hashlib.sha256(SIM_SPEC.encode()).hexdigest(),
+                    partitions=r.randint(1, sim.s.pipeline_partitions_max),
+                    pool=() if zone is None else (Label(key="zone", value=zone),),
+                    settings=DEFAULT_PIPELINE_SETTINGS,
+                    by="admin",
+                    now_ms=wall,
+                )
+            )
+            return True
+        if not names:
+            return False
+        p = state.pipelines[r.choice(names)]
+        if draw < 0.8:
+            switch = PausePipeline if p.state is PipelineState.ACTIVE else ResumePipeline
+            self.submit(switch(name=p.name, by="admin", now_ms=wall))
+        else:
+            self.submit(DropPipeline(name=p.name, purge=r.random() < 0.5, by="admin", now_ms=wall))
+        return True
+
     def _maintenance(self, now: int) -> None:
         """The operator turns maintenance mode on (timed or not) or off; the first time, the
         cluster is brought to the command-set version that has it, as its leader would."""
@@ -797,6 +895,7 @@ class Simulation:
         # The operator's rescales and the builds' answers draw from their own stream, so
         # the other faults of a seed happen as they would without rescales.
         self.rescale_rng = random.Random(seed + RESCALE_STREAM)
+        self.pipeline_rng = random.Random(seed + PIPELINE_STREAM)
         # So are the sync, store and clock faults' draws.
         self.fault_rng = random.Random(seed + FAULT_STREAM)
         self.now_ms = 0
@@ -823,6 +922,7 @@ class Simulation:
         self.stats["cuts"] = 0
         self.cut_until: dict[str, int] = {}
         self.stats |= {"accepted": 0, "entries": 0, "stale_reports": 0, "drains": 0}
+        self.stats |= {"pipelines_created": 0, "pipelines_dropped": 0}
         self.stats |= {"batches": 0, "batched_commands": 0}
         self.stats |= {"graceful_restarts": 0, "holds": 0, "rejoined_in_grace": 0}
         # Objects the store lost: never found again (the heal does not bring them back).
@@ -1582,6 +1682,16 @@ class Simulation:
         self.answer_registrations()
         self.check_gates()
 
+    def profile_of(self, wid: str) -> tuple[tuple[Label, ...], int]:
+        """A worker's labels and slots: fixed by its id, so every incarnation says the same."""
+        # The zone by the sum of the id's bytes, so w0, w1, w2 ... alternate; the slots by
+        # a hash of it.
+        zone = ZONES[sum(wid.encode()) % 2]
+        span = self.s.worker_slots_max - self.s.worker_slots_min + 1
+        return (Label(key="zone", value=zone),), self.s.worker_slots_min + zlib.crc32(
+            wid.encode()
+        ) % span
+
     def settled(self) -> bool:
         lead = self.replicas[self.leader]
         state = lead.machine.state
@@ -1589,12 +1699,28 @@ class Simulation:
             return False
         if rescale_in_flight(state):
             return False
-        if any(p.status is not PartitionStatus.ONLINE for p in state.partitions):
+        if any(
+            p.state in (PipelineState.CREATING, PipelineState.DROPPING)
+            for p in state.pipelines.values()
+        ):
+            return False
+        if any(
+            not self.may_wait(state, p)
+            for p in state.partitions
+            if p.status is not PartitionStatus.ONLINE
+        ):
             return False
         if any(r.applied != self.commit_index for r in self.replicas):
             return False
         hashes = {state_hash(r.machine.state) for r in self.replicas}
         return len(hashes) == 1
+
+    @staticmethod
+    def may_wait(state: ClusterState, p: Partition) -> bool:
+        """True iff `p` may stay off line in a settled cluster: a partition of a recorded
+        pipeline whose pool has no room among the ACTIVE workers (pools.unplaceable)."""
+        rec = state.pipelines.get(p.pipeline)
+        return rec is not None and bool(pools.unplaceable(state, rec, state.active_workers()))
 
     def run(self) -> dict[str, int]:
         for _ in range(self.s.fault_steps):
@@ -1625,6 +1751,12 @@ class Simulation:
         problems = settled_violations(self.replicas[self.leader].machine.state)
         if problems:
             self.fail("; ".join(problems))
+        lead = self.replicas[self.leader].machine.state
+        self.stats["pipeline_partitions_online"] = sum(
+            1
+            for p in lead.partitions
+            if p.pipeline != DEFAULT_PIPELINE and p.status is PartitionStatus.ONLINE
+        )
         return {
             "steps": self.step_no,
             "messages": self.net.sent,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.core import move_plans, partition_commands, retirement
+from coordinator.core import move_plans, partition_commands, pools, retirement
 from coordinator.core import stages as stages_module
 from coordinator.core.commands import CheckpointsResult, CheckpointVerdict, Ok, RecordCheckpoints
 from coordinator.core.liveness import Detector, Liveness
@@ -299,3 +299,20 @@ def test_churn_soak_many_seeds() -> None:
             failures.append(str(exc))
     print(f"\n[sim churn] {len(SOAK_SEEDS)} seeds, {len(failures)} violations: {dict(totals)}")
     assert not failures, "\n".join(failures[:10])
+
+
+def test_pipelines_are_set_up_placed_in_their_pools_and_torn_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator creates, pauses, resumes and drops recorded pipelines; every worker
+    declares a profile; their partitions come ONLINE in their pools and every drop ends.
+    A placement that ignored pools is reported at the settle."""
+    totals: Counter[str] = Counter()
+    for seed in range(8):
+        totals.update(run_seed(seed))
+    assert totals["pipelines_created"] > 0 and totals["pipelines_dropped"] > 0, dict(totals)
+    assert totals["pipeline_partitions_online"] > 0, dict(totals)
+    monkeypatch.setattr(pools, "members", lambda state, p, eligible: sorted(eligible))
+    with pytest.raises(SafetyViolation, match=r"outside its pool|holds .* over"):
+        for seed in range(40):
+            run_seed(seed)
