@@ -1719,6 +1719,8 @@ class Simulation:
     def may_wait(state: ClusterState, p: Partition) -> bool:
         """True iff `p` may stay off line in a settled cluster: a partition of a recorded
         pipeline whose pool has no room among the ACTIVE workers (pools.unplaceable)."""
+        if p.owner is not None:
+            return False  # an owner is hosting it: it must come online
         rec = state.pipelines.get(p.pipeline)
         return rec is not None and bool(pools.unplaceable(state, rec, state.active_workers()))
 
