@@ -41,6 +41,17 @@ HANDED_OFF = MigrationPhase.HANDED_OFF  # its target owns the partition already
 PLACED_STATES = frozenset({PipelineState.ACTIVE, PipelineState.PAUSED})
 
 
+def _profiled(state: ClusterState, eligible: Iterable[WorkerId]) -> list[WorkerId]:
+    """The eligible workers that declared a profile: the only ones that run recorded
+    pipelines."""
+    return [w for w in eligible if (rec := state.workers.get(w)) is not None and rec.profile]
+
+
+def _slots(state: ClusterState, w: WorkerId) -> int:
+    profile = state.workers[w].profile
+    return 0 if profile is None else profile.slots
+
+
 def members(state: ClusterState, p: Pipeline, eligible: Iterable[WorkerId]) -> list[WorkerId]:
     """The eligible workers in `p`'s pool, by id."""
     out = []
@@ -55,15 +66,19 @@ def _used(
     state: ClusterState, workers: Iterable[WorkerId]
 ) -> tuple[Counter[WorkerId], Counter[tuple[WorkerId, PipelineName]]]:
     """Per worker, the partitions of recorded pipelines it holds or is about to (the target
-    of a move not yet handed off), in all and per pipeline: what its slots are spent on."""
+    of a move not yet handed off), in all and per pipeline: what its slots are spent on.
+    Read from the recorded pipelines' partitions, not the workers' owned sets, which also
+    hold every partition of `default` they own."""
     total: Counter[WorkerId] = Counter()
     each: Counter[tuple[WorkerId, PipelineName]] = Counter()
     wanted = set(workers)
-    for w in wanted:
-        for number in state.owned_by(w):
-            if number >= SLOT_BASE:
-                total[w] += 1
-                each[(w, state.partitions[number].pipeline)] += 1
+    if not wanted:
+        return total, each
+    for name in state.pipelines:
+        for part in state.partitions.of(name):
+            if part.owner in wanted:
+                total[part.owner] += 1
+                each[(part.owner, name)] += 1
     for m in state.in_flight_migrations():
         if m.target in wanted and m.partition >= SLOT_BASE and m.phase is not HANDED_OFF:
             total[m.target] += 1
@@ -72,13 +87,15 @@ def _used(
 
 
 def place(
-    state: ClusterState, eligible: Sequence[WorkerId], parts: Iterable[Partition]
+    state: ClusterState, eligible: Sequence[WorkerId], parts: Sequence[Partition]
 ) -> dict[PartitionId, WorkerId]:
     """An owner for each of `parts` (recorded pipelines' partitions, in the order given) that
     its pool has room for; a partition no worker may take is left out."""
+    if not parts:
+        return {}
     pool_of: dict[PipelineName, list[WorkerId]] = {}
     out: dict[PartitionId, WorkerId] = {}
-    candidates = [w for w in eligible if (rec := state.workers.get(w)) and rec.profile]
+    candidates = _profiled(state, eligible)
     total, each = _used(state, candidates)
     placed: Counter[PipelineName] = Counter()
     for part in parts:
@@ -93,9 +110,7 @@ def place(
             pool = pool_of[name] = members(state, p, candidates)
         best: tuple[int, int, str] | None = None
         for w in pool:
-            profile = state.workers[w].profile
-            assert profile is not None  # members() has only workers with a profile
-            free = profile.slots - total[w]
+            free = _slots(state, w) - total[w]
             if free <= 0:
                 continue
             key = (each[(w, name)], -free, w)
@@ -128,7 +143,7 @@ def unplaceable(state: ClusterState, p: Pipeline, eligible: Sequence[WorkerId]) 
         x.owner is not None for x in state.partitions.of(p.name)
     ):
         return ""
-    profiled = [w for w in eligible if (rec := state.workers.get(w)) and rec.profile]
+    profiled = _profiled(state, eligible)
     if not profiled:
         return "no eligible worker runs recorded pipelines (none declared labels and slots)"
     pool = members(state, p, profiled)
@@ -136,7 +151,7 @@ def unplaceable(state: ClusterState, p: Pipeline, eligible: Sequence[WorkerId]) 
         wanted = ", ".join(f"{x.key}={x.value}" for x in p.pool)
         return f"no eligible worker carries the pool's labels {wanted}"
     total, _ = _used(state, pool)
-    if all(state.workers[w].profile.slots <= total[w] for w in pool):  # type: ignore[union-attr]
+    if all(_slots(state, w) <= total[w] for w in pool):
         return f"every slot of the pool's {len(pool)} workers is taken"
     return ""
 
