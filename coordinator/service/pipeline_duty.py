@@ -2,8 +2,9 @@
 
 Owns finishing what a commit point started: a pipeline recorded CREATING is set up and
 activated (`ActivatePipeline`), one recorded DROPPING is torn down and forgotten
-(`ForgetPipeline`). A pipeline has no partitions or objects of its own yet, so set-up and
-tear-down are the commit and nothing else. The work is read from the applied state on every
+(`ForgetPipeline`). Each is one command: `ActivatePipeline` adds the pipeline's partitions
+to the table and `ForgetPipeline` removes them (the store holds no objects of a pipeline
+yet). The work is read from the applied state on every
 round, never from memory, so any new leader resumes it: a leader that dies after the commit
 point leaves the record as it was, and the next one finds it. Each step names the record's
 incarnation, so a deposed leader's late step never lands on a namesake created since, and a

@@ -54,7 +54,6 @@ from coordinator.core import pools
 from coordinator.core.codec import decode_command, decode_result, encode_command
 from coordinator.core.commands import (
     AbortMigration,
-    ActivatePipeline,
     AssignPartitions,
     Barrier,
     CheckpointReport,
@@ -123,6 +122,7 @@ from coordinator.core.state import ClusterState
 from coordinator.core.versions import COMMAND_SET_VERSION
 from coordinator.core.warmups import WarmPolicy
 from coordinator.service.call_results import request_of, result_of
+from coordinator.service.pipeline_duty import leader_steps
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
 from shared.messages.checkpoint import CheckpointReply
@@ -720,14 +720,11 @@ class Proposer:
         sim, state, wall = self.sim, self.state, self.sim.wall_ms()
         if state.finalized_version < COMMAND_SET_VERSION:
             return False
-        for p in state.pipelines.values():
-            if p.state is PipelineState.CREATING:
-                self.submit(ActivatePipeline(name=p.name, incarnation=p.incarnation, now_ms=wall))
-                return True
-            if p.state is PipelineState.DROPPING:
-                self.submit(ForgetPipeline(name=p.name, incarnation=p.incarnation, now_ms=wall))
+        for cmd in leader_steps(state, wall, 1):  # the real duty's choice
+            self.submit(cmd)
+            if isinstance(cmd, ForgetPipeline):
                 sim.stats["pipelines_dropped"] += 1
-                return True
+            return True
         for w in state.workers.values():
             if w.state is WorkerState.ACTIVE and w.profile is None:
                 labels, slots = sim.profile_of(w.worker_id)
