@@ -3,37 +3,34 @@
 Layout: one log per (routing generation, partition). Generation 0, the layout a cluster
 starts with: ``source/p{partition:05d}/{first_offset:020d}.parquet``; generation g >= 1:
 ``source/g{g:05d}/p{partition:05d}/{first_offset:020d}.parquet``. Parquet columns key
-(string), value (double), offset (int64). Generation g's offsets start at
+(string), value (double), offset (int64); a recorded pipeline's log has its spec's columns
+then offset, and its partitions' own numbers (`base` up). Generation g's offsets start at
 ``generation_base(g) = g * GENERATION_OFFSETS``, so every offset of a generation is above
 every offset of the one before: ``last`` (the value at the largest offset) and the batch job
 over all generations keep their meaning, and an offset names its generation.
 
 A rescale ends a generation's partition with a **seal**: a zero-row segment at the
 partition's end offset (the cut) whose Parquet metadata names the next generation and its
-partition count. An append that finds the seal raises `SourceSealed` with the new routing
-instead of writing; an older reader that does not know seals refuses the zero-row tail as
-corrupt rather than writing past it.
+partition count. An append that finds the seal raises `SourceSealed` with the new routing.
 
 Invariant: per (generation, partition), segments tile the offsets from the generation's base
 with no gap and no overlap, at most one seal ends them, and a segment never changes once
-written. It holds because the object key names only the
-segment's first offset and segments are created with a create-only put: two appenders racing
-for the same next offset write the same key, exactly one wins and the loser re-lists and
-retries at the new end. (A key that also named the count, ``{first}-{count}``, would let two
-racers with different counts both "win" the same offsets.) A segment's count is therefore
-derived: the next segment's first offset minus its own, and for the last segment its Parquet
-row count (read once and cached: objects are immutable).
+written. It holds because the object key names only the segment's first offset and segments
+are created with a create-only put: two appenders racing for the same next offset write the
+same key, exactly one wins and the loser re-lists and retries at the new end. (A key that
+also named the count, ``{first}-{count}``, would let two racers with different counts both
+"win" the same offsets.) A segment's count is derived: the next segment's first offset
+minus its own, and for the last its Parquet row count (read once, cached: it never changes).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import math
 import random
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -54,10 +51,10 @@ __all__ = [
     "SourceInputError",
     "SourceLog",
     "SourceSealed",
+    "check_record",
     "generate",
     "generation_base",
     "generation_of",
-    "load_jsonl",
     "segment_key",
 ]
 
@@ -80,7 +77,6 @@ SEALS_FOLLOWED_MAX = 16
 _SEALED_BY = b"ripple.sealed_by"
 _SEALED_PARTITIONS = b"ripple.partitions"
 KEY_CHARS_MAX = 1024
-JSONL_LINE_BYTES_MAX = 64 * 1024
 # Generated prices are multiples of 1/64 (old-style stock ticks) so sums are exact in binary
 # floating point and the incremental pipeline equals the batch job bit for bit.
 PRICE_TICK = 1 / 64
@@ -160,7 +156,7 @@ def segment_key(partition: int, first_offset: int) -> str:
     return f"{prefix}{first_offset:020d}.parquet"
 
 
-def _check_record(key: object, value: object, where: str) -> tuple[str, float]:
+def check_record(key: object, value: object, where: str) -> tuple[str, float]:
     if not isinstance(key, str) or not key:
         raise SourceInputError(f"{where}: key must be a non-empty string, got {key!r}")
     if len(key) > KEY_CHARS_MAX:
@@ -181,7 +177,14 @@ class SourceLog:
     any of them.
     """
 
-    def __init__(self, store: ObjectStore, total_partitions: int | Sequence[int]) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        total_partitions: int | Sequence[int],
+        *,
+        base: int = 0,
+        schema: pa.Schema = SCHEMA,
+    ) -> None:
         counts = (
             (total_partitions,) if isinstance(total_partitions, int) else tuple(total_partitions)
         )
@@ -189,6 +192,10 @@ class SourceLog:
             raise ValueError("a source log needs at least generation 0's partition count")
         self.routings = tuple(Routing(generation=g, partitions=n) for g, n in enumerate(counts))
         self.store = store
+        # A recorded pipeline's partitions are numbered from its first slot (`base`), and its
+        # records have its spec's columns (`schema`, `offset` last).
+        self.base = base
+        self.schema = schema
         self.total_partitions = counts[-1]
         self.generation = len(counts) - 1
         # Segment key -> (row count, the seal's routing or None); segments are immutable.
@@ -206,7 +213,12 @@ class SourceLog:
             raise ValueError(
                 f"generation {routing.generation} does not follow generation {self.generation}"
             )
-        log = SourceLog(self.store, [r.partitions for r in self.routings] + [routing.partitions])
+        log = SourceLog(
+            self.store,
+            [r.partitions for r in self.routings] + [routing.partitions],
+            base=self.base,
+            schema=self.schema,
+        )
         log._tails = self._tails  # shares the cache: segments never change
         log._lock = self._lock
         return log
@@ -215,8 +227,8 @@ class SourceLog:
         if not 0 <= generation <= self.generation:
             raise ValueError(f"generation {generation} not in [0, {self.generation}]")
         total = self.routings[generation].partitions
-        if not 0 <= partition < total:
-            raise ValueError(f"partition {partition} not in [0, {total})")
+        if not self.base <= partition < self.base + total:
+            raise ValueError(f"partition {partition} not in [{self.base}, {self.base + total})")
 
     def _tail(self, key: str) -> tuple[int, Routing | None]:
         with self._lock:
@@ -294,25 +306,33 @@ class SourceLog:
             raise ValueError("append needs at least one record")
         if len(records) > SEGMENT_RECORDS_MAX:
             raise ValueError(f"{len(records)} records exceed SEGMENT_RECORDS_MAX")
-        keys = [k for k, _ in records]
-        values = [float(v) for _, v in records]
+        rows = pa.table(
+            {
+                "key": pa.array([k for k, _ in records], pa.string()),
+                "value": pa.array([float(v) for _, v in records], pa.float64()),
+            }
+        )
+        return self.append_table(partition, rows)
+
+    def append_table(self, partition: int, rows: pa.Table) -> int:
+        """Append ``rows`` (the log's columns but ``offset``, in its schema's order) as one
+        segment of the current generation; returns the first offset they were given."""
+        self._check_partition(partition, self.generation)
+        if rows.num_rows == 0:
+            raise ValueError("append needs at least one record")
+        if rows.num_rows > SEGMENT_RECORDS_MAX:
+            raise ValueError(f"{rows.num_rows} records exceed SEGMENT_RECORDS_MAX")
         for _ in range(APPEND_RETRIES_MAX):
             listing = self._listing(partition, self.generation)
             first = listing.end_offset
             if listing.sealed_by is not None:
                 raise SourceSealed(partition, first, listing.sealed_by)
-            table = pa.table(
-                {
-                    "key": pa.array(keys, pa.string()),
-                    "value": pa.array(values, pa.float64()),
-                    "offset": pa.array(range(first, first + len(records)), pa.int64()),
-                },
-                schema=SCHEMA,
-            )
+            offsets = pa.array(range(first, first + rows.num_rows), pa.int64())
+            table = pa.Table.from_arrays([*rows.columns, offsets], schema=self.schema)
             key = segment_key(partition, first)
             if self.store.put_if_absent(key, _parquet(table)):
                 with self._lock:
-                    self._tails[key] = (len(records), None)
+                    self._tails[key] = (rows.num_rows, None)
                 return first
         raise StoreError(
             f"partition {partition}: append lost the race {APPEND_RETRIES_MAX} times in a row"
@@ -341,7 +361,7 @@ class SourceLog:
                         f"{listing.sealed_by}, not {following}"
                     )
                 return listing.end_offset
-            empty = SCHEMA.empty_table().replace_schema_metadata(metadata)
+            empty = self.schema.empty_table().replace_schema_metadata(metadata)
             key = segment_key(partition, listing.end_offset)
             if self.store.put_if_absent(key, _parquet(empty)):
                 with self._lock:
@@ -355,7 +375,7 @@ class SourceLog:
         """Every data segment of every partition of ``generation`` (replay, the batch job)."""
         total = self.routings[generation].partitions if generation <= self.generation else 0
         base = generation_base(generation)
-        return [s for p in range(total) for s in self.segments(p, base)]
+        return [s for p in range(self.base, self.base + total) for s in self.segments(p, base)]
 
     def all_segments(self) -> list[Segment]:
         """Every data segment of every generation this log knows: the batch job's input."""
@@ -365,9 +385,9 @@ class SourceLog:
         path = self.store.local_path(segment.key)
         try:
             if path is not None:
-                table = pq.read_table(path, schema=SCHEMA)
+                table = pq.read_table(path, schema=self.schema)
             else:
-                table = pq.read_table(io.BytesIO(self.store.get(segment.key)), schema=SCHEMA)
+                table = pq.read_table(io.BytesIO(self.store.get(segment.key)), schema=self.schema)
         except (OSError, pa.ArrowException) as exc:
             raise SourceCorrupt(f"segment {segment.key!r} is unreadable: {exc}") from exc
         if table.num_rows != segment.count:
@@ -383,7 +403,7 @@ class SourceLog:
             raise ValueError(f"from_offset must be >= 0, got {from_offset}")
         tables = [self.read_segment(s) for s in self.segments(partition, from_offset)]
         if not tables:
-            return SCHEMA.empty_table()
+            return self.schema.empty_table()
         table = pa.concat_tables(tables)
         head = tables[0]["offset"][0].as_py()
         if head < from_offset:
@@ -423,7 +443,7 @@ class Producer:
         appended yet by that generation, so each record lands once, below a cut or after it.
         """
         pending = [
-            _check_record(key, value, f"record {i}") for i, (key, value) in enumerate(records)
+            check_record(key, value, f"record {i}") for i, (key, value) in enumerate(records)
         ]
         firsts: dict[int, int] = {}
         for _ in range(SEALS_FOLLOWED_MAX + 1):
@@ -461,24 +481,6 @@ class _Rerouted(Exception):
         super().__init__(str(sealed))
         self.sealed = sealed
         self.remaining = remaining
-
-
-def load_jsonl(path: str) -> Iterator[tuple[str, float]]:
-    """Records from a JSON Lines file of ``{"key": str, "value": number}``; blank lines skipped."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            where = f"{path}:{lineno}"
-            if len(raw) > JSONL_LINE_BYTES_MAX:
-                raise SourceInputError(f"{where}: line longer than {JSONL_LINE_BYTES_MAX} bytes")
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise SourceInputError(f"{where}: not valid JSON: {exc}") from exc
-            if not isinstance(obj, dict) or "key" not in obj or "value" not in obj:
-                raise SourceInputError(f'{where}: expected an object with "key" and "value"')
-            yield _check_record(obj["key"], obj["value"], where)
 
 
 def generate(n: int, keys: int, seed: int) -> list[tuple[str, float]]:

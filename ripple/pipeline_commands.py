@@ -51,6 +51,21 @@ def add_pipeline_parsers(sub: Any, client_args: Callable[[argparse.ArgumentParse
         help="SIGTERM leaves (drains: partitions move away, then exit) instead of restarting "
         "(the default: partitions held for the process started again, rejoin_grace_s)",
     )
+    w.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label pipelines' pools select on (repeat it); with --slots, the worker also "
+        "runs recorded pipelines' partitions",
+    )
+    w.add_argument(
+        "--slots",
+        type=int,
+        metavar="N",
+        help="the most recorded pipelines' partitions this worker takes (default 64 once a "
+        "label is given)",
+    )
     w.add_argument("--batch-interval-s", type=float, default=0.5)
     w.add_argument("--max-keys-per-partition", type=int, default=2000)
     w.add_argument("--staging-dir", help="where S3 segments are staged for a local Spark")
@@ -114,6 +129,11 @@ def add_pipeline_parsers(sub: Any, client_args: Callable[[argparse.ArgumentParse
     pr.add_argument("--store", help="default: file://<data-dir>/store")
     pr.add_argument("--s3-endpoint")
     pr.add_argument("--partitions", type=int, help="default: asked from the coordinator")
+    pr.add_argument(
+        "--pipeline",
+        metavar="NAME",
+        help="a recorded pipeline's records: --file holds JSON objects of its spec's columns",
+    )
 
     g = sub.add_parser("get", help="a key's state, from the worker that owns it")
     client_args(g)
@@ -137,11 +157,14 @@ async def _routing(args: argparse.Namespace) -> list[int]:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from pipeline.source import Producer, generate, load_jsonl
+    from pipeline.records import load_jsonl
+    from pipeline.source import Producer, generate
     from pipeline.store import open_store
 
     if (args.file is None) == (args.generate is None):
         raise RippleError("give exactly one of --file or --generate", code="usage")
+    if args.pipeline is not None and args.pipeline != "default":
+        return _produce_to_pipeline(args)
     routing = asyncio.run(_routing(args))
     store = open_store(_store_uri(args), args.s3_endpoint)
     records = (
@@ -156,6 +179,36 @@ def cmd_produce(args: argparse.Namespace) -> int:
     print(
         f"produced {len(records)} records into {len(firsts)} partitions of "
         f"{producer.log.total_partitions} ({_store_uri(args)})"
+    )
+    return 0
+
+
+def _produce_to_pipeline(args: argparse.Namespace) -> int:
+    from pipeline.spec.produce import SpecProducer, load_rows
+    from pipeline.spec.run import PipelineInfo
+    from pipeline.store import open_store
+
+    if args.file is None:
+        raise RippleError("a recorded pipeline's records come from --file", code="usage")
+
+    async def describe() -> dict[str, Any]:
+        async with client_for(args) as client:
+            return await client.get(f"/v1/pipelines/{args.pipeline}")
+
+    body = asyncio.run(describe())
+    if body["state"] not in ("ACTIVE", "PAUSED") or not body["first_slot"]:
+        raise RippleError(
+            f"pipeline {args.pipeline} is {body['state']}: records go to ACTIVE or PAUSED ones",
+            code="conflict",
+        )
+    producer = SpecProducer(
+        open_store(_store_uri(args), args.s3_endpoint), PipelineInfo.from_describe(body)
+    )
+    rows = list(load_rows(args.file))
+    firsts = producer.produce(rows)
+    print(
+        f"produced {len(rows)} records of pipeline {args.pipeline} into {len(firsts)} "
+        f"partitions of {body['partitions']} ({_store_uri(args)})"
     )
     return 0
 
@@ -264,7 +317,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
         state_dir=args.state_dir or None,
         store_uri=args.store,
         leave_on_sigterm=args.leave_on_sigterm,
+        labels=_labels(args.label),
+        slots=args.slots,
         **warm,
     )
     transform = load_transform(args.transform) if args.transform else identity
     return run_worker(settings, open_store(args.store, args.s3_endpoint), transform)
+
+
+def _labels(given: list[str]) -> tuple[tuple[str, str], ...]:
+    """`--label KEY=VALUE` flags as pairs; a malformed one is a usage error."""
+    out: dict[str, str] = {}
+    for text in given:
+        key, sep, value = text.partition("=")
+        if not sep or not key or not value:
+            raise RippleError(f"--label {text!r} is not KEY=VALUE", code="usage")
+        out[key] = value
+    return tuple(sorted(out.items()))

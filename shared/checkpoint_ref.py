@@ -34,7 +34,9 @@ __all__ = [
 STORE_BASES_CACHED_MAX = 16  # a process uses one store; tests and tools a few
 
 
-_CHECKPOINT_KEY = re.compile(r"^checkpoints/p(\d{5})/e(\d{10})-o(\d{20})\.ckpt$")
+# The partition as `checkpoint_key` spells it: five digits, or more without a leading zero (a
+# recorded pipeline's numbers start at SLOT_BASE, seven digits).
+_CHECKPOINT_KEY = re.compile(r"^checkpoints/p(\d{5}|[1-9]\d{5,18})/e(\d{10})-o(\d{20})\.ckpt$")
 
 
 def checkpoints_prefix(partition: int) -> str:

@@ -103,3 +103,8 @@ def test_a_checkpoint_key_reads_back_as_its_partition_epoch_and_offset() -> None
     assert checkpoint_key_parts(key) == (3, 7, 42)
     for other in ("checkpoints/p00003/e0000000007-o42.ckpt", "dead/" + key, key + ".tmp"):
         assert checkpoint_key_parts(other) is None, other
+    # A recorded pipeline's numbers (SLOT_BASE and up) read back too; a spelling
+    # `checkpoint_key` never writes (a leading zero past five digits) does not.
+    slot = checkpoint_key(1 << 20, 1, 2)
+    assert checkpoint_key_parts(slot) == (1 << 20, 1, 2)
+    assert checkpoint_key_parts(slot.replace("/p1", "/p01")) is None

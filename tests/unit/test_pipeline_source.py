@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.records import load_jsonl
 from pipeline.source import (
     SEGMENT_RECORDS_MAX,
     Producer,
@@ -16,7 +17,6 @@ from pipeline.source import (
     SourceInputError,
     SourceLog,
     generate,
-    load_jsonl,
     segment_key,
 )
 from pipeline.store import LocalStore, ObjectStore, S3Store
