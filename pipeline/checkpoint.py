@@ -23,6 +23,12 @@ import msgpack
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.spec.partition_state import (
+    SPEC_CHECKPOINT_FORMAT_VERSION,
+    SpecCheckpoint,
+    SpecCheckpointError,
+    decode_spec_checkpoint,
+)
 from pipeline.state import KeyState, PartitionState
 from pipeline.store import ObjectStore, StoreError
 from shared.checkpoint_ref import checkpoint_key, checkpoint_key_parts
@@ -123,6 +129,25 @@ def decode(data: bytes) -> CheckpointData:
         raise CheckpointCorrupt(f"checkpoint does not decode: {exc}") from exc
 
 
+def decode_any(data: bytes) -> CheckpointData | SpecCheckpoint:
+    """A checkpoint of either format, as its header says."""
+    try:
+        doc: Any = msgpack.unpackb(data, raw=False, ext_hook=_any_ext)
+        version = doc.get("v") if isinstance(doc, dict) else None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CheckpointCorrupt(f"checkpoint does not decode: {exc}") from exc
+    if version != SPEC_CHECKPOINT_FORMAT_VERSION:
+        return decode(data)
+    try:
+        return decode_spec_checkpoint(data)
+    except SpecCheckpointError as exc:
+        raise CheckpointCorrupt(str(exc)) from exc
+
+
+def _any_ext(code: int, data: bytes) -> msgpack.ExtType:
+    return msgpack.ExtType(code, data)  # read only for the header here
+
+
 class CheckpointStore:
     """Create-only checkpoints and dead-letter segments in one object store."""
 
@@ -137,13 +162,25 @@ class CheckpointStore:
 
     def write(self, partition: int, epoch: int, offset: int, state: Mapping[str, KeyState]) -> str:
         """Write the checkpoint and return its URI (what the coordinator records)."""
+        return self.write_encoded(partition, epoch, offset, encode(partition, epoch, offset, state))
+
+    def write_encoded(self, partition: int, epoch: int, offset: int, data: bytes) -> str:
+        """Write a checkpoint already encoded (a recorded pipeline's, format 2)."""
         if partition < 0 or epoch < 0 or offset < 0:
             raise ValueError(f"bad checkpoint name p={partition} e={epoch} o={offset}")
-        key = checkpoint_key(partition, epoch, offset)
-        return self._put_once(key, encode(partition, epoch, offset, state))
+        return self._put_once(checkpoint_key(partition, epoch, offset), data)
 
     def read(self, uri: str) -> CheckpointData:
-        """Load exactly the checkpoint at ``uri`` (which must live in this store)."""
+        """Load exactly the checkpoint at ``uri`` (which must live in this store): one of
+        `default`'s partitions'."""
+        loaded = self.read_any(uri)
+        if isinstance(loaded, SpecCheckpoint):
+            raise CheckpointCorrupt(f"{uri!r} is a recorded pipeline's checkpoint")
+        return loaded
+
+    def read_any(self, uri: str) -> CheckpointData | SpecCheckpoint:
+        """Load exactly the checkpoint at ``uri``: `default`'s format or a recorded
+        pipeline's (format 2), as its header says."""
         base = self.store.uri("")
         if not uri.startswith(base):
             raise CheckpointCorrupt(f"checkpoint {uri!r} is not in the store {base!r}")
@@ -154,7 +191,7 @@ class CheckpointStore:
         data = self.store.get(key)
         if len(data) > CHECKPOINT_BYTES_MAX:
             raise CheckpointCorrupt(f"{uri!r} is larger than {CHECKPOINT_BYTES_MAX} bytes")
-        loaded = decode(data)
+        loaded = decode_any(data)
         if (loaded.partition, loaded.epoch, loaded.offset) != named:
             held = (loaded.partition, loaded.epoch, loaded.offset)
             raise CheckpointCorrupt(f"{uri!r} names partition/epoch/offset {named}, holds {held}")
@@ -192,6 +229,12 @@ class CheckpointStore:
         pq.write_table(table, sink)
         key = deadletter_key(partition, epoch, from_offset, to_offset)
         return self._put_once(key, sink.getvalue())
+
+    def write_dead_letter_encoded(
+        self, partition: int, epoch: int, from_offset: int, to_offset: int, data: bytes
+    ) -> str:
+        """Write a recorded pipeline's dead letters for offsets [from, to), already encoded."""
+        return self._put_once(deadletter_key(partition, epoch, from_offset, to_offset), data)
 
     def dead_letter_keys(self, partition: int) -> list[str]:
         return self.store.list_keys(f"deadletter/p{partition:05d}/")

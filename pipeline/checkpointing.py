@@ -20,6 +20,7 @@ from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointSto
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.session import CheckpointEntry, Session
 from pipeline.spark_link import first_line
+from pipeline.spec.partition_state import SpecCheckpoint
 from pipeline.store import StoreError
 from shared.checkpoint_ref import checkpoint_key
 from shared.clock import Clock, monotonic_s
@@ -73,9 +74,7 @@ class Checkpointer:
             return entries
         for p, rt in sorted(self.holdings.open_now().items()):
             if rt.checkpoint_offset != rt.offset or not rt.checkpoint_uri:
-                rt.checkpoint_uri = await asyncio.to_thread(
-                    self.checkpoints.write, p, rt.epoch, rt.offset, dict(rt.state)
-                )
+                rt.checkpoint_uri = await self._write(p, rt.epoch, rt)
                 rt.checkpoint_offset = rt.offset
                 self.stats["checkpoints"] += 1
             rt.covered_at_s = monotonic_s(self.clock)
@@ -110,11 +109,26 @@ class Checkpointer:
 
     async def write_final(self, partition: int, epoch: int, rt: PartitionRuntime) -> str:
         """The checkpoint a release at `epoch` hands over (the caller holds the batch lock)."""
+        return await self._write(partition, epoch, rt)
+
+    async def _write(self, partition: int, epoch: int, rt: PartitionRuntime) -> str:
+        encoded = rt.checkpoint_bytes(partition, epoch)
+        if encoded is not None:
+            return await asyncio.to_thread(
+                self.checkpoints.write_encoded, partition, epoch, rt.offset, encoded
+            )
         return await asyncio.to_thread(
             self.checkpoints.write, partition, epoch, rt.offset, dict(rt.state)
         )
 
     def load_sent(self, partition: int, ck: SentCheckpoint) -> CheckpointData:
+        """`load_sent_any` of one of `default`'s partitions."""
+        data = self.load_sent_any(partition, ck)
+        if isinstance(data, SpecCheckpoint):
+            raise CheckpointCorrupt(f"{ck.uri!r} is a recorded pipeline's checkpoint")
+        return data
+
+    def load_sent_any(self, partition: int, ck: SentCheckpoint) -> CheckpointData | SpecCheckpoint:
         """Blocking: load the checkpoint the leader sent, and only if it is what it says it
         is: the canonical object of this partition at the sent epoch and offset in our own
         store, holding exactly that partition, epoch and offset."""
@@ -124,7 +138,7 @@ class Checkpointer:
                 f"sent checkpoint {ck.uri!r} is not partition {partition}'s at epoch "
                 f"{ck.epoch} offset {ck.offset} ({expected!r})"
             )
-        data = self.checkpoints.read(ck.uri)
+        data = self.checkpoints.read_any(ck.uri)
         held = (data.partition, data.epoch, data.offset)
         if held != (partition, ck.epoch, ck.offset):
             raise CheckpointCorrupt(f"{ck.uri!r} holds partition/epoch/offset {held}")

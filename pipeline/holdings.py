@@ -10,8 +10,10 @@ micro-batch (a checkpoint round, a release).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pipeline.gate import Gates
 from pipeline.input_rate import InputRate
@@ -19,7 +21,13 @@ from pipeline.state import PartitionState
 from shared.clock import monotonic_s
 from shared.system_clock import SYSTEM_CLOCK
 
-__all__ = ["BATCH_FAILURES_REPORTED_MIN", "Holdings", "PartitionRuntime"]
+if TYPE_CHECKING:
+    from pipeline.spec.partition_state import SpecPartitionState
+    from pipeline.spec.run import PipelineRun
+
+__all__ = ["BATCH_FAILURES_REPORTED_MIN", "Holdings", "PartitionRuntime", "count_failures"]
+
+log = logging.getLogger(__name__)
 
 # A partition is reported as failing (heartbeat, health, metrics) after this many micro-batches
 # in a row failed: one failure can be a blip, three in a row is something an operator fixes.
@@ -43,6 +51,17 @@ class PartitionRuntime:
     # checkpoint: loaded from one, or one written or confirmed for the leader (checkpoint age
     # metric). Its default, the hosting time, is read on the process's clock.
     covered_at_s: float = field(default_factory=lambda: monotonic_s(SYSTEM_CLOCK))
+    # A recorded pipeline's partition: its run, and its state in `spec_state` (`state` stays
+    # empty). None: one of `default`'s.
+    run: PipelineRun | None = None
+    spec_state: SpecPartitionState | None = None
+
+    def checkpoint_bytes(self, partition: int, epoch: int) -> bytes | None:
+        """A recorded pipeline's checkpoint of this state (None for `default`'s, whose
+        CheckpointStore.write encodes)."""
+        if self.run is None or self.spec_state is None:
+            return None
+        return self.run.encode(partition, epoch, self.offset, self.spec_state.copy())
 
 
 class Holdings:
@@ -97,3 +116,20 @@ class Holdings:
 
     def failing(self) -> list[int]:
         return [p for p, rt in self.parts.items() if rt.failures >= BATCH_FAILURES_REPORTED_MIN]
+
+
+def count_failures(parts: Mapping[int, PartitionRuntime], text: str, whose: str) -> None:
+    """One more failed micro-batch for each of `parts`, logged once a partition reaches
+    BATCH_FAILURES_REPORTED_MIN in a row (`whose`: what names its pipeline, if not default)."""
+    for p, rt in parts.items():
+        rt.failures += 1
+        rt.error = text
+        if rt.failures == BATCH_FAILURES_REPORTED_MIN:
+            log.error(
+                "%spartition %d epoch %d: %d micro-batches in a row failed; reporting it: %s",
+                whose,
+                p,
+                rt.epoch,
+                rt.failures,
+                text,
+            )

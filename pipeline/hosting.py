@@ -13,11 +13,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from pipeline.checkpoint import CheckpointCorrupt, CheckpointData
 from pipeline.checkpointing import Checkpointer
 from pipeline.gate import Refused
 from pipeline.generations import Generations
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.source import generation_of
+from pipeline.spec.partition_state import SpecCheckpoint, SpecPartitionState
+from pipeline.spec.run import PipelineRun, PipelineRuns
 from pipeline.warming import Warming
 from shared.errors import ClientError, RequestError, UnavailableError
 from shared.messages.common import SentCheckpoint
@@ -49,6 +52,7 @@ class Hosting:
         *,
         generations: Generations | None = None,
         cluster_routing: Callable[[], Awaitable[tuple[int, ...]]] | None = None,
+        runs: PipelineRuns | None = None,
     ) -> None:
         self.holdings = holdings
         self.checkpointer = checkpointer
@@ -56,6 +60,16 @@ class Hosting:
         self.generations = Generations() if generations is None else generations
         # Asked when a checkpoint names a generation no call has told this worker of.
         self.cluster_routing = cluster_routing
+        # Finds the recorded pipeline of a partition numbered past `default`'s.
+        self.runs = runs
+
+    async def _run_of(self, partition: int) -> PipelineRun | None:
+        if self.runs is None:
+            return None
+        try:
+            return await self.runs.of(partition)
+        except ClientError as exc:
+            raise UnavailableError(str(exc), code="unavailable") from None
 
     async def learn_routing(
         self, partition: int, routing: tuple[int, ...] | None, checkpoint: SentCheckpoint | None
@@ -92,6 +106,7 @@ class Hosting:
             # Its last checkpoints are written: the leader hosts it on the restarted process.
             raise UnavailableError("the worker is stopping to restart", code="stopping")
         await self.learn_routing(p, call.routing, call.checkpoint)
+        run = await self._run_of(p)
         gates, parts = self.holdings.gates, self.holdings.parts
         # Check the gate without changing it: it opens only once the checkpoint is loaded,
         # so a failed load leaves the epoch open to the leader's retry.
@@ -102,21 +117,28 @@ class Hosting:
         if rt is not None and rt.epoch == epoch:
             await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)  # same call, repeated
             return HostReply(partition=p, epoch=epoch, offset=rt.offset)
-        rt = PartitionRuntime(epoch=epoch)
+        rt = PartitionRuntime(epoch=epoch, run=run)
+        if run is not None:
+            rt.spec_state = SpecPartitionState()
         parts[p] = rt
         sent = None if call.checkpoint is None else call.checkpoint.offset
-        warm = None if self.warming is None else self.warming.take(p, sent)
+        # A recorded pipeline's partitions move cold: warm copies are `default`'s only.
+        warm = None if self.warming is None or run is not None else self.warming.take(p, sent)
         try:
             if warm is not None:
                 # A warm copy is the partition's state at its offset (replay is
                 # deterministic): only the tail after it is replayed, nothing is loaded.
                 rt.state, rt.offset = warm.state, warm.offset
             elif call.checkpoint is not None:
-                data = await asyncio.to_thread(self.checkpointer.load_sent, p, call.checkpoint)
+                data = await asyncio.to_thread(self.checkpointer.load_sent_any, p, call.checkpoint)
                 # The loaded object is named after the epoch that wrote it: this epoch's
                 # first report writes its own, so every checkpoint the coordinator records
                 # at an epoch was written at that epoch.
-                rt.state, rt.offset = dict(data.state), data.offset
+                if run is not None or isinstance(data, SpecCheckpoint):
+                    rt.spec_state = _spec_state(p, run, data)
+                else:
+                    rt.state = dict(data.state)
+                rt.offset = data.offset
         except Exception as exc:  # report to the leader, which retries with backoff
             self.holdings.drop(p, rt)
             log.exception("loading checkpoint for partition %d failed", p)
@@ -172,3 +194,19 @@ class Hosting:
         return ReleaseReply(
             partition=p, epoch=epoch, checkpoint=ReleasedCheckpoint(offset=rt.offset, uri=uri)
         )
+
+
+def _spec_state(
+    partition: int, run: PipelineRun | None, ck: CheckpointData | SpecCheckpoint
+) -> SpecPartitionState:
+    """The loaded state of a recorded pipeline's partition: a format-2 checkpoint of the
+    spec version it runs, or an error (loaded as nothing else)."""
+    if run is None or not isinstance(ck, SpecCheckpoint):
+        raise CheckpointCorrupt(
+            f"partition {partition}: a checkpoint of the other format "
+            f"({'a recorded pipeline' if run is not None else 'default'} holds it)"
+        )
+    problem = run.problem(ck)
+    if problem is not None:
+        raise CheckpointCorrupt(f"partition {partition}: {problem}")
+    return ck.state

@@ -10,9 +10,13 @@ compared in constant time, or get a 401.
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+import decimal
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -23,6 +27,8 @@ from pipeline.rebuild import Rebuild
 from pipeline.session import Session
 from pipeline.settings import WorkerSettings
 from pipeline.source import KEY_CHARS_MAX, generation_of
+from pipeline.spec.aggregations import SketchOps
+from pipeline.spec.run import PipelineRun
 from pipeline.state import KeyState
 from shared.errors import RequestError, RippleError, UnavailableError
 from shared.http_statuses import status_of
@@ -32,6 +38,8 @@ from shared.messages.host import HOST_ROUTE, HostRequest
 from shared.messages.release import RELEASE_ROUTE, ReleaseRequest
 from shared.messages.rescale import BUILD_ROUTE, CUT_ROUTE, BuildRequest, CutRequest
 from shared.messages.warm import UNWARM_ROUTE, WARM_ROUTE, UnwarmReply, UnwarmRequest, WarmRequest
+from shared.routing import SLOT_BASE
+from shared.spec.ddl import TypeKind
 from shared.tls import server_context
 
 __all__ = ["BODY_BYTES_MAX", "WorkerApi", "key_json"]
@@ -42,7 +50,9 @@ BODY_BYTES_MAX = 64 * 1024
 # A build names one cut per old partition (up to CUTS_MAX, about 150 bytes each); every
 # other body keeps BODY_BYTES_MAX.
 BUILD_BODY_BYTES_MAX = 160 * 1024 * 1024
-PARTITION_DIGITS_MAX = 7  # total_partitions is at most 1_000_000
+# A recorded pipeline's partition numbers come from a counter that only grows: up to int64.
+PARTITION_DIGITS_MAX = 19
+SLOT_NUMBER_MAX = 2**63 - 1
 GENERATION_DIGITS_MAX = 7  # a key read's ?generation= (ROUTING_GENERATIONS_MAX is far below)
 CONFLICT = 409
 INTERNAL = 500
@@ -72,6 +82,7 @@ class WorkerApi:
         metrics: Callable[[], bytes],
         cutting: Cutting,
         rebuild: Rebuild,
+        sketches: Callable[[], SketchOps] | None = None,
     ) -> None:
         self.settings = settings
         self.session = session
@@ -83,6 +94,8 @@ class WorkerApi:
         self.metrics = metrics
         self.cutting = cutting
         self.rebuild = rebuild
+        # Reads a recorded pipeline's sketches (approximate distinct counts) on Spark.
+        self.sketches = sketches
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=BUILD_BODY_BYTES_MAX, middlewares=[_error_middleware])
@@ -114,14 +127,20 @@ class WorkerApi:
         if not authorized(request.headers.get("Authorization", ""), self.session.call_token):
             raise RequestError("not this worker's cluster token", code="unauthorized")
 
+    def _numbered(self, p: int) -> bool:
+        """Whether `p` can be a partition's number: one of `default`'s, or a recorded
+        pipeline's (SLOT_BASE and up; its run says whether it is one)."""
+        if p >= SLOT_BASE:
+            return p <= SLOT_NUMBER_MAX
+        return p < max(self.session.total_partitions, self.session.generations.partitions_max, 1)
+
     def _partition(self, request: web.Request) -> int:
         text = request.match_info["p"]
         # isascii first: '²'.isdigit() is True (int() then raises) and int('\u0661') is 1.
         if (
             not (text.isascii() and text.isdigit())
             or len(text) > PARTITION_DIGITS_MAX
-            or int(text)
-            >= max(self.session.total_partitions, self.session.generations.partitions_max, 1)
+            or not self._numbered(int(text))
         ):
             raise _invalid("partition out of range", "partition")
         return int(text)
@@ -162,8 +181,11 @@ class WorkerApi:
     async def handle_warm(self, request: web.Request) -> web.Response:
         self._authorize(request)
         call = WarmRequest.from_json(self._partition(request), await self._json(request))
-        if self.hosting.warming is None:
-            raise UnavailableError("this worker does not warm partitions up", code="warm_refused")
+        if self.hosting.warming is None or call.partition >= SLOT_BASE:
+            # A recorded pipeline's partitions move cold (pipeline/spec/run.py).
+            raise UnavailableError(
+                "this worker does not warm this partition up", code="warm_refused"
+            )
         await self.hosting.learn_routing(call.partition, call.routing, call.checkpoint)
         return web.json_response((await self.hosting.warming.answer(call)).to_json())
 
@@ -230,6 +252,13 @@ class WorkerApi:
                 field="generation",
                 code="stale_generation",
             )
+        if rt.run is not None:
+            rows = await self._spec_rows(rt, [_typed_key(rt.run, key)])
+            if not rows:
+                raise RequestError(f"no records for key {key!r} yet", field="key", code="not_found")
+            return web.json_response(
+                {**rows[0], "partition": p, "epoch": rt.epoch, "offset": rt.offset}
+            )
         ks = rt.state.get(key)
         if ks is None:
             raise RequestError(f"no records for key {key!r} yet", field="key", code="not_found")
@@ -242,6 +271,17 @@ class WorkerApi:
         rt = self._served(p)
         if rt is None:
             return await self._not_owner(p)
+        if rt.run is not None:
+            return web.json_response(
+                {
+                    "partition": p,
+                    "epoch": rt.epoch,
+                    "offset": rt.offset,
+                    "pipeline": rt.run.name,
+                    "spec_version": rt.run.version,
+                    "rows": await self._spec_rows(rt, None),
+                }
+            )
         return web.json_response(
             {
                 "partition": p,
@@ -250,6 +290,20 @@ class WorkerApi:
                 "keys": {k: key_json(v) for k, v in sorted(rt.state.items())},
             }
         )
+
+    async def _spec_rows(self, rt: PartitionRuntime, keys: list[Any] | None) -> list[JsonRow]:
+        """A recorded pipeline's outputs of `keys` (None: all), one JSON row per key."""
+        run, state = rt.run, rt.spec_state
+        if run is None or state is None or self.sketches is None:
+            raise UnavailableError(
+                "this partition's results cannot be read here", code="unavailable"
+            )
+        sketches = self.sketches()
+        results = await asyncio.to_thread(run.results, state.copy(), sketches, keys)
+        return [
+            {"key": k, **{name: _json_value(v) for name, v in outputs.items()}}
+            for k, outputs in sorted(results.items(), key=lambda kv: (kv[0] is None, str(kv[0])))
+        ]
 
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.json_response(self.health())
@@ -281,3 +335,26 @@ async def _error_middleware(request: web.Request, handler: Handler) -> web.Strea
         log.exception("worker handler failed on %s", request.path)
         error = ErrorReply(error="internal", message="internal error")
         return web.json_response(error.to_json(), status=INTERNAL)
+
+
+JsonRow = dict[str, Any]
+
+
+def _typed_key(run: PipelineRun, key: str) -> Any:
+    """A key from a URL as the spec's key column types it (INT and BIGINT keys are numbers)."""
+    column = run.spec.schema.column(run.spec.key)
+    if column is not None and column.type.kind in (TypeKind.INT, TypeKind.BIGINT):
+        try:
+            return int(key)
+        except ValueError:
+            raise _invalid(f"key {key!r} is not an integer", "key") from None
+    return key
+
+
+def _json_value(value: Any) -> Any:
+    """An output as JSON: decimals as their exact text, times in ISO 8601."""
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return value

@@ -25,11 +25,12 @@ from collections.abc import Sequence
 from pipeline.aggregate import Aggregator, Transform
 from pipeline.checkpoint import CheckpointStore
 from pipeline.datapath import DataPath, Feed, PlannedBatch, ProbeFailed, default_data_path
-from pipeline.holdings import BATCH_FAILURES_REPORTED_MIN, Holdings, PartitionRuntime
+from pipeline.holdings import Holdings, PartitionRuntime, count_failures
 from pipeline.session import Session
 from pipeline.settings import WorkerSettings
 from pipeline.source import SourceLog
 from pipeline.spark_link import BatchFault, SparkJobTimeout, SparkLink, classify, first_line
+from pipeline.spec.batches import PipelineBatches
 from pipeline.state import PartitionState, merge_batch
 from pipeline.store import ObjectStore
 from pipeline.warming import Warming
@@ -101,6 +102,10 @@ class Processor:
         )
         # Warm copies ride along in every micro-batch, read-only (pipeline/warming.py).
         self.warming: Warming | None = None
+        # Micro-batches of the recorded pipelines open here, beside `default`'s.
+        self.pipelines = PipelineBatches(
+            settings, holdings, session, checkpoints, stats, clock, PROBE_CANCEL_WAIT_S
+        )
 
     async def start(self, total_partitions: int | Sequence[int]) -> None:
         """Open the Spark session and the feed, then prove the data path (ProbeFailed).
@@ -167,7 +172,8 @@ class Processor:
             if not self.session.lease_valid():
                 self.stats["lease_pauses"] += 1
                 return 0
-            open_now = self.holdings.open_now()
+            # Recorded pipelines' partitions are processed by `process_pipelines`.
+            open_now = {p: rt for p, rt in self.holdings.open_now().items() if rt.run is None}
             warm = {} if self.warming is None else self.warming.offsets()
             if not open_now and not warm:
                 return 0
@@ -279,17 +285,7 @@ class Processor:
                 self.link.backoff_s_min,
                 self.link.backoff_s_max,
             )
-        for p, rt in parts.items():
-            rt.failures += 1
-            rt.error = text
-            if rt.failures == BATCH_FAILURES_REPORTED_MIN:
-                log.error(
-                    "partition %d epoch %d: %d micro-batches in a row failed; reporting it: %s",
-                    p,
-                    rt.epoch,
-                    rt.failures,
-                    rt.error,
-                )
+        count_failures(parts, text, "")
 
     async def _merge(
         self, batch: PlannedBatch, results: dict[int, PartitionState], epochs: dict[int, int]
@@ -365,6 +361,13 @@ class Processor:
             and self.session.lease_valid()
         )
 
+    async def process_pipelines(self) -> int:
+        """One micro-batch of every recorded pipeline open here (pipeline/spec/batches.py);
+        none while Spark has no session (the default batch's loop makes a new one)."""
+        if self.aggregator is None or self.link.lost:
+            return 0
+        return await self.pipelines.run_once(self.aggregator)
+
     async def loop(self, stopped: asyncio.Event) -> None:
         """Micro-batches until `stopped`; a batch that merged nothing waits the interval."""
         while not stopped.is_set():
@@ -396,6 +399,7 @@ class Processor:
                         )
                     else:
                         log.exception("micro-batch failed; retrying")
+            merged += await self.process_pipelines()
             if merged == 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopped.wait(), pause_s)

@@ -138,6 +138,8 @@ class Session:
             worker_id=self.settings.worker_id,
             address=self.settings.address,
             store=self.settings.store_uri,
+            labels=dict(self.settings.labels) if self.settings.profiled else None,
+            slots=self.settings.slots,
         )
         body = await self.client.request(
             "POST",

@@ -109,6 +109,15 @@ class WorkerSettings:
     tls_key: str | None = None
     # The CA bundle https:// coordinators are verified against (None: the system's roots).
     tls_ca: str | None = None
+    # What this worker offers recorded pipelines, sent at registration: its labels (pools
+    # select on them). Neither labels nor slots: the worker runs `default`'s partitions only.
+    labels: tuple[tuple[str, str], ...] = ()
+    # The most recorded pipelines' partitions it takes (None with labels: 64, the default).
+    slots: int | None = None
+
+    @property
+    def profiled(self) -> bool:
+        return bool(self.labels) or self.slots is not None
 
     @property
     def address(self) -> str:

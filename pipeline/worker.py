@@ -45,10 +45,14 @@ from pipeline.processing import Processor
 from pipeline.rebuild import Move, Rebuild, spark_move
 from pipeline.session import Session
 from pipeline.settings import BATCH_INTERVAL_S_DEFAULT, StartRefused, WorkerSettings
+from pipeline.spec.aggregations import SketchOps
+from pipeline.spec.run import PipelineRuns
+from pipeline.spec.sketches import SparkSketches
 from pipeline.state_move import move_states
 from pipeline.store import CountedStore, ObjectStore
 from pipeline.warming import Warming
 from shared.clock import Clock, monotonic_s
+from shared.errors import UnavailableError
 from shared.system_clock import SYSTEM_CLOCK
 
 # What `ripple worker` and the benchmarks import: the worker, its settings and their default.
@@ -104,13 +108,16 @@ class Worker:
             clock=clock,
         )
         self.processor.warming = self.warming
+        runs = PipelineRuns(self.client.get, store, settings.max_keys_per_partition)
         self.hosting = Hosting(
             self.holdings,
             self.checkpointer,
             self.warming,
             generations=self.session.generations,
             cluster_routing=self.session.cluster_routing,
+            runs=runs,
         )
+        self.processor.pipelines.runs = runs
         self.cutting = Cutting(
             store, self.holdings, self.checkpointer, self.session.generations, self.lease_valid
         )
@@ -137,10 +144,18 @@ class Worker:
             self.metrics.render,
             self.cutting,
             self.rebuild,
+            self._sketches,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._heartbeats: asyncio.Task[None] | None = None
         self._stopping = False  # a SIGTERM is being handled (a second one changes nothing)
+
+    def _sketches(self) -> SketchOps:
+        """Sketch reads on the micro-batches' Spark session (a recorded pipeline's results)."""
+        aggregator = self.processor.aggregator
+        if aggregator is None:
+            raise UnavailableError("Spark is not connected yet", code="unavailable")
+        return SparkSketches(aggregator.spark)
 
     # -- the handles tests and tools reach for -------------------------------------------------
 

@@ -20,6 +20,7 @@ import mmh3
 
 __all__ = [
     "KEY_GROUPS",
+    "SLOT_BASE",
     "Routing",
     "first_group",
     "key_group",
@@ -32,6 +33,9 @@ __all__ = [
 # key-group generation. A power of two, so the 2**32 hashes fall evenly on the groups; the
 # largest partition count a rescale can reach.
 KEY_GROUPS = 65_536
+# The first number a recorded pipeline's partitions are carried under (the coordinator's
+# partition table, the workers' gates, the store's keys): above every number `default` uses.
+SLOT_BASE = 1 << 20
 
 
 def key_hash(key: str) -> int:

@@ -15,6 +15,7 @@ from typing import NewType
 from shared.messages.common import INT_VALUE_MAX as _INT_VALUE_MAX
 from shared.messages.common import ROUTING_GENERATIONS_MAX as _ROUTING_GENERATIONS_MAX
 from shared.routing import KEY_GROUPS
+from shared.routing import SLOT_BASE as ROUTING_SLOT_BASE
 from shared.spec.parse import SPEC_BYTES_MAX
 
 WorkerId = NewType("WorkerId", str)
@@ -78,7 +79,7 @@ PIPELINES_MAX = 4_096
 # `default`'s table can use, so `default` keeps 0 .. total_partitions - 1 through its
 # rescales. Numbers come from a counter that only grows (`ClusterState.slot_seq`): a dropped
 # pipeline's numbers, and the epochs workers' gates hold for them, are never met again.
-SLOT_BASE = 1 << 20
+SLOT_BASE = ROUTING_SLOT_BASE
 # A pipeline's partition count: as a rescale's (each generation after 0 routes by key groups).
 PIPELINE_PARTITIONS_MAX = RESCALE_PARTITIONS_MAX
 # A spec's text as the replicated record holds it: the spec format's own bound.

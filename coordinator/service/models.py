@@ -36,6 +36,9 @@ from shared.messages.session import (
     URI_LEN_MAX as URI_LEN_MAX,
 )
 from shared.messages.session import (
+    WORKER_SLOTS_DEFAULT as WORKER_SLOTS_DEFAULT,
+)
+from shared.messages.session import (
     AssignmentEntry as AssignmentEntry,
 )
 from shared.messages.session import (

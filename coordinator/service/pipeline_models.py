@@ -101,6 +101,9 @@ class PipelineView(BaseModel):
     state: str  # one of PIPELINE_STATES
     spec_version: int
     partitions: int
+    # The number its partition 0 is carried under in the cluster's partition table and the
+    # store (its partition p is first_slot + p); 0 for `default`, and until it is set up.
+    first_slot: int
     routing_generation: int
     pool: dict[str, str]
     purge: bool  # dropping: its objects go too

@@ -21,7 +21,7 @@ from pipeline.spec.aggregations import (
     outputs_of,
 )
 from pipeline.spec.frames import spec_rows
-from pipeline.spec.sketches import SparkSketches
+from pipeline.spec.sketches import SparkSketches, canonical
 from shared.spec.model import AggFn, PipelineSpec
 
 if TYPE_CHECKING:
@@ -49,7 +49,9 @@ def _whole(out: Output) -> list[SparkColumn]:
         AggFn.MAX: F.max(col),
         AggFn.FIRST: F.min_by(col, OFFSET),
         AggFn.LAST: F.max_by(col, OFFSET),
-        AggFn.APPROX_DISTINCT: F.hll_sketch_estimate(F.hll_sketch_agg(col, out.spec.lg_config_k)),
+        AggFn.APPROX_DISTINCT: F.hll_sketch_estimate(
+            canonical(F.hll_sketch_agg(col, out.spec.lg_config_k))
+        ),
     }
     if fn is AggFn.MEAN:
         return [F.sum(col).alias(alias("sum")), F.count(col).alias(alias("n"))]

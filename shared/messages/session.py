@@ -54,6 +54,12 @@ CHECKPOINT_ENTRIES_MAX = 100_000
 # coordinator refuses longer.
 BATCH_ERROR_LEN_MAX = 500
 HEARTBEAT_LOAD_MAX = 1e6
+# A worker's labels and slots at registration (the core's WORKER_LABELS_MAX and
+# WORKER_SLOTS_MAX, which a unit test keeps equal to these).
+WORKER_LABELS_MAX = 32
+WORKER_SLOTS_MAX = 100_000
+# The slots of a worker that declared labels and no slots.
+WORKER_SLOTS_DEFAULT = 64
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
@@ -116,6 +122,10 @@ class RegisterRequest(Request):
     # The worker's --store: refused (409 store_mismatch) when it is not the cluster's store,
     # whose checkpoint references would all be fenced. Absent: not checked.
     store: Annotated[str, Field(min_length=1, max_length=URI_LEN_MAX)] | None = None
+    # What the worker offers recorded pipelines: its labels (pools select on them) and its
+    # slots (the most of their partitions it takes). Both absent: `default`'s partitions only.
+    labels: Annotated[dict[Id, Id], Field(max_length=WORKER_LABELS_MAX)] | None = None
+    slots: Annotated[int, Field(ge=1, le=WORKER_SLOTS_MAX)] | None = None
 
 
 class RegisterResponse(Response):

@@ -89,6 +89,7 @@ def _view(p: Pipeline) -> PipelineView:
         state=p.state.value,
         spec_version=p.spec_version,
         partitions=p.partitions,
+        first_slot=p.first_slot,
         routing_generation=p.routing_generation,
         pool=p.pool_labels(),
         purge=p.purge,

@@ -22,10 +22,12 @@ from coordinator.core.commands import (
     CheckpointReport,
     CheckpointVerdict,
     DrainWorker,
+    ProfileWorker,
     RecordCheckpoints,
     RegisterWorker,
 )
-from coordinator.core.model import WorkerId, WorkerState
+from coordinator.core.model import Label, WorkerId, WorkerState
+from coordinator.core.versions import INTRODUCED_IN
 from coordinator.service import models as m
 from coordinator.service.address import check_address
 from coordinator.service.auth import Admission, WorkerClaims
@@ -48,11 +50,13 @@ from coordinator.service.node_parts import ApiNode
 from coordinator.service.replies import heartbeat_body
 from coordinator.service.stamps import now_ms
 from shared.checkpoint_ref import reference_problem, store_mismatch
-from shared.errors import RequestError
+from shared.errors import RequestError, UnavailableError
 
 __all__ = ["ROUTES", "checkpoints", "heartbeat_now", "register"]
 
 log = logging.getLogger(__name__)
+
+PROFILE_VERSION = INTRODUCED_IN[ProfileWorker.TAG]
 
 
 async def register(request: ApiRequest) -> web.Response:
@@ -63,13 +67,36 @@ async def register(request: ApiRequest) -> web.Response:
     check_address(body.address, node.worker_networks)
     check_store(node.config.store, body.store)
     wid = WorkerId(body.worker_id)
+    profiled = body.labels is not None or body.slots is not None
     with node.read() as state:
         admission.admit_id(registrant, state, wid, now_ms())
+        if profiled and state.finalized_version < PROFILE_VERSION:
+            # Refused before the registration commits: a 503 leaves no state changed, and
+            # the worker's retry registers once the profile can follow it.
+            raise UnavailableError(
+                f"a worker with labels or slots needs command-set version {PROFILE_VERSION} "
+                f"(the cluster is at {state.finalized_version}); retry once it is finalized",
+                code="version_not_finalized",
+                field="command_set_version",
+            )
     registered = await node.submit(
         RegisterWorker(worker_id=wid, address=body.address, now_ms=now_ms()),
         idempotency_key(request, registrant.scope, "register"),
     )
     incarnation = registered.incarnation
+    if profiled:
+        # Its own commit after the registration's: a profile is of one incarnation, and a
+        # registration retried after this failed is answered as a repeat, then profiled.
+        await node.submit(
+            ProfileWorker(
+                worker_id=wid,
+                incarnation=incarnation,
+                labels=tuple(sorted(Label(key=k, value=v) for k, v in (body.labels or {}).items())),
+                slots=body.slots if body.slots is not None else m.WORKER_SLOTS_DEFAULT,
+                now_ms=now_ms(),
+            ),
+            idempotency_key(request, registrant.scope, f"profile.{incarnation}"),
+        )
     request.app[DUTIES_KEY].registered(wid)
     cfg = node.config
     token, expires_at_ms = admission.worker_token(wid, incarnation, now_ms())

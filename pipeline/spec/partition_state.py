@@ -1,0 +1,181 @@
+"""A recorded pipeline's partition state: each key's spec state and first offset, merged under
+the key limit, and its checkpoint encoding (format 2).
+
+Owns `SpecPartitionState` and how one micro-batch's partial states fold into it. Invariant:
+as in `pipeline.state` for `default`, new keys are admitted in order of their first offset
+(then the key), so the admitted set does not depend on how the input was cut into batches,
+and keys beyond the limit come back as dead letters, never dropped. The checkpoint encoding
+is deterministic (keys sorted, outputs in the spec's order), so a retried write of the same
+state has the same bytes, and it names the spec version it was computed under: a checkpoint
+is only ever loaded under that version.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from pipeline.spec.aggregations import KeyState, Output, SketchOps, merge_states
+
+__all__ = [
+    "SPEC_CHECKPOINT_FORMAT_VERSION",
+    "SpecCheckpoint",
+    "SpecCheckpointError",
+    "SpecPartitionState",
+    "decode_spec_checkpoint",
+    "encode_spec_checkpoint",
+    "merge_spec_batch",
+]
+
+SPEC_CHECKPOINT_FORMAT_VERSION = 2
+# msgpack extension codes for the column values msgpack has no type of.
+_EXT_DECIMAL = 1
+_EXT_DATE = 2
+_EXT_DATETIME = 3
+
+
+class SpecCheckpointError(ValueError):
+    """A format-2 checkpoint that does not decode."""
+
+
+@dataclass(slots=True)
+class SpecPartitionState:
+    values: dict[Any, KeyState] = field(default_factory=dict)  # key -> output -> state
+    firsts: dict[Any, int] = field(default_factory=dict)  # key -> its first offset
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def copy(self) -> SpecPartitionState:
+        return SpecPartitionState(
+            values={k: dict(v) for k, v in self.values.items()}, firsts=dict(self.firsts)
+        )
+
+
+def merge_spec_batch(
+    outputs: Sequence[Output],
+    state: SpecPartitionState,
+    batch: Mapping[Any, KeyState],
+    batch_firsts: Mapping[Any, int],
+    max_keys: int,
+    sketches: SketchOps,
+) -> tuple[SpecPartitionState, dict[Any, KeyState]]:
+    """`state` with one batch's partial states merged in under the key limit (the input is not
+    modified), and the dead letters: the partial states of new keys that did not fit."""
+    if max_keys <= 0:
+        raise ValueError(f"max_keys must be positive, got {max_keys}")
+    new_keys = sorted(
+        (k for k in batch if k not in state.values), key=lambda k: _admit(k, batch_firsts)
+    )
+    room = max(0, max_keys - len(state.values))
+    admitted, refused = new_keys[:room], new_keys[room:]
+    refused_set = set(refused)
+    taken = {k: v for k, v in batch.items() if k not in refused_set}
+    merged = merge_states(outputs, state.values, taken, sketches)
+    firsts = dict(state.firsts)
+    for key in admitted:
+        firsts[key] = batch_firsts[key]
+    return SpecPartitionState(values=merged, firsts=firsts), {k: batch[k] for k in refused}
+
+
+def _admit(key: Any, firsts: Mapping[Any, int]) -> tuple[int, bool, Any]:
+    # A null key (a transform may yield one) sorts after every other key of its offset.
+    return (firsts[key], key is None, "" if key is None else key)
+
+
+def _sorted_keys(keys: Any) -> list[Any]:
+    return sorted(keys, key=lambda k: (k is None, "" if k is None else k))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpecCheckpoint:
+    partition: int
+    epoch: int
+    offset: int
+    spec_version: str
+    state: SpecPartitionState
+
+
+def _default(value: Any) -> msgpack.ExtType:
+    if isinstance(value, decimal.Decimal):
+        return msgpack.ExtType(_EXT_DECIMAL, str(value).encode())
+    if isinstance(value, datetime.datetime):
+        return msgpack.ExtType(_EXT_DATETIME, value.isoformat().encode())
+    if isinstance(value, datetime.date):
+        return msgpack.ExtType(_EXT_DATE, value.isoformat().encode())
+    raise TypeError(f"a state value of type {type(value).__name__} has no checkpoint encoding")
+
+
+def _ext(code: int, data: bytes) -> Any:
+    text = data.decode()
+    if code == _EXT_DECIMAL:
+        return decimal.Decimal(text)
+    if code == _EXT_DATETIME:
+        return datetime.datetime.fromisoformat(text)
+    if code == _EXT_DATE:
+        return datetime.date.fromisoformat(text)
+    raise SpecCheckpointError(f"unknown value extension {code}")
+
+
+def _tupled(value: Any) -> Any:
+    # No column value is a list (the DDL has no arrays): every list was a tuple state
+    # (a mean's (sum, count), first/last's (offset, value)).
+    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
+
+
+def encode_spec_checkpoint(
+    partition: int,
+    epoch: int,
+    offset: int,
+    spec_version: str,
+    outputs: Sequence[Output],
+    state: SpecPartitionState,
+) -> bytes:
+    names = [o.spec.name for o in outputs]
+    rows = [
+        [key, state.firsts[key], [state.values[key][n] for n in names]]
+        for key in _sorted_keys(state.values)
+    ]
+    doc = {
+        "v": SPEC_CHECKPOINT_FORMAT_VERSION,
+        "partition": partition,
+        "epoch": epoch,
+        "offset": offset,
+        "spec": spec_version,
+        "outputs": names,
+        "keys": rows,
+    }
+    return bytes(msgpack.packb(doc, use_bin_type=True, default=_default))
+
+
+def decode_spec_checkpoint(data: bytes) -> SpecCheckpoint:
+    try:
+        # Untyped until checked: every field is converted below, anything else refused.
+        doc: Any = msgpack.unpackb(data, raw=False, ext_hook=_ext, strict_map_key=False)
+        if doc.get("v") != SPEC_CHECKPOINT_FORMAT_VERSION:
+            raise SpecCheckpointError(f"not a format-2 checkpoint: {doc.get('v')!r}")
+        names = [str(n) for n in doc["outputs"]]
+        state = SpecPartitionState()
+        for key, first, values in doc["keys"]:
+            if len(values) != len(names):
+                raise SpecCheckpointError(
+                    f"key {key!r} has {len(values)} outputs, not {len(names)}"
+                )
+            state.values[key] = {n: _tupled(v) for n, v in zip(names, values, strict=True)}
+            state.firsts[key] = int(first)
+        return SpecCheckpoint(
+            partition=int(doc["partition"]),
+            epoch=int(doc["epoch"]),
+            offset=int(doc["offset"]),
+            spec_version=str(doc["spec"]),
+            state=state,
+        )
+    except SpecCheckpointError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException) as exc:
+        raise SpecCheckpointError(f"checkpoint does not decode: {exc}") from exc

@@ -1,0 +1,107 @@
+"""Records of a recorded pipeline into its source log: typed by its spec, routed by its key.
+
+Owns how a producer's rows (JSON objects, one per record) become the pipeline's segments.
+Invariant: every row is checked against the spec's schema before anything is appended, so
+a bad row (a missing key, a value of the wrong type) refuses the whole call with the row and
+column named and appends nothing; rows are routed by their key's text over the pipeline's
+partitions (`shared.routing`, as `default` routes its keys), order kept within a partition.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.records import jsonl_values
+from pipeline.source import SEGMENT_RECORDS_MAX, SourceInputError
+from pipeline.spec.run import PipelineInfo, PipelineRun
+from pipeline.store import ObjectStore
+from shared.routing import partition_for_key
+from shared.spec.ddl import Column, TypeKind
+
+__all__ = ["SpecProducer", "load_rows"]
+
+ROWS_PER_CALL_MAX = 1_000_000  # one produce call's rows, held in memory at once
+
+
+def _converter(column: Column) -> Callable[[Any], Any]:
+    """A JSON value as the column's Python value (pyarrow then checks its type and range)."""
+    kind = column.type.kind
+    if kind is TypeKind.DECIMAL:
+        return lambda v: None if v is None else decimal.Decimal(str(v))
+    if kind is TypeKind.TIMESTAMP:
+        return lambda v: v if not isinstance(v, str) else _instant(v)
+    if kind is TypeKind.DATE:
+        return lambda v: v if not isinstance(v, str) else datetime.date.fromisoformat(v)
+    return lambda v: v
+
+
+def _instant(text: str) -> datetime.datetime:
+    value = datetime.datetime.fromisoformat(text)
+    # An instant without a zone is read as UTC (Spark's TIMESTAMP is an instant).
+    return value if value.tzinfo is not None else value.replace(tzinfo=datetime.UTC)
+
+
+class SpecProducer:
+    def __init__(self, store: ObjectStore, info: PipelineInfo) -> None:
+        self.run = PipelineRun(info, store, 1)
+        self.info = info
+        columns = self.run.spec.schema.columns
+        self._converters = {c.name: _converter(c) for c in columns}
+        self._record_schema = pa.schema(list(self.run.schema)[:-1])  # all but `offset`
+
+    def table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+        """`rows` as the spec's typed columns; SourceInputError names the first bad row."""
+        if len(rows) > ROWS_PER_CALL_MAX:
+            raise SourceInputError(f"{len(rows)} rows exceed ROWS_PER_CALL_MAX={ROWS_PER_CALL_MAX}")
+        key = self.run.spec.key
+        names = set(self._converters)
+        typed: list[dict[str, Any]] = []
+        for i, row in enumerate(rows):
+            unknown = sorted(set(row) - names)
+            if unknown:
+                raise SourceInputError(f"row {i}: {unknown} are not columns of the spec's schema")
+            if row.get(key) is None:
+                raise SourceInputError(f"row {i}: the key column {key!r} is missing or null")
+            try:
+                typed.append({n: conv(row.get(n)) for n, conv in self._converters.items()})
+            except (ValueError, TypeError, decimal.InvalidOperation) as exc:
+                raise SourceInputError(f"row {i}: {exc}") from None
+        try:
+            return pa.Table.from_pylist(typed, schema=self._record_schema)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            # pyarrow names the value, not the row: find it, one row at a time.
+            for i, row in enumerate(typed):
+                try:
+                    pa.Table.from_pylist([row], schema=self._record_schema)
+                except (pa.ArrowException, TypeError, ValueError, OverflowError) as one:
+                    raise SourceInputError(f"row {i}: {one}") from None
+            raise SourceInputError(str(exc)) from None
+
+    def produce(self, rows: Sequence[Mapping[str, Any]]) -> dict[int, int]:
+        """Append `rows`; returns, per partition number, the first offset they were given."""
+        table = self.table(rows)
+        keys = table.column(self.run.spec.key).to_pylist()
+        grouped: dict[int, list[int]] = {}
+        for i, k in enumerate(keys):
+            p = self.info.first_slot + partition_for_key(str(k), self.info.partitions)
+            grouped.setdefault(p, []).append(i)
+        firsts: dict[int, int] = {}
+        for p in sorted(grouped):
+            chosen = table.take(pa.array(grouped[p], pa.int64()))
+            for start in range(0, chosen.num_rows, SEGMENT_RECORDS_MAX):
+                first = self.run.log.append_table(p, chosen.slice(start, SEGMENT_RECORDS_MAX))
+                firsts.setdefault(p, first)
+        return firsts
+
+
+def load_rows(path: str) -> Iterator[dict[str, Any]]:
+    """JSON objects, one per line, from `path`; blank lines skipped."""
+    for where, obj in jsonl_values(path):
+        if not isinstance(obj, dict):
+            raise SourceInputError(f"{where}: a record is a JSON object")
+        yield obj

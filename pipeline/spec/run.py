@@ -1,0 +1,313 @@
+"""A recorded pipeline as a worker runs it: its spec, its partitions' numbers, its source log
+and its micro-batch job on Spark; and the registry that finds the pipeline of a partition.
+
+Owns the worker's side of a recorded pipeline. Invariant: a partition number at or above
+SLOT_BASE belongs to exactly one pipeline incarnation for all time (the coordinator never
+reuses one), so the run found for it once stays right for as long as the worker holds the
+partition; its state is computed only under the spec the coordinator recorded (parsed here
+from the recorded text, never from anything the worker imports), and a checkpoint is loaded
+only if it names that spec's version.
+
+Store layout: a pipeline's partition n keeps the layout `default`'s use, under its own number
+(`source/p{n}/`, `checkpoints/p{n}/`, `deadletter/p{n}/`): numbers are never reused, so no two
+pipelines, nor two incarnations of one name, ever share an object.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.source import SourceLog
+from pipeline.spec.aggregations import KeyState, SketchOps, finals, outputs_of
+from pipeline.spec.frames import rows_ddl, transformed
+from pipeline.spec.partition_state import (
+    SpecCheckpoint,
+    SpecPartitionState,
+    encode_spec_checkpoint,
+    merge_spec_batch,
+)
+from pipeline.store import ObjectStore
+from shared.errors import ClientError, UnavailableError
+from shared.routing import SLOT_BASE
+from shared.spec.ddl import ColumnType, Schema, TypeKind
+from shared.spec.parse import parse_spec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "PARTITIONS_PER_JOB_MAX",
+    "PipelineInfo",
+    "PipelineRun",
+    "PipelineRuns",
+    "arrow_schema",
+]
+
+log = logging.getLogger(__name__)
+
+# One Spark job reads each partition's rows as its own branch (the transform cannot carry the
+# partition through): past this many branches a batch is split into several jobs.
+PARTITIONS_PER_JOB_MAX = 32
+# Recorded pipelines one worker keeps runs of (each holds a parsed spec and a source log).
+RUNS_MAX = 256
+# How often a worker reads the pipelines' states (pause and resume reach it within this, plus
+# the answering node's lag): one small read per worker per interval, on any node.
+STATES_REFRESH_S = 1.0
+FIRST_OFFSET = "__first_offset"
+PARTITION = "__partition"
+
+
+def _arrow_type(t: ColumnType) -> pa.DataType:
+    kinds: dict[TypeKind, pa.DataType] = {
+        TypeKind.STRING: pa.string(),
+        TypeKind.BOOLEAN: pa.bool_(),
+        TypeKind.INT: pa.int32(),
+        TypeKind.BIGINT: pa.int64(),
+        TypeKind.DOUBLE: pa.float64(),
+        TypeKind.DATE: pa.date32(),
+        # Spark's TIMESTAMP is an instant: microseconds, UTC.
+        TypeKind.TIMESTAMP: pa.timestamp("us", tz="UTC"),
+    }
+    if t.kind is TypeKind.DECIMAL:
+        return pa.decimal128(t.precision, t.scale)
+    return kinds[t.kind]
+
+
+def arrow_schema(schema: Schema) -> pa.Schema:
+    """The source log's columns for a spec's records: its schema, then `offset`."""
+    fields = [pa.field(c.name, _arrow_type(c.type)) for c in schema.columns]
+    return pa.schema([*fields, pa.field("offset", pa.int64(), nullable=False)])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineInfo:
+    """What the coordinator recorded of a pipeline (its describe), as the worker needs it."""
+
+    name: str
+    incarnation: int
+    first_slot: int
+    partitions: int
+    spec_text: str
+    max_keys_per_partition: int
+
+    def contains(self, partition: int) -> bool:
+        return self.first_slot <= partition < self.first_slot + self.partitions
+
+    @classmethod
+    def from_describe(cls, body: Mapping[str, Any]) -> PipelineInfo:
+        return cls(
+            name=str(body["name"]),
+            incarnation=int(body["incarnation"]),
+            first_slot=int(body["first_slot"]),
+            partitions=int(body["partitions"]),
+            spec_text=str(body["spec_text"]),
+            max_keys_per_partition=int(body["settings"]["max_keys_per_partition"]),
+        )
+
+
+class PipelineRun:
+    """One recorded pipeline on this worker: everything its partitions are processed with."""
+
+    def __init__(self, info: PipelineInfo, store: ObjectStore, max_keys_default: int) -> None:
+        self.info = info
+        self.spec = parse_spec(info.spec_text)
+        self.version = self.spec.version
+        self.outputs = outputs_of(self.spec)
+        self.schema = arrow_schema(self.spec.schema)
+        self.log = SourceLog(store, info.partitions, base=info.first_slot, schema=self.schema)
+        # The pipeline's own key limit; 0 in its settings: the worker's.
+        self.max_keys = info.max_keys_per_partition or max_keys_default
+        # Not ACTIVE as last read (paused, dropping, gone): its partitions are held, their
+        # offsets and checkpoints kept, and nothing is processed.
+        self.paused = False
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def encode(self, partition: int, epoch: int, offset: int, state: SpecPartitionState) -> bytes:
+        return encode_spec_checkpoint(partition, epoch, offset, self.version, self.outputs, state)
+
+    def problem(self, ck: SpecCheckpoint) -> str | None:
+        """Why `ck` cannot be this pipeline's state, if it cannot."""
+        if ck.spec_version != self.version:
+            return f"the checkpoint is of spec {ck.spec_version}, the pipeline runs {self.version}"
+        names = {o.spec.name for o in self.outputs}
+        for values in ck.state.values.values():
+            if set(values) != names:
+                return f"the checkpoint's outputs {sorted(values)} are not the spec's"
+            break
+        return None
+
+    def read(self, partition: int, from_offset: int, rows_max: int) -> tuple[pa.Table, int]:
+        """Blocking: the partition's records from `from_offset`, whole segments only, at most
+        about `rows_max` rows (one segment at least); and the offset after them."""
+        tables: list[pa.Table] = []
+        end, rows = from_offset, 0
+        for segment in self.log.segments(partition, from_offset):
+            if tables and rows + segment.count > rows_max:
+                break
+            table = self.log.read_segment(segment)
+            if segment.first_offset < from_offset:
+                table = table.slice(from_offset - segment.first_offset)
+            tables.append(table)
+            rows += table.num_rows
+            end = segment.end_offset
+        if not tables:
+            return self.schema.empty_table(), from_offset
+        return pa.concat_tables(tables), end
+
+    def partials(
+        self, spark: SparkSession, tables: Mapping[int, pa.Table]
+    ) -> dict[int, tuple[dict[Any, KeyState], dict[Any, int]]]:
+        """Blocking: each partition's partial state per key and each key's first offset, one
+        Spark job per PARTITIONS_PER_JOB_MAX partitions."""
+        out: dict[int, tuple[dict[Any, KeyState], dict[Any, int]]] = {}
+        parts = sorted(p for p, t in tables.items() if t.num_rows)
+        for start in range(0, len(parts), PARTITIONS_PER_JOB_MAX):
+            chunk = {p: tables[p] for p in parts[start : start + PARTITIONS_PER_JOB_MAX]}
+            out.update(self._job(spark, chunk))
+        return out
+
+    def _job(
+        self, spark: SparkSession, tables: Mapping[int, pa.Table]
+    ) -> dict[int, tuple[dict[Any, KeyState], dict[Any, int]]]:
+        from pyspark.sql import functions as F
+
+        # One local relation for every partition's rows; each partition's branch filters its
+        # rows, runs the transform, and names its partition again after it.
+        rows = pa.concat_tables(
+            [
+                t.append_column(PARTITION, pa.array([p] * t.num_rows, pa.int64()))
+                for p, t in tables.items()
+            ]
+        )
+        df = spark.createDataFrame(rows, schema=f"{rows_ddl(self.spec.schema)}, {PARTITION} BIGINT")
+        branches: list[DataFrame] = []
+        for p in tables:
+            branch = df.where(F.col(PARTITION) == F.lit(p)).drop(PARTITION)
+            branches.append(transformed(branch, self.spec).withColumn(PARTITION, F.lit(p)))
+        union = branches[0]
+        for b in branches[1:]:
+            union = union.unionByName(b)
+        columns = [c for o in self.outputs for c in o.partials()]
+        key = self.spec.key
+        result = (
+            union.groupBy(PARTITION, key)
+            .agg(*columns, F.min("offset").alias(FIRST_OFFSET))
+            .toArrow()
+            .to_pylist()
+        )
+        out: dict[int, tuple[dict[Any, KeyState], dict[Any, int]]] = {}
+        for r in result:
+            values, firsts = out.setdefault(int(r[PARTITION]), ({}, {}))
+            values[r[key]] = {o.spec.name: o.state_of_row(r) for o in self.outputs}
+            firsts[r[key]] = int(r[FIRST_OFFSET])
+        return out
+
+    def merge(
+        self,
+        state: SpecPartitionState,
+        batch: Mapping[Any, KeyState],
+        firsts: Mapping[Any, int],
+        sketches: SketchOps,
+    ) -> tuple[SpecPartitionState, dict[Any, KeyState]]:
+        return merge_spec_batch(self.outputs, state, batch, firsts, self.max_keys, sketches)
+
+    def results(
+        self, state: SpecPartitionState, sketches: SketchOps, keys: list[Any] | None = None
+    ) -> dict[Any, dict[str, Any]]:
+        """The outputs of `keys` (None: every key) as the spec names them."""
+        chosen = (
+            state.values
+            if keys is None
+            else {k: state.values[k] for k in keys if k in state.values}
+        )
+        return finals(self.outputs, chosen, sketches)
+
+    def dead_letter_bytes(self, partition: int, rows: Mapping[Any, KeyState]) -> bytes:
+        """The dead letters of a batch: each refused key and its partial state's outputs'
+        repr (the raw records stay in the source log, to be processed again)."""
+        keys = sorted(rows, key=lambda k: (k is None, "" if k is None else str(k)))
+        table = pa.table(
+            {
+                "partition": pa.array([partition] * len(keys), pa.int64()),
+                "key": pa.array([None if k is None else str(k) for k in keys], pa.string()),
+                "state": pa.array([repr(rows[k]) for k in keys], pa.string()),
+            }
+        )
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        return sink.getvalue()
+
+
+class PipelineRuns:
+    """The recorded pipelines this worker has partitions of, found by partition number."""
+
+    def __init__(
+        self,
+        get: Callable[[str], Awaitable[dict[str, Any]]],
+        store: ObjectStore,
+        max_keys_default: int,
+    ) -> None:
+        self._get = get  # a GET of the coordinator's API
+        self._store = store
+        self._max_keys_default = max_keys_default
+        self._runs: dict[tuple[str, int], PipelineRun] = {}
+        self._refreshed_s = float("-inf")
+
+    async def refresh(self, now_s: float) -> None:
+        """Read which pipelines are ACTIVE, at most every STATES_REFRESH_S; a failed read
+        keeps the states last read (the next round asks again)."""
+        if not self._runs or now_s - self._refreshed_s < STATES_REFRESH_S:
+            return
+        self._refreshed_s = now_s
+        try:
+            listing = await self._get("/v1/pipelines")
+        except ClientError as exc:
+            log.warning("reading the pipelines' states failed: %s", exc)
+            return
+        states = {(str(p["name"]), int(p["incarnation"])): p["state"] for p in listing["pipelines"]}
+        for key, run in self._runs.items():
+            paused = states.get(key) != "active"
+            if paused != run.paused:
+                log.info("pipeline %s %s", run.name, "paused" if paused else "resumed")
+            run.paused = paused
+
+    def cached(self, partition: int) -> PipelineRun | None:
+        for run in self._runs.values():
+            if run.info.contains(partition):
+                return run
+        return None
+
+    async def of(self, partition: int) -> PipelineRun | None:
+        """The run of `partition`'s pipeline; None for `default`'s numbers. Raises
+        UnavailableError (the leader retries its call) when no recorded pipeline has it."""
+        if partition < SLOT_BASE:
+            return None
+        run = self.cached(partition)
+        if run is not None:
+            return run
+        listing = await self._get("/v1/pipelines")
+        for p in listing["pipelines"]:
+            if p["first_slot"] and p["first_slot"] <= partition < p["first_slot"] + p["partitions"]:
+                body = await self._get(f"/v1/pipelines/{p['name']}")
+                info = PipelineInfo.from_describe(body)
+                if not info.contains(partition):
+                    break
+                if len(self._runs) >= RUNS_MAX:
+                    self._runs.pop(next(iter(self._runs)))
+                run = PipelineRun(info, self._store, self._max_keys_default)
+                run.paused = body["state"] != "active"
+                self._runs[(info.name, info.incarnation)] = run
+                return run
+        raise UnavailableError(
+            f"partition {partition} is no recorded pipeline's", code="unavailable"
+        )
