@@ -151,7 +151,8 @@ class FailingView(_Response):
 
 
 class PartitionView(_Response):
-    partition: int
+    partition: int  # the pipeline's own number, 0 .. its partitions - 1
+    pipeline: str = "default"  # whose partition it is (the routes' ?pipeline=)
     owner: str | None
     epoch: int
     status: str
@@ -198,6 +199,7 @@ class HistoryResponse(_Response):
     applied_index: int
     stale: bool
     partition: int
+    pipeline: str = "default"
     history: list[HistoryEntry]
 
 
@@ -207,7 +209,8 @@ Phase = Annotated[str, Field(description=" | ".join(p.value for p in MigrationPh
 
 class MigrationView(_Response):
     id: str
-    partition: int
+    partition: int  # the pipeline's own number, as PartitionView's
+    pipeline: str = "default"
     source: str
     target: str
     phase: Phase
@@ -227,7 +230,7 @@ class MigrationsResponse(_Response):
 
 class MigrationRef(_Response):
     id: str | None
-    partition: int
+    partition: int  # the pipeline's own number when the request named one (?pipeline=)
     from_: str = Field(serialization_alias="from")
     to: str
 
@@ -299,6 +302,7 @@ class MaintenanceResponse(_Response):
 
 class ResetResponse(_Response):
     partition: int
+    pipeline: str = "default"
     epoch: int  # the new epoch: the owner hosts it from offset 0
 
 

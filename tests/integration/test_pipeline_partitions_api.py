@@ -1,0 +1,122 @@
+"""The partition and migration routes with `?pipeline=` on a real three-node cluster: a
+recorded pipeline's partitions are listed, read, reset and moved by their own numbers
+(0 .. partitions - 1), each row naming its pipeline; no parameter is `default`, exactly as
+before; an unknown pipeline is a 404 in the JSON error shape, a number past its count the
+partition routes' own 404; a pipeline still CREATING has no partitions to show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testkit.cluster import ADMIN, Cluster
+from testkit.http import call
+from testkit.wait import wait_until
+
+# The same module-scoped fixture: a cluster of its own for this module, speaking version 5.
+from tests.integration.test_pipelines_api import admin, create, state_of
+from tests.integration.test_pipelines_api import cluster as cluster
+
+SLOT_BASE = 1 << 20  # coordinator/core/model.py: a recorded pipeline's numbers start here
+
+
+def active(c: Cluster, name: str, partitions: int) -> None:
+    made = create(c, name, partitions=partitions)
+    assert made.status == 202, made.body
+    wait_until(lambda: state_of(c, name) == "active", f"{name} ACTIVE", 15)
+
+
+def read(c: Cluster, path: str) -> tuple[int, Any]:
+    reply = c.get(c.leader(), path)
+    return reply.status, reply.body
+
+
+def test_a_pipelines_partitions_by_their_own_numbers(cluster: Cluster) -> None:
+    active(cluster, "parts", 3)
+    status, body = read(cluster, "/v1/partitions?pipeline=parts&consistent=true")
+    assert status == 200, body
+    rows = body["partitions"]
+    assert [r["partition"] for r in rows] == [0, 1, 2]
+    assert {r["pipeline"] for r in rows} == {"parts"}
+    assert {(r["owner"], r["status"]) for r in rows} == {(None, "unassigned")}
+
+    # No parameter is `default`'s table, as before: its numbers, none of the pipeline's.
+    status, plain = read(cluster, "/v1/partitions?consistent=true")
+    assert status == 200 and [r["partition"] for r in plain["partitions"]] == [0, 1, 2, 3]
+    assert {r["pipeline"] for r in plain["partitions"]} == {"default"}
+    _, named = read(cluster, "/v1/partitions?pipeline=default&consistent=true")
+    assert named["partitions"] == plain["partitions"]
+
+    status, one = read(cluster, "/v1/partitions/2?pipeline=parts")
+    assert status == 200 and (one["partition"], one["pipeline"]) == (2, "parts"), one
+    status, history = read(cluster, "/v1/partitions/1/history?pipeline=parts")
+    assert status == 200 and (history["partition"], history["pipeline"]) == (1, "parts")
+    # Past its count: the partition routes' 404, whatever `default` holds under that number.
+    status, past = read(cluster, "/v1/partitions/3?pipeline=parts")
+    assert status == 404 and past["error"] == "not_found" and past["field"] == "partition"
+    # The number the table carries it under is nobody's own number.
+    assert read(cluster, f"/v1/partitions/{SLOT_BASE}")[0] == 404
+    assert read(cluster, f"/v1/partitions/{SLOT_BASE}?pipeline=parts")[0] == 404
+
+    status, migrations = read(cluster, "/v1/migrations?pipeline=parts")
+    assert status == 200 and migrations["migrations"] == [] and migrations["in_flight"] == 0
+
+
+def test_an_unknown_pipeline_is_a_404_naming_the_parameter(cluster: Cluster) -> None:
+    for path in (
+        "/v1/partitions?pipeline=nope",
+        "/v1/partitions/0?pipeline=nope",
+        "/v1/partitions/0/history?pipeline=nope",
+        "/v1/migrations?pipeline=nope",
+    ):
+        status, body = read(cluster, path)
+        assert status == 404, (path, body)
+        assert body == {"error": "not_found", "message": "no pipeline nope", "field": "pipeline"}
+    status, body = read(cluster, "/v1/partitions?pipeline=no%20pe")
+    assert status == 400 and body["field"] == "pipeline", body
+    moved = admin(
+        cluster,
+        "POST",
+        "/v1/admin/reassign?pipeline=nope",
+        {"moves": [{"partition": 0, "to": "w"}]},
+    )
+    assert moved.status == 404 and moved.body["field"] == "pipeline", moved.body
+    reset = admin(cluster, "POST", "/v1/admin/partitions/0/reset?pipeline=nope")
+    assert reset.status == 404 and reset.body["field"] == "pipeline", reset.body
+
+
+def test_the_writes_address_a_pipelines_partition_by_its_own_number(cluster: Cluster) -> None:
+    active(cluster, "moves", 2)
+    # An unowned partition: the move and the reset reach the state's own checks (409),
+    # having found the partition by its own number; past the count is refused before.
+    moved = admin(
+        cluster,
+        "POST",
+        "/v1/admin/reassign?pipeline=moves",
+        {"moves": [{"partition": 1, "to": "w1"}], "dry_run": True},
+    )
+    assert moved.status == 409 and "has no owner" in moved.body["message"], moved.body
+    past = admin(
+        cluster,
+        "POST",
+        "/v1/admin/reassign?pipeline=moves",
+        {"moves": [{"partition": 2, "to": "w1"}]},
+    )
+    assert past.status == 400 and past.body["message"] == "moves[0]: partition 2 does not exist"
+    balance = admin(cluster, "POST", "/v1/admin/reassign?pipeline=moves", {"strategy": "balance"})
+    assert balance.status == 400 and balance.body["field"] == "pipeline", balance.body
+    reset = admin(cluster, "POST", "/v1/admin/partitions/1/reset?pipeline=moves")
+    assert reset.status == 409 and "only an assigning one resets" in reset.body["message"]
+    assert admin(cluster, "POST", "/v1/admin/partitions/2/reset?pipeline=moves").status == 404
+
+
+def test_a_pipeline_being_dropped_shows_its_partitions_until_it_is_gone(cluster: Cluster) -> None:
+    active(cluster, "going", 2)
+    dropped = admin(cluster, "DELETE", "/v1/pipelines/going")
+    assert dropped.status == 202, dropped.body
+    wait_until(lambda: state_of(cluster, "going") == "gone", "going forgotten", 15)
+    status, body = read(cluster, "/v1/partitions?pipeline=going&consistent=true")
+    assert status == 404 and body["field"] == "pipeline", body
+    # The admin token is what the write routes admit, for a pipeline's partitions too.
+    url = cluster.url(cluster.leader()) + "/v1/admin/partitions/0/reset?pipeline=going"
+    assert call("POST", url).status == 401
+    assert call("POST", url, token=ADMIN).status == 404
