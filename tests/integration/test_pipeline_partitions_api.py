@@ -2,7 +2,8 @@
 recorded pipeline's partitions are listed, read, reset and moved by their own numbers
 (0 .. partitions - 1), each row naming its pipeline; no parameter is `default`, exactly as
 before; an unknown pipeline is a 404 in the JSON error shape, a number past its count the
-partition routes' own 404; a pipeline still CREATING has no partitions to show."""
+partition routes' own 404; a pipeline still CREATING has no partitions to show. /metrics
+counts each pipeline's partitions under its own `pipeline` label."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from testkit.cluster import ADMIN, Cluster
 from testkit.http import call
+from testkit.prom import parse, value
 from testkit.wait import wait_until
 
 # The same module-scoped fixture: a cluster of its own for this module, speaking version 5.
@@ -120,3 +122,19 @@ def test_a_pipeline_being_dropped_shows_its_partitions_until_it_is_gone(cluster:
     url = cluster.url(cluster.leader()) + "/v1/admin/partitions/0/reset?pipeline=going"
     assert call("POST", url).status == 401
     assert call("POST", url, token=ADMIN).status == 404
+
+
+def test_metrics_count_each_pipelines_partitions_under_its_label(cluster: Cluster) -> None:
+    active(cluster, "counted", 2)
+    scraped = call("GET", cluster.url(cluster.leader()) + "/metrics")
+    assert scraped.status == 200 and isinstance(scraped.body, str)
+    samples = parse(scraped.body)
+    assert value(samples, "ripple_partitions", pipeline="counted", status="unassigned") == 2
+    assert value(samples, "ripple_partitions", pipeline="counted", status="online") == 0
+    assert value(samples, "ripple_partitions_stuck", pipeline="counted") == 0
+    # `default`'s four, counted apart from every recorded pipeline's.
+    default = sum(
+        value(samples, "ripple_partitions", pipeline="default", status=s) or 0
+        for s in ("unassigned", "assigning", "online")
+    )
+    assert default == 4
