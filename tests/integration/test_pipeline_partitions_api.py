@@ -3,10 +3,12 @@ recorded pipeline's partitions are listed, read, reset and moved by their own nu
 (0 .. partitions - 1), each row naming its pipeline; no parameter is `default`, exactly as
 before; an unknown pipeline is a 404 in the JSON error shape, a number past its count the
 partition routes' own 404; a pipeline still CREATING has no partitions to show. /metrics
-counts each pipeline's partitions under its own `pipeline` label."""
+counts each pipeline's partitions under its own `pipeline` label, and `ripple partitions`,
+`migrations` and `reassign` take `--pipeline NAME` to the same routes."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from testkit.cluster import ADMIN, Cluster
@@ -17,6 +19,7 @@ from testkit.wait import wait_until
 # The same module-scoped fixture: a cluster of its own for this module, speaking version 5.
 from tests.integration.test_pipelines_api import admin, create, state_of
 from tests.integration.test_pipelines_api import cluster as cluster
+from tests.integration.test_pipelines_cli import run
 
 SLOT_BASE = 1 << 20  # coordinator/core/model.py: a recorded pipeline's numbers start here
 
@@ -138,3 +141,38 @@ def test_metrics_count_each_pipelines_partitions_under_its_label(cluster: Cluste
         for s in ("unassigned", "assigning", "online")
     )
     assert default == 4
+
+
+# -- the same through `ripple` ------------------------------------------------------------
+
+
+def test_the_command_line_reads_and_moves_by_a_pipelines_own_numbers(cluster: Cluster) -> None:
+    active(cluster, "cli", 3)
+    listed = json.loads(cluster.ripple("partitions", "--pipeline", "cli", "--json", "--consistent"))
+    assert [(r["partition"], r["pipeline"]) for r in listed["partitions"]] == [
+        (0, "cli"),
+        (1, "cli"),
+        (2, "cli"),
+    ]
+    title, header, *rows = cluster.ripple("partitions", "--pipeline", "cli").splitlines()
+    assert title == "pipeline cli" and header.split()[0] == "PARTITION"
+    assert [r.split()[:2] for r in rows] == [["0", "-"], ["1", "-"], ["2", "-"]], rows
+    # Without the flag: `default`'s table, as before, no title line.
+    plain = cluster.ripple("partitions").splitlines()
+    assert plain[0].split()[0] == "PARTITION" and len(plain) == 1 + 4
+    assert cluster.ripple("migrations", "--pipeline", "cli").splitlines()[:2] == [
+        "pipeline cli",
+        "in flight: 0",
+    ]
+
+    missing = run(cluster, "partitions", "--pipeline", "nope")
+    assert missing.returncode == 1, missing.stderr
+    assert "ripple: not_found: no pipeline nope (pipeline)" in missing.stderr
+    token = ("--admin-token", ADMIN)
+    unowned = run(cluster, "reassign", "--pipeline", "cli", "--move", "2:w1", "--dry-run", *token)
+    assert unowned.returncode == 1 and "has no owner" in unowned.stderr, unowned.stderr
+    past = run(cluster, "reassign", "--pipeline", "cli", "--move", "3:w1", *token)
+    assert past.returncode == 2, past.stderr
+    assert "moves[0]: partition 3 does not exist" in past.stderr
+    balance = run(cluster, "reassign", "--pipeline", "cli", *token)
+    assert balance.returncode == 2 and "balance places default's" in balance.stderr
