@@ -72,16 +72,18 @@ async def reassign(request: web.Request) -> web.Response:
                     f"moves[{i}]: partition {mv.partition} does not exist", field="partition"
                 )
             asked.append((scope.numbers[mv.partition], mv.to))
-        moves = raise_rejected(
-            planner.plan_reassign(state, now, balance=body.strategy == "balance", moves=asked)
-        )
+        with scope.speaking():
+            moves = raise_rejected(
+                planner.plan_reassign(state, now, balance=body.strategy == "balance", moves=asked)
+            )
     if body.dry_run or not moves:
         refs = migration_refs(moves, scope)
         return json_reply(m.ReassignResponse(dry_run=body.dry_run, migrations=refs), status=202)
-    planned = await node.submit(
-        PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=now_ms()),
-        idempotency_key(request, admin.scope, "reassign"),
-    )
+    with scope.speaking():
+        planned = await node.submit(
+            PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=now_ms()),
+            idempotency_key(request, admin.scope, "reassign"),
+        )
     return json_reply(
         m.ReassignResponse(dry_run=False, migrations=migration_refs(planned.migrations, scope)),
         status=202,
@@ -110,10 +112,11 @@ async def reset_partition(request: web.Request) -> web.Response:
     with node.read() as state:
         scope = query_pipeline(request, state)
         p = path_partition(request, state, scope).partition
-    reset = await node.submit(
-        ResetPartition(partition=p, note="reset by operator", now_ms=now_ms()),
-        idempotency_key(request, admin.scope, f"reset:{p}"),
-    )
+    with scope.speaking():
+        reset = await node.submit(
+            ResetPartition(partition=p, note="reset by operator", now_ms=now_ms()),
+            idempotency_key(request, admin.scope, f"reset:{p}"),
+        )
     return json_reply(
         m.ResetResponse(
             partition=scope.local(reset.partition), pipeline=scope.pipeline, epoch=reset.epoch

@@ -9,8 +9,11 @@ is proposed, so a rejected request never changes state. A body is held to
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from aiohttp import web
 from multidict import CIMultiDictProxy
@@ -21,7 +24,7 @@ from coordinator.core.pipelines import partition_numbers
 from coordinator.core.state import ClusterState
 from coordinator.service.http.context import NODE_KEY
 from coordinator.service.stamps import new_request_id
-from shared.errors import RequestError
+from shared.errors import ErrorCode, RequestError
 
 __all__ = [
     "ApiRequest",
@@ -42,6 +45,8 @@ M = TypeVar("M", bound=BaseModel)
 
 # A partition number in a path has at most this many digits (TOTAL_PARTITIONS_MAX fits).
 PARTITION_DIGITS_MAX = 7
+# How the state machine and the planner name a partition in a refusal.
+_PARTITION_NAMED = re.compile(r"\bpartition (\d+)")
 
 
 class WholeBody:
@@ -150,6 +155,23 @@ class Scope:
 
     def owns(self, number: int) -> bool:
         return number in self.numbers
+
+    @contextmanager
+    def speaking(self) -> Iterator[None]:
+        """Refusals raised inside say the pipeline's own numbers: the state machine and the
+        planner name a partition by its table number, which the caller never wrote."""
+        try:
+            yield
+        except RequestError as exc:
+            said = _PARTITION_NAMED.sub(self._said, exc.message)
+            if said == exc.message:
+                raise
+            # The code is the refusal's own, one of ErrorCode: only its words change.
+            raise RequestError(said, field=exc.field, code=cast(ErrorCode, exc.code)) from exc
+
+    def _said(self, match: re.Match[str]) -> str:
+        number = int(match.group(1))
+        return f"partition {self.local(number)}" if self.owns(number) else match.group(0)
 
 
 def query_pipeline(request: web.Request, state: ClusterState) -> Scope:
