@@ -4,7 +4,9 @@
       [--join URL --raft HOST:PORT --http HOST:PORT]    (a new node joining a running cluster)
   ripple up [--data-dir DIR] [--workers N]          a local cluster; Ctrl-C stops it all
   ripple status|partitions|workers|migrations       read from any node
+  ripple partitions|migrations --pipeline NAME      one pipeline's, by its own numbers
   ripple reassign [--dry-run] [--move P:WORKER]     admin: balance or explicit moves
+      [--pipeline NAME]                                 (P: that pipeline's own number)
   ripple drain WORKER                               admin: move a worker's partitions away
   ripple nodes [add|remove|replace ID ...]          the coordinator voters; admin: change them
   ripple maintenance on|off --reason TEXT [--for D] admin: pause automatic balance moves
@@ -36,6 +38,7 @@ import os
 import sys
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from coordinator.client import CoordinatorClient
 from coordinator.config import ClusterConfig
@@ -84,7 +87,22 @@ def _print(obj: dict[str, Any], as_json: bool, render: Any) -> None:
 # -- read commands ---------------------------------------------------------------------------
 
 
+def _scoped(args: argparse.Namespace, path: str) -> str:
+    """`path` about the pipeline `--pipeline` names (none: the server's `default`)."""
+    name = getattr(args, "pipeline", None)
+    return path if name is None else f"{path}?pipeline={quote(name, safe='')}"
+
+
+def _titled(args: argparse.Namespace, render: Any) -> Any:
+    """`render` under a line naming the pipeline, when `--pipeline` names one."""
+    name = getattr(args, "pipeline", None)
+    if name is None:
+        return render
+    return lambda body: f"pipeline {name}\n" + render(body)
+
+
 async def _read(args: argparse.Namespace, path: str, render: Any) -> int:
+    path, render = _scoped(args, path), _titled(args, render)
     async with client_for(args) as client:
         body = await client.get(path, consistent=args.consistent)
         if path == "/v1/status":  # with the voters and any membership change in flight
@@ -111,7 +129,7 @@ async def cmd_migrations(args: argparse.Namespace) -> int:
         deadline_s = monotonic_s(client.clock) + WATCH_MAX_S
         total = None
         while monotonic_s(client.clock) < deadline_s:
-            body = await client.get("/v1/migrations")
+            body = await client.get(_scoped(args, "/v1/migrations"))
             left = body["in_flight"]
             total = max(total or 0, left)
             done = (total - left) if total else 0
@@ -148,12 +166,13 @@ async def cmd_reassign(args: argparse.Namespace) -> int:
     else:
         payload["strategy"] = "balance"
     async with client_for(args, token=admin_token(args)) as client:
-        body = await client.post("/v1/admin/reassign", payload)
+        body = await client.post(_scoped(args, "/v1/admin/reassign"), payload)
     if args.json:
         print(json.dumps(body, indent=2))
     else:
         rows = [[x.get("id"), x["partition"], x["from"], x["to"]] for x in body["migrations"]]
-        print(("dry run: " if body["dry_run"] else "") + f"{len(rows)} moves")
+        whose = "" if args.pipeline is None else f" of pipeline {args.pipeline}"
+        print(("dry run: " if body["dry_run"] else "") + f"{len(rows)} moves{whose}")
         if rows:
             print(table(rows, ["ID", "PARTITION", "FROM", "TO"]))
     return 0
@@ -277,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="produce sample data, show results, kill a worker, show them again",
     )
 
+    def pipeline_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--pipeline",
+            metavar="NAME",
+            help="that pipeline's partitions, by its own numbers (default: default)",
+        )
+
     def client_args(sp: argparse.ArgumentParser) -> None:
         coordinator_arg(sp)
         sp.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
@@ -288,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--consistent", action="store_true", help="linearizable read through the leader"
         )
+        if name in ("partitions", "migrations"):
+            pipeline_arg(sp)
         if name == "migrations":
             sp.add_argument(
                 "--watch",
@@ -299,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     client_args(r)
     r.add_argument("--dry-run", action="store_true")
     r.add_argument("--move", action="append", metavar="P:WORKER")
+    pipeline_arg(r)
     r.add_argument("--admin-token")
 
     add_pipeline_parsers(sub, client_args)

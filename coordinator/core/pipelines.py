@@ -6,7 +6,9 @@ routing generations are: it is shown as `default`, synthesized from the state on
 and never stored, so an upgraded cluster's state and snapshots keep their bytes and its
 partitions, epochs and routing stay exactly as they were. CreatePipeline refuses the name.
 Invariant: `pipelines_view` lists `default` first once the cluster is bootstrapped, then
-every record by name, and every name once.
+every record by name, and every name once. It also owns how a pipeline's own partition
+numbers (0 .. partitions - 1, what operators and routes speak) map to the numbers the table
+carries them under (`partition_numbers`), so every surface maps them alike.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from coordinator.core.cluster import ClusterState
 from coordinator.core.model import (
     DEFAULT_PIPELINE,
     DEFAULT_PIPELINE_SETTINGS,
+    SLOT_BASE,
     Pipeline,
     PipelineName,
     PipelineState,
 )
 
-__all__ = ["default_pipeline", "pipeline_named", "pipelines_view"]
+__all__ = ["default_pipeline", "partition_numbers", "pipeline_named", "pipelines_view"]
 
 
 def default_pipeline(state: ClusterState) -> Pipeline | None:
@@ -61,3 +64,24 @@ def pipeline_named(state: ClusterState, name: str) -> Pipeline | None:
     if name == DEFAULT_PIPELINE:
         return default_pipeline(state)
     return state.pipelines.get(PipelineName(name))
+
+
+def partition_numbers(state: ClusterState, name: str) -> range | None:
+    """The numbers pipeline `name`'s partitions are carried under, indexed by its own: its
+    partition p is ``numbers[p]`` and table number n is its ``numbers.index(n)`` when
+    ``n in numbers``. None: no such pipeline.
+
+    `default`'s are every number below SLOT_BASE: its numbers are its own, reused by every
+    routing generation, so a migration of an earlier generation still reads as `default`'s
+    (whether p is a partition now is the table's to say). A record's are its first_slot and
+    up, one per partition, never reused; empty until it is set up (CREATING), its partitions
+    not in the table yet.
+    """
+    if name == DEFAULT_PIPELINE:
+        return range(SLOT_BASE)
+    p = state.pipelines.get(PipelineName(name))
+    if p is None:
+        return None
+    if p.first_slot == 0:
+        return range(0)
+    return range(p.first_slot, p.first_slot + p.partitions)

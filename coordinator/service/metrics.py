@@ -12,8 +12,12 @@ Two kinds, kept apart on purpose:
 
 Leader-only figures (liveness, lag) come from what the leader hears in heartbeats; a
 follower does not export them at all rather than export stale or empty values.
-Per-partition series exist only while `total_partitions <= metrics_partition_series_max`
-(a setting): past that, only the cluster-wide aggregates are exported.
+Per-partition series exist only while the partition table (every pipeline's partitions)
+holds at most `metrics_partition_series_max` (a setting): past that, only the aggregates are
+exported. The partition-state families carry a `pipeline` label (`default` for the
+cluster's own) and per-partition series number each partition as its pipeline does
+(`partition_numbers`), so `pipeline` x `status` is bounded by the pipelines a state may hold
+(PIPELINES_MAX records, plus `default`) and `pipeline` x `partition` by that setting.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.config import ClusterConfig
-from coordinator.core.model import DEFAULT_PIPELINE, MigrationPhase, PartitionStatus, WorkerState
+from coordinator.core.model import (
+    DEFAULT_PIPELINE,
+    MigrationPhase,
+    Partition,
+    PartitionStatus,
+    WorkerState,
+)
+from coordinator.core.pipelines import partition_numbers
 from coordinator.core.state import ClusterState
 from coordinator.core.versions import VersionRange
 from coordinator.service.disk_metrics import disk_metrics
@@ -325,13 +336,28 @@ class ClusterCollector(Collector):
         )
 
     def _state(self, state: ClusterState, wall_ms: int) -> Iterator[Metric]:
-        by_status = {s.value: 0 for s in PartitionStatus}
-        for p in state.partitions.of(DEFAULT_PIPELINE):
-            by_status[p.status.value] += 1
-        parts = _gauge("ripple_partitions", "Partitions by status (this node's state)", ["status"])
-        for name, count in sorted(by_status.items()):
-            parts.add_metric([name], count)
+        parts = _gauge(
+            "ripple_partitions",
+            "Partitions by pipeline and status (this node's state)",
+            ["pipeline", "status"],
+        )
+        stuck = _gauge(
+            "ripple_partitions_stuck",
+            "Partitions with no lossless fallback left, by pipeline "
+            "(docs/runbooks/stuck-partition.md)",
+            ["pipeline"],
+        )
+        for pipeline in _pipelines(state):
+            by_status = {s.value: 0 for s in PartitionStatus}
+            stuck_count = 0
+            for p in state.partitions.of(pipeline):
+                by_status[p.status.value] += 1
+                stuck_count += bool(p.stuck)
+            for name, count in sorted(by_status.items()):
+                parts.add_metric([pipeline, name], count)
+            stuck.add_metric([pipeline], stuck_count)
         yield parts
+        yield stuck
 
         by_state = {s.value: 0 for s in WorkerState}
         for w in state.workers.values():
@@ -369,27 +395,25 @@ class ClusterCollector(Collector):
         }
         yield GaugeMetricFamily(
             "ripple_checkpoint_age_max_seconds",
-            "Age of the oldest accepted checkpoint over partitions that have one",
+            "Age of the oldest accepted checkpoint over `default`'s partitions that have one",
             value=max(ages.values(), default=0.0),
         )
         yield GaugeMetricFamily(
-            "ripple_partitions_stuck",
-            "Partitions with no lossless fallback left (docs/runbooks/stuck-partition.md)",
-            value=sum(1 for p in state.partitions if p.stuck),
-        )
-        yield GaugeMetricFamily(
             "ripple_partitions_without_checkpoint",
-            "Partitions with no accepted checkpoint yet (a new owner replays from offset 0)",
+            "`default`'s partitions with no accepted checkpoint yet (a new owner replays from "
+            "offset 0)",
             value=state.partitions.count_of(DEFAULT_PIPELINE) - len(ages),
         )
         if self._per_partition(state):
             per = _gauge(
                 "ripple_partition_checkpoint_age_seconds",
                 "Age of the partition's last accepted checkpoint",
-                ["partition"],
+                ["pipeline", "partition"],
             )
-            for partition, age in sorted(ages.items()):
-                per.add_metric([str(partition)], age)
+            for pipeline, local, p in _numbered(state):
+                if p.checkpoint is not None:
+                    age = max(0.0, (wall_ms - p.checkpoint.at_ms) / 1000)
+                    per.add_metric([pipeline, str(local)], age)
             yield per
 
     def _leader_view(self, state: ClusterState) -> Iterator[Metric]:
@@ -413,35 +437,54 @@ class ClusterCollector(Collector):
                 lags[p.partition] = max(0, report.source_end - report.offset)
         yield GaugeMetricFamily(
             "ripple_pipeline_lag_records",
-            "Records in the source log not yet processed, summed over reporting partitions "
-            "(leader only, from heartbeats)",
+            "Records in the source log not yet processed, summed over `default`'s reporting "
+            "partitions (leader only, from heartbeats)",
             value=sum(lags.values()),
         )
         yield GaugeMetricFamily(
             "ripple_pipeline_lag_max_records",
-            "The largest per-partition processing lag (leader only, from heartbeats)",
+            "The largest processing lag of one of `default`'s partitions (leader only, from "
+            "heartbeats)",
             value=max(lags.values(), default=0),
         )
         yield GaugeMetricFamily(
             "ripple_pipeline_lag_reporting_partitions",
-            "Partitions whose owner reported its position in the source log (leader only)",
+            "`default`'s partitions whose owner reported its position in the source log "
+            "(leader only)",
             value=len(lags),
         )
         if self._per_partition(state):
             per = _gauge(
                 "ripple_partition_lag_records",
                 "Records behind the source log's end, as the owner last reported",
-                ["partition"],
+                ["pipeline", "partition"],
             )
-            for partition, lag in sorted(lags.items()):
-                per.add_metric([str(partition)], lag)
+            for pipeline, local, p in _numbered(state):
+                report = self.progress.of(p.partition, p.owner, p.epoch)
+                if report is not None and report.source_end is not None:
+                    lag = max(0, report.source_end - report.offset)
+                    per.add_metric([pipeline, str(local)], lag)
             yield per
 
     def _per_partition(self, state: ClusterState) -> bool:
-        return bool(
-            state.partitions.count_of(DEFAULT_PIPELINE)
-            <= self.node.config.metrics_partition_series_max
-        )
+        # Every pipeline's partitions count: the bound is on the series, whoever's they are.
+        return len(state.partitions) <= self.node.config.metrics_partition_series_max
+
+
+def _pipelines(state: ClusterState) -> list[str]:
+    """`default` (before Bootstrap too, with nothing in it), then every record by name: at
+    most PIPELINES_MAX + 1 label values."""
+    return [DEFAULT_PIPELINE, *sorted(state.pipelines)]
+
+
+def _numbered(state: ClusterState) -> Iterator[tuple[str, int, Partition]]:
+    """Every partition with its pipeline and the number its pipeline gives it."""
+    for pipeline in _pipelines(state):
+        numbers = partition_numbers(state, pipeline)
+        if numbers is None:
+            continue
+        for p in state.partitions.of(pipeline):
+            yield pipeline, numbers.index(p.partition), p
 
 
 def _maintenance(state: ClusterState, wall_ms: int) -> Iterator[Metric]:

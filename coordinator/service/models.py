@@ -154,7 +154,8 @@ class FailingView(_Response):
 
 
 class PartitionView(_Response):
-    partition: int
+    partition: int  # the pipeline's own number, 0 .. its partitions - 1
+    pipeline: str = "default"  # whose partition it is (the routes' ?pipeline=)
     owner: str | None
     epoch: int
     status: str
@@ -201,6 +202,7 @@ class HistoryResponse(_Response):
     applied_index: int
     stale: bool
     partition: int
+    pipeline: str = "default"
     history: list[HistoryEntry]
 
 
@@ -210,7 +212,8 @@ Phase = Annotated[str, Field(description=" | ".join(p.value for p in MigrationPh
 
 class MigrationView(_Response):
     id: str
-    partition: int
+    partition: int  # the pipeline's own number, as PartitionView's
+    pipeline: str = "default"
     source: str
     target: str
     phase: Phase
@@ -230,7 +233,7 @@ class MigrationsResponse(_Response):
 
 class MigrationRef(_Response):
     id: str | None
-    partition: int
+    partition: int  # the pipeline's own number when the request named one (?pipeline=)
     from_: str = Field(serialization_alias="from")
     to: str
 
@@ -302,6 +305,7 @@ class MaintenanceResponse(_Response):
 
 class ResetResponse(_Response):
     partition: int
+    pipeline: str = "default"
     epoch: int  # the new epoch: the owner hosts it from offset 0
 
 

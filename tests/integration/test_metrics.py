@@ -115,8 +115,8 @@ def test_coordinator_metrics_describe_the_cluster(cluster: Cluster) -> None:
     heartbeat(reports)
     samples = parse(scrape(cluster.url(leader)))
     assert value(samples, "ripple_raft_role", role="leader") == 1
-    assert value(samples, "ripple_partitions", status="assigning") == 4
-    assert value(samples, "ripple_partitions", status="online") == 0
+    assert value(samples, "ripple_partitions", pipeline="default", status="assigning") == 4
+    assert value(samples, "ripple_partitions", pipeline="default", status="online") == 0
     assert value(samples, "ripple_workers", state="active") == 1
     assert value(samples, "ripple_workers", state="dead") == 0
     assert value(samples, "ripple_workers_by_liveness", liveness="alive") == 1
@@ -128,7 +128,8 @@ def test_coordinator_metrics_describe_the_cluster(cluster: Cluster) -> None:
     assert value(samples, "ripple_pipeline_lag_max_records") == 30
     assert value(samples, "ripple_pipeline_lag_reporting_partitions") == 4
     for i, p in enumerate(parts):
-        lag = value(samples, "ripple_partition_lag_records", partition=str(p["partition"]))
+        number = str(p["partition"])
+        lag = value(samples, "ripple_partition_lag_records", pipeline="default", partition=number)
         assert lag == 10 * i
     assert value(samples, "ripple_partitions_without_checkpoint") == 4
     assert value(samples, "ripple_checkpoint_age_max_seconds") == 0
@@ -150,7 +151,7 @@ def test_coordinator_metrics_describe_the_cluster(cluster: Cluster) -> None:
     assert value(followed, "ripple_raft_role", role="follower") == 1
     # The follower synced before it answered for the registration's entry.
     assert (value(followed, "ripple_raft_journal_sync_duration_seconds_count") or 0) >= 1
-    assert value(followed, "ripple_partitions", status="assigning") == 4
+    assert value(followed, "ripple_partitions", pipeline="default", status="assigning") == 4
     assert not any(name.startswith("ripple_pipeline_lag") for name, _ in followed)
     assert not any(name == "ripple_workers_by_liveness" for name, _ in followed)
 
@@ -197,7 +198,7 @@ def test_worker_metrics_pass_promtool_and_show_the_pipeline_caught_up(
             return s if reported and done and alive and caught_up else None
 
         samples = wait_until(settled, "every partition reported caught up and checkpointed", 60)
-        assert value(samples, "ripple_partitions", status="online") == 8
+        assert value(samples, "ripple_partitions", pipeline="default", status="online") == 8
         age = value(samples, "ripple_checkpoint_age_max_seconds")
         assert age is not None and age < 60
 
@@ -256,13 +257,13 @@ tests:
         values: '0x15'
       - series: 'ripple_raft_role{role="leader", instance="n2"}'
         values: '0x15'
-      - series: 'ripple_partitions{status="assigning", instance="n1"}'
+      - series: 'ripple_partitions{pipeline="default", status="assigning", instance="n1"}'
         values: '3x20'
       - series: 'ripple_pipeline_lag_records{instance="n1"}'
         values: '0+100x40'
       - series: 'ripple_checkpoint_age_max_seconds{instance="n1"}'
         values: '0+60x20'
-      - series: 'ripple_partitions_stuck{instance="n1"}'
+      - series: 'ripple_partitions_stuck{pipeline="default", instance="n1"}'
         values: '2x20'
       - series: 'ripple_apply_halted{instance="n3"}'
         values: '1x20'
@@ -285,8 +286,9 @@ tests:
       - eval_time: 15m
         alertname: RipplePartitionsNotOnline
         exp_alerts:
-          - exp_labels: {severity: page, status: assigning}
-            exp_annotations: {summary: "3 Ripple partitions assigning for 10 minutes"}
+          - exp_labels: {severity: page, pipeline: default, status: assigning}
+            exp_annotations:
+              summary: "3 Ripple partitions of pipeline default assigning for 10 minutes"
       - eval_time: 35m
         alertname: RipplePipelineLagGrowing
         exp_alerts:
@@ -300,8 +302,9 @@ tests:
       - eval_time: 5m
         alertname: RipplePartitionStuck
         exp_alerts:
-          - exp_labels: {severity: page}
-            exp_annotations: {summary: "2 Ripple partitions are stuck: reset them"}
+          - exp_labels: {severity: page, pipeline: default}
+            exp_annotations:
+              summary: "2 Ripple partitions of pipeline default are stuck: reset them"
       - eval_time: 5m
         alertname: RippleNodeHalted
         exp_alerts:
@@ -340,13 +343,13 @@ tests:
     input_series:
       - series: 'ripple_raft_role{role="leader", instance="n1"}'
         values: '1x15'
-      - series: 'ripple_partitions{status="assigning", instance="n1"}'
+      - series: 'ripple_partitions{pipeline="default", status="assigning", instance="n1"}'
         values: '0x20'
       - series: 'ripple_pipeline_lag_records{instance="n1"}'
         values: '50x40'
       - series: 'ripple_checkpoint_age_max_seconds{instance="n1"}'
         values: '10x20'
-      - series: 'ripple_partitions_stuck{instance="n1"}'
+      - series: 'ripple_partitions_stuck{pipeline="default", instance="n1"}'
         values: '0x20'
       - series: 'ripple_apply_halted{instance="n3"}'
         values: '0x20'

@@ -25,7 +25,7 @@ from coordinator.core.commands import (
     RecordBackup,
     ResetPartition,
 )
-from coordinator.core.model import MigrationId, MigrationReason, valid_id
+from coordinator.core.model import DEFAULT_PIPELINE, MigrationId, MigrationReason, valid_id
 from coordinator.core.snapshot import encode_state
 from coordinator.service import dashboard
 from coordinator.service import models as m
@@ -33,7 +33,12 @@ from coordinator.service.http.answers import json_reply, migration_refs, raise_r
 from coordinator.service.http.context import ADMISSION_KEY, DUTIES_KEY, ORIGINS_KEY
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
-from coordinator.service.http.request import idempotency_key, parse, path_partition
+from coordinator.service.http.request import (
+    idempotency_key,
+    parse,
+    path_partition,
+    query_pipeline,
+)
 from coordinator.service.node_parts import Writes
 from coordinator.service.stamps import new_request_id, now_ms
 from shared.errors import RequestError
@@ -52,26 +57,35 @@ async def reassign(request: web.Request) -> web.Response:
         raise RequestError("give exactly one of strategy or moves", field="strategy")
     planner, now = request.app[DUTIES_KEY].query()
     with node.read() as state:
-        moves = raise_rejected(
-            planner.plan_reassign(
-                state,
-                now,
-                balance=body.strategy == "balance",
-                moves=[(mv.partition, mv.to) for mv in body.moves or []],
+        scope = query_pipeline(request, state)
+        if body.strategy is not None and scope.pipeline != DEFAULT_PIPELINE:
+            # The planner balances `default`'s partitions; a record's are placed by its pool.
+            raise RequestError(
+                f"balance places default's partitions only; move {scope.pipeline}'s "
+                "with explicit moves",
+                field="pipeline",
             )
-        )
+        asked = []
+        for i, mv in enumerate(body.moves or []):
+            if mv.partition >= len(scope.numbers):
+                raise RequestError(
+                    f"moves[{i}]: partition {mv.partition} does not exist", field="partition"
+                )
+            asked.append((scope.numbers[mv.partition], mv.to))
+        with scope.speaking():
+            moves = raise_rejected(
+                planner.plan_reassign(state, now, balance=body.strategy == "balance", moves=asked)
+            )
     if body.dry_run or not moves:
-        refs = [
-            m.MigrationRef(id=None, partition=x.partition, from_=x.source, to=x.target)
-            for x in moves
-        ]
+        refs = migration_refs(moves, scope)
         return json_reply(m.ReassignResponse(dry_run=body.dry_run, migrations=refs), status=202)
-    planned = await node.submit(
-        PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=now_ms()),
-        idempotency_key(request, admin.scope, "reassign"),
-    )
+    with scope.speaking():
+        planned = await node.submit(
+            PlanMigrations(moves=moves, reason=MigrationReason.ADMIN, now_ms=now_ms()),
+            idempotency_key(request, admin.scope, "reassign"),
+        )
     return json_reply(
-        m.ReassignResponse(dry_run=False, migrations=migration_refs(planned.migrations)),
+        m.ReassignResponse(dry_run=False, migrations=migration_refs(planned.migrations, scope)),
         status=202,
     )
 
@@ -96,12 +110,18 @@ async def reset_partition(request: web.Request) -> web.Response:
     node = require_leader(request)
     admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
     with node.read() as state:
-        p = path_partition(request, state).partition
-    reset = await node.submit(
-        ResetPartition(partition=p, note="reset by operator", now_ms=now_ms()),
-        idempotency_key(request, admin.scope, f"reset:{p}"),
+        scope = query_pipeline(request, state)
+        p = path_partition(request, state, scope).partition
+    with scope.speaking():
+        reset = await node.submit(
+            ResetPartition(partition=p, note="reset by operator", now_ms=now_ms()),
+            idempotency_key(request, admin.scope, f"reset:{p}"),
+        )
+    return json_reply(
+        m.ResetResponse(
+            partition=scope.local(reset.partition), pipeline=scope.pipeline, epoch=reset.epoch
+        )
     )
-    return json_reply(m.ResetResponse(partition=reset.partition, epoch=reset.epoch))
 
 
 async def backup(request: web.Request) -> web.StreamResponse:
@@ -212,6 +232,7 @@ ROUTES: tuple[Route, ...] = (
         status=202,
         leader_only=True,
         auth="admin",
+        pipeline=True,
     ),
     Route(
         method="POST",
@@ -230,6 +251,7 @@ ROUTES: tuple[Route, ...] = (
         response=m.ResetResponse,
         leader_only=True,
         auth="admin",
+        pipeline=True,
     ),
     Route(
         method="GET",

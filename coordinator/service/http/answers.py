@@ -9,6 +9,7 @@ an UnavailableError carries Retry-After; a LeaderRedirect carries Location and R
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import hdrs, web
@@ -17,7 +18,7 @@ from pydantic import BaseModel
 from coordinator.core.commands import Move, NewMigration, Rejected
 from coordinator.service import models as m
 from coordinator.service.http.leader import LeaderRedirect
-from coordinator.service.http.request import ApiRequest
+from coordinator.service.http.request import ApiRequest, Scope
 from shared.errors import ErrorKind, RequestError, RippleError, UnavailableError
 from shared.http_statuses import ERROR_CODE_OF_STATUS, STATUS_OF_KIND, status_of
 
@@ -89,8 +90,17 @@ def raise_rejected(planned: tuple[Move, ...] | Rejected) -> tuple[Move, ...]:
     return planned
 
 
-def migration_refs(created: tuple[NewMigration, ...]) -> list[m.MigrationRef]:
-    """The migrations a command created, as a reply lists them."""
+def migration_refs(
+    created: Sequence[NewMigration | Move], scope: Scope | None = None
+) -> list[m.MigrationRef]:
+    """The migrations a command created (or a dry run's moves, id null), as a reply lists
+    them: numbered by `scope`'s pipeline when the request named one, else by table number."""
     return [
-        m.MigrationRef(id=x.id, partition=x.partition, from_=x.source, to=x.target) for x in created
+        m.MigrationRef(
+            id=x.id if isinstance(x, NewMigration) else None,
+            partition=x.partition if scope is None else scope.local(x.partition),
+            from_=x.source,
+            to=x.target,
+        )
+        for x in created
     ]

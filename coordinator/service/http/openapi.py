@@ -46,6 +46,9 @@ class Route:
     also: tuple[tuple[int, type[BaseModel], str], ...] = ()
     # Boolean query parameters the handler reads (`query_bool`), beside `consistent`.
     flags: tuple[str, ...] = ()
+    # It reads `?pipeline=NAME` (`request.query_pipeline`): its partitions are that
+    # pipeline's, by their own numbers; absent is `default`, an unknown name is a 404.
+    pipeline: bool = False
 
 
 # Path parameters as the handlers parse them (request.path_partition, request.path_worker,
@@ -171,6 +174,16 @@ def openapi_document(routes: Sequence[Route]) -> dict[str, Any]:
         for flag in (*r.flags, *(() if query is None else (query,))):
             params.append(
                 {"name": flag, "in": "query", "required": False, "schema": {"type": "boolean"}}
+            )
+        if r.pipeline:
+            params.append(
+                {
+                    "name": "pipeline",
+                    "in": "query",
+                    "required": False,
+                    "description": "The pipeline whose partitions (absent: default)",
+                    "schema": {"type": "string", "pattern": m.ID_REGEX},
+                }
             )
         op["responses"].update(_error_responses(r, bool(params), query == "consistent", err))
         if r.auth:

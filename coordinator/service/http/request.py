@@ -9,21 +9,27 @@ is proposed, so a rejected request never changes state. A body is held to
 from __future__ import annotations
 
 import hashlib
-from typing import TypeVar
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from aiohttp import web
 from multidict import CIMultiDictProxy
 from pydantic import BaseModel, ValidationError
 
 from coordinator.core.model import DEFAULT_PIPELINE, Partition, WorkerId, valid_id
+from coordinator.core.pipelines import partition_numbers
 from coordinator.core.state import ClusterState
 from coordinator.service.http.context import NODE_KEY
 from coordinator.service.stamps import new_request_id
-from shared.errors import RequestError
+from shared.errors import ErrorCode, RequestError
 
 __all__ = [
     "ApiRequest",
     "PlainRequest",
+    "Scope",
     "WholeBody",
     "idempotency_key",
     "parse",
@@ -31,6 +37,7 @@ __all__ = [
     "path_partition",
     "path_worker",
     "query_bool",
+    "query_pipeline",
     "read_body",
 ]
 
@@ -38,6 +45,8 @@ M = TypeVar("M", bound=BaseModel)
 
 # A partition number in a path has at most this many digits (TOTAL_PARTITIONS_MAX fits).
 PARTITION_DIGITS_MAX = 7
+# How the state machine and the planner name a partition in a refusal.
+_PARTITION_NAMED = re.compile(r"\bpartition (\d+)")
 
 
 class WholeBody:
@@ -132,16 +141,64 @@ def query_bool(request: web.Request, name: str) -> bool:
     return raw in ("true", "1")
 
 
-def path_partition(request: web.Request, state: ClusterState) -> Partition:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """The pipeline a partition route is about (`?pipeline=`, `default` when absent) and the
+    numbers its partitions are carried under (`partition_numbers`), indexed by its own."""
+
+    pipeline: str
+    numbers: range
+
+    def local(self, number: int) -> int:
+        """The pipeline's own number of table number `number` (one of ``numbers``)."""
+        return self.numbers.index(number)
+
+    def owns(self, number: int) -> bool:
+        return number in self.numbers
+
+    @contextmanager
+    def speaking(self) -> Iterator[None]:
+        """Refusals raised inside say the pipeline's own numbers: the state machine and the
+        planner name a partition by its table number, which the caller never wrote."""
+        try:
+            yield
+        except RequestError as exc:
+            said = _PARTITION_NAMED.sub(self._said, exc.message)
+            if said == exc.message:
+                raise
+            # The code is the refusal's own, one of ErrorCode: only its words change.
+            raise RequestError(said, field=exc.field, code=cast(ErrorCode, exc.code)) from exc
+
+    def _said(self, match: re.Match[str]) -> str:
+        number = int(match.group(1))
+        return f"partition {self.local(number)}" if self.owns(number) else match.group(0)
+
+
+def query_pipeline(request: web.Request, state: ClusterState) -> Scope:
+    """The pipeline named by `?pipeline=` (absent: `default`); 404 when there is none."""
+    name = request.query.get("pipeline", DEFAULT_PIPELINE)
+    if not valid_id(name):
+        raise RequestError("pipeline must match [A-Za-z0-9._-]{1,64}", field="pipeline")
+    numbers = partition_numbers(state, name)
+    if numbers is None:
+        raise RequestError(f"no pipeline {name}", code="not_found", field="pipeline")
+    return Scope(pipeline=name, numbers=numbers)
+
+
+def path_partition(request: web.Request, state: ClusterState, scope: Scope) -> Partition:
+    """The partition the path names by `scope`'s own number (0 .. partitions - 1)."""
     text = request.match_info["p"]
     # isascii first: '²'.isdigit() is True (int() then raises) and int('\u0661') is 1.
     if not (text.isascii() and text.isdigit()) or len(text) > PARTITION_DIGITS_MAX:
         raise RequestError("partition must be a non-negative integer", field="partition")
-    part = state.partitions.get(int(text))
-    # The /v1/partitions routes are `default`'s table: a recorded pipeline's partition is
-    # not found by its internal number there.
-    if part is None or part.pipeline != DEFAULT_PIPELINE:
-        raise RequestError(f"partition {text} does not exist", code="not_found", field="partition")
+    local = int(text)
+    part = state.partitions.get(scope.numbers[local]) if local < len(scope.numbers) else None
+    # `default`'s numbers reach up to SLOT_BASE; the table says which are partitions now.
+    if part is None or part.pipeline != scope.pipeline:
+        why = "" if scope.numbers else f" (pipeline {scope.pipeline} is not set up yet)"
+        raise RequestError(
+            f"partition {text} does not exist{why}", code="not_found", field="partition"
+        )
     return part
 
 

@@ -33,7 +33,13 @@ from coordinator.service.http.answers import json_reply
 from coordinator.service.http.context import DUTIES_KEY, NODE_KEY
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
-from coordinator.service.http.request import path_partition, path_worker, query_bool
+from coordinator.service.http.request import (
+    Scope,
+    path_partition,
+    path_worker,
+    query_bool,
+    query_pipeline,
+)
 from coordinator.service.http.rescale_routes import rescale_view
 from coordinator.service.metrics import PartitionProgress, ProgressReports
 from coordinator.service.node_parts import ApiNode, Reads
@@ -81,15 +87,18 @@ async def read_view(request: web.Request) -> ReadView:
 
 def partition_view(
     p: Partition,
+    scope: Scope,
     failing: FailingReports | None = None,
     progress: ProgressReports | None = None,
     rate_per_s: float | None = None,
 ) -> m.PartitionView:
+    """`p` as `scope`'s pipeline numbers it; the leader's reports are by table number."""
     ck = p.checkpoint
     report = None if failing is None else failing.of(p.partition, p.owner, p.epoch)
     seen = None if progress is None else progress.of(p.partition, p.owner, p.epoch)
     return m.PartitionView(
-        partition=p.partition,
+        partition=scope.local(p.partition),
+        pipeline=scope.pipeline,
         owner=p.owner,
         epoch=p.epoch,
         status=p.status.value,
@@ -245,13 +254,13 @@ async def partitions(request: web.Request) -> web.Response:
     view = await read_view(request)
     node = view.node
     with node.read() as state:
+        scope = query_pipeline(request, state)
+        failing, progress = _failing(request, node), _progress(node)
         body = m.PartitionsResponse(
             **view.envelope(state),
             partitions=[
-                partition_view(
-                    p, _failing(request, node), _progress(node), _rate(request, node, p.partition)
-                )
-                for p in state.partitions.of(DEFAULT_PIPELINE)
+                partition_view(p, scope, failing, progress, _rate(request, node, p.partition))
+                for p in state.partitions.of(scope.pipeline)
             ],
         )
     return json_reply(body)
@@ -261,9 +270,10 @@ async def partition(request: web.Request) -> web.Response:
     view = await read_view(request)
     node = view.node
     with node.read() as state:
-        p = path_partition(request, state)
+        scope = query_pipeline(request, state)
+        p = path_partition(request, state, scope)
         one = partition_view(
-            p, _failing(request, node), _progress(node), _rate(request, node, p.partition)
+            p, scope, _failing(request, node), _progress(node), _rate(request, node, p.partition)
         )
         body = m.PartitionResponse(**view.envelope(state), **one.model_dump())
     return json_reply(body)
@@ -272,10 +282,12 @@ async def partition(request: web.Request) -> web.Response:
 async def partition_history(request: web.Request) -> web.Response:
     view = await read_view(request)
     with view.node.read() as state:
-        p = path_partition(request, state)
+        scope = query_pipeline(request, state)
+        p = path_partition(request, state, scope)
         body = m.HistoryResponse(
             **view.envelope(state),
-            partition=p.partition,
+            partition=scope.local(p.partition),
+            pipeline=scope.pipeline,
             history=[
                 m.HistoryEntry(
                     epoch=h.epoch,
@@ -360,7 +372,8 @@ async def assignment(request: web.Request) -> web.Response:
 async def migrations(request: web.Request) -> web.Response:
     view = await read_view(request)
     with view.node.read() as state:
-        ms = list(state.migrations.values())
+        scope = query_pipeline(request, state)
+        ms = [x for x in state.migrations.values() if scope.owns(x.partition)]
         in_flight = [x for x in ms if x.phase not in (MigrationPhase.DONE, MigrationPhase.ABORTED)]
         done = [x for x in ms if x.phase in (MigrationPhase.DONE, MigrationPhase.ABORTED)]
         body = m.MigrationsResponse(
@@ -369,7 +382,8 @@ async def migrations(request: web.Request) -> web.Response:
             migrations=[
                 m.MigrationView(
                     id=x.migration_id,
-                    partition=x.partition,
+                    partition=scope.local(x.partition),
+                    pipeline=scope.pipeline,
                     source=x.source,
                     target=x.target,
                     phase=x.phase.value,
@@ -403,15 +417,17 @@ ROUTES: tuple[Route, ...] = (
         method="GET",
         path="/v1/partitions",
         handler=partitions,
-        summary="The partition table",
+        summary="One pipeline's partitions (`default`'s unless ?pipeline=), numbered its own",
         response=m.PartitionsResponse,
+        pipeline=True,
     ),
     Route(
         method="GET",
         path="/v1/partitions/{p}",
         handler=partition,
-        summary="One partition",
+        summary="One partition, by its pipeline's own number",
         response=m.PartitionResponse,
+        pipeline=True,
     ),
     Route(
         method="GET",
@@ -419,6 +435,7 @@ ROUTES: tuple[Route, ...] = (
         handler=partition_history,
         summary="The partition's last ownership changes",
         response=m.HistoryResponse,
+        pipeline=True,
     ),
     Route(
         method="GET",
@@ -438,7 +455,8 @@ ROUTES: tuple[Route, ...] = (
         method="GET",
         path="/v1/migrations",
         handler=migrations,
-        summary="Migrations, in flight first",
+        summary="One pipeline's migrations, in flight first",
         response=m.MigrationsResponse,
+        pipeline=True,
     ),
 )
