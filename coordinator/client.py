@@ -281,11 +281,15 @@ class KeyRouter:
     is refreshed when the cluster's generation changes (checked at most every
     `TABLE_CHECK_S` through `/v1/health`), and at once when a worker answers 409 (it no
     longer owns the partition, or the routing moved on) or cannot be reached. Bounded:
-    `LOOKUP_ATTEMPTS_MAX` tries.
+    `LOOKUP_ATTEMPTS_MAX` tries. With `pipeline`, a recorded pipeline's key: routed over its
+    partitions (one routing generation), its owner read from `?pipeline=` and the worker
+    asked for the partition by the number it is carried under (`first_slot` + p).
     """
 
-    def __init__(self, client: CoordinatorClient) -> None:
+    def __init__(self, client: CoordinatorClient, pipeline: str | None = None) -> None:
         self.client = client
+        self.pipeline = pipeline
+        self.first_slot = 0
         self.generation = -1
         self.owners: list[str | None] = []
         self.addresses: dict[str, str] = {}
@@ -293,6 +297,9 @@ class KeyRouter:
         self._checked_at_ms = 0  # on the client's clock
 
     async def refresh(self) -> None:
+        if self.pipeline is not None:
+            await self._refresh_pipeline(self.pipeline)
+            return
         health = await self.client.get("/v1/health")
         table = await self.client.get("/v1/partitions")
         workers = await self.client.get("/v1/workers")
@@ -301,6 +308,17 @@ class KeyRouter:
         self.generation = int(table["generation"])
         counts = health["cluster"].get("routing") or [len(self.owners)]
         self.routing = Routing(generation=len(counts) - 1, partitions=int(counts[-1]))
+        self._checked_at_ms = self.client.clock.monotonic_ms()
+
+    async def _refresh_pipeline(self, name: str) -> None:
+        described = await self.client.get(f"/v1/pipelines/{quote(name, safe='')}")
+        table = await self.client.get(f"/v1/partitions?pipeline={quote(name, safe='')}")
+        workers = await self.client.get("/v1/workers")
+        self.owners = [p["owner"] for p in table["partitions"]]
+        self.addresses = {w["worker_id"]: w["address"] for w in workers["workers"]}
+        self.generation = int(table["generation"])
+        self.first_slot = int(described["first_slot"])
+        self.routing = Routing(generation=0, partitions=max(1, int(described["partitions"])))
         self._checked_at_ms = self.client.clock.monotonic_ms()
 
     async def _fresh(self) -> None:
@@ -332,11 +350,15 @@ class KeyRouter:
             url = (
                 f"{address}/v1/partitions/{p}/keys/{quote(key, safe='')}"
                 f"?generation={self.routing.generation}"
+                if self.pipeline is None
+                else f"{address}/v1/partitions/{self.first_slot + p}/keys/{quote(key, safe='')}"
             )
             try:
                 async with self.client._http().get(url) as resp:
                     body = await _body(resp)
                     if resp.status == 200:
+                        if self.pipeline is not None:
+                            body["partition"] = p  # the pipeline's own number, not the slot
                         return body
                     if resp.status == 404:
                         raise _error(resp.status, body)

@@ -30,6 +30,9 @@ from shared.ports import free_ports
 
 __all__ = ["cluster_file", "up", "up_config", "write_private"]
 
+# The most recorded pipelines' partitions each `ripple up` worker takes.
+UP_WORKER_SLOTS = 64
+
 UP_READY_TIMEOUT_S = 60.0
 NODES = 3
 
@@ -187,6 +190,8 @@ def _start_pipeline(
             max_keys_per_partition=config.max_keys_per_partition,
             # Kept across `ripple up` runs: a worker started again rejoins as itself.
             state_dir=Path(config.data_dir) / "workers" / f"w{i + 1}",
+            # Every local worker runs the recorded pipelines too (a pool of no labels).
+            extra=["--slots", str(UP_WORKER_SLOTS)],
         )
         env = {"PYSPARK_PYTHON": sys.executable, "RIPPLE_JOIN_TOKEN": config.join_token}
         # SIGINT: a worker stops without draining (the whole local cluster is going down).

@@ -138,6 +138,7 @@ def add_pipeline_parsers(sub: Any, client_args: Callable[[argparse.ArgumentParse
     g = sub.add_parser("get", help="a key's state, from the worker that owns it")
     client_args(g)
     g.add_argument("key")
+    g.add_argument("--pipeline", metavar="NAME", help="a recorded pipeline's key (its outputs)")
 
 
 def _store_uri(args: argparse.Namespace) -> str:
@@ -196,7 +197,7 @@ def _produce_to_pipeline(args: argparse.Namespace) -> int:
             return await client.get(f"/v1/pipelines/{args.pipeline}")
 
     body = asyncio.run(describe())
-    if body["state"] not in ("ACTIVE", "PAUSED") or not body["first_slot"]:
+    if body["state"] not in ("active", "paused") or not body["first_slot"]:
         raise RippleError(
             f"pipeline {args.pipeline} is {body['state']}: records go to ACTIVE or PAUSED ones",
             code="conflict",
@@ -216,32 +217,20 @@ def _produce_to_pipeline(args: argparse.Namespace) -> int:
 async def cmd_get(args: argparse.Namespace) -> int:
     from coordinator.client import KeyRouter
 
+    pipeline = None if args.pipeline in (None, "default") else args.pipeline
     async with client_for(args) as client:
-        body = await KeyRouter(client).get(args.key)
+        body = await KeyRouter(client, pipeline).get(args.key)
     if args.json:
         print(json.dumps(body, sort_keys=True))
-    else:
-        print(
-            table(
-                [
-                    [
-                        body[k]
-                        for k in (
-                            "key",
-                            "count",
-                            "sum",
-                            "min",
-                            "max",
-                            "last",
-                            "partition",
-                            "epoch",
-                            "offset",
-                        )
-                    ]
-                ],
-                ["KEY", "COUNT", "SUM", "MIN", "MAX", "LAST", "PARTITION", "EPOCH", "OFFSET"],
-            )
-        )
+        return 0
+    where = ["partition", "epoch", "offset"]
+    # `default`'s columns, or a recorded pipeline's outputs as its spec names them.
+    names = (
+        ["key", "count", "sum", "min", "max", "last"]
+        if pipeline is None
+        else [k for k in body if k not in where]
+    )
+    print(table([[body[k] for k in (*names, *where)]], [n.upper() for n in (*names, *where)]))
     return 0
 
 

@@ -26,7 +26,13 @@ CHECKOUT_ROOT = Path(__file__).resolve().parents[1]
 class Proc:
     """A child process tracked by PID, its output captured to a log file."""
 
-    def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        argv: Sequence[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ):
         self.argv = list(argv)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -38,6 +44,7 @@ class Proc:
             stderr=subprocess.STDOUT,
             env=full_env,
             stdin=subprocess.DEVNULL,
+            cwd=cwd,
         )
         self.pid = self.popen.pid
 
