@@ -126,12 +126,22 @@ def render_workers(s: dict[str, Any]) -> str:
             _load_cell(w),
             w.get("lag_records"),
             w.get("failing_partitions"),
+            _profile_cell(w),
             w["address"],
         ]
         for w in s["workers"]
     ]
     header = ["WORKER", "STATE", "INC", "PARTITIONS", "LIVENESS", "LOAD", "LAG", "FAILING"]
-    return table(rows, [*header, "ADDRESS"])
+    return table(rows, [*header, "PROFILE", "ADDRESS"])
+
+
+def _profile_cell(w: dict[str, Any]) -> str:
+    """`zone=a,gpu=true/64`: the labels and slots a worker offers recorded pipelines; `-`
+    for one that runs `default`'s partitions only."""
+    if w.get("slots") is None:
+        return "-"
+    labels = ",".join(f"{k}={v}" for k, v in sorted((w.get("labels") or {}).items()))
+    return f"{labels}/{w['slots']}" if labels else f"/{w['slots']}"
 
 
 def render_migrations(s: dict[str, Any]) -> str:

@@ -115,6 +115,10 @@ class WorkerView(_Response):
     # Leader only: the summed input rate of its partitions (records per second), when every
     # one of them has a fresh rate (load_stale_s); else null and its load is its count.
     rate_per_s: float | None = None
+    # Its profile (ProfileWorker): labels pools select on, and slots for recorded pipelines'
+    # partitions; null when it runs `default`'s partitions only.
+    labels: dict[str, str] | None = None
+    slots: int | None = None
 
 
 class WorkersResponse(_Response):

@@ -101,6 +101,19 @@ def caught_up(rig: PipelineRig, producer: SpecProducer) -> dict[int, str] | None
     return {n: held[n][0] for n in slots}
 
 
+def failing_everywhere(rig: PipelineRig, info: PipelineInfo) -> dict[int, str] | None:
+    """Each partition of `info` held at offset 0 with three failed batches or more in a row:
+    its error."""
+    out: dict[int, str] = {}
+    for proc_id, proc in rig.workers.items():
+        if not proc.alive():
+            continue
+        for p, part in ((rig.health(proc_id) or {}).get("partitions") or {}).items():
+            if info.contains(int(p)) and part["failures"] >= 3 and part["offset"] == 0:
+                out[int(p)] = str(part["error"])
+    return out if len(out) == info.partitions else None
+
+
 def results(rig: PipelineRig, owned: dict[int, str]) -> dict[Any, dict[str, Any]]:
     out: dict[Any, dict[str, Any]] = {}
     for n, wid in owned.items():
@@ -159,12 +172,37 @@ def test_a_recorded_pipeline_runs_in_its_pool_and_equals_its_batch_job(
     body = wait_until(lambda: active(rig, "orders"), "orders active", 60)
     info = PipelineInfo.from_describe(body)
     producer = SpecProducer(rig.store, info)
+    # A neighbour in the same pool whose transform throws on every batch.
+    broken_spec = spec_text().replace(
+        "def transform(df):", "def transform(df):\n    raise ValueError('no good row')"
+    )
+    assert (
+        admin(
+            rig,
+            "POST",
+            "/v1/pipelines",
+            {"name": "broken", "spec_text": broken_spec, "partitions": 2, "pool": POOL},
+        ).status
+        == 202
+    )
+    broken = SpecProducer(
+        rig.store,
+        PipelineInfo.from_describe(wait_until(lambda: active(rig, "broken"), "broken active", 60)),
+    )
 
     for wid in ("w1", "w2"):
         rig.start_worker(wid, "--label", "zone=a", "--slots", "8")
     rig.start_worker("w3")  # no profile: `default`'s partitions only
     rig.wait_ready()
+    c = rig.cluster
+    shown = c.get(c.leader(), "/v1/workers?consistent=true").body["workers"]
+    assert {w["worker_id"]: (w["labels"], w["slots"]) for w in shown} == {
+        "w1": (POOL, 8),
+        "w2": (POOL, 8),
+        "w3": (None, None),
+    }
     producer.produce(rows(seed=1))
+    broken.produce(rows(seed=7))
     rig.producer.produce(generate(2000, 30, seed=2))
 
     owned = wait_until(lambda: caught_up(rig, producer), "orders caught up", CATCH_UP_TIMEOUT_S)
@@ -173,6 +211,10 @@ def test_a_recorded_pipeline_runs_in_its_pool_and_equals_its_batch_job(
     assert got == want, differences(got, want)
     assert len(want) > 10 and all(v["currencies"] >= 1 for v in want.values())
     rig.check_equal_to_batch_job()
+    # The broken pipeline fails alone: its partitions report the transform's error, hold
+    # offset 0, and its neighbours above were exact meanwhile.
+    failing = wait_until(lambda: failing_everywhere(rig, broken.info), "broken reported", 60)
+    assert all("no good row" in e for e in failing.values()), failing
 
     # Paused: its partitions stay where they are and no offset moves; resumed: caught up.
     assert admin(rig, "POST", "/v1/pipelines/orders/pause").status == 202

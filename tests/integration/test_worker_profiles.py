@@ -43,3 +43,5 @@ def test_a_profile_the_cluster_cannot_record_refuses_the_registration_whole(
         assert r.status == 400, (bad, r.body)
     del body["labels"]
     assert capped.post(leader, "/v1/workers", body).status == 200
+    shown = capped.get(leader, "/v1/workers?consistent=true").body["workers"]
+    assert [(w["labels"], w["slots"]) for w in shown if w["worker_id"] == "w1"] == [(None, None)]

@@ -48,3 +48,20 @@ def test_workers_table_shows_failing_partition_counts() -> None:
     header, row = table.splitlines()[:2]
     columns = header.split()
     assert row.split()[columns.index("FAILING")] == "2"
+
+
+def test_the_workers_table_shows_each_profile() -> None:
+    from ripple.tables import render_workers
+
+    base = {"state": "active", "incarnation": 1, "partitions": 0, "address": "http://h:1"}
+    out = render_workers(
+        {
+            "workers": [
+                {**base, "worker_id": "w1", "labels": {"zone": "a", "gpu": "t"}, "slots": 8},
+                {**base, "worker_id": "w2", "labels": {}, "slots": 64},
+                {**base, "worker_id": "w3", "labels": None, "slots": None},
+            ]
+        }
+    )
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "gpu=t,zone=a/8" in rows["w1"] and " /64 " in rows["w2"] and " - " in rows["w3"]

@@ -346,6 +346,10 @@ async def workers(request: web.Request) -> web.Response:
                 else failing.count(w.worker_id, owned.get(w.worker_id, {})),
                 lag_records=lags.get(w.worker_id),
                 rate_per_s=rates.get(w.worker_id),
+                labels=None
+                if w.profile is None
+                else {label.key: label.value for label in w.profile.labels},
+                slots=None if w.profile is None else w.profile.slots,
             )
             for w in sorted(state.workers.values(), key=lambda w: w.worker_id)
         ]
