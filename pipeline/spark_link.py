@@ -112,6 +112,11 @@ def classify(exc: BaseException, *, planning: bool = False) -> BatchFault:
     return BatchFault.SPARK_JOB
 
 
+_PYTHON_WORKER = "exception was thrown from the Python worker"
+# The last line of a Python traceback: the exception's type and message.
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b.*")
+
+
 def first_line(exc: BaseException, chars_max: int = ERROR_CHARS_MAX) -> str:
     """What an operator reads of `exc`: its first line, or for a raw gRPC error (whose first
     line says only "<_InactiveRpcError of RPC that terminated with:") its status and detail."""
@@ -126,7 +131,14 @@ def first_line(exc: BaseException, chars_max: int = ERROR_CHARS_MAX) -> str:
     status, detail = _GRPC_STATUS.search(text), _GRPC_DETAILS.search(text)
     if status and detail:
         return f"gRPC {status.group(1)}: {detail.group(1)}"[:chars_max]
-    return text.splitlines()[0][:chars_max]
+    lines = text.splitlines()
+    if _PYTHON_WORKER in lines[0]:
+        # A transform that raised: its own exception's line says what went wrong, the
+        # first ("An exception was thrown from the Python worker") says nothing.
+        raised = [line.strip() for line in lines if _RAISED.match(line.strip())]
+        if raised:
+            return raised[-1][:chars_max]
+    return lines[0][:chars_max]
 
 
 class SparkLink:

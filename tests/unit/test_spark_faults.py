@@ -264,3 +264,17 @@ def test_a_raw_grpc_error_is_shown_by_its_status_and_detail() -> None:
     assert classify(wrapped) is BatchFault.SPARK_UNREACHABLE
     assert first_line(wrapped) == "gRPC UNAVAILABLE: failed to connect to all addresses"
     assert first_line(ValueError("one\ntwo")) == "one"
+
+
+def test_a_transforms_exception_is_what_the_error_says() -> None:
+    """Spark Connect's text for a Python UDF that raised starts with a line that says nothing;
+    the operator is shown the exception's own line."""
+    raised = RuntimeError(
+        "\n  An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        "Traceback (most recent call last):\n"
+        '  File "<spec transform>", line 2, in transform\n'
+        "ValueError: no good row\n"
+    )
+    assert first_line(raised) == "ValueError: no good row"
+    bare = RuntimeError("An exception was thrown from the Python worker.\nno traceback here")
+    assert first_line(bare) == "An exception was thrown from the Python worker."
