@@ -22,8 +22,10 @@ the planner's passes, each committed, from the one that declares the worker dead
 silence just past the detector's bound) until no partition is UNASSIGNED and every
 partition's owner is a live worker (DEATHS workers die one after another, each once the
 cluster has settled again: the median time, the most passes). The `many_over_one` row holds
-each figure's ratio. The issue's goal is at most 1.2x each for memory, a planning pass and a
-recovery; this benchmark reports the ratios and asserts none.
+each figure's ratio. The two rigs live side by side and the timed parts alternate between
+them, so a slow moment of the shared machine lands on both. The issue's goal is at most
+1.2x each for memory, a planning pass and a recovery; this benchmark reports the ratios and
+asserts none.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ DEATHS = 3  # one after another, each recovered and settled: the median is repor
 SETTLE_PASSES_MAX = 1_000
 RECOVERY_PASSES_MAX = 100
 START_MS = 1_000_000
+RATIO_FIELDS = ("memory_mb", "snapshot_mb", "plan_s", "recovery_s", "recovery_passes")
 TICK_MS = 100
 
 
@@ -219,17 +222,16 @@ def settle(rig: Rig) -> None:
 
 
 def plan_s(rig: Rig) -> float:
-    """The best of PLAN_REPEATS passes of the settled cluster; each must plan nothing."""
-    best_s = float("inf")
-    for _ in range(PLAN_REPEATS):
-        rig.now_ms += TICK_MS
-        rig.heard()
-        t0 = time.perf_counter()
-        batch = rig.planner.plan(rig.machine.state, rig.now_ms, rig.now_ms)
-        best_s = min(best_s, time.perf_counter() - t0)
-        if batch.commands or batch.calls:
-            raise RuntimeError(f"a settled cluster planned {batch}")
-    return best_s
+    """One timed planning pass of the settled cluster, every worker just heard from; it
+    must plan nothing."""
+    rig.now_ms += TICK_MS
+    rig.heard()
+    t0 = time.perf_counter()
+    batch = rig.planner.plan(rig.machine.state, rig.now_ms, rig.now_ms)
+    spent_s = time.perf_counter() - t0
+    if batch.commands or batch.calls:
+        raise RuntimeError(f"a settled cluster planned {batch}")
+    return spent_s
 
 
 def recovery(rig: Rig, victim: WorkerId) -> tuple[float, int]:
@@ -248,7 +250,8 @@ def recovery(rig: Rig, victim: WorkerId) -> tuple[float, int]:
     raise RuntimeError(f"not recovered in {RECOVERY_PASSES_MAX} passes")
 
 
-def case(pipelines: int, partitions_each: int, workers: int) -> dict[str, float]:
+def traced(pipelines: int, partitions_each: int, workers: int) -> tuple[Rig, float]:
+    """A settled rig (`build`) and the megabytes its making left allocated."""
     gc.collect()
     tracemalloc.start()
     try:
@@ -258,29 +261,41 @@ def case(pipelines: int, partitions_each: int, workers: int) -> dict[str, float]
     finally:
         tracemalloc.stop()  # it slows every allocation: the timed parts run without it
     gc.collect()
-    row = {
-        "pipelines": float(pipelines),
-        "partitions": float(pipelines * partitions_each),
-        "workers": float(workers),
-        "memory_mb": memory_b / 1e6,
-        "snapshot_mb": len(rig.machine.snapshot()) / 1e6,
-        "plan_s": plan_s(rig),
-    }
-    deaths = []
-    for victim in rig.workers[:DEATHS]:
-        settle(rig)  # each death strikes a settled cluster
-        deaths.append(recovery(rig, victim))
-    row["recovery_s"] = statistics.median(s for s, _ in deaths)
-    row["recovery_passes"] = float(max(n for _, n in deaths))
-    return row
+    return rig, memory_b / 1e6
 
 
-RATIO_FIELDS = ("memory_mb", "snapshot_mb", "plan_s", "recovery_s", "recovery_passes")
+def compare(shape: Shape, partitions_each: int = PARTITIONS_EACH) -> dict[str, dict[str, float]]:
+    """The `many` and `one` rows of `shape` and their ratios. The timed parts alternate
+    between the two rigs, so a slow moment of the machine lands on both."""
+    total = shape.pipelines * partitions_each
+    counts = {"many": (shape.pipelines, partitions_each), "one": (1, total)}
+    rigs: dict[str, Rig] = {}
+    rows: dict[str, dict[str, float]] = {}
+    for case, (pipelines, each) in counts.items():
+        rigs[case], memory_mb = traced(pipelines, each, shape.workers)
+        rows[case] = {
+            "pipelines": float(pipelines),
+            "partitions": float(total),
+            "workers": float(shape.workers),
+            "memory_mb": memory_mb,
+            "snapshot_mb": len(rigs[case].machine.snapshot()) / 1e6,
+        }
+    plans: dict[str, list[float]] = {case: [] for case in rigs}
+    for _ in range(PLAN_REPEATS):
+        for case, rig in rigs.items():
+            plans[case].append(plan_s(rig))
+    deaths: dict[str, list[tuple[float, int]]] = {case: [] for case in rigs}
+    for i in range(DEATHS):
+        for case, rig in rigs.items():
+            settle(rig)  # each death strikes a settled cluster
+            deaths[case].append(recovery(rig, rig.workers[i]))
+    for case, row in rows.items():
+        row["plan_s"] = min(plans[case])
+        row["recovery_s"] = statistics.median(s for s, _ in deaths[case])
+        row["recovery_passes"] = float(max(n for _, n in deaths[case]))
+    ratio = {f: rows["many"][f] / rows["one"][f] for f in RATIO_FIELDS}
+    return {**rows, "many_over_one": ratio}
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    shape = QUICK if quick else FULL
-    many = case(shape.pipelines, PARTITIONS_EACH, shape.workers)
-    one = case(1, shape.pipelines * PARTITIONS_EACH, shape.workers)
-    ratio = {f: many[f] / one[f] for f in RATIO_FIELDS}
-    return {"many": many, "one": one, "many_over_one": ratio}
+    return compare(QUICK if quick else FULL)

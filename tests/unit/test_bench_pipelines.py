@@ -1,6 +1,6 @@
 """`bench.pipelines`: the rig it measures is the cluster it says (every pipeline's partitions
 ONLINE, spread over the pool within slots), a recovery ends only when the dead worker's
-partitions have live owners, and a case's row carries every figure the ratios divide."""
+partitions have live owners, and a comparison carries every figure and its ratio."""
 
 from __future__ import annotations
 
@@ -42,8 +42,17 @@ def test_a_recovery_ends_with_the_dead_workers_partitions_on_live_workers() -> N
         assert state.workers[owner].state is WorkerState.ACTIVE
 
 
-def test_a_case_row_has_every_figure_a_ratio_divides() -> None:
-    row = pipelines.case(pipelines=2, partitions_each=4, workers=pipelines.DEATHS + 2)
+def test_a_comparison_has_both_rows_and_every_ratio() -> None:
+    shape = pipelines.Shape(pipelines=2, workers=pipelines.DEATHS + 2)
+    rows = pipelines.compare(shape, partitions_each=4)
 
-    assert (row["pipelines"], row["partitions"], row["workers"]) == (2, 8, pipelines.DEATHS + 2)
-    assert all(row[f] > 0 for f in pipelines.RATIO_FIELDS), row
+    many, one, ratio = rows["many"], rows["one"], rows["many_over_one"]
+    assert (many["pipelines"], many["partitions"], one["pipelines"], one["partitions"]) == (
+        2,
+        8,
+        1,
+        8,
+    )
+    assert all(many[f] > 0 and one[f] > 0 for f in pipelines.RATIO_FIELDS), rows
+    assert ratio["memory_mb"] == many["memory_mb"] / one["memory_mb"]
+    assert set(ratio) == set(pipelines.RATIO_FIELDS)
