@@ -11,7 +11,10 @@ spread across its pool first, the seed's rule), then the most free slots, then b
 Invariants: the choice is a function of the state and the eligible list alone; no worker
 is given more partitions of recorded pipelines than its slots; at most
 PIPELINE_ASSIGNMENTS_PER_PASS_MAX partitions of one pipeline are placed per call, so one
-pipeline's thousands of partitions do not make another's wait for a long pass.
+pipeline's thousands of partitions do not make another's wait for a long pass. A call
+reads the recorded partitions once and each pool's workers once, so its cost follows the
+partitions and the workers, not how many pipelines they belong to (`python -m bench
+pipelines`).
 """
 
 from __future__ import annotations
