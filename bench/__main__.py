@@ -36,6 +36,7 @@ REGISTRY: dict[str, str] = {
     "moves": "bench.moves",
     "rescale": "bench.rescale",
     "messages": "bench.messages",
+    "pipelines": "bench.pipelines",
 }
 
 

@@ -11,18 +11,24 @@ spread across its pool first, the seed's rule), then the most free slots, then b
 Invariants: the choice is a function of the state and the eligible list alone; no worker
 is given more partitions of recorded pipelines than its slots; at most
 PIPELINE_ASSIGNMENTS_PER_PASS_MAX partitions of one pipeline are placed per call, so one
-pipeline's thousands of partitions do not make another's wait for a long pass.
+pipeline's thousands of partitions do not make another's wait for a long pass. A call
+reads the recorded partitions once and each pool's workers once, so its cost follows the
+partitions and the workers, not how many pipelines they belong to (`python -m bench
+pipelines`).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import Move
 from coordinator.core.model import (
+    DEFAULT_PIPELINE,
     SLOT_BASE,
+    Label,
     MigrationPhase,
     Partition,
     PartitionId,
@@ -62,27 +68,37 @@ def members(state: ClusterState, p: Pipeline, eligible: Iterable[WorkerId]) -> l
     return sorted(out)
 
 
+def _recorded(state: ClusterState) -> Iterator[Partition]:
+    """Every recorded pipeline's partitions in ascending number: the table's records after
+    all of `default`'s (partition_table.py), read in one pass rather than one per pipeline,
+    whose fixed cost a thousand pipelines would pay a thousand times."""
+    table = state.partitions
+    return itertools.islice(table, table.count_of(DEFAULT_PIPELINE), None)
+
+
 def _used(
-    state: ClusterState, workers: Iterable[WorkerId]
+    state: ClusterState, workers: Iterable[WorkerId], pipelines: Collection[PipelineName] = ()
 ) -> tuple[Counter[WorkerId], Counter[tuple[WorkerId, PipelineName]]]:
     """Per worker, the partitions of recorded pipelines it holds or is about to (the target
-    of a move not yet handed off), in all and per pipeline: what its slots are spent on.
-    Read from the recorded pipelines' partitions, not the workers' owned sets, which also
-    hold every partition of `default` they own."""
+    of a move not yet handed off), in all and for each of `pipelines`: what its slots are
+    spent on. Read from the recorded pipelines' partitions, not the workers' owned sets,
+    which also hold every partition of `default` they own. Only the pipelines asked about
+    are counted per worker: counting all would cost a key per worker and pipeline."""
     total: Counter[WorkerId] = Counter()
     each: Counter[tuple[WorkerId, PipelineName]] = Counter()
     wanted = set(workers)
     if not wanted:
         return total, each
-    for name in state.pipelines:
-        for part in state.partitions.of(name):
-            if part.owner in wanted:
-                total[part.owner] += 1
-                each[(part.owner, name)] += 1
-    for m in state.in_flight_migrations():
-        if m.target in wanted and m.partition >= SLOT_BASE and m.phase is not HANDED_OFF:
-            total[m.target] += 1
-            each[(m.target, state.partitions[m.partition].pipeline)] += 1
+    held = [(x.owner, x.pipeline) for x in _recorded(state) if x.owner in wanted]
+    coming = [
+        (m.target, state.partitions[m.partition].pipeline)
+        for m in state.in_flight_migrations()
+        if m.target in wanted and m.partition >= SLOT_BASE and m.phase is not HANDED_OFF
+    ]
+    for pairs in (held, coming):
+        total.update(w for w, _ in pairs)
+        if pipelines:
+            each.update(pair for pair in pairs if pair[1] in pipelines)
     return total, each
 
 
@@ -93,10 +109,14 @@ def place(
     its pool has room for; a partition no worker may take is left out."""
     if not parts:
         return {}
-    pool_of: dict[PipelineName, list[WorkerId]] = {}
+    # Members by pool, not by pipeline: a dead worker's partitions may belong to as many
+    # pipelines as it held, mostly of a few pools, and each pool's scan of every candidate
+    # is made once (a pool is stored sorted, so equal selectors are equal keys).
+    pool_of: dict[tuple[Label, ...], list[WorkerId]] = {}
     out: dict[PartitionId, WorkerId] = {}
     candidates = _profiled(state, eligible)
-    total, each = _used(state, candidates)
+    total, each = _used(state, candidates, {part.pipeline for part in parts})
+    slots = {w: _slots(state, w) for w in candidates}
     placed: Counter[PipelineName] = Counter()
     for part in parts:
         name = part.pipeline
@@ -105,12 +125,12 @@ def place(
             continue  # `default`'s, or a pipeline being set up or torn down
         if placed[name] >= PIPELINE_ASSIGNMENTS_PER_PASS_MAX:
             continue
-        pool = pool_of.get(name)
+        pool = pool_of.get(p.pool)
         if pool is None:
-            pool = pool_of[name] = members(state, p, candidates)
+            pool = pool_of[p.pool] = members(state, p, candidates)
         best: tuple[int, int, str] | None = None
         for w in pool:
-            free = _slots(state, w) - total[w]
+            free = slots[w] - total[w]
             if free <= 0:
                 continue
             key = (each[(w, name)], -free, w)
@@ -127,12 +147,14 @@ def place(
 
 
 def waiting(state: ClusterState) -> list[Partition]:
-    """The UNASSIGNED partitions of the pipelines the planner places, by number."""
-    out = []
-    for name in sorted(state.pipelines):
-        p = state.pipelines[name]
-        if p.state in PLACED_STATES:
-            out += [x for x in state.partitions.of(name) if x.owner is None]
+    """The UNASSIGNED partitions of the pipelines the planner places, by pipeline name, then
+    number. One pass over the recorded partitions: a settled cluster finds none, whatever
+    the number of pipelines they are split into."""
+    placed = {name for name, p in state.pipelines.items() if p.state in PLACED_STATES}
+    if not placed:
+        return []
+    out = [x for x in _recorded(state) if x.owner is None and x.pipeline in placed]
+    out.sort(key=lambda x: (x.pipeline, x.partition))
     return out
 
 

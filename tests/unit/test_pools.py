@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Iterable
 
 import pytest
 
@@ -19,6 +20,7 @@ from coordinator.core.commands import (
     DropPipeline,
     ForgetPipeline,
     Ok,
+    PausePipeline,
     ProfileWorker,
     RegisterWorker,
 )
@@ -26,6 +28,7 @@ from coordinator.core.model import (
     SLOT_BASE,
     Label,
     MigrationPhase,
+    Pipeline,
     PipelineName,
     WorkerId,
     WorkerProfile,
@@ -238,3 +241,49 @@ def test_the_tear_down_takes_owned_partitions_and_aborts_their_moves() -> None:
     assert s.generation == generation + 1  # owners of (partition, epoch) pairs went
     # W1 still owns a partition of `default` while draining: it has not left.
     assert s.workers[W1].state is WorkerState.DRAINING
+
+
+def test_waiting_is_every_placed_pipelines_unassigned_partition_by_name_then_number() -> None:
+    s = cluster(total=2)
+    planner = planner_for(s)
+    # Created in an order unlike their names' so that numbers and names disagree.
+    for i, name in enumerate(("zeta", "alpha", "mid", "new")):
+        step(s, create(name=name, partitions=2, pool=()))
+        if name != "new":  # left CREATING: it has no partitions yet
+            step(s, ActivatePipeline(name=PipelineName(name), incarnation=i + 1, now_ms=101))
+    step(s, PausePipeline(name=PipelineName("mid"), by="ops", now_ms=102))  # still placed
+    got = [(p.pipeline, p.partition - SLOT_BASE) for p in pools.waiting(s)]
+    assert got == [("alpha", 2), ("alpha", 3), ("mid", 4), ("mid", 5), ("zeta", 0), ("zeta", 1)]
+    join(s, planner, W1, (), slots=1)
+    run(s, planner, 10)
+    (placed,) = [p for p in s.partitions if p.partition >= SLOT_BASE and p.owner is not None]
+    assert (placed.pipeline, placed.partition - SLOT_BASE) == ("alpha", 2)  # first in line
+    assert [p.partition - SLOT_BASE for p in pools.waiting(s)] == [3, 4, 5, 0, 1]
+
+
+def test_place_reads_each_pools_members_once_and_keeps_every_pipeline_in_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = cluster(total=2)
+    names = [PipelineName(f"gpu{i}") for i in range(3)]
+    for i, name in enumerate([*names, CLICKS]):
+        step(s, create(name=name, partitions=2, pool=() if name == CLICKS else GPU))
+        step(s, ActivatePipeline(name=name, incarnation=i + 1, now_ms=101))
+    for w in (W1, W2):
+        join(s, None, w, GPU, slots=10)
+    join(s, None, W3, (), slots=10)
+    reads: list[tuple[Label, ...]] = []
+    real = pools.members
+
+    def counted(state: ClusterState, p: Pipeline, eligible: Iterable[WorkerId]) -> list[WorkerId]:
+        reads.append(p.pool)
+        return real(state, p, eligible)
+
+    monkeypatch.setattr(pools, "members", counted)
+    target = pools.place(s, [W1, W2, W3], pools.waiting(s))
+    assert sorted(reads) == [(), GPU]  # one scan of the workers per pool, not per pipeline
+    for name in names:
+        assert sorted(target[p.partition] for p in s.partitions.of(name)) == [W1, W2], name
+    # clicks comes first by name, every worker empty: spread, then by id.
+    assert sorted(target[p.partition] for p in s.partitions.of(CLICKS)) == [W1, W2]
+    assert len(target) == 8
