@@ -217,13 +217,13 @@ def test_a_recorded_pipeline_runs_in_its_pool_and_equals_its_batch_job(
     assert all("no good row" in e for e in failing.values()), failing
 
     # Paused: its partitions stay where they are and no offset moves; resumed: caught up.
-    assert admin(rig, "POST", "/v1/pipelines/orders/pause").status == 202
+    assert admin(rig, "POST", "/v1/pipelines/orders/pause").status == 200
     time.sleep(3 * STATES_REFRESH_S)  # every worker has read the pause
     held = owners(rig, info)
     producer.produce(rows(seed=6))
     time.sleep(3 * STATES_REFRESH_S + 1.0)
     assert owners(rig, info) == held
-    assert admin(rig, "POST", "/v1/pipelines/orders/resume").status == 202
+    assert admin(rig, "POST", "/v1/pipelines/orders/resume").status == 200
     owned = wait_until(lambda: caught_up(rig, producer), "orders resumed", CATCH_UP_TIMEOUT_S)
     got, want = results(rig, owned), oracle(spark, producer)
     assert got == want, differences(got, want)
