@@ -175,6 +175,15 @@ class LocalStore:
     def local_path(self, key: str) -> str | None:
         return self._path(key)
 
+    def delete(self, key: str) -> None:
+        """Remove the object (a purge of a dropped pipeline's); one already gone is fine."""
+        try:
+            os.remove(self._path(key))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreError(f"delete {key!r} under {self.root}: {exc}") from exc
+
     def uri(self, key: str) -> str:
         return "file://" + self._path(key) if key else "file://" + self.root + "/"
 
@@ -255,6 +264,16 @@ class S3Store:
 
     def local_path(self, key: str) -> str | None:
         return None
+
+    def delete(self, key: str) -> None:
+        """Remove the object (a purge of a dropped pipeline's); one already gone is fine."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = self._full(key)
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=full)
+        except (ClientError, BotoCoreError) as exc:
+            raise StoreError(f"delete s3://{self.bucket}/{full}: {exc}") from exc
 
     def uri(self, key: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{_check_key(key) if key else ''}"

@@ -141,7 +141,7 @@ def add_pipeline_parsers(sub: Any, client_args: Callable[[argparse.ArgumentParse
     g.add_argument("--pipeline", metavar="NAME", help="a recorded pipeline's key (its outputs)")
 
 
-def _store_uri(args: argparse.Namespace) -> str:
+def store_uri(args: argparse.Namespace) -> str:
     if args.store:
         return str(args.store)
     return f"file://{(Path(args.data_dir) / 'store').resolve()}"
@@ -167,7 +167,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if args.pipeline is not None and args.pipeline != "default":
         return _produce_to_pipeline(args)
     routing = asyncio.run(_routing(args))
-    store = open_store(_store_uri(args), args.s3_endpoint)
+    store = open_store(store_uri(args), args.s3_endpoint)
     records = (
         list(load_jsonl(args.file))
         if args.file is not None
@@ -179,7 +179,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     firsts = producer.produce(records)
     print(
         f"produced {len(records)} records into {len(firsts)} partitions of "
-        f"{producer.log.total_partitions} ({_store_uri(args)})"
+        f"{producer.log.total_partitions} ({store_uri(args)})"
     )
     return 0
 
@@ -203,13 +203,13 @@ def _produce_to_pipeline(args: argparse.Namespace) -> int:
             code="conflict",
         )
     producer = SpecProducer(
-        open_store(_store_uri(args), args.s3_endpoint), PipelineInfo.from_describe(body)
+        open_store(store_uri(args), args.s3_endpoint), PipelineInfo.from_describe(body)
     )
     rows = list(load_rows(args.file))
     firsts = producer.produce(rows)
     print(
         f"produced {len(rows)} records of pipeline {args.pipeline} into {len(firsts)} "
-        f"partitions of {body['partitions']} ({_store_uri(args)})"
+        f"partitions of {body['partitions']} ({store_uri(args)})"
     )
     return 0
 

@@ -11,7 +11,9 @@ the client's retries (another node, a lost answer) are one request.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,13 @@ from urllib.parse import quote
 from coordinator.client import CoordinatorClient
 from ripple.connect import admin_token, client_for, coordinator_urls, tls_ca
 from ripple.tables import table
-from shared.errors import RippleError
+from shared.errors import ClientError, RippleError
 
 __all__ = ["CREATE_TIMEOUT_S", "add_pipelines_parser", "pipelines_command", "render_pipelines"]
 
+# A purge waits this long for its pipeline to be gone, asking every PURGE_POLL_S.
+PURGE_WAIT_S = 60.0
+PURGE_POLL_S = 0.5
 # A create waits for the leader's spec check (at most 10 s) and the commit.
 CREATE_TIMEOUT_S = 30.0
 # The settings `--set` may name (the API's `settings` object).
@@ -138,17 +143,55 @@ async def pipelines_command(args: argparse.Namespace) -> int:
         async with client_for(args, token=token) as client:
             if action == "drop":
                 purge = "true" if args.purge else "false"
+                # Its numbers first: once it is gone, nothing says which they were.
+                described = await client.get(f"/v1/pipelines/{name}") if args.purge else {}
                 body = await client.request(
                     "DELETE",
                     f"/v1/pipelines/{name}?purge={purge}",
                     headers={"Idempotency-Key": key},
                 )
+                if args.purge:
+                    await _purge(args, client, name, described)
             else:
                 body = await client.post(
                     f"/v1/pipelines/{name}/{action}", None, idempotency_key=key
                 )
     print(json.dumps(body, indent=2, sort_keys=True) if as_json else _change_line(body))
     return 0
+
+
+async def _purge(
+    args: argparse.Namespace, client: CoordinatorClient, name: str, described: dict[str, Any]
+) -> None:
+    """Wait for the dropped pipeline to be gone (no owner processes it any more), then delete
+    its partitions' objects (pipeline/spec/purge.py)."""
+    from pipeline.spec.purge import purge
+    from pipeline.store import LocalStore, S3Store, open_store
+    from ripple.pipeline_commands import store_uri
+
+    first, count = int(described["first_slot"]), int(described["partitions"])
+    if not first:
+        print(f"pipeline {args.name} was never set up: it has no objects to purge")
+        return
+    deadline = time.monotonic() + PURGE_WAIT_S
+    while True:
+        try:
+            await client.get(f"/v1/pipelines/{name}", consistent=True)
+        except ClientError as exc:
+            if exc.code == "not_found":
+                break
+            raise
+        if time.monotonic() > deadline:
+            raise RippleError(
+                f"pipeline {args.name} is still being dropped after {PURGE_WAIT_S:g} s; "
+                "run the drop with --purge again to purge it once it is gone",
+                code="unavailable",
+            )
+        await asyncio.sleep(PURGE_POLL_S)
+    store = open_store(store_uri(args), args.s3_endpoint)
+    assert isinstance(store, LocalStore | S3Store)  # open_store makes only these
+    deleted = await asyncio.to_thread(purge, store, range(first, first + count))
+    print(f"purged {deleted} objects of pipeline {args.name} from {store.uri('')}")
 
 
 def add_pipelines_parser(sub: Any, client_args: Any) -> None:
@@ -192,4 +235,10 @@ def add_pipelines_parser(sub: Any, client_args: Any) -> None:
     action("pause", "admin: stop processing, offsets kept", named=True, admin=True)
     action("resume", "admin: resume a paused pipeline", named=True, admin=True)
     d = action("drop", "admin: drop a pipeline", named=True, admin=True)
-    d.add_argument("--purge", action="store_true", help="delete its objects in the store too")
+    d.add_argument(
+        "--purge",
+        action="store_true",
+        help="once it is gone, delete its objects in the store too (--store, --s3-endpoint)",
+    )
+    d.add_argument("--store", help="the cluster's store (default: file://<data-dir>/store)")
+    d.add_argument("--s3-endpoint")

@@ -70,12 +70,17 @@ def test_the_tutorial_steps_are_what_it_says(tmp_path: Path, spark_remote: str) 
             assert done.returncode == 0, (command, done.stdout, done.stderr)
             if command.startswith("ripple pipelines create"):
                 wait_until(lambda: online(tmp_path), "the pipeline's partitions online", 120, 0.5)
+            if command.startswith("ripple produce"):
+                assert pipeline_objects(tmp_path), "the records are in the store"
             if command.startswith("ripple get"):
                 assert ada(tmp_path) == ADA
                 # As shown: the same columns, and ada's outputs (where it came from may vary).
                 got, want = done.stdout.splitlines(), shown[0].splitlines()
                 assert got[0].split() == want[0].split(), done.stdout
                 assert got[1].split()[: len(ADA) + 1] == want[1].split()[: len(ADA) + 1]
+        # The drop's --purge left none of the pipeline's objects (its partitions are numbered
+        # from 2^20: seven digits), and `default`'s are all still there.
+        assert pipeline_objects(tmp_path) == []
     finally:
         up.stop()
 
@@ -104,3 +109,10 @@ def ada(cwd: Path) -> dict[str, object]:
     """`ada`'s outputs, the way step 5 reads them (as JSON)."""
     body = json.loads(run("ripple get --pipeline views ada --json", cwd).stdout)
     return {k: v for k, v in body.items() if k in ADA}
+
+
+def pipeline_objects(cwd: Path) -> list[Path]:
+    """The recorded pipelines' objects in `ripple up`'s store: their partitions are numbered
+    from 2^20, seven digits and more (`default`'s have five)."""
+    store = cwd / "ripple-data" / "store"
+    return [f for f in store.rglob("*") if f.is_file() and re.search(r"/p\d{7,}/", str(f))]

@@ -215,3 +215,34 @@ def test_worker_labels_parse_as_key_value_pairs() -> None:
     for bad in ("zone", "=a", "zone="):
         with pytest.raises(RippleError, match="KEY=VALUE"):
             _labels([bad])
+
+
+def test_a_purge_deletes_only_the_pipelines_objects(tmp_path: Path) -> None:
+    from pipeline.spec.purge import pipeline_prefixes, purge
+
+    store = LocalStore(str(tmp_path))
+    mine, other = range(SLOT_BASE + 4, SLOT_BASE + 6), SLOT_BASE + 6
+    keys = [
+        *(f"source/p{n}/{0:020d}.parquet" for n in mine),
+        f"checkpoints/p{mine[0]}/e0000000001-o{5:020d}.ckpt",
+        f"deadletter/p{mine[1]}/e0000000001-o{0:020d}-{9:020d}.parquet",
+    ]
+    kept = [f"source/p{other}/{0:020d}.parquet", f"source/p00004/{0:020d}.parquet"]
+    for key in keys + kept:
+        assert store.put_if_absent(key, b"x")
+    assert purge(store, mine) == len(keys)
+    assert store.list_keys("") == sorted(kept)
+    assert purge(store, mine) == 0  # again: nothing left, nothing else touched
+    with pytest.raises(ValueError, match="default"):
+        pipeline_prefixes(range(4, 6))
+
+
+def test_an_s3_store_deletes_an_object(s3_bucket: tuple[Any, str]) -> None:
+    from pipeline.store import S3Store
+
+    client, bucket = s3_bucket
+    store = S3Store(bucket, "p", client=client)
+    assert store.put_if_absent("source/p1048576/a", b"x")
+    store.delete("source/p1048576/a")
+    store.delete("source/p1048576/a")  # gone already: fine
+    assert store.list_keys("source/") == []
