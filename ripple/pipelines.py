@@ -17,9 +17,10 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlparse
 
 from coordinator.client import CoordinatorClient
+from pipeline.spec.purge import Purgeable
 from ripple.connect import admin_token, client_for, coordinator_urls, tls_ca
 from ripple.tables import table
 from shared.errors import ClientError, RippleError
@@ -143,15 +144,21 @@ async def pipelines_command(args: argparse.Namespace) -> int:
         async with client_for(args, token=token) as client:
             if action == "drop":
                 purge = "true" if args.purge else "false"
-                # Its numbers first: once it is gone, nothing says which they were.
+                # The store and its numbers first: once it is gone, nothing says which they
+                # were, and a purge that cannot reach the store must not start.
+                store = _purge_store(args) if args.purge else None
                 described = await client.get(f"/v1/pipelines/{name}") if args.purge else {}
                 body = await client.request(
                     "DELETE",
                     f"/v1/pipelines/{name}?purge={purge}",
                     headers={"Idempotency-Key": key},
                 )
-                if args.purge:
-                    await _purge(args, client, name, described)
+                if store is not None:
+                    # The drop's line first: the purge waits for the pipeline to be gone.
+                    shown = json.dumps(body, indent=2, sort_keys=True)
+                    print(shown if as_json else _change_line(body), flush=True)
+                    await _purge(args, client, name, described, store)
+                    return 0
             else:
                 body = await client.post(
                     f"/v1/pipelines/{name}/{action}", None, idempotency_key=key
@@ -160,14 +167,31 @@ async def pipelines_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _purge_store(args: argparse.Namespace) -> Purgeable:
+    """The store a purge deletes from: --store, else `ripple up`'s; one that is not there is
+    a usage error (opening it would make an empty one)."""
+    from pipeline.store import LocalStore, S3Store, open_store
+    from ripple.pipeline_commands import store_uri
+
+    uri = store_uri(args)
+    local = urlparse(uri)
+    if local.scheme == "file" and not Path(local.path).is_dir():
+        raise RippleError(f"no store at {uri}: give the cluster's with --store", code="usage")
+    store = open_store(uri, args.s3_endpoint)
+    assert isinstance(store, LocalStore | S3Store)  # open_store makes only these
+    return store
+
+
 async def _purge(
-    args: argparse.Namespace, client: CoordinatorClient, name: str, described: dict[str, Any]
+    args: argparse.Namespace,
+    client: CoordinatorClient,
+    name: str,
+    described: dict[str, Any],
+    store: Purgeable,
 ) -> None:
     """Wait for the dropped pipeline to be gone (no owner processes it any more), then delete
     its partitions' objects (pipeline/spec/purge.py)."""
     from pipeline.spec.purge import purge
-    from pipeline.store import LocalStore, S3Store, open_store
-    from ripple.pipeline_commands import store_uri
 
     first, count = int(described["first_slot"]), int(described["partitions"])
     if not first:
@@ -188,10 +212,8 @@ async def _purge(
                 code="unavailable",
             )
         await asyncio.sleep(PURGE_POLL_S)
-    store = open_store(store_uri(args), args.s3_endpoint)
-    assert isinstance(store, LocalStore | S3Store)  # open_store makes only these
     deleted = await asyncio.to_thread(purge, store, range(first, first + count))
-    print(f"purged {deleted} objects of pipeline {args.name} from {store.uri('')}")
+    print(f"purged {deleted} objects of pipeline {args.name}")
 
 
 def add_pipelines_parser(sub: Any, client_args: Any) -> None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipeline.store import LocalStore
 from testkit.cli import CLI_TIMEOUT_S
 from testkit.cluster import ADMIN, Cluster
 from testkit.wait import wait_until
@@ -67,9 +68,40 @@ def test_the_whole_lifecycle_from_the_command_line(cluster: Cluster, tmp_path: P
     resumed = cluster.ripple("pipelines", "resume", "orders", "--admin-token", ADMIN)
     assert resumed.rstrip().endswith(": active"), resumed
 
-    dropped = cluster.ripple("pipelines", "drop", "orders", "--purge", "--admin-token", ADMIN)
-    assert dropped.rstrip().endswith(": dropping"), dropped
-    wait_until(lambda: "orders" not in listed(cluster), "orders gone", 15)
+    # A store with one object of the pipeline's and one of another number's.
+    first = json.loads(cluster.ripple("pipelines", "describe", "orders", "--json"))["first_slot"]
+    store = LocalStore(str(tmp_path / "store"))
+    assert store.put_if_absent(f"source/p{first}/{0:020d}.parquet", b"x")
+    assert store.put_if_absent(f"source/p{first + 3}/{0:020d}.parquet", b"x")
+    dropped = cluster.ripple(
+        "pipelines",
+        "drop",
+        "orders",
+        "--purge",
+        "--admin-token",
+        ADMIN,
+        "--store",
+        f"file://{tmp_path / 'store'}",
+    )
+    said = dropped.rstrip().splitlines()
+    assert said[0].endswith(": dropping") and said[1].startswith("purged 1 objects"), dropped
+    assert "orders" not in listed(cluster)  # the purge waited for it to be gone
+    assert store.list_keys("source/") == [f"source/p{first + 3}/{0:020d}.parquet"]
+    # A purge whose store is not there is refused before anything is dropped.
+    cluster.ripple("pipelines", "create", "spare", "--spec", str(spec), "--admin-token", ADMIN)
+    missing = run(
+        cluster,
+        "pipelines",
+        "drop",
+        "spare",
+        "--purge",
+        "--admin-token",
+        ADMIN,
+        "--store",
+        f"file://{tmp_path / 'nowhere'}",
+    )
+    assert missing.returncode == 2 and "no store at" in missing.stderr, missing.stderr
+    assert not (tmp_path / "nowhere").exists() and "spare" in listed(cluster)
 
 
 def test_a_bad_spec_is_shown_with_its_field(cluster: Cluster, tmp_path: Path) -> None:
