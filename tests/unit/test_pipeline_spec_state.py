@@ -246,3 +246,53 @@ def test_an_s3_store_deletes_an_object(s3_bucket: tuple[Any, str]) -> None:
     store.delete("source/p1048576/a")
     store.delete("source/p1048576/a")  # gone already: fine
     assert store.list_keys("source/") == []
+
+
+async def test_the_runs_find_a_partitions_pipeline_and_follow_its_pause(tmp_path: Path) -> None:
+    from pipeline.spec.run import STATES_REFRESH_S, PipelineRuns
+    from shared.errors import UnavailableError
+
+    state = {"orders": "active"}
+    asked: list[str] = []
+    recorded = info(partitions=3)
+
+    async def get(path: str) -> dict[str, Any]:
+        asked.append(path)
+        if path == "/v1/pipelines":
+            rows = [{"name": "default", "incarnation": 0, "first_slot": 0, "partitions": 8}]
+            rows.append(
+                {
+                    "name": "orders",
+                    "incarnation": recorded.incarnation,
+                    "first_slot": recorded.first_slot,
+                    "partitions": recorded.partitions,
+                    "state": state["orders"],
+                }
+            )
+            return {"pipelines": [{**r, "state": r.get("state", "active")} for r in rows]}
+        assert path == "/v1/pipelines/orders"
+        return {
+            "name": "orders",
+            "incarnation": recorded.incarnation,
+            "first_slot": recorded.first_slot,
+            "partitions": recorded.partitions,
+            "spec_text": recorded.spec_text,
+            "state": state["orders"],
+            "settings": {"max_keys_per_partition": 0},
+        }
+
+    runs = PipelineRuns(get, LocalStore(str(tmp_path)), max_keys_default=5)
+    assert await runs.of(3) is None and asked == []  # `default`'s numbers ask nothing
+    run = await runs.of(recorded.first_slot + 2)
+    assert run is not None and run.name == "orders" and run.max_keys == 5 and not run.paused
+    assert await runs.of(recorded.first_slot) is run and len(asked) == 2  # cached
+    with pytest.raises(UnavailableError):
+        await runs.of(recorded.first_slot + 3)  # past its partitions: nobody's
+    state["orders"] = "paused"
+    await runs.refresh(100.0)
+    assert run.paused
+    state["orders"] = "active"
+    await runs.refresh(100.0 + STATES_REFRESH_S / 2)  # too soon: not asked again
+    assert run.paused
+    await runs.refresh(100.0 + STATES_REFRESH_S)
+    assert not run.paused
