@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -197,7 +196,7 @@ async def _purge(
     if not first:
         print(f"pipeline {args.name} was never set up: it has no objects to purge")
         return
-    deadline = time.monotonic() + PURGE_WAIT_S
+    deadline_ms = client.clock.monotonic_ms() + round(PURGE_WAIT_S * 1000)
     while True:
         try:
             await client.get(f"/v1/pipelines/{name}", consistent=True)
@@ -205,7 +204,7 @@ async def _purge(
             if exc.code == "not_found":
                 break
             raise
-        if time.monotonic() > deadline:
+        if client.clock.monotonic_ms() > deadline_ms:
             raise RippleError(
                 f"pipeline {args.name} is still being dropped after {PURGE_WAIT_S:g} s; "
                 "run the drop with --purge again to purge it once it is gone",

@@ -47,6 +47,7 @@ from coordinator.core.state import ClusterState
 from coordinator.core.versions import VersionRange
 from coordinator.service.disk_metrics import disk_metrics
 from coordinator.service.event_metrics import FrontDoorCounts, ProposalStats, RequestCounts
+from coordinator.service.maintenance_metrics import maintenance_metrics
 from coordinator.service.rescale_metrics import rescale_metrics
 from replication.log import MachineRead, ReplicatedLog
 from shared.system_clock import SYSTEM_CLOCK
@@ -311,7 +312,7 @@ class ClusterCollector(Collector):
         wall_ms = SYSTEM_CLOCK.wall_ms()
         with node.read() as state:
             yield from self._versions(state)
-            yield from _maintenance(state, wall_ms)
+            yield from maintenance_metrics(state, wall_ms)
             yield from rescale_metrics(state)
             yield from self._state(state, wall_ms)
             if leader:
@@ -485,22 +486,3 @@ def _numbered(state: ClusterState) -> Iterator[tuple[str, int, Partition]]:
             continue
         for p in state.partitions.of(pipeline):
             yield pipeline, numbers.index(p.partition), p
-
-
-def _maintenance(state: ClusterState, wall_ms: int) -> Iterator[Metric]:
-    record = state.maintenance
-    yield GaugeMetricFamily(
-        "ripple_maintenance_mode",
-        "1 while maintenance mode is on (no automatic balance moves; recovery goes on)",
-        value=0 if record is None else 1,
-    )
-    # Shown to operators, not a decision: the leader times the end on its monotonic clock.
-    left_s = 0.0
-    if record is not None and record.until_ms is not None:
-        left_s = max(0.0, (record.until_ms - wall_ms) / 1000)
-    yield GaugeMetricFamily(
-        "ripple_maintenance_remaining_seconds",
-        "Seconds until maintenance mode ends by itself, by the recorded end (0: off, or on "
-        "until turned off)",
-        value=left_s,
-    )

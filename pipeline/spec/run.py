@@ -302,6 +302,12 @@ class PipelineRuns:
                 info = PipelineInfo.from_describe(body)
                 if not info.contains(partition):
                     break
+                # Host calls of one pipeline's partitions arrive together and all miss the
+                # cache: the first to come back makes the run, the others share it, so that
+                # one object carries the pipeline's pause to every partition.
+                made = self._runs.get((info.name, info.incarnation))
+                if made is not None:
+                    return made
                 if len(self._runs) >= RUNS_MAX:
                     self._runs.pop(next(iter(self._runs)))
                 run = PipelineRun(info, self._store, self._max_keys_default)

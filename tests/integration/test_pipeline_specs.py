@@ -87,6 +87,12 @@ def owners(rig: PipelineRig, info: PipelineInfo) -> dict[int, tuple[str, int]]:
     return out
 
 
+def every_owner(rig: PipelineRig, info: PipelineInfo) -> dict[int, tuple[str, int]] | None:
+    """`owners` once every partition is seen (a health call can time out on a busy host)."""
+    held = owners(rig, info)
+    return held if len(held) == info.partitions else None
+
+
 def caught_up(rig: PipelineRig, producer: SpecProducer) -> dict[int, str] | None:
     """Every partition of the pipeline ONLINE, its owner past the end of its log."""
     info = producer.info
@@ -218,11 +224,16 @@ def test_a_recorded_pipeline_runs_in_its_pool_and_equals_its_batch_job(
 
     # Paused: its partitions stay where they are and no offset moves; resumed: caught up.
     assert admin(rig, "POST", "/v1/pipelines/orders/pause").status == 200
-    time.sleep(3 * STATES_REFRESH_S)  # every worker has read the pause
-    held = owners(rig, info)
+    holders = set(owned.values())
+    wait_until(
+        lambda: all("pipeline orders paused" in rig.workers[w].output() for w in holders),
+        "every owner read the pause",
+        30,
+    )
+    held = wait_until(lambda: every_owner(rig, info), "the paused partitions' offsets", 30)
     producer.produce(rows(seed=6))
-    time.sleep(3 * STATES_REFRESH_S + 1.0)
-    assert owners(rig, info) == held
+    time.sleep(3 * STATES_REFRESH_S + 1.0)  # batches would have run by now
+    assert wait_until(lambda: every_owner(rig, info), "the offsets again", 30) == held
     assert admin(rig, "POST", "/v1/pipelines/orders/resume").status == 200
     owned = wait_until(lambda: caught_up(rig, producer), "orders resumed", CATCH_UP_TIMEOUT_S)
     got, want = results(rig, owned), oracle(spark, producer)

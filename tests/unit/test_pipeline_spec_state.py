@@ -3,6 +3,7 @@ format-2 checkpoint, and the source log of its own columns under its own numbers
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import itertools
 import random
@@ -258,6 +259,7 @@ async def test_the_runs_find_a_partitions_pipeline_and_follow_its_pause(tmp_path
 
     async def get(path: str) -> dict[str, Any]:
         asked.append(path)
+        await asyncio.sleep(0)  # a real call yields: concurrent lookups interleave here
         if path == "/v1/pipelines":
             rows = [{"name": "default", "incarnation": 0, "first_slot": 0, "partitions": 8}]
             rows.append(
@@ -283,9 +285,14 @@ async def test_the_runs_find_a_partitions_pipeline_and_follow_its_pause(tmp_path
 
     runs = PipelineRuns(get, LocalStore(str(tmp_path)), max_keys_default=5)
     assert await runs.of(3) is None and asked == []  # `default`'s numbers ask nothing
-    run = await runs.of(recorded.first_slot + 2)
-    assert run is not None and run.name == "orders" and run.max_keys == 5 and not run.paused
-    assert await runs.of(recorded.first_slot) is run and len(asked) == 2  # cached
+    # Host calls of its partitions arrive together: they all get one run, which carries the
+    # pause to each of them.
+    together = await asyncio.gather(*(runs.of(recorded.first_slot + n) for n in range(3)))
+    run = together[0]
+    assert run is not None and all(r is run for r in together)
+    assert run.name == "orders" and run.max_keys == 5 and not run.paused
+    asked.clear()
+    assert await runs.of(recorded.first_slot) is run and asked == []  # cached
     with pytest.raises(UnavailableError):
         await runs.of(recorded.first_slot + 3)  # past its partitions: nobody's
     state["orders"] = "paused"
