@@ -112,7 +112,8 @@ class Checkpointer:
         return await self._write(partition, epoch, rt)
 
     async def _write(self, partition: int, epoch: int, rt: PartitionRuntime) -> str:
-        encoded = rt.checkpoint_bytes(partition, epoch)
+        # Encoded off the event loop (the caller holds the batch lock: the state stays put).
+        encoded = await asyncio.to_thread(rt.checkpoint_bytes, partition, epoch)
         if encoded is not None:
             return await asyncio.to_thread(
                 self.checkpoints.write_encoded, partition, epoch, rt.offset, encoded

@@ -58,10 +58,11 @@ class PartitionRuntime:
 
     def checkpoint_bytes(self, partition: int, epoch: int) -> bytes | None:
         """A recorded pipeline's checkpoint of this state (None for `default`'s, whose
-        CheckpointStore.write encodes)."""
+        CheckpointStore.write encodes). Blocking: run it in a thread. No copy is needed: a
+        merge replaces `spec_state` with a new object and never changes the one it read."""
         if self.run is None or self.spec_state is None:
             return None
-        return self.run.encode(partition, epoch, self.offset, self.spec_state.copy())
+        return self.run.encode(partition, epoch, self.offset, self.spec_state)
 
 
 class Holdings:

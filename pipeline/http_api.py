@@ -299,7 +299,8 @@ class WorkerApi:
                 "this partition's results cannot be read here", code="unavailable"
             )
         sketches = self.sketches()
-        results = await asyncio.to_thread(run.results, state.copy(), sketches, keys)
+        # `state` is never changed in place (a merge replaces it): read it as it is.
+        results = await asyncio.to_thread(run.results, state, sketches, keys)
         return [
             {"key": k, **{name: _json_value(v) for name, v in outputs.items()}}
             for k, outputs in sorted(results.items(), key=lambda kv: (kv[0] is None, str(kv[0])))

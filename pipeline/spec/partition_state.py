@@ -51,11 +51,6 @@ class SpecPartitionState:
     def __len__(self) -> int:
         return len(self.values)
 
-    def copy(self) -> SpecPartitionState:
-        return SpecPartitionState(
-            values={k: dict(v) for k, v in self.values.items()}, firsts=dict(self.firsts)
-        )
-
 
 def merge_spec_batch(
     outputs: Sequence[Output],
