@@ -3,12 +3,12 @@
 `PipelineClient` is what a program holds to feed and query a recorded pipeline. Writes go
 straight to the pipeline's source log in the store (`SpecProducer`, as `ripple produce
 --pipeline` does); reads go to the worker that owns the key (`KeyRouter` in pipeline mode, as
-`ripple get --pipeline` does). Invariants: a produce call appends all its rows or none (every
-row is checked against the spec's schema first; a bad one is a `RequestError` whose `field`
-is the column at fault) and takes at most `PRODUCE_ROWS_MAX` rows, read no further than one
-past it; it writes by the pipeline's description as the coordinator has it at the call (a
-pipeline dropped and created again is written as its new incarnation), and only to an ACTIVE
-or PAUSED pipeline.
+`ripple get --pipeline` does). Invariants: a produce call checks every row against the
+spec's schema before it appends any (a bad one is a `RequestError` whose `field` is the
+column at fault; a store failure part way can still leave some partitions' rows appended)
+and takes at most `PRODUCE_ROWS_MAX` rows, read no further than one past it; it writes by
+the pipeline's description as the coordinator has it at the call (a pipeline dropped and
+created again is written as its new incarnation), and only to an ACTIVE or PAUSED pipeline.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ producer; each key's outputs, read from the owners, equal `pipeline.spec.oracle.
 over every row, exactly (sketch estimates included). Paused, it keeps its partitions and
 offsets and processes nothing; resumed, it catches up. Then its worker is killed -9 while
 `default` runs too: the partitions move within the pool, replayed from their checkpoints, and
-both pipelines are exact again.
+both pipelines are exact again. Rows produced through the SDK (`PipelineClient`) read back
+through it equal the batch job too.
 """
 
 from __future__ import annotations
