@@ -6,7 +6,8 @@ Two recorded pipelines beside `default`: `orders`, whose pool a labelled worker 
 with the reason the API gives). The page must list all three with the state and the health
 counts the API's describe gives, and clicking one must scope the partition grid and the
 migrations to it (its partition count of cells, numbered its own) and show its description;
-the choice holds across refreshes, and `default` brings back the cluster's own table. It is
+the choice holds across refreshes, and `default` (chosen, or by itself once the pipeline on
+show is dropped) brings back the cluster's own table. It is
 skipped only when no Chromium or chromedriver binary is installed (the `browser` fixture).
 """
 
@@ -210,3 +211,17 @@ def walk(c: Cluster, page: Page, shots: Path) -> None:
     assert {v["owner"] for v in page.cells().values()} <= {"w1", "w2"}
     assert not page.d.find_element("css selector", "#partitions-pipeline").is_displayed()
     assert "cluster's own partition table" in page.text("#pipeline-detail")
+
+    # The pipeline on show dropped: the page goes back to `default` by itself.
+    choose(page, "gpu", GPU_PARTITIONS)
+    dropped = call("DELETE", c.url(c.leader()) + "/v1/pipelines/gpu", token=ADMIN)
+    assert dropped.status == 202, dropped.body
+    page.wait(
+        lambda: (
+            "gpu" not in rows(page)
+            and rows(page)["default"]["chosen"] == "yes"
+            and page.count("#grid .cell") == DEFAULT_PARTITIONS
+        ),
+        "default again once gpu is gone",
+    )
+    assert not page.d.find_element("css selector", "#partitions-pipeline").is_displayed()

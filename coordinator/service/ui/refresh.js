@@ -15,6 +15,8 @@ const LEADER_PARTITION_FIELDS = ["failing", "offset", "lag_records", "rate_per_s
 // Pipelines described (health, settings) per refresh, `default` and the selected one first;
 // the rest show no health (`ripple pipelines describe` has it), so a refresh stays bounded.
 const PIPELINES_DESCRIBED_MAX = 32;
+// Describes in flight at once: a page stays far below a node's reads_in_flight_max (64).
+const DESCRIBES_IN_FLIGHT_MAX = 4;
 
 function pauseMs(state) {
   return Math.min(REFRESH_MAX_MS, Math.max(REFRESH_MS, 3 * state.lastDurationMs));
@@ -190,8 +192,11 @@ async function loadPipelines(S) {
   const first = pipelines.filter((p) => p.name === S.pipeline);
   const described = [...first, ...pipelines.filter((p) => p.name !== S.pipeline)]
     .slice(0, PIPELINES_DESCRIBED_MAX);
-  const answers = await Promise.all(described.map((p) =>
-    getJSON(`/v1/pipelines/${encodeURIComponent(p.name)}`)));
+  const answers = [];
+  for (let i = 0; i < described.length; i += DESCRIBES_IN_FLIGHT_MAX) {
+    answers.push(...await Promise.all(described.slice(i, i + DESCRIBES_IN_FLIGHT_MAX)
+      .map((p) => getJSON(`/v1/pipelines/${encodeURIComponent(p.name)}`))));
+  }
   const details = new Map();
   described.forEach((p, i) => {
     if (answers[i].ok && answers[i].body) details.set(p.name, answers[i].body);
