@@ -14,7 +14,7 @@ const STATE_KINDS = { CREATING: "info", ACTIVE: "ok", PAUSED: "warn", DROPPING: 
 
 // {up, placing, waiting, count, reason}: its partitions ONLINE, ASSIGNING and UNASSIGNED,
 // its count and why the waiting ones have nowhere to go; null if it was not described.
-export function healthOf(app, p) {
+function healthOf(app, p) {
   const d = app.state.pipelineDetails.get(p.name);
   if (!d || !d.partition_states) return null;
   const { ONLINE, ASSIGNING, UNASSIGNED } = app.enums.E.PartitionStatus;

@@ -22,7 +22,7 @@ export function createState() {
     pipelines: [], // /v1/pipelines's list, `default` first
     pipelineDetails: new Map(), // name -> its /v1/pipelines/{name} (those this refresh described)
     pipelinesNote: "", // what the list leaves out (pipelines not described), or ""
-    pipeline: DEFAULT_PIPELINE, // whose partitions and migrations the page reads (panel_pipelines.js)
+    pipeline: DEFAULT_PIPELINE, // whose partitions and migrations the page reads
     stale: true,
     token: sessionStorage.getItem(TOKEN_KEY) || "",
     lastOk: 0,
@@ -37,7 +37,8 @@ export function createState() {
 // What the page's partition and migration reads add for the pipeline on show: nothing for
 // `default` (exactly the reads of a cluster with no pipeline records), else ?pipeline=NAME.
 export function pipelineQuery(state) {
-  return state.pipeline === DEFAULT_PIPELINE ? "" : `?pipeline=${encodeURIComponent(state.pipeline)}`;
+  if (state.pipeline === DEFAULT_PIPELINE) return "";
+  return `?pipeline=${encodeURIComponent(state.pipeline)}`;
 }
 
 // The admin token lives in this tab's sessionStorage only: a reload keeps it, a new tab
