@@ -2,26 +2,43 @@
 
 Counters are the worker's own event counts (`new_stats`, batch seconds); gauges read the
 partitions it holds right now: processing lag behind the source log and the age of the
-state's last checkpoint, per partition and as worker-wide aggregates. Nothing is kept in
-step with the work by hand, so the figures cannot drift from what the worker holds.
+state's last checkpoint, per partition, per pipeline and as worker-wide aggregates. Nothing
+is kept in step with the work by hand, so the figures cannot drift from what the worker holds.
+
+Partition series carry `pipeline` (`default`, or a recorded pipeline's name from its run) and
+`partition` as that pipeline numbers it (slot - first_slot), as the coordinator's do. The
+`pipeline` label takes at most PIPELINE_LABELS_MAX values per worker: past it the pipelines
+last by name, and a name's older incarnations still held, go under `other`, their partitions
+by slot number, which no other series uses; so no two series share their labels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Set
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pipeline.holdings import Holdings
+from pipeline.holdings import Holdings, PartitionRuntime
 from shared.clock import Clock, monotonic_s
 from shared.system_clock import SYSTEM_CLOCK
 
-__all__ = ["PARTITION_SERIES_MAX", "STAT_HELP", "WorkerMetrics", "new_stats"]
+__all__ = [
+    "PARTITION_SERIES_MAX",
+    "PIPELINE_LABELS_MAX",
+    "STAT_HELP",
+    "WorkerMetrics",
+    "new_stats",
+    "pipeline_numbers",
+]
 
 # Past this many held partitions only the aggregates are exported (bounded scrape size).
 PARTITION_SERIES_MAX = 1024
+# Distinct `pipeline` label values one worker exports, `default` and `other` among them.
+PIPELINE_LABELS_MAX = 32
+DEFAULT_PIPELINE = "default"
+OTHER_PIPELINES = "other"
 
 # What each worker counter counts, in the order `GET /v1/health` shows them; exported as
 # ripple_worker_<name>_total.
@@ -166,21 +183,114 @@ class WorkerMetrics(Collector):
             "Longest time a held partition's state has gone without a checkpoint",
             value=max(ages.values(), default=0.0),
         )
+        numbers = pipeline_numbers(holdings.parts)
+        yield from _per_pipeline(numbers, lags, ages, set(holdings.failing()))
         if len(holdings.parts) > PARTITION_SERIES_MAX:
             return
         lag = GaugeMetricFamily(
             "ripple_worker_partition_lag_records",
-            "Records behind the source log's end as last listed",
-            labels=["partition"],
+            "Records behind the source log's end as last listed, by pipeline and its partition",
+            labels=["pipeline", "partition"],
         )
         for p, value in sorted(lags.items()):
-            lag.add_metric([str(p)], value)
+            lag.add_metric(_labels(numbers[p]), value)
         yield lag
         age = GaugeMetricFamily(
             "ripple_worker_partition_checkpoint_age_seconds",
-            "Time since the partition's state was last covered by a checkpoint",
-            labels=["partition"],
+            "Time since the partition's state was last covered by a checkpoint, by pipeline "
+            "and its partition",
+            labels=["pipeline", "partition"],
         )
         for p, seconds_since in sorted(ages.items()):
-            age.add_metric([str(p)], seconds_since)
+            age.add_metric(_labels(numbers[p]), seconds_since)
         yield age
+
+
+def pipeline_numbers(parts: Mapping[int, PartitionRuntime]) -> dict[int, tuple[str, int]]:
+    """Each held partition's `pipeline` label and its number there, within
+    PIPELINE_LABELS_MAX label values (the module's docstring says which go under `other`)."""
+    newest: dict[str, int] = {}
+    for rt in parts.values():
+        if rt.run is not None:
+            info = rt.run.info
+            newest[info.name] = max(newest.get(info.name, info.incarnation), info.incarnation)
+    names = sorted(newest)
+    stale = any(
+        rt.run is not None and rt.run.info.incarnation != newest[rt.run.name]
+        for rt in parts.values()
+    )
+    # Room for `default`, and for `other` once an older incarnation or a name goes there.
+    if len(names) > PIPELINE_LABELS_MAX - 1 - stale:
+        names = names[: PIPELINE_LABELS_MAX - 2]
+    named = set(names)
+    out: dict[int, tuple[str, int]] = {}
+    for p, rt in parts.items():
+        if rt.run is None:
+            out[p] = (DEFAULT_PIPELINE, p)
+            continue
+        info = rt.run.info
+        if info.name in named and info.incarnation == newest[info.name]:
+            out[p] = (info.name, p - info.first_slot)
+        else:
+            out[p] = (OTHER_PIPELINES, p)
+    return out
+
+
+def _labels(numbered: tuple[str, int]) -> list[str]:
+    return [numbered[0], str(numbered[1])]
+
+
+def _per_pipeline(
+    numbers: Mapping[int, tuple[str, int]],
+    lags: Mapping[int, int],
+    ages: Mapping[int, float],
+    failing: Set[int],
+) -> Iterator[Metric]:
+    """The worker-wide gauges again, one series per `pipeline` label value held here."""
+    held: dict[str, int] = {}
+    lag: dict[str, int] = {}
+    age: dict[str, float] = {}
+    fails: dict[str, int] = {}
+    for p, (pipeline, _) in numbers.items():
+        held[pipeline] = held.get(pipeline, 0) + 1
+        lag[pipeline] = lag.get(pipeline, 0) + lags.get(p, 0)
+        age[pipeline] = max(age.get(pipeline, 0.0), ages.get(p, 0.0))
+        fails[pipeline] = fails.get(pipeline, 0) + (p in failing)
+    yield _filled(
+        GaugeMetricFamily(
+            "ripple_worker_pipeline_partitions",
+            "Partitions held here, by pipeline",
+            labels=["pipeline"],
+        ),
+        held,
+    )
+    yield _filled(
+        GaugeMetricFamily(
+            "ripple_worker_pipeline_lag_records",
+            "Records in the source log not yet processed, by pipeline",
+            labels=["pipeline"],
+        ),
+        lag,
+    )
+    yield _filled(
+        GaugeMetricFamily(
+            "ripple_worker_pipeline_checkpoint_age_max_seconds",
+            "Longest time a held partition's state has gone without a checkpoint, by pipeline",
+            labels=["pipeline"],
+        ),
+        age,
+    )
+    yield _filled(
+        GaugeMetricFamily(
+            "ripple_worker_pipeline_partitions_failing",
+            "Partitions whose recent micro-batches failed in a row, by pipeline",
+            labels=["pipeline"],
+        ),
+        fails,
+    )
+
+
+def _filled(family: GaugeMetricFamily, values: Mapping[str, float]) -> GaugeMetricFamily:
+    for pipeline, value in sorted(values.items()):
+        family.add_metric([pipeline], value)
+    return family

@@ -185,31 +185,27 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _produce_to_pipeline(args: argparse.Namespace) -> int:
-    from pipeline.spec.produce import SpecProducer, load_rows
-    from pipeline.spec.run import PipelineInfo
-    from pipeline.store import open_store
+    from pipeline.spec.produce import load_rows
+    from pipeline.spec.sdk import PipelineClient
 
     if args.file is None:
         raise RippleError("a recorded pipeline's records come from --file", code="usage")
 
-    async def describe() -> dict[str, Any]:
-        async with client_for(args) as client:
-            return await client.get(f"/v1/pipelines/{args.pipeline}")
+    async def produce() -> tuple[int, int]:
+        async with (
+            client_for(args) as client,
+            PipelineClient(
+                client, args.pipeline, store=store_uri(args), s3_endpoint=args.s3_endpoint
+            ) as pipeline,
+        ):
+            rows = list(load_rows(args.file))
+            firsts = await pipeline.produce(rows)
+            return len(rows), len(firsts)
 
-    body = asyncio.run(describe())
-    if body["state"] not in ("active", "paused") or not body["first_slot"]:
-        raise RippleError(
-            f"pipeline {args.pipeline} is {body['state']}: records go to ACTIVE or PAUSED ones",
-            code="conflict",
-        )
-    producer = SpecProducer(
-        open_store(store_uri(args), args.s3_endpoint), PipelineInfo.from_describe(body)
-    )
-    rows = list(load_rows(args.file))
-    firsts = producer.produce(rows)
+    rows, partitions = asyncio.run(produce())
     print(
-        f"produced {len(rows)} records of pipeline {args.pipeline} into {len(firsts)} "
-        f"partitions of {body['partitions']} ({store_uri(args)})"
+        f"produced {rows} records of pipeline {args.pipeline} into {partitions} partitions "
+        f"({store_uri(args)})"
     )
     return 0
 

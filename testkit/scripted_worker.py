@@ -1,7 +1,8 @@
 """A scripted worker for coordinator tests: speaks the worker HTTP contract (the leader's
 calls through `shared/messages/`, as a real worker does), computes nothing.
 
-Run as `python -m testkit.scripted_worker --coordinator URL ... --worker-id W --port P`.
+Run as `python -m testkit.scripted_worker --coordinator URL ... --worker-id W --port P`
+(`--label K=V ... --slots N`: the profile recorded pipelines' pools select on).
 It registers (following redirects), heartbeats with its gates' epochs and offsets, obeys
 host / release / checkpoint / warm / unwarm calls (verifying the coordinator's bearer
 token), and exposes `GET /test/state` (gates and a log of every call), `POST
@@ -96,9 +97,18 @@ def invalid_response(exc: InvalidCallBody) -> web.Response:
 
 class ScriptedWorker:
     def __init__(
-        self, urls: list[str], worker_id: str, port: int, interval_s: float, store: str
+        self,
+        urls: list[str],
+        worker_id: str,
+        port: int,
+        interval_s: float,
+        store: str,
+        labels: dict[str, str] | None = None,
+        slots: int | None = None,
     ) -> None:
         self.store = store  # references are named as a real worker's (nothing is written)
+        # Its profile (--label, --slots): which recorded pipelines' partitions it may take.
+        self.labels, self.slots = labels, slots
         self.release_uri: str | None = None
         self.refuse_release = False  # answer release calls 503, as a worker whose store is down
         self.checkpoints_lost = False  # answer host calls naming a checkpoint 503
@@ -123,7 +133,9 @@ class ScriptedWorker:
         body = await self.client.request(
             "POST",
             "/v1/workers",
-            json=RegisterRequest(worker_id=self.worker_id, address=self.address).to_json(),
+            json=RegisterRequest(
+                worker_id=self.worker_id, address=self.address, labels=self.labels, slots=self.slots
+            ).to_json(),
             headers=headers,
         )
         self.token, self.incarnation = body["token"], body["incarnation"]
@@ -417,8 +429,15 @@ class ScriptedWorker:
 
 
 async def main(args: argparse.Namespace) -> None:
+    labels = dict(pair.split("=", 1) for pair in args.label) if args.label else None
     w = ScriptedWorker(
-        args.coordinator, args.worker_id, args.port, args.heartbeat_interval, args.store
+        args.coordinator,
+        args.worker_id,
+        args.port,
+        args.heartbeat_interval,
+        args.store,
+        labels,
+        args.slots,
     )
     ssl_context = None
     if args.tls_cert:  # TLS like a real worker's: https:// address, coordinators verified
@@ -464,6 +483,8 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--heartbeat-interval", type=float, default=0.3)
     parser.add_argument("--store", required=True, help="the cluster's store setting")
+    parser.add_argument("--label", action="append", help="KEY=VALUE, of its profile")
+    parser.add_argument("--slots", type=int, help="recorded pipelines' partitions it takes")
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     parser.add_argument("--tls-ca")

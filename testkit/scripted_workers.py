@@ -28,11 +28,12 @@ class ScriptedWorkers:
         self.procs: dict[str, Proc] = {}
         self.ports: dict[str, int] = {}
 
-    def start(self, wid: str) -> Proc:
+    def start(self, wid: str, *profile: str) -> Proc:
+        """Start `wid`; `profile`: more of its arguments (`--label K=V`, `--slots N`)."""
         port = self.ports.get(wid) or free_ports(1)[0]
         argv = python_argv("-m", "testkit.scripted_worker", "--worker-id", wid, "--port", str(port))
         argv += ["--heartbeat-interval", str(HEARTBEAT_INTERVAL_S)]
-        argv += ["--store", self.cluster.config.store]
+        argv += ["--store", self.cluster.config.store, *profile]
         for s in self.cluster.specs:
             argv += ["--coordinator", s.url]
         proc = Proc(argv, self.cluster.root / "logs" / f"{wid}.log", env=checkout_env())

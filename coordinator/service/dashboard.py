@@ -47,6 +47,7 @@ UI_FILES = {
     "panel_grid.js": "text/javascript",
     "panel_lag.js": "text/javascript",
     "panel_migrations.js": "text/javascript",
+    "panel_pipelines.js": "text/javascript",
     "panel_plan.js": "text/javascript",
     "panel_rescale.js": "text/javascript",
     "panel_workers.js": "text/javascript",

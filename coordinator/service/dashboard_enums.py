@@ -20,6 +20,7 @@ from coordinator.core.model import (
     ChangeReason,
     MigrationPhase,
     PartitionStatus,
+    PipelineState,
     RescalePhase,
     WorkerState,
 )
@@ -31,6 +32,7 @@ ENUMS_FILE = "enums.json"  # served as /ui/enums.json
 # The enums whose values the page compares with, counts by, or names in its text.
 SHOWN: tuple[type[Enum], ...] = (
     PartitionStatus,
+    PipelineState,
     WorkerState,
     Liveness,
     MigrationPhase,

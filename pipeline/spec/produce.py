@@ -23,7 +23,7 @@ from pipeline.store import ObjectStore
 from shared.routing import partition_for_key
 from shared.spec.ddl import Column, TypeKind
 
-__all__ = ["SpecProducer", "load_rows"]
+__all__ = ["ROWS_PER_CALL_MAX", "RowError", "SpecProducer", "load_rows"]
 
 ROWS_PER_CALL_MAX = 1_000_000  # one produce call's rows, held in memory at once
 
@@ -46,6 +46,16 @@ def _instant(text: str) -> datetime.datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=datetime.UTC)
 
 
+class RowError(SourceInputError):
+    """A row the spec's schema refuses: its index in the call and the column at fault."""
+
+    def __init__(self, row: int, column: str | None, problem: object) -> None:
+        where = f"row {row}" if column is None else f"row {row}, column {column!r}"
+        super().__init__(f"{where}: {problem}")
+        self.row = row
+        self.column = column
+
+
 class SpecProducer:
     def __init__(self, store: ObjectStore, info: PipelineInfo) -> None:
         self.run = PipelineRun(info, store, 1)
@@ -60,26 +70,25 @@ class SpecProducer:
             raise SourceInputError(f"{len(rows)} rows exceed ROWS_PER_CALL_MAX={ROWS_PER_CALL_MAX}")
         key = self.run.spec.key
         names = set(self._converters)
+        convs = list(self._converters.items())
         typed: list[dict[str, Any]] = []
         for i, row in enumerate(rows):
             unknown = sorted(set(row) - names)
             if unknown:
-                raise SourceInputError(f"row {i}: {unknown} are not columns of the spec's schema")
+                raise RowError(i, unknown[0], f"{unknown} are not columns of the spec's schema")
             if row.get(key) is None:
-                raise SourceInputError(f"row {i}: the key column {key!r} is missing or null")
-            try:
-                typed.append({n: conv(row.get(n)) for n, conv in self._converters.items()})
-            except (ValueError, TypeError, decimal.InvalidOperation) as exc:
-                raise SourceInputError(f"row {i}: {exc}") from None
+                raise RowError(i, key, "the key column is missing or null")
+            typed.append({n: _converted(i, n, conv, row.get(n)) for n, conv in convs})
         try:
             return pa.Table.from_pylist(typed, schema=self._record_schema)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            # pyarrow names the value, not the row: find it, one row at a time.
+            # pyarrow names the value, not the row: find it, one value at a time.
             for i, row in enumerate(typed):
-                try:
-                    pa.Table.from_pylist([row], schema=self._record_schema)
-                except (pa.ArrowException, TypeError, ValueError, OverflowError) as one:
-                    raise SourceInputError(f"row {i}: {one}") from None
+                for field in self._record_schema:
+                    try:
+                        pa.array([row[field.name]], type=field.type)
+                    except (pa.ArrowException, TypeError, ValueError, OverflowError) as one:
+                        raise RowError(i, field.name, one) from None
             raise SourceInputError(str(exc)) from None
 
     def produce(self, rows: Sequence[Mapping[str, Any]]) -> dict[int, int]:
@@ -97,6 +106,15 @@ class SpecProducer:
                 first = self.run.log.append_table(p, chosen.slice(start, SEGMENT_RECORDS_MAX))
                 firsts.setdefault(p, first)
         return firsts
+
+
+def _converted(row: int, column: str, conv: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return conv(value)
+    except decimal.InvalidOperation:
+        raise RowError(row, column, f"{value!r} is not a decimal number") from None
+    except (ValueError, TypeError) as exc:
+        raise RowError(row, column, exc) from None
 
 
 def load_rows(path: str) -> Iterator[dict[str, Any]]:

@@ -9,11 +9,13 @@ producer; each key's outputs, read from the owners, equal `pipeline.spec.oracle.
 over every row, exactly (sketch estimates included). Paused, it keeps its partitions and
 offsets and processes nothing; resumed, it catches up. Then its worker is killed -9 while
 `default` runs too: the partitions move within the pool, replayed from their checkpoints, and
-both pipelines are exact again.
+both pipelines are exact again. Rows produced through the SDK (`PipelineClient`) read back
+through it equal the batch job too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import time
@@ -29,6 +31,7 @@ from pipeline.source import generate
 from pipeline.spec.oracle import batch_job
 from pipeline.spec.produce import SpecProducer
 from pipeline.spec.run import STATES_REFRESH_S, PipelineInfo
+from pipeline.spec.sdk import PipelineClient
 from testkit.cluster import ADMIN
 from testkit.http import Reply, call
 from testkit.pipeline_rig import PipelineRig
@@ -262,6 +265,33 @@ def test_a_recorded_pipeline_runs_in_its_pool_and_equals_its_batch_job(
         assert starts and int(starts[-1]) > 0, (n, starts)
 
 
+async def test_the_sdk_produces_to_a_pipeline_and_reads_its_keys_back(
+    rig: PipelineRig, spark: SparkSession
+) -> None:
+    """`PipelineClient` end to end: rows produced through it are processed by the pool's
+    worker, and every key it reads back equals the spec's batch job over those rows."""
+    speaks_pipelines(rig.cluster)
+    body = {"name": "orders", "spec_text": spec_text(), "partitions": 2, "pool": POOL}
+    assert admin(rig, "POST", "/v1/pipelines", body).status == 202
+    info = PipelineInfo.from_describe(wait_until(lambda: active(rig, "orders"), "active", 60))
+    rig.start_worker("w1", "--label", "zone=a", "--slots", "4")
+    rig.wait_ready()
+    urls = [s.url for s in rig.cluster.specs]
+    async with PipelineClient(urls, "orders", store=rig.store_uri) as orders_sdk:
+        firsts = await orders_sdk.produce(iter(rows(seed=11)))
+        assert set(firsts) == {0, 1}  # the pipeline's own partition numbers
+        producer = SpecProducer(rig.store, info)  # reads the log the SDK wrote
+        await asyncio.to_thread(
+            wait_until, lambda: caught_up(rig, producer), "orders caught up", CATCH_UP_TIMEOUT_S
+        )
+        want = oracle(spark, producer)
+        assert len(want) > 10
+        for key, outputs in want.items():
+            got = await orders_sdk.get(str(key))
+            assert got["key"] == key and 0 <= got["partition"] < 2, got
+            assert {n: got[n] for n in outputs} == outputs, (key, got, outputs)
+
+
 def test_bad_rows_are_refused_whole_with_the_row_named(tmp_path: Path) -> None:
     from pipeline.source import SourceInputError
     from pipeline.store import LocalStore
@@ -277,10 +307,10 @@ def test_bad_rows_are_refused_whole_with_the_row_named(tmp_path: Path) -> None:
     producer = SpecProducer(LocalStore(str(tmp_path)), info)
     good = rows(seed=5)[:3]
     for bad, said in (
-        ({**good[1], "amount": "lots"}, "row 1"),
-        ({**good[1], "customer": None}, "row 1: the key column"),
-        ({**good[1], "colour": "red"}, "row 1: ['colour']"),
-        ({**good[1], "ts": "not a time"}, "row 1"),
+        ({**good[1], "amount": "lots"}, "row 1, column 'amount'"),
+        ({**good[1], "customer": None}, "row 1, column 'customer': the key column"),
+        ({**good[1], "colour": "red"}, "row 1, column 'colour': ['colour']"),
+        ({**good[1], "ts": "not a time"}, "row 1, column 'ts'"),
     ):
         with pytest.raises(SourceInputError, match=said.replace("[", r"\[").replace("]", r"\]")):
             producer.produce([good[0], bad, good[2]])

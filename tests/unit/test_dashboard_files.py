@@ -27,7 +27,7 @@ UI = ROOT / "coordinator" / "service" / "ui"
 # The core's enums whose values the page compares with or shows, named here on their own so
 # a change to the served list is a change this test sees.
 SHOWN = {"PartitionStatus", "WorkerState", "Liveness", "MigrationPhase", "RescalePhase"}
-SHOWN |= {"ChangeReason"}
+SHOWN |= {"ChangeReason", "PipelineState"}
 
 
 def core_enum(name: str) -> type[Enum]:

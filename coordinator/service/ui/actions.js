@@ -4,7 +4,7 @@
 
 import { errorText, getJSON, leaderBase, request } from "./api.js";
 import { $, banner, el } from "./dom.js";
-import { setToken } from "./store.js";
+import { pipelineQuery, setToken } from "./store.js";
 
 const CONFIRM_MS = 5000; // a "confirm" button turns back after this
 
@@ -80,12 +80,15 @@ export function confirmButton(app, key, label, question, action) {
 // A reassign's dry run: the moves it would make become the plan on show.
 export async function planReassign(app, kind, req) {
   const S = app.state;
-  const r = await adminWrite(app, "/v1/admin/reassign", { ...req, dry_run: true }, S.token);
+  const path = `/v1/admin/reassign${pipelineQuery(S)}`; // moves number the pipeline's own
+  const r = await adminWrite(app, path, { ...req, dry_run: true }, S.token);
   if (!r.ok) {
     banner(`reassign preview: ${errorText(r)}`, "error");
     S.plan = null;
   } else {
-    S.plan = { id: ++S.plans, kind, request: req, moves: (r.body && r.body.migrations) || [] };
+    S.plan = {
+      id: ++S.plans, kind, path, request: req, moves: (r.body && r.body.migrations) || [],
+    };
   }
   app.renderPlans();
 }

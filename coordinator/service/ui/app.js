@@ -12,6 +12,7 @@ import { renderDetail } from "./panel_detail.js";
 import { createGrid } from "./panel_grid.js";
 import { renderLag } from "./panel_lag.js";
 import { renderMigrations } from "./panel_migrations.js";
+import { renderPipelines } from "./panel_pipelines.js";
 import { renderBalancePlan } from "./panel_plan.js";
 import { renderRescale } from "./panel_rescale.js";
 import { renderWorkers } from "./panel_workers.js";
@@ -42,6 +43,7 @@ async function start() {
       renderStats(app);
       renderNodes(app);
       renderWorkers(app);
+      renderPipelines(app);
       grid.render();
       renderDetail(app);
       renderBalancePlan(app);
@@ -61,6 +63,20 @@ async function start() {
       if (S.plan && S.plan.kind === "move") S.plan = null;
       grid.markSelected(partition);
       renderDetail(app);
+      refresher.refreshNow();
+    },
+    // The pipeline whose partitions and migrations the page shows: what was read for the
+    // one shown before is dropped, so no panel mixes two pipelines' numbers.
+    selectPipeline(name) {
+      const S = app.state;
+      if (name === S.pipeline) return;
+      S.pipeline = name;
+      S.selected = null;
+      S.history = null;
+      S.plan = null;
+      S.partitions = [];
+      S.migrations = [];
+      app.render();
       refresher.refreshNow();
     },
     refreshNow: () => refresher.refreshNow(),

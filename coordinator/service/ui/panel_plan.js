@@ -26,7 +26,7 @@ export function planView(app) {
     `Apply ${plural(plan.moves.length, "move")}`);
   apply.addEventListener("click", async () => {
     apply.disabled = true;
-    const r = await adminPost(app, "/v1/admin/reassign", { ...plan.request, dry_run: false },
+    const r = await adminPost(app, plan.path, { ...plan.request, dry_run: false },
       (b) => `reassign started: ${(b.migrations || []).length} migrations`);
     if (r.ok) S.plan = null;
     app.renderPlans();

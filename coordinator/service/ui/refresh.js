@@ -6,11 +6,17 @@
 import { baseOf, errorText, getJSON, leaderBase } from "./api.js";
 import { $, banner, fill } from "./dom.js";
 import { fmtAgo, fmtTime } from "./format.js";
+import { DEFAULT_PIPELINE, pipelineQuery } from "./store.js";
 
 const REFRESH_MS = 2000; // pause between the end of one refresh and the next, at least
 const REFRESH_MAX_MS = 30000; // ... and at most, however slow the last refresh was
 // Lag and failing batches are known to the leader only (from heartbeats).
 const LEADER_PARTITION_FIELDS = ["failing", "offset", "lag_records", "rate_per_s"];
+// Pipelines described (health, settings) per refresh, `default` and the selected one first;
+// the rest show no health (`ripple pipelines describe` has it), so a refresh stays bounded.
+const PIPELINES_DESCRIBED_MAX = 32;
+// Describes in flight at once: a page stays far below a node's reads_in_flight_max (64).
+const DESCRIBES_IN_FLIGHT_MAX = 4;
 
 function pauseMs(state) {
   return Math.min(REFRESH_MAX_MS, Math.max(REFRESH_MS, 3 * state.lastDurationMs));
@@ -98,19 +104,23 @@ async function load(S) {
   const lb = leaderBase(S.home);
   const remoteLeader = lb !== null && lb !== "";
   const selected = S.selected;
-  const [healths, parts, leaderParts, migs, workers, hist, members, status] = await Promise.all([
-    Promise.all(nodes.map((n) => (n.id === h.body.node_id
-      ? h : getJSON(`${baseOf(S.home, n.id, n.url)}/v1/health`)))),
-    getJSON("/v1/partitions"),
-    remoteLeader ? getJSON(`${lb}/v1/partitions`) : null,
-    getJSON("/v1/migrations"),
-    loadWorkers(lb),
-    selected === null ? null : getJSON(`/v1/partitions/${selected}/history`),
-    // The voters as the leader's log says, with the membership change in flight there.
-    getJSON(remoteLeader ? `${lb}/v1/nodes` : "/v1/nodes"),
-    // The newest rescale and its progress (replicated state: any node has it).
-    getJSON("/v1/status"),
-  ]);
+  const scope = S.pipeline; // a pipeline chosen meanwhile is read by the next refresh
+  const q = pipelineQuery(S);
+  const [healths, parts, leaderParts, migs, workers, hist, members, status, known] =
+    await Promise.all([
+      Promise.all(nodes.map((n) => (n.id === h.body.node_id
+        ? h : getJSON(`${baseOf(S.home, n.id, n.url)}/v1/health`)))),
+      getJSON(`/v1/partitions${q}`),
+      remoteLeader ? getJSON(`${lb}/v1/partitions${q}`) : null,
+      getJSON(`/v1/migrations${q}`),
+      loadWorkers(lb),
+      selected === null ? null : getJSON(`/v1/partitions/${selected}/history${q}`),
+      // The voters as the leader's log says, with the membership change in flight there.
+      getJSON(remoteLeader ? `${lb}/v1/nodes` : "/v1/nodes"),
+      // The newest rescale and its progress (replicated state: any node has it).
+      getJSON("/v1/status"),
+      loadPipelines(S),
+    ]);
   S.membership = members.ok ? members.body : null;
   S.nodes = nodes.map((n, i) => ({
     id: n.id,
@@ -119,6 +129,23 @@ async function load(S) {
     error: healths[i].ok ? null : errorText(healths[i]),
   }));
   const problems = [];
+  if (known.ok) {
+    S.pipelines = known.pipelines;
+    S.pipelineDetails = known.details;
+    const cut = known.pipelines.length - known.details.size;
+    S.pipelinesNote = cut > 0 ? `${cut} not described this refresh (no health shown): ` +
+      "ripple pipelines describe NAME has it" : "";
+  } else problems.push(`pipelines: ${known.error}`);
+  if (scope !== S.pipeline) return true; // answers about the pipeline shown before
+  if (known.ok && !S.pipelines.some((p) => p.name === scope)) {
+    // Dropped (or never there): back to `default`, read by the next refresh.
+    S.pipeline = DEFAULT_PIPELINE;
+    S.selected = null;
+    S.history = null;
+    S.partitions = [];
+    S.migrations = [];
+    return true;
+  }
   if (parts.ok) {
     S.partitions = parts.body.partitions || [];
     S.stale = !!parts.body.stale;
@@ -152,6 +179,29 @@ function mergeLeaderOnly(local, fromLeader) {
     if (!l || l.owner !== p.owner || l.epoch !== p.epoch) continue;
     for (const k of LEADER_PARTITION_FIELDS) if (l[k] !== undefined) p[k] = l[k];
   }
+}
+
+// {ok, pipelines, details} of /v1/pipelines and the describes of the first
+// PIPELINES_DESCRIBED_MAX of them (`default` and the selected one among them); {ok: false,
+// error} when the list did not come. A describe that failed leaves its pipeline out of
+// `details`: its health shows as unknown.
+async function loadPipelines(S) {
+  const r = await getJSON("/v1/pipelines");
+  if (!r.ok || !r.body) return { ok: false, error: errorText(r) };
+  const pipelines = r.body.pipelines || [];
+  const first = pipelines.filter((p) => p.name === S.pipeline);
+  const described = [...first, ...pipelines.filter((p) => p.name !== S.pipeline)]
+    .slice(0, PIPELINES_DESCRIBED_MAX);
+  const answers = [];
+  for (let i = 0; i < described.length; i += DESCRIBES_IN_FLIGHT_MAX) {
+    answers.push(...await Promise.all(described.slice(i, i + DESCRIBES_IN_FLIGHT_MAX)
+      .map((p) => getJSON(`/v1/pipelines/${encodeURIComponent(p.name)}`))));
+  }
+  const details = new Map();
+  described.forEach((p, i) => {
+    if (answers[i].ok && answers[i].body) details.set(p.name, answers[i].body);
+  });
+  return { ok: true, pipelines, details };
 }
 
 // Liveness and load are known to the leader only: ask it, or fall back to this node.
