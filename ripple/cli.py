@@ -14,6 +14,7 @@
   ripple pipelines list|describe NAME               the pipelines the cluster runs
   ripple pipelines create NAME --spec FILE [--partitions N] [--label K=V ...]
   ripple pipelines pause|resume NAME | drop NAME [--purge]   admin: change one
+  ripple pipelines tokens issue|list|revoke NAME   admin: tokens scoped to one pipeline
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log
   ripple get KEY                                    a key's state from its owning worker

@@ -1,4 +1,4 @@
-"""`ripple pipelines create|list|describe|pause|resume|drop`: the operator's commands for
+"""`ripple pipelines create|list|describe|pause|resume|drop|tokens`: the operator's commands for
 the pipelines a cluster runs, over `/v1/pipelines` (docs/http-api.md, "Pipelines").
 
 Owns the subcommands' flags, the request each sends and the lines each prints. A create
@@ -21,6 +21,7 @@ from urllib.parse import quote, urlparse
 from coordinator.client import CoordinatorClient
 from pipeline.spec.purge import Purgeable
 from ripple.connect import admin_token, client_for, coordinator_urls, tls_ca
+from ripple.pipeline_tokens import add_tokens_parser, tokens_command
 from ripple.tables import table
 from shared.errors import ClientError, RippleError
 
@@ -121,6 +122,8 @@ def render_pipeline(p: dict[str, Any]) -> str:
 
 async def pipelines_command(args: argparse.Namespace) -> int:
     action = args.action
+    if action == "tokens":
+        return await tokens_command(args)
     as_json: bool = args.json
     name = quote(args.name, safe="") if getattr(args, "name", None) else ""
     if action in ("list", "describe"):
@@ -263,3 +266,4 @@ def add_pipelines_parser(sub: Any, client_args: Any) -> None:
     )
     d.add_argument("--store", help="the cluster's store (default: file://<data-dir>/store)")
     d.add_argument("--s3-endpoint")
+    add_tokens_parser(actions, client_args)

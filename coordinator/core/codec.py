@@ -38,9 +38,11 @@ from coordinator.core.model import (
     RESCALE_PARTITIONS_MAX,
     SHA256_HEX_LEN,
     SPEC_TEXT_BYTES_MAX,
+    TOKEN_ID_LEN_MAX,
     URI_LEN_MAX,
     WORKER_LABELS_MAX,
     MigrationReason,
+    TokenRole,
 )
 from coordinator.core.pipeline_fields import label_value, pipeline_name_value, settings_value
 from coordinator.core.result_codec import (
@@ -112,6 +114,8 @@ _final_checkpoint = record(
 _built_checkpoint = record(
     BuiltCheckpoint, {"partition": int_value, "offset": int_value, "uri": str_value(URI_LEN_MAX)}
 )
+
+_token_id = str_value(TOKEN_ID_LEN_MAX, empty_ok=False)
 
 _COMMAND_SPECS: dict[int, dict[str, Decoder]] = {
     1: {"total_partitions": int_value, "now_ms": int_value},
@@ -237,6 +241,20 @@ _COMMAND_SPECS: dict[int, dict[str, Decoder]] = {
         "incarnation": int_value,
         "labels": array(label_value, WORKER_LABELS_MAX),
         "slots": int_value,
+        "now_ms": int_value,
+    },
+    35: {
+        "name": pipeline_name_value,
+        "token_id": _token_id,
+        "role": enum_value(TokenRole),
+        "sha256": str_value(SHA256_HEX_LEN, empty_ok=False),
+        "by": str_value(MAINTENANCE_BY_LEN_MAX),
+        "now_ms": int_value,
+    },
+    36: {
+        "name": pipeline_name_value,
+        "token_id": _token_id,
+        "by": str_value(MAINTENANCE_BY_LEN_MAX),
         "now_ms": int_value,
     },
 }

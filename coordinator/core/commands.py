@@ -27,6 +27,7 @@ from coordinator.core.model import (
     PipelineSettings,
     PipelineState,
     RescalePhase,
+    TokenRole,
     WorkerId,
     WorkerState,
 )
@@ -265,6 +266,16 @@ class PipelineResult:
     changed: bool  # False: the command found it as it asked
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenResult:
+    """A pipeline's token after IssueToken or RevokeToken."""
+
+    name: PipelineName
+    token_id: str
+    issued: bool  # True: the token is recorded now; False: it is not (revoked, or never was)
+    changed: bool
+
+
 CommandResult = (
     BootstrapResult
     | RegisterResult
@@ -290,6 +301,7 @@ CommandResult = (
     | CutResult
     | PipelineResult
     | ProfileResult
+    | TokenResult
 )
 
 R = TypeVar("R", bound=CommandResult)
@@ -662,6 +674,32 @@ class ProfileWorker(Returns[ProfileResult]):
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IssueToken(Returns[TokenResult]):
+    """An admin issues a token scoped to pipeline `name`: its id, role and the sha256 of its
+    secret (the secret itself never enters the log). Command-set version 6."""
+
+    TAG: ClassVar[int] = 35
+    name: PipelineName
+    token_id: str
+    role: TokenRole
+    sha256: str
+    by: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RevokeToken(Returns[TokenResult]):
+    """An admin revokes token `token_id` of pipeline `name`: it stops working on every node
+    once applied. Command-set version 6."""
+
+    TAG: ClassVar[int] = 36
+    name: PipelineName
+    token_id: str
+    by: str
+    now_ms: int
+
+
 Command = (
     Bootstrap
     | RegisterWorker
@@ -696,6 +734,8 @@ Command = (
     | DropPipeline
     | ForgetPipeline
     | ProfileWorker
+    | IssueToken
+    | RevokeToken
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -732,6 +772,8 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     DropPipeline,
     ForgetPipeline,
     ProfileWorker,
+    IssueToken,
+    RevokeToken,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"

@@ -90,6 +90,11 @@ SPEC_TEXT_BYTES_MAX = SPEC_BYTES_MAX
 SPEC_TEXT_BYTES_TOTAL_MAX = 32 * 1024 * 1024
 # A pool's selector: at most this many labels, each key and value an id.
 POOL_LABELS_MAX = 16
+# Tokens one pipeline's record holds (IssueToken): enough for a team's few holders and a
+# rotation in progress; a revoked one frees its place.
+PIPELINE_TOKENS_MAX = 16
+# A token's public id: printable, short (coordinator/service/pipeline_tokens.py makes them).
+TOKEN_ID_LEN_MAX = 32
 # A worker's labels (ProfileWorker), each key and value an id, and its slots: the most
 # partitions of recorded pipelines it takes.
 WORKER_LABELS_MAX = 32
@@ -326,6 +331,24 @@ DEFAULT_PIPELINE_SETTINGS = PipelineSettings(
 )
 
 
+class TokenRole(Enum):
+    """What a pipeline's token lets its holder do (docs/security.md, "Pipeline tokens")."""
+
+    OPERATE = "operate"  # pause, resume and drop that pipeline; read it as anyone may
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineToken:
+    """One token scoped to a pipeline. Only the hash of its secret is recorded, so the log,
+    a snapshot or a backup holds nothing a caller could present."""
+
+    token_id: str  # public: names the token in lists and revocations
+    role: TokenRole
+    sha256: str  # hex sha256 of the secret's bytes
+    created_at_ms: int
+    by: str  # who issued it
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pipeline:
     """A pipeline (CreatePipeline): its spec, its partitions and routing, where it may run,
@@ -350,6 +373,8 @@ class Pipeline:
     # The number its partition 0 is carried under (SLOT_BASE and up): set when a leader sets
     # the pipeline up (ActivatePipeline); 0 until then and for `default`.
     first_slot: int = 0
+    # Tokens scoped to this pipeline (IssueToken), oldest first; they go with its record.
+    tokens: tuple[PipelineToken, ...] = ()
 
     def pool_labels(self) -> dict[str, str]:
         return {label.key: label.value for label in self.pool}

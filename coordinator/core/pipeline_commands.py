@@ -1,5 +1,6 @@
 """The apply handlers of a pipeline's lifecycle: CreatePipeline, ActivatePipeline,
-PausePipeline, ResumePipeline, DropPipeline, ForgetPipeline.
+PausePipeline, ResumePipeline, DropPipeline, ForgetPipeline; and of a pipeline's tokens,
+IssueToken and RevokeToken.
 
 Owns `ClusterState.pipelines`, `ClusterState.pipeline_seq` and `ClusterState.slot_seq`. A
 create and a drop are each two commits with a commit point a new leader resumes from
@@ -12,7 +13,8 @@ handler validates completely before its one change, so a Rejected changes nothin
 spec's text is parsed and checked by the proposer (`shared/spec/`, which runs the owner's
 transform, never in apply); apply checks that the text is the one hashed. Invariants: at
 most PIPELINES_MAX records, each under its own valid name, never `default`; incarnations
-come from `pipeline_seq`, which only grows; a record's spec version never goes back.
+come from `pipeline_seq`, which only grows; a record's spec version never goes back; a
+record holds at most PIPELINE_TOKENS_MAX tokens, each id once, each only as its secret's hash.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ from coordinator.core.commands import (
     CreatePipeline,
     DropPipeline,
     ForgetPipeline,
+    IssueToken,
     Ok,
     PausePipeline,
     PipelineResult,
     Rejected,
     Result,
     ResumePipeline,
+    RevokeToken,
+    TokenResult,
     rejected,
 )
 from coordinator.core.edits import Outcome
@@ -46,12 +51,14 @@ from coordinator.core.model import (
     KEYS_PER_PARTITION_MAX,
     MAINTENANCE_BY_LEN_MAX,
     PIPELINE_PARTITIONS_MAX,
+    PIPELINE_TOKENS_MAX,
     PIPELINES_MAX,
     POOL_LABELS_MAX,
     RETENTION_MS_MAX,
     SHA256_HEX_LEN,
     SPEC_TEXT_BYTES_MAX,
     SPEC_TEXT_BYTES_TOTAL_MAX,
+    TOKEN_ID_LEN_MAX,
     TOTAL_PARTITIONS_MAX,
     Label,
     MigrationPhase,
@@ -59,6 +66,7 @@ from coordinator.core.model import (
     PipelineName,
     PipelineSettings,
     PipelineState,
+    PipelineToken,
     WorkerState,
     unassigned_partition,
     valid_id,
@@ -69,9 +77,11 @@ __all__ = [
     "create_pipeline",
     "drop_pipeline",
     "forget_pipeline",
+    "issue_token",
     "labels_problem",
     "pause_pipeline",
     "resume_pipeline",
+    "revoke_token",
     "settings_problem",
 ]
 
@@ -358,3 +368,60 @@ def forget_pipeline(state: ClusterState, cmd: ForgetPipeline) -> Outcome:
     edits.leave(state, leaving, cmd.now_ms)
     del state.pipelines[p.name]
     return _result(p, changed=True, gone=True), bool(owned)
+
+
+def _token_result(name: PipelineName, token_id: str, *, issued: bool, changed: bool) -> Ok:
+    return Ok(value=TokenResult(name=name, token_id=token_id, issued=issued, changed=changed))
+
+
+def _is_sha256(text: str) -> bool:
+    return len(text) == SHA256_HEX_LEN and all(c in "0123456789abcdef" for c in text)
+
+
+def issue_token(state: ClusterState, cmd: IssueToken) -> Result:
+    """Record a token of pipeline `name` by its id and its secret's hash. The same id with
+    the same hash and role again (a retried proposal) changes nothing."""
+    p = _by(cmd.by) or _named(state, cmd.name)
+    if isinstance(p, Rejected):
+        return p
+    if not (valid_id(cmd.token_id) and len(cmd.token_id) <= TOKEN_ID_LEN_MAX):
+        return rejected(
+            "invalid", f"token_id must be an id of at most {TOKEN_ID_LEN_MAX} chars", "token_id"
+        )
+    if not _is_sha256(cmd.sha256):
+        return rejected("invalid", "sha256 must be 64 lowercase hex digits", "sha256")
+    if p.state is L.DROPPING:
+        return rejected("conflict", f"pipeline {p.name} is being dropped", "name")
+    for t in p.tokens:
+        if t.token_id == cmd.token_id:
+            if (t.sha256, t.role) == (cmd.sha256, cmd.role):
+                return _token_result(p.name, t.token_id, issued=True, changed=False)
+            return rejected("conflict", f"token {cmd.token_id} exists already", "token_id")
+    if len(p.tokens) >= PIPELINE_TOKENS_MAX:
+        return rejected(
+            "conflict",
+            f"pipeline {p.name} has {PIPELINE_TOKENS_MAX} tokens: revoke one first",
+            "name",
+        )
+    token = PipelineToken(
+        token_id=cmd.token_id,
+        role=cmd.role,
+        sha256=cmd.sha256,
+        created_at_ms=cmd.now_ms,
+        by=cmd.by,
+    )
+    state.pipelines[p.name] = replace(p, tokens=(*p.tokens, token))
+    return _token_result(p.name, cmd.token_id, issued=True, changed=True)
+
+
+def revoke_token(state: ClusterState, cmd: RevokeToken) -> Result:
+    """Remove token `token_id` from pipeline `name`'s record; one that is not there (revoked
+    already) changes nothing."""
+    p = _by(cmd.by) or _named(state, cmd.name)
+    if isinstance(p, Rejected):
+        return p
+    kept = tuple(t for t in p.tokens if t.token_id != cmd.token_id)
+    if len(kept) == len(p.tokens):
+        return _token_result(p.name, cmd.token_id, issued=False, changed=False)
+    state.pipelines[p.name] = replace(p, tokens=kept)
+    return _token_result(p.name, cmd.token_id, issued=False, changed=True)

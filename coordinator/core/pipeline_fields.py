@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from coordinator.core.model import (
     MAINTENANCE_BY_LEN_MAX,
+    PIPELINE_TOKENS_MAX,
     POOL_LABELS_MAX,
     SHA256_HEX_LEN,
     SPEC_TEXT_BYTES_MAX,
@@ -19,6 +20,8 @@ from coordinator.core.model import (
     PipelineName,
     PipelineSettings,
     PipelineState,
+    PipelineToken,
+    TokenRole,
 )
 from coordinator.core.wire_fields import (
     Where,
@@ -39,6 +42,7 @@ __all__ = [
     "pipeline_name_value",
     "pipeline_plain",
     "settings_value",
+    "token_row",
 ]
 
 
@@ -82,10 +86,27 @@ def pipeline_plain(p: Pipeline) -> list[object]:
         p.updated_at_ms,
         p.by,
         p.first_slot,
+        *([[_token_plain(t) for t in p.tokens]] if p.tokens else []),
     ]
 
 
+def _token_plain(t: PipelineToken) -> list[object]:
+    return [t.token_id, t.role.value, t.sha256, t.created_at_ms, t.by]
+
+
+def token_row(value: object, where: Where) -> PipelineToken:
+    token_id, role, sha256, created, by = tuple_value(value, 5, where)
+    return PipelineToken(
+        token_id=_id_value(token_id, where),
+        role=_role(role, where),
+        sha256=str_value(SHA256_HEX_LEN, empty_ok=False)(sha256, where),
+        created_at_ms=int_value(created, where),
+        by=str_value(MAINTENANCE_BY_LEN_MAX)(by, where),
+    )
+
+
 _state = enum_value(PipelineState)
+_role = enum_value(TokenRole)
 
 
 def label_row(value: object, where: Where) -> Label:
@@ -94,6 +115,12 @@ def label_row(value: object, where: Where) -> Label:
 
 
 def decode_pipeline(value: object, where: str) -> Pipeline:
+    # A record with no token is written without the field, so records made before tokens
+    # existed and those with none have one form.
+    fields = tuple_value(value, 15, where, optional=1)
+    tokens: tuple[PipelineToken, ...] = ()
+    if len(fields) == 16:
+        tokens = array(token_row, PIPELINE_TOKENS_MAX)(fields[15], f"{where}.tokens")
     (
         name,
         incarnation,
@@ -110,7 +137,7 @@ def decode_pipeline(value: object, where: str) -> Pipeline:
         updated,
         by,
         first_slot,
-    ) = tuple_value(value, 15, where)
+    ) = fields[:15]
     batch, checkpoint, keys, retention = tuple_value(settings, 4, f"{where}.settings")
     return Pipeline(
         name=pipeline_name_value(name, where),
@@ -133,4 +160,5 @@ def decode_pipeline(value: object, where: str) -> Pipeline:
         updated_at_ms=int_value(updated, where),
         by=str_value(MAINTENANCE_BY_LEN_MAX)(by, where),
         first_slot=int_value(first_slot, where),
+        tokens=tokens,
     )

@@ -51,11 +51,13 @@ from coordinator.core.commands import (
     Result,
     RetireResult,
     StuckResult,
+    TokenResult,
 )
 from coordinator.core.model import (
     NONCE_LEN_MAX,
     NOTE_LEN_MAX,
     REQUEST_ID_LEN_MAX,
+    TOKEN_ID_LEN_MAX,
     TOTAL_PARTITIONS_MAX,
     MigrationPhase,
     PipelineState,
@@ -264,6 +266,15 @@ _RESULT_SHAPES: tuple[_Shape, ...] = (
             "incarnation": int_value,
             "state": optional(enum_value(PipelineState)),
             "spec_version": int_value,
+            "changed": bool_value,
+        },
+    ),
+    _shape(
+        TokenResult,
+        {
+            "pipeline": pipeline_name_value,
+            "token_id": str_value(TOKEN_ID_LEN_MAX),
+            "issued": bool_value,
             "changed": bool_value,
         },
     ),

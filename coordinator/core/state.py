@@ -54,6 +54,7 @@ from coordinator.core.commands import (
     FinishRescale,
     ForgetPipeline,
     HandOff,
+    IssueToken,
     MaintenanceOff,
     MaintenanceOn,
     MarkStuck,
@@ -71,6 +72,7 @@ from coordinator.core.commands import (
     Result,
     ResumePipeline,
     RetireWorkers,
+    RevokeToken,
     StartRelease,
     StartRescale,
     StartWarm,
@@ -194,6 +196,10 @@ def _dispatch(state: ClusterState, cmd: Command) -> Outcome:
             return pipeline_commands.forget_pipeline(state, cmd)
         case ProfileWorker():
             return worker_commands.profile_worker(state, cmd)
+        case IssueToken():
+            return pipeline_commands.issue_token(state, cmd), False
+        case RevokeToken():
+            return pipeline_commands.revoke_token(state, cmd), False
         case Barrier():  # handled before dispatch; kept so the match is exhaustive
             return Ok(value=BarrierResult(nonce=cmd.nonce)), False
         case ReportVersions() | FinalizeVersion() | RecordBackup():  # dispatched above

@@ -15,8 +15,9 @@ versions. Version 2 adds RecordBackup; version 3 MaintenanceOn, MaintenanceOff,
 RetireWorkers and StartWarm (warm hand-offs); version 4 StartRescale, RecordCut,
 StatesBuilt and FinishRescale (rescaling); version 5 CreatePipeline, ActivatePipeline,
 PausePipeline, ResumePipeline, DropPipeline, ForgetPipeline (pipeline records) and
-ProfileWorker (workers that run them). A cluster
-finalized below 5 holds no pipeline record and runs its one implicit pipeline, `default`.
+ProfileWorker (workers that run them); version 6 IssueToken and RevokeToken (tokens
+scoped to one pipeline). A cluster finalized below 5 holds no pipeline record and runs its
+one implicit pipeline, `default`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from coordinator.core.commands import (
     FinalizeVersion,
     FinishRescale,
     ForgetPipeline,
+    IssueToken,
     MaintenanceOff,
     MaintenanceOn,
     PausePipeline,
@@ -45,6 +47,7 @@ from coordinator.core.commands import (
     ResumePipeline,
     RetireWorkers,
     Returns,
+    RevokeToken,
     StartRescale,
     StartWarm,
     StatesBuilt,
@@ -63,7 +66,7 @@ __all__ = [
     "version_of",
 ]
 
-COMMAND_SET_VERSION = 5  # the newest version this code speaks
+COMMAND_SET_VERSION = 6  # the newest version this code speaks
 
 # Tag -> the command-set version that introduced it. Append only: a tag never moves.
 INTRODUCED_IN: dict[int, int] = {
@@ -86,6 +89,8 @@ INTRODUCED_IN: dict[int, int] = {
     DropPipeline.TAG: 5,
     ForgetPipeline.TAG: 5,
     ProfileWorker.TAG: 5,
+    IssueToken.TAG: 6,
+    RevokeToken.TAG: 6,
 }
 assert INTRODUCED_IN.keys() == COMMAND_BY_TAG.keys(), "every command tag has a version"
 assert max(INTRODUCED_IN.values()) == COMMAND_SET_VERSION

@@ -8,8 +8,8 @@ records), as the release before pipeline records speaks. While any node is held,
 recorded pipeline is refused before it is proposed, naming the node behind, and the cluster's
 own pipeline reads as `default` through `/v1/pipelines` and `ripple pipelines list`. Each node
 is then stopped and started on the same data directory without the cap, one at a time, with
-the producer and the workers running; the leader finalizes version 5 once every voter speaks
-it, and a recorded pipeline is accepted. Through the whole roll no partition's epoch goes
+the producer and the workers running; the leader finalizes the newest version once every voter
+speaks it, and a recorded pipeline is accepted. Through the whole roll no partition's epoch goes
 back, and at the end `default` is still the cluster's pipeline, every partition ONLINE, and
 every key equals one Spark batch job over everything appended.
 """
@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.core.versions import COMMAND_SET_VERSION
 from pipeline.source import generate
 from ripple.launch import coordinator_argv
 from testkit.cluster import ADMIN, Cluster
@@ -40,7 +41,7 @@ from tests.integration.test_cli import ripple
 NODES = ("n1", "n2", "n3")
 WORKERS = ("w1", "w2", "w3")
 PREVIOUS = 4  # the command-set version of the release before pipeline records
-NEWEST = 5
+NEWEST = COMMAND_SET_VERSION
 SEED = 43
 INITIAL_RECORDS = 1500
 KEYS = 50

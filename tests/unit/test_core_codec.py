@@ -54,6 +54,7 @@ from coordinator.core.commands import (
     ForgetPipeline,
     HandOff,
     HandOffResult,
+    IssueToken,
     MaintenanceOff,
     MaintenanceOn,
     MaintenanceResult,
@@ -82,6 +83,7 @@ from coordinator.core.commands import (
     ResumePipeline,
     RetireResult,
     RetireWorkers,
+    RevokeToken,
     StartRelease,
     StartRescale,
     StartWarm,
@@ -101,6 +103,7 @@ from coordinator.core.model import (
     PipelineSettings,
     PipelineState,
     RescalePhase,
+    TokenRole,
     WorkerId,
     WorkerState,
 )
@@ -110,6 +113,7 @@ from coordinator.core.state import ClusterState, apply
 W1, W2, W3, W4 = WorkerId("w1"), WorkerId("w2"), WorkerId("w3"), WorkerId("w4")
 SPEC_TEXT = '[schema]\nddl = "k STRING"\nkey = "k"\n\n[[aggregations]]\nname = "n"\nfn = "count"\n'
 SPEC_SHA256 = hashlib.sha256(SPEC_TEXT.encode()).hexdigest()
+TOKEN_SHA256 = hashlib.sha256(b"a pipeline token's secret").hexdigest()
 SETTINGS = PipelineSettings(
     batch_interval_ms=500,
     checkpoint_interval_ms=10_000,
@@ -406,6 +410,23 @@ GOLDEN: list[tuple[str, Command, str]] = [
             "6c739182a36b6579a3677075a576616c7565a474727565a5736c6f747328a66e6f775f6d73cd040a"
         ),
     ),
+    (
+        "r-35",
+        IssueToken(
+            name=PipelineName("tok"),
+            token_id="ab12cd34ef56",
+            role=TokenRole.OPERATE,
+            sha256=TOKEN_SHA256,
+            by="admin",
+            now_ms=1035,
+        ),
+        "940123a4722d333586a46e616d65a3746f6ba8746f6b656e5f6964ac616231326364333465663536a4726f6c65a76f706572617465a6736861323536d94038663331336439383430303465396334636264396632306338316366316565356238616531363565323930653432393536373564626232363364333830616638a26279a561646d696ea66e6f775f6d73cd040b",
+    ),
+    (
+        "r-36",
+        RevokeToken(name=PipelineName("tok"), token_id="ab12cd34ef56", by="admin", now_ms=1036),
+        "940124a4722d333684a46e616d65a3746f6ba8746f6b656e5f6964ac616231326364333465663536a26279a561646d696ea66e6f775f6d73cd040c",
+    ),
 ]
 
 
@@ -415,7 +436,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), *range(23, 35)]
+    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), *range(23, 37)]
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
@@ -542,6 +563,16 @@ commands: st.SearchStrategy[Command] = st.one_of(
         slots=nats,
         now_ms=nats,
     ),
+    st.builds(
+        IssueToken,
+        name=pipeline_names,
+        token_id=ids,
+        role=st.sampled_from(TokenRole),
+        sha256=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+        by=short_text,
+        now_ms=nats,
+    ),
+    st.builds(RevokeToken, name=pipeline_names, token_id=ids, by=short_text, now_ms=nats),
 )
 
 json_like = st.recursive(
@@ -801,6 +832,7 @@ _CUT_RESULTS = [
     "9301a26f6b83a9706172746974696f6e05a6737461747573a86163636570746564a57068617365a64d4f56494e47",
 ]
 # What each pipeline command of GOLDEN answers, in order (GOLDEN_RESULTS applies them).
+_CREATE = next(cmd for _, cmd, _ in GOLDEN if isinstance(cmd, CreatePipeline))
 _PIPELINE_RESULTS = [
     (
         "9301a26f6b85a8706970656c696e65a66f7264657273ab696e6361726e6174696f6e01a573746174"
@@ -1176,7 +1208,7 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
     ),
     *(
         (cmd, hex_bytes)
-        for (_, cmd, _), hex_bytes in zip(GOLDEN[-7:-1], _PIPELINE_RESULTS, strict=True)
+        for (_, cmd, _), hex_bytes in zip(GOLDEN[-9:-3], _PIPELINE_RESULTS, strict=True)
     ),
     (
         ProfileWorker(
@@ -1187,6 +1219,29 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
             now_ms=46,
         ),
         "9301a26f6b83a9776f726b65725f6964a27732ab696e6361726e6174696f6e01a76368616e676564c3",
+    ),
+    # Pipeline tokens (command-set version 6): a pipeline to hold one, issued, revoked.
+    (
+        ReportVersions(
+            node_id="n1", min_version=1, max_version=6, package_version="0.6.0", now_ms=47
+        ),
+        "9301a26f6b82a76e6f64655f6964a26e31b166696e616c697a65645f76657273696f6e05",
+    ),
+    (
+        FinalizeVersion(version=6, voters=("n1",), now_ms=47),
+        "9301a26f6b82b166696e616c697a65645f76657273696f6e06a76368616e676564c3",
+    ),
+    (
+        dataclasses.replace(_CREATE, name=PipelineName("tok"), now_ms=48),
+        "9301a26f6b85a8706970656c696e65a3746f6bab696e6361726e6174696f6e02a57374617465a86372656174696e67ac737065635f76657273696f6e01a76368616e676564c3",
+    ),
+    (
+        GOLDEN[-2][1],
+        "9301a26f6b84a8706970656c696e65a3746f6ba8746f6b656e5f6964ac616231326364333465663536a6697373756564c3a76368616e676564c3",
+    ),
+    (
+        GOLDEN[-1][1],
+        "9301a26f6b84a8706970656c696e65a3746f6ba8746f6b656e5f6964ac616231326364333465663536a6697373756564c2a76368616e676564c3",
     ),
 ]
 

@@ -23,6 +23,7 @@ from coordinator.service.http import (
     node_routes,
     pipeline_routes,
     rescale_routes,
+    token_routes,
     views,
     worker_routes,
 )
@@ -90,6 +91,7 @@ ROUTES: tuple[Route, ...] = (
     + admin_routes.ROUTES
     + rescale_routes.ROUTES
     + pipeline_routes.ROUTES
+    + token_routes.ROUTES
     + _META_ROUTES
 )
 

@@ -16,6 +16,7 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from coordinator.core.model import TOKEN_ID_LEN_MAX
 from coordinator.service import models as m
 from coordinator.service.http.request import PARTITION_DIGITS_MAX
 
@@ -23,8 +24,9 @@ __all__ = ["Handler", "Route", "openapi_document"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Who may call a route: a worker's token, the admin token, either, or (registration) the
-# join token when one is configured.
-Auth = Literal["worker", "admin", "worker-or-admin", "join"]
+# join token when one is configured, or (a pipeline's operations) the admin token or a token
+# scoped to that pipeline.
+Auth = Literal["worker", "admin", "worker-or-admin", "join", "admin-or-pipeline"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +61,7 @@ _PATH_PARAMS: dict[str, dict[str, Any]] = {
     "{migration_id}": {"type": "string", "pattern": m.ID_REGEX},
     "{node_id}": {"type": "string", "pattern": m.ID_REGEX},
     "{name}": {"type": "string", "pattern": m.ID_REGEX},
+    "{token_id}": {"type": "string", "pattern": m.ID_REGEX, "maxLength": TOKEN_ID_LEN_MAX},
 }
 
 

@@ -34,6 +34,7 @@ from coordinator.core.model import (
     Pipeline,
     PipelineName,
     PipelineSettings,
+    TokenRole,
     valid_id,
 )
 from coordinator.core.pipelines import pipeline_named, pipelines_view
@@ -53,6 +54,7 @@ from coordinator.service.pipeline_models import (
     PipelinesResponse,
     PipelineView,
 )
+from coordinator.service.pipeline_tokens import PipelineHolder, admit_pipeline
 from coordinator.service.spec_check import SpecChecker
 from coordinator.service.stamps import now_ms
 from shared.errors import RequestError
@@ -63,10 +65,17 @@ __all__ = ["ROUTES", "SPEC_CHECKER_KEY", "admit"]
 SPEC_CHECKER_KEY = web.AppKey("spec_checker", SpecChecker)
 
 
-def admit(request: web.Request, name: PipelineName | None) -> Admin:
-    """Who may change pipeline `name` (None: create one): the cluster's admin token. The one
-    place the decision is made, so a token scoped to one pipeline is a change here only."""
-    return request.app[ADMISSION_KEY].admit_admin(request.headers)
+def admit(request: web.Request, name: PipelineName | None) -> Admin | PipelineHolder:
+    """Who may change pipeline `name`: the cluster's admin token, or a token of that
+    pipeline in the operate role (read from its record on this node, the leader); only the
+    admin may create one (`name` None)."""
+    admission = request.app[ADMISSION_KEY]
+    if name is None:
+        return admission.admit_admin(request.headers)
+    with require_leader(request).read() as state:
+        p = state.pipelines.get(name)
+        tokens = () if p is None else p.tokens
+    return admit_pipeline(admission, request.headers, name, tokens, TokenRole.OPERATE)
 
 
 def _path_name(request: web.Request) -> PipelineName:
@@ -238,7 +247,7 @@ ROUTES: tuple[Route, ...] = (
         response=PipelineChange,
         status=202,
         leader_only=True,
-        auth="admin",
+        auth="admin-or-pipeline",
         flags=("purge",),
     ),
     Route(
@@ -248,7 +257,7 @@ ROUTES: tuple[Route, ...] = (
         summary="Pause a pipeline: processing stops, offsets kept",
         response=PipelineChange,
         leader_only=True,
-        auth="admin",
+        auth="admin-or-pipeline",
     ),
     Route(
         method="POST",
@@ -257,6 +266,6 @@ ROUTES: tuple[Route, ...] = (
         summary="Resume a paused pipeline",
         response=PipelineChange,
         leader_only=True,
-        auth="admin",
+        auth="admin-or-pipeline",
     ),
 )
