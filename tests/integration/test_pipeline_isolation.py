@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.pipelines_isolation import SPEC  # one partition's count per key
 from pipeline.spec.produce import SpecProducer
 from pipeline.spec.run import PipelineInfo
 from testkit.pipeline_rig import PipelineRig
@@ -27,15 +28,6 @@ pytestmark = pytest.mark.spark
 SLOW_S = 25.0
 FAST_TIMEOUT_S = 60.0
 POOL = {"zone": "a"}
-SPEC = """
-[schema]
-ddl = "k STRING, v DOUBLE"
-key = "k"
-
-[[aggregations]]
-name = "n"
-fn = "count"
-"""
 # Sleeps only on a batch with rows: Spark's empty partitions of the same job do not hold a
 # second task slot (the local server has few).
 SLOW_TRANSFORM = """
