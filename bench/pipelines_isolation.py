@@ -154,7 +154,7 @@ def _recovery_s(rig: PipelineRig) -> float:
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    rounds = 2 if quick else 5
+    rounds = 1 if quick else 5  # quick: checks it runs (CI), in a few minutes
     times: dict[str, list[float]] = {case: [] for case in CASES}
     with scratch("pipelines_isolation") as root, ExitStack() as stack:
         server = SparkConnectServer(str(root / "spark"))
