@@ -26,6 +26,9 @@ each figure's ratio. The two rigs live side by side and the timed parts alternat
 them, so a slow moment of the shared machine lands on both. The issue's goal is at most
 1.2x each for memory, a planning pass and a recovery; this benchmark reports the ratios and
 asserts none.
+
+The isolation half, on real processes and Spark, is bench/pipelines_isolation.py: its rows
+(`alone`, `beside_a`, `beside_a_over_alone`) follow these.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import pipelines_isolation as isolation
 from coordinator.config import ClusterConfig
 from coordinator.core.codec import encode_command
 from coordinator.core.commands import (
@@ -303,4 +307,5 @@ def compare(shape: Shape, partitions_each: int = PARTITIONS_EACH) -> dict[str, d
 
 
 def run(quick: bool) -> dict[str, dict[str, float]]:
-    return compare(QUICK if quick else FULL)
+    """The scale rows, then the isolation rows (bench/pipelines_isolation.py)."""
+    return {**compare(QUICK if quick else FULL), **isolation.run(quick)}

@@ -125,6 +125,7 @@ class Processor:
         await self.probe(self.aggregator, self.feed)
 
     async def close(self) -> None:
+        await self.pipelines.close()
         if self.aggregator is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.aggregator.close)

@@ -1,19 +1,25 @@
 """Micro-batches of the recorded pipelines a worker has partitions of, beside `default`'s.
 
-Owns the batch of each recorded pipeline (pipeline/spec/run.py runs its Spark job). Invariant,
-as for `default`'s batches (pipeline/processing.py): a batch's results merge into a partition
-only if, after the job, the lease still holds and the gate is still open at the epoch the
-batch started with; a failed batch moves no offset. Each pipeline's batch is its own: one
-whose job fails (its transform throws, Spark refuses it, it runs past spark_job_timeout_s)
-counts the failure on its own partitions only, and the others' batches go on. A paused
-pipeline's partitions are held and not processed. State changes under the batch lock only.
+Owns the batch of each recorded pipeline (pipeline/spec/run.py runs its Spark job) and the
+tasks that run them. Invariant, as for `default`'s batches (pipeline/processing.py): a batch's
+results merge into a partition only if, after the job, the runtime is the one the batch read
+for, at the same epoch and offset, its gate is still open and the lease still holds; a failed
+batch moves no offset. Each pipeline's batch is its own task: its input is read and its Spark
+job runs outside the batch lock, at most PIPELINE_JOBS_MAX pipelines' jobs at once, each
+tagged so a timeout interrupts that job alone; the lock is taken only to merge. So a slow or
+failing pipeline (its transform throws or sleeps, Spark refuses it, it runs to
+spark_job_timeout_s) counts its failure on its own partitions only and delays neither the
+other pipelines' batches nor `default`'s, hosting or checkpoints. A paused pipeline's
+partitions are held and not processed. State changes under the batch lock only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -23,14 +29,27 @@ from pipeline.holdings import Holdings, PartitionRuntime, count_failures
 from pipeline.session import Session
 from pipeline.settings import WorkerSettings
 from pipeline.spark_link import first_line
+from pipeline.spec.aggregations import KeyState
+from pipeline.spec.partition_state import SpecPartitionState
 from pipeline.spec.run import PipelineRun, PipelineRuns
 from pipeline.spec.sketches import SparkSketches
 from shared.clock import Clock, monotonic_s
 from shared.messages.session import BATCH_ERROR_LEN_MAX
 
-__all__ = ["PipelineBatches"]
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["PIPELINE_JOBS_MAX", "PipelineBatches"]
 
 log = logging.getLogger(__name__)
+
+# At most this many recorded pipelines' Spark jobs run at once from one worker: each holds a
+# thread and a share of the Spark cluster's slots; the others wait their turn, least recently
+# started first, so no pipeline is starved by the ones before it.
+PIPELINE_JOBS_MAX = 4
+
+# Each partition's partial state per key and each key's first offset (PipelineRun.partials).
+Partials = dict[int, tuple[dict[Any, KeyState], dict[Any, int]]]
 
 
 class PipelineBatches:
@@ -53,39 +72,69 @@ class PipelineBatches:
         self.interrupt_wait_s = interrupt_wait_s
         # The recorded pipelines this worker has partitions of (their pause, their resume).
         self.runs: PipelineRuns | None = None
+        # Each pipeline's batch in flight (at most one per pipeline, PIPELINE_JOBS_MAX in all).
+        self.in_flight: dict[PipelineRun, asyncio.Task[int]] = {}
+        # When each pipeline's last batch started (a sequence number): the turn order.
+        self.started: dict[str, int] = {}
+        self._sequence = itertools.count(1)
 
     async def run_once(self, aggregator: Aggregator) -> int:
-        """One micro-batch of every recorded pipeline with partitions open here, a Spark job
-        per pipeline; returns records merged."""
+        """Start a micro-batch of every recorded pipeline with partitions open here and no
+        batch in flight, within PIPELINE_JOBS_MAX; returns the records merged by the batches
+        that ended since the last call. Never waits for a Spark job."""
+        merged = self._collect()
         if self.runs is not None:
             await self.runs.refresh(monotonic_s(self.clock))
-        async with self.holdings.batch_lock:
-            if not self.session.lease_valid():
-                return 0
-            by_run: dict[PipelineRun, dict[int, PartitionRuntime]] = {}
-            for p, rt in self.holdings.open_now().items():
-                if rt.run is not None and not rt.run.paused:
-                    by_run.setdefault(rt.run, {})[p] = rt
-            merged = 0
-            for run, parts in by_run.items():
-                try:
-                    merged += await self._batch(aggregator, run, parts)
-                except Exception as exc:
-                    self.stats["batch_failures"] += 1
-                    text = first_line(exc, BATCH_ERROR_LEN_MAX) or type(exc).__name__
-                    count_failures(parts, text, f"pipeline {run.name} ")
-                    if isinstance(exc, TimeoutError):
-                        # Past spark_job_timeout_s: cut the job off so its thread returns.
-                        with contextlib.suppress(Exception):
-                            await asyncio.wait_for(
-                                asyncio.to_thread(aggregator.interrupt), self.interrupt_wait_s
-                            )
+        if not self.session.lease_valid():
             return merged
+        by_run: dict[PipelineRun, dict[int, PartitionRuntime]] = {}
+        for p, rt in self.holdings.open_now().items():
+            if rt.run is not None and not rt.run.paused and rt.run not in self.in_flight:
+                by_run.setdefault(rt.run, {})[p] = rt
+        turns = sorted(by_run, key=lambda run: self.started.get(run.name, 0))
+        for run in turns[: max(0, PIPELINE_JOBS_MAX - len(self.in_flight))]:
+            self.started[run.name] = next(self._sequence)
+            self.in_flight[run] = asyncio.create_task(
+                self._batch(aggregator, run, by_run[run]), name=f"pipeline {run.name} batch"
+            )
+        return merged
+
+    def _collect(self) -> int:
+        """Records merged by the batches that ended; they are forgotten."""
+        merged = 0
+        for run, task in list(self.in_flight.items()):
+            if task.done():
+                del self.in_flight[run]
+                merged += task.result()  # a batch's task never raises: failures are counted
+        return merged
+
+    async def close(self) -> None:
+        """Cancel the batches in flight and wait for them (the worker is stopping)."""
+        tasks = list(self.in_flight.values())
+        self.in_flight.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
 
     async def _batch(
         self, aggregator: Aggregator, run: PipelineRun, parts: dict[int, PartitionRuntime]
     ) -> int:
-        """One pipeline's micro-batch over `parts` (under the batch lock); records merged."""
+        """One pipeline's micro-batch over `parts`; records merged. A failure is counted on
+        `parts` alone."""
+        spark = aggregator.spark  # a new session made meanwhile serves the next batch
+        try:
+            return await self._run(spark, run, parts)
+        except Exception as exc:
+            self.stats["batch_failures"] += 1
+            text = first_line(exc, BATCH_ERROR_LEN_MAX) or type(exc).__name__
+            count_failures(parts, text, f"pipeline {run.name} ")
+            return 0
+
+    async def _run(
+        self, spark: SparkSession, run: PipelineRun, parts: dict[int, PartitionRuntime]
+    ) -> int:
         epochs = {p: rt.epoch for p, rt in parts.items()}
         starts = {p: rt.offset for p, rt in parts.items()}
         rows_max = self.settings.arrow_batch_rows_max
@@ -97,42 +146,91 @@ class PipelineBatches:
         tables = {p: t for p, (t, _) in reads.items() if t.num_rows}
         if not tables:
             return 0
-        spark = aggregator.spark
-        results = await asyncio.wait_for(
-            asyncio.to_thread(run.partials, spark, tables), self.settings.spark_job_timeout_s
-        )
+        results = await self._job(spark, run, tables)
         sketches = SparkSketches(spark)
         merged = 0
-        for p, (table, end) in reads.items():
-            rt = self.holdings.parts.get(p)
-            if (
-                end == starts[p]
-                or rt is not parts[p]
-                or rt.epoch != epochs[p]
-                or rt.spec_state is None
-                or not self.holdings.gates.admits(p, rt.epoch)
-                or not self.session.lease_valid()
-            ):
-                continue
-            values, firsts = results.get(p, ({}, {}))
-            state, dead = await asyncio.to_thread(
-                run.merge, rt.spec_state, values, firsts, sketches
-            )
-            if dead:
-                data = run.dead_letter_bytes(p, dead)
-                await asyncio.to_thread(
-                    self.checkpoints.write_dead_letter_encoded, p, rt.epoch, starts[p], end, data
-                )
-                self.stats["dead_letter_keys"] += len(dead)
-                log.warning(
-                    "pipeline %s partition %d: %d new keys over its key limit went to the "
-                    "dead-letter segment",
-                    run.name,
-                    p,
-                    len(dead),
-                )
-            rt.spec_state, rt.offset = state, end
-            rt.failures, rt.error = 0, ""
-            merged += table.num_rows
+        async with self.holdings.batch_lock:
+            for p, (table, end) in reads.items():
+                rt = self.holdings.parts.get(p)
+                if (
+                    end == starts[p]
+                    or rt is not parts[p]
+                    or rt.epoch != epochs[p]
+                    or rt.offset != starts[p]
+                    or rt.spec_state is None
+                    or not self.holdings.gates.admits(p, rt.epoch)
+                    or not self.session.lease_valid()
+                ):
+                    continue
+                await self._merge(run, p, rt, rt.spec_state, starts[p], end, results, sketches)
+                merged += table.num_rows
         self.stats["records"] += merged
         return merged
+
+    async def _job(
+        self, spark: SparkSession, run: PipelineRun, tables: dict[int, pa.Table]
+    ) -> Partials:
+        """The batch's Spark job within spark_job_timeout_s; past it the job, found by its
+        tag, is interrupted (the other pipelines' jobs go on) and TimeoutError raised."""
+        tag = f"ripple-pipeline-batch-{next(self._sequence)}"
+
+        def tagged() -> Partials:
+            # Tags are per thread and session: only this thread's operations carry it.
+            spark.addTag(tag)
+            try:
+                return run.partials(spark, tables)
+            finally:
+                spark.removeTag(tag)
+
+        timeout_s = self.settings.spark_job_timeout_s
+        task = asyncio.ensure_future(asyncio.to_thread(tagged))
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        except TimeoutError:
+            pass
+        log.error(
+            "pipeline %s: a micro-batch job ran past spark_job_timeout_s=%g; interrupting it",
+            run.name,
+            timeout_s,
+        )
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                asyncio.to_thread(spark.interruptTag, tag), self.interrupt_wait_s
+            )
+        with contextlib.suppress(Exception):
+            # Its result, if it still comes, is dropped: the batch is retried whole.
+            await asyncio.wait_for(asyncio.shield(task), self.interrupt_wait_s)
+        raise TimeoutError(
+            f"the Spark job ran past spark_job_timeout_s={timeout_s:g} and was interrupted"
+        )
+
+    async def _merge(
+        self,
+        run: PipelineRun,
+        p: int,
+        rt: PartitionRuntime,
+        before: SpecPartitionState,
+        start: int,
+        end: int,
+        results: Partials,
+        sketches: SparkSketches,
+    ) -> None:
+        """Fold one partition's batch, from `start` to `end`, into its state `before` (under
+        the batch lock)."""
+        values, firsts = results.get(p, ({}, {}))
+        state, dead = await asyncio.to_thread(run.merge, before, values, firsts, sketches)
+        if dead:
+            data = run.dead_letter_bytes(p, dead)
+            await asyncio.to_thread(
+                self.checkpoints.write_dead_letter_encoded, p, rt.epoch, start, end, data
+            )
+            self.stats["dead_letter_keys"] += len(dead)
+            log.warning(
+                "pipeline %s partition %d: %d new keys over its key limit went to the "
+                "dead-letter segment",
+                run.name,
+                p,
+                len(dead),
+            )
+        rt.spec_state, rt.offset = state, end
+        rt.failures, rt.error = 0, ""
