@@ -168,7 +168,9 @@ class Hosting:
         rt = holdings.parts.get(p)
         if rt is None or not holdings.gates.admits(p, epoch):
             raise _stale(f"partition {p} is not open here at {epoch}")
-        async with holdings.batch_lock:  # waits for the batch in flight to finish
+        # Waits for a merge in flight: default's whole batch, a recorded pipeline's merge only
+        # (its job runs outside the lock, and its merge skips a partition released here).
+        async with holdings.batch_lock:
             if holdings.parts.get(p) is not rt or not holdings.gates.admits(p, epoch):
                 # Released by an overlapping call (the leader's retry) while this one
                 # waited: answered as a repeated release is, with no second final checkpoint.
