@@ -40,6 +40,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for name in ("orders", "other"):
             made = at_leader(c, "POST", "/v1/pipelines", {"name": name, "spec_text": ORDERS}, ADMIN)
             assert made.status == 202, made
+        # The leader sets each up (CREATING -> ACTIVE) after the create's commit point.
+        for name in ("orders", "other"):
+            wait_until(
+                lambda n=name: c.get(c.leader(), f"/v1/pipelines/{n}").body["state"] == "active",
+                f"{name} active",
+                WAIT_S,
+            )
         yield c
     finally:
         c.stop_all()
