@@ -10,7 +10,9 @@ tagged so a timeout interrupts that job alone; the lock is taken only to merge. 
 failing pipeline (its transform throws or sleeps, Spark refuses it, it runs to
 spark_job_timeout_s) counts its failure on its own partitions only and delays neither the
 other pipelines' batches nor `default`'s, hosting or checkpoints. A paused pipeline's
-partitions are held and not processed. State changes under the batch lock only.
+partitions are held and not processed: a batch that ends after this worker read the pause is
+dropped unmerged, so its offsets stop from that moment. State changes under the batch lock
+only.
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ class PipelineBatches:
                 rt = self.holdings.parts.get(p)
                 if (
                     end == starts[p]
+                    or run.paused  # read since the job started: its rows wait for the resume
                     or rt is not parts[p]
                     or rt.epoch != epochs[p]
                     or rt.offset != starts[p]

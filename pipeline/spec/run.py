@@ -312,6 +312,8 @@ class PipelineRuns:
                     self._runs.pop(next(iter(self._runs)))
                 run = PipelineRun(info, self._store, self._max_keys_default)
                 run.paused = body["state"] != "active"
+                if run.paused:
+                    log.info("pipeline %s paused", run.name)  # as a change read later says
                 self._runs[(info.name, info.incarnation)] = run
                 return run
         raise UnavailableError(

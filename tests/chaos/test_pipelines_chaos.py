@@ -289,7 +289,12 @@ def test_three_pipelines_under_kills_pause_and_a_purge_equal_their_batch_jobs(
         # `sensors` paused: its offsets hold while rows keep arriving; then resumed.
         assert admin(rig, "POST", "/v1/pipelines/sensors/pause").status == 200
         sensors = producers["sensors"].info
-        time.sleep(2 * STATES_REFRESH_S + 1.0)  # every owner has read the pause
+        holders = {wid for wid, _ in owners(rig, sensors).values()}
+        wait_until(
+            lambda: all("pipeline sensors paused" in rig.workers[w].output() for w in holders),
+            "every owner of sensors read the pause",
+            30,
+        )
         held = {n: off for n, (_, off) in owners(rig, sensors).items()}
         time.sleep(3 * STATES_REFRESH_S + 1.0)  # batches would have run by now
         after = {n: off for n, (_, off) in owners(rig, sensors).items()}

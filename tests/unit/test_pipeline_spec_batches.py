@@ -164,7 +164,7 @@ async def test_a_timeout_interrupts_that_pipelines_job_alone() -> None:
     assert len(spark.interrupted) == 1  # `stuck`'s tag alone
 
 
-@pytest.mark.parametrize("change", ["released", "newer_epoch", "gate_closed"])
+@pytest.mark.parametrize("change", ["released", "newer_epoch", "gate_closed", "paused"])
 async def test_a_result_merges_only_into_the_runtime_it_was_read_for(change: str) -> None:
     batches, holdings, spark = worker()
     run = FakeRun("p", spark)
@@ -176,6 +176,8 @@ async def test_a_result_merges_only_into_the_runtime_it_was_read_for(change: str
     elif change == "newer_epoch":
         rt.epoch = 2
         holdings.gates.host(1, 2)
+    elif change == "paused":
+        run.paused = True  # the worker read the pause while the job ran
     else:
         holdings.gates.close(1, 1)
     run.release.set()
