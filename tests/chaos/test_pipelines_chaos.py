@@ -24,6 +24,7 @@ Not yet here: a rescale of one of them (rescaling a recorded pipeline is not bui
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -34,7 +35,7 @@ import pytest
 
 from pipeline.spec.produce import SpecProducer
 from pipeline.spec.purge import pipeline_prefixes
-from pipeline.spec.run import STATES_REFRESH_S, PipelineInfo
+from pipeline.spec.run import PipelineInfo
 from testkit.background import Background
 from testkit.cluster import ADMIN
 from testkit.http import call
@@ -184,15 +185,25 @@ class Feed(Background):
         self.rng = random.Random(seed)
         self.rows = dict.fromkeys(producers, 0)
         self.paused: set[str] = set()
+        self.rounds = 0  # every PRODUCE_EVERY_S: what a wait for time to pass counts
+        # Held through each produce: whoever takes it knows no produce is half done.
+        self.lock = threading.Lock()
+
+    def leave_out(self, name: str) -> None:
+        """Produce no more to `name`; returns once no produce to it is in flight."""
+        with self.lock:
+            self.paused.add(name)
 
     def _run(self) -> None:
         while not self._stop.wait(PRODUCE_EVERY_S):
+            self.rounds += 1
             for name, producer in list(self.producers.items()):
-                if name in self.paused:
-                    continue
-                batch = ROWS[name](self.rng, ROWS_PER_PRODUCE)
-                producer.produce(batch)
-                self.rows[name] += len(batch)
+                with self.lock:
+                    if name in self.paused:
+                        continue
+                    batch = ROWS[name](self.rng, ROWS_PER_PRODUCE)
+                    producer.produce(batch)
+                    self.rows[name] += len(batch)
 
 
 class Epochs(Background):
@@ -296,7 +307,16 @@ def test_three_pipelines_under_kills_pause_and_a_purge_equal_their_batch_jobs(
             30,
         )
         held = {n: off for n, (_, off) in owners(rig, sensors).items()}
-        time.sleep(3 * STATES_REFRESH_S + 1.0)  # batches would have run by now
+        log = producers["sensors"].run.log
+        # Rows arrive past every held offset, then several batch intervals go by: a pipeline
+        # that still processed would have moved.
+        wait_until(
+            lambda: all(log.end_offset(n) > off for n, off in held.items()),
+            "rows past every paused offset",
+            30,
+        )
+        rounds = feed.rounds
+        wait_until(lambda: feed.rounds >= rounds + 6, "six more rounds of the feed", 30)
         after = {n: off for n, (_, off) in owners(rig, sensors).items()}
         assert {n: after[n] for n in held if n in after} == {
             n: held[n] for n in held if n in after
@@ -304,8 +324,7 @@ def test_three_pipelines_under_kills_pause_and_a_purge_equal_their_batch_jobs(
         assert admin(rig, "POST", "/v1/pipelines/sensors/resume").status == 200
 
         # `clicks` dropped with its objects: its producer stops first.
-        feed.paused.add("clicks")
-        time.sleep(2 * PRODUCE_EVERY_S)  # a produce in flight has landed
+        feed.leave_out("clicks")
         clicks = producers["clicks"].info
         urls = [a for s in rig.cluster.specs for a in ("--coordinator", s.url)]
         dropped = ripple(
