@@ -23,9 +23,15 @@ from pipeline.store import ObjectStore
 from shared.routing import partition_for_key
 from shared.spec.ddl import Column, TypeKind
 
-__all__ = ["ROWS_PER_CALL_MAX", "RowError", "SpecProducer", "load_rows"]
+__all__ = ["ROWS_PER_CALL_MAX", "RowError", "SpecProducer", "key_text", "load_rows"]
 
 ROWS_PER_CALL_MAX = 1_000_000  # one produce call's rows, held in memory at once
+
+
+def key_text(key: Any) -> str:
+    """The text a key is routed by: its column value's `str`, as every producer routes it (a
+    null key, which only a transform can yield, routes as the empty text)."""
+    return "" if key is None else str(key)
 
 
 def _converter(column: Column) -> Callable[[Any], Any]:
@@ -97,7 +103,7 @@ class SpecProducer:
         keys = table.column(self.run.spec.key).to_pylist()
         grouped: dict[int, list[int]] = {}
         for i, k in enumerate(keys):
-            p = self.info.first_slot + partition_for_key(str(k), self.info.partitions)
+            p = self.info.first_slot + partition_for_key(key_text(k), self.info.partitions)
             grouped.setdefault(p, []).append(i)
         firsts: dict[int, int] = {}
         for p in sorted(grouped):
