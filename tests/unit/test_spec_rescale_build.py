@@ -347,3 +347,42 @@ def test_the_build_covers_every_key_of_every_cut_in_one_new_partition() -> None:
     keys = [list(decode_spec_checkpoint(b.checkpoint).state.values) for b in built.values()]
     flat = list(itertools.chain.from_iterable(keys))
     assert len(flat) == len(set(flat)) == len({r[1] for log in before.values() for r in log})
+
+
+def test_the_oracle_computes_each_output_since_it_last_started_empty() -> None:
+    from pipeline.spec.oracle import empty_output, output_starts
+
+    a = parse_spec(spec_text("k STRING, v BIGINT", ("n", "count", ""), ("total", "sum", "v")))
+    b = parse_spec(
+        spec_text(
+            "k STRING, v BIGINT", ("n", "count", ""), ("total", "sum", "v"), ("m", "max", "v")
+        )
+    )
+    c = parse_spec(
+        spec_text(
+            "k STRING, v BIGINT", ("n", "count", ""), ("total", "min", "v"), ("m", "max", "v")
+        )
+    )
+    assert output_starts([a]) == {"n": 0, "total": 0}
+    assert output_starts([a, b, b, c]) == {"n": 0, "total": 3, "m": 1}
+    empty = [empty_output(x) for x in SPEC.aggregations]
+    assert empty == [0, None, None, None, None, None, None, 0]
+
+
+def test_an_earlier_version_s_rows_take_a_later_version_s_columns() -> None:
+    import pyarrow as pa
+
+    from pipeline.spec.oracle import in_columns
+    from pipeline.spec.run import arrow_schema
+
+    before = pa.table(
+        {"k": ["a", "b"], "v": pa.array([1, 2], pa.int64()), "offset": pa.array([0, 1])}
+    )
+    later = spec_text("k STRING, v DOUBLE, w STRING", ("n", "count", ""))
+    after = arrow_schema(parse_spec(later).schema)
+    got = in_columns(before, after)
+    assert got.schema == after
+    assert got.to_pylist() == [
+        {"k": "a", "v": None, "w": None, "offset": 0},
+        {"k": "b", "v": None, "w": None, "offset": 1},
+    ]
