@@ -9,7 +9,8 @@ exactly. Sketches are the exception that needs Spark to merge: `merge_states` le
 unions to a `SketchOps` (pipeline.spec.sketches), all of one merge in one call.
 
 State per fn: count -> int; sum, min, max -> value or None (no non-null value yet); mean ->
-(sum, count); first, last -> (offset, value); approx_distinct -> the sketch's bytes.
+(sum, count); first, last -> (offset, value); approx_distinct -> the sketch's bytes. `None`
+is every output's state of no rows yet (a spec update's new output at the cut).
 """
 
 from __future__ import annotations
@@ -232,7 +233,10 @@ def merge_states(
         for out in outputs:
             name = out.spec.name
             if out.spec.fn is AggFn.APPROX_DISTINCT:
-                pending.append((key, name, old[name], values[name]))
+                if old[name] is None or values[name] is None:  # no rows yet: the identity
+                    old[name] = values[name] if old[name] is None else old[name]
+                else:
+                    pending.append((key, name, old[name], values[name]))
             else:
                 old[name] = out.merge(old[name], values[name])
     if pending:
@@ -246,8 +250,13 @@ def finals(
     outputs: Sequence[Output], state: Mapping[Any, KeyState], sketches: SketchOps
 ) -> dict[Any, dict[str, Any]]:
     """Every key's outputs, in the spec's order; every sketch estimated in one call."""
+    # A sketch of no rows yet (an output a spec update added) estimates 0, as an empty
+    # sketch does, without asking Spark.
     wanted = [
-        (key, o.spec.name) for key in state for o in outputs if o.spec.fn is AggFn.APPROX_DISTINCT
+        (key, o.spec.name)
+        for key, values in state.items()
+        for o in outputs
+        if o.spec.fn is AggFn.APPROX_DISTINCT and values[o.spec.name] is not None
     ]
     estimates = dict(
         zip(
@@ -258,7 +267,7 @@ def finals(
     )
     return {
         key: {
-            o.spec.name: estimates[(key, o.spec.name)]
+            o.spec.name: estimates.get((key, o.spec.name), 0)
             if o.spec.fn is AggFn.APPROX_DISTINCT
             else o.final(values[o.spec.name])
             for o in outputs

@@ -5,12 +5,20 @@ columns and `offset`). Invariant: `batch_job` computes each output with Spark's 
 over all the rows in one groupBy (count, sum, min, max, min_by/max_by on the offset, an HLL
 sketch's estimate; a mean as that sum over that count), independently of the merge code;
 `Incremental` aggregates each batch on Spark, merges the partial states, and must give the
-same outputs, exactly, for any split of the rows into batches.
+same outputs, exactly, for any split of the rows into batches. Across rescales and spec
+updates, `generations_job` is the oracle of a pipeline's every generation: each output of the
+newest spec over the rows of the generations since it last started empty
+(`rescale_build.carried_outputs`), every key of any generation present.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from pipeline.spec.aggregations import (
     KeyState,
@@ -21,15 +29,25 @@ from pipeline.spec.aggregations import (
     outputs_of,
 )
 from pipeline.spec.frames import spec_rows
+from pipeline.spec.rescale_build import carried_outputs
+from pipeline.spec.run import arrow_schema, generation_log
 from pipeline.spec.sketches import SparkSketches, canonical
-from shared.spec.model import AggFn, PipelineSpec
+from pipeline.store import ObjectStore
+from shared.spec.model import AggFn, AggregationSpec, PipelineSpec
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import Column as SparkColumn
     from pyspark.sql import SparkSession
 
-__all__ = ["Incremental", "Outputs", "batch_job", "batch_partials"]
+__all__ = [
+    "Generation",
+    "Incremental",
+    "Outputs",
+    "batch_job",
+    "batch_partials",
+    "generations_job",
+    "output_starts",
+]
 
 OFFSET = "offset"
 Outputs = dict[Any, dict[str, Any]]  # key -> output name -> value
@@ -104,3 +122,86 @@ class Incremental:
 
     def results(self) -> Outputs:
         return finals(self.outputs, self.state, self.sketches)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Generation:
+    """One routing generation of a recorded pipeline: its partitions' numbers and the spec
+    its rows ran under."""
+
+    generation: int
+    first_slot: int
+    partitions: int
+    spec: PipelineSpec
+
+
+def output_starts(specs: Sequence[PipelineSpec]) -> dict[str, int]:
+    """Each output of the last spec -> the first of `specs` (one per generation, in order)
+    whose rows it is computed over: it started empty at that generation's cut and was
+    carried by every spec update since."""
+    last = len(specs) - 1
+    starts: dict[str, int] = {}
+    for agg in specs[last].aggregations:
+        i = last
+        while i > 0 and agg.name in carried_outputs(specs[i - 1], specs[i]):
+            i -= 1
+        starts[agg.name] = i
+    return starts
+
+
+def empty_output(agg: AggregationSpec) -> Any:
+    """An output over no rows: what a key with none since its output started reads as."""
+    return 0 if agg.fn in (AggFn.COUNT, AggFn.APPROX_DISTINCT) else None
+
+
+def generation_rows(store: ObjectStore, gen: Generation) -> pa.Table:
+    """Every row of one generation (its spec's columns and `offset`)."""
+    schema = arrow_schema(gen.spec.schema)
+    log = generation_log(store, gen.generation, gen.first_slot, gen.partitions, schema)
+    tables = [log.read_segment(s) for s in log.generation_segments(gen.generation)]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def in_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """An earlier version's rows in a later version's columns: one it lacks or types another
+    way is null (no output carried across the update reads such a column: a carried output's
+    input has one type in both, and a transform carries nothing across a schema change)."""
+    columns = [
+        table.column(f.name)
+        if f.name in table.column_names and table.schema.field(f.name).type == f.type
+        else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def generations_job(
+    spark: SparkSession, store: ObjectStore, generations: Sequence[Generation]
+) -> Outputs:
+    """The oracle of a pipeline over every generation (in order): each output of the newest
+    spec by one Spark batch job over the rows since it started, every key that any
+    generation's rows have, an output with no rows since it started read as over none."""
+    if not generations:
+        return {}
+    specs = [g.spec for g in generations]
+    newest = specs[-1]
+    tables = [generation_rows(store, g) for g in generations]
+    keys: set[Any] = set()
+    for spec, table in zip(specs, tables, strict=True):
+        if table.num_rows:
+            found = spec_rows(spark, spec, table).select(spec.key).distinct()
+            keys.update(found.toArrow().column(0).to_pylist())
+    starts = output_starts(specs)
+    schema = arrow_schema(newest.schema)
+    computed: dict[int, Outputs] = {}
+    for start in sorted(set(starts.values())):
+        chosen = tuple(a for a in newest.aggregations if starts[a.name] == start)
+        since = pa.concat_tables([in_columns(t, schema) for t in tables[start:]])
+        computed[start] = batch_job(spark, dataclasses.replace(newest, aggregations=chosen), since)
+    return {
+        key: {
+            a.name: computed[starts[a.name]].get(key, {}).get(a.name, empty_output(a))
+            for a in newest.aggregations
+        }
+        for key in keys
+    }

@@ -3,8 +3,10 @@
 Owns how a producer's rows (JSON objects, one per record) become the pipeline's segments.
 Invariant: every row is checked against the spec's schema before anything is appended, so
 a bad row (a missing key, a value of the wrong type) refuses the whole call with the row and
-column named and appends nothing; rows are routed by their key's text over the pipeline's
-partitions (`shared.routing`, as `default` routes its keys), order kept within a partition.
+column named and appends nothing; rows are routed by their key's text (`key_text`) over the
+partitions of the pipeline's newest routing generation (`shared.routing`, as `default` routes
+its keys), order kept within a partition. A partition sealed by a rescale sends the rows not
+yet appended to the generation the pipeline's description names next, each row landing once.
 """
 
 from __future__ import annotations
@@ -17,15 +19,26 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.records import jsonl_values
-from pipeline.source import SEGMENT_RECORDS_MAX, SourceInputError
+from pipeline.source import (
+    SEALS_FOLLOWED_MAX,
+    SEGMENT_RECORDS_MAX,
+    SourceInputError,
+    SourceSealed,
+)
 from pipeline.spec.run import PipelineInfo, PipelineRun
-from pipeline.store import ObjectStore
-from shared.routing import partition_for_key
+from pipeline.store import ObjectStore, StoreError
+from shared.errors import RippleError, UnavailableError
 from shared.spec.ddl import Column, TypeKind
 
-__all__ = ["ROWS_PER_CALL_MAX", "RowError", "SpecProducer", "load_rows"]
+__all__ = ["ROWS_PER_CALL_MAX", "RowError", "SpecProducer", "key_text", "load_rows"]
 
 ROWS_PER_CALL_MAX = 1_000_000  # one produce call's rows, held in memory at once
+
+
+def key_text(key: Any) -> str:
+    """The text a key is routed by: its column value's `str`, as every producer routes it (a
+    null key, which only a transform can yield, routes as the empty text)."""
+    return "" if key is None else str(key)
 
 
 def _converter(column: Column) -> Callable[[Any], Any]:
@@ -57,8 +70,25 @@ class RowError(SourceInputError):
 
 
 class SpecProducer:
-    def __init__(self, store: ObjectStore, info: PipelineInfo) -> None:
-        self.run = PipelineRun(info, store, 1)
+    """Appends a recorded pipeline's rows to its source log, routed by its newest generation.
+
+    `describe` reads the pipeline's description again (the coordinator's); a producer given
+    one follows a rescale: an append that meets a sealed partition re-reads it and routes the
+    rows not yet appended by the newer generation, as `source.Producer` does for `default`.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        info: PipelineInfo,
+        describe: Callable[[], PipelineInfo] | None = None,
+    ) -> None:
+        self.store = store
+        self.describe = describe
+        self._use(info)
+
+    def _use(self, info: PipelineInfo) -> None:
+        self.run = PipelineRun(info, store=self.store, max_keys_default=1)
         self.info = info
         columns = self.run.spec.schema.columns
         self._converters = {c.name: _converter(c) for c in columns}
@@ -92,20 +122,70 @@ class SpecProducer:
             raise SourceInputError(str(exc)) from None
 
     def produce(self, rows: Sequence[Mapping[str, Any]]) -> dict[int, int]:
-        """Append `rows`; returns, per partition number, the first offset they were given."""
+        """Append `rows`; returns, per partition number (of any generation the call wrote
+        to: numbers are never reused), the first offset they were given. Each row lands once,
+        below a cut or after it; rows a spec update's new schema refuses raise RowError, the
+        rows before them appended."""
         table = self.table(rows)
+        pending = list(range(len(rows)))
+        firsts: dict[int, int] = {}
+        for _ in range(SEALS_FOLLOWED_MAX + 1):
+            try:
+                self._append_all(table, pending, firsts)
+                return firsts
+            except _Rerouted as rerouted:
+                schema = self._record_schema
+                self._follow(rerouted.sealed)
+                pending = rerouted.remaining
+                if self._record_schema != schema:
+                    table = self.table(rows)  # typed again under the newer spec
+        raise StoreError(f"followed {SEALS_FOLLOWED_MAX} seals in one call; giving up")
+
+    def _append_all(self, table: pa.Table, pending: list[int], firsts: dict[int, int]) -> None:
+        routing = self.info.routing
         keys = table.column(self.run.spec.key).to_pylist()
         grouped: dict[int, list[int]] = {}
-        for i, k in enumerate(keys):
-            p = self.info.first_slot + partition_for_key(str(k), self.info.partitions)
+        for i in pending:
+            p = self.info.first_slot + routing.partition_for(key_text(keys[i]))
             grouped.setdefault(p, []).append(i)
-        firsts: dict[int, int] = {}
-        for p in sorted(grouped):
-            chosen = table.take(pa.array(grouped[p], pa.int64()))
-            for start in range(0, chosen.num_rows, SEGMENT_RECORDS_MAX):
-                first = self.run.log.append_table(p, chosen.slice(start, SEGMENT_RECORDS_MAX))
+        order = sorted(grouped)
+        for n, p in enumerate(order):
+            chosen = grouped[p]
+            for start in range(0, len(chosen), SEGMENT_RECORDS_MAX):
+                part = table.take(pa.array(chosen[start : start + SEGMENT_RECORDS_MAX], pa.int64()))
+                try:
+                    first = self.run.log.append_table(p, part)
+                except SourceSealed as sealed:
+                    rest = chosen[start:] + [i for q in order[n + 1 :] for i in grouped[q]]
+                    raise _Rerouted(sealed, sorted(rest)) from sealed
                 firsts.setdefault(p, first)
-        return firsts
+
+    def _follow(self, sealed: SourceSealed) -> None:
+        """Route by the generation that sealed a partition, as the pipeline's description
+        now says it; UnavailableError (retry the call) while it does not say it yet."""
+        if self.describe is None:
+            raise UnavailableError(f"{sealed}; this producer reads no pipeline description")
+        info = self.describe()
+        if (info.name, info.incarnation) != (self.info.name, self.info.incarnation):
+            raise RippleError(
+                f"pipeline {self.info.name} incarnation {self.info.incarnation} is gone",
+                code="conflict",
+            )
+        if info.generation < sealed.routing.generation:
+            raise UnavailableError(
+                f"{sealed}; the pipeline's description does not show generation "
+                f"{sealed.routing.generation} yet"
+            )
+        self._use(info)
+
+
+class _Rerouted(Exception):
+    """Inside `SpecProducer.produce`: a seal stopped the appends; these rows are still to go."""
+
+    def __init__(self, sealed: SourceSealed, remaining: list[int]) -> None:
+        super().__init__(str(sealed))
+        self.sealed = sealed
+        self.remaining = remaining
 
 
 def _converted(row: int, column: str, conv: Callable[[Any], Any], value: Any) -> Any:

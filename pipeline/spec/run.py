@@ -9,8 +9,9 @@ from the recorded text, never from anything the worker imports), and a checkpoin
 only if it names that spec's version.
 
 Store layout: a pipeline's partition n keeps the layout `default`'s use, under its own number
-(`source/p{n}/`, `checkpoints/p{n}/`, `deadletter/p{n}/`): numbers are never reused, so no two
-pipelines, nor two incarnations of one name, ever share an object.
+(`source/p{n}/`, `checkpoints/p{n}/`, `deadletter/p{n}/`; a later routing generation g's
+source under `source/g{g}/p{n}/`, its partitions numbered afresh): numbers are never reused,
+so no two pipelines, incarnations of one name, or generations of one pipeline share an object.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pipeline.spec.partition_state import (
 )
 from pipeline.store import ObjectStore
 from shared.errors import ClientError, UnavailableError
-from shared.routing import SLOT_BASE
+from shared.routing import SLOT_BASE, Routing
 from shared.spec.ddl import ColumnType, Schema, TypeKind
 from shared.spec.parse import parse_spec
 
@@ -48,6 +49,7 @@ __all__ = [
     "PipelineRun",
     "PipelineRuns",
     "arrow_schema",
+    "generation_log",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,14 @@ class PipelineInfo:
     partitions: int
     spec_text: str
     max_keys_per_partition: int
+    # Its routing generation: 0 until a rescale (or a spec update) starts a new one, whose
+    # partitions have fresh numbers (first_slot up) and offsets from generation_base(g).
+    generation: int = 0
+
+    @property
+    def routing(self) -> Routing:
+        """Where its records go: this generation's partition (0 .. partitions - 1) of a key."""
+        return Routing(generation=self.generation, partitions=self.partitions)
 
     def contains(self, partition: int) -> bool:
         return self.first_slot <= partition < self.first_slot + self.partitions
@@ -109,7 +119,20 @@ class PipelineInfo:
             partitions=int(body["partitions"]),
             spec_text=str(body["spec_text"]),
             max_keys_per_partition=int(body["settings"]["max_keys_per_partition"]),
+            generation=int(body.get("routing_generation", 0)),
         )
+
+
+def generation_log(
+    store: ObjectStore, generation: int, first_slot: int, partitions: int, schema: pa.Schema
+) -> SourceLog:
+    """The source log of one generation of a recorded pipeline: its partitions first_slot ..
+    first_slot + partitions - 1, offsets from generation_base(generation). A SourceLog has one
+    base for every generation it knows, while each generation of a recorded pipeline has
+    fresh numbers: so each generation is read through a log of its own, in which the earlier
+    generations are placeholders of one partition that name no object (their numbers are
+    other ones) and are never read. Its `followed_by(next routing)` seals this generation."""
+    return SourceLog(store, [1] * generation + [partitions], base=first_slot, schema=schema)
 
 
 class PipelineRun:
@@ -121,7 +144,9 @@ class PipelineRun:
         self.version = self.spec.version
         self.outputs = outputs_of(self.spec)
         self.schema = arrow_schema(self.spec.schema)
-        self.log = SourceLog(store, info.partitions, base=info.first_slot, schema=self.schema)
+        self.log = generation_log(
+            store, info.generation, info.first_slot, info.partitions, self.schema
+        )
         # The pipeline's own key limit; 0 in its settings: the worker's.
         self.max_keys = info.max_keys_per_partition or max_keys_default
         # Not ACTIVE as last read (paused, dropping, gone): its partitions are held, their

@@ -8,7 +8,9 @@ spec's schema before it appends any (a bad one is a `RequestError` whose `field`
 column at fault; a store failure part way can still leave some partitions' rows appended)
 and takes at most `PRODUCE_ROWS_MAX` rows, read no further than one past it; it writes by
 the pipeline's description as the coordinator has it at the call (a pipeline dropped and
-created again is written as its new incarnation), and only to an ACTIVE or PAUSED pipeline.
+created again is written as its new incarnation), and only to an ACTIVE or PAUSED pipeline;
+a partition sealed by a rescale part way makes it read the description again and route the
+rest by the newer generation.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ __all__ = ["PRODUCE_ROWS_MAX", "PipelineClient"]
 
 # One produce call's rows, held in memory at once: the producer's own bound.
 PRODUCE_ROWS_MAX = ROWS_PER_CALL_MAX
+# How long a produce call waits for the description it reads again after meeting a seal.
+DESCRIBE_TIMEOUT_S = 30.0
 DEFAULT = "default"  # the pipeline of (key, value) records: read here, produced elsewhere
 WRITABLE_STATES = ("active", "paused")
 
@@ -93,6 +97,14 @@ class PipelineClient:
                 field="rows",
             )
         producer = self._producer_for(await self.describe(), self._store)
+        loop = asyncio.get_running_loop()
+
+        def describe() -> PipelineInfo:
+            # From the producer's thread: the coordinator's client lives on this loop.
+            body = asyncio.run_coroutine_threadsafe(self.describe(), loop)
+            return PipelineInfo.from_describe(body.result(DESCRIBE_TIMEOUT_S))
+
+        producer.describe = describe
         try:
             # The store's calls block: off the event loop, as one unit (all rows or none).
             firsts = await asyncio.to_thread(producer.produce, taken)
@@ -100,7 +112,10 @@ class PipelineClient:
             raise RequestError(str(exc), field=exc.column) from exc
         except SourceInputError as exc:
             raise RequestError(str(exc), field="rows") from exc
-        return {slot - producer.info.first_slot: first for slot, first in firsts.items()}
+        # The newest generation's partitions, by the pipeline's own numbers (those of an
+        # earlier generation the call also wrote to are other partitions).
+        info = producer.info
+        return {s - info.first_slot: first for s, first in firsts.items() if info.contains(s)}
 
     def _producer_for(self, body: Mapping[str, Any], store: ObjectStore) -> SpecProducer:
         """The producer of the pipeline `body` describes (the cached one while it is current)."""

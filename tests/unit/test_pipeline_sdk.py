@@ -36,21 +36,28 @@ class Cluster:
         self.first_slot = FIRST_SLOT
         self.address = ""
         self.outputs: dict[tuple[int, str], dict[str, Any]] = {}
+        self.partitions = PARTITIONS
+        self.generation = 0
+        # Applied after the next describe: what a rescale recorded meanwhile.
+        self.then: dict[str, int] = {}
 
     async def answer(self, request: web.Request) -> web.Response:
         self.asked.append(request.path)
         if request.path == "/v1/pipelines/orders":
-            return web.json_response(
-                {
-                    "name": "orders",
-                    "state": self.state,
-                    "incarnation": self.incarnation,
-                    "first_slot": self.first_slot,
-                    "partitions": PARTITIONS,
-                    "spec_text": spec_text(),
-                    "settings": {"max_keys_per_partition": 100},
-                }
-            )
+            body = {
+                "name": "orders",
+                "state": self.state,
+                "incarnation": self.incarnation,
+                "first_slot": self.first_slot,
+                "partitions": self.partitions,
+                "routing_generation": self.generation,
+                "spec_text": spec_text(),
+                "settings": {"max_keys_per_partition": 100},
+            }
+            for name, value in self.then.items():
+                setattr(self, name, value)
+            self.then = {}
+            return web.json_response(body)
         if request.path == "/v1/partitions":
             assert request.query["pipeline"] == "orders"
             owned = [{"partition": p, "owner": "w1"} for p in range(PARTITIONS)]
@@ -174,3 +181,31 @@ async def test_a_key_is_read_from_its_owner_by_the_pipelines_number(cluster: Clu
         with pytest.raises(ClientError) as raised:
             await pipeline.get("c-none")
         assert raised.value.code == "not_found"
+
+
+async def test_a_seal_met_part_way_is_followed_by_reading_the_description_again(
+    cluster: Cluster, store: LocalStore
+) -> None:
+    from pipeline.source import generation_base
+    from pipeline.spec.run import arrow_schema, generation_log
+    from shared.routing import Routing
+    from shared.spec.parse import parse_spec
+
+    schema = arrow_schema(parse_spec(spec_text()).schema)
+    old = generation_log(store, 0, FIRST_SLOT, PARTITIONS, schema)
+    sealing = old.followed_by(Routing(generation=1, partitions=3))
+    new_first = FIRST_SLOT + 64
+    batch = rows(seed=3)[:40]
+    async with PipelineClient([cluster.address], "orders", store=store) as pipeline:
+        await pipeline.produce(batch)
+        cuts = [sealing.seal(FIRST_SLOT + p, 0) for p in range(PARTITIONS)]
+        # The call starts under generation 0 and meets the seals; the rescale is recorded.
+        cluster.then = {"generation": 1, "first_slot": new_first, "partitions": 3}
+        firsts = await pipeline.produce(batch)
+    # Once per call, and once more from the producer's thread when it met a seal.
+    assert cluster.asked.count("/v1/pipelines/orders") == 3
+    assert firsts and set(firsts) <= {0, 1, 2}  # the new generation's own numbers
+    assert all(first >= generation_base(1) for first in firsts.values())
+    new = generation_log(store, 1, new_first, 3, schema)
+    assert sum(new.read(new_first + q, generation_base(1)).num_rows for q in range(3)) == 40
+    assert [old.end_offset(FIRST_SLOT + p) for p in range(PARTITIONS)] == cuts
