@@ -37,6 +37,7 @@ from coordinator.core.model import (
     MAINTENANCE_BY_LEN_MAX,
     RESCALE_PARTITIONS_MAX,
     ROUTING_GENERATIONS_MAX,
+    SLOT_BASE,
     URI_LEN_MAX,
     ChangeReason,
     Checkpoint,
@@ -212,7 +213,8 @@ def states_built(state: ClusterState, cmd: StatesBuilt) -> Outcome:
     for c in cmd.checkpoints:
         if not 1 <= len(c.uri) <= URI_LEN_MAX:
             return rejected("invalid", f"uri must be 1..{URI_LEN_MAX} chars", "checkpoints"), False
-    aborting = state.in_flight_migrations()
+    # `default`'s own: a recorded pipeline's migrations go on through `default`'s rescale.
+    aborting = [m for m in state.in_flight_migrations() if m.partition < SLOT_BASE]
     ending = [m.migration_id for m in aborting]
     draining = state.workers_in(WorkerState.DRAINING)
     leaving = edits.leavers(

@@ -40,12 +40,14 @@ from coordinator.core.commands import (
     PipelineStatesBuilt,
     PlanMigrations,
     RecordCheckpoints,
+    RecordCut,
     RecordPipelineCut,
     RegisterWorker,
     ReportVersions,
     RescaleResult,
     StartPipelineRescale,
     StartRescale,
+    StatesBuilt,
 )
 from coordinator.core.invariants import state_violations, step_violations, view
 from coordinator.core.model import (
@@ -412,6 +414,27 @@ def test_pipelines_rescale_side_by_side_and_beside_default() -> None:
     go(s, finish(s, ORDERS))
     assert len(numbers(s, ORDERS)) == 4 and len(numbers(s, CLICKS)) == 1
     assert s.rescale is not None and s.rescale.phase is RescalePhase.CUTTING  # default's own
+
+
+def test_defaults_rescale_leaves_a_pipelines_migration_alone(s: ClusterState) -> None:
+    mine = [n for n in numbers(s) if s.partitions[n].owner == W2]
+    move = Move(partition=PartitionId(mine[0]), source=W2, target=W1)
+    go(s, PlanMigrations(moves=(move,), reason=MigrationReason.ADMIN, now_ms=130))
+    go(s, StartRescale(partitions=2, by="ops", now_ms=131))
+    for n in range(4):
+        go(s, RecordCut(partition=n, epoch=0, offset=0, uri=f"s3://b/d{n}", now_ms=132))
+    go(
+        s,
+        StatesBuilt(
+            generation=1,
+            checkpoints=tuple(
+                BuiltCheckpoint(partition=n, offset=0, uri=f"s3://b/dn{n}") for n in range(2)
+            ),
+            now_ms=133,
+        ),
+    )
+    assert s.migrations[MigrationId("m-1")].phase is MigrationPhase.PLANNED
+    assert s.partitions[mine[0]].migration == MigrationId("m-1")
 
 
 def test_the_swap_aborts_its_migrations_and_lets_a_drained_worker_leave(s: ClusterState) -> None:
