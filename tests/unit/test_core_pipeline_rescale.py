@@ -11,6 +11,8 @@ import hashlib
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.core.codec import (
     CodecError,
@@ -45,6 +47,7 @@ from coordinator.core.commands import (
     RegisterWorker,
     ReportVersions,
     RescaleResult,
+    ResumePipeline,
     StartPipelineRescale,
     StartRescale,
     StatesBuilt,
@@ -69,16 +72,18 @@ from coordinator.core.model import (
 )
 from coordinator.core.pipeline_fields import decode_pipeline, pipeline_plain
 from coordinator.core.pipeline_invariants import PipelineView, pipeline_step_violations
+from coordinator.core.pipelines import numbers_ever
 from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
 from coordinator.core.versions import INTRODUCED_IN, refusal
-from tests.unit.test_core_pipelines import ORDERS, SPEC, create
+from tests.unit.test_core_pipelines import ORDERS, SPEC, checked, create
 from tests.unit.test_core_state import rejects
 
 CLICKS = PipelineName("clicks")
 W1, W2 = WorkerId("w1"), WorkerId("w2")
 SPEC2 = SPEC + '\n[[aggregations]]\nname = "s"\nfn = "sum"\ncolumn = "v"\n'
 _ids = itertools.count()
+L = PipelineState
 
 
 def go(s: ClusterState, cmd: Command) -> object:
@@ -118,6 +123,8 @@ def set_up(s: ClusterState, name: str = ORDERS, partitions: int = 3) -> int:
 def online(s: ClusterState, name: str) -> None:
     """Assign every UNASSIGNED partition of `name`, alternating w1 and w2, and bring it up."""
     parts = [p for p in s.partitions.of(name) if p.status is PartitionStatus.UNASSIGNED]
+    if not parts:
+        return
     owners = [W1 if i % 2 == 0 else W2 for i in range(len(parts))]
     go(
         s,
@@ -234,8 +241,8 @@ def test_a_rescale_moves_the_pipeline_onto_fresh_numbers(s: ClusterState) -> Non
         c = go(s, cut(s, n))
         assert isinstance(c, CutResult) and c.status == "accepted"
         assert c.phase is (RescalePhase.MOVING if i == 2 else RescalePhase.CUTTING)
-        assert s.partitions[n].checkpoint is not None
-        assert s.partitions[n].checkpoint.uri == f"s3://b/cut-{n}"
+        checkpoint = s.partitions[n].checkpoint
+        assert checkpoint is not None and checkpoint.uri == f"s3://b/cut-{n}"
         same_again(s, cut(s, n))
     rescale = s.pipelines[ORDERS].rescale
     assert rescale is not None and rescale.base_epoch == 1 + max(p.epoch for p in s.partitions)
@@ -378,6 +385,31 @@ def test_a_drop_ends_the_rescale_and_leaves_nothing_in_the_table(s: ClusterState
     go(s, ForgetPipeline(name=ORDERS, incarnation=1, now_ms=301))
     assert numbers(s) == [] and ORDERS not in s.pipelines
     assert all(p.partition < SLOT_BASE for p in s.partitions)
+
+
+def test_every_number_a_pipeline_was_given_is_known_until_it_is_forgotten(
+    s: ClusterState,
+) -> None:
+    first = range(SLOT_BASE, SLOT_BASE + 3)
+    assert numbers_ever(s.pipelines[ORDERS]) == (first,)
+    go(s, start(partitions=2))
+    r = s.pipelines[ORDERS].rescale
+    assert r is not None
+    reserved = range(r.first_slot, r.first_slot + 2)
+    assert numbers_ever(s.pipelines[ORDERS]) == (first, reserved)  # a build may write there
+    cut_all(s)
+    go(s, built(s))
+    assert numbers_ever(s.pipelines[ORDERS]) == (first, reserved)  # now the current ones
+    online(s, ORDERS)
+    go(s, finish(s))
+    go(s, start(partitions=1))
+    third = s.pipelines[ORDERS].rescale
+    assert third is not None
+    assert numbers_ever(s.pipelines[ORDERS]) == (
+        first,
+        reserved,
+        range(third.first_slot, third.first_slot + 1),
+    )
 
 
 def test_a_drop_after_the_swap_forgets_the_new_numbers() -> None:
@@ -546,3 +578,94 @@ def test_the_invariants_catch_a_broken_table(s: ClusterState) -> None:
     assert any("not above its old one's" in v for v in found)
     was = dataclasses.replace(was, epoch_max=low - 1)
     assert pipeline_step_violations({ORDERS: was}, s.pipeline_seq, s, "PipelineStatesBuilt") == []
+
+
+# What a step may do, the rescale's own steps more often than the rest, so that sequences
+# reach every phase.
+_ACTIONS = (
+    *("start", "update", "cut", "cuts", "cuts", "built", "built", "online", "finish") * 3,
+    *("create", "pause", "resume", "drop", "forget"),
+)
+
+
+def _intended(s: ClusterState, action: str, name: str, n: int, flip: bool) -> list[Command]:
+    """The commands `action` on pipeline `name` would be now, built from the state so that
+    most of them apply (`flip` makes a cut stale, a build short)."""
+    p = s.pipelines.get(PipelineName(name))
+    if action == "cuts" and p is not None and p.rescale is not None:
+        return [cut(s, x.partition, name) for x in s.partitions.of(name)]
+    one = _one(s, action, name, n, flip)
+    return [] if one is None else [one]
+
+
+def _one(s: ClusterState, action: str, name: str, n: int, flip: bool) -> Command | None:
+    p = s.pipelines.get(PipelineName(name))
+    if action == "create":
+        return create(name=name, partitions=n, pool=(), now_ms=100)
+    if p is None:
+        return None
+    r = p.rescale
+    match action:
+        case "start" | "update":
+            text = SPEC2 if action == "update" and p.spec_text == SPEC else ""
+            return start(partitions=n, text=text, name=name, incarnation=p.incarnation)
+        case "cut":
+            numbers_now = [x.partition for x in s.partitions.of(name)]
+            if not numbers_now:
+                return None
+            c = cut(s, numbers_now[n % len(numbers_now)], name)
+            return dataclasses.replace(c, epoch=c.epoch + 1) if flip else c
+        case "built" if r is not None:
+            b = built(s, name)
+            return dataclasses.replace(b, checkpoints=b.checkpoints[1:]) if flip else b
+        case "online":
+            return None
+        case "finish" if r is not None:
+            return finish(s, name)
+        case "pause":
+            return PausePipeline(name=p.name, by="ops", now_ms=300)
+        case "resume":
+            return ResumePipeline(name=p.name, by="ops", now_ms=300)
+        case "drop":
+            return DropPipeline(name=p.name, purge=flip, by="ops", now_ms=300)
+        case "forget":
+            return ForgetPipeline(name=p.name, incarnation=p.incarnation, now_ms=300)
+    return None
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(_ACTIONS),
+            st.sampled_from([str(ORDERS), str(CLICKS)]),
+            st.integers(1, 5),
+            st.booleans(),
+        ),
+        min_size=12,
+        max_size=50,
+    )
+)
+@settings(max_examples=150, deadline=None)
+def test_any_sequence_of_rescales_holds_the_invariants(
+    steps: list[tuple[str, str, int, bool]],
+) -> None:
+    s = cluster()
+    set_up(s, ORDERS, 3)
+    set_up(s, CLICKS, 2)
+    for action, name, n, flip in steps:
+        p = s.pipelines.get(PipelineName(name))
+        # A finish, unless flipped, comes once the new generation is hosted.
+        hosting = action == "finish" and not flip
+        if (action == "online" or hosting) and p is not None and p.state is not L.DROPPING:
+            if p.state is PipelineState.CREATING:
+                go(s, ActivatePipeline(name=p.name, incarnation=p.incarnation, now_ms=1))
+            online(s, name)
+            if not hosting:
+                continue
+        for cmd in _intended(s, action, name, n, flip):
+            checked(s, cmd, f"h-{next(_ids)}")
+    restored = decode_state(encode_state(s))
+    assert restored.pipelines == s.pipelines and restored.partitions == s.partitions
+    for p in s.pipelines.values():
+        got = [x.partition for x in s.partitions.of(p.name)]
+        assert got == list(range(p.first_slot, p.first_slot + p.partitions)) or not got
