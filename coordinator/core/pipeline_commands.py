@@ -68,6 +68,7 @@ from coordinator.core.model import (
     PipelineSettings,
     PipelineState,
     PipelineToken,
+    RescalePhase,
     WorkerId,
     WorkerState,
     unassigned_partition,
@@ -85,6 +86,7 @@ __all__ = [
     "labels_problem",
     "of_incarnation",
     "partitions_going",
+    "partitions_held",
     "pause_pipeline",
     "resume_pipeline",
     "revoke_token",
@@ -144,6 +146,17 @@ def of_incarnation(state: ClusterState, name: str, incarnation: int) -> Pipeline
             "incarnation",
         )
     return p
+
+
+def partitions_held(state: ClusterState) -> int:
+    """The partitions the cluster's pipelines hold, or will once their rescales under way
+    are done, whichever is more: each counts as the larger of its two generations."""
+    return state.total_partitions + sum(
+        max(p.partitions, p.rescale.partitions)
+        if p.rescale is not None and p.rescale.phase is not RescalePhase.DONE
+        else p.partitions
+        for p in state.pipelines.values()
+    )
 
 
 def spec_bytes_held(state: ClusterState) -> int:
@@ -227,7 +240,7 @@ def create_pipeline(state: ClusterState, cmd: CreatePipeline) -> Result:
         return rejected("conflict", f"pipeline {cmd.name} exists ({existing.state.value})", "name")
     if len(state.pipelines) >= PIPELINES_MAX:
         return rejected("conflict", f"the cluster has {PIPELINES_MAX} pipelines, the most")
-    held = state.total_partitions + sum(p.partitions for p in state.pipelines.values())
+    held = partitions_held(state)
     if held + cmd.partitions > TOTAL_PARTITIONS_MAX:
         return rejected(
             "conflict",

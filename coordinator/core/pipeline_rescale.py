@@ -56,6 +56,7 @@ from coordinator.core.pipeline_commands import (
     by_problem,
     of_incarnation,
     partitions_going,
+    partitions_held,
     spec_bytes_held,
 )
 from coordinator.core.rescale import ABORT_NOTE, built_table, cut_answer, rescale_result
@@ -152,7 +153,7 @@ def _start_problem(
             f"pipeline {p.name} has {ROUTING_GENERATIONS_MAX} routing generations, the most",
             "name",
         )
-    held = state.total_partitions + sum(x.partitions for x in state.pipelines.values())
+    held = partitions_held(state)
     if held - p.partitions + m > TOTAL_PARTITIONS_MAX:
         return rejected(
             "conflict",

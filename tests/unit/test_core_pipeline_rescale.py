@@ -54,9 +54,11 @@ from coordinator.core.commands import (
 )
 from coordinator.core.invariants import state_violations, step_violations, view
 from coordinator.core.model import (
+    PIPELINE_PARTITIONS_MAX,
     RESCALE_PARTITIONS_MAX,
     ROUTING_GENERATIONS_MAX,
     SLOT_BASE,
+    TOTAL_PARTITIONS_MAX,
     MigrationId,
     MigrationPhase,
     MigrationReason,
@@ -322,6 +324,18 @@ def test_every_refusal_of_a_start_changes_nothing(s: ClusterState) -> None:
     s.pipelines[ORDERS] = p
     go(s, create(name=CLICKS, partitions=2, pool=()))  # CREATING: not set up yet
     rejects(s, start(name=CLICKS, incarnation=2), "conflict", "name", match="creating")
+
+
+def test_a_rescale_counts_its_new_generation_against_the_clusters_partitions(
+    s: ClusterState,
+) -> None:
+    for i in range(15):
+        go(s, create(name=f"big{i}", partitions=PIPELINE_PARTITIONS_MAX, pool=()))
+    room = TOTAL_PARTITIONS_MAX - 4 - 15 * PIPELINE_PARTITIONS_MAX  # default's 4
+    rejects(s, start(partitions=room + 1), "conflict", "partitions", match="would pass")
+    go(s, start(partitions=room))
+    # While it is under way the larger generation counts: no room for one more partition.
+    rejects(s, create(name="one", partitions=1, pool=()), "conflict", "partitions")
 
 
 def test_one_rescale_of_a_pipeline_at_a_time(s: ClusterState) -> None:
