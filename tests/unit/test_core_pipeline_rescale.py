@@ -683,3 +683,19 @@ def test_any_sequence_of_rescales_holds_the_invariants(
     for p in s.pipelines.values():
         got = [x.partition for x in s.partitions.of(p.name)]
         assert got == list(range(p.first_slot, p.first_slot + p.partitions)) or not got
+
+
+def test_the_table_swaps_a_generation_only_for_new_numbers_of_that_pipeline(
+    s: ClusterState,
+) -> None:
+    table = s.partitions.copy()
+    for bad in (
+        [unassigned_partition(SLOT_BASE, ORDERS)],  # a number it holds
+        [unassigned_partition(SLOT_BASE + 50, CLICKS)],  # another pipeline's
+    ):
+        with pytest.raises(ValueError):
+            table.swap(ORDERS, bad)
+    assert table == s.partitions  # a refused swap changed nothing
+    old = table.swap(ORDERS, [unassigned_partition(SLOT_BASE + 7, ORDERS)])
+    assert [p.partition for p in old] == [SLOT_BASE, SLOT_BASE + 1, SLOT_BASE + 2]
+    assert [p.partition for p in table.of(ORDERS)] == [SLOT_BASE + 7]
