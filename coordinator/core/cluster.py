@@ -332,6 +332,16 @@ class ClusterState:
         for part in self.partitions.remove(pipeline):
             self._unown(part)
 
+    def swap_partitions(self, pipeline: PipelineName, table: list[Partition]) -> None:
+        """The one way a recorded pipeline's partitions become its new generation's (its
+        rescale's PipelineStatesBuilt): the new ones, unowned and numbered from the numbers
+        reserved at its start (below `slot_seq` already), replace the old, whose owners
+        leave the owner index with them."""
+        assert all(p.owner is None for p in table), "a new generation's partitions are unowned"
+        assert all(p.partition < self.slot_seq for p in table), "reserved numbers"
+        for part in self.partitions.swap(pipeline, table):
+            self._unown(part)
+
     def _unown(self, part: Partition) -> None:
         if part.owner is not None:
             owned = self._owned[part.owner]

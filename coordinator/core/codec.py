@@ -257,6 +257,38 @@ _COMMAND_SPECS: dict[int, dict[str, Decoder]] = {
         "by": str_value(MAINTENANCE_BY_LEN_MAX),
         "now_ms": int_value,
     },
+    38: {
+        "name": pipeline_name_value,
+        "incarnation": int_value,
+        "partitions": int_value,
+        # "" keeps the spec; characters, at most the bytes' bound: apply checks the bytes.
+        "spec_text": str_value(SPEC_TEXT_BYTES_MAX),
+        "spec_sha256": str_value(SHA256_HEX_LEN),
+        "by": str_value(MAINTENANCE_BY_LEN_MAX),
+        "now_ms": int_value,
+    },
+    39: {
+        "name": pipeline_name_value,
+        "incarnation": int_value,
+        "partition": int_value,
+        "epoch": int_value,
+        "offset": int_value,
+        "uri": str_value(URI_LEN_MAX),
+        "now_ms": int_value,
+    },
+    40: {
+        "name": pipeline_name_value,
+        "incarnation": int_value,
+        "generation": int_value,
+        "checkpoints": array(_built_checkpoint, RESCALE_PARTITIONS_MAX),
+        "now_ms": int_value,
+    },
+    41: {
+        "name": pipeline_name_value,
+        "incarnation": int_value,
+        "generation": int_value,
+        "now_ms": int_value,
+    },
 }
 assert _COMMAND_SPECS.keys() == COMMAND_BY_TAG.keys()
 _COMMAND_DECODERS: dict[int, Callable[[object, Where], Command]] = {

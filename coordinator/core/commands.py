@@ -700,6 +700,66 @@ class RevokeToken(Returns[TokenResult]):
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartPipelineRescale(Returns[RescaleResult]):
+    """An operator rescales incarnation `incarnation` of recorded pipeline `name` to
+    `partitions`, or updates its spec (`spec_text` "" keeps it), or both: a new routing
+    generation on fresh partition numbers, reserved now, whose rescale starts CUTTING
+    (coordinator/core/pipeline_rescale.py). Command-set version 7."""
+
+    TAG: ClassVar[int] = 38
+    name: PipelineName
+    incarnation: int
+    partitions: int
+    spec_text: str
+    spec_sha256: str  # hex sha256 of spec_text's UTF-8 bytes ("" with no text): apply checks it
+    by: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordPipelineCut(Returns[CutResult]):
+    """The owner of the pipeline's old partition number `partition` at `epoch` wrote its
+    checkpoint at exactly its cut `offset`: as RecordCut, for one recorded pipeline.
+    Command-set version 7."""
+
+    TAG: ClassVar[int] = 39
+    name: PipelineName
+    incarnation: int
+    # A worker's report, not an id or an epoch until apply checks them against the state.
+    partition: int
+    epoch: int
+    offset: int
+    uri: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineStatesBuilt(Returns[RescaleResult]):
+    """The state move wrote one starting checkpoint per reserved number (each
+    `BuiltCheckpoint.partition` is a number, not an index): the pipeline's partitions become
+    the new generation's, every one UNASSIGNED. Command-set version 7."""
+
+    TAG: ClassVar[int] = 40
+    name: PipelineName
+    incarnation: int
+    generation: int
+    checkpoints: tuple[BuiltCheckpoint, ...]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishPipelineRescale(Returns[RescaleResult]):
+    """Every partition of the pipeline's new generation is ONLINE: its rescale is DONE.
+    Command-set version 7."""
+
+    TAG: ClassVar[int] = 41
+    name: PipelineName
+    incarnation: int
+    generation: int
+    now_ms: int
+
+
 Command = (
     Bootstrap
     | RegisterWorker
@@ -736,6 +796,10 @@ Command = (
     | ProfileWorker
     | IssueToken
     | RevokeToken
+    | StartPipelineRescale
+    | RecordPipelineCut
+    | PipelineStatesBuilt
+    | FinishPipelineRescale
 )
 
 COMMAND_TYPES: tuple[type[Command], ...] = (
@@ -774,6 +838,10 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     ProfileWorker,
     IssueToken,
     RevokeToken,
+    StartPipelineRescale,
+    RecordPipelineCut,
+    PipelineStatesBuilt,
+    FinishPipelineRescale,
 )
 COMMAND_BY_TAG: dict[int, type[Command]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(COMMAND_BY_TAG) == len(COMMAND_TYPES), "command tags must be unique"
@@ -815,8 +883,9 @@ RejectCode = Literal[
     "version_unsupported",
     # This node has stopped applying entries (an entry of a command set it does not speak).
     "halted",
-    # A rescale (coordinator/core/rescale.py): one is not DONE yet; the count asked for is
-    # the current one; FinishRescale before every new partition is ONLINE.
+    # A rescale (coordinator/core/rescale.py, pipeline_rescale.py): one is not DONE yet; the
+    # count (and spec) asked for is the current one; Finish* before every new partition is
+    # ONLINE.
     "rescale_in_flight",
     "same_partition_count",
     "not_online",

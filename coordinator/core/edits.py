@@ -116,8 +116,11 @@ def accept_checkpoint(part: Partition, new: Checkpoint, *, rescaled: bool) -> Pa
 
 def rescaled(state: ClusterState, part: Partition) -> bool:
     """Whether `part` is of a rescale's table (it starts at its build): `default`'s, after
-    a rescale; a recorded pipeline is never rescaled yet."""
-    return part.pipeline == DEFAULT_PIPELINE and state.routing_generation > 0
+    a rescale; a recorded pipeline's, from its first rescale's new generation on."""
+    if part.pipeline == DEFAULT_PIPELINE:
+        return state.routing_generation > 0
+    p = state.pipelines.get(part.pipeline)
+    return p is not None and p.routing_generation > 0
 
 
 def finish_migration(

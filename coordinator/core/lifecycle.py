@@ -91,17 +91,18 @@ WORKER_EDGES: Edges[WorkerState] = _edges(  # type: ignore[assignment]
     # A rescale's new partition table: a draining worker owns nothing of it and every
     # migration it sourced is aborted; likewise a pipeline's tear-down for one that owned
     # only that pipeline's partitions.
-    (W.DRAINING, W.LEFT, "StatesBuilt ForgetPipeline"),
+    (W.DRAINING, W.LEFT, "StatesBuilt PipelineStatesBuilt ForgetPipeline"),
 )
 
 PARTITION_EDGES: Edges[PartitionStatus] = _edges(  # type: ignore[assignment]
     # The first table, each rescale's new one (the old partitions go with the old table), and
-    # a recorded pipeline's, at its set-up.
-    (None, P.UNASSIGNED, "Bootstrap StatesBuilt ActivatePipeline"),
-    # A recorded pipeline's, at its tear-down, owned or not: its numbers are never reused.
-    (P.UNASSIGNED, None, "ForgetPipeline"),
-    (P.ASSIGNING, None, "ForgetPipeline"),
-    (P.ONLINE, None, "ForgetPipeline"),
+    # a recorded pipeline's, at its set-up and at each of its rescales.
+    (None, P.UNASSIGNED, "Bootstrap StatesBuilt ActivatePipeline PipelineStatesBuilt"),
+    # A recorded pipeline's, at its tear-down or its rescale, owned or not: its numbers are
+    # never reused.
+    (P.UNASSIGNED, None, "ForgetPipeline PipelineStatesBuilt"),
+    (P.ASSIGNING, None, "ForgetPipeline PipelineStatesBuilt"),
+    (P.ONLINE, None, "ForgetPipeline PipelineStatesBuilt"),
     (P.UNASSIGNED, P.ASSIGNING, "AssignPartitions DeclareDead"),
     (P.ASSIGNING, P.ONLINE, "PartitionOnline"),
     # A new epoch (new owner, or the same owner after a restart, an abort or a fallback).
@@ -138,22 +139,23 @@ MIGRATION_EDGES: Edges[MigrationPhase] = _edges(  # type: ignore[assignment]
     # the partition (PlanMigrations, DrainWorker) supersedes it.
     (M.HANDED_OFF, M.ABORTED, "AbortMigration DeclareDead PlanMigrations DrainWorker"),
     # A rescale's new partition table ends every migration of the old one, and a pipeline's
-    # tear-down every migration of its partitions.
-    (M.PLANNED, M.ABORTED, "StatesBuilt ForgetPipeline"),
-    (M.WARMING, M.ABORTED, "StatesBuilt ForgetPipeline"),
-    (M.RELEASING, M.ABORTED, "StatesBuilt ForgetPipeline"),
-    (M.HANDED_OFF, M.ABORTED, "StatesBuilt ForgetPipeline"),
+    # tear-down or rescale every migration of its partitions.
+    (M.PLANNED, M.ABORTED, "StatesBuilt PipelineStatesBuilt ForgetPipeline"),
+    (M.WARMING, M.ABORTED, "StatesBuilt PipelineStatesBuilt ForgetPipeline"),
+    (M.RELEASING, M.ABORTED, "StatesBuilt PipelineStatesBuilt ForgetPipeline"),
+    (M.HANDED_OFF, M.ABORTED, "StatesBuilt PipelineStatesBuilt ForgetPipeline"),
 )
 
 RESCALE_EDGES: Edges[RescalePhase] = _edges(  # type: ignore[assignment]
-    # One rescale at a time: a new one only once the last is DONE.
-    (None, R.CUTTING, "StartRescale"),
-    (R.DONE, R.CUTTING, "StartRescale"),
+    # One rescale at a time (of `default`, and of each recorded pipeline, independently): a
+    # new one only once the last is DONE.
+    (None, R.CUTTING, "StartRescale StartPipelineRescale"),
+    (R.DONE, R.CUTTING, "StartRescale StartPipelineRescale"),
     # Each old partition's cut; the last one ends CUTTING.
-    (R.CUTTING, R.CUTTING, "RecordCut"),
-    (R.CUTTING, R.MOVING, "RecordCut"),
-    (R.MOVING, R.HOSTING, "StatesBuilt"),
-    (R.HOSTING, R.DONE, "FinishRescale"),
+    (R.CUTTING, R.CUTTING, "RecordCut RecordPipelineCut"),
+    (R.CUTTING, R.MOVING, "RecordCut RecordPipelineCut"),
+    (R.MOVING, R.HOSTING, "StatesBuilt PipelineStatesBuilt"),
+    (R.HOSTING, R.DONE, "FinishRescale FinishPipelineRescale"),
 )
 
 # A create and a drop are each two commits, as the seed's createTable: CreatePipeline records

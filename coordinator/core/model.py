@@ -350,6 +350,46 @@ class PipelineToken:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SlotRange:
+    """The partition numbers one routing generation of a recorded pipeline was carried
+    under: first_slot .. first_slot + partitions - 1."""
+
+    first_slot: int
+    partitions: int
+    routing_generation: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineRescale:
+    """A recorded pipeline's newest rescale or spec update (StartPipelineRescale): the same
+    steps as `Rescale`, on fresh partition numbers reserved at the start, so the old and the
+    new generation never share a gate, a checkpoint or a source log."""
+
+    generation: int  # the pipeline's new routing generation (g + 1)
+    partitions: int  # its partition count M
+    previous: int  # the old count P
+    # The first of the M numbers reserved from `ClusterState.slot_seq` at the start; they
+    # join the table at HOSTING (PipelineStatesBuilt).
+    first_slot: int
+    # The new generation's spec. The text is carried only while it is new and not yet the
+    # pipeline's (an update, before HOSTING); "" otherwise, so no text is held twice.
+    spec_text: str
+    spec_sha256: str
+    spec_version: int  # the pipeline's for a plain rescale, one more for an update
+    phase: RescalePhase
+    # Per old partition index 0 .. P - 1: its cut checkpoint once recorded.
+    cuts: tuple[Checkpoint | None, ...]
+    # Set by the last cut (phase -> MOVING): 1 + the highest epoch in the whole table then.
+    base_epoch: Epoch | None
+    by: str
+    started_at_ms: int
+    updated_at_ms: int
+
+    def cuts_done(self) -> int:
+        return sum(1 for c in self.cuts if c is not None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pipeline:
     """A pipeline (CreatePipeline): its spec, its partitions and routing, where it may run,
     its settings and where it is in its lifecycle."""
@@ -375,6 +415,13 @@ class Pipeline:
     first_slot: int = 0
     # Tokens scoped to this pipeline (IssueToken), oldest first; they go with its record.
     tokens: tuple[PipelineToken, ...] = ()
+
+    # The newest rescale or spec update of this pipeline (StartPipelineRescale), kept after
+    # DONE and replaced by the next one (coordinator/core/pipeline_rescale.py).
+    rescale: PipelineRescale | None = None
+    # The partition numbers of each earlier routing generation, oldest first: producers,
+    # the batch job and a purge need every generation's (at most ROUTING_GENERATIONS_MAX).
+    past: tuple[SlotRange, ...] = ()
 
     def pool_labels(self) -> dict[str, str]:
         return {label.key: label.value for label in self.pool}

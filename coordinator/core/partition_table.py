@@ -22,8 +22,8 @@ __all__ = ["PartitionTable"]
 class PartitionTable:
     """Partition records by number, iterated in ascending number.
 
-    Only `ClusterState` writes it (``put``, ``add``, ``remove``, and a whole new table at
-    Bootstrap, a rescale's StatesBuilt and a snapshot's decode); everyone else reads.
+    Only `ClusterState` writes it (``put``, ``add``, ``remove``, ``swap``, and a whole new
+    table at Bootstrap, a rescale's StatesBuilt and a snapshot's decode); everyone else reads.
     """
 
     __slots__ = ("_by_number", "_by_pipeline")
@@ -116,6 +116,25 @@ class PartitionTable:
             raise ValueError("default's table is replaced, never removed")
         numbers = self._by_pipeline.pop(PipelineName(pipeline), {})
         return tuple(self._by_number.pop(p) for p in numbers)
+
+    def swap(self, pipeline: str, records: Sequence[Partition]) -> tuple[Partition, ...]:
+        """Replace one recorded pipeline's records with `records` (its new generation's, in
+        ascending number, none of them held); the old ones are returned. Numbers reserved
+        before another pipeline's were made sit below them, so the dict is rebuilt in number
+        order then (a pass over the table, once per rescale)."""
+        if any(r.pipeline != pipeline or r.partition in self._by_number for r in records):
+            raise ValueError(f"the new records are not new numbers of {pipeline}")
+        old = self.remove(pipeline)
+        top = next(reversed(self._by_number), -1)
+        if records and records[0].partition < top:
+            rest = list(self._by_number.values())
+            self._by_number = {}
+            for r in sorted([*rest, *records], key=lambda r: r.partition):
+                self._by_number[r.partition] = r
+            self._by_pipeline[PipelineName(pipeline)] = {r.partition: None for r in records}
+        else:
+            self.add(records)
+        return old
 
     def copy(self) -> PartitionTable:
         """A table of the same (frozen, shared) records: a pointer copy per record."""

@@ -20,7 +20,7 @@ record holds at most PIPELINE_TOKENS_MAX tokens, each id once, each only as its 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from coordinator.core import edits, lifecycle
 from coordinator.core.cluster import ClusterState
@@ -61,28 +61,37 @@ from coordinator.core.model import (
     TOKEN_ID_LEN_MAX,
     TOTAL_PARTITIONS_MAX,
     Label,
+    Migration,
     MigrationPhase,
     Pipeline,
     PipelineName,
     PipelineSettings,
     PipelineState,
     PipelineToken,
+    RescalePhase,
+    WorkerId,
     WorkerState,
     unassigned_partition,
     valid_id,
 )
 
 __all__ = [
+    "Going",
     "activate_pipeline",
+    "by_problem",
     "create_pipeline",
     "drop_pipeline",
     "forget_pipeline",
     "issue_token",
     "labels_problem",
+    "of_incarnation",
+    "partitions_going",
+    "partitions_held",
     "pause_pipeline",
     "resume_pipeline",
     "revoke_token",
     "settings_problem",
+    "spec_bytes_held",
 ]
 
 L = PipelineState
@@ -106,7 +115,7 @@ def _moved(p: Pipeline, dst: PipelineState | None, command: str) -> Rejected | N
     )
 
 
-def _by(by: str) -> Rejected | None:
+def by_problem(by: str) -> Rejected | None:
     if not 1 <= len(by) <= MAINTENANCE_BY_LEN_MAX:
         return rejected("invalid", f"by must be 1..{MAINTENANCE_BY_LEN_MAX} chars", "by")
     return None
@@ -128,7 +137,7 @@ def _named(state: ClusterState, name: str) -> Pipeline | Rejected:
     return rejected("not_found", f"no pipeline {name}", "name")
 
 
-def _of_incarnation(state: ClusterState, name: str, incarnation: int) -> Pipeline | Rejected:
+def of_incarnation(state: ClusterState, name: str, incarnation: int) -> Pipeline | Rejected:
     p = _named(state, name)
     if isinstance(p, Pipeline) and p.incarnation != incarnation:
         return rejected(
@@ -137,6 +146,25 @@ def _of_incarnation(state: ClusterState, name: str, incarnation: int) -> Pipelin
             "incarnation",
         )
     return p
+
+
+def partitions_held(state: ClusterState) -> int:
+    """The partitions the cluster's pipelines hold, or will once their rescales under way
+    are done, whichever is more: each counts as the larger of its two generations."""
+    return state.total_partitions + sum(
+        max(p.partitions, p.rescale.partitions)
+        if p.rescale is not None and p.rescale.phase is not RescalePhase.DONE
+        else p.partitions
+        for p in state.pipelines.values()
+    )
+
+
+def spec_bytes_held(state: ClusterState) -> int:
+    """The spec text the records hold: each pipeline's, and each update's in flight."""
+    return sum(
+        len(p.spec_text.encode()) + (0 if p.rescale is None else len(p.rescale.spec_text.encode()))
+        for p in state.pipelines.values()
+    )
 
 
 def settings_problem(s: PipelineSettings) -> Rejected | None:
@@ -178,7 +206,7 @@ def _create_problem(cmd: CreatePipeline) -> Rejected | None:
         return rejected(
             "conflict", f"{DEFAULT_PIPELINE} is the cluster's own pipeline's name", "name"
         )
-    problem = _by(cmd.by)
+    problem = by_problem(cmd.by)
     if problem is not None:
         return problem
     text = cmd.spec_text.encode()
@@ -212,7 +240,7 @@ def create_pipeline(state: ClusterState, cmd: CreatePipeline) -> Result:
         return rejected("conflict", f"pipeline {cmd.name} exists ({existing.state.value})", "name")
     if len(state.pipelines) >= PIPELINES_MAX:
         return rejected("conflict", f"the cluster has {PIPELINES_MAX} pipelines, the most")
-    held = state.total_partitions + sum(p.partitions for p in state.pipelines.values())
+    held = partitions_held(state)
     if held + cmd.partitions > TOTAL_PARTITIONS_MAX:
         return rejected(
             "conflict",
@@ -220,7 +248,7 @@ def create_pipeline(state: ClusterState, cmd: CreatePipeline) -> Result:
             f"{TOTAL_PARTITIONS_MAX}",
             "partitions",
         )
-    spec_bytes = sum(len(p.spec_text.encode()) for p in state.pipelines.values())
+    spec_bytes = spec_bytes_held(state)
     if spec_bytes + len(cmd.spec_text.encode()) > SPEC_TEXT_BYTES_TOTAL_MAX:
         return rejected(
             "conflict",
@@ -282,7 +310,7 @@ def _move(
 def activate_pipeline(state: ClusterState, cmd: ActivatePipeline) -> Result:
     """The create's set-up, in one commit: the pipeline's partitions join the table,
     unowned at epoch 0 and numbered from `slot_seq`, and the record turns ACTIVE."""
-    p = _of_incarnation(state, cmd.name, cmd.incarnation)
+    p = of_incarnation(state, cmd.name, cmd.incarnation)
     if isinstance(p, Rejected):
         return p
     if p.state in (L.ACTIVE, L.PAUSED):
@@ -304,7 +332,7 @@ def _asked(
     state: ClusterState, cmd: PausePipeline | ResumePipeline | DropPipeline
 ) -> Pipeline | Rejected:
     """The record an operator's command names, once its caller is in bounds."""
-    return _by(cmd.by) or _named(state, cmd.name)
+    return by_problem(cmd.by) or _named(state, cmd.name)
 
 
 def pause_pipeline(state: ClusterState, cmd: PausePipeline) -> Result:
@@ -327,18 +355,25 @@ def drop_pipeline(state: ClusterState, cmd: DropPipeline) -> Result:
     return _move(state, p, L.DROPPING, "DropPipeline", cmd.by, cmd.now_ms, purge=cmd.purge)
 
 
-def forget_pipeline(state: ClusterState, cmd: ForgetPipeline) -> Outcome:
-    """The drop's tear-down, in one commit: its partitions leave the table (owned ones
-    too: their numbers are never used again, so no gate of them can meet a new owner, and a
-    report about one finds no partition), their migrations in flight are aborted, a
-    DRAINING worker left with nothing is LEFT, and the record leaves the state. The
-    generation grows when an owned partition went."""
-    p = _of_incarnation(state, cmd.name, cmd.incarnation)
-    if isinstance(p, Rejected):
-        return p, False
-    problem = _moved(p, None, "ForgetPipeline")
-    if problem is not None:
-        return problem, False
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Going:
+    """What a pipeline's partitions leaving the table ends (its tear-down, or its old
+    generation at a rescale): their migrations in flight, ABORTED with `note`, and the
+    DRAINING workers left owning and sourcing nothing, LEFT. `owned`: one had an owner."""
+
+    owned: bool
+    ending: tuple[Migration, ...]
+    leaving: tuple[WorkerId, ...]
+    note: str
+
+    def end_migrations(self, state: ClusterState, now_ms: int) -> None:
+        for m in self.ending:
+            edits.finish_migration(state, m, MigrationPhase.ABORTED, self.note, now_ms)
+
+
+def partitions_going(state: ClusterState, p: Pipeline, command: str, note: str) -> Going | Rejected:
+    """What `command` ends when `p`'s partitions leave the table, every change checked
+    against the lifecycle tables before the first is made."""
     parts = list(state.partitions.of(p.name))
     owned = [x for x in parts if x.owner is not None]
     ending = [state.migrations[x.migration] for x in parts if x.migration is not None]
@@ -352,22 +387,39 @@ def forget_pipeline(state: ClusterState, cmd: ForgetPipeline) -> Outcome:
     )
     problem = edits.lifecycle_problem(
         state,
-        "ForgetPipeline",
+        command,
         workers=((w, WorkerState.LEFT) for w in leaving),
         migrations=((m.migration_id, MigrationPhase.ABORTED) for m in ending),
     )
     for was in dict.fromkeys(x.status for x in parts):
         problem = problem or lifecycle.check(
-            lifecycle.PARTITION_EDGES, was, None, "ForgetPipeline", f"pipeline {p.name}", "name"
+            lifecycle.PARTITION_EDGES, was, None, command, f"pipeline {p.name}", "name"
         )
     if problem is not None:
+        return problem
+    return Going(owned=bool(owned), ending=tuple(ending), leaving=tuple(leaving), note=note)
+
+
+def forget_pipeline(state: ClusterState, cmd: ForgetPipeline) -> Outcome:
+    """The drop's tear-down, in one commit: its partitions leave the table (owned ones
+    too: their numbers are never used again, so no gate of them can meet a new owner, and a
+    report about one finds no partition), their migrations in flight are aborted, a
+    DRAINING worker left with nothing is LEFT, and the record leaves the state. The
+    generation grows when an owned partition went."""
+    p = of_incarnation(state, cmd.name, cmd.incarnation)
+    if isinstance(p, Rejected):
+        return p, False
+    problem = _moved(p, None, "ForgetPipeline")
+    if problem is not None:
         return problem, False
-    for m in ending:
-        edits.finish_migration(state, m, MigrationPhase.ABORTED, "pipeline dropped", cmd.now_ms)
+    going = partitions_going(state, p, "ForgetPipeline", "pipeline dropped")
+    if isinstance(going, Rejected):
+        return going, False
+    going.end_migrations(state, cmd.now_ms)
     state.remove_partitions(p.name)
-    edits.leave(state, leaving, cmd.now_ms)
+    edits.leave(state, going.leaving, cmd.now_ms)
     del state.pipelines[p.name]
-    return _result(p, changed=True, gone=True), bool(owned)
+    return _result(p, changed=True, gone=True), going.owned
 
 
 def _token_result(name: PipelineName, token_id: str, *, issued: bool, changed: bool) -> Ok:
@@ -381,7 +433,7 @@ def _is_sha256(text: str) -> bool:
 def issue_token(state: ClusterState, cmd: IssueToken) -> Result:
     """Record a token of pipeline `name` by its id and its secret's hash. The same id with
     the same hash and role again (a retried proposal) changes nothing."""
-    p = _by(cmd.by) or _named(state, cmd.name)
+    p = by_problem(cmd.by) or _named(state, cmd.name)
     if isinstance(p, Rejected):
         return p
     if not (valid_id(cmd.token_id) and len(cmd.token_id) <= TOKEN_ID_LEN_MAX):
@@ -417,7 +469,7 @@ def issue_token(state: ClusterState, cmd: IssueToken) -> Result:
 def revoke_token(state: ClusterState, cmd: RevokeToken) -> Result:
     """Remove token `token_id` from pipeline `name`'s record; one that is not there (revoked
     already) changes nothing."""
-    p = _by(cmd.by) or _named(state, cmd.name)
+    p = by_problem(cmd.by) or _named(state, cmd.name)
     if isinstance(p, Rejected):
         return p
     kept = tuple(t for t in p.tokens if t.token_id != cmd.token_id)

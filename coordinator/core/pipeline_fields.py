@@ -1,8 +1,11 @@
 """The wire form of a pipeline's fields: in commands (coordinator/core/codec.py, maps in
 declared field order) and as a snapshot's record (coordinator/core/snapshot.py, an array).
 
-Owns the decoders of a pipeline's name, pool labels, settings and whole record. Like every
-decoder of the core they trust nothing: malformed input is a `CodecError` naming the field.
+Owns the decoders of a pipeline's name, pool labels, settings and whole record (its tokens,
+earlier generations and newest rescale trail it, written only when used, so a record without
+them keeps the form it had before they existed), and of a checkpoint as a snapshot holds it.
+Like every decoder of the core they trust nothing: malformed input is a `CodecError` naming
+the field.
 The bounds a handler enforces (settings' ranges, a spec's hash) are apply's; these check
 only shape, types and sizes, so a snapshot decodes whatever apply could have recorded.
 """
@@ -11,31 +14,44 @@ from __future__ import annotations
 
 from coordinator.core.model import (
     MAINTENANCE_BY_LEN_MAX,
+    PIPELINE_PARTITIONS_MAX,
     PIPELINE_TOKENS_MAX,
     POOL_LABELS_MAX,
+    ROUTING_GENERATIONS_MAX,
     SHA256_HEX_LEN,
     SPEC_TEXT_BYTES_MAX,
+    URI_LEN_MAX,
+    Checkpoint,
     Label,
     Pipeline,
     PipelineName,
+    PipelineRescale,
     PipelineSettings,
     PipelineState,
     PipelineToken,
+    RescalePhase,
+    SlotRange,
     TokenRole,
 )
 from coordinator.core.wire_fields import (
+    CodecError,
     Where,
     array,
     bool_value,
     enum_value,
+    epoch_value,
     int_value,
+    optional,
     record,
     str_value,
     tuple_value,
+    wire_enum,
     worker_id_value,
 )
 
 __all__ = [
+    "checkpoint_plain",
+    "checkpoint_row",
     "decode_pipeline",
     "label_row",
     "label_value",
@@ -86,8 +102,82 @@ def pipeline_plain(p: Pipeline) -> list[object]:
         p.updated_at_ms,
         p.by,
         p.first_slot,
-        *([[_token_plain(t) for t in p.tokens]] if p.tokens else []),
+        *_trailing(p),
     ]
+
+
+def _trailing(p: Pipeline) -> list[object]:
+    tokens = [_token_plain(t) for t in p.tokens]
+    if p.rescale is None and not p.past:
+        return [tokens] if tokens else []
+    past = [[x.first_slot, x.partitions, x.routing_generation] for x in p.past]
+    return [tokens, past, None if p.rescale is None else _rescale_plain(p.rescale)]
+
+
+def _rescale_plain(r: PipelineRescale) -> list[object]:
+    return [
+        r.generation,
+        r.partitions,
+        r.previous,
+        r.first_slot,
+        r.spec_text,
+        r.spec_sha256,
+        r.spec_version,
+        wire_enum(r.phase),
+        [None if c is None else checkpoint_plain(c) for c in r.cuts],
+        r.base_epoch,
+        r.by,
+        r.started_at_ms,
+        r.updated_at_ms,
+    ]
+
+
+def checkpoint_plain(c: Checkpoint) -> list[object]:
+    return [c.offset, c.uri, c.epoch, c.at_ms]
+
+
+def checkpoint_row(value: object, where: Where) -> Checkpoint:
+    offset, uri, epoch, at_ms = tuple_value(value, 4, where)
+    return Checkpoint(
+        offset=int_value(offset, where),
+        uri=str_value(URI_LEN_MAX)(uri, where),
+        epoch=epoch_value(epoch, where),
+        at_ms=int_value(at_ms, where),
+    )
+
+
+def _slot_range_row(value: object, where: Where) -> SlotRange:
+    first, partitions, generation = tuple_value(value, 3, where)
+    return SlotRange(
+        first_slot=int_value(first, where),
+        partitions=int_value(partitions, where),
+        routing_generation=int_value(generation, where),
+    )
+
+
+_phase = enum_value(RescalePhase)
+_cut = optional(checkpoint_row)
+
+
+def _rescale_row(value: object, where: Where) -> PipelineRescale:
+    row = tuple_value(value, 13, where)
+    generation, partitions, previous, first, text, sha, version, phase = row[:8]
+    cuts, base, by, started, updated = row[8:]
+    return PipelineRescale(
+        generation=int_value(generation, where),
+        partitions=int_value(partitions, where),
+        previous=int_value(previous, where),
+        first_slot=int_value(first, where),
+        spec_text=str_value(SPEC_TEXT_BYTES_MAX)(text, where),
+        spec_sha256=str_value(SHA256_HEX_LEN, empty_ok=False)(sha, where),
+        spec_version=int_value(version, where),
+        phase=_phase(phase, where),
+        cuts=array(_cut, PIPELINE_PARTITIONS_MAX)(cuts, f"{where}.cuts"),
+        base_epoch=optional(epoch_value)(base, where),
+        by=str_value(MAINTENANCE_BY_LEN_MAX)(by, where),
+        started_at_ms=int_value(started, where),
+        updated_at_ms=int_value(updated, where),
+    )
 
 
 def _token_plain(t: PipelineToken) -> list[object]:
@@ -116,11 +206,18 @@ def label_row(value: object, where: Where) -> Label:
 
 def decode_pipeline(value: object, where: str) -> Pipeline:
     # A record with no token is written without the field, so records made before tokens
-    # existed and those with none have one form.
-    fields = tuple_value(value, 15, where, optional=1)
+    # existed and those with none have one form; likewise its generations and rescale.
+    if not isinstance(value, list) or len(value) not in (15, 16, 18):
+        raise CodecError(f"{where} must be an array of 15, 16 or 18", where)
+    fields = value
     tokens: tuple[PipelineToken, ...] = ()
-    if len(fields) == 16:
+    if len(fields) >= 16:
         tokens = array(token_row, PIPELINE_TOKENS_MAX)(fields[15], f"{where}.tokens")
+    past: tuple[SlotRange, ...] = ()
+    rescale = None
+    if len(fields) == 18:
+        past = array(_slot_range_row, ROUTING_GENERATIONS_MAX)(fields[16], f"{where}.past")
+        rescale = optional(_rescale_row)(fields[17], f"{where}.rescale")
     (
         name,
         incarnation,
@@ -161,4 +258,6 @@ def decode_pipeline(value: object, where: str) -> Pipeline:
         by=str_value(MAINTENANCE_BY_LEN_MAX)(by, where),
         first_slot=int_value(first_slot, where),
         tokens=tokens,
+        rescale=rescale,
+        past=past,
     )

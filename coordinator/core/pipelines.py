@@ -8,7 +8,9 @@ partitions, epochs and routing stay exactly as they were. CreatePipeline refuses
 Invariant: `pipelines_view` lists `default` first once the cluster is bootstrapped, then
 every record by name, and every name once. It also owns how a pipeline's own partition
 numbers (0 .. partitions - 1, what operators and routes speak) map to the numbers the table
-carries them under (`partition_numbers`), so every surface maps them alike.
+carries them under (`partition_numbers`), so every surface maps them alike, and every
+number a record was ever given (`numbers_ever`), which its producers, its batch job and a
+purge read.
 """
 
 from __future__ import annotations
@@ -21,9 +23,16 @@ from coordinator.core.model import (
     Pipeline,
     PipelineName,
     PipelineState,
+    RescalePhase,
 )
 
-__all__ = ["default_pipeline", "partition_numbers", "pipeline_named", "pipelines_view"]
+__all__ = [
+    "default_pipeline",
+    "numbers_ever",
+    "partition_numbers",
+    "pipeline_named",
+    "pipelines_view",
+]
 
 
 def default_pipeline(state: ClusterState) -> Pipeline | None:
@@ -85,3 +94,17 @@ def partition_numbers(state: ClusterState, name: str) -> range | None:
     if p.first_slot == 0:
         return range(0)
     return range(p.first_slot, p.first_slot + p.partitions)
+
+
+def numbers_ever(p: Pipeline) -> tuple[range, ...]:
+    """Every number record `p` was given, one range per generation, oldest first: each
+    earlier generation's (its source logs and checkpoints may still be in the store), the
+    current one's once set up, and those an unfinished rescale reserved (its build may have
+    written under them before it was dropped)."""
+    out = [range(g.first_slot, g.first_slot + g.partitions) for g in p.past]
+    if p.first_slot:
+        out.append(range(p.first_slot, p.first_slot + p.partitions))
+    r = p.rescale
+    if r is not None and r.phase in (RescalePhase.CUTTING, RescalePhase.MOVING):
+        out.append(range(r.first_slot, r.first_slot + r.partitions))
+    return tuple(out)

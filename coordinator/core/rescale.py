@@ -14,15 +14,16 @@ in `routing` yet; from HOSTING on it is `routing`'s last.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Literal
 
 from coordinator.core import edits, lifecycle
 from coordinator.core.cluster import ClusterState
 from coordinator.core.commands import (
+    BuiltCheckpoint,
     CutResult,
     FinishRescale,
     Ok,
     RecordCut,
+    RecordPipelineCut,
     Rejected,
     RescaleResult,
     Result,
@@ -36,6 +37,7 @@ from coordinator.core.model import (
     MAINTENANCE_BY_LEN_MAX,
     RESCALE_PARTITIONS_MAX,
     ROUTING_GENERATIONS_MAX,
+    SLOT_BASE,
     URI_LEN_MAX,
     ChangeReason,
     Checkpoint,
@@ -45,12 +47,23 @@ from coordinator.core.model import (
     Partition,
     PartitionId,
     PartitionStatus,
+    PipelineName,
+    PipelineRescale,
     Rescale,
     RescalePhase,
     WorkerState,
 )
 
-__all__ = ["finish_rescale", "in_flight", "record_cut", "start_rescale", "states_built"]
+__all__ = [
+    "built_table",
+    "cut_answer",
+    "finish_rescale",
+    "in_flight",
+    "record_cut",
+    "rescale_result",
+    "start_rescale",
+    "states_built",
+]
 
 # The note of the migrations a rescale's new partition table aborts.
 ABORT_NOTE = "rescale"
@@ -61,7 +74,8 @@ def in_flight(state: ClusterState) -> bool:
     return state.rescale is not None and state.rescale.phase is not RescalePhase.DONE
 
 
-def _result(r: Rescale) -> RescaleResult:
+def rescale_result(r: Rescale | PipelineRescale) -> RescaleResult:
+    """Where a rescale is, as its commands answer (`default`'s and a recorded pipeline's)."""
     return RescaleResult(
         generation=r.generation, partitions=r.partitions, previous=r.previous, phase=r.phase
     )
@@ -114,7 +128,34 @@ def start_rescale(state: ClusterState, cmd: StartRescale) -> Result:
         started_at_ms=cmd.now_ms,
         updated_at_ms=cmd.now_ms,
     )
-    return Ok(value=_result(state.rescale))
+    return Ok(value=rescale_result(state.rescale))
+
+
+def cut_answer(
+    part: Partition,
+    recorded: Checkpoint | None,
+    cmd: RecordCut | RecordPipelineCut,
+    phase: RescalePhase,
+) -> Result | None:
+    """The answer to a cut of `part` that records nothing (None: record it). The leader
+    repeats a call until its reply commits, so the same cut again is an answer; a cut at
+    another epoch is fenced; one behind the partition's checkpoint would lose state."""
+    n = part.partition
+    if recorded is not None:
+        if recorded.offset != cmd.offset:
+            return rejected(
+                "conflict", f"partition {n}'s cut is {recorded.offset}, not {cmd.offset}", "offset"
+            )
+        return Ok(value=CutResult(partition=n, status="accepted", phase=phase))
+    if cmd.epoch != part.epoch:
+        return Ok(value=CutResult(partition=n, status="fenced", phase=phase))
+    if part.checkpoint is not None and cmd.offset < part.checkpoint.offset:
+        return rejected(
+            "conflict",
+            f"partition {n}'s cut {cmd.offset} is behind its checkpoint {part.checkpoint.offset}",
+            "offset",
+        )
+    return None
 
 
 def record_cut(state: ClusterState, cmd: RecordCut) -> Result:
@@ -126,27 +167,10 @@ def record_cut(state: ClusterState, cmd: RecordCut) -> Result:
     p = cmd.partition
     if not 0 <= p < r.previous:
         return rejected("invalid", f"partition {p} is not one of {r.previous}", "partition")
-    recorded = r.cuts[p]
-    if recorded is not None:
-        # The leader repeats a call until its reply commits: the same cut again is an answer.
-        if recorded.offset != cmd.offset:
-            return rejected(
-                "conflict",
-                f"partition {p}'s cut is {recorded.offset}, not {cmd.offset}",
-                "offset",
-            )
-        return Ok(value=CutResult(partition=p, status="accepted", phase=r.phase))
-    # CUTTING: a cut not yet recorded; MOVING has every cut.
     part = state.partitions[p]
-    status: Literal["accepted", "fenced"] = "accepted" if cmd.epoch == part.epoch else "fenced"
-    if status == "fenced":
-        return Ok(value=CutResult(partition=p, status=status, phase=r.phase))
-    if part.checkpoint is not None and cmd.offset < part.checkpoint.offset:
-        return rejected(
-            "conflict",
-            f"partition {p}'s cut {cmd.offset} is behind its checkpoint {part.checkpoint.offset}",
-            "offset",
-        )
+    answer = cut_answer(part, r.cuts[p], cmd, r.phase)
+    if answer is not None:
+        return answer
     cuts = tuple(
         Checkpoint(offset=cmd.offset, uri=cmd.uri, epoch=part.epoch, at_ms=cmd.now_ms)
         if i == p
@@ -189,7 +213,8 @@ def states_built(state: ClusterState, cmd: StatesBuilt) -> Outcome:
     for c in cmd.checkpoints:
         if not 1 <= len(c.uri) <= URI_LEN_MAX:
             return rejected("invalid", f"uri must be 1..{URI_LEN_MAX} chars", "checkpoints"), False
-    aborting = state.in_flight_migrations()
+    # `default`'s own: a recorded pipeline's migrations go on through `default`'s rescale.
+    aborting = [m for m in state.in_flight_migrations() if m.partition < SLOT_BASE]
     ending = [m.migration_id for m in aborting]
     draining = state.workers_in(WorkerState.DRAINING)
     leaving = edits.leavers(
@@ -211,35 +236,48 @@ def states_built(state: ClusterState, cmd: StatesBuilt) -> Outcome:
         return problem, False
     for m in aborting:
         edits.finish_migration(state, m, MigrationPhase.ABORTED, ABORT_NOTE, cmd.now_ms)
-    # Above every epoch of the old table (and so of every table before it, each of which
-    # started above its own predecessor): no (partition, epoch) ever names two partitions.
+    table = built_table(state, r, cmd.checkpoints, DEFAULT_PIPELINE, cmd.now_ms)
+    state.replace_partitions(table)
+    edits.leave(state, leaving, cmd.now_ms)
+    state.routing = (*state.routing, r.partitions)
+    state.rescale = replace(r, phase=RescalePhase.HOSTING, updated_at_ms=cmd.now_ms)
+    # Every (owner, epoch) pair changed: the old table's went with it.
+    return Ok(value=rescale_result(state.rescale)), True
+
+
+def built_table(
+    state: ClusterState,
+    r: Rescale | PipelineRescale,
+    checkpoints: tuple[BuiltCheckpoint, ...],
+    pipeline: PipelineName,
+    now_ms: int,
+) -> list[Partition]:
+    """A new generation's partitions, by number: unowned, each from its built checkpoint
+    (written at the base epoch), at an epoch above every epoch in the table (and so above
+    every table before it, each of which started above its own predecessor): no
+    (partition, epoch) ever names two partitions."""
+    assert r.base_epoch is not None, "set by the last cut"
     epoch = Epoch(max(r.base_epoch, 1 + max(p.epoch for p in state.partitions)))
-    table = [
+    change = OwnershipChange(
+        epoch=epoch,
+        owner=None,
+        reason=ChangeReason.RESCALE,
+        at_ms=now_ms,
+        note=f"generation {r.generation}",
+    )
+    return [
         Partition(
             partition=PartitionId(c.partition),
             owner=None,
             epoch=epoch,
             status=PartitionStatus.UNASSIGNED,
             migration=None,
-            checkpoint=Checkpoint(offset=c.offset, uri=c.uri, epoch=r.base_epoch, at_ms=cmd.now_ms),
-            history=(
-                OwnershipChange(
-                    epoch=epoch,
-                    owner=None,
-                    reason=ChangeReason.RESCALE,
-                    at_ms=cmd.now_ms,
-                    note=f"generation {r.generation}",
-                ),
-            ),
+            checkpoint=Checkpoint(offset=c.offset, uri=c.uri, epoch=r.base_epoch, at_ms=now_ms),
+            history=(change,),
+            pipeline=pipeline,
         )
-        for c in sorted(cmd.checkpoints, key=lambda c: c.partition)
+        for c in sorted(checkpoints, key=lambda c: c.partition)
     ]
-    state.replace_partitions(table)
-    edits.leave(state, leaving, cmd.now_ms)
-    state.routing = (*state.routing, r.partitions)
-    state.rescale = replace(r, phase=RescalePhase.HOSTING, updated_at_ms=cmd.now_ms)
-    # Every (owner, epoch) pair changed: the old table's went with it.
-    return Ok(value=_result(state.rescale)), True
 
 
 def finish_rescale(state: ClusterState, cmd: FinishRescale) -> Result:
@@ -247,7 +285,7 @@ def finish_rescale(state: ClusterState, cmd: FinishRescale) -> Result:
     if r is None or r.generation != cmd.generation:
         return rejected("conflict", f"no rescale to generation {cmd.generation}", "generation")
     if r.phase is RescalePhase.DONE:
-        return Ok(value=_result(r))
+        return Ok(value=rescale_result(r))
     problem = _moved(r, RescalePhase.DONE, "FinishRescale")
     if problem is not None:
         return problem
@@ -259,4 +297,4 @@ def finish_rescale(state: ClusterState, cmd: FinishRescale) -> Result:
             "not_online", f"{waiting} of the {r.partitions} new partitions are not online yet"
         )
     state.rescale = replace(r, phase=RescalePhase.DONE, updated_at_ms=cmd.now_ms)
-    return Ok(value=_result(state.rescale))
+    return Ok(value=rescale_result(state.rescale))

@@ -32,11 +32,9 @@ from coordinator.core.model import (
     SHA256_HEX_LEN,
     SLOT_BASE,
     TOTAL_PARTITIONS_MAX,
-    URI_LEN_MAX,
     WORKER_LABELS_MAX,
     BackupRecord,
     ChangeReason,
-    Checkpoint,
     MaintenanceRecord,
     Migration,
     MigrationPhase,
@@ -54,6 +52,8 @@ from coordinator.core.model import (
 )
 from coordinator.core.partition_table import PartitionTable
 from coordinator.core.pipeline_fields import (
+    checkpoint_plain,
+    checkpoint_row,
     decode_pipeline,
     label_row,
     pipeline_name_value,
@@ -62,7 +62,6 @@ from coordinator.core.pipeline_fields import (
 from coordinator.core.wire_fields import (
     STATE_BYTES_MAX,
     CodecError,
-    Where,
     array,
     enum_value,
     epoch_value,
@@ -90,10 +89,6 @@ __all__ = ["decode_state", "encode_state"]
 # without them, and snapshots of that format decode.
 
 
-def _checkpoint_plain(c: Checkpoint) -> list[object]:
-    return [c.offset, c.uri, c.epoch, c.at_ms]
-
-
 def _partition_plain(p: Partition) -> list[object]:
     history = [
         [h.epoch, h.owner, h.reason.value, h.at_ms, *([h.note] if h.note else [])]
@@ -104,11 +99,11 @@ def _partition_plain(p: Partition) -> list[object]:
         p.epoch,
         p.status.value,
         p.migration,
-        None if p.checkpoint is None else _checkpoint_plain(p.checkpoint),
+        None if p.checkpoint is None else checkpoint_plain(p.checkpoint),
         history,
     ]
     if p.earlier or p.stuck:
-        row += [[_checkpoint_plain(c) for c in p.earlier], p.stuck]
+        row += [[checkpoint_plain(c) for c in p.earlier], p.stuck]
     return row
 
 
@@ -192,7 +187,7 @@ def _bookkeeping_plain(state: ClusterState) -> dict[str, object]:
             r.partitions,
             r.previous,
             wire_enum(r.phase),
-            [None if c is None else _checkpoint_plain(c) for c in r.cuts],
+            [None if c is None else checkpoint_plain(c) for c in r.cuts],
             r.base_epoch,
             r.by,
             r.started_at_ms,
@@ -219,16 +214,6 @@ def _default_routing(total_partitions: int) -> tuple[int, ...]:
     return (total_partitions,) if total_partitions else ()
 
 
-def _decode_checkpoint(value: object, where: Where) -> Checkpoint:
-    offset, uri, epoch, at_ms = tuple_value(value, 4, where)
-    return Checkpoint(
-        offset=int_value(offset, where),
-        uri=str_value(URI_LEN_MAX)(uri, where),
-        epoch=epoch_value(epoch, where),
-        at_ms=int_value(at_ms, where),
-    )
-
-
 _worker_state = enum_value(WorkerState)
 _partition_status = enum_value(PartitionStatus)
 _phase = enum_value(MigrationPhase)
@@ -243,8 +228,8 @@ def _decode_partition(index: int, value: object) -> Partition:
     row = tuple_value(value, 6, where, optional=2)
     owner, epoch, status, migration, checkpoint, history = row[:6]
     earlier_raw, stuck = row[6:] if len(row) == 8 else ([], "")
-    cp = None if checkpoint is None else _decode_checkpoint(checkpoint, f"{where}.checkpoint")
-    earlier = array(_decode_checkpoint, CHECKPOINTS_KEPT_MAX)(earlier_raw, f"{where}.earlier")
+    cp = None if checkpoint is None else checkpoint_row(checkpoint, f"{where}.checkpoint")
+    earlier = array(checkpoint_row, CHECKPOINTS_KEPT_MAX)(earlier_raw, f"{where}.earlier")
     changes: list[OwnershipChange] = []
     for h in array(lambda v, w: v, HISTORY_PER_PARTITION_MAX)(history, f"{where}.history"):
         entry = tuple_value(h, 4, f"{where}.history", optional=1)
@@ -443,7 +428,7 @@ def _decode_routing(value: object) -> tuple[int, ...]:
 
 
 _rescale_phase = enum_value(RescalePhase)
-_cut = optional(_decode_checkpoint)
+_cut = optional(checkpoint_row)
 
 
 def _decode_rescale(value: object) -> Rescale:

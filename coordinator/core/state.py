@@ -6,7 +6,7 @@ here: the workers' commands in `coordinator/core/worker_commands.py`, the partit
 checks they share in `edits.py`), the cluster's records about itself in `bookkeeping.py`,
 maintenance mode in `maintenance.py`, the retirement of departed workers in
 `retirement.py`, a rescale's steps in `rescale.py`, a pipeline's lifecycle in
-`pipeline_commands.py`. The container they change,
+`pipeline_commands.py` and its rescale's steps in `pipeline_rescale.py`. The container they change,
 ``ClusterState`` (`coordinator/core/cluster.py`, re-exported here as ``apply``'s argument
 type), only keeps its indices true. ``apply`` is deterministic (no clock, no randomness:
 both are stamped into commands) and total: every input yields a Result value. Each
@@ -32,6 +32,7 @@ from coordinator.core import (
     migration_commands,
     partition_commands,
     pipeline_commands,
+    pipeline_rescale,
     rescale,
     retirement,
     worker_commands,
@@ -51,6 +52,7 @@ from coordinator.core.commands import (
     DropPipeline,
     FallBack,
     FinalizeVersion,
+    FinishPipelineRescale,
     FinishRescale,
     ForgetPipeline,
     HandOff,
@@ -61,11 +63,13 @@ from coordinator.core.commands import (
     Ok,
     PartitionOnline,
     PausePipeline,
+    PipelineStatesBuilt,
     PlanMigrations,
     ProfileWorker,
     RecordBackup,
     RecordCheckpoints,
     RecordCut,
+    RecordPipelineCut,
     RegisterWorker,
     ReportVersions,
     ResetPartition,
@@ -73,6 +77,7 @@ from coordinator.core.commands import (
     ResumePipeline,
     RetireWorkers,
     RevokeToken,
+    StartPipelineRescale,
     StartRelease,
     StartRescale,
     StartWarm,
@@ -200,6 +205,14 @@ def _dispatch(state: ClusterState, cmd: Command) -> Outcome:
             return pipeline_commands.issue_token(state, cmd), False
         case RevokeToken():
             return pipeline_commands.revoke_token(state, cmd), False
+        case StartPipelineRescale():
+            return pipeline_rescale.start_pipeline_rescale(state, cmd), False
+        case RecordPipelineCut():
+            return pipeline_rescale.record_pipeline_cut(state, cmd), False
+        case PipelineStatesBuilt():
+            return pipeline_rescale.pipeline_states_built(state, cmd)
+        case FinishPipelineRescale():
+            return pipeline_rescale.finish_pipeline_rescale(state, cmd), False
         case Barrier():  # handled before dispatch; kept so the match is exhaustive
             return Ok(value=BarrierResult(nonce=cmd.nonce)), False
         case ReportVersions() | FinalizeVersion() | RecordBackup():  # dispatched above

@@ -16,7 +16,9 @@ RetireWorkers and StartWarm (warm hand-offs); version 4 StartRescale, RecordCut,
 StatesBuilt and FinishRescale (rescaling); version 5 CreatePipeline, ActivatePipeline,
 PausePipeline, ResumePipeline, DropPipeline, ForgetPipeline (pipeline records) and
 ProfileWorker (workers that run them); version 6 IssueToken and RevokeToken (tokens
-scoped to one pipeline). A cluster finalized below 5 holds no pipeline record and runs its
+scoped to one pipeline); version 7 StartPipelineRescale, RecordPipelineCut,
+PipelineStatesBuilt and FinishPipelineRescale (a recorded pipeline's rescale and spec
+update). A cluster finalized below 5 holds no pipeline record and runs its
 one implicit pipeline, `default`.
 """
 
@@ -33,21 +35,25 @@ from coordinator.core.commands import (
     CreatePipeline,
     DropPipeline,
     FinalizeVersion,
+    FinishPipelineRescale,
     FinishRescale,
     ForgetPipeline,
     IssueToken,
     MaintenanceOff,
     MaintenanceOn,
     PausePipeline,
+    PipelineStatesBuilt,
     ProfileWorker,
     RecordBackup,
     RecordCut,
+    RecordPipelineCut,
     Rejected,
     ReportVersions,
     ResumePipeline,
     RetireWorkers,
     Returns,
     RevokeToken,
+    StartPipelineRescale,
     StartRescale,
     StartWarm,
     StatesBuilt,
@@ -66,7 +72,7 @@ __all__ = [
     "version_of",
 ]
 
-COMMAND_SET_VERSION = 6  # the newest version this code speaks
+COMMAND_SET_VERSION = 7  # the newest version this code speaks
 
 # Tag -> the command-set version that introduced it. Append only: a tag never moves.
 INTRODUCED_IN: dict[int, int] = {
@@ -91,6 +97,10 @@ INTRODUCED_IN: dict[int, int] = {
     ProfileWorker.TAG: 5,
     IssueToken.TAG: 6,
     RevokeToken.TAG: 6,
+    StartPipelineRescale.TAG: 7,
+    RecordPipelineCut.TAG: 7,
+    PipelineStatesBuilt.TAG: 7,
+    FinishPipelineRescale.TAG: 7,
 }
 assert INTRODUCED_IN.keys() == COMMAND_BY_TAG.keys(), "every command tag has a version"
 assert max(INTRODUCED_IN.values()) == COMMAND_SET_VERSION

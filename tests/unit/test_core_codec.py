@@ -50,6 +50,7 @@ from coordinator.core.commands import (
     FallBackResult,
     FinalCheckpoint,
     FinalizeVersion,
+    FinishPipelineRescale,
     FinishRescale,
     ForgetPipeline,
     HandOff,
@@ -66,12 +67,14 @@ from coordinator.core.commands import (
     PartitionOnline,
     PausePipeline,
     PipelineResult,
+    PipelineStatesBuilt,
     PlanMigrations,
     PlanResult,
     ProfileWorker,
     RecordBackup,
     RecordCheckpoints,
     RecordCut,
+    RecordPipelineCut,
     RegisterResult,
     RegisterWorker,
     Rejected,
@@ -84,6 +87,7 @@ from coordinator.core.commands import (
     RetireResult,
     RetireWorkers,
     RevokeToken,
+    StartPipelineRescale,
     StartRelease,
     StartRescale,
     StartWarm,
@@ -427,7 +431,57 @@ GOLDEN: list[tuple[str, Command, str]] = [
         RevokeToken(name=PipelineName("tok"), token_id="ab12cd34ef56", by="admin", now_ms=1036),
         "940124a4722d333684a46e616d65a3746f6ba8746f6b656e5f6964ac616231326364333465663536a26279a561646d696ea66e6f775f6d73cd040c",
     ),
+    # A recorded pipeline's rescale and spec update (command-set version 7).
+    (
+        "r-38",
+        StartPipelineRescale(
+            name=PipelineName("orders"),
+            incarnation=1,
+            partitions=4,
+            spec_text="",
+            spec_sha256="",
+            by="admin",
+            now_ms=1038,
+        ),
+        "940126a4722d333887a46e616d65a66f7264657273ab696e6361726e6174696f6e01aa706172746974696f6e7304a9737065635f74657874a0ab737065635f736861323536a0a26279a561646d696ea66e6f775f6d73cd040e",
+    ),
+    (
+        "r-39",
+        RecordPipelineCut(
+            name=PipelineName("orders"),
+            incarnation=1,
+            partition=1_048_576,
+            epoch=3,
+            offset=120,
+            uri="s3://b/c",
+            now_ms=1039,
+        ),
+        "940127a4722d333987a46e616d65a66f7264657273ab696e6361726e6174696f6e01a9706172746974696f6ece00100000a565706f636803a66f666673657478a3757269a873333a2f2f622f63a66e6f775f6d73cd040f",
+    ),
+    (
+        "r-40",
+        PipelineStatesBuilt(
+            name=PipelineName("orders"),
+            incarnation=1,
+            generation=1,
+            checkpoints=(BuiltCheckpoint(partition=1_048_580, offset=0, uri="s3://b/n"),),
+            now_ms=1040,
+        ),
+        "940128a4722d343085a46e616d65a66f7264657273ab696e6361726e6174696f6e01aa67656e65726174696f6e01ab636865636b706f696e74739183a9706172746974696f6ece00100004a66f666673657400a3757269a873333a2f2f622f6ea66e6f775f6d73cd0410",
+    ),
+    (
+        "r-41",
+        FinishPipelineRescale(
+            name=PipelineName("orders"), incarnation=1, generation=1, now_ms=1041
+        ),
+        "940129a4722d343184a46e616d65a66f7264657273ab696e6361726e6174696f6e01aa67656e65726174696f6e01a66e6f775f6d73cd0411",
+    ),
 ]
+
+
+def _golden(cls: type[Command]) -> Command:
+    """GOLDEN's example of command `cls`."""
+    return next(cmd for _, cmd, _ in GOLDEN if isinstance(cmd, cls))
 
 
 def test_every_command_has_a_golden_example() -> None:
@@ -436,7 +490,7 @@ def test_every_command_has_a_golden_example() -> None:
 
 def test_tags_are_fixed() -> None:
     # Tags are part of the wire format: never renumber, never reuse.
-    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), *range(23, 37)]
+    assert [cls.TAG for cls in COMMAND_TYPES] == [*range(1, 22), *range(23, 37), *range(38, 42)]
 
 
 @pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN, ids=lambda v: str(v)[:12])
@@ -1208,7 +1262,21 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
     ),
     *(
         (cmd, hex_bytes)
-        for (_, cmd, _), hex_bytes in zip(GOLDEN[-9:-3], _PIPELINE_RESULTS, strict=True)
+        for cmd, hex_bytes in zip(
+            [
+                _golden(cls)
+                for cls in (
+                    CreatePipeline,
+                    ActivatePipeline,
+                    PausePipeline,
+                    ResumePipeline,
+                    DropPipeline,
+                    ForgetPipeline,
+                )
+            ],
+            _PIPELINE_RESULTS,
+            strict=True,
+        )
     ),
     (
         ProfileWorker(
@@ -1236,11 +1304,11 @@ GOLDEN_RESULTS: list[tuple[Command, str]] = [
         "9301a26f6b85a8706970656c696e65a3746f6bab696e6361726e6174696f6e02a57374617465a86372656174696e67ac737065635f76657273696f6e01a76368616e676564c3",
     ),
     (
-        GOLDEN[-2][1],
+        _golden(IssueToken),
         "9301a26f6b84a8706970656c696e65a3746f6ba8746f6b656e5f6964ac616231326364333465663536a6697373756564c3a76368616e676564c3",
     ),
     (
-        GOLDEN[-1][1],
+        _golden(RevokeToken),
         "9301a26f6b84a8706970656c696e65a3746f6ba8746f6b656e5f6964ac616231326364333465663536a6697373756564c2a76368616e676564c3",
     ),
 ]

@@ -80,16 +80,19 @@ def test_every_tag_has_the_version_that_introduced_it() -> None:
     off = MaintenanceOff(by="admin", reason="done", since_ms=None, now_ms=2)
     warm = StartWarm(migration_id=MigrationId("m-1"), now_ms=0)
     assert version_of(on) == version_of(off) == version_of(warm) == 3
-    # The rescale's commands are version 4; the pipelines' 5; their tokens' 6, the newest.
+    # The rescale's commands are version 4; the pipelines' 5; their tokens' 6; a pipeline's
+    # rescale's 7, the newest.
     for tag in (StartRescale.TAG, RecordCut.TAG, StatesBuilt.TAG, FinishRescale.TAG):
         assert INTRODUCED_IN[tag] == 4
     for tag in range(28, 35):
         assert INTRODUCED_IN[tag] == 5
     for tag in (35, 36):
-        assert INTRODUCED_IN[tag] == 6 == COMMAND_SET_VERSION
-    assert VersionRange(min_version=1, max_version=6) == SPOKEN
+        assert INTRODUCED_IN[tag] == 6
+    for tag in range(38, 42):
+        assert INTRODUCED_IN[tag] == 7 == COMMAND_SET_VERSION
+    assert VersionRange(min_version=1, max_version=7) == SPOKEN
     assert spoken(0) == SPOKEN and spoken(1) == VersionRange(min_version=1, max_version=1)
-    for bad in (-1, 7):
+    for bad in (-1, 8):
         with pytest.raises(ValueError):
             spoken(bad)
 
