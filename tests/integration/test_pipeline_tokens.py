@@ -143,7 +143,7 @@ def test_the_cli_issues_a_token_that_drops_its_pipeline(cluster: Cluster) -> Non
 def test_bad_token_requests_are_refused_with_the_field_named(cluster: Cluster) -> None:
     c = cluster
     for path, body, field in (
-        ("/v1/pipelines/orders/tokens", {"role": "produce"}, "role"),
+        ("/v1/pipelines/orders/tokens", {"role": "owner"}, "role"),
         ("/v1/pipelines/orders/tokens", {"role": "operate", "extra": 1}, "extra"),
         ("/v1/pipelines/no.such/tokens", {"role": "operate"}, "name"),
     ):
