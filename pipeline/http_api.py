@@ -5,7 +5,8 @@ checkpoint schedule or the holdings, serialize; none of them holds partition log
 Invariant: every failed request answers the JSON error shape (`{"error", "message",
 "field"?}`) with its status and never a stack trace; bad input is a 400 naming the field;
 the leader's calls (host, release, checkpoint, warm, unwarm, cut, build) need its call token,
-compared in constant time, or get a 401.
+compared in constant time, or get a 401; records produced through the worker need a token
+the coordinator says may produce to that pipeline (`pipeline/ingest.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from aiohttp import web
 from pipeline.cutting import Cutting
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.hosting import Hosting
+from pipeline.ingest import RECORDS_BODY_BYTES_MAX, RECORDS_ROUTE, Ingest
 from pipeline.rebuild import Rebuild
 from pipeline.session import Session
 from pipeline.settings import WorkerSettings
@@ -83,6 +85,7 @@ class WorkerApi:
         cutting: Cutting,
         rebuild: Rebuild,
         sketches: Callable[[], SketchOps] | None = None,
+        ingest: Ingest | None = None,
     ) -> None:
         self.settings = settings
         self.session = session
@@ -96,6 +99,8 @@ class WorkerApi:
         self.rebuild = rebuild
         # Reads a recorded pipeline's sketches (approximate distinct counts) on Spark.
         self.sketches = sketches
+        # Appends rows producers send with a pipeline's token (None: this worker takes none).
+        self.ingest = ingest
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=BUILD_BODY_BYTES_MAX, middlewares=[_error_middleware])
@@ -106,6 +111,7 @@ class WorkerApi:
         app.router.add_post(UNWARM_ROUTE, self.handle_unwarm)
         app.router.add_post(CUT_ROUTE, self.handle_cut)
         app.router.add_post(BUILD_ROUTE, self.handle_build)
+        app.router.add_post(RECORDS_ROUTE, self.handle_records)
         app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
         app.router.add_get("/v1/partitions/{p}/state", self.handle_state)
         app.router.add_get("/v1/health", self.handle_health)
@@ -210,6 +216,15 @@ class WorkerApi:
         self._authorize(request)
         self.schedule_checkpoint()
         return web.json_response(CheckpointReply().to_json(), status=STATUS_SCHEDULED)
+
+    # -- producers ---------------------------------------------------------------------------
+
+    async def handle_records(self, request: web.Request) -> web.Response:
+        if self.ingest is None:
+            raise UnavailableError("this worker takes no records", code="unavailable")
+        name, _ = await self.ingest.admit(request)  # before the body is read
+        body = await self._json(request, RECORDS_BODY_BYTES_MAX)
+        return web.json_response(await self.ingest.append(name, body))
 
     # -- lookups and health --------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from pipeline.datapath import ProbeFailed
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.hosting import Hosting
 from pipeline.http_api import WorkerApi
+from pipeline.ingest import Ingest
 from pipeline.lease import Lease
 from pipeline.metrics import WorkerMetrics, new_stats
 from pipeline.processing import Processor
@@ -50,6 +51,7 @@ from pipeline.spec.run import PipelineRuns
 from pipeline.spec.sketches import SparkSketches
 from pipeline.state_move import move_states
 from pipeline.store import CountedStore, ObjectStore
+from pipeline.token_check import TokenCheck, ask_coordinator
 from pipeline.warming import Warming
 from shared.clock import Clock, monotonic_s
 from shared.errors import UnavailableError
@@ -145,6 +147,11 @@ class Worker:
             self.cutting,
             self.rebuild,
             self._sketches,
+            Ingest(
+                store,
+                self.client,
+                TokenCheck(ask_coordinator(self.client, lambda: self.session.token), clock),
+            ),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._heartbeats: asyncio.Task[None] | None = None

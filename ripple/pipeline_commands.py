@@ -134,6 +134,12 @@ def add_pipeline_parsers(sub: Any, client_args: Callable[[argparse.ArgumentParse
         metavar="NAME",
         help="a recorded pipeline's records: --file holds JSON objects of its spec's columns",
     )
+    pr.add_argument(
+        "--token",
+        default=os.environ.get("RIPPLE_PIPELINE_TOKEN"),
+        help="with --pipeline and no --store: a produce (or operate) token of that pipeline; "
+        "rows go through a worker, which writes the store (default RIPPLE_PIPELINE_TOKEN)",
+    )
 
     g = sub.add_parser("get", help="a key's state, from the worker that owns it")
     client_args(g)
@@ -191,11 +197,15 @@ def _produce_to_pipeline(args: argparse.Namespace) -> int:
     if args.file is None:
         raise RippleError("a recorded pipeline's records come from --file", code="usage")
 
+    # A token and no --store: through a worker, which holds the store's credentials.
+    through_worker = args.token is not None and not args.store
+    store = None if through_worker else store_uri(args)
+
     async def produce() -> tuple[int, int]:
         async with (
             client_for(args) as client,
             PipelineClient(
-                client, args.pipeline, store=store_uri(args), s3_endpoint=args.s3_endpoint
+                client, args.pipeline, store=store, s3_endpoint=args.s3_endpoint, token=args.token
             ) as pipeline,
         ):
             rows = list(load_rows(args.file))
@@ -205,7 +215,7 @@ def _produce_to_pipeline(args: argparse.Namespace) -> int:
     rows, partitions = asyncio.run(produce())
     print(
         f"produced {rows} records of pipeline {args.pipeline} into {partitions} partitions "
-        f"({store_uri(args)})"
+        f"({'through a worker' if store is None else store})"
     )
     return 0
 

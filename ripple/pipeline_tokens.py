@@ -3,8 +3,10 @@ scoped to one pipeline, over `/v1/pipelines/{name}/tokens` (docs/security.md, "P
 tokens").
 
 Owns the subcommands' flags and lines. An issue prints the token's text, the one time it is
-shown; its holder passes it where the admin token goes (`--admin-token` or
-RIPPLE_ADMIN_TOKEN) to pause, resume or drop that pipeline and nothing else.
+shown. An operate token's holder passes it where the admin token goes (`--admin-token` or
+RIPPLE_ADMIN_TOKEN) to pause, resume or drop that pipeline; a produce token's holder passes
+it to `ripple produce --pipeline NAME --token` (or RIPPLE_PIPELINE_TOKEN) to append rows
+through a worker, and may do nothing else.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ripple.tables import table
 
 __all__ = ["add_tokens_parser", "tokens_command"]
 
-ROLES = ("operate",)
+ROLES = ("operate", "produce")
 
 
 async def tokens_command(args: argparse.Namespace) -> int:
@@ -61,7 +63,12 @@ def add_tokens_parser(actions: Any, client_args: Any) -> None:
         return a
 
     issue = action("issue", "issue a token (its text is shown once)")
-    issue.add_argument("--role", choices=ROLES, required=True, help="operate: pause/resume/drop")
+    issue.add_argument(
+        "--role",
+        choices=ROLES,
+        required=True,
+        help="operate: pause/resume/drop (and produce); produce: append rows only",
+    )
     action("list", "the pipeline's tokens (ids and roles, never a secret)")
     revoke = action("revoke", "revoke a token")
     revoke.add_argument("token_id", metavar="TOKEN_ID")

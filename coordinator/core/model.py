@@ -334,7 +334,8 @@ DEFAULT_PIPELINE_SETTINGS = PipelineSettings(
 class TokenRole(Enum):
     """What a pipeline's token lets its holder do (docs/security.md, "Pipeline tokens")."""
 
-    OPERATE = "operate"  # pause, resume and drop that pipeline; read it as anyone may
+    OPERATE = "operate"  # pause, resume and drop that pipeline, and produce to it
+    PRODUCE = "produce"  # append records to that pipeline through a worker, nothing else
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -89,7 +89,7 @@ from coordinator.core.model import (
     REQUESTS_RETAINED_MAX,
     TERMINAL_MIGRATIONS_RETAINED_MAX,
 )
-from coordinator.core.versions import INTRODUCED_IN
+from coordinator.core.versions import version_of
 
 __all__ = ["ClusterState", "apply"]
 
@@ -112,7 +112,7 @@ def apply(state: ClusterState, request_id: str, cmd: Command) -> Result:
     recorded = state.requests.get(request_id)
     if recorded is not None:
         return recorded
-    version = INTRODUCED_IN[cmd.TAG]
+    version = version_of(cmd)
     if version > state.finalized_version:
         return rejected(
             "version_not_finalized",

@@ -18,7 +18,9 @@ PausePipeline, ResumePipeline, DropPipeline, ForgetPipeline (pipeline records) a
 ProfileWorker (workers that run them); version 6 IssueToken and RevokeToken (tokens
 scoped to one pipeline); version 7 StartPipelineRescale, RecordPipelineCut,
 PipelineStatesBuilt and FinishPipelineRescale (a recorded pipeline's rescale and spec
-update). A cluster finalized below 5 holds no pipeline record and runs its
+update) and the produce role of IssueToken (`ROLE_INTRODUCED_IN`: a value inside a command
+is versioned like a tag, so no node meets a role it cannot decode). A cluster finalized
+below 5 holds no pipeline record and runs its
 one implicit pipeline, `default`.
 """
 
@@ -59,11 +61,12 @@ from coordinator.core.commands import (
     StatesBuilt,
     rejected,
 )
-from coordinator.core.model import FIRST_COMMAND_SET_VERSION, NodeVersions
+from coordinator.core.model import FIRST_COMMAND_SET_VERSION, NodeVersions, TokenRole
 
 __all__ = [
     "COMMAND_SET_VERSION",
     "INTRODUCED_IN",
+    "ROLE_INTRODUCED_IN",
     "SPOKEN",
     "VersionRange",
     "finalizable",
@@ -103,7 +106,11 @@ INTRODUCED_IN: dict[int, int] = {
     FinishPipelineRescale.TAG: 7,
 }
 assert INTRODUCED_IN.keys() == COMMAND_BY_TAG.keys(), "every command tag has a version"
-assert max(INTRODUCED_IN.values()) == COMMAND_SET_VERSION
+
+# Token role -> the command-set version that introduced it inside IssueToken. Append only.
+ROLE_INTRODUCED_IN: dict[TokenRole, int] = {TokenRole.OPERATE: 6, TokenRole.PRODUCE: 7}
+assert ROLE_INTRODUCED_IN.keys() == set(TokenRole), "every token role has a version"
+assert max(*INTRODUCED_IN.values(), *ROLE_INTRODUCED_IN.values()) == COMMAND_SET_VERSION
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,8 +139,12 @@ def spoken(cap: int) -> VersionRange:
 
 
 def version_of(command: Returns[Any]) -> int:
-    """The command-set version that introduced `command`'s tag."""
-    return INTRODUCED_IN[command.TAG]
+    """The command-set version `command` needs: the one that introduced its tag, or a later
+    one that introduced a value it carries (an IssueToken's role)."""
+    version = INTRODUCED_IN[command.TAG]
+    if isinstance(command, IssueToken):
+        version = max(version, ROLE_INTRODUCED_IN[command.role])
+    return version
 
 
 def describe(node_id: str, record: NodeVersions | None) -> str:

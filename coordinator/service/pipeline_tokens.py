@@ -5,8 +5,9 @@ issues it (`new_pipeline_token`), hands its text back once, and records in the p
 replicated record only the id, the role and the secret's SHA-256 (IssueToken), so the log,
 a snapshot or a backup holds nothing a caller could present. A 256-bit random secret needs
 no slow hash. Invariant: a token admits its holder only to its role's routes of its one
-pipeline (`admit_pipeline`), and stops working on a node once that node has applied its
-revocation or the pipeline's drop; the admin token admits everywhere.
+pipeline (`admit_pipeline`; an operate token also produces, a produce token does nothing
+else), and stops working on a node once that node has applied its revocation or the
+pipeline's drop; the admin token admits everywhere.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from coordinator.service.auth import ADMIN, Admin, Admission, bearer, token_matc
 from shared.errors import RequestError
 
 __all__ = [
+    "GRANTS",
     "PIPELINE_TOKEN_PREFIX",
     "PipelineHolder",
     "admit_pipeline",
@@ -32,10 +34,16 @@ PIPELINE_TOKEN_PREFIX = "rpt_"
 PIPELINE_TOKEN_ID_BYTES = 6  # 12 hex digits: names a token among its pipeline's few
 PIPELINE_TOKEN_SECRET_BYTES = 32
 
+# A token's role -> the roles it acts in: operating a pipeline includes feeding it.
+GRANTS: dict[TokenRole, frozenset[TokenRole]] = {
+    TokenRole.OPERATE: frozenset({TokenRole.OPERATE, TokenRole.PRODUCE}),
+    TokenRole.PRODUCE: frozenset({TokenRole.PRODUCE}),
+}
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineHolder:
-    """The holder of a token scoped to one pipeline, in one role."""
+    """The holder of a token scoped to one pipeline, by its token's role."""
 
     pipeline: str
     token_id: str
@@ -67,10 +75,10 @@ def _holder(
     for t in tokens:
         if (
             t.token_id == token_id
-            and t.role is role
+            and role in GRANTS[t.role]
             and hmac.compare_digest(_sha256(secret), t.sha256)
         ):
-            return PipelineHolder(pipeline=pipeline, token_id=token_id, role=role)
+            return PipelineHolder(pipeline=pipeline, token_id=token_id, role=t.role)
     return None
 
 
@@ -82,7 +90,7 @@ def admit_pipeline(
     role: TokenRole,
 ) -> Admin | PipelineHolder:
     """The admin, or the holder of one of `pipeline`'s tokens (`tokens`, from its record)
-    in `role`: 401 without a credential, 403 with any other."""
+    whose role grants `role`: 401 without a credential, 403 with any other."""
     header = headers.get("Authorization")
     if token_matches(admission.admin_token, header):
         return ADMIN

@@ -12,9 +12,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coordinator.core.model import PIPELINE_TOKENS_MAX
 
-__all__ = ["TokenIssueRequest", "TokenIssued", "TokenRevoked", "TokenView", "TokensResponse"]
+__all__ = [
+    "TokenIssueRequest",
+    "TokenIssued",
+    "TokenRevoked",
+    "TokenVerified",
+    "TokenVerifyRequest",
+    "TokenView",
+    "TokensResponse",
+]
 
-Role = Literal["operate"]
+# A presented token's text: `rpt_` + 12 hex digits + `_` + 64 hex digits, or the admin
+# token; anything longer is nobody's.
+PRESENTED_TOKEN_CHARS_MAX = 1024
+
+Role = Literal["operate", "produce"]
 
 
 class TokenIssueRequest(BaseModel):
@@ -58,3 +70,22 @@ class TokenRevoked(BaseModel):
     pipeline: str
     token_id: str
     changed: bool
+
+
+class TokenVerifyRequest(BaseModel):
+    """A worker asks what a token presented to it may do to this pipeline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token: str = Field(min_length=1, max_length=PRESENTED_TOKEN_CHARS_MAX)
+
+
+class TokenVerified(BaseModel):
+    """The token may produce to the pipeline: as the admin (token_id None) or as the holder
+    of token `token_id` in `role`. One that may not is a 403, never this."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pipeline: str
+    role: Literal["admin", "operate", "produce"]
+    token_id: str | None

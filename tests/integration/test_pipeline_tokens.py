@@ -143,7 +143,7 @@ def test_the_cli_issues_a_token_that_drops_its_pipeline(cluster: Cluster) -> Non
 def test_bad_token_requests_are_refused_with_the_field_named(cluster: Cluster) -> None:
     c = cluster
     for path, body, field in (
-        ("/v1/pipelines/orders/tokens", {"role": "produce"}, "role"),
+        ("/v1/pipelines/orders/tokens", {"role": "owner"}, "role"),
         ("/v1/pipelines/orders/tokens", {"role": "operate", "extra": 1}, "extra"),
         ("/v1/pipelines/no.such/tokens", {"role": "operate"}, "name"),
     ):
@@ -153,6 +153,10 @@ def test_bad_token_requests_are_refused_with_the_field_named(cluster: Cluster) -
     assert r.status == 400 and r.body["field"] == "token_id", r
     r = at_leader(c, "POST", "/v1/pipelines/default/tokens", {"role": "operate"}, ADMIN)
     assert r.status == 409 and r.body["field"] == "name", r
+    # Verify answers workers only: no credential, or the admin's, is refused before the body.
+    for credential in (None, ADMIN):
+        r = at_leader(c, "POST", "/v1/pipelines/orders/tokens/verify", {"token": "x"}, credential)
+        assert r.status == 401 and r.body["error"] == "unauthorized", r
 
 
 def test_no_data_directory_holds_a_tokens_secret(cluster: Cluster) -> None:

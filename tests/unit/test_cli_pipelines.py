@@ -82,3 +82,20 @@ def test_the_list_and_one_pipeline_print() -> None:
     one = render_pipeline({**VIEW, "settings": settings, "spec_sha256": "ab", "spec_text": "x=1"})
     assert one.splitlines()[0] == "pipeline orders (incarnation 2): active"
     assert "pool: gpu=true, zone=b" in one and one.endswith("\nx=1")
+
+
+def test_token_flags_name_the_produce_role_and_the_producers_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed = build_parser().parse_args(
+        ["pipelines", "tokens", "issue", "orders", "--role", "produce"]
+    )
+    assert parsed.role == "produce"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["pipelines", "tokens", "issue", "orders", "--role", "owner"])
+    produce = ["produce", "--pipeline", "orders", "--file", "rows.jsonl"]
+    assert build_parser().parse_args([*produce, "--token", "rpt_x"]).token == "rpt_x"
+    monkeypatch.setenv("RIPPLE_PIPELINE_TOKEN", "rpt_from_env")
+    assert build_parser().parse_args(produce).token == "rpt_from_env"
+    monkeypatch.delenv("RIPPLE_PIPELINE_TOKEN")
+    assert build_parser().parse_args(produce).token is None

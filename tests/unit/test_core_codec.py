@@ -499,6 +499,28 @@ def test_golden_bytes(request_id: str, cmd: Command, hex_bytes: str) -> None:
     assert decode_command(bytes.fromhex(hex_bytes)) == (request_id, cmd)
 
 
+# A value a later command-set version added inside a command keeps its bytes, like a tag.
+GOLDEN_VALUES: list[tuple[str, Command, str]] = [
+    (
+        "r-37",
+        IssueToken(
+            name=PipelineName("tok"),
+            token_id="ab12cd34ef56",
+            role=TokenRole.PRODUCE,  # command-set version 7
+            sha256=TOKEN_SHA256,
+            by="admin",
+            now_ms=1037,
+        ),
+        "940123a4722d333786a46e616d65a3746f6ba8746f6b656e5f6964ac616231326364333465663536a4726f6c65a770726f64756365a6736861323536d94038663331336439383430303465396334636264396632306338316366316565356238616531363565323930653432393536373564626232363364333830616638a26279a561646d696ea66e6f775f6d73cd040d",
+    ),
+]
+
+
+@pytest.mark.parametrize(("request_id", "cmd", "hex_bytes"), GOLDEN_VALUES, ids=lambda v: str(v))
+def test_golden_bytes_of_later_values(request_id: str, cmd: Command, hex_bytes: str) -> None:
+    test_golden_bytes(request_id, cmd, hex_bytes)
+
+
 # --- strategies (also used by the machine tests) ----------------------------------------------
 
 ids = st.text(alphabet="abcXYZ019._-", min_size=1, max_size=8)

@@ -24,7 +24,7 @@ from coordinator.core.model import PIPELINE_TOKENS_MAX, PipelineName, TokenRole
 from coordinator.core.pipeline_fields import pipeline_plain
 from coordinator.core.snapshot import decode_state, encode_state
 from coordinator.core.state import ClusterState, apply
-from coordinator.core.versions import INTRODUCED_IN
+from coordinator.core.versions import INTRODUCED_IN, refusal, version_of
 from coordinator.service.auth import ADMIN, Admission
 from coordinator.service.pipeline_tokens import PipelineHolder, admit_pipeline, new_pipeline_token
 from shared.errors import RequestError
@@ -39,7 +39,7 @@ def cluster(version: int = 6) -> ClusterState:
     for i, cmd in enumerate(
         [
             ReportVersions(
-                node_id="n1", min_version=1, max_version=6, package_version="x", now_ms=1
+                node_id="n1", min_version=1, max_version=7, package_version="x", now_ms=1
             ),
             FinalizeVersion(version=version, voters=("n1",), now_ms=1),
             Bootstrap(total_partitions=4, now_ms=1),
@@ -49,11 +49,16 @@ def cluster(version: int = 6) -> ClusterState:
     return s
 
 
-def issue(token_id: str = "t1", sha256: str = SHA, name: str = ORDERS) -> IssueToken:
+def issue(
+    token_id: str = "t1",
+    sha256: str = SHA,
+    name: str = ORDERS,
+    role: TokenRole = TokenRole.OPERATE,
+) -> IssueToken:
     return IssueToken(
         name=PipelineName(name),
         token_id=token_id,
-        role=TokenRole.OPERATE,
+        role=role,
         sha256=sha256,
         by="admin",
         now_ms=200,
@@ -156,6 +161,31 @@ def test_the_token_commands_wait_for_command_set_version_6() -> None:
         rejects(s, cmd, "version_not_finalized", "command_set_version")
 
 
+def test_a_produce_token_waits_for_command_set_version_7() -> None:
+    s = cluster(version=6)
+    step(s, create())
+    produce = issue(token_id="p1", role=TokenRole.PRODUCE)
+    assert version_of(produce) == 7 and version_of(issue()) == 6
+    # The leader refuses to propose it (n1 speaks 7, so: finalize first, retry) ...
+    refused = refusal(s, "IssueToken", version_of(produce), ("n1",))
+    assert refused is not None and refused.code == "version_not_finalized"
+    # ... and a voter that speaks only 6 is named: the 409 version_unsupported.
+    apply(
+        s,
+        "n2-6",
+        ReportVersions(node_id="n2", min_version=1, max_version=6, package_version="y", now_ms=2),
+    )
+    behind = refusal(s, "IssueToken", 7, ("n1", "n2"))
+    assert behind is not None and behind.code == "version_unsupported" and "n2" in behind.message
+    # Every replica's apply rejects it alike, and an operate token still issues at 6.
+    rejects(s, produce, "version_not_finalized", "command_set_version")
+    assert token_step(s, issue()).changed
+    s7 = cluster(version=7)
+    step(s7, create())
+    assert token_step(s7, produce).changed
+    assert s7.pipelines[ORDERS].tokens[0].role is TokenRole.PRODUCE
+
+
 # -- what a token admits -------------------------------------------------------------------------
 
 
@@ -163,10 +193,15 @@ class _Admission:
     admin_token = "the-admin-token"
 
 
-def _admit(header: str | None, tokens: tuple[object, ...], pipeline: str = "orders") -> object:
+def _admit(
+    header: str | None,
+    tokens: tuple[object, ...],
+    pipeline: str = "orders",
+    role: TokenRole = TokenRole.OPERATE,
+) -> object:
     headers = {} if header is None else {"Authorization": header}
     admission = _Admission()
-    return admit_pipeline(admission, headers, pipeline, tokens, TokenRole.OPERATE)  # type: ignore[arg-type]
+    return admit_pipeline(admission, headers, pipeline, tokens, role)  # type: ignore[arg-type]
 
 
 def test_a_token_admits_its_holder_to_its_own_pipeline_only(s: ClusterState) -> None:
@@ -197,6 +232,28 @@ def test_a_token_admits_its_holder_to_its_own_pipeline_only(s: ClusterState) -> 
     token_step(s, revoke(token_id))
     with pytest.raises(RequestError):
         _admit(f"Bearer {text}", s.pipelines[ORDERS].tokens)
+
+
+def test_a_produce_token_only_produces_and_an_operate_token_also_produces() -> None:
+    s = cluster(version=7)
+    step(s, create())
+    produce_id, produce_text, produce_sha = new_pipeline_token()
+    operate_id, operate_text, operate_sha = new_pipeline_token()
+    token_step(s, issue(produce_id, produce_sha, role=TokenRole.PRODUCE))
+    token_step(s, issue(operate_id, operate_sha))
+    tokens = s.pipelines[ORDERS].tokens
+    as_producer = _admit(f"Bearer {produce_text}", tokens, role=TokenRole.PRODUCE)
+    assert as_producer == PipelineHolder(
+        pipeline="orders", token_id=produce_id, role=TokenRole.PRODUCE
+    )
+    operator = _admit(f"Bearer {operate_text}", tokens, role=TokenRole.PRODUCE)
+    assert isinstance(operator, PipelineHolder) and operator.role is TokenRole.OPERATE
+    with pytest.raises(RequestError) as refused:  # pause, resume, drop: operate only
+        _admit(f"Bearer {produce_text}", tokens, role=TokenRole.OPERATE)
+    assert refused.value.code == "forbidden"
+    with pytest.raises(RequestError) as elsewhere:
+        _admit(f"Bearer {produce_text}", (), pipeline="other", role=TokenRole.PRODUCE)
+    assert elsewhere.value.code == "forbidden"
 
 
 def test_admission_is_the_real_class() -> None:

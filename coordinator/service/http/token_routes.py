@@ -1,7 +1,10 @@
-"""The token routes of a pipeline: issue, list, revoke (/v1/pipelines/{name}/tokens).
+"""The token routes of a pipeline: issue, list, revoke, verify (/v1/pipelines/{name}/tokens).
 
 Owns how an admin's request becomes IssueToken or RevokeToken. Only the admin token may
 issue, list or revoke; what a token then admits is `coordinator/service/pipeline_tokens.py`'s.
+Verify answers a worker (its own worker token admits it) whether a token presented to it may
+produce to the pipeline, read on the leader so a revocation counts as soon as it commits;
+the worker holds no token hash.
 An issue makes the secret here, on the leader, proposes only its hash, and answers the text
 once: a lost answer is recovered by issuing another and revoking the one the list shows
 unclaimed, so an issue takes no Idempotency-Key (a retry would need the secret again).
@@ -20,13 +23,15 @@ from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import idempotency_key, parse
 from coordinator.service.http.views import read_view
-from coordinator.service.pipeline_tokens import new_pipeline_token
+from coordinator.service.pipeline_tokens import PipelineHolder, admit_pipeline, new_pipeline_token
 from coordinator.service.stamps import now_ms
 from coordinator.service.token_models import (
     TokenIssued,
     TokenIssueRequest,
     TokenRevoked,
     TokensResponse,
+    TokenVerified,
+    TokenVerifyRequest,
     TokenView,
 )
 from shared.errors import RequestError
@@ -95,12 +100,34 @@ async def revoke_token(request: web.Request) -> web.Response:
     return json_reply(TokenRevoked(pipeline=name, token_id=token_id, changed=done.changed))
 
 
+async def verify_token(request: web.Request) -> web.Response:
+    node = require_leader(request)
+    name = _name(request)
+    admission = request.app[ADMISSION_KEY]
+    claims = admission.admit_worker(request.headers, now_ms())  # before the body is read
+    body = await parse(request, TokenVerifyRequest)
+    with node.read() as state:
+        admission.current_incarnation(state, claims)
+        p = state.pipelines.get(name)
+        tokens = () if p is None else p.tokens
+    presented = {"Authorization": f"Bearer {body.token}"}
+    who = admit_pipeline(admission, presented, name, tokens, TokenRole.PRODUCE)
+    if isinstance(who, PipelineHolder):
+        verified = TokenVerified(pipeline=name, role=who.role.value, token_id=who.token_id)
+    else:
+        verified = TokenVerified(pipeline=name, role="admin", token_id=None)
+    return json_reply(verified)
+
+
 ROUTES: tuple[Route, ...] = (
     Route(
         method="POST",
         path="/v1/pipelines/{name}/tokens",
         handler=issue_token,
-        summary="Issue a token scoped to this pipeline (its secret is shown once; version 6)",
+        summary=(
+            "Issue a token scoped to this pipeline (its secret is shown once; version 6, "
+            "the produce role version 7)"
+        ),
         request=TokenIssueRequest,
         response=TokenIssued,
         status=201,
@@ -123,5 +150,15 @@ ROUTES: tuple[Route, ...] = (
         response=TokenRevoked,
         leader_only=True,
         auth="admin",
+    ),
+    Route(
+        method="POST",
+        path="/v1/pipelines/{name}/tokens/verify",
+        handler=verify_token,
+        summary="Worker: may a token presented to it produce to this pipeline (403 if not)",
+        request=TokenVerifyRequest,
+        response=TokenVerified,
+        leader_only=True,
+        auth="worker",
     ),
 )
