@@ -1,0 +1,190 @@
+"""The worker's side of a recorded pipeline's rescale: the runs of its old and new routing
+generations side by side (pipeline/spec/run.py), hosting a new generation's partition
+(pipeline/hosting.py), the cut of an old partition (pipeline/cutting.py) and the build of the
+new ones (pipeline/rebuild.py), with a local store and no Spark: the test makes the leader's
+calls and stands in for the micro-batches by moving a partition's offset and state itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.lease import Lease
+from pipeline.source import generation_base
+from pipeline.spec.run import PipelineRuns, ranges_of
+from pipeline.store import LocalStore
+from pipeline.worker import Worker, WorkerSettings
+from shared.errors import RequestError, UnavailableError
+from shared.messages.common import SentCheckpoint
+from shared.messages.host import HostRequest
+from shared.routing import SLOT_BASE
+
+SPEC = """
+[schema]
+ddl = "user STRING, amount BIGINT"
+key = "user"
+[[aggregations]]
+name = "orders"
+fn = "count"
+[[aggregations]]
+name = "spent"
+fn = "sum"
+column = "amount"
+"""
+# The new generation's spec (a spec update): `orders` carries, `top` starts with no rows.
+NEW_SPEC = SPEC.replace('name = "spent"\nfn = "sum"', 'name = "top"\nfn = "max"')
+OLD_FIRST, OLD_COUNT = SLOT_BASE + 10, 2
+NEW_FIRST, NEW_COUNT = SLOT_BASE + 30, 3
+OTHER_FIRST = SLOT_BASE + 20
+KEYS_MAX = 4  # another pipeline, created between the two generations
+
+
+class FakeCoordinator:
+    """The coordinator's pipeline reads, as a rescale of `orders` moves them along."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.state = "active"
+        self.phase = "rescaling"  # or "done": the new generation is the current one
+        self.listing_shows_past = True
+
+    def describe(self) -> dict[str, Any]:
+        old = {"first_slot": OLD_FIRST, "partitions": OLD_COUNT, "routing_generation": 0}
+        new = {"first_slot": NEW_FIRST, "partitions": NEW_COUNT, "routing_generation": 1}
+        common = {
+            "name": "orders",
+            "incarnation": 2,
+            "state": self.state,
+            "settings": {"max_keys_per_partition": 0},
+        }
+        if self.phase == "rescaling":
+            return {**common, **old, "spec_text": SPEC, "rescale": {**new, "spec_text": NEW_SPEC}}
+        return {**common, **new, "spec_text": NEW_SPEC, "past": [{**old, "spec_text": SPEC}]}
+
+    def other(self) -> dict[str, Any]:
+        return {
+            "name": "clicks",
+            "incarnation": 1,
+            "state": "active",
+            "first_slot": OTHER_FIRST,
+            "partitions": 4,
+            "routing_generation": 0,
+            "spec_text": SPEC,
+            "settings": {"max_keys_per_partition": 0},
+        }
+
+    async def get(self, path: str) -> dict[str, Any]:
+        self.asked.append(path)
+        if path == "/v1/pipelines":
+            rows = [self.describe(), self.other()]
+            for row in rows:
+                row.pop("spec_text")
+                if not self.listing_shows_past:
+                    row.pop("past", None)
+            return {"pipelines": rows}
+        if path == "/v1/pipelines/orders":
+            return self.describe()
+        assert path == "/v1/pipelines/clicks"
+        return self.other()
+
+
+def test_a_describes_ranges_are_its_current_its_rescales_and_its_past_ones() -> None:
+    fake = FakeCoordinator()
+    fake.phase = "done"
+    ranges = ranges_of(fake.describe())
+    assert [(r.first_slot, r.partitions, r.generation) for r in ranges] == [
+        (NEW_FIRST, NEW_COUNT, 1),
+        (OLD_FIRST, OLD_COUNT, 0),
+    ]
+    # Absent or not yet set up (first slot 0), a range is no range; a bad entry is skipped.
+    assert ranges_of({"first_slot": 0, "partitions": 2}) == []
+    body = {"first_slot": OLD_FIRST, "partitions": 2, "past": [{"first_slot": "x"}, 3]}
+    assert len(ranges_of(body)) == 1
+
+
+@pytest.mark.parametrize("phase", ["rescaling", "done"])
+@pytest.mark.parametrize("listing_shows_past", [True, False])
+async def test_the_old_and_new_generations_runs_coexist_each_on_its_own_numbers(
+    tmp_path: Path, phase: str, listing_shows_past: bool
+) -> None:
+    fake = FakeCoordinator()
+    fake.phase, fake.listing_shows_past = phase, listing_shows_past
+    runs = PipelineRuns(fake.get, LocalStore(str(tmp_path)), max_keys_default=5)
+    old = await runs.of(OLD_FIRST + 1)
+    new = await runs.of(NEW_FIRST + 2)
+    assert old is not None and new is not None and old is not new
+    assert (old.info.first_slot, old.info.partitions, old.info.generation) == (
+        OLD_FIRST,
+        OLD_COUNT,
+        0,
+    )
+    assert (new.info.first_slot, new.info.partitions, new.info.generation) == (
+        NEW_FIRST,
+        NEW_COUNT,
+        1,
+    )
+    # Each generation runs its own spec, and reads its own numbers' logs.
+    assert old.info.spec_text == SPEC and new.info.spec_text == NEW_SPEC
+    assert old.log.base == OLD_FIRST and old.log.generation == 0
+    assert new.log.base == NEW_FIRST and new.log.generation == 1
+    first = new.log.append_table(NEW_FIRST + 2, _rows(new, 3))
+    assert first == generation_base(1)
+    assert old.log.end_offset(OLD_FIRST + 1) == 0  # another log: nothing of the new one's
+    # Both stay found without asking again, every partition of their ranges.
+    fake.asked.clear()
+    assert await runs.of(OLD_FIRST) is old and await runs.of(NEW_FIRST) is new
+    assert fake.asked == []
+    # The pause of the pipeline reaches both generations' runs.
+    fake.state = "paused"
+    await runs.refresh(100.0)
+    assert old.paused and new.paused
+    # A number of no range of anyone's is nobody's.
+    with pytest.raises(UnavailableError):
+        await runs.of(NEW_FIRST + NEW_COUNT)
+
+
+def _rows(run: Any, n: int) -> Any:
+    import pyarrow as pa
+
+    schema = pa.schema(list(run.schema)[:-1])
+    return pa.Table.from_pylist([{"user": f"u{i}", "amount": i} for i in range(n)], schema=schema)
+
+
+def make_worker(tmp_path: Path, fake: FakeCoordinator) -> Worker:
+    """A worker with a lease, whose pipeline reads are the fake's (nothing reaches Spark)."""
+    nowhere = "127.0.0.1:9"  # no coordinator, no Spark: neither is reached
+    settings = WorkerSettings(
+        coordinators=(f"http://{nowhere}",),
+        spark_remote=f"sc://{nowhere}",
+        worker_id="w1",
+        listen="127.0.0.1:0",
+        staging_dir=str(tmp_path / "stage"),
+        max_keys_per_partition=KEYS_MAX,
+    )
+    w = Worker(settings, LocalStore(str(tmp_path / "store")))
+    w.session.generations.learn((4,))  # `default`'s: 4 partitions, never rescaled
+    runs = PipelineRuns(fake.get, w.store, settings.max_keys_per_partition)
+    w.hosting.runs = w.processor.pipelines.runs = runs
+    w.lease = Lease(lease_ms=600_000).renewed(w.clock.monotonic_ms())
+    return w
+
+
+async def test_a_new_generations_partition_is_hosted_in_its_generation(tmp_path: Path) -> None:
+    w = make_worker(tmp_path, FakeCoordinator())
+    try:
+        # No checkpoint: it starts at its generation's first offset, not at 0, and `default`'s
+        # routing is neither asked nor changed.
+        reply = await w.hosting.host(HostRequest(partition=NEW_FIRST, epoch=1))
+        assert reply.offset == generation_base(1) == w.parts[NEW_FIRST].offset
+        assert w.session.generations.current == 0
+        run = w.parts[NEW_FIRST].run
+        assert run is not None and run.info.generation == 1
+        # A checkpoint of another generation is not this partition's.
+        wrong = SentCheckpoint(offset=7, uri="file:///x", epoch=1)
+        with pytest.raises(RequestError, match="generation 0"):
+            await w.hosting.host(HostRequest(partition=NEW_FIRST + 1, epoch=1, checkpoint=wrong))
+        assert NEW_FIRST + 1 not in w.parts
+    finally:
+        await w.client.close()
