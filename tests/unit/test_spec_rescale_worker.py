@@ -6,20 +6,24 @@ calls and stands in for the micro-batches by moving a partition's offset and sta
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pipeline.lease import Lease
-from pipeline.source import generation_base
+from pipeline.source import SourceSealed, generation_base
+from pipeline.spec.partition_state import SpecCheckpoint
 from pipeline.spec.run import PipelineRuns, ranges_of
 from pipeline.store import LocalStore
 from pipeline.worker import Worker, WorkerSettings
 from shared.errors import RequestError, UnavailableError
 from shared.messages.common import SentCheckpoint
 from shared.messages.host import HostRequest
+from shared.messages.rescale import CutRequest
 from shared.routing import SLOT_BASE
+from tests.unit.test_pipeline_spec_merge import SetSketches
 
 SPEC = """
 [schema]
@@ -186,5 +190,58 @@ async def test_a_new_generations_partition_is_hosted_in_its_generation(tmp_path:
         with pytest.raises(RequestError, match="generation 0"):
             await w.hosting.host(HostRequest(partition=NEW_FIRST + 1, epoch=1, checkpoint=wrong))
         assert NEW_FIRST + 1 not in w.parts
+    finally:
+        await w.client.close()
+
+
+def _processed(w: Worker, p: int, upto: int) -> None:
+    """Stand in for the micro-batches: partition p's state as of `upto`, its rows merged."""
+    rt = w.parts[p]
+    assert rt.run is not None and rt.spec_state is not None
+    rows = rt.run.read(p, rt.offset, 1000)[0].to_pylist()
+    batch: dict[str, dict[str, Any]] = {}
+    firsts: dict[str, int] = {}
+    for r in rows:
+        held = batch.setdefault(r["user"], {"orders": 0, "spent": 0})
+        held["orders"] += 1
+        held["spent"] += r["amount"]
+        firsts.setdefault(r["user"], r["offset"])
+    rt.spec_state, _ = rt.run.merge(rt.spec_state, batch, firsts, SetSketches())
+    rt.offset = upto
+
+
+async def test_the_cut_of_a_recorded_partition_seals_its_log_and_checkpoints_at_the_seal(
+    tmp_path: Path,
+) -> None:
+    w = make_worker(tmp_path, FakeCoordinator())
+    p = OLD_FIRST + 1
+    try:
+        await w.hosting.host(HostRequest(partition=p, epoch=3))
+        run = w.parts[p].run
+        assert run is not None
+        run.log.append_table(p, _rows(run, 5))
+        call = CutRequest(partition=p, epoch=3, generation=0, partitions=NEW_COUNT, routing=(8,))
+        # Sealed at its end; not done while the micro-batches are below the seal.
+        first = await w.cutting.cut(call)
+        assert (first.offset, first.done, first.uri) == (5, False, None)
+        assert run.log.cut(p, 0) == 5 and w.session.generations.current == 0  # not learned
+        with pytest.raises(SourceSealed):  # a producer meets the seal and follows it
+            run.log.append_table(p, _rows(run, 1))
+        assert await w.cutting.cut(call) == first  # the seal is found again, not added
+        _processed(w, p, upto=5)
+        done = await w.cutting.cut(call)
+        assert done.done and done.offset == 5 and done.uri is not None
+        ck = w.checkpoints.read_any(done.uri)
+        assert isinstance(ck, SpecCheckpoint) and (ck.partition, ck.epoch, ck.offset) == (p, 3, 5)
+        assert ck.spec_version == run.version and ck.state == w.parts[p].spec_state
+        assert await w.cutting.cut(call) == done  # repeated: the same checkpoint
+        # Another epoch or generation is not what this worker holds.
+        for stale in (replace(call, epoch=4), replace(call, generation=1, routing=(8, 3))):
+            with pytest.raises(RequestError):
+                await w.cutting.cut(stale)
+        # No lease: no checkpoint is written at the cut.
+        w.lease = Lease(lease_ms=1)
+        with pytest.raises(UnavailableError, match="lease"):
+            await w.cutting.cut(call)
     finally:
         await w.client.close()
