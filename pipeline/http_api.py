@@ -4,8 +4,8 @@ Each handler reads top-down: check who is asking, parse, act through hosting, th
 checkpoint schedule or the holdings, serialize; none of them holds partition logic.
 Invariant: every failed request answers the JSON error shape (`{"error", "message",
 "field"?}`) with its status and never a stack trace; bad input is a 400 naming the field;
-the leader's calls (host, release, checkpoint, warm, unwarm, cut, build) need its call token,
-compared in constant time, or get a 401.
+the leader's calls (host, release, checkpoint, warm, unwarm, cut, both builds) need its call
+token, compared in constant time, or get a 401.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from shared.http_statuses import status_of
 from shared.messages.checkpoint import CHECKPOINT_ROUTE, CheckpointReply
 from shared.messages.common import STATUS_SCHEDULED, ErrorReply, authorized
 from shared.messages.host import HOST_ROUTE, HostRequest
+from shared.messages.pipeline_rescale import PIPELINE_BUILD_ROUTE, PipelineBuildRequest
 from shared.messages.release import RELEASE_ROUTE, ReleaseRequest
 from shared.messages.rescale import BUILD_ROUTE, CUT_ROUTE, BuildRequest, CutRequest
 from shared.messages.warm import UNWARM_ROUTE, WARM_ROUTE, UnwarmReply, UnwarmRequest, WarmRequest
@@ -106,6 +107,7 @@ class WorkerApi:
         app.router.add_post(UNWARM_ROUTE, self.handle_unwarm)
         app.router.add_post(CUT_ROUTE, self.handle_cut)
         app.router.add_post(BUILD_ROUTE, self.handle_build)
+        app.router.add_post(PIPELINE_BUILD_ROUTE, self.handle_pipeline_build)
         app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
         app.router.add_get("/v1/partitions/{p}/state", self.handle_state)
         app.router.add_get("/v1/health", self.handle_health)
@@ -205,6 +207,11 @@ class WorkerApi:
         self._authorize(request)
         call = BuildRequest.from_json(await self._json(request, BUILD_BODY_BYTES_MAX))
         return web.json_response(self.rebuild.build(call).to_json())
+
+    async def handle_pipeline_build(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        call = PipelineBuildRequest.from_json(await self._json(request, BUILD_BODY_BYTES_MAX))
+        return web.json_response(self.rebuild.build_pipeline(call).to_json())
 
     async def handle_checkpoint(self, request: web.Request) -> web.Response:
         self._authorize(request)

@@ -6,23 +6,28 @@ calls and stands in for the micro-batches by moving a partition's offset and sta
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from pipeline.lease import Lease
+from pipeline.pipeline_build import PipelineBuild
 from pipeline.source import SourceSealed, generation_base
-from pipeline.spec.partition_state import SpecCheckpoint
+from pipeline.spec.partition_state import SpecCheckpoint, SpecPartitionState, merge_spec_batch
 from pipeline.spec.run import PipelineRuns, ranges_of
 from pipeline.store import LocalStore
 from pipeline.worker import Worker, WorkerSettings
 from shared.errors import RequestError, UnavailableError
-from shared.messages.common import SentCheckpoint
+from shared.messages.common import SentCheckpoint, authorization
 from shared.messages.host import HostRequest
-from shared.messages.rescale import CutRequest
+from shared.messages.pipeline_rescale import PIPELINE_BUILD_ROUTE, PipelineBuildRequest
+from shared.messages.rescale import BuildReply, CutRequest
 from shared.routing import SLOT_BASE
+from shared.spec.parse import parse_spec
 from tests.unit.test_pipeline_spec_merge import SetSketches
 
 SPEC = """
@@ -41,8 +46,9 @@ column = "amount"
 NEW_SPEC = SPEC.replace('name = "spent"\nfn = "sum"', 'name = "top"\nfn = "max"')
 OLD_FIRST, OLD_COUNT = SLOT_BASE + 10, 2
 NEW_FIRST, NEW_COUNT = SLOT_BASE + 30, 3
-OTHER_FIRST = SLOT_BASE + 20
-KEYS_MAX = 4  # another pipeline, created between the two generations
+OTHER_FIRST = SLOT_BASE + 20  # another pipeline, created between the two generations
+KEYS_MAX = 4  # the worker's key limit, the pipeline's being 0
+POLLS_MAX = 50  # build calls before the test gives up
 
 
 class FakeCoordinator:
@@ -244,4 +250,121 @@ async def test_the_cut_of_a_recorded_partition_seals_its_log_and_checkpoints_at_
         with pytest.raises(UnavailableError, match="lease"):
             await w.cutting.cut(call)
     finally:
+        await w.client.close()
+
+
+def _cut_checkpoints(w: Worker, run: Any, epoch: int) -> list[dict[str, Any]]:
+    """Each old partition's checkpoint at its cut (offset 10), as its cut call writes it: 10
+    keys each, u6..u9 in both (as a transform that rewrites keys makes them)."""
+    cuts = []
+    for i in range(OLD_COUNT):
+        p = OLD_FIRST + i
+        batch = {f"u{k}": {"orders": k + 1, "spent": 10 * k} for k in range(6 * i, 6 * i + 10)}
+        firsts = {key: n for n, key in enumerate(batch)}
+        state, _ = merge_spec_batch(
+            run.outputs, SpecPartitionState(), batch, firsts, 100, SetSketches()
+        )
+        uri = w.checkpoints.write_encoded(p, epoch, 10, run.encode(p, epoch, 10, state))
+        cuts.append({"partition": p, "offset": 10, "uri": uri})
+    return cuts
+
+
+def _store_objects(w: Worker) -> dict[str, bytes]:
+    return {k: w.store.get(k) for k in w.store.list_keys("")}
+
+
+async def test_the_build_writes_each_new_number_from_the_cuts_and_a_rerun_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    fake = FakeCoordinator()
+    w = make_worker(tmp_path, fake)
+    w.call_token = "call"
+    auth = {"Authorization": authorization("call")}
+    w.rebuild.pipelines = PipelineBuild(fake.get, w.checkpoints, SetSketches, KEYS_MAX)
+    old = await w.hosting.runs.of(OLD_FIRST)  # type: ignore[union-attr]
+    body = {
+        "pipeline": "orders",
+        "incarnation": 2,
+        "generation": 1,
+        "first_slot": NEW_FIRST,
+        "partitions": NEW_COUNT,
+        "epoch": 5,
+        "spec_sha256": hashlib.sha256(NEW_SPEC.encode()).hexdigest(),
+        "cuts": _cut_checkpoints(w, old, epoch=4),
+    }
+    base = generation_base(1)
+    try:
+        async with TestClient(TestServer(w.app())) as client:
+            resp = await client.post(PIPELINE_BUILD_ROUTE, json=body)
+            assert resp.status == 401
+            for field, bad in (("first_slot", OLD_FIRST), ("spec_sha256", "x"), ("cuts", [])):
+                resp = await client.post(
+                    PIPELINE_BUILD_ROUTE, json={**body, field: bad}, headers=auth
+                )
+                assert resp.status == 400 and (await resp.json())["field"] == field
+            for _ in range(POLLS_MAX):
+                resp = await client.post(PIPELINE_BUILD_ROUTE, json=body, headers=auth)
+                reply = BuildReply.from_json(await resp.json())
+                assert resp.status == 200 and reply is not None
+                if reply.done:
+                    break
+                await w.rebuild.wait()
+            assert reply.done
+            numbers = [c.partition for c in reply.checkpoints]
+            assert numbers == list(range(NEW_FIRST, NEW_FIRST + NEW_COUNT))
+            # Every key of the cuts is in exactly one new partition, admitted or dead letter;
+            # `orders` carries (u6..u9 summed over both cuts), `top` starts with no rows.
+            admitted: dict[str, Any] = {}
+            new = parse_spec(NEW_SPEC)
+            for c in reply.checkpoints:
+                ck = w.checkpoints.read_any(c.uri)
+                assert isinstance(ck, SpecCheckpoint) and ck.spec_version == new.version
+                assert (
+                    (ck.partition, ck.epoch, ck.offset)
+                    == (c.partition, 5, base)
+                    == (
+                        c.partition,
+                        5,
+                        c.offset,
+                    )
+                )
+                assert len(ck.state.values) <= KEYS_MAX
+                admitted.update(ck.state.values)
+            assert all(v["top"] is None for v in admitted.values())
+            expected = {f"u{k}": k + 1 for k in range(16)}
+            for k in range(6, 10):
+                expected[f"u{k}"] *= 2
+            assert {k: v["orders"] for k, v in admitted.items()} == {
+                k: expected[k] for k in admitted
+            }
+            dead = [k for n in numbers for k in w.checkpoints.dead_letter_keys(n)]
+            assert len(admitted) < 16 and dead  # the limit refused some: dead letters
+            # A rerun (a new leader, another worker) writes nothing new, answers the same.
+            objects = _store_objects(w)
+            again = PipelineBuild(fake.get, w.checkpoints, SetSketches, KEYS_MAX)
+            assert await again.run(PipelineBuildRequest.from_json(body)) == reply.checkpoints
+            assert _store_objects(w) == objects
+            # A spec the describe does not show, or a cut that is another partition's, is
+            # refused (503: the leader asks again), nothing written.
+            wrong_cut = {**body["cuts"][1], "partition": OLD_FIRST + 5}
+            for bad in (
+                {**body, "spec_sha256": "0" * 64},
+                {**body, "cuts": [body["cuts"][0], wrong_cut]},
+            ):
+                await w.rebuild.wait()
+                resp = await client.post(PIPELINE_BUILD_ROUTE, json=bad, headers=auth)
+                assert resp.status == 200 and not (await resp.json())["done"]
+                await w.rebuild.wait()
+                resp = await client.post(PIPELINE_BUILD_ROUTE, json=bad, headers=auth)
+                assert resp.status == 503
+            assert _store_objects(w) == objects
+        # The new partition is hosted from its built checkpoint, in the new generation.
+        built = reply.checkpoints[0]
+        sent = SentCheckpoint(offset=built.offset, uri=built.uri, epoch=5)
+        await w.hosting.host(HostRequest(partition=built.partition, epoch=6, checkpoint=sent))
+        rt = w.parts[built.partition]
+        assert rt.offset == base and rt.run is not None and rt.run.version == new.version
+        assert rt.spec_state == w.checkpoints.read_any(built.uri).state  # type: ignore[union-attr]
+    finally:
+        await w.rebuild.wait()
         await w.client.close()
