@@ -22,7 +22,7 @@ from pipeline.spec.run import PipelineRuns, ranges_of
 from pipeline.store import LocalStore
 from pipeline.worker import Worker, WorkerSettings
 from shared.errors import RequestError, UnavailableError
-from shared.messages.common import SentCheckpoint, authorization
+from shared.messages.common import InvalidCallBody, SentCheckpoint, authorization
 from shared.messages.host import HostRequest
 from shared.messages.pipeline_rescale import PIPELINE_BUILD_ROUTE, PipelineBuildRequest
 from shared.messages.rescale import BuildReply, CutRequest
@@ -269,6 +269,47 @@ def _cut_checkpoints(w: Worker, run: Any, epoch: int) -> list[dict[str, Any]]:
     return cuts
 
 
+def _build_body(cuts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The leader's build call of `orders`' generation 1 under NEW_SPEC, at epoch 5."""
+    return {
+        "pipeline": "orders",
+        "incarnation": 2,
+        "generation": 1,
+        "first_slot": NEW_FIRST,
+        "partitions": NEW_COUNT,
+        "epoch": 5,
+        "spec_sha256": hashlib.sha256(NEW_SPEC.encode()).hexdigest(),
+        "cuts": cuts,
+    }
+
+
+def _no_spark() -> Any:
+    raise UnavailableError("Spark is not connected yet", code="unavailable")
+
+
+def test_a_pipeline_build_call_is_read_whole_or_refused_naming_the_field() -> None:
+    cut = {"partition": OLD_FIRST, "offset": 10, "uri": "file:///c"}
+    body = _build_body([{**cut, "partition": OLD_FIRST + 1}, cut])
+    call = PipelineBuildRequest.from_json(body)
+    assert [c.partition for c in call.cuts] == [OLD_FIRST, OLD_FIRST + 1]  # by number
+    assert PipelineBuildRequest.from_json(call.to_json()) == call
+    assert call.numbers == range(NEW_FIRST, NEW_FIRST + NEW_COUNT)
+    for field, bad in (
+        ("pipeline", "no/slash"),
+        ("incarnation", 0),
+        ("generation", 0),
+        ("first_slot", 5),  # one of `default`'s numbers
+        ("partitions", 0),
+        ("epoch", 0),
+        ("spec_sha256", "A" * 64),
+        ("cuts", [cut, cut]),
+        ("cuts", [{**cut, "uri": ""}]),
+    ):
+        with pytest.raises(InvalidCallBody) as err:
+            PipelineBuildRequest.from_json({**body, field: bad})
+        assert err.value.field == field, (field, bad)
+
+
 def _store_objects(w: Worker) -> dict[str, bytes]:
     return {k: w.store.get(k) for k in w.store.list_keys("")}
 
@@ -282,16 +323,7 @@ async def test_the_build_writes_each_new_number_from_the_cuts_and_a_rerun_writes
     auth = {"Authorization": authorization("call")}
     w.rebuild.pipelines = PipelineBuild(fake.get, w.checkpoints, SetSketches, KEYS_MAX)
     old = await w.hosting.runs.of(OLD_FIRST)  # type: ignore[union-attr]
-    body = {
-        "pipeline": "orders",
-        "incarnation": 2,
-        "generation": 1,
-        "first_slot": NEW_FIRST,
-        "partitions": NEW_COUNT,
-        "epoch": 5,
-        "spec_sha256": hashlib.sha256(NEW_SPEC.encode()).hexdigest(),
-        "cuts": _cut_checkpoints(w, old, epoch=4),
-    }
+    body = _build_body(_cut_checkpoints(w, old, epoch=4))
     base = generation_base(1)
     try:
         async with TestClient(TestServer(w.app())) as client:
@@ -339,9 +371,10 @@ async def test_the_build_writes_each_new_number_from_the_cuts_and_a_rerun_writes
             }
             dead = [k for n in numbers for k in w.checkpoints.dead_letter_keys(n)]
             assert len(admitted) < 16 and dead  # the limit refused some: dead letters
-            # A rerun (a new leader, another worker) writes nothing new, answers the same.
+            # A rerun (a new leader, another worker) writes nothing new, answers the same; a
+            # worker without Spark builds it too (no output here is a sketch).
             objects = _store_objects(w)
-            again = PipelineBuild(fake.get, w.checkpoints, SetSketches, KEYS_MAX)
+            again = PipelineBuild(fake.get, w.checkpoints, _no_spark, KEYS_MAX)
             assert await again.run(PipelineBuildRequest.from_json(body)) == reply.checkpoints
             assert _store_objects(w) == objects
             # A spec the describe does not show, or a cut that is another partition's, is
