@@ -111,12 +111,14 @@ class GenerationRange:
 
 
 def _range(entry: object) -> GenerationRange | None:
-    """A range from a describe's entry ({first_slot, partitions, routing_generation,
-    spec_text?}); None when it is not one (not set up yet: first_slot 0)."""
+    """A range from a describe's entry ({first_slot, partitions, routing_generation (a
+    rescale's: generation), spec_text?}); None when it is not one (not set up yet: first_slot
+    0)."""
     if not isinstance(entry, Mapping):
         return None
     first, count = _int(entry.get("first_slot")), _int(entry.get("partitions"))
-    generation = _int(entry.get("routing_generation", 0))
+    # A rescale's record names its new routing generation `generation`.
+    generation = _int(entry.get("routing_generation", entry.get("generation", 0)))
     if first is None or count is None or generation is None:
         return None
     if first < SLOT_BASE or count < 1 or generation < 0:
@@ -126,7 +128,8 @@ def _range(entry: object) -> GenerationRange | None:
         first_slot=first,
         partitions=count,
         generation=generation,
-        spec_text=text if isinstance(text, str) else None,
+        # "" in a rescale's record once its spec is the pipeline's: the describe's then.
+        spec_text=text if isinstance(text, str) and text else None,
     )
 
 

@@ -61,17 +61,23 @@ class FakeCoordinator:
         self.listing_shows_past = True
 
     def describe(self) -> dict[str, Any]:
+        """As the coordinator records it: the rescale's new range under `generation`, its
+        spec text while it is not the pipeline's yet ("" after); past ranges without text."""
         old = {"first_slot": OLD_FIRST, "partitions": OLD_COUNT, "routing_generation": 0}
         new = {"first_slot": NEW_FIRST, "partitions": NEW_COUNT, "routing_generation": 1}
+        rescale = {"first_slot": NEW_FIRST, "partitions": NEW_COUNT, "generation": 1}
         common = {
             "name": "orders",
             "incarnation": 2,
             "state": self.state,
             "settings": {"max_keys_per_partition": 0},
+            "past": [],
         }
         if self.phase == "rescaling":
-            return {**common, **old, "spec_text": SPEC, "rescale": {**new, "spec_text": NEW_SPEC}}
-        return {**common, **new, "spec_text": NEW_SPEC, "past": [{**old, "spec_text": SPEC}]}
+            rescale["spec_text"] = NEW_SPEC
+            return {**common, **old, "spec_text": SPEC, "rescale": rescale}
+        rescale["spec_text"] = ""
+        return {**common, **new, "spec_text": NEW_SPEC, "rescale": rescale, "past": [old]}
 
     def other(self) -> dict[str, Any]:
         return {
@@ -104,10 +110,13 @@ def test_a_describes_ranges_are_its_current_its_rescales_and_its_past_ones() -> 
     fake = FakeCoordinator()
     fake.phase = "done"
     ranges = ranges_of(fake.describe())
-    assert [(r.first_slot, r.partitions, r.generation) for r in ranges] == [
-        (NEW_FIRST, NEW_COUNT, 1),
-        (OLD_FIRST, OLD_COUNT, 0),
+    assert [(r.first_slot, r.partitions, r.generation, r.spec_text) for r in ranges] == [
+        (NEW_FIRST, NEW_COUNT, 1, NEW_SPEC),
+        (NEW_FIRST, NEW_COUNT, 1, None),  # the rescale, done: its text is the current one
+        (OLD_FIRST, OLD_COUNT, 0, None),
     ]
+    past = {"first_slot": OLD_FIRST, "partitions": 2, "spec_text": SPEC}
+    assert ranges_of({"past": [past]})[0].spec_text == SPEC  # a past range may carry its text
     # Absent or not yet set up (first slot 0), a range is no range; a bad entry is skipped.
     assert ranges_of({"first_slot": 0, "partitions": 2}) == []
     body = {"first_slot": OLD_FIRST, "partitions": 2, "past": [{"first_slot": "x"}, 3]}
@@ -135,8 +144,10 @@ async def test_the_old_and_new_generations_runs_coexist_each_on_its_own_numbers(
         NEW_COUNT,
         1,
     )
-    # Each generation runs its own spec, and reads its own numbers' logs.
-    assert old.info.spec_text == SPEC and new.info.spec_text == NEW_SPEC
+    # Each generation runs its own spec (a past range without its text: the current one, a
+    # checkpoint of another version being refused on load), and reads its own numbers' logs.
+    assert old.info.spec_text == (SPEC if phase == "rescaling" else NEW_SPEC)
+    assert new.info.spec_text == NEW_SPEC
     assert old.log.base == OLD_FIRST and old.log.generation == 0
     assert new.log.base == NEW_FIRST and new.log.generation == 1
     first = new.log.append_table(NEW_FIRST + 2, _rows(new, 3))
