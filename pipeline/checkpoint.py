@@ -181,6 +181,11 @@ class CheckpointStore:
     def read_any(self, uri: str) -> CheckpointData | SpecCheckpoint:
         """Load exactly the checkpoint at ``uri``: `default`'s format or a recorded
         pipeline's (format 2), as its header says."""
+        return self.read_checked(uri)[1]
+
+    def read_checked(self, uri: str) -> tuple[bytes, CheckpointData | SpecCheckpoint]:
+        """The bytes of the checkpoint at ``uri`` (which must live in this store) and what
+        they hold, checked to be what its name says."""
         base = self.store.uri("")
         if not uri.startswith(base):
             raise CheckpointCorrupt(f"checkpoint {uri!r} is not in the store {base!r}")
@@ -195,7 +200,7 @@ class CheckpointStore:
         if (loaded.partition, loaded.epoch, loaded.offset) != named:
             held = (loaded.partition, loaded.epoch, loaded.offset)
             raise CheckpointCorrupt(f"{uri!r} names partition/epoch/offset {named}, holds {held}")
-        return loaded
+        return data, loaded
 
     def write_dead_letter(
         self,

@@ -8,6 +8,11 @@ listing ends at its seal. Once the partition's offset is the cut, a checkpoint a
 (partition, epoch, cut) is written, create-only, under the batch lock and only while the
 gate is open at that epoch and the lease holds. Invariant: a cut reply is done only with the
 URI of a checkpoint holding the partition's state at the cut, written at the call's epoch.
+
+`default`'s partitions and a recorded pipeline's are cut alike; only the log sealed differs:
+`default`'s is the cluster's (whose routing the call teaches this worker), a recorded
+pipeline's is its run's generation log (its next generation has numbers of its own, and the
+cluster's routing is not its), and its checkpoint is format 2, of the run's spec.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pipeline.store import ObjectStore, StoreError
 from shared.clock import monotonic_s
 from shared.errors import ErrorCode, RequestError, UnavailableError
 from shared.messages.rescale import CutReply, CutRequest
+from shared.routing import SLOT_BASE, Routing
 
 __all__ = ["Cutting"]
 
@@ -62,14 +68,22 @@ class Cutting:
             )
         return rt
 
+    def _sealing(self, call: CutRequest, rt: PartitionRuntime) -> SourceLog:
+        """The log whose seal ends the partition's generation for the next one."""
+        following = Routing(generation=call.generation + 1, partitions=call.partitions)
+        if rt.run is not None:
+            return rt.run.log.followed_by(following)  # its generation is the call's (_hosted)
+        # The next generation is not committed yet (the build commits it): only this seal
+        # names it, so it goes into a log of its own rather than the worker's routing.
+        return SourceLog(self.store, (*call.routing, call.partitions))
+
     async def cut(self, call: CutRequest) -> CutReply:
         """Seal, and answer done once the checkpoint at the cut is written."""
         p, epoch = call.partition, call.epoch
-        self.generations.learn(call.routing)
+        if p < SLOT_BASE:
+            self.generations.learn(call.routing)  # first: a conflicting routing is refused
         rt = self._hosted(call)
-        # The next generation is not committed yet (the build commits it): only this seal
-        # names it, so it goes into a log of its own rather than the worker's routing.
-        sealing = SourceLog(self.store, (*call.routing, call.partitions))
+        sealing = self._sealing(call, rt)
         try:
             cut = await asyncio.to_thread(sealing.seal, p, call.generation)
         except (StoreError, OSError) as exc:

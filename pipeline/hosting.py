@@ -18,7 +18,7 @@ from pipeline.checkpointing import Checkpointer
 from pipeline.gate import Refused
 from pipeline.generations import Generations
 from pipeline.holdings import Holdings, PartitionRuntime
-from pipeline.source import generation_of
+from pipeline.source import generation_base, generation_of
 from pipeline.spec.partition_state import SpecCheckpoint, SpecPartitionState
 from pipeline.spec.run import PipelineRun, PipelineRuns
 from pipeline.warming import Warming
@@ -105,8 +105,11 @@ class Hosting:
         if self.holdings.stopping:
             # Its last checkpoints are written: the leader hosts it on the restarted process.
             raise UnavailableError("the worker is stopping to restart", code="stopping")
-        await self.learn_routing(p, call.routing, call.checkpoint)
         run = await self._run_of(p)
+        if run is None:
+            await self.learn_routing(p, call.routing, call.checkpoint)
+        else:
+            _check_generation(p, run, call.checkpoint)
         gates, parts = self.holdings.gates, self.holdings.parts
         # Check the gate without changing it: it opens only once the checkpoint is loaded,
         # so a failed load leaves the epoch open to the leader's retry.
@@ -119,7 +122,8 @@ class Hosting:
             return HostReply(partition=p, epoch=epoch, offset=rt.offset)
         rt = PartitionRuntime(epoch=epoch, run=run)
         if run is not None:
-            rt.spec_state = SpecPartitionState()
+            # Its generation's first offset: without a checkpoint it starts there.
+            rt.spec_state, rt.offset = SpecPartitionState(), generation_base(run.info.generation)
         parts[p] = rt
         sent = None if call.checkpoint is None else call.checkpoint.offset
         # A recorded pipeline's partitions move cold: warm copies are `default`'s only.
@@ -195,6 +199,18 @@ class Hosting:
         )
         return ReleaseReply(
             partition=p, epoch=epoch, checkpoint=ReleasedCheckpoint(offset=rt.offset, uri=uri)
+        )
+
+
+def _check_generation(partition: int, run: PipelineRun, checkpoint: SentCheckpoint | None) -> None:
+    """A recorded pipeline's partition starts in its run's generation: its numbers are that
+    generation's alone, so `default`'s routing has nothing to say about them."""
+    if checkpoint is not None and generation_of(checkpoint.offset) != run.info.generation:
+        raise RequestError(
+            f"partition {partition} is of routing generation {run.info.generation}; the "
+            f"checkpoint at offset {checkpoint.offset} is of generation "
+            f"{generation_of(checkpoint.offset)}",
+            field="checkpoint",
         )
 
 

@@ -7,6 +7,8 @@ Invariant: every failed request answers the JSON error shape (`{"error", "messag
 the leader's calls (host, release, checkpoint, warm, unwarm, cut, build) need its call token,
 compared in constant time, or get a 401; records produced through the worker need a token
 the coordinator says may produce to that pipeline (`pipeline/ingest.py`).
+the leader's calls (host, release, checkpoint, warm, unwarm, cut, both builds) need its call
+token, compared in constant time, or get a 401.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from shared.http_statuses import status_of
 from shared.messages.checkpoint import CHECKPOINT_ROUTE, CheckpointReply
 from shared.messages.common import STATUS_SCHEDULED, ErrorReply, authorized
 from shared.messages.host import HOST_ROUTE, HostRequest
+from shared.messages.pipeline_rescale import PIPELINE_BUILD_ROUTE, PipelineBuildRequest
 from shared.messages.release import RELEASE_ROUTE, ReleaseRequest
 from shared.messages.rescale import BUILD_ROUTE, CUT_ROUTE, BuildRequest, CutRequest
 from shared.messages.warm import UNWARM_ROUTE, WARM_ROUTE, UnwarmReply, UnwarmRequest, WarmRequest
@@ -112,6 +115,7 @@ class WorkerApi:
         app.router.add_post(CUT_ROUTE, self.handle_cut)
         app.router.add_post(BUILD_ROUTE, self.handle_build)
         app.router.add_post(RECORDS_ROUTE, self.handle_records)
+        app.router.add_post(PIPELINE_BUILD_ROUTE, self.handle_pipeline_build)
         app.router.add_get("/v1/partitions/{p}/keys/{key}", self.handle_key)
         app.router.add_get("/v1/partitions/{p}/state", self.handle_state)
         app.router.add_get("/v1/health", self.handle_health)
@@ -211,6 +215,11 @@ class WorkerApi:
         self._authorize(request)
         call = BuildRequest.from_json(await self._json(request, BUILD_BODY_BYTES_MAX))
         return web.json_response(self.rebuild.build(call).to_json())
+
+    async def handle_pipeline_build(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        call = PipelineBuildRequest.from_json(await self._json(request, BUILD_BODY_BYTES_MAX))
+        return web.json_response(self.rebuild.build_pipeline(call).to_json())
 
     async def handle_checkpoint(self, request: web.Request) -> web.Response:
         self._authorize(request)

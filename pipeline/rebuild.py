@@ -5,8 +5,9 @@ partitions' cut checkpoints (docs/pipeline.md "Rescaling", the MOVING step).
 call says), move the states (`pipeline/state_move.py`: on Spark when the worker has a
 session, in this process otherwise: both give the same result), then write, for each new
 partition q, its dead-letter rows and its checkpoint at (q, epoch, generation_base(g)).
-`Rebuild` runs one such job at a time in the background: the first call starts it, later
-calls answer its progress, a failed job is reported once and started again by the next call.
+`Rebuild` runs one such job at a time in the background, this one or a recorded pipeline's
+(pipeline/pipeline_build.py): the first call starts it, later calls answer its progress, a
+failed job is reported once and started again by the next call.
 Invariant: the job is a pure function of the call, and every object it writes is create-only
 with deterministic bytes and names, so a rerun (another worker, a new leader) writes nothing
 new and answers the same checkpoints.
@@ -16,14 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointStore
+from pipeline.pipeline_build import PipelineBuild
 from pipeline.source import generation_base, generation_of
 from pipeline.state import KeyState
 from pipeline.state_move import MovedState, move_on_spark
 from shared.errors import RequestError, UnavailableError
+from shared.messages.pipeline_rescale import PipelineBuildRequest
 from shared.messages.rescale import BuildReply, BuildRequest, BuiltCheckpoint
 from shared.routing import Routing
 
@@ -85,24 +89,45 @@ def spark_move(spark_remote: str) -> Move:
 
 @dataclass(slots=True)
 class _Job:
-    call: BuildRequest
+    call: BuildRequest | PipelineBuildRequest
     task: asyncio.Task[tuple[BuiltCheckpoint, ...]]
 
 
 class Rebuild:
-    """At most one build at a time on this worker; the last one's result is kept."""
+    """At most one build at a time on this worker, `default`'s or a recorded pipeline's; the
+    last one's result is kept."""
 
     def __init__(
-        self, checkpoints: CheckpointStore, move: Callable[[], Move], max_keys: int
+        self,
+        checkpoints: CheckpointStore,
+        move: Callable[[], Move],
+        max_keys: int,
+        pipelines: PipelineBuild | None = None,
     ) -> None:
         self.checkpoints = checkpoints
         self.move = move  # asked per job: whether the worker has Spark may change
         self.max_keys = max_keys
+        self.pipelines = pipelines  # a recorded pipeline's build
         self._job: _Job | None = None
 
     def build(self, call: BuildRequest) -> BuildReply:
         """Start the build of `call` or answer how it is going. A build of another call
         while one runs is a 409 `build_in_flight` (the leader asks one worker at a time)."""
+        return self._answer(call, call.generation, lambda: self._default_job(call))
+
+    def build_pipeline(self, call: PipelineBuildRequest) -> BuildReply:
+        """`build` of a recorded pipeline's generation (pipeline/pipeline_build.py)."""
+        pipelines = self.pipelines
+        if pipelines is None:
+            raise UnavailableError("this worker builds no recorded pipeline", code="unavailable")
+        return self._answer(call, call.generation, lambda: pipelines.run(call))
+
+    def _answer(
+        self,
+        call: BuildRequest | PipelineBuildRequest,
+        generation: int,
+        start: Callable[[], Coroutine[Any, Any, tuple[BuiltCheckpoint, ...]]],
+    ) -> BuildReply:
         job = self._job
         if job is not None and job.call != call:
             if not job.task.done():
@@ -113,24 +138,26 @@ class Rebuild:
                 )
             job = None
         if job is None:
-            job = self._job = self._start(call)
+            task = asyncio.get_running_loop().create_task(start())
+            task.add_done_callback(_log_end)
+            job = self._job = _Job(call=call, task=task)
         if not job.task.done():
-            return BuildReply(generation=call.generation, done=False, checkpoints=())
+            return BuildReply(generation=generation, done=False, checkpoints=())
         error = job.task.exception()
         if error is not None:
             self._job = None  # the next call starts it again
             raise UnavailableError(
-                f"the build of generation {call.generation} failed: {error}",
+                f"the build of generation {generation} failed: {error}",
                 code="checkpoint_unavailable",
             )
-        return BuildReply(generation=call.generation, done=True, checkpoints=job.task.result())
+        return BuildReply(generation=generation, done=True, checkpoints=job.task.result())
 
     async def wait(self) -> None:
         """Until the running build, if any, has ended."""
         if self._job is not None:
             await asyncio.gather(self._job.task, return_exceptions=True)
 
-    def _start(self, call: BuildRequest) -> _Job:
+    async def _default_job(self, call: BuildRequest) -> tuple[BuiltCheckpoint, ...]:
         move = self.move()
         log.info(
             "building generation %d: %d partitions from %d cuts",
@@ -138,11 +165,9 @@ class Rebuild:
             call.routing[call.generation],
             len(call.cuts),
         )
-        task = asyncio.get_running_loop().create_task(
-            asyncio.to_thread(build_checkpoints, self.checkpoints, call, move, self.max_keys)
+        return await asyncio.to_thread(
+            build_checkpoints, self.checkpoints, call, move, self.max_keys
         )
-        task.add_done_callback(_log_end)
-        return _Job(call=call, task=task)
 
     def close(self) -> None:
         if self._job is not None:

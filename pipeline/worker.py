@@ -42,6 +42,7 @@ from pipeline.http_api import WorkerApi
 from pipeline.ingest import Ingest
 from pipeline.lease import Lease
 from pipeline.metrics import WorkerMetrics, new_stats
+from pipeline.pipeline_build import PipelineBuild
 from pipeline.processing import Processor
 from pipeline.rebuild import Move, Rebuild, spark_move
 from pipeline.session import Session
@@ -123,7 +124,12 @@ class Worker:
         self.cutting = Cutting(
             store, self.holdings, self.checkpointer, self.session.generations, self.lease_valid
         )
-        self.rebuild = Rebuild(checkpoints, self._move, settings.max_keys_per_partition)
+        pipeline_build = PipelineBuild(
+            self.client.get, checkpoints, self._sketches, settings.max_keys_per_partition
+        )
+        self.rebuild = Rebuild(
+            checkpoints, self._move, settings.max_keys_per_partition, pipeline_build
+        )
         self.metrics = WorkerMetrics(
             self.stats,
             self.processor.batch_seconds,

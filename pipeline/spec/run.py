@@ -2,11 +2,13 @@
 and its micro-batch job on Spark; and the registry that finds the pipeline of a partition.
 
 Owns the worker's side of a recorded pipeline. Invariant: a partition number at or above
-SLOT_BASE belongs to exactly one pipeline incarnation for all time (the coordinator never
-reuses one), so the run found for it once stays right for as long as the worker holds the
-partition; its state is computed only under the spec the coordinator recorded (parsed here
-from the recorded text, never from anything the worker imports), and a checkpoint is loaded
-only if it names that spec's version.
+SLOT_BASE belongs to exactly one (pipeline, incarnation, routing generation) for all time (the
+coordinator never reuses one, and a rescale gives its new generation fresh numbers), so the
+run found for it once stays right for as long as the worker holds the partition, and a
+rescale's old and new generations are two runs that coexist on a worker; its state is
+computed only under the spec the coordinator recorded (parsed here from the recorded text,
+never from anything the worker imports), and a checkpoint is loaded only if it names that
+spec's version.
 
 Store layout: a pipeline's partition n keeps the layout `default`'s use, under its own number
 (`source/p{n}/`, `checkpoints/p{n}/`, `deadletter/p{n}/`; a later routing generation g's
@@ -45,11 +47,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PARTITIONS_PER_JOB_MAX",
+    "GenerationRange",
     "PipelineInfo",
     "PipelineRun",
     "PipelineRuns",
     "arrow_schema",
+    "dead_letter_bytes",
     "generation_log",
+    "ranges_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,6 +67,9 @@ RUNS_MAX = 256
 # How often a worker reads the pipelines' states (pause and resume reach it within this, plus
 # the answering node's lag): one small read per worker per interval, on any node.
 STATES_REFRESH_S = 1.0
+# Pipelines described, past the listing, to find an old generation's number when the listing
+# does not show past ranges (the candidates are those whose current first slot is above it).
+DESCRIBES_MAX = 8
 FIRST_OFFSET = "__first_offset"
 PARTITION = "__partition"
 
@@ -89,8 +97,61 @@ def arrow_schema(schema: Schema) -> pa.Schema:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GenerationRange:
+    """One routing generation's partition numbers: first_slot .. first_slot + partitions - 1,
+    and its spec's text when the describe gives it with the range."""
+
+    first_slot: int
+    partitions: int
+    generation: int
+    spec_text: str | None = None
+
+    def contains(self, partition: int) -> bool:
+        return self.first_slot <= partition < self.first_slot + self.partitions
+
+
+def _range(entry: object) -> GenerationRange | None:
+    """A range from a describe's entry ({first_slot, partitions, routing_generation (a
+    rescale's: generation), spec_text?}); None when it is not one (not set up yet: first_slot
+    0)."""
+    if not isinstance(entry, Mapping):
+        return None
+    first, count = _int(entry.get("first_slot")), _int(entry.get("partitions"))
+    # A rescale's record names its new routing generation `generation`.
+    generation = _int(entry.get("routing_generation", entry.get("generation", 0)))
+    if first is None or count is None or generation is None:
+        return None
+    if first < SLOT_BASE or count < 1 or generation < 0:
+        return None
+    text = entry.get("spec_text")
+    return GenerationRange(
+        first_slot=first,
+        partitions=count,
+        generation=generation,
+        # "" in a rescale's record once its spec is the pipeline's: the describe's then.
+        spec_text=text if isinstance(text, str) and text else None,
+    )
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def ranges_of(body: Mapping[str, Any]) -> list[GenerationRange]:
+    """Every range of a pipeline's describe (or listing row) that a worker may hold: the
+    current one, the one a rescale in flight builds (`rescale`) and the earlier ones
+    (`past`), each when present."""
+    entries: list[object] = [body, body.get("rescale")]
+    past = body.get("past")
+    if isinstance(past, list):
+        entries.extend(past)
+    return [r for r in map(_range, entries) if r is not None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineInfo:
-    """What the coordinator recorded of a pipeline (its describe), as the worker needs it."""
+    """What the coordinator recorded of a pipeline (its describe), as the worker needs it:
+    one routing generation of it."""
 
     name: str
     incarnation: int
@@ -111,15 +172,30 @@ class PipelineInfo:
         return self.first_slot <= partition < self.first_slot + self.partitions
 
     @classmethod
-    def from_describe(cls, body: Mapping[str, Any]) -> PipelineInfo:
+    def from_describe(
+        cls, body: Mapping[str, Any], chosen: GenerationRange | None = None
+    ) -> PipelineInfo:
+        """The describe's current generation, or its range `chosen` (of `ranges_of`), whose
+        spec is the range's own text when given, else the describe's: a checkpoint of another
+        version is refused on load (`PipelineRun.problem`), never merged."""
+        spec_text = str(body["spec_text"])
+        first_slot, partitions = int(body["first_slot"]), int(body["partitions"])
+        generation = int(body.get("routing_generation", 0))
+        if chosen is not None:
+            first_slot, partitions, generation = (
+                chosen.first_slot,
+                chosen.partitions,
+                chosen.generation,
+            )
+            spec_text = chosen.spec_text if chosen.spec_text is not None else spec_text
         return cls(
             name=str(body["name"]),
             incarnation=int(body["incarnation"]),
-            first_slot=int(body["first_slot"]),
-            partitions=int(body["partitions"]),
-            spec_text=str(body["spec_text"]),
+            first_slot=first_slot,
+            partitions=partitions,
+            spec_text=spec_text,
             max_keys_per_partition=int(body["settings"]["max_keys_per_partition"]),
-            generation=int(body.get("routing_generation", 0)),
+            generation=generation,
         )
 
 
@@ -258,23 +334,30 @@ class PipelineRun:
         return finals(self.outputs, chosen, sketches)
 
     def dead_letter_bytes(self, partition: int, rows: Mapping[Any, KeyState]) -> bytes:
-        """The dead letters of a batch: each refused key and its partial state's outputs'
-        repr (the raw records stay in the source log, to be processed again)."""
-        keys = sorted(rows, key=lambda k: (k is None, "" if k is None else str(k)))
-        table = pa.table(
-            {
-                "partition": pa.array([partition] * len(keys), pa.int64()),
-                "key": pa.array([None if k is None else str(k) for k in keys], pa.string()),
-                "state": pa.array([repr(rows[k]) for k in keys], pa.string()),
-            }
-        )
-        sink = io.BytesIO()
-        pq.write_table(table, sink)
-        return sink.getvalue()
+        return dead_letter_bytes(partition, rows)
+
+
+def dead_letter_bytes(partition: int, rows: Mapping[Any, KeyState]) -> bytes:
+    """A recorded pipeline's dead letters: each refused key and its partial state's outputs'
+    repr (the raw records stay in the source log, to be processed again)."""
+    keys = sorted(rows, key=lambda k: (k is None, "" if k is None else str(k)))
+    table = pa.table(
+        {
+            "partition": pa.array([partition] * len(keys), pa.int64()),
+            "key": pa.array([None if k is None else str(k) for k in keys], pa.string()),
+            "state": pa.array([repr(rows[k]) for k in keys], pa.string()),
+        }
+    )
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
 
 
 class PipelineRuns:
-    """The recorded pipelines this worker has partitions of, found by partition number."""
+    """The recorded pipelines this worker has partitions of, one run per (pipeline,
+    incarnation, routing generation), found by partition number: during a rescale the old
+    generation's partitions (held until the new table replaces them) and the new one's are
+    two runs side by side."""
 
     def __init__(
         self,
@@ -285,12 +368,13 @@ class PipelineRuns:
         self._get = get  # a GET of the coordinator's API
         self._store = store
         self._max_keys_default = max_keys_default
-        self._runs: dict[tuple[str, int], PipelineRun] = {}
+        self._runs: dict[tuple[str, int, int], PipelineRun] = {}
         self._refreshed_s = float("-inf")
 
     async def refresh(self, now_s: float) -> None:
         """Read which pipelines are ACTIVE, at most every STATES_REFRESH_S; a failed read
-        keeps the states last read (the next round asks again)."""
+        keeps the states last read (the next round asks again). Every generation's run of a
+        pipeline follows its pause."""
         if not self._runs or now_s - self._refreshed_s < STATES_REFRESH_S:
             return
         self._refreshed_s = now_s
@@ -300,8 +384,8 @@ class PipelineRuns:
             log.warning("reading the pipelines' states failed: %s", exc)
             return
         states = {(str(p["name"]), int(p["incarnation"])): p["state"] for p in listing["pipelines"]}
-        for key, run in self._runs.items():
-            paused = states.get(key) != "active"
+        for run in self._runs.values():
+            paused = states.get((run.name, run.info.incarnation)) != "active"
             if paused != run.paused:
                 log.info("pipeline %s %s", run.name, "paused" if paused else "resumed")
             run.paused = paused
@@ -313,34 +397,50 @@ class PipelineRuns:
         return None
 
     async def of(self, partition: int) -> PipelineRun | None:
-        """The run of `partition`'s pipeline; None for `default`'s numbers. Raises
-        UnavailableError (the leader retries its call) when no recorded pipeline has it."""
+        """The run of `partition`'s pipeline generation; None for `default`'s numbers.
+        Raises UnavailableError (the leader retries its call) when no recorded pipeline has
+        it."""
         if partition < SLOT_BASE:
             return None
         run = self.cached(partition)
         if run is not None:
             return run
         listing = await self._get("/v1/pipelines")
-        for p in listing["pipelines"]:
-            if p["first_slot"] and p["first_slot"] <= partition < p["first_slot"] + p["partitions"]:
-                body = await self._get(f"/v1/pipelines/{p['name']}")
-                info = PipelineInfo.from_describe(body)
-                if not info.contains(partition):
-                    break
-                # Host calls of one pipeline's partitions arrive together and all miss the
-                # cache: the first to come back makes the run, the others share it, so that
-                # one object carries the pipeline's pause to every partition.
-                made = self._runs.get((info.name, info.incarnation))
-                if made is not None:
-                    return made
-                if len(self._runs) >= RUNS_MAX:
-                    self._runs.pop(next(iter(self._runs)))
-                run = PipelineRun(info, self._store, self._max_keys_default)
-                run.paused = body["state"] != "active"
-                if run.paused:
-                    log.info("pipeline %s paused", run.name)  # as a change read later says
-                self._runs[(info.name, info.incarnation)] = run
-                return run
+        rows = [p for p in listing["pipelines"] if int(p.get("first_slot") or 0) >= SLOT_BASE]
+        named = [p for p in rows if any(r.contains(partition) for r in ranges_of(p))]
+        if not named:
+            # A listing without past ranges: an old generation's numbers are below its
+            # pipeline's current first slot (numbers only grow).
+            above = sorted((p for p in rows if int(p["first_slot"]) > partition), key=_first_slot)
+            named = above[:DESCRIBES_MAX]
+        for p in named:
+            body = await self._get(f"/v1/pipelines/{p['name']}")
+            chosen = next((r for r in ranges_of(body) if r.contains(partition)), None)
+            if chosen is not None:
+                return self._made(body, chosen)
         raise UnavailableError(
             f"partition {partition} is no recorded pipeline's", code="unavailable"
         )
+
+    def _made(self, body: Mapping[str, Any], chosen: GenerationRange) -> PipelineRun:
+        info = PipelineInfo.from_describe(body, chosen)
+        # Host calls of one pipeline's partitions arrive together and all miss the cache: the
+        # first to come back makes the run, the others share it, so that one object carries
+        # the pipeline's pause to every partition.
+        key = (info.name, info.incarnation, info.generation)
+        made = self._runs.get(key)
+        if made is not None:
+            return made
+        if len(self._runs) >= RUNS_MAX:
+            # A held partition keeps its run (its runtime holds it); only the lookup is lost.
+            self._runs.pop(next(iter(self._runs)))
+        run = PipelineRun(info, self._store, self._max_keys_default)
+        run.paused = body["state"] != "active"
+        if run.paused:
+            log.info("pipeline %s paused", run.name)  # as a change read later says
+        self._runs[key] = run
+        return run
+
+
+def _first_slot(row: Mapping[str, Any]) -> int:
+    return int(row["first_slot"])

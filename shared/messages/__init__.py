@@ -11,6 +11,8 @@ once: one module per family, with its paths, bodies, replies and limits.
     rescale      POST /v1/partitions/{p}/cut, POST /v1/rescale/build
                                                    CutRequest -> CutReply,
                                                    BuildRequest -> BuildReply
+    pipeline_rescale  POST /v1/rescale/build/pipeline  PipelineBuildRequest -> BuildReply
+                 (a recorded pipeline's build; its cuts are CutRequest by number)
     session      worker -> coordinator: registration, heartbeat, restart notice, checkpoint
                  reports (the coordinator's HTTP API; its OpenAPI document is built from them)
 

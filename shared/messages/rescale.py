@@ -51,7 +51,9 @@ CUTS_MAX = GENERATION0_PARTITIONS_MAX
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CutRequest:
     """Seal `partition` of `generation` for the next one (`partitions` of them), process up
-    to the seal and checkpoint exactly there; repeated, it answers whether that is done."""
+    to the seal and checkpoint exactly there; repeated, it answers whether that is done.
+    A recorded pipeline's partition is named by its number; its `generation` and `routing`
+    are its pipeline's (the worker seals its run's log and learns no cluster routing)."""
 
     partition: int  # in the path, not the body
     epoch: int
