@@ -23,6 +23,7 @@ from coordinator.client import CoordinatorClient
 from pipeline.spec.purge import Purgeable
 from ripple.connect import admin_token, client_for, coordinator_urls, tls_ca
 from ripple.pipeline_tokens import add_tokens_parser, tokens_command
+from ripple.rescale import dry_run_text
 from ripple.tables import table
 from shared.errors import ClientError, RippleError
 
@@ -211,6 +212,8 @@ async def _rescale(args: argparse.Namespace, name: str, token: str | None, key: 
         payload["spec"] = _spec_text(args)
     if args.partitions is not None:
         payload["partitions"] = args.partitions
+    if getattr(args, "dry_run", False):
+        payload["dry_run"] = True
     client = CoordinatorClient(
         coordinator_urls(args), token=token, ca_file=tls_ca(args), timeout_s=CREATE_TIMEOUT_S
     )
@@ -220,6 +223,8 @@ async def _rescale(args: argparse.Namespace, name: str, token: str | None, key: 
         )
     if args.json:
         print(json.dumps(body, indent=2, sort_keys=True))
+    elif "dry_run" in payload:
+        print(dry_run_text(body))
     else:
         print("\n".join([f"pipeline {body['name']}: {body['state']}", *generations_lines(body)]))
     return 0
@@ -325,6 +330,7 @@ def add_pipelines_parser(sub: Any, client_args: Any) -> None:
     d.add_argument("--s3-endpoint")
     r = action("rescale", "admin or operate: change its partition count", named=True, admin=True)
     r.add_argument("--partitions", type=int, required=True, metavar="M")
+    r.add_argument("--dry-run", action="store_true", help="say what it costs; change nothing")
     u = action(
         "update",
         "admin or operate: change its spec from a cut (checked first; same key column)",

@@ -7,7 +7,8 @@ phases CUTTING, MOVING, HOSTING, DONE by itself (docs/pipeline.md "Rescaling"), 
 only reads `/v1/status` until DONE, for at most `--wait-s` (`RESCALE_WAIT_S_MAX` at most):
 every wait is bounded, and a rescale the command stops watching goes on. `--pipeline NAME`
 rescales a recorded pipeline instead (`ripple pipelines rescale NAME`, the same request);
-`default` is the cluster's own, so `--pipeline default` is the plain form.
+`default` is the cluster's own, so `--pipeline default` is the plain form; a recorded
+pipeline's has `--dry-run` and no `--wait` (describe shows its progress).
 """
 
 from __future__ import annotations
@@ -105,17 +106,20 @@ async def rescale_command(args: argparse.Namespace, client: CoordinatorClient) -
 async def _pipeline_rescale(args: argparse.Namespace, client: CoordinatorClient) -> int:
     from ripple.pipelines import generations_lines
 
-    if args.dry_run or args.wait:
+    if args.wait:
         raise RippleError(
-            "--dry-run and --wait are for the cluster's own pipeline; follow a recorded one's "
-            "rescale with `ripple pipelines describe NAME`",
+            "--wait is for the cluster's own pipeline; follow a recorded one's rescale with "
+            "`ripple pipelines describe NAME`",
             code="usage",
             field="pipeline",
         )
     name = quote(args.pipeline, safe="")
-    body = await client.post(f"/v1/pipelines/{name}/rescale", {"partitions": args.partitions})
+    payload = {"partitions": args.partitions, "dry_run": args.dry_run}
+    body = await client.post(f"/v1/pipelines/{name}/rescale", payload)
     if args.json:
         print(json.dumps(body, indent=2, sort_keys=True))
+    elif args.dry_run:
+        print(dry_run_text(body))
     else:
         print("\n".join([f"pipeline {body['name']}: {body['state']}", *generations_lines(body)]))
     return 0

@@ -101,9 +101,11 @@ _RescalePartitions = Annotated[
 
 
 class PipelineRescaleRequest(_Strict):
-    """Rescale a recorded pipeline to `partitions` on fresh partition numbers."""
+    """Rescale a recorded pipeline to `partitions` on fresh partition numbers; `dry_run`: only
+    say what it would cost."""
 
     partitions: _RescalePartitions
+    dry_run: bool = False
 
 
 class PipelineUpdateRequest(_Strict):

@@ -113,6 +113,17 @@ def test_the_refusals_change_nothing(cluster: Cluster) -> None:
             403, "forbidden")  # fmt: skip
     refused(at_leader(c, "POST", "/v1/pipelines/other/update", {"spec": ORDERS_V2}, theirs),
             403, "forbidden")  # fmt: skip
+    # A dry run: its cost, 200, nothing proposed.
+    dry = at_leader(c, "POST", "/v1/pipelines/other/rescale", {"partitions": 3, "dry_run": True})
+    assert dry.status == 200, dry
+    assert (dry.body["from"], dry.body["to"], dry.body["generation"]) == (2, 3, 1), dry.body
+    assert dry.body["checkpoints_read"] == 2 and dry.body["partitions_built"] == 3
+    refused(at_leader(c, "POST", "/v1/pipelines/other/rescale",
+                      {"partitions": 2, "dry_run": True}),
+            409, "same_partition_count", "partitions")  # fmt: skip
+    shown = c.ripple("rescale", "--pipeline", "other", "--partitions", "4", "--dry-run",
+                     "--admin-token", ADMIN)  # fmt: skip
+    assert shown.startswith("dry run: 2 -> 4 partitions (routing generation 1)"), shown
     # Paused: it cannot cut.
     assert at_leader(c, "POST", "/v1/pipelines/other/pause").status == 200
     refused(at_leader(c, "POST", "/v1/pipelines/other/rescale", {"partitions": 3}),
@@ -144,6 +155,9 @@ def test_rescale_and_update_from_the_command_line_then_drop_with_purge(
     again = at_leader(c, "POST", "/v1/pipelines/orders/rescale", {"partitions": 3})
     assert again.status == 202 and again.body["rescale"] == r, again
     refused(at_leader(c, "POST", "/v1/pipelines/orders/rescale", {"partitions": 4}),
+            409, "rescale_in_flight")  # fmt: skip
+    refused(at_leader(c, "POST", "/v1/pipelines/orders/rescale",
+                      {"partitions": 4, "dry_run": True}),
             409, "rescale_in_flight")  # fmt: skip
     shown = c.ripple("pipelines", "describe", "orders")
     assert "rescale: 2 -> 3 partitions (routing generation 1, spec version 1)" in shown, shown

@@ -168,7 +168,6 @@ def test_wait_gives_up_at_its_deadline(
         ["--partitions", "200", "--dry-run", "--wait"],
         ["--partitions", "200", "--wait", "--wait-s", "0"],
         ["--partitions", "200", "--wait", "--wait-s", "1e9"],
-        ["--partitions", "3", "--pipeline", "orders", "--dry-run"],
         ["--partitions", "3", "--pipeline", "orders", "--wait"],
     ],
 )
@@ -183,7 +182,7 @@ def test_pipeline_names_the_recorded_pipeline_s_route(capsys: pytest.CaptureFixt
     described = {"name": "o/x", "state": "active", "spec_version": 1, "past": [], "rescale": None}
     client = FakeClient(described, [None])
     assert run(["--partitions", "3", "--pipeline", "o/x"], client) == 0
-    assert client.posts == [("/v1/pipelines/o%2Fx/rescale", {"partitions": 3})]
+    assert client.posts == [("/v1/pipelines/o%2Fx/rescale", {"partitions": 3, "dry_run": False})]
     assert capsys.readouterr().out == "pipeline o/x: active\n"
     # `default` is the cluster's own: the plain route.
     client = FakeClient(record("cutting"), [None])

@@ -16,6 +16,7 @@ only (StartPipelineRescale), whose later steps the leader drives.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import replace
 
@@ -43,6 +44,7 @@ from coordinator.core.model import (
     TokenRole,
     valid_id,
 )
+from coordinator.core.pipeline_rescale import in_flight
 from coordinator.core.pipelines import pipeline_named, pipelines_view
 from coordinator.service.auth import Admin
 from coordinator.service.http.answers import json_reply
@@ -50,6 +52,7 @@ from coordinator.service.http.context import ADMISSION_KEY
 from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import idempotency_key, parse, query_bool
+from coordinator.service.http.rescale_routes import dry_run_answer
 from coordinator.service.http.views import ReadView, read_view
 from coordinator.service.pipeline_models import (
     PipelineChange,
@@ -65,6 +68,8 @@ from coordinator.service.pipeline_models import (
     PipelineView,
 )
 from coordinator.service.pipeline_tokens import PipelineHolder, admit_pipeline
+from coordinator.service.rescale_models import RescaleDryRunResponse
+from coordinator.service.rescale_preview import preview
 from coordinator.service.spec_check import SpecChecker, key_of
 from coordinator.service.stamps import now_ms
 from shared.errors import RequestError
@@ -226,7 +231,28 @@ async def rescale_pipeline(request: web.Request) -> web.Response:
     name = _path_name(request)
     admin = admit(request, name)
     body = await parse(request, PipelineRescaleRequest)
+    if body.dry_run:
+        return await _dry_run(request, name, body.partitions)
     return await _start_rescale(request, name, admin.scope, body.partitions, "", "")
+
+
+async def _dry_run(request: web.Request, name: PipelineName, partitions: int) -> web.Response:
+    """What rescaling `name` to `partitions` would cost, from its generations' counts (as
+    `/v1/admin/rescale`'s dry run does for `default`); proposes nothing."""
+    p = _recorded(request, name)
+    if in_flight(p):
+        assert p.rescale is not None
+        raise RequestError(
+            f"pipeline {name}'s rescale to generation {p.rescale.generation} is in flight "
+            f"({p.rescale.phase.value})",
+            code="rescale_in_flight",
+        )
+    # One count per routing generation, oldest first: the past ones, then the current one.
+    counts = [g.partitions for g in sorted(p.past, key=lambda g: g.routing_generation)]
+    counts.append(p.partitions)
+    # Up to a few hundred ms for a large generation 0: off the event loop.
+    shown = await asyncio.to_thread(preview, counts, partitions)
+    return json_reply(dry_run_answer(shown))
 
 
 async def update_pipeline(request: web.Request) -> web.Response:
@@ -367,12 +393,14 @@ ROUTES: tuple[Route, ...] = (
         method="POST",
         path="/v1/pipelines/{name}/rescale",
         handler=rescale_pipeline,
-        summary="Rescale a pipeline onto fresh partition numbers (command-set version 7)",
+        summary="Rescale a pipeline onto fresh partition numbers (command-set version 7); "
+        "dry_run: its cost only",
         request=PipelineRescaleRequest,
         response=PipelineDescription,
         status=202,
         leader_only=True,
         auth="admin-or-pipeline",
+        also=((200, RescaleDryRunResponse, "A dry run: what it would do; nothing changed"),),
     ),
     Route(
         method="POST",
