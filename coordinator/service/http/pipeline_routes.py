@@ -233,7 +233,8 @@ async def rescale_pipeline(request: web.Request) -> web.Response:
     body = await parse(request, PipelineRescaleRequest)
     if body.dry_run:
         return await _dry_run(request, name, body.partitions)
-    return await _start_rescale(request, name, admin.scope, body.partitions, "", "")
+    p = _recorded(request, name)
+    return await _start_rescale(request, p, admin.scope, body.partitions, "", "")
 
 
 async def _dry_run(request: web.Request, name: PipelineName, partitions: int) -> web.Response:
@@ -276,7 +277,8 @@ async def update_pipeline(request: web.Request) -> web.Response:
         )
     partitions = current.partitions if body.partitions is None else body.partitions
     sha256 = hashlib.sha256(text).hexdigest()
-    return await _start_rescale(request, name, admin.scope, partitions, body.spec, sha256)
+    # The incarnation whose key was checked: a namesake made since is refused by apply.
+    return await _start_rescale(request, current, admin.scope, partitions, body.spec, sha256)
 
 
 def _recorded(request: web.Request, name: PipelineName) -> Pipeline:
@@ -294,12 +296,13 @@ def _recorded(request: web.Request, name: PipelineName) -> Pipeline:
 
 
 async def _start_rescale(
-    request: web.Request, name: PipelineName, by: str, partitions: int, spec: str, sha256: str
+    request: web.Request, p: Pipeline, by: str, partitions: int, spec: str, sha256: str
 ) -> web.Response:
-    """Propose StartPipelineRescale (apply refuses a paused, dropping or busy pipeline) and
-    answer 202 with the pipeline as the state now records it."""
+    """Propose StartPipelineRescale for incarnation `p` (apply refuses a paused, dropping or
+    busy pipeline, or one of another incarnation) and answer 202 with the pipeline as the
+    state now records it."""
     node = require_leader(request)
-    p = _recorded(request, name)
+    name = p.name
     await node.submit(
         StartPipelineRescale(
             name=name,
