@@ -11,9 +11,11 @@
   ripple nodes [add|remove|replace ID ...]          the coordinator voters; admin: change them
   ripple maintenance on|off --reason TEXT [--for D] admin: pause automatic balance moves
   ripple rescale --partitions M [--dry-run] [--wait] admin: change the partition count
+      [--pipeline NAME]                                 (a recorded pipeline: no dry run, no wait)
   ripple pipelines list|describe NAME               the pipelines the cluster runs
   ripple pipelines create NAME --spec FILE [--partitions N] [--label K=V ...]
   ripple pipelines pause|resume NAME | drop NAME [--purge]   admin: change one
+  ripple pipelines rescale NAME --partitions M | update NAME --spec FILE [--partitions M]
   ripple pipelines tokens issue|list|revoke NAME   admin: tokens scoped to one pipeline
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log

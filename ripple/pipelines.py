@@ -1,5 +1,6 @@
-"""`ripple pipelines create|list|describe|pause|resume|drop|tokens`: the operator's commands for
-the pipelines a cluster runs, over `/v1/pipelines` (docs/http-api.md, "Pipelines").
+"""`ripple pipelines create|list|describe|pause|resume|drop|rescale|update|tokens`: the
+operator's commands for the pipelines a cluster runs, over `/v1/pipelines` (docs/http-api.md,
+"Pipelines").
 
 Owns the subcommands' flags, the request each sends and the lines each prints. A create
 sends the spec file's text as it is (its transform embedded as `transform.source`); the
@@ -22,6 +23,7 @@ from coordinator.client import CoordinatorClient
 from pipeline.spec.purge import Purgeable
 from ripple.connect import admin_token, client_for, coordinator_urls, tls_ca
 from ripple.pipeline_tokens import add_tokens_parser, tokens_command
+from ripple.rescale import dry_run_text
 from ripple.tables import table
 from shared.errors import ClientError, RippleError
 
@@ -63,14 +65,17 @@ def _settings(items: list[str]) -> dict[str, int]:
     return out
 
 
-def _create_body(args: argparse.Namespace) -> dict[str, Any]:
+def _spec_text(args: argparse.Namespace) -> str:
     try:
-        spec_text = Path(args.spec).read_text(encoding="utf-8")
+        return Path(args.spec).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RippleError(f"--spec {args.spec}: {exc}", code="usage", field="--spec") from None
+
+
+def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": args.name,
-        "spec_text": spec_text,
+        "spec_text": _spec_text(args),
         "pool": _pairs(args.label, "--label"),
         "settings": _settings(args.set),
     }
@@ -100,6 +105,33 @@ def render_pipelines(body: dict[str, Any]) -> str:
     return table(rows, ["NAME", "STATE", "PARTITIONS", "SPEC", "POOL", "INCARNATION"]) + stale
 
 
+def generations_lines(p: dict[str, Any]) -> list[str]:
+    """The numbers of each earlier generation, and the rescale or update under way (or the
+    last one, done)."""
+
+    def span(first: int, count: int) -> str:
+        return f"{first}..{first + count - 1}"
+
+    lines = [
+        f"past generation {g['routing_generation']}: {g['partitions']} partitions, numbers "
+        + span(g["first_slot"], g["partitions"])
+        for g in p.get("past") or ()
+    ]
+    r = p.get("rescale")
+    if r is not None:
+        what = "rescale" if r["spec_version"] == p["spec_version"] else "update"
+        head = (
+            f"{what}: {r['previous']} -> {r['partitions']} partitions (routing generation "
+            f"{r['generation']}, spec version {r['spec_version']}) by {r['by']}: {r['phase']}"
+        )
+        if r["phase"] != "done":
+            head += f", cuts {r['cuts_done']}/{r['previous']}, numbers " + span(
+                r["first_slot"], r["partitions"]
+            )
+        lines.append(head)
+    return lines
+
+
 def render_pipeline(p: dict[str, Any]) -> str:
     pool = ", ".join(f"{k}={v}" for k, v in sorted(p["pool"].items())) or "every worker"
     settings = ", ".join(f"{k}={v}" for k, v in p["settings"].items())
@@ -109,6 +141,7 @@ def render_pipeline(p: dict[str, Any]) -> str:
         f"partitions: {p['partitions']}   routing generation: {p['routing_generation']}   "
         + "  ".join(f"{k} {v}" for k, v in sorted(p.get("partition_states", {}).items())),
         *([f"unplaceable: {p['unplaceable']}"] if p.get("unplaceable") else []),
+        *generations_lines(p),
         f"pool: {pool}",
         f"settings: {settings}",
         f"spec: version {p['spec_version']}, sha256 {p['spec_sha256'] or '-'}",
@@ -142,6 +175,8 @@ async def pipelines_command(args: argparse.Namespace) -> int:
         )
         async with client:
             body = await client.post("/v1/pipelines", payload, idempotency_key=key)
+    elif action in ("rescale", "update"):
+        return await _rescale(args, name, token, key)
     else:
         async with client_for(args, token=token) as client:
             if action == "drop":
@@ -169,6 +204,32 @@ async def pipelines_command(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _rescale(args: argparse.Namespace, name: str, token: str | None, key: str) -> int:
+    """Start a rescale, or an update of the spec (the leader checks it first, as a create's),
+    and print the pipeline's new generation; the leader drives it from there."""
+    payload: dict[str, Any] = {}
+    if args.action == "update":
+        payload["spec"] = _spec_text(args)
+    if args.partitions is not None:
+        payload["partitions"] = args.partitions
+    if getattr(args, "dry_run", False):
+        payload["dry_run"] = True
+    client = CoordinatorClient(
+        coordinator_urls(args), token=token, ca_file=tls_ca(args), timeout_s=CREATE_TIMEOUT_S
+    )
+    async with client:
+        body = await client.post(
+            f"/v1/pipelines/{name}/{args.action}", payload, idempotency_key=key
+        )
+    if args.json:
+        print(json.dumps(body, indent=2, sort_keys=True))
+    elif "dry_run" in payload:
+        print(dry_run_text(body))
+    else:
+        print("\n".join([f"pipeline {body['name']}: {body['state']}", *generations_lines(body)]))
+    return 0
+
+
 def _purge_store(args: argparse.Namespace) -> Purgeable:
     """The store a purge deletes from: --store, else `ripple up`'s; one that is not there is
     a usage error (opening it would make an empty one)."""
@@ -193,10 +254,11 @@ async def _purge(
 ) -> None:
     """Wait for the dropped pipeline to be gone (no owner processes it any more), then delete
     its partitions' objects (pipeline/spec/purge.py)."""
-    from pipeline.spec.purge import purge
+    from pipeline.spec.purge import numbers_ever, purge_all
 
-    first, count = int(described["first_slot"]), int(described["partitions"])
-    if not first:
+    # Every generation's numbers, read before the drop: once it is gone nothing names them.
+    ranges = numbers_ever(described)
+    if not ranges:
         print(f"pipeline {args.name} was never set up: it has no objects to purge")
         return
     deadline_ms = client.clock.monotonic_ms() + round(PURGE_WAIT_S * 1000)
@@ -214,7 +276,7 @@ async def _purge(
                 code="unavailable",
             )
         await asyncio.sleep(PURGE_POLL_S)
-    deleted = await asyncio.to_thread(purge, store, range(first, first + count))
+    deleted = await asyncio.to_thread(purge_all, store, ranges)
     print(f"purged {deleted} objects of pipeline {args.name}")
 
 
@@ -266,4 +328,15 @@ def add_pipelines_parser(sub: Any, client_args: Any) -> None:
     )
     d.add_argument("--store", help="the cluster's store (default: file://<data-dir>/store)")
     d.add_argument("--s3-endpoint")
+    r = action("rescale", "admin or operate: change its partition count", named=True, admin=True)
+    r.add_argument("--partitions", type=int, required=True, metavar="M")
+    r.add_argument("--dry-run", action="store_true", help="say what it costs; change nothing")
+    u = action(
+        "update",
+        "admin or operate: change its spec from a cut (checked first; same key column)",
+        named=True,
+        admin=True,
+    )
+    u.add_argument("--spec", required=True, metavar="FILE", help="the new spec (TOML)")
+    u.add_argument("--partitions", type=int, metavar="M", help="default: the count it has")
     add_tokens_parser(actions, client_args)

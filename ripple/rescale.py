@@ -1,11 +1,14 @@
-"""`ripple rescale --partitions M [--dry-run] [--wait]`: the operator's way to change the
-partition count, and the lines that show a rescale (its dry run, its progress in `ripple
-status` and `ripple migrations --watch`).
+"""`ripple rescale --partitions M [--dry-run] [--wait] [--pipeline NAME]`: the operator's way
+to change the partition count, and the lines that show a rescale (its dry run, its progress
+in `ripple status` and `ripple migrations --watch`).
 
 The command asks the leader (`POST /v1/admin/rescale`); the leader drives the rescale's
 phases CUTTING, MOVING, HOSTING, DONE by itself (docs/pipeline.md "Rescaling"), so `--wait`
 only reads `/v1/status` until DONE, for at most `--wait-s` (`RESCALE_WAIT_S_MAX` at most):
-every wait is bounded, and a rescale the command stops watching goes on.
+every wait is bounded, and a rescale the command stops watching goes on. `--pipeline NAME`
+rescales a recorded pipeline instead (`ripple pipelines rescale NAME`, the same request);
+`default` is the cluster's own, so `--pipeline default` is the plain form; a recorded
+pipeline's has `--dry-run` and no `--wait` (describe shows its progress).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import asyncio
 import json
 from typing import Any
+from urllib.parse import quote
 
 from coordinator.client import CoordinatorClient
 from shared.clock import monotonic_s
@@ -75,6 +79,8 @@ def rescale_line(r: dict[str, Any] | None) -> str:
 
 
 async def rescale_command(args: argparse.Namespace, client: CoordinatorClient) -> int:
+    if args.pipeline not in (None, "default"):
+        return await _pipeline_rescale(args, client)
     if args.dry_run and args.wait:
         raise RippleError("--wait goes without --dry-run", code="usage", field="wait")
     if not 0 < args.wait_s <= RESCALE_WAIT_S_MAX:
@@ -95,6 +101,28 @@ async def rescale_command(args: argparse.Namespace, client: CoordinatorClient) -
     if not args.wait:
         return 0
     return await _wait_done(client, body["generation"], args.wait_s, quiet=args.json)
+
+
+async def _pipeline_rescale(args: argparse.Namespace, client: CoordinatorClient) -> int:
+    from ripple.pipelines import generations_lines
+
+    if args.wait:
+        raise RippleError(
+            "--wait is for the cluster's own pipeline; follow a recorded one's rescale with "
+            "`ripple pipelines describe NAME`",
+            code="usage",
+            field="pipeline",
+        )
+    name = quote(args.pipeline, safe="")
+    payload = {"partitions": args.partitions, "dry_run": args.dry_run}
+    body = await client.post(f"/v1/pipelines/{name}/rescale", payload)
+    if args.json:
+        print(json.dumps(body, indent=2, sort_keys=True))
+    elif args.dry_run:
+        print(dry_run_text(body))
+    else:
+        print("\n".join([f"pipeline {body['name']}: {body['state']}", *generations_lines(body)]))
+    return 0
 
 
 async def _wait_done(
@@ -130,5 +158,10 @@ def add_rescale_parser(sub: Any, client_args: Any) -> None:
         default=RESCALE_WAIT_S_DEFAULT,
         metavar="S",
         help="with --wait: stop watching after this many seconds (the rescale goes on)",
+    )
+    r.add_argument(
+        "--pipeline",
+        metavar="NAME",
+        help="rescale that recorded pipeline (default: the cluster's own, default)",
     )
     r.add_argument("--admin-token")

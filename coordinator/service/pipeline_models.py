@@ -20,6 +20,7 @@ from coordinator.core.model import (
     KEYS_PER_PARTITION_MAX,
     PIPELINE_PARTITIONS_MAX,
     POOL_LABELS_MAX,
+    RESCALE_PARTITIONS_MAX,
     RETENTION_MS_MAX,
     SPEC_TEXT_BYTES_MAX,
     PipelineState,
@@ -31,8 +32,12 @@ __all__ = [
     "PipelineChange",
     "PipelineCreateRequest",
     "PipelineDescription",
+    "PipelineGenerationView",
+    "PipelineRescaleRequest",
+    "PipelineRescaleView",
     "PipelineSettingsBody",
     "PipelineSettingsView",
+    "PipelineUpdateRequest",
     "PipelineView",
     "PipelinesResponse",
 ]
@@ -90,6 +95,60 @@ class PipelineCreateRequest(_Strict):
     settings: PipelineSettingsBody = Field(default_factory=PipelineSettingsBody)
 
 
+_RescalePartitions = Annotated[
+    int, Field(ge=1, le=RESCALE_PARTITIONS_MAX), BeforeValidator(_integral)
+]
+
+
+class PipelineRescaleRequest(_Strict):
+    """Rescale a recorded pipeline to `partitions` on fresh partition numbers; `dry_run`: only
+    say what it would cost."""
+
+    partitions: _RescalePartitions
+    dry_run: bool = False
+
+
+class PipelineUpdateRequest(_Strict):
+    """Update a recorded pipeline's spec to `spec` (the owner's TOML, checked as a create's
+    is and keeping the key column), at `partitions` (left out: the count it has)."""
+
+    spec: Annotated[str, Field(min_length=1, max_length=SPEC_TEXT_BYTES_MAX)]
+    partitions: _RescalePartitions | None = None
+
+
+class PipelineGenerationView(BaseModel):
+    """The partition numbers one earlier routing generation was carried under:
+    first_slot .. first_slot + partitions - 1."""
+
+    model_config = ConfigDict(frozen=True)
+
+    first_slot: int
+    partitions: int
+    routing_generation: int
+
+
+class PipelineRescaleView(BaseModel):
+    """A recorded pipeline's newest rescale or spec update (kept after `done`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    generation: int  # the routing generation it makes
+    partitions: int  # its partition count
+    previous: int  # the count it replaces
+    # The first of the fresh numbers reserved for the new generation at its start.
+    first_slot: int
+    phase: str  # cutting | moving | hosting | done
+    spec_version: int
+    spec_sha256: str
+    # The new spec's text while an update is under way and the record carries it; else null.
+    spec_text: str | None
+    cuts_done: int  # old partitions whose cut checkpoint is recorded (of `previous`)
+    base_epoch: int | None  # set by the last cut: where the new generation's epochs start
+    by: str
+    started_at_ms: int
+    updated_at_ms: int
+
+
 class PipelineView(BaseModel):
     """One pipeline as the list shows it (`default` included: incarnation 0, spec version 0,
     no spec text)."""
@@ -107,6 +166,9 @@ class PipelineView(BaseModel):
     routing_generation: int
     pool: dict[str, str]
     purge: bool  # dropping: its objects go too
+    # Each earlier routing generation's numbers, oldest first (a purge deletes them too).
+    past: list[PipelineGenerationView]
+    rescale: PipelineRescaleView | None
     created_at_ms: int
     updated_at_ms: int
     by: str

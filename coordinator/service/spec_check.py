@@ -24,9 +24,11 @@ import os
 import resource
 import signal
 import sys
+import tomllib
 from dataclasses import dataclass
 
 from shared.errors import RequestError, RippleError, UnavailableError
+from shared.spec.ddl import DdlError, parse_ddl
 
 __all__ = [
     "CHECKS_IN_FLIGHT_MAX",
@@ -34,6 +36,7 @@ __all__ = [
     "CHECK_TIMEOUT_S",
     "SpecChecker",
     "SpecSummary",
+    "key_of",
 ]
 
 # How long one check may take, start-up included (about 0.2 s on a quiet machine), before it
@@ -56,12 +59,25 @@ class SpecSummary:
     """What the child learned of a spec that parsed: its key column and output names."""
 
     key: str
+    key_type: str  # the key column's type as DDL spells it (STRING, INT, BIGINT)
     outputs: tuple[str, ...]
 
 
-def _refused(field: str | None, message: str) -> RequestError:
-    where = FIELD if field in (None, "", "spec") else f"{FIELD}.{field}"
+def _refused(field: str | None, message: str, request_field: str = FIELD) -> RequestError:
+    where = request_field if field in (None, "", "spec") else f"{request_field}.{field}"
     return RequestError(f"{where}: {message}", field=where, code="invalid")
+
+
+def key_of(text: str) -> tuple[str, str] | None:
+    """(the key column, its DDL type) of a spec the cluster already holds, read as TOML and
+    DDL only (its transform is not loaded, so no owner's code runs); None if it has none."""
+    try:
+        schema = tomllib.loads(text).get("schema", {})
+        key = schema["key"]
+        column = parse_ddl(schema["ddl"]).column(key)
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError, DdlError):
+        return None
+    return None if column is None else (key, column.type.ddl)
 
 
 class SpecChecker:
@@ -79,8 +95,9 @@ class SpecChecker:
         self.in_flight_max = in_flight_max
         self._in_flight = 0
 
-    async def check(self, text: str) -> SpecSummary:
-        """The spec's summary, or the RequestError naming the field at fault."""
+    async def check(self, text: str, field: str = FIELD) -> SpecSummary:
+        """The spec's summary, or the RequestError naming the field at fault (under the
+        request's `field`: a create's `spec_text`, an update's `spec`)."""
         if self._in_flight >= self.in_flight_max:
             raise UnavailableError(
                 f"{self._in_flight} spec checks are running, the most at once; retry",
@@ -88,11 +105,11 @@ class SpecChecker:
             )
         self._in_flight += 1
         try:
-            return await self._run(text)
+            return await self._run(text, field)
         finally:
             self._in_flight -= 1
 
-    async def _run(self, text: str) -> SpecSummary:
+    async def _run(self, text: str, field: str) -> SpecSummary:
         # Not this process's environment: it may hold the cluster's secrets (RIPPLE_*), which
         # the owner's code has no business reading.
         env = {k: os.environ[k] for k in _ENV_KEPT if k in os.environ}
@@ -122,12 +139,13 @@ class SpecChecker:
                 "transform",
                 f"checking the spec took longer than {self.timeout_s:g} s (does the transform "
                 "loop or wait while it loads?)",
+                field,
             ) from None
         finally:
             _kill(proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 await proc.wait()
-        return _answer(raw, proc.returncode)
+        return _answer(raw, proc.returncode, field)
 
     @staticmethod
     async def _exchange(proc: asyncio.subprocess.Process, text: str) -> bytes:
@@ -147,7 +165,7 @@ def _kill(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _answer(raw: bytes, returncode: int | None) -> SpecSummary:
+def _answer(raw: bytes, returncode: int | None, request_field: str) -> SpecSummary:
     try:
         answer = json.loads(raw)
     except ValueError:
@@ -158,14 +176,19 @@ def _answer(raw: bytes, returncode: int | None) -> SpecSummary:
             "transform",
             f"checking the spec ended without an answer (exit status {returncode}); a "
             "transform that exhausts memory or ends the process while it loads is refused",
+            request_field,
         )
     if answer.get("ok") is True:
-        return SpecSummary(key=str(answer["key"]), outputs=tuple(map(str, answer["outputs"])))
+        return SpecSummary(
+            key=str(answer["key"]),
+            key_type=str(answer["key_type"]),
+            outputs=tuple(map(str, answer["outputs"])),
+        )
     field = answer.get("field")
     message = str(answer.get("message", "is not a valid spec"))
     # parse_spec's messages start with their field, which the refusal says in its own way.
     message = message.removeprefix(f"{field}: ")
-    raise _refused(None if field is None else str(field), message)
+    raise _refused(None if field is None else str(field), message, request_field)
 
 
 # -- the child ---------------------------------------------------------------------------------
@@ -193,7 +216,13 @@ def _child(memory_bytes_max: int, cpu_s: int) -> None:
     except BaseException as exc:  # the owner's code may raise anything, SystemExit included
         answer = {"ok": False, "field": "transform", "message": f"{type(exc).__name__}: {exc}"}
     else:
-        answer = {"ok": True, "key": spec.key, "outputs": [a.name for a in spec.aggregations]}
+        key_column = spec.schema.column(spec.key)
+        answer = {
+            "ok": True,
+            "key": spec.key,
+            "key_type": "" if key_column is None else key_column.type.ddl,
+            "outputs": [a.name for a in spec.aggregations],
+        }
     out.write(json.dumps(answer)[:ANSWER_BYTES_MAX] + "\n")
     out.flush()
     os._exit(0)  # no interpreter shutdown: the owner's atexit hooks and threads do not run

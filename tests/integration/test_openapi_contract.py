@@ -23,9 +23,9 @@ leaves the machine). One check is left out where the schema cannot say the whole
 address must be in worker_networks), for reassign (moves name partitions and workers that
 must exist, in a state that allows the move), for the membership changes (sent without
 the token, below) and for the pipelines' writes (a spec must parse and check, and a pause,
-resume or drop names a pipeline that exists, in a state that allows it). Every other check
-runs on every operation. The pipeline routes get the admin token, so generated creates reach
-the spec check.
+resume, drop, rescale or update names a pipeline that exists, in a state that allows it).
+Every other check runs on every operation. The pipeline routes get the admin token, so
+generated creates and updates reach the spec check.
 """
 
 from __future__ import annotations
@@ -111,6 +111,8 @@ STATE_RULES = frozenset(
         "POST /v1/pipelines",
         "POST /v1/pipelines/{name}/pause",
         "POST /v1/pipelines/{name}/resume",
+        "POST /v1/pipelines/{name}/rescale",
+        "POST /v1/pipelines/{name}/update",
         "DELETE /v1/pipelines/{name}",
     }
 )

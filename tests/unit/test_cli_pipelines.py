@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ripple.cli import build_parser
-from ripple.pipelines import _create_body, render_pipeline, render_pipelines
+from ripple.pipelines import _create_body, generations_lines, render_pipeline, render_pipelines
 from shared.errors import RippleError
 
 
@@ -99,3 +99,42 @@ def test_token_flags_name_the_produce_role_and_the_producers_token(
     assert build_parser().parse_args(produce).token == "rpt_from_env"
     monkeypatch.delenv("RIPPLE_PIPELINE_TOKEN")
     assert build_parser().parse_args(produce).token is None
+
+
+RESCALE = {
+    "generation": 2,
+    "partitions": 5,
+    "previous": 3,
+    "first_slot": 1048600,
+    "phase": "cutting",
+    "spec_version": 2,
+    "cuts_done": 1,
+    "by": "admin",
+}
+
+
+def test_describe_shows_past_generations_and_a_rescale_under_way() -> None:
+    past = [{"first_slot": 1048576, "partitions": 2, "routing_generation": 0}]
+    p = {**VIEW, "spec_version": 1, "past": past, "rescale": RESCALE}
+    assert generations_lines(p) == [
+        "past generation 0: 2 partitions, numbers 1048576..1048577",
+        "update: 3 -> 5 partitions (routing generation 2, spec version 2) by admin: cutting, "
+        "cuts 1/3, numbers 1048600..1048604",
+    ]
+    done = {**p, "spec_version": 2, "rescale": {**RESCALE, "phase": "done"}}
+    assert generations_lines(done)[1] == (
+        "rescale: 3 -> 5 partitions (routing generation 2, spec version 2) by admin: done"
+    )
+    settings = {"batch_interval_ms": 500}
+    one = render_pipeline({**p, "settings": settings, "spec_sha256": "ab", "spec_text": "x=1"})
+    assert "\npast generation 0: 2 partitions" in one and "\nupdate: 3 -> 5" in one
+    assert generations_lines({**VIEW, "past": [], "rescale": None}) == []
+
+
+def test_rescale_and_update_parse() -> None:
+    a = build_parser().parse_args(["pipelines", "rescale", "o", "--partitions", "4"])
+    assert (a.action, a.name, a.partitions) == ("rescale", "o", 4)
+    u = build_parser().parse_args(["pipelines", "update", "o", "--spec", "s.toml"])
+    assert (u.action, u.spec, u.partitions) == ("update", "s.toml", None)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["pipelines", "rescale", "o"])  # --partitions is required

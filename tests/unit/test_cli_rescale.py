@@ -168,6 +168,7 @@ def test_wait_gives_up_at_its_deadline(
         ["--partitions", "200", "--dry-run", "--wait"],
         ["--partitions", "200", "--wait", "--wait-s", "0"],
         ["--partitions", "200", "--wait", "--wait-s", "1e9"],
+        ["--partitions", "3", "--pipeline", "orders", "--wait"],
     ],
 )
 def test_usage_errors_send_nothing(argv: list[str]) -> None:
@@ -175,3 +176,15 @@ def test_usage_errors_send_nothing(argv: list[str]) -> None:
     with pytest.raises(RippleError) as err:
         run(argv, client)
     assert err.value.code == "usage" and client.posts == []
+
+
+def test_pipeline_names_the_recorded_pipeline_s_route(capsys: pytest.CaptureFixture[str]) -> None:
+    described = {"name": "o/x", "state": "active", "spec_version": 1, "past": [], "rescale": None}
+    client = FakeClient(described, [None])
+    assert run(["--partitions", "3", "--pipeline", "o/x"], client) == 0
+    assert client.posts == [("/v1/pipelines/o%2Fx/rescale", {"partitions": 3, "dry_run": False})]
+    assert capsys.readouterr().out == "pipeline o/x: active\n"
+    # `default` is the cluster's own: the plain route.
+    client = FakeClient(record("cutting"), [None])
+    assert run(["--partitions", "3", "--pipeline", "default"], client) == 0
+    assert client.posts[0][0] == "/v1/admin/rescale"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.service.spec_check import SpecChecker
+from coordinator.service.spec_check import SpecChecker, key_of
 from shared.errors import RequestError, UnavailableError
 from testkit.wait import wait_until
 
@@ -42,7 +42,7 @@ async def refused(checker: SpecChecker, text: str) -> RequestError:
 
 async def test_a_good_spec_passes_with_its_outputs() -> None:
     summary = await SpecChecker().check(EXAMPLE.read_text())
-    assert summary.key == "customer"
+    assert (summary.key, summary.key_type) == ("customer", "STRING")
     assert summary.outputs[:2] == ("orders", "revenue")
 
 
@@ -153,3 +153,17 @@ async def test_the_child_sees_none_of_the_node_s_environment(
     )
     summary = await SpecChecker().check(with_transform(source))
     assert summary.key == "customer"
+
+
+async def test_an_update_s_refusal_is_named_under_its_own_field() -> None:
+    with pytest.raises(RequestError) as info:
+        await SpecChecker().check(HEAD.replace('column = "amount"', 'column = "x"'), field="spec")
+    assert info.value.field == "spec.aggregations[0].column"
+
+
+def test_key_of_reads_a_held_spec_without_running_it() -> None:
+    # The transform would raise if it ran: key_of reads TOML and DDL only.
+    assert key_of(with_transform("raise SystemExit(3)")) == ("customer", "STRING")
+    assert key_of(HEAD.replace("customer STRING", "customer BIGINT")) == ("customer", "BIGINT")
+    assert key_of("not = [toml") is None
+    assert key_of(HEAD.replace('key = "customer"', 'key = "nope"')) is None

@@ -23,11 +23,11 @@ from coordinator.service.http.leader import require_leader
 from coordinator.service.http.openapi import Route
 from coordinator.service.http.request import idempotency_key, parse
 from coordinator.service.rescale_models import RescaleDryRunResponse, RescaleRequest, RescaleView
-from coordinator.service.rescale_preview import preview
+from coordinator.service.rescale_preview import RescalePreview, preview
 from coordinator.service.stamps import now_ms
 from shared.errors import RequestError
 
-__all__ = ["ROUTES", "rescale_view"]
+__all__ = ["ROUTES", "dry_run_answer", "rescale_view"]
 
 # Phases in which the partition table is the new generation's (its ONLINE count is progress).
 _NEW_TABLE = (RescalePhase.HOSTING, RescalePhase.DONE)
@@ -56,6 +56,19 @@ def rescale_view(state: ClusterState) -> RescaleView | None:
     )
 
 
+def dry_run_answer(shown: RescalePreview) -> RescaleDryRunResponse:
+    """A dry run's answer, `default`'s or a recorded pipeline's."""
+    return RescaleDryRunResponse(
+        from_=shown.previous,
+        to=shown.partitions,
+        generation=shown.generation,
+        moved_fraction=shown.moved_fraction,
+        feeders_max=shown.feeders_max,
+        checkpoints_read=shown.checkpoints_read,
+        partitions_built=shown.partitions_built,
+    )
+
+
 async def rescale(request: web.Request) -> web.Response:
     node = require_leader(request)
     admin = request.app[ADMISSION_KEY].admit_admin(request.headers)
@@ -72,17 +85,7 @@ async def rescale(request: web.Request) -> web.Response:
             )
         # Up to a few hundred ms for a large generation 0: off the event loop.
         shown = await asyncio.to_thread(preview, routing, body.partitions)
-        return json_reply(
-            RescaleDryRunResponse(
-                from_=shown.previous,
-                to=shown.partitions,
-                generation=shown.generation,
-                moved_fraction=shown.moved_fraction,
-                feeders_max=shown.feeders_max,
-                checkpoints_read=shown.checkpoints_read,
-                partitions_built=shown.partitions_built,
-            )
-        )
+        return json_reply(dry_run_answer(shown))
     await node.submit(
         StartRescale(partitions=body.partitions, by=admin.scope, now_ms=now_ms()),
         idempotency_key(request, admin.scope, f"rescale:{body.partitions}"),
