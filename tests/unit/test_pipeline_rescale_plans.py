@@ -4,10 +4,11 @@ RecordPipelineCut, a fenced, stale or unfinished reply asked again after the pol
 one build call to a live worker of the pipeline's pool and its checkpoints recorded as
 PipelineStatesBuilt, FinishPipelineRescale once the new numbers are ONLINE; two pipelines
 sharing the cut bound in turn, and `default`'s rescale beside them, neither pausing the
-other."""
+other; `default`'s balance on a join goes on while a pipeline rescales."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import random
@@ -18,6 +19,7 @@ from coordinator.core.commands import (
     Ok,
     PartitionOnline,
     PipelineStatesBuilt,
+    PlanMigrations,
     ProfileWorker,
     RecordPipelineCut,
     RegisterWorker,
@@ -55,7 +57,7 @@ STORE = "file:///store"
 FENCE = functools.partial(reference_problem, STORE)
 GPU = (Label(key="gpu", value="true"),)
 CLICKS = PipelineName("clicks")
-W1, W2, W3 = WorkerId("w1"), WorkerId("w2"), WorkerId("w3")
+W1, W2, W3, W4 = (WorkerId(f"w{i}") for i in range(1, 5))
 _ids = itertools.count()
 
 
@@ -295,3 +297,20 @@ def test_defaults_rescale_and_a_pipelines_go_on_side_by_side() -> None:
     kinds = [type(c).__name__ for c in run(s, planner, 1_001)]
     assert sorted(kinds) == ["RecordCut", "RecordPipelineCut"]
     assert not [c for c in calls(s, planner, 1_002) if isinstance(c, BuildCall)]
+
+
+def test_a_pipelines_rescale_does_not_hold_back_defaults_balance() -> None:
+    s, planner = profiled()
+    planner.settings = dataclasses.replace(planner.settings, rebalance_on_join=True)
+    with_pipeline(s, planner, partitions=2)
+    go(s, start(partitions=3))
+    go(s, RegisterWorker(worker_id=W4, address="http://w4", now_ms=4))
+    planner.registered(W4, 0)
+    # Loads heard from every owner, so the join's balance does not wait for them.
+    for w in (W1, W2, W3, W4):
+        planner.heartbeat(w, 0.0, 100)
+    moved = [c for c in run(s, planner, 100) if isinstance(c, PlanMigrations)]
+    assert moved and all(m.partition < 4 for c in moved for m in c.moves)  # default's
+    assert any(m.target == W4 for c in moved for m in c.moves)
+    r = s.pipelines[ORDERS].rescale
+    assert r is not None and r.phase is RescalePhase.CUTTING
