@@ -21,10 +21,18 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from coordinator.core.commands import BuiltCheckpoint, Command, FinalCheckpoint
-from coordinator.core.model import Checkpoint, Epoch, MigrationId, PartitionId, WorkerId
+from coordinator.core.model import (
+    Checkpoint,
+    Epoch,
+    MigrationId,
+    PartitionId,
+    PipelineName,
+    WorkerId,
+)
 from shared.messages.checkpoint import CheckpointRequest
 from shared.messages.common import Answer, ErrorReply, Fence, Outcome, SentCheckpoint
 from shared.messages.host import HostRequest
+from shared.messages.pipeline_rescale import PipelineBuildRequest, PipelineCut
 from shared.messages.release import ReleaseReply, ReleaseRequest
 from shared.messages.rescale import BuildReply, BuildRequest, CutCheckpoint, CutReply, CutRequest
 from shared.messages.warm import UnwarmRequest, WarmReply, WarmRequest
@@ -40,6 +48,8 @@ __all__ = [
     "CutDone",
     "HostCall",
     "HostDone",
+    "PipelineBuildCall",
+    "PipelineCutCall",
     "ReleaseCall",
     "ReleaseDone",
     "ReleaseOutcome",
@@ -264,21 +274,80 @@ class BuildCall:
         )
 
     def result(self, answer: Answer, fence: Fence) -> BuildDone:
-        reply = BuildReply.from_json(answer.body) if answer.outcome is Outcome.OK else None
-        if reply is None or reply.generation != self.generation:
-            return BuildDone(call=self, ok=False, note=_failure(answer))
-        for c in reply.checkpoints:
-            problem = fence(c.partition, self.epoch, c.offset, c.uri)
-            if problem is not None:
-                return BuildDone(call=self, ok=False, fenced=problem)
-        built = tuple(
-            BuiltCheckpoint(partition=c.partition, offset=c.offset, uri=c.uri)
-            for c in reply.checkpoints
+        return _built(self, answer, fence)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineCutCall(CutCall):
+    """A CutCall for recorded pipeline `pipeline`'s old partition, named by its number:
+    `generation` and `routing` are the pipeline's (the worker seals the run's own log and
+    reads them only for the message's bounds)."""
+
+    pipeline: PipelineName
+    pipeline_incarnation: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineBuildCall:
+    """Ask one worker of recorded pipeline `pipeline`'s pool to build (or how far it is
+    building) the starting checkpoints of its generation `generation`, numbers
+    `first_slot` .. + `partitions` - 1, under the spec hashing to `spec_sha256`."""
+
+    pipeline: PipelineName
+    pipeline_incarnation: int
+    generation: int
+    worker_id: WorkerId
+    address: str
+    incarnation: int
+    first_slot: int
+    partitions: int
+    epoch: Epoch  # the rescale's base epoch: the new checkpoints are written at it
+    spec_sha256: str
+    cuts: tuple[tuple[int, Checkpoint], ...]  # one per old partition, by number
+
+    def request(self, *, warm_hold_s: float) -> PipelineBuildRequest:
+        return PipelineBuildRequest(
+            pipeline=self.pipeline,
+            incarnation=self.pipeline_incarnation,
+            generation=self.generation,
+            first_slot=self.first_slot,
+            partitions=self.partitions,
+            epoch=self.epoch,
+            spec_sha256=self.spec_sha256,
+            cuts=tuple(PipelineCut(partition=p, offset=c.offset, uri=c.uri) for p, c in self.cuts),
         )
-        return BuildDone(call=self, ok=True, done=reply.done, checkpoints=built)
+
+    def result(self, answer: Answer, fence: Fence) -> BuildDone:
+        return _built(self, answer, fence)
 
 
-WorkerCall = HostCall | ReleaseCall | CheckpointCall | WarmCall | UnwarmCall | CutCall | BuildCall
+def _built(call: BuildCall | PipelineBuildCall, answer: Answer, fence: Fence) -> BuildDone:
+    """A build reply is done only for the call's generation with every checkpoint fenced in
+    at the call's epoch."""
+    reply = BuildReply.from_json(answer.body) if answer.outcome is Outcome.OK else None
+    if reply is None or reply.generation != call.generation:
+        return BuildDone(call=call, ok=False, note=_failure(answer))
+    for c in reply.checkpoints:
+        problem = fence(c.partition, call.epoch, c.offset, c.uri)
+        if problem is not None:
+            return BuildDone(call=call, ok=False, fenced=problem)
+    built = tuple(
+        BuiltCheckpoint(partition=c.partition, offset=c.offset, uri=c.uri)
+        for c in reply.checkpoints
+    )
+    return BuildDone(call=call, ok=True, done=reply.done, checkpoints=built)
+
+
+WorkerCall = (
+    HostCall
+    | ReleaseCall
+    | CheckpointCall
+    | WarmCall
+    | UnwarmCall
+    | CutCall
+    | BuildCall
+    | PipelineBuildCall
+)
 
 
 # --- results of worker calls (what the executor feeds back) ---------------------------------
@@ -355,7 +424,7 @@ class CutDone:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BuildDone:
-    call: BuildCall
+    call: BuildCall | PipelineBuildCall
     ok: bool
     done: bool = False
     checkpoints: tuple[BuiltCheckpoint, ...] = ()
@@ -390,8 +459,12 @@ def call_key(call: WorkerCall) -> tuple[str, object]:
         return ("warm", call.migration_id)
     if isinstance(call, UnwarmCall):
         return ("unwarm", call.migration_id)
+    if isinstance(call, PipelineCutCall):
+        return ("pcut", call.partition)  # a number: one partition of one pipeline
     if isinstance(call, CutCall):
         return ("cut", call.partition)
+    if isinstance(call, PipelineBuildCall):
+        return ("pbuild", (call.pipeline, call.generation))
     if isinstance(call, BuildCall):
         return ("build", call.generation)
     return ("checkpoint", call.worker_id)

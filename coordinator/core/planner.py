@@ -2,7 +2,8 @@
 
 Owns every decision the leader makes: failure detection, assignment, rebalance on join,
 migration steps, drains, retirement of departed workers (`coordinator/core/retirement.py`),
-a rescale's cut and build calls (`coordinator/core/rescale_plans.py`), host retries and
+a rescale's cut and build calls (`coordinator/core/rescale_plans.py`, and each recorded
+pipeline's, `coordinator/core/pipeline_rescale_plans.py`), host retries and
 checkpoint rounds, plus the admin planning
 queries (balance, explicit moves, drain plans, dry runs). It reads no clock, does no I/O and
 takes its randomness from the `Rng` (a `random.Random`) it is given, so the simulation, the
@@ -37,8 +38,9 @@ Ordering rules of a Batch (what an executor may rely on, like raft's Ready):
 1. A batch carries the commands of ONE planning stage, all computed from the same applied
    state. Stages run in a fixed order -- results of worker calls (PartitionOnline,
    HandOff), fallbacks for checkpoints that cannot be loaded (FallBack, MarkStuck),
-   bootstrap, failure detection, assignment, the end of a rescale, the end of a timed
-   maintenance, rebalance on join (none while a rescale is in flight), migration steps,
+   bootstrap, failure detection, assignment, the end of a rescale (`default`'s and every
+   recorded pipeline's), the end of a timed maintenance, rebalance on join (none while
+   `default`'s rescale is in flight; a pipeline's pauses nothing), migration steps,
    drains, retirement -- and the first stage that has commands ends
    the batch. Its `wake_at_ms` is then `now_ms`: plan again once the commands are applied,
    so every later stage sees the state its predecessors produced.
@@ -75,7 +77,9 @@ from coordinator.core.commands import (
     HandOff,
     Move,
     PartitionOnline,
+    PipelineStatesBuilt,
     RecordCut,
+    RecordPipelineCut,
     Rejected,
     StatesBuilt,
 )
@@ -85,6 +89,8 @@ from coordinator.core.effects import (
     CommitOutcome,
     CutDone,
     HostDone,
+    PipelineBuildCall,
+    PipelineCutCall,
     ReleaseDone,
     ReleaseOutcome,
     UnwarmDone,
@@ -103,6 +109,7 @@ from coordinator.core.model import (
     WorkerId,
 )
 from coordinator.core.move_plans import MovePlans
+from coordinator.core.pipeline_rescale_plans import PipelineRescalePlans
 from coordinator.core.planner_settings import PlannerSettings
 from coordinator.core.rescale_plans import RescalePlans
 from coordinator.core.retirement import due as retirements_due
@@ -171,6 +178,7 @@ class Planner:
             rng=rng,
         )
         self.rescales = RescalePlans()
+        self.pipeline_rescales = PipelineRescalePlans()
         # The calls in flight, keyed by call_key: the call plans' set, shared.
         self.in_flight = self.calls.in_flight
         self._pending: list[_Pending] = []
@@ -277,31 +285,54 @@ class Planner:
             c = result.call
             if not (result.ok and result.done and result.uri):
                 self.in_flight.discard(key)
-                self.rescales.answered(key, now_ms)
+                self._rescale_plans_of(result).answered(key, now_ms)
                 return
-            cmd = RecordCut(
-                partition=c.partition,
-                epoch=c.epoch,
-                offset=result.offset,
-                uri=result.uri,
-                now_ms=wall_ms,
-            )
+            if isinstance(c, PipelineCutCall):
+                cmd = RecordPipelineCut(
+                    name=c.pipeline,
+                    incarnation=c.pipeline_incarnation,
+                    partition=c.partition,
+                    epoch=c.epoch,
+                    offset=result.offset,
+                    uri=result.uri,
+                    now_ms=wall_ms,
+                )
+            else:
+                cmd = RecordCut(
+                    partition=c.partition,
+                    epoch=c.epoch,
+                    offset=result.offset,
+                    uri=result.uri,
+                    now_ms=wall_ms,
+                )
             self._pending.append(_Pending(command=cmd, key=key))
         elif isinstance(result, BuildDone):
+            b = result.call
             if not (result.ok and result.done):
                 self.in_flight.discard(key)
-                self.rescales.answered(key, now_ms)
+                self._rescale_plans_of(result).answered(key, now_ms)
                 return
-            cmd = StatesBuilt(
-                generation=result.call.generation,
-                checkpoints=result.checkpoints,
-                now_ms=wall_ms,
-            )
+            if isinstance(b, PipelineBuildCall):
+                cmd = PipelineStatesBuilt(
+                    name=b.pipeline,
+                    incarnation=b.pipeline_incarnation,
+                    generation=b.generation,
+                    checkpoints=result.checkpoints,
+                    now_ms=wall_ms,
+                )
+            else:
+                cmd = StatesBuilt(
+                    generation=b.generation, checkpoints=result.checkpoints, now_ms=wall_ms
+                )
             self._pending.append(_Pending(command=cmd, key=key))
         else:
             self.in_flight.discard(key)
             if not result.ok:
                 self.rounds.missed.add(result.call.worker_id)
+
+    def _rescale_plans_of(self, result: CutDone | BuildDone) -> RescalePlans | PipelineRescalePlans:
+        recorded = isinstance(result.call, PipelineCutCall | PipelineBuildCall)
+        return self.pipeline_rescales if recorded else self.rescales
 
     def committed(self, cmd: Command, outcome: CommitOutcome, now_ms: int) -> None:
         """The outcome of one command of the last batch (every command is reported)."""
@@ -406,6 +437,13 @@ class Planner:
                 self.calls.claim,
                 lambda w: not self._paused(w, now_ms),
             ),
+            *self.pipeline_rescales.calls(
+                state,
+                now_ms,
+                self.in_flight,
+                self.calls.claim,
+                lambda w: not self._paused(w, now_ms),
+            ),
             *self.calls.checkpoint_calls(state, now_ms),
         ]
         return Batch(calls=tuple(calls), wake_at_ms=now_ms + self.settings.tick_ms)
@@ -441,7 +479,7 @@ class Planner:
         return stages.assign_pipelines(self.moves, state, now, wall)
 
     def _finish_rescale(self, state: ClusterState, _now: int, wall: int) -> tuple[Command, ...]:
-        return self.rescales.finish(state, wall)
+        return (*self.rescales.finish(state, wall), *self.pipeline_rescales.finish(state, wall))
 
     def _maintenance_expiry(self, state: ClusterState, now: int, wall: int) -> tuple[Command, ...]:
         return self.maintenance_timer.expiry(state, now, wall)
