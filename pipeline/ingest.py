@@ -81,7 +81,7 @@ async def append_rows(
     def describe_again() -> PipelineInfo:
         # From the producer's thread: the coordinator's client lives on this loop.
         body = asyncio.run_coroutine_threadsafe(describe(), loop)
-        return PipelineInfo.from_describe(body.result(DESCRIBE_TIMEOUT_S))
+        return PipelineInfo.newest(body.result(DESCRIBE_TIMEOUT_S))
 
     producer.describe = describe_again
     try:

@@ -198,6 +198,18 @@ class PipelineInfo:
             generation=generation,
         )
 
+    @classmethod
+    def newest(cls, body: Mapping[str, Any]) -> PipelineInfo:
+        """The describe's newest generation a producer may write to: a rescale's reserved
+        numbers from its start (their logs begin at generation_base(g), where the build's
+        checkpoints start, so rows appended before the partitions are hosted are processed
+        after), else the current generation."""
+        current = int(body.get("routing_generation", 0))
+        ahead = [r for r in ranges_of(body) if r.generation > current]
+        if not ahead:
+            return cls.from_describe(body)
+        return cls.from_describe(body, max(ahead, key=lambda r: r.generation))
+
 
 def generation_log(
     store: ObjectStore, generation: int, first_slot: int, partitions: int, schema: pa.Schema

@@ -156,3 +156,47 @@ def test_a_later_generation_s_run_reads_its_own_partitions_from_its_base(tmp_pat
     table, end = run.read(p, start, 10**6)
     assert table.num_rows == end - generation_base(1) > 0
     assert tmp_path.joinpath("source", "g00001", f"p{p:05d}").is_dir()
+
+
+def test_a_rescale_s_reserved_numbers_are_followed_from_its_start(tmp_path: Path) -> None:
+    """While the rescale is still cutting, the describe's current generation is the old one;
+    its `rescale` names the reserved numbers, which a producer meeting a seal writes to at
+    once instead of refusing until the new partitions join the table."""
+    body: dict[str, Any] = {
+        "name": OLD.name,
+        "incarnation": OLD.incarnation,
+        "first_slot": OLD.first_slot,
+        "partitions": OLD.partitions,
+        "routing_generation": 0,
+        "spec_text": SPEC,
+        "settings": {"max_keys_per_partition": 0},
+        "past": [],
+        "rescale": None,
+    }
+    assert PipelineInfo.newest(body) == OLD
+    cutting = {
+        **body,
+        "rescale": {
+            "generation": 1,
+            "first_slot": NEW.first_slot,
+            "partitions": 5,
+            "phase": "cutting",
+        },
+    }
+    assert PipelineInfo.newest(cutting) == NEW
+    # Once hosting, the rescale's range is the current one: the current is chosen.
+    hosting = {
+        **cutting,
+        "first_slot": NEW.first_slot,
+        "partitions": 5,
+        "routing_generation": 1,
+        "past": [{"first_slot": OLD.first_slot, "partitions": 3, "routing_generation": 0}],
+        "rescale": {**cutting["rescale"], "phase": "hosting", "spec_text": ""},
+    }
+    assert PipelineInfo.newest(hosting) == NEW
+    store = LocalStore(str(tmp_path))
+    seal(store, range(OLD.first_slot, OLD.first_slot + 3))
+    firsts = SpecProducer(store, OLD, lambda: PipelineInfo.newest(cutting)).produce(rows(0, 40))
+    assert set(firsts) <= set(range(NEW.first_slot, NEW.first_slot + 5))
+    got = [r for part in landed(store, NEW).values() for r in part]
+    assert sorted(r["seq"] for r in got) == list(range(40))
