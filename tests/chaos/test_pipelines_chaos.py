@@ -10,15 +10,15 @@ last of integer readings, a last timestamp; 4 partitions, any profiled worker). 
 zone=a, w2 zone=a and tier=big, w3 tier=big.
 
 Faults, one after another with every producer running: a worker that owns `orders`
-partitions killed -9 and started again; the leader killed -9 and started again; `sensors`
-paused (its offsets hold while rows arrive) and resumed; `clicks` dropped with `ripple
-pipelines drop --purge`. Checked at the end: `orders` and `sensors` are every partition
-ONLINE, caught up, and every key equal to its spec's batch job over everything produced
-(estimates included); `clicks` is gone from the cluster and no object of its partitions is
-left in the store; no partition of any pipeline was ever seen at an epoch below one seen
-before; each pipeline's partitions were only ever held by workers of its pool.
-
-Not yet here: a rescale of one of them (rescaling a recorded pipeline is not built).
+partitions killed -9 and started again; the leader killed -9 and started again; `orders`
+rescaled from 3 partitions to 5 (its producer follows the seals to the new numbers);
+`sensors` paused (its offsets hold while rows arrive) and resumed; `clicks` dropped with
+`ripple pipelines drop --purge`. Checked at the end: `orders` and `sensors` are every
+partition ONLINE, caught up, and every key equal to its spec's batch job over everything
+produced, `orders` over both its generations (estimates included); `clicks` is gone from the
+cluster and no object of its partitions is left in the store; no partition of any pipeline was
+ever seen at an epoch below one seen before; each pipeline's partitions were only ever held by
+workers of its pool.
 """
 
 from __future__ import annotations
@@ -44,12 +44,14 @@ from testkit.wait import wait_until
 from tests.chaos.harness import Figures
 from tests.chaos.test_pipeline_chaos import kill_leader
 from tests.integration.test_cli import ripple
+from tests.integration.test_pipeline_rescale import every_generation
 from tests.integration.test_pipeline_spec_spark import orders as orders_table
 from tests.integration.test_pipeline_spec_spark import spec_text as orders_spec
 from tests.integration.test_pipeline_specs import (
     active,
     admin,
     caught_up,
+    describe,
     differences,
     oracle,
     owners,
@@ -63,6 +65,7 @@ pytestmark = pytest.mark.spark
 
 SEED = 41
 CATCH_UP_TIMEOUT_S = 240.0
+RESCALE_TIMEOUT_S = 180.0
 PRODUCE_EVERY_S = 0.5
 ROWS_PER_PRODUCE = 40
 WORKERS = {
@@ -276,7 +279,10 @@ def test_three_pipelines_under_kills_pause_and_a_purge_equal_their_batch_jobs(
         info = PipelineInfo.from_describe(
             wait_until(lambda n=name: active(rig, n), f"{name} active", 60)
         )
-        producers[name] = SpecProducer(rig.store, info)
+        # Reading the describe again is how a producer follows a rescale's seals.
+        producers[name] = SpecProducer(
+            rig.store, info, lambda n=name: PipelineInfo.newest(describe(rig, n))
+        )
         producers[name].produce(ROWS[name](rng, 300))
     for wid, profile in WORKERS.items():
         rig.start_worker(wid, *profile)
@@ -296,6 +302,17 @@ def test_three_pipelines_under_kills_pause_and_a_purge_equal_their_batch_jobs(
         time.sleep(rng.uniform(1.0, 3.0))
         rig.start_worker(victim, *WORKERS[victim])
         kill_leader(rig, rng, figures)
+
+        # `orders` rescaled 3 -> 5 while its producer keeps writing through the seals.
+        before = producers["orders"].info
+        started = admin(rig, "POST", "/v1/pipelines/orders/rescale", {"partitions": 5})
+        assert started.status == 202, started
+        wait_until(
+            lambda: (describe(rig, "orders").get("rescale") or {}).get("phase") == "done",
+            "orders rescaled to 5 partitions",
+            RESCALE_TIMEOUT_S,
+        )
+        generations = [before, PipelineInfo.from_describe(describe(rig, "orders"))]
 
         # `sensors` paused: its offsets hold while rows keep arriving; then resumed.
         assert admin(rig, "POST", "/v1/pipelines/sensors/pause").status == 200
@@ -341,12 +358,19 @@ def test_three_pipelines_under_kills_pause_and_a_purge_equal_their_batch_jobs(
     left = [k for prefix in pipeline_prefixes(numbers) for k in rig.store.list_keys(prefix)]
     assert left == [], left[:5]
     assert describe_missing(rig, "clicks")
+    assert generations[1].partitions == 5 and generations[1].generation == 1, generations
+    assert producers["orders"].info == generations[1], "the producer did not follow the seals"
     for name in ("orders", "sensors"):
         producer = producers[name]
         holders = wait_until(
             lambda p=producer: caught_up(rig, p), f"{name} caught up", CATCH_UP_TIMEOUT_S
         )
-        got, want = results(rig, name, holders), oracle(spark, producer)
+        got = results(rig, name, holders)
+        want = (
+            oracle(spark, producer)
+            if name == "sensors"
+            else every_generation(rig, spark, generations)
+        )
         assert len(want) >= 10, (name, len(want))
         assert got == want, (name, differences(got, want))
     figures.violations.extend(epochs.violations)

@@ -107,6 +107,27 @@ async def rescaled(
     return PipelineInfo.from_describe(await asyncio.to_thread(describe, rig, "orders"))
 
 
+def every_generation(
+    rig: PipelineRig, spark: SparkSession, generations: list[PipelineInfo]
+) -> dict[Any, dict[str, Any]]:
+    """The spec's batch job over the rows of every generation: what a rescaled pipeline's
+    keys equal, as JSON values."""
+    computed = generations_job(
+        spark,
+        rig.store,
+        [
+            Generation(
+                generation=i.generation,
+                first_slot=i.first_slot,
+                partitions=i.partitions,
+                spec=parse_spec(i.spec_text),
+            )
+            for i in generations
+        ],
+    )
+    return {k: {n: as_json(v) for n, v in outs.items()} for k, outs in computed.items()}
+
+
 async def exact(
     rig: PipelineRig, spark: SparkSession, generations: list[PipelineInfo]
 ) -> dict[Any, dict[str, Any]]:
@@ -121,20 +142,7 @@ async def exact(
     )
     assert set(owned) == set(range(new.first_slot, new.first_slot + new.partitions))
     got = await asyncio.to_thread(results, rig, owned)
-    computed = generations_job(
-        spark,
-        rig.store,
-        [
-            Generation(
-                generation=i.generation,
-                first_slot=i.first_slot,
-                partitions=i.partitions,
-                spec=parse_spec(i.spec_text),
-            )
-            for i in generations
-        ],
-    )
-    want = {k: {n: as_json(v) for n, v in outs.items()} for k, outs in computed.items()}
+    want = every_generation(rig, spark, generations)
     assert len(want) > 10
     assert got == want, differences(got, want)
     return got
