@@ -65,6 +65,7 @@ from coordinator.core.commands import (
     DropPipeline,
     FallBack,
     FinalizeVersion,
+    FinishPipelineRescale,
     ForgetPipeline,
     MaintenanceOff,
     MaintenanceOn,
@@ -78,6 +79,7 @@ from coordinator.core.commands import (
     ReportVersions,
     ResumePipeline,
     RetireWorkers,
+    StartPipelineRescale,
     StartRelease,
     StartRescale,
     StartWarm,
@@ -109,9 +111,11 @@ from coordinator.core.model import (
     PartitionStatus,
     PipelineName,
     PipelineState,
+    RescalePhase,
     WorkerId,
     WorkerState,
 )
+from coordinator.core.pipeline_rescale import in_flight as pipeline_rescale_in_flight
 from coordinator.core.planner import (
     Planner,
     PlannerSettings,
@@ -123,11 +127,13 @@ from coordinator.core.versions import COMMAND_SET_VERSION
 from coordinator.core.warmups import WarmPolicy
 from coordinator.service.call_results import request_of, result_of
 from coordinator.service.pipeline_duty import leader_steps
+from pipeline.source import generation_base, generation_of
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
 from shared.messages.checkpoint import CheckpointReply
 from shared.messages.common import Answer, ErrorReply, Fence, Outcome, WorkerReply
 from shared.messages.host import HostReply, HostRequest
+from shared.messages.pipeline_rescale import PipelineBuildRequest
 from shared.messages.release import ReleasedCheckpoint, ReleaseReply, ReleaseRequest
 from shared.messages.rescale import BuildReply, BuildRequest, BuiltCheckpoint, CutReply, CutRequest
 from shared.messages.warm import UnwarmReply, UnwarmRequest, WarmReply, WarmRequest
@@ -260,6 +266,11 @@ class SimSettings:
     pipeline_partitions_max: int = 4
     worker_slots_min: int = 2
     worker_slots_max: int = 6
+    # Per step of the fault phase, the operator rescales an ACTIVE recorded pipeline with no
+    # rescale in flight to a random count up to pipeline_partitions_max; a draw of its own
+    # count updates its spec instead (a new text, at the same count). Its workers cut and
+    # build as `default`'s do.
+    p_pipeline_rescale: float = 0.02
 
 
 _PLANNED = MigrationPhase.PLANNED
@@ -276,6 +287,14 @@ name = "n"
 fn = "count"
 """
 ZONES = ("a", "b")
+
+
+def sim_spec(version: int) -> str:
+    """Spec update `version`'s text: SIM_SPEC with one more aggregation, so each hashes
+    apart from SIM_SPEC and from every other."""
+    return f'{SIM_SPEC}\n[[aggregations]]\nname = "n{version}"\nfn = "count"\n'
+
+
 # The wall clock's reading at the simulation's time 0 (2026-01-01), so a step back stays
 # a plausible stamp.
 WALL_EPOCH_MS = 1_767_225_600_000
@@ -715,8 +734,8 @@ class Proposer:
     def _pipelines(self, now: int) -> bool:
         """The leader's pipeline steps (coordinator/service/pipeline_duty.py), a profile for
         every ACTIVE worker without one (as a worker that runs recorded pipelines declares
-        it after registering), then now and then the operator's create, pause, resume or
-        drop. At most one command; True when it submitted one."""
+        it after registering), then now and then the operator's rescale (or spec update),
+        create, pause, resume or drop. At most one command; True when it submitted one."""
         sim, state, wall = self.sim, self.state, self.sim.wall_ms()
         if state.finalized_version < COMMAND_SET_VERSION:
             return False
@@ -739,6 +758,11 @@ class Proposer:
                 )
                 return True
         r = sim.pipeline_rng
+        if sim.faults_on and r.random() < sim.s.p_pipeline_rescale:
+            rescale = self._pipeline_rescale(r, wall)
+            if rescale is not None:
+                self.submit(rescale)
+                return True
         if not sim.faults_on or r.random() >= sim.s.p_pipeline:
             return False
         names = sorted(state.pipelines)
@@ -768,6 +792,35 @@ class Proposer:
         else:
             self.submit(DropPipeline(name=p.name, purge=r.random() < 0.5, by="admin", now_ms=wall))
         return True
+
+    def _pipeline_rescale(self, r: random.Random, wall: int) -> StartPipelineRescale | None:
+        """The operator's rescale of an ACTIVE recorded pipeline with none in flight, to a
+        random count; drawn at its own count, a spec update (a new text, its sha256 given)
+        instead. None when no pipeline may start one."""
+        sim = self.sim
+        ready = [
+            p
+            for _, p in sorted(self.state.pipelines.items())
+            if p.state is PipelineState.ACTIVE and not pipeline_rescale_in_flight(p)
+        ]
+        if not ready:
+            return None
+        p = r.choice(ready)
+        to = r.randint(1, sim.s.pipeline_partitions_max)
+        text = ""
+        if to == p.partitions:
+            sim.stats["pipeline_spec_updates"] += 1
+            text = sim_spec(sim.stats["pipeline_spec_updates"])
+        sim.stats["pipeline_rescales"] += 1
+        return StartPipelineRescale(
+            name=p.name,
+            incarnation=p.incarnation,
+            partitions=to,
+            spec_text=text,
+            spec_sha256=hashlib.sha256(text.encode()).hexdigest() if text else "",
+            by="admin",
+            now_ms=wall,
+        )
 
     def _maintenance(self, now: int) -> None:
         """The operator turns maintenance mode on (timed or not) or off; the first time, the
@@ -942,6 +995,9 @@ class Simulation:
         # (generation, partition) -> the furthest offset any gate has read or opened at.
         self.read_to: dict[tuple[int, int], int] = {}
         self.stats |= {"rescales": 0, "cut_answers": 0, "build_answers": 0}
+        self.stats |= {"pipeline_rescales": 0, "pipeline_spec_updates": 0}
+        self.stats |= {"pipeline_cut_answers": 0, "pipeline_build_answers": 0}
+        self.stats |= {"pipeline_rescales_done": 0}
         self.stats |= {"sync_halts": 0, "halted_leaders": 0, "unsynced_dropped": 0}
         # The store fails every call until then, by errors or by timeouts.
         self.store_down_until_ms = -1
@@ -1221,6 +1277,10 @@ class Simulation:
             return
         if isinstance(cmd, FallBack):
             self.stats["fallbacks"] += 1
+        if isinstance(cmd, FinishPipelineRescale):
+            was = before.pipelines.get(cmd.name)
+            if was is not None and was.rescale_phase is not RescalePhase.DONE:
+                self.stats["pipeline_rescales_done"] += 1
         if isinstance(cmd, RecordCheckpoints):
             assert isinstance(result.value, CheckpointsResult)
             for res in result.value.results:
@@ -1348,9 +1408,9 @@ class Simulation:
                 )
                 return
             if g is None or epoch > int(g["epoch"]) or not g["open"]:
-                # The checkpoint's offset names its routing generation (2^40 apart).
+                # The checkpoint's offset names its routing generation.
                 offset = 0 if ck is None else ck.offset
-                generation = offset >> 40
+                generation = generation_of(offset)
                 w.openings += 1
                 w.gates[p] = {"epoch": epoch, "offset": offset, "open": True}
                 w.gates[p]["opened"] = w.openings
@@ -1402,11 +1462,13 @@ class Simulation:
             self.stats["unwarms"] += 1
             reply_unwarm = UnwarmReply(partition=unwarm.partition, dropped=dropped)
             self.answer(w, b, Outcome.OK, reply_unwarm)
-        elif kind == "cut":
+        elif kind in ("cut", "pcut"):
             # The seal is the source log's, shared by every worker: the first cut call of
             # (generation, p) seals it at the log's end, a later one finds it. The sim's log has
             # no end of its own, so its end is the furthest any gate of p ever read
             # (`read_to`): a real seal lies at or above every offset any worker processed.
+            # A recorded pipeline's partition ("pcut") is cut alike (pipeline/cutting.py):
+            # its number is its own, so (its generation, number) names its run's log.
             cut_call = CutRequest.from_json(b["partition"], b["request"])
             p, epoch = cut_call.partition, cut_call.epoch
             g = w.gates.get(p)
@@ -1421,29 +1483,44 @@ class Simulation:
             if uri is not None and not self.store_write(uri):
                 self.store_error(w, b)  # the cut's checkpoint is not written: asked again
                 return
-            self.stats["cut_answers"] += 1
+            self.stats["cut_answers" if kind == "cut" else "pipeline_cut_answers"] += 1
             reply_cut = CutReply(partition=p, epoch=epoch, offset=cut, done=done, uri=uri)
             self.answer(w, b, Outcome.OK, reply_cut)
         elif kind == "build":
-            # Deterministic: the same inputs give the same names, whoever builds.
             build = BuildRequest.from_json(b["request"])
-            gen, m = build.generation, build.routing[-1]
-            if self.store_failing():
-                self.store_error(w, b)  # it reads the cuts and writes the builds
-                return
-            done = self.rescale_rng.random() >= self.s.p_build_pending
-            built = tuple(
-                BuiltCheckpoint(partition=q, offset=gen << 40, uri=f"mem://build/g{gen}/{q}")
-                for q in range(m)
-            )
-            self.written.update(c.uri for c in built if done)
-            self.stats["build_answers"] += 1
-            reply_build = BuildReply(generation=gen, done=done, checkpoints=built if done else ())
-            self.answer(w, b, Outcome.OK, reply_build)
+            gen = build.generation
+            self.answer_build(w, b, gen, range(build.routing[-1]), f"g{gen}", "build_answers")
+        elif kind == "pbuild":
+            # A recorded pipeline's: its new generation's reserved numbers.
+            pbuild = PipelineBuildRequest.from_json(b["request"])
+            name, gen = pbuild.pipeline, pbuild.generation
+            where = f"{name}/g{gen}"
+            self.answer_build(w, b, gen, pbuild.numbers, where, "pipeline_build_answers")
         elif kind == "checkpoint":
             # 202 at once; the reports follow on their own request.
             self.answer(w, b, Outcome.OK, CheckpointReply())
             self.report_checkpoints(w, reply_to)
+
+    def answer_build(
+        self, w: SimWorker, call: dict[str, Any], gen: int, numbers: range, where: str, stat: str
+    ) -> None:
+        """Answer a build call of generation `gen`: "not yet" with p_build_pending, else one
+        checkpoint per partition of `numbers` at the generation's first offset, named under
+        `where`. Deterministic: the same inputs give the same names, whoever builds."""
+        if self.store_failing():
+            self.store_error(w, call)  # it reads the cuts and writes the builds
+            return
+        done = self.rescale_rng.random() >= self.s.p_build_pending
+        built = tuple(
+            BuiltCheckpoint(
+                partition=q, offset=generation_base(gen), uri=f"mem://build/{where}/{q}"
+            )
+            for q in numbers
+        )
+        self.written.update(c.uri for c in built if done)
+        self.stats[stat] += 1
+        reply = BuildReply(generation=gen, done=done, checkpoints=built if done else ())
+        self.answer(w, call, Outcome.OK, reply)
 
     def answer(
         self, w: SimWorker, call: dict[str, Any], outcome: Outcome, reply: WorkerReply | ErrorReply
@@ -1696,6 +1773,12 @@ class Simulation:
             return False
         if rescale_in_flight(state):
             return False
+        active = state.active_workers()
+        if any(
+            pipeline_rescale_in_flight(p) and not pools.unplaceable(state, p, active)
+            for p in state.pipelines.values()
+        ):
+            return False  # a recorded pipeline's rescale ends DONE too, where it can
         if any(
             p.state in (PipelineState.CREATING, PipelineState.DROPPING)
             for p in state.pipelines.values()
@@ -1745,6 +1828,11 @@ class Simulation:
                 (p.partition, p.status.value)
                 for p in lead.partitions
                 if p.status is not PartitionStatus.ONLINE
+            ]
+            stuck += [
+                (p.name, p.rescale.phase.value)
+                for p in lead.pipelines.values()
+                if p.rescale is not None and pipeline_rescale_in_flight(p)
             ]
             self.fail(f"not settled {self.s.heal_steps_max} steps after heal: {stuck}")
         problems = settled_violations(self.replicas[self.leader].machine.state)

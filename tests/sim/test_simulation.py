@@ -20,6 +20,7 @@ from coordinator.core.load import LoadBook
 from coordinator.core.model import Checkpoint
 from coordinator.core.planner import Planner
 from coordinator.core.state import ClusterState
+from shared.messages.pipeline_rescale import PipelineBuildRequest
 from tests.sim.simulation import (
     WALL_EPOCH_MS,
     SafetyViolation,
@@ -301,17 +302,32 @@ def test_churn_soak_many_seeds() -> None:
     assert not failures, "\n".join(failures[:10])
 
 
-def test_pipelines_are_set_up_placed_in_their_pools_and_torn_down(
+def test_pipelines_are_set_up_rescaled_placed_in_their_pools_and_torn_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The operator creates, pauses, resumes and drops recorded pipelines; every worker
-    declares a profile; their partitions come ONLINE in their pools and every drop ends.
-    A placement that ignored pools is reported at the settle."""
+    """The operator creates, pauses, resumes, rescales (or updates the spec of) and drops
+    recorded pipelines; every worker declares a profile; their partitions come ONLINE in
+    their pools, workers answer their cuts and builds, rescales end DONE and every drop
+    ends. A placement that ignored pools is reported at the settle."""
     totals: Counter[str] = Counter()
     for seed in range(8):
         totals.update(run_seed(seed))
     assert totals["pipelines_created"] > 0 and totals["pipelines_dropped"] > 0, dict(totals)
     assert totals["pipeline_partitions_online"] > 0, dict(totals)
+    assert totals["pipeline_rescales"] > 0 and totals["pipeline_spec_updates"] > 0, dict(totals)
+    assert totals["pipeline_cut_answers"] > 0, dict(totals)
+    assert totals["pipeline_build_answers"] > 0, dict(totals)
+    assert totals["pipeline_rescales_done"] > 0, dict(totals)
+
+
+def test_checker_sees_a_pipeline_rescale_that_never_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose pipeline builds leave out a reserved number is never answered done,
+    so the rescale stays MOVING: the settle after the heal waits for it and reports it."""
+    short = property(lambda c: range(c.first_slot, c.first_slot + c.partitions - 1))
+    monkeypatch.setattr(PipelineBuildRequest, "numbers", short)
+    with pytest.raises(SafetyViolation, match="not settled"):
+        for seed in range(8):
+            run_seed(seed)
     monkeypatch.setattr(pools, "members", lambda state, p, eligible: sorted(eligible))
     with pytest.raises(SafetyViolation, match=r"outside its pool|holds .* over"):
         for seed in range(40):
