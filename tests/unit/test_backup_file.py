@@ -108,8 +108,9 @@ def damaged(data: bytes) -> dict[str, tuple[bytes, str]]:
             "does not decode",
         ),
         "header disagrees with the state": (
-            _with_header(data, {"command_set_version": 7}),
-            "command-set version 7, the state is finalized at",
+            # No state is ever finalized at it: the tamper stays one as versions are added.
+            _with_header(data, {"command_set_version": 1000}),
+            "command-set version 1000, the state is finalized at",
         ),
     }
 
