@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from coordinator.core import commands
 from coordinator.core.commands import BuiltCheckpoint, Command, FinalCheckpoint
 from coordinator.core.model import (
     Checkpoint,
@@ -248,6 +249,11 @@ class CutCall:
             call=self, ok=True, done=reply.done, offset=reply.offset, uri=reply.uri or ""
         )
 
+    def recorded(self, offset: int, uri: str, now_ms: int) -> Command:
+        return commands.RecordCut(
+            partition=self.partition, epoch=self.epoch, offset=offset, uri=uri, now_ms=now_ms
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BuildCall:
@@ -276,6 +282,9 @@ class BuildCall:
     def result(self, answer: Answer, fence: Fence) -> BuildDone:
         return _built(self, answer, fence)
 
+    def built(self, done: tuple[BuiltCheckpoint, ...], now_ms: int) -> Command:
+        return commands.StatesBuilt(generation=self.generation, checkpoints=done, now_ms=now_ms)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineCutCall(CutCall):
@@ -285,6 +294,17 @@ class PipelineCutCall(CutCall):
 
     pipeline: PipelineName
     pipeline_incarnation: int
+
+    def recorded(self, offset: int, uri: str, now_ms: int) -> Command:
+        return commands.RecordPipelineCut(
+            name=self.pipeline,
+            incarnation=self.pipeline_incarnation,
+            partition=self.partition,
+            epoch=self.epoch,
+            offset=offset,
+            uri=uri,
+            now_ms=now_ms,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -319,6 +339,15 @@ class PipelineBuildCall:
 
     def result(self, answer: Answer, fence: Fence) -> BuildDone:
         return _built(self, answer, fence)
+
+    def built(self, done: tuple[BuiltCheckpoint, ...], now_ms: int) -> Command:
+        return commands.PipelineStatesBuilt(
+            name=self.pipeline,
+            incarnation=self.pipeline_incarnation,
+            generation=self.generation,
+            checkpoints=done,
+            now_ms=now_ms,
+        )
 
 
 def _built(call: BuildCall | PipelineBuildCall, answer: Answer, fence: Fence) -> BuildDone:

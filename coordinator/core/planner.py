@@ -77,11 +77,7 @@ from coordinator.core.commands import (
     HandOff,
     Move,
     PartitionOnline,
-    PipelineStatesBuilt,
-    RecordCut,
-    RecordPipelineCut,
     Rejected,
-    StatesBuilt,
 )
 from coordinator.core.effects import (
     Batch,
@@ -287,24 +283,7 @@ class Planner:
                 self.in_flight.discard(key)
                 self._rescale_plans_of(result).answered(key, now_ms)
                 return
-            if isinstance(c, PipelineCutCall):
-                cmd = RecordPipelineCut(
-                    name=c.pipeline,
-                    incarnation=c.pipeline_incarnation,
-                    partition=c.partition,
-                    epoch=c.epoch,
-                    offset=result.offset,
-                    uri=result.uri,
-                    now_ms=wall_ms,
-                )
-            else:
-                cmd = RecordCut(
-                    partition=c.partition,
-                    epoch=c.epoch,
-                    offset=result.offset,
-                    uri=result.uri,
-                    now_ms=wall_ms,
-                )
+            cmd = c.recorded(result.offset, result.uri, wall_ms)
             self._pending.append(_Pending(command=cmd, key=key))
         elif isinstance(result, BuildDone):
             b = result.call
@@ -312,18 +291,7 @@ class Planner:
                 self.in_flight.discard(key)
                 self._rescale_plans_of(result).answered(key, now_ms)
                 return
-            if isinstance(b, PipelineBuildCall):
-                cmd = PipelineStatesBuilt(
-                    name=b.pipeline,
-                    incarnation=b.pipeline_incarnation,
-                    generation=b.generation,
-                    checkpoints=result.checkpoints,
-                    now_ms=wall_ms,
-                )
-            else:
-                cmd = StatesBuilt(
-                    generation=b.generation, checkpoints=result.checkpoints, now_ms=wall_ms
-                )
+            cmd = b.built(result.checkpoints, wall_ms)
             self._pending.append(_Pending(command=cmd, key=key))
         else:
             self.in_flight.discard(key)
