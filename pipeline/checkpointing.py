@@ -9,18 +9,25 @@ leader sends with a host call is loaded only if it is the canonical object of th
 partition, epoch and offset in this worker's own store and holds exactly those, so no other
 partition's checkpoint can stand in for this one's. A round the store fails is logged and
 counted, and the next round retries it: the state it would have covered is still held.
+A recorded pipeline's checkpoint is published to its results tables only once the
+coordinator accepted it, from the state it holds (pipeline.spec.results), and its closed
+windows are trimmed from the state only after they are published.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import Callable
 
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointData, CheckpointStore
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.session import CheckpointEntry, Session
 from pipeline.spark_link import first_line
-from pipeline.spec.partition_state import SpecCheckpoint
+from pipeline.spec.aggregations import SketchOps
+from pipeline.spec.partition_state import SpecCheckpoint, SpecPartitionState
+from pipeline.spec.results import ResultsStore, publish
 from pipeline.store import StoreError
 from shared.checkpoint_ref import checkpoint_key
 from shared.clock import Clock, monotonic_s
@@ -40,12 +47,22 @@ class Checkpointer:
         session: Session,
         stats: dict[str, int],
         clock: Clock = SYSTEM_CLOCK,
+        *,
+        results: ResultsStore | None = None,
+        sketches: Callable[[], SketchOps] | None = None,
     ) -> None:
         self.clock = clock  # when a partition's state was last covered (the age metric)
         self.checkpoints = checkpoints
         self.holdings = holdings
         self.session = session
         self.stats = stats
+        # Where accepted checkpoints of recorded pipelines are published (None: nowhere), and
+        # the Spark sketch reads their snapshot needs.
+        self.results = results
+        self.sketches = sketches
+        # A recorded pipeline's partition -> the runtime, offset and state of the checkpoint
+        # last written or confirmed: what is published once the coordinator accepts it.
+        self._reported: dict[int, tuple[PartitionRuntime, int, SpecPartitionState]] = {}
 
     async def write_checkpoints(self) -> list[CheckpointEntry]:
         """Checkpoint every open partition whose offset moved since its last checkpoint;
@@ -78,6 +95,8 @@ class Checkpointer:
                 rt.checkpoint_offset = rt.offset
                 self.stats["checkpoints"] += 1
             rt.covered_at_s = monotonic_s(self.clock)
+            if rt.run is not None and rt.spec_state is not None:
+                self._reported[p] = (rt, rt.offset, rt.spec_state)
             entries.append(
                 CheckpointEntry(
                     partition=p, epoch=rt.epoch, offset=rt.offset, uri=rt.checkpoint_uri
@@ -106,12 +125,58 @@ class Checkpointer:
         self.stats["fenced"] += len(fenced)
         for v in fenced:
             log.warning("checkpoint of partition %d fenced: %s", v.partition, v.reason)
+            self._reported.pop(v.partition, None)  # never published
+        accepted = {v.partition for v in verdicts if not v.fenced}
+        for e in entries:
+            if e.partition in accepted:
+                await self._publish(e.partition, e.offset)
+
+    async def _publish(self, partition: int, offset: int) -> None:
+        """Publish the accepted checkpoint of `partition` at `offset`, once per runtime and
+        offset; a failure is logged and the next accepted round publishes again."""
+        reported = self._reported.get(partition)
+        if self.results is None or self.sketches is None or reported is None:
+            return
+        rt, at, state = reported
+        if at != offset or rt.published_offset == offset or rt.run is None:
+            return
+        run = rt.run
+        try:
+            await asyncio.to_thread(
+                publish,
+                self.results,
+                run.name,
+                run.info.incarnation,
+                run.spec,
+                run.outputs,
+                partition,
+                offset,
+                state,
+                self.sketches,
+            )
+        except Exception as exc:  # a store or Spark failure: the next accepted round retries
+            self.stats["results_failures"] += 1
+            log.warning("publishing results of partition %d failed: %s", partition, first_line(exc))
+            return
+        self.stats["results_published"] += 1
+        async with self.holdings.batch_lock:
+            rt.published_offset = offset
+            current = rt.spec_state
+            if state.closed and current is not None:
+                # Merges only append to `closed`: the published rows are its first ones.
+                rt.spec_state = dataclasses.replace(
+                    current, closed=current.closed[len(state.closed) :]
+                )
 
     async def write_final(self, partition: int, epoch: int, rt: PartitionRuntime) -> str:
         """The checkpoint a release at `epoch` hands over (the caller holds the batch lock)."""
         return await self._write(partition, epoch, rt)
 
     async def _write(self, partition: int, epoch: int, rt: PartitionRuntime) -> str:
+        if rt.checkpoint_uri and rt.checkpoint_offset == rt.offset and epoch == rt.epoch:
+            # This epoch's checkpoint at this offset holds this state (publishing may since
+            # have trimmed its closed windows, which that checkpoint still names).
+            return rt.checkpoint_uri
         # Encoded off the event loop (the caller holds the batch lock: the state stays put).
         encoded = await asyncio.to_thread(rt.checkpoint_bytes, partition, epoch)
         if encoded is not None:

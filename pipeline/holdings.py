@@ -42,6 +42,9 @@ class PartitionRuntime:
     loaded: asyncio.Event = field(default_factory=asyncio.Event)
     checkpoint_offset: int = -1
     checkpoint_uri: str = ""
+    # A recorded pipeline's: the offset whose accepted checkpoint was last published to the
+    # results tables (pipeline.spec.results); -1: none yet by this runtime.
+    published_offset: int = -1
     failures: int = 0  # micro-batches in a row that failed with this partition in them
     error: str = ""  # the last failure's first line
     source_end: int | None = None  # the source log's end when last listed (lag metric)

@@ -54,6 +54,10 @@ STAT_HELP = {
     "segments_fetched": "Source segments read from the store",
     "spark_reconnects": "New Spark Connect sessions made after the server lost ours or could "
     "not be reached (a restart); each is one log line",
+    "results_published": "Accepted checkpoints of recorded pipelines published to their "
+    "results tables",
+    "results_failures": "Publishes of results the store or Spark failed (the next accepted "
+    "round retries)",
 }
 
 

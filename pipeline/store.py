@@ -12,15 +12,20 @@ most S3_ATTEMPTS_MAX attempts, each connect and read bounded; what is still fail
 StoreError for the caller's own retry (the next micro-batch, checkpoint round or host call).
 `CountedStore` counts those failures by operation (ripple_worker_store_errors_total).
 
-Invariant: objects are immutable once visible. ``put_if_absent`` is the only write and it
-creates a key at most once (S3: ``IfNoneMatch='*'``; local: ``os.link`` of a fully written,
-fsynced temp file), so a reader never sees a partial object and two writers never overwrite
-each other.
+Invariant: objects are immutable once visible, but for one kind. ``put_if_absent`` creates a
+key at most once (S3: ``IfNoneMatch='*'``; local: ``os.link`` of a fully written, fsynced
+temp file), so a reader never sees a partial object and two writers never overwrite each
+other. The exception is ``put_newer``, the results snapshots' only write: it replaces an
+object whole (S3: one PUT; local: ``os.replace`` of a fsynced temp file) and only while its
+recorded version is not newer than the writer's (S3: ``IfMatch`` on the ETag it read, or
+``IfNoneMatch``; local: under an ``flock`` of the object's hidden version file), so a
+writer with an older version never replaces a newer object, however late it runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import tempfile
 import time
@@ -50,6 +55,14 @@ CONFLICT_BACKOFF_S = 0.05
 S3_ATTEMPTS_MAX = 5
 S3_CONNECT_TIMEOUT_S = 5.0
 S3_READ_TIMEOUT_S = 30.0
+# S3 user metadata naming the version `put_newer` wrote (x-amz-meta-ripple-version).
+VERSION_METADATA = "ripple-version"
+# A local object's version lives in a hidden file beside it, ".{name}" + this: readers skip
+# "." names, and its suffix keeps it out of a `*.parquet` glob (DuckDB's matches dot files).
+VERSION_SUFFIX = ".version"
+# A local put_newer waits at most this many tries of this long for another writer's lock.
+LOCK_ATTEMPTS_MAX = 100
+LOCK_BACKOFF_S = 0.01
 # The operations CountedStore counts failures of (the metric's `op` label).
 STORE_OPS = ("put", "get", "list")
 
@@ -175,6 +188,43 @@ class LocalStore:
     def local_path(self, key: str) -> str | None:
         return self._path(key)
 
+    def put_newer(self, key: str, data: bytes, version: int) -> bool:
+        """Replace ``key`` with ``data`` unless its version is newer than ``version``; False
+        (and no change) if it is. The version file is locked for the whole compare-and-replace
+        and written before the object: a crash between the two leaves the same version to
+        write again (an equal version is written, so it repairs that), never an older one."""
+        path = self._path(key)
+        directory, name = os.path.split(path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(
+                os.path.join(directory, f".{name}{VERSION_SUFFIX}"), os.O_RDWR | os.O_CREAT
+            )
+            with os.fdopen(fd, "r+b") as lock:
+                _lock(lock.fileno(), key)
+                held = lock.read().strip()
+                if held and int(held) > version:
+                    return False
+                lock.seek(0)
+                lock.truncate()
+                lock.write(str(version).encode())
+                lock.flush()
+                os.fsync(lock.fileno())
+                tmp_fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
+                try:
+                    with os.fdopen(tmp_fd, "wb") as f:
+                        f.write(data)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    os.replace(tmp, path)  # atomic: a reader sees the old file or the new
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)
+            self._fsync_dir(directory)
+            return True
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"put_newer {key!r} under {self.root}: {exc}") from exc
+
     def delete(self, key: str) -> None:
         """Remove the object (a purge of a dropped pipeline's); one already gone is fine."""
         try:
@@ -186,6 +236,18 @@ class LocalStore:
 
     def uri(self, key: str) -> str:
         return "file://" + self._path(key) if key else "file://" + self.root + "/"
+
+
+def _lock(fd: int, key: str) -> None:
+    """flock `fd`, waiting a bounded time: a holder stopped mid-write (SIGSTOP) fails this
+    write (the caller's next round retries) instead of stalling it."""
+    for _ in range(LOCK_ATTEMPTS_MAX):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(LOCK_BACKOFF_S)
+    raise StoreError(f"put_newer {key!r}: another writer holds it")
 
 
 class S3Store:
@@ -265,6 +327,58 @@ class S3Store:
     def local_path(self, key: str) -> str | None:
         return None
 
+    def put_newer(self, key: str, data: bytes, version: int) -> bool:
+        """Replace ``key`` with ``data`` unless its version is newer than ``version``; False
+        (and no change) if it is. A compare-and-swap: the PUT is conditional on the ETag
+        read with the version (or on no object), and a lost race reads again."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = self._full(key)
+        for attempt in range(CONFLICT_RETRIES_MAX):
+            try:
+                condition = self._version_condition(full, version)
+                if condition is None:
+                    return False
+                self._client.put_object(
+                    Bucket=self.bucket,
+                    Key=full,
+                    Body=data,
+                    Metadata={VERSION_METADATA: str(version)},
+                    **condition,
+                )
+                return True
+            except ClientError as exc:
+                code, status = _client_error(exc)
+                if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (
+                    409,
+                    412,
+                ):
+                    time.sleep(CONFLICT_BACKOFF_S * (attempt + 1))
+                    continue  # another writer got there first: compare with its version
+                raise StoreError(f"put_newer s3://{self.bucket}/{full}: {exc}") from exc
+            except (BotoCoreError, ValueError) as exc:
+                raise StoreError(f"put_newer s3://{self.bucket}/{full}: {exc}") from exc
+        raise StoreError(
+            f"put_newer s3://{self.bucket}/{full}: still conflicting after "
+            f"{CONFLICT_RETRIES_MAX} tries"
+        )
+
+    def _version_condition(self, full: str, version: int) -> dict[str, str] | None:
+        """The PUT condition that replaces exactly the object read (None: it is newer)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            head = self._client.head_object(Bucket=self.bucket, Key=full)
+        except ClientError as exc:
+            code, status = _client_error(exc)
+            if code in ("NoSuchKey", "404", "NotFound") or status == 404:
+                return {"IfNoneMatch": "*"}
+            raise
+        held = head.get("Metadata", {}).get(VERSION_METADATA)
+        if held is not None and int(held) > version:
+            return None
+        return {"IfMatch": str(head["ETag"])}
+
     def delete(self, key: str) -> None:
         """Remove the object (a purge of a dropped pipeline's); one already gone is fine."""
         from botocore.exceptions import BotoCoreError, ClientError
@@ -327,6 +441,16 @@ class CountedStore:
 
     def local_path(self, key: str) -> str | None:
         return self.inner.local_path(key)
+
+    def put_newer(self, key: str, data: bytes, version: int) -> bool:
+        put_newer = getattr(self.inner, "put_newer", None)
+        if put_newer is None:
+            raise StoreError(f"the store {self.inner.uri('')} replaces no object")
+        try:
+            return bool(put_newer(key, data, version))
+        except StoreError as exc:
+            self._failed("put", exc)
+            raise
 
     def uri(self, key: str) -> str:
         return self.inner.uri(key)

@@ -98,7 +98,13 @@ class Worker:
         )
         checkpoints = CheckpointStore(store)
         self.checkpointer = Checkpointer(
-            checkpoints, self.holdings, self.session, self.stats, clock
+            checkpoints,
+            self.holdings,
+            self.session,
+            self.stats,
+            clock,
+            results=self.store,
+            sketches=self._sketches,
         )
         self.processor = Processor(
             settings, store, transform, checkpoints, self.holdings, self.session, self.stats, clock

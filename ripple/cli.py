@@ -20,6 +20,7 @@
   ripple worker --coordinator URL ... --store URI   run one pipeline worker
   ripple produce --file F | --generate N            append records to the source log
   ripple get KEY                                    a key's state from its owning worker
+  ripple results NAME [--store URI]                 a pipeline's results tables: where, how
   ripple backup --out FILE | --store URI            admin: a backup of the cluster's state
   ripple restore --backup FILE --config FILE        a NEW cluster's data dirs from a backup
   ripple recover --from-data-dir DIR --config FILE  a NEW cluster from one survivor's data dir
@@ -61,6 +62,7 @@ from ripple.nodes import add_nodes_parser, cmd_nodes, prepare_join
 from ripple.pipeline_commands import add_pipeline_parsers, cmd_get, cmd_produce, cmd_worker
 from ripple.pipelines import add_pipelines_parser, pipelines_command
 from ripple.rescale import add_rescale_parser, rescale_command, rescale_done, rescale_progress
+from ripple.results import add_results_parser, results_command
 from ripple.tables import (
     render_membership,
     render_migrations,
@@ -341,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_pipelines_parser(sub, client_args)
 
+    add_results_parser(sub, client_args)
+
     d = sub.add_parser("drain", help="admin: move a worker's partitions away, then LEFT")
     client_args(d)
     d.add_argument("worker")
@@ -414,6 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_produce(args)
         if args.command == "get":
             return asyncio.run(cmd_get(args))
+        if args.command == "results":
+            return asyncio.run(results_command(args))
         if args.command == "nodes":
             return asyncio.run(_nodes(args))
         if args.command == "backup":

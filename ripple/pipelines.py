@@ -254,7 +254,7 @@ async def _purge(
 ) -> None:
     """Wait for the dropped pipeline to be gone (no owner processes it any more), then delete
     its partitions' objects (pipeline/spec/purge.py)."""
-    from pipeline.spec.purge import numbers_ever, purge_all
+    from pipeline.spec.purge import numbers_ever, purge_all, purge_results
 
     # Every generation's numbers, read before the drop: once it is gone nothing names them.
     ranges = numbers_ever(described)
@@ -277,6 +277,7 @@ async def _purge(
             )
         await asyncio.sleep(PURGE_POLL_S)
     deleted = await asyncio.to_thread(purge_all, store, ranges)
+    deleted += await asyncio.to_thread(purge_results, store, described)
     print(f"purged {deleted} objects of pipeline {args.name}")
 
 

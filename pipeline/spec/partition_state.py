@@ -47,6 +47,10 @@ class SpecCheckpointError(ValueError):
 class SpecPartitionState:
     values: dict[Any, KeyState] = field(default_factory=dict)  # key -> output -> state
     firsts: dict[Any, int] = field(default_factory=dict)  # key -> its first offset
+    # Rows {"key", "window_start", "window_end", <output>: final} of the windows finalized
+    # since the last published checkpoint (pipeline.spec.results appends them to the windows
+    # table once a checkpoint holding them is accepted, then trims them).
+    closed: list[dict[str, Any]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -75,7 +79,8 @@ def merge_spec_batch(
     firsts = dict(state.firsts)
     for key in admitted:
         firsts[key] = batch_firsts[key]
-    return SpecPartitionState(values=merged, firsts=firsts), {k: batch[k] for k in refused}
+    state_out = SpecPartitionState(values=merged, firsts=firsts, closed=list(state.closed))
+    return state_out, {k: batch[k] for k in refused}
 
 
 def _admit(key: Any, firsts: Mapping[Any, int]) -> tuple[int, bool, Any]:
@@ -145,6 +150,9 @@ def encode_spec_checkpoint(
         "outputs": names,
         "keys": rows,
     }
+    if state.closed:
+        # Only when there are some: a state without any keeps the bytes it always had.
+        doc["closed"] = state.closed
     return bytes(msgpack.packb(doc, use_bin_type=True, default=_default))
 
 
@@ -163,6 +171,9 @@ def decode_spec_checkpoint(data: bytes) -> SpecCheckpoint:
                 )
             state.values[key] = {n: _tupled(v) for n, v in zip(names, values, strict=True)}
             state.firsts[key] = int(first)
+        state.closed = [
+            {str(k): _tupled(v) for k, v in row.items()} for row in doc.get("closed") or ()
+        ]
         return SpecCheckpoint(
             partition=int(doc["partition"]),
             epoch=int(doc["epoch"]),

@@ -4,9 +4,11 @@ Owns which objects are a recorded pipeline's: everything under the numbers of ev
 generation it ever had (`source/p{n}/`, `checkpoints/p{n}/`, `deadletter/p{n}/`): its
 current numbers, each earlier generation's (`past`) and those a rescale reserved (its build
 may have written under them before the drop), all read from its describe view before the
-drop. Invariant: only those prefixes are touched, for numbers the coordinator gave that
-pipeline (never reused, so no other pipeline's object, nor `default`'s, is ever under them),
-and only once the pipeline is gone from the cluster, so no owner is processing it any more.
+drop; and its results tables (`results/{name}/i{incarnation}/`, pipeline.spec.results).
+Invariant: only those prefixes are touched, for numbers the coordinator gave that pipeline
+(never reused, so no other pipeline's object, nor `default`'s, is ever under them) and for
+its own incarnation's results (a later pipeline of the same name has another), and only once
+the pipeline is gone from the cluster, so no owner is processing or publishing it any more.
 Deleting is idempotent: a purge run again finds less or nothing.
 """
 
@@ -16,10 +18,18 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from pipeline.source import partition_prefix
+from pipeline.spec.results import results_prefix
 from shared.checkpoint_ref import checkpoints_prefix
 from shared.routing import SLOT_BASE
 
-__all__ = ["Purgeable", "numbers_ever", "pipeline_prefixes", "purge", "purge_all"]
+__all__ = [
+    "Purgeable",
+    "numbers_ever",
+    "pipeline_prefixes",
+    "purge",
+    "purge_all",
+    "purge_results",
+]
 
 
 class Purgeable(Protocol):
@@ -69,3 +79,12 @@ def numbers_ever(described: Mapping[str, Any]) -> tuple[range, ...]:
 def purge_all(store: Purgeable, ranges: tuple[range, ...]) -> int:
     """Delete every object of every range in `ranges`; returns how many there were."""
     return sum(purge(store, numbers) for numbers in ranges)
+
+
+def purge_results(store: Purgeable, described: Mapping[str, Any]) -> int:
+    """Delete the results tables of the pipeline `described` (its describe view, read before
+    the drop), hidden version files included; returns how many objects there were."""
+    keys = store.list_keys(results_prefix(str(described["name"]), int(described["incarnation"])))
+    for key in keys:
+        store.delete(key)
+    return len(keys)
