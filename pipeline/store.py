@@ -197,9 +197,8 @@ class LocalStore:
         directory, name = os.path.split(path)
         try:
             os.makedirs(directory, exist_ok=True)
-            fd = os.open(
-                os.path.join(directory, f".{name}{VERSION_SUFFIX}"), os.O_RDWR | os.O_CREAT
-            )
+            version_file = os.path.join(directory, f".{name}{VERSION_SUFFIX}")
+            fd = os.open(version_file, os.O_RDWR | os.O_CREAT, 0o600)
             with os.fdopen(fd, "r+b") as lock:
                 _lock(lock.fileno(), key)
                 held = lock.read().strip()

@@ -72,14 +72,28 @@ def _snippets(uri: str, s3_endpoint: str | None) -> list[str]:
             f"  DuckDB:    SELECT * FROM read_parquet('{path}*.parquet');",
             f'  pandas:    pandas.read_parquet("{path}")',
         ]
-    endpoint = s3_endpoint or "<your S3 endpoint>"
     s3a = "s3a://" + uri[len("s3://") :]
+    if s3_endpoint is None:  # AWS itself: credentials and region from the environment
+        duckdb_setup = "CREATE SECRET (TYPE s3, PROVIDER credential_chain);"
+        spark_note = "(hadoop-aws)"
+        pandas_options = ""
+    else:
+        endpoint = urlparse(s3_endpoint)
+        # DuckDB wants the endpoint's host:port, TLS and path-style addressing apart.
+        duckdb_setup = (
+            f"SET s3_endpoint='{endpoint.netloc}'; "
+            f"SET s3_use_ssl={'true' if endpoint.scheme == 'https' else 'false'}; "
+            "SET s3_url_style='path';"
+        )
+        spark_note = f"(hadoop-aws; fs.s3a.endpoint={s3_endpoint}, path style access)"
+        pandas_options = (
+            f', storage_options={{"client_kwargs": {{"endpoint_url": "{s3_endpoint}"}}}}'
+        )
     return [
-        f'  Spark SQL: spark.read.parquet("{s3a}")   (hadoop-aws; fs.s3a.endpoint={endpoint})',
-        f"  DuckDB:    INSTALL httpfs; LOAD httpfs; SET s3_endpoint='{endpoint}';",
+        f'  Spark SQL: spark.read.parquet("{s3a}")   {spark_note}',
+        f"  DuckDB:    INSTALL httpfs; LOAD httpfs; {duckdb_setup}",
         f"             SELECT * FROM read_parquet('{uri}*.parquet');",
-        f'  pandas:    pandas.read_parquet("{uri}", '
-        f'storage_options={{"client_kwargs": {{"endpoint_url": "{endpoint}"}}}})  (s3fs)',
+        f'  pandas:    pandas.read_parquet("{uri}"{pandas_options})   (s3fs)',
     ]
 
 

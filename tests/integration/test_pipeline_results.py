@@ -155,8 +155,10 @@ def test_the_snapshot_table_equals_the_batch_job_in_every_reader(
     rig.workers[victim].signal(signal.SIGSTOP)
     try:
         wait_until(
-            lambda: len(o := owners(rig, info)) == PARTITIONS
-            and {w for w, _ in o.values()} <= survivors,
+            lambda: (
+                len(o := owners(rig, info)) == PARTITIONS
+                and {w for w, _ in o.values()} <= survivors
+            ),
             f"{victim}'s partitions moved while it is stopped",
             SETTINGS["heartbeat_timeout_s"] + 60,
         )

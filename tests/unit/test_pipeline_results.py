@@ -330,3 +330,26 @@ def test_counted_store_needs_a_replacing_store(tmp_path: Path) -> None:
 
     with pytest.raises(StoreError, match="replaces no object"):
         CountedStore(CreateOnly()).put_newer("k", b"", 1)  # type: ignore[arg-type]
+
+
+def test_ripple_results_shows_each_table_and_how_to_read_it(tmp_path: Path) -> None:
+    from ripple.results import TableInfo, render_results
+
+    described = {"name": NAME, "incarnation": INCARNATION}
+    local = TableInfo(
+        name=SNAPSHOT, uri="file:///srv/s/results/clicks/i2/snapshot/", files=3, rows=7
+    )
+    empty = TableInfo(name=WINDOWS, uri="file:///srv/s/results/clicks/i2/windows/", files=0, rows=0)
+    text = render_results(described, [local, empty], None)
+    assert "(3 files, 7 rows)" in text
+    assert "read_parquet('/srv/s/results/clicks/i2/snapshot/*.parquet')" in text
+    assert 'pandas.read_parquet("/srv/s/results/clicks/i2/snapshot/")' in text
+    assert "no file yet" in text
+    remote = TableInfo(
+        name=SNAPSHOT, uri="s3://b/p/results/clicks/i2/snapshot/", files=3, rows=None
+    )
+    text = render_results(described, [remote], "http://127.0.0.1:9000")
+    assert 'spark.read.parquet("s3a://b/p/results/clicks/i2/snapshot/")' in text
+    assert "SET s3_endpoint='127.0.0.1:9000'; SET s3_use_ssl=false" in text
+    assert "read_parquet('s3://b/p/results/clicks/i2/snapshot/*.parquet')" in text
+    assert "(3 files)" in text
