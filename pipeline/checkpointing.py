@@ -89,6 +89,8 @@ class Checkpointer:
         entries: list[CheckpointEntry] = []
         if not self.session.lease_valid():
             return entries
+        # This round's partitions only: a released one's state is not kept alive here.
+        self._reported = {}
         for p, rt in sorted(self.holdings.open_now().items()):
             if rt.checkpoint_offset != rt.offset or not rt.checkpoint_uri:
                 rt.checkpoint_uri = await self._write(p, rt.epoch, rt)

@@ -353,3 +353,47 @@ def test_ripple_results_shows_each_table_and_how_to_read_it(tmp_path: Path) -> N
     assert "SET s3_endpoint='127.0.0.1:9000'; SET s3_use_ssl=false" in text
     assert "read_parquet('s3://b/p/results/clicks/i2/snapshot/*.parquet')" in text
     assert "(3 files)" in text
+
+
+class Unreachable:
+    """A results store that fails every write: the owner crashed between accept and publish."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        raise StoreError("gone")
+
+    def put_newer(self, key: str, data: bytes, version: int) -> bool:
+        raise StoreError("gone")
+
+
+async def test_the_new_owner_publishes_what_the_old_one_did_not_and_a_republish_is_a_no_op(
+    tmp_path: Path,
+) -> None:
+    """The old owner's checkpoint is accepted but never published (it crashed); the new
+    owner loads it and its first checkpoint, at the loaded offset, publishes it. The old
+    owner, resumed late, publishes the same checkpoint again: nothing changes."""
+    store = LocalStore(str(tmp_path))
+    closed = [window("ann", 1, 2), window("bob", 1, 1)]
+    old_holdings, old_rt = held(store, state({"ann": 2, "bob": 1}, closed), 40)
+    old = checkpointer(store, old_holdings, Coordinator(fenced=False))
+    old.results = Unreachable()
+    await old.checkpoint_and_report()
+    assert store.list_keys("results/") == [] and old.stats["results_failures"] == 1
+    assert old_rt.spec_state is not None and old_rt.spec_state.closed == closed  # not trimmed
+    (ck_key,) = store.list_keys("checkpoints/")
+
+    loaded = decode_spec_checkpoint(store.get(ck_key))
+    new_holdings = Holdings()
+    new_rt = PartitionRuntime(epoch=4, run=make_run(store), spec_state=loaded.state, offset=40)
+    new_rt.loaded.set()
+    new_holdings.gates.host(P, 4)
+    new_holdings.parts[P] = new_rt
+    new = checkpointer(store, new_holdings, Coordinator(fenced=False))
+    await new.checkpoint_and_report()
+    assert len(store.list_keys("checkpoints/")) == 2  # its own, at epoch 4, same offset
+    assert table_info(store, NAME, INCARNATION, WINDOWS).rows == 2
+    files = {k: store.get(k) for k in store.list_keys("results/")}
+
+    old.results = store  # the old owner's store answers again
+    await old.report([CheckpointEntry(partition=P, epoch=3, offset=40, uri=store.uri(ck_key))])
+    assert {k: store.get(k) for k in store.list_keys("results/")} == files
+    assert table_info(store, NAME, INCARNATION, WINDOWS).rows == 2
