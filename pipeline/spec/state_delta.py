@@ -192,12 +192,19 @@ def _frames(data: bytes) -> tuple[Header, Iterator[list[Entry]]]:
         header = _header(next(unpacker))
         count, before = 0, unpacker.tell()
         trailer: Any = None
+        last: bytes | None = None
         for doc in unpacker:
             if trailer is not None:
                 raise ChainBroken("bytes after a checkpoint's trailer")
             if isinstance(doc, dict):
                 trailer = doc
                 continue
+            for key, value in doc:
+                if last is not None and key <= last:
+                    raise ChainBroken(f"checkpoint {header.ident} has its keys out of order")
+                if value is None and header.kind == BASE:
+                    raise ChainBroken(f"base {header.ident} deletes a key")
+                last = key
             count += len(doc)
             before = unpacker.tell()
         if trailer is None:
@@ -242,7 +249,10 @@ def load(chain: Sequence[bytes], into: StateStore) -> Header:
         if header.parent != previous.ident or header.seq != previous.seq + 1:
             raise ChainBroken(f"a delta is missing between {previous.ident} and {header.ident}")
         previous = header
-    for _, frames in checked:
+    _, base_frames = checked[0]
+    for frame in base_frames:  # checked: keys ascending, none deleted, the store empty
+        into.append_new([(k, v) for k, v in frame if v is not None])
+    for _, frames in checked[1:]:
         for frame in frames:
             upserts = [(k, v) for k, v in frame if v is not None]
             into.apply(upserts, [k for k, v in frame if v is None])

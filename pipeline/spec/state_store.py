@@ -210,6 +210,20 @@ class StateStore:
     def delete_many(self, keys: Iterable[Any]) -> None:
         self.apply([], [pack_key(k) for k in keys])
 
+    def append_new(self, rows: Sequence[Row]) -> None:
+        """Rows whose keys the store does not hold (a base loading into an empty store, its
+        keys ascending and unique: `state_delta.load` checks both), written without a read and
+        without dirty marks: a loaded checkpoint is no change since that checkpoint."""
+        with self._lock:
+            held = self._opened()
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            for key, value in rows:
+                batch.put(key, value)
+            count = self._count + len(rows)
+            batch.put(_COUNT, count.to_bytes(8, "big"), held.meta)
+            held.db.write(batch)
+            self._count = count
+
     def apply(self, upserts: Sequence[Row], deletes: Sequence[bytes]) -> None:
         """Upsert and delete encoded rows (deletes after upserts) in one batch, marked dirty."""
         with self._lock:

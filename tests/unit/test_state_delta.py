@@ -3,9 +3,11 @@ is detected before anything loads, and a retried encoding has identical bytes.""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from pipeline.spec import state_delta
@@ -110,6 +112,37 @@ def test_a_broken_chain_is_detected_before_any_row_loads(
         with pytest.raises(ChainBroken):
             load(chain, target)
         assert target.count() == 0
+    finally:
+        target.close()
+
+
+def _forged(frames: list[list[list[bytes | None]]]) -> bytes:
+    """A base whose checksum is right but whose entries are not (a writer's bug, not noise)."""
+    head = {"base": [P, 1, 1], "id": [P, 1, 1], "kind": "base", "parent": None, "seq": 0, "v": 3}
+    body = b"".join(msgpack.packb(x, use_bin_type=True) for x in [head, *frames])
+    rows = sum(len(f) for f in frames)
+    trailer = {"rows": rows, "sha256": hashlib.sha256(body).hexdigest()}
+    return body + msgpack.packb(trailer, use_bin_type=True)
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [[[b"b", b"1"]], [[b"a", b"2"]]],  # out of order across frames
+        [[[b"a", b"1"], [b"a", b"2"]]],  # a key twice
+        [[[b"a", None]]],  # a base that deletes
+    ],
+)
+def test_a_base_with_wrong_entries_is_refused(
+    tmp_path: Path, frames: list[list[list[bytes | None]]]
+) -> None:
+    target = StateStore.open(tmp_path / "t")
+    try:
+        with pytest.raises(ChainBroken):
+            load([_forged(frames)], target)
+        assert target.count() == 0
+        load([_forged([[[b"a", b"1"], [b"b", b"2"]]])], target)  # the forger is right otherwise
+        assert target.count() == 2
     finally:
         target.close()
 

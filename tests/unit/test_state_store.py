@@ -163,3 +163,11 @@ def test_apply_deletes_after_upserts_in_one_batch(store: StateStore) -> None:
     store.apply([(pack_key("a"), pack_value(2)), (pack_key("n"), pack_value(1))], [pack_key("a")])
     assert store.count() == 1 and store.get_many(["a", "n"]) == {"n": 1}
     assert store.take_delta().decoded() == ([("n", 1)], ["a"])
+
+
+def test_append_new_writes_rows_without_marks(store: StateStore) -> None:
+    rows = sorted((pack_key(i), pack_value({"n": i})) for i in range(100))
+    store.append_new(rows[:50])
+    store.append_new(rows[50:])
+    assert store.count() == 100 and len(store.take_delta()) == 0
+    assert store.get_many([7]) == {7: {"n": 7}}
