@@ -202,7 +202,7 @@ class RocksEngine:
         return self.store.raw_get_many(keys)
 
     def take_delta(self) -> list[Row]:
-        return self.store.take_delta().upserts
+        return [(k, v) for k, v in self.store.take_delta().entries() if v is not None]
 
     def export(self) -> Iterator[Row]:
         return self.store.raw_rows()
@@ -398,7 +398,7 @@ def checkpoint_bytes(keys: int, root: Path) -> dict[str, float]:
         fresh = range(keys, keys + NEW_KEYS_PER_ROUND)
         store.apply(sorted([(key_of(i), value_of(i, 2)) for i in [*touched, *fresh]]), [])
         t0 = time.perf_counter()
-        delta = encode_delta(CheckpointId(1, 1, 1), head, store.take_delta())
+        delta = b"".join(encode_delta(CheckpointId(1, 1, 1), head, store.take_delta()))
         delta_s = _ms(t0) / 1000.0
         stats = ChainStats(base_bytes=base_bytes)
         intervals = 0

@@ -140,16 +140,15 @@ def encode_base(ident: CheckpointId, rows: Iterable[tuple[bytes, bytes]]) -> Ite
     return _objects(header, rows)
 
 
-def encode_delta(ident: CheckpointId, parent: Header, delta: StateDelta) -> bytes:
-    """The delta after `parent` (the previous checkpoint's header, a base or a delta)."""
+def encode_delta(ident: CheckpointId, parent: Header, delta: StateDelta) -> Iterator[bytes]:
+    """The delta after `parent` (the previous checkpoint's header, a base or a delta), piece
+    by piece as `encode_base`."""
     if ident <= parent.ident or ident.partition != parent.ident.partition:
         raise ValueError(f"a delta {ident} must come after its parent {parent.ident}")
     header = Header(
         kind=DELTA, ident=ident, parent=parent.ident, base=parent.base, seq=parent.seq + 1
     )
-    deleted: list[Entry] = [(k, None) for k in delta.deletes]
-    entries = sorted([*delta.upserts, *deleted], key=lambda e: e[0])
-    return b"".join(_objects(header, entries))
+    return _objects(header, delta.entries())
 
 
 def _ident(raw: Any) -> CheckpointId:

@@ -6,12 +6,11 @@ taken from. Invariants:
 - every write (`put_many`, `delete_many`, `apply`) changes the rows, the count and the dirty
   marks in one RocksDB write batch, so they never disagree, after a crash or a reopen too;
 - `take_delta` returns exactly the keys upserted or deleted since the previous call, each with
-  its current value or as deleted, and clears those marks under the same lock the writes take:
-  a write after it lands in the next delta, never in none;
+  its value at that call or as deleted: under the lock the writes take, it closes the marks'
+  generation and takes a snapshot, so a write after it lands in the next delta, never in none;
 - rows iterate in the order of their encoded keys, from a snapshot (a base is consistent);
 - memory is bounded by the named constants below (block cache, memtables), not by the rows:
-  nothing here caches rows in Python. A delta is held whole: its size is the change since the
-  last checkpoint (the writes of one interval), not the state.
+  nothing here caches rows in Python, and a delta or a base streams from RocksDB.
 """
 
 from __future__ import annotations
@@ -42,9 +41,12 @@ SMALL_WRITE_BUFFER_BYTES = 2 * 1024 * 1024  # the dirty-mark and count families'
 WRITE_BUFFERS_MAX = 2  # memtables at once (one filling, one flushing)
 OPEN_FILES_MAX = 256  # table files kept open (each holds its index in memory)
 BACKGROUND_JOBS = 2  # flush and compaction threads: the worker's cores run Spark too
-DIRTY_FAMILY = "dirty"  # encoded key -> _UPSERT or _DELETE since the last take_delta
+# generation (8 bytes) + encoded key -> _UPSERT or _DELETE: a generation is the writes between
+# two take_delta calls; only the open one is written to.
+DIRTY_FAMILY = "dirty"
 META_FAMILY = "meta"
 _COUNT = b"count"
+_GENERATION = b"generation"  # the dirty marks' generation being written; in meta
 _UPSERT, _DELETE = b"u", b"d"
 
 Row = tuple[bytes, bytes]  # encoded key, encoded value
@@ -54,19 +56,39 @@ class StateStoreError(Exception):
     """The store is closed, or its directory does not hold a state store."""
 
 
-@dataclass(frozen=True, slots=True)
 class StateDelta:
-    """The change since the previous `take_delta`, encoded and in key order."""
+    """The change since the previous `take_delta`, in key order, read lazily: the marks of one
+    closed generation (no write reaches them any more) and the values from the snapshot taken
+    with them. Valid until the next `take_delta` (which drops these marks) or `close`; it can
+    be read again meanwhile, with the same entries, so a retried encoding is identical."""
 
-    upserts: list[Row]
-    deletes: list[bytes]
+    __slots__ = ("_prefix", "_snapshot", "_store")
+
+    def __init__(self, store: StateStore, prefix: bytes, snapshot: Any) -> None:
+        self._store = store
+        self._prefix = prefix
+        self._snapshot = snapshot
+
+    def entries(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """(encoded key, encoded value), or (encoded key, None) for a deleted key."""
+        view = self._store._opened().dirty_view
+        for mark_key, mark in cast(Iterator[Row], view.items(from_key=self._prefix)):
+            if not mark_key.startswith(self._prefix):
+                return
+            key = mark_key[len(self._prefix) :]
+            # An upsert mark means the row was there when the snapshot was taken.
+            yield key, (cast(bytes, self._snapshot[key]) if mark == _UPSERT else None)
 
     def decoded(self) -> tuple[list[tuple[Any, Any]], list[Any]]:
-        rows = [(unpack_key(k), unpack_value(v)) for k, v in self.upserts]
-        return rows, [unpack_key(k) for k in self.deletes]
-
-    def __len__(self) -> int:
-        return len(self.upserts) + len(self.deletes)
+        """(upserted rows, deleted keys), decoded: for tests and small deltas."""
+        rows: list[tuple[Any, Any]] = []
+        deletes: list[Any] = []
+        for key, value in self.entries():
+            if value is None:
+                deletes.append(unpack_key(key))
+            else:
+                rows.append((unpack_key(key), unpack_value(value)))
+        return rows, deletes
 
 
 @dataclass(slots=True)
@@ -139,6 +161,8 @@ class StateStore:
         )
         raw = self._open.meta_view.get(_COUNT)
         self._count = 0 if raw is None else int.from_bytes(raw, "big")
+        raw = self._open.meta_view.get(_GENERATION)
+        self._generation = 0 if raw is None else int.from_bytes(raw, "big")
 
     @classmethod
     def open(cls, directory: Path) -> StateStore:
@@ -234,18 +258,19 @@ class StateStore:
             had = dict(zip(touched, _multi_get(db, touched), strict=True))
             batch = rocksdict.WriteBatch(raw_mode=True)
             count = self._count
+            generation = _mark_prefix(self._generation)
             for key, value in upserts:
                 if key in deleting:
                     continue
                 batch.put(key, value)
-                batch.put(key, _UPSERT, held.dirty)
+                batch.put(generation + key, _UPSERT, held.dirty)
                 count += had[key] is None
                 had[key] = value
             for key in sorted(deleting):
                 if had[key] is None:
                     continue  # deleting an absent key changes nothing: no mark
                 batch.delete(key)
-                batch.put(key, _DELETE, held.dirty)
+                batch.put(generation + key, _DELETE, held.dirty)
                 count -= 1
             batch.put(_COUNT, count.to_bytes(8, "big"), held.meta)
             db.write(batch)
@@ -253,18 +278,22 @@ class StateStore:
 
     def take_delta(self) -> StateDelta:
         """What changed since the previous call (or since the store was created), and a new
-        mark: the next call returns only what is written after this one."""
+        mark: the next call returns only what is written after this one. Nothing is read here:
+        the delta streams (`StateDelta.entries`), so its size does not bound memory."""
         with self._lock:
             held = self._opened()
-            marks = cast(list[Row], list(held.dirty_view.items()))
-            if not marks:
-                return StateDelta([], [])
-            upserted = [k for k, m in marks if m == _UPSERT]
-            values = _multi_get(held.db, upserted)
-            # One range tombstone for all the marks (every mark is taken, under the lock): an
-            # iteration of the family does not wade through one tombstone per key later.
+            closed = self._generation
+            # The next generation's marks start now; the previous delta's are dropped (one
+            # range tombstone, not one per key) - that delta is no longer readable.
             batch = rocksdict.WriteBatch(raw_mode=True)
-            batch.delete_range(marks[0][0], marks[-1][0] + b"\x00", held.dirty)
+            batch.put(_GENERATION, (closed + 1).to_bytes(8, "big"), held.meta)
+            if closed > 0:
+                batch.delete_range(_mark_prefix(0), _mark_prefix(closed), held.dirty)
             held.db.write(batch)
-        rows = [(k, v) for k, v in zip(upserted, values, strict=True) if v is not None]
-        return StateDelta(rows, [k for k, m in marks if m == _DELETE])
+            self._generation = closed + 1
+            snapshot = held.db.snapshot()  # under the lock: no write between it and the flip
+        return StateDelta(self, _mark_prefix(closed), snapshot)
+
+
+def _mark_prefix(generation: int) -> bytes:
+    return generation.to_bytes(8, "big")
