@@ -9,8 +9,10 @@ taken from. Invariants:
   its value at that call or as deleted: under the lock the writes take, it closes the marks'
   generation and takes a snapshot, so a write after it lands in the next delta, never in none;
 - rows iterate in the order of their encoded keys, from a snapshot (a base is consistent);
-- memory is bounded by the named constants below (block cache, memtables), not by the rows:
-  nothing here caches rows in Python, and a delta or a base streams from RocksDB.
+- what RocksDB holds in memory is set by the named constants below (block cache, memtables),
+  per store, not by the rows: nothing here caches rows in Python, and a delta or a base
+  streams from RocksDB. A taken `StateDelta` pins its snapshot (and keeps the database open)
+  until it is dropped: drop it before `close`.
 """
 
 from __future__ import annotations
