@@ -21,6 +21,7 @@ from pipeline.spec.rescale_build import RescaleBuildError, build
 from pipeline.spec.run import PipelineInfo, PipelineRun
 from pipeline.spec.windows import US_PER_S, close_windows, utc
 from pipeline.store import LocalStore
+from ripple.pipeline_commands import key_table
 from shared.errors import RequestError
 from shared.routing import SLOT_BASE, Routing
 from shared.spec.parse import (
@@ -237,3 +238,24 @@ def test_a_windowed_pipeline_is_never_built_into_a_new_generation() -> None:
         with pytest.raises(RescaleBuildError, match="windows"):
             build(old, new, {}, Routing(generation=1, partitions=2), SLOT_BASE + 10, 1, 10,
                   SetSketches())  # fmt: skip
+
+
+def test_ripple_get_prints_a_windowed_key_one_window_a_row() -> None:
+    body = {
+        "key": "a",
+        "windows": [
+            {"window_start": "T0", "window_end": "T1", "n": 2, "slowest": 3},
+            {"window_start": "T1", "window_end": "T2", "n": 1, "slowest": None},
+        ],
+        "partition": SLOT_BASE,
+        "epoch": 4,
+        "offset": 9,
+    }
+    lines = key_table(body, "w").splitlines()
+    assert lines[0].split() == [
+        "KEY", "WINDOW_START", "WINDOW_END", "N", "SLOWEST", "PARTITION", "EPOCH", "OFFSET"
+    ]  # fmt: skip
+    assert lines[1].split() == ["a", "T0", "T1", "2", "3", str(SLOT_BASE), "4", "9"]
+    assert lines[2].split() == ["a", "T1", "T2", "1", "-", str(SLOT_BASE), "4", "9"]
+    plain = key_table({"key": "a", "n": 1, "partition": 1, "epoch": 1, "offset": 1}, "w")
+    assert plain.splitlines()[0].split() == ["KEY", "N", "PARTITION", "EPOCH", "OFFSET"]
