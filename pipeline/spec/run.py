@@ -300,6 +300,10 @@ class PipelineRun:
             union = windowed(union.where(~F.col(LATE)), window)
             by.append(WINDOW_START)
         columns = [c for o in self.outputs for c in o.partials()]
+        if window is not None:
+            # The batch's largest event time is an on-time record's (a late one is below an
+            # earlier record's): read per group here rather than by a job of its own.
+            columns.append(F.max(EVENT_US).alias(EVENT_US))
         result = (
             union.groupBy(*by).agg(*columns, F.min("offset").alias(FIRST_OFFSET)).toArrow()
         ).to_pylist()
@@ -308,16 +312,15 @@ class PipelineRun:
             k = r[key] if window is None else (r[key], int(r[WINDOW_START]))
             part.values[k] = {o.spec.name: o.state_of_row(r) for o in self.outputs}
             part.firsts[k] = int(r[FIRST_OFFSET])
+            if window is not None:
+                top = int(r[EVENT_US])
+                part.max_us = top if part.max_us is None else max(part.max_us, top)
         return {p: b for p, b in out.items() if b.values or b.late is not None}
 
     def _late(self, marked: DataFrame, out: dict[int, BatchPartials]) -> None:
-        """Each partition's late rows and largest event time into `out`."""
+        """Each partition's late rows into `out`."""
         from pyspark.sql import functions as F
 
-        maxes = marked.groupBy(PARTITION).agg(F.max(EVENT_US).alias(EVENT_US)).toArrow()
-        for r in maxes.to_pylist():
-            value = r[EVENT_US]
-            out[int(r[PARTITION])].max_us = None if value is None else int(value)
         late = marked.where(F.col(LATE)).drop(LATE, CARRIED, EVENT_US).toArrow()
         for p, part in out.items():
             mine = late.filter(pc.equal(late.column(PARTITION), p)).drop_columns([PARTITION])
