@@ -149,7 +149,7 @@ def parse_spec(text: str, *, base_dir: Path | None = None) -> PipelineSpec:
     transform = _transform(doc, schema, key_column, base_dir)
     aggregated = transform.output if transform is not None else schema
     aggregations = _aggregations(doc, aggregated, key)
-    window = _window(doc, aggregated, key)
+    window = _window(doc, aggregated)
     return PipelineSpec(
         schema=schema, key=key, transform=transform, aggregations=aggregations, window=window
     )
@@ -301,7 +301,7 @@ def _duration_s(text: str | None, field: str) -> int | None:
     return int(match.group(1)) * _DURATION_UNIT_S[match.group(2)]
 
 
-def _window(doc: Mapping[str, Any], schema: Schema, key: str) -> WindowSpec | None:
+def _window(doc: Mapping[str, Any], schema: Schema) -> WindowSpec | None:
     if "window" not in doc:
         return None
     w = _table(doc, "window", "window", required=True)
@@ -312,8 +312,6 @@ def _window(doc: Mapping[str, Any], schema: Schema, key: str) -> WindowSpec | No
         _refuse("window.column", f"{name!r} is not a column ({schema.ddl})")
     if column.type.kind is not TypeKind.TIMESTAMP:
         _refuse("window.column", f"windows are over a TIMESTAMP column, not {column.type.ddl}")
-    if name == key:
-        _refuse("window.column", f"{name!r} is the key column")
     size = _duration_s(_string(w, "size", "window.size", required=True), "window.size")
     assert size is not None
     if not 0 < size <= WINDOW_SIZE_MAX_S:
