@@ -3,7 +3,8 @@
 Keys: ``checkpoints/p{partition:05d}/e{epoch:010d}-o{offset:020d}.ckpt`` (msgpack; named by
 ``shared.checkpoint_ref``, the same function the coordinator checks references
 with) and
-``deadletter/p{partition:05d}/e{epoch:010d}-o{from:020d}-{to:020d}.parquet``.
+``deadletter/p{partition:05d}/e{epoch:010d}-o{from:020d}-{to:020d}.parquet`` (a windowed
+pipeline's late records of that batch: ``...-{to:020d}-late.parquet``).
 
 Invariant: a checkpoint object is written once and never changes, and its name, its
 contents' header and its state agree. Writing the same checkpoint again (a retried request)
@@ -41,6 +42,7 @@ __all__ = [
     "CheckpointData",
     "CheckpointStore",
     "checkpoint_key",
+    "late_key",
 ]
 
 CHECKPOINT_FORMAT_VERSION = 1
@@ -82,6 +84,13 @@ class CheckpointData(NamedTuple):
 
 def deadletter_key(partition: int, epoch: int, from_offset: int, to_offset: int) -> str:
     return f"deadletter/p{partition:05d}/e{epoch:010d}-o{from_offset:020d}-{to_offset:020d}.parquet"
+
+
+def late_key(partition: int, epoch: int, from_offset: int, to_offset: int) -> str:
+    """A batch's late records: its dead-letter object's name, `-late` before the suffix."""
+    return deadletter_key(partition, epoch, from_offset, to_offset).removesuffix(".parquet") + (
+        "-late.parquet"
+    )
 
 
 def encode(partition: int, epoch: int, offset: int, state: Mapping[str, KeyState]) -> bytes:
@@ -240,6 +249,13 @@ class CheckpointStore:
     ) -> str:
         """Write a recorded pipeline's dead letters for offsets [from, to), already encoded."""
         return self._put_once(deadletter_key(partition, epoch, from_offset, to_offset), data)
+
+    def write_late_encoded(
+        self, partition: int, epoch: int, from_offset: int, to_offset: int, data: bytes
+    ) -> str:
+        """Write a windowed pipeline's late records of offsets [from, to), already encoded,
+        beside that batch's key-limit dead letters (`late_key`)."""
+        return self._put_once(late_key(partition, epoch, from_offset, to_offset), data)
 
     def dead_letter_keys(self, partition: int) -> list[str]:
         return self.store.list_keys(f"deadletter/p{partition:05d}/")

@@ -377,7 +377,12 @@ def _typed_key(run: PipelineRun, key: str) -> Any:
 
 
 def _json_value(value: Any) -> Any:
-    """An output as JSON: decimals as their exact text, times in ISO 8601."""
+    """An output as JSON: decimals as their exact text, times in ISO 8601 (a windowed spec's
+    open windows: a list of rows, each so)."""
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
     if isinstance(value, decimal.Decimal):
         return str(value)
     if isinstance(value, datetime.date):

@@ -46,6 +46,8 @@ STAT_HELP = {
     "batches": "Micro-batches that succeeded",
     "records": "Source records merged into partition state",
     "dead_letter_keys": "New keys refused by max_keys_per_partition, sent to dead-letter",
+    "late_records": "Records of windowed pipelines later than their watermark (or with no "
+    "event time), sent to dead-letter",
     "checkpoints": "Checkpoints written",
     "checkpoint_failures": "Checkpoint rounds the store failed (the next round retries)",
     "fenced": "Checkpoints the coordinator refused as fenced",

@@ -229,15 +229,25 @@ async def cmd_get(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, sort_keys=True))
         return 0
+    print(key_table(body, pipeline))
+    return 0
+
+
+def key_table(body: dict[str, Any], pipeline: str | None) -> str:
+    """A key read as a table: `default`'s columns, a recorded pipeline's outputs as its spec
+    names them, or a windowed pipeline's open windows one row each."""
     where = ["partition", "epoch", "offset"]
-    # `default`'s columns, or a recorded pipeline's outputs as its spec names them.
+    windows = body.get("windows") if pipeline is not None else None
+    if isinstance(windows, list) and windows:
+        names = ["key", *windows[0]]
+        rows = [[body["key"], *w.values(), *(body[k] for k in where)] for w in windows]
+        return table(rows, [n.upper() for n in (*names, *where)])
     names = (
         ["key", "count", "sum", "min", "max", "last"]
         if pipeline is None
         else [k for k in body if k not in where]
     )
-    print(table([[body[k] for k in (*names, *where)]], [n.upper() for n in (*names, *where)]))
-    return 0
+    return table([[body[k] for k in (*names, *where)]], [n.upper() for n in (*names, *where)])
 
 
 def spark_bounds(args: argparse.Namespace) -> dict[str, float]:

@@ -80,6 +80,14 @@ def key_of(text: str) -> tuple[str, str] | None:
     return None if column is None else (key, column.type.ddl)
 
 
+def windowed(text: str) -> bool:
+    """Whether a spec declares event-time windows, read as TOML only (no owner's code runs)."""
+    try:
+        return "window" in tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return False
+
+
 class SpecChecker:
     """Runs checks in children, at most `in_flight_max` at once."""
 

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -31,9 +31,8 @@ from pipeline.holdings import Holdings, PartitionRuntime, count_failures
 from pipeline.session import Session
 from pipeline.settings import WorkerSettings
 from pipeline.spark_link import first_line
-from pipeline.spec.aggregations import KeyState
 from pipeline.spec.partition_state import SpecPartitionState
-from pipeline.spec.run import PipelineRun, PipelineRuns
+from pipeline.spec.run import BatchPartials, PipelineRun, PipelineRuns
 from pipeline.spec.sketches import SparkSketches
 from shared.clock import Clock, monotonic_s
 from shared.messages.session import BATCH_ERROR_LEN_MAX
@@ -50,8 +49,8 @@ log = logging.getLogger(__name__)
 # started first, so no pipeline is starved by the ones before it.
 PIPELINE_JOBS_MAX = 4
 
-# Each partition's partial state per key and each key's first offset (PipelineRun.partials).
-Partials = dict[int, tuple[dict[Any, KeyState], dict[Any, int]]]
+# Each partition's batch partials (PipelineRun.partials).
+Partials = dict[int, BatchPartials]
 
 
 class PipelineBatches:
@@ -139,6 +138,11 @@ class PipelineBatches:
     ) -> int:
         epochs = {p: rt.epoch for p, rt in parts.items()}
         starts = {p: rt.offset for p, rt in parts.items()}
+        # A windowed spec's watermark basis before the batch: it changes only with the offset,
+        # which the merge checks is still `starts[p]`.
+        carried = {
+            p: None if rt.spec_state is None else rt.spec_state.basis_us for p, rt in parts.items()
+        }
         rows_max = self.settings.arrow_batch_rows_max
 
         def read_all() -> dict[int, tuple[pa.Table, int]]:
@@ -148,7 +152,7 @@ class PipelineBatches:
         tables = {p: t for p, (t, _) in reads.items() if t.num_rows}
         if not tables:
             return 0
-        results = await self._job(spark, run, tables)
+        results = await self._job(spark, run, tables, carried)
         sketches = SparkSketches(spark)
         merged = 0
         async with self.holdings.batch_lock:
@@ -171,7 +175,11 @@ class PipelineBatches:
         return merged
 
     async def _job(
-        self, spark: SparkSession, run: PipelineRun, tables: dict[int, pa.Table]
+        self,
+        spark: SparkSession,
+        run: PipelineRun,
+        tables: dict[int, pa.Table],
+        carried: dict[int, int | None],
     ) -> Partials:
         """The batch's Spark job within spark_job_timeout_s; past it the job, found by its
         tag, is interrupted (the other pipelines' jobs go on) and TimeoutError raised."""
@@ -181,7 +189,7 @@ class PipelineBatches:
             # Tags are per thread and session: only this thread's operations carry it.
             spark.addTag(tag)
             try:
-                return run.partials(spark, tables)
+                return run.partials(spark, tables, carried)
             finally:
                 spark.removeTag(tag)
 
@@ -220,8 +228,23 @@ class PipelineBatches:
     ) -> None:
         """Fold one partition's batch, from `start` to `end`, into its state `before` (under
         the batch lock)."""
-        values, firsts = results.get(p, ({}, {}))
-        state, dead = await asyncio.to_thread(run.merge, before, values, firsts, sketches)
+        part = results.get(p) or BatchPartials()
+        state, dead = await asyncio.to_thread(
+            run.merge, before, part.values, part.firsts, sketches, part.max_us
+        )
+        if part.late is not None:
+            # Written before the state moves past them, as the key limit's dead letters are.
+            late = run.dead_letter_bytes_late(part.late)
+            await asyncio.to_thread(
+                self.checkpoints.write_late_encoded, p, rt.epoch, start, end, late
+            )
+            self.stats["late_records"] += part.late.num_rows
+            log.info(
+                "pipeline %s partition %d: %d late records went to the dead-letter segment",
+                run.name,
+                p,
+                part.late.num_rows,
+            )
         if dead:
             data = run.dead_letter_bytes(p, dead)
             await asyncio.to_thread(

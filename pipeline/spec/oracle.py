@@ -8,12 +8,16 @@ sketch's estimate; a mean as that sum over that count), independently of the mer
 same outputs, exactly, for any split of the rows into batches. Across rescales and spec
 updates, `generations_job` is the oracle of a pipeline's every generation: each output of the
 newest spec over the rows of the generations since it last started empty
-(`rescale_build.carried_outputs`), every key of any generation present.
+(`rescale_build.carried_outputs`), every key of any generation present. `windowed_job` is
+the oracle of a windowed spec over one partition's rows: the lateness rule by Spark's own
+window function over the whole offset order, the windows by Spark's `window()`, so neither
+shares code with the worker's (pipeline/spec/windows.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,10 +47,12 @@ __all__ = [
     "Generation",
     "Incremental",
     "Outputs",
+    "WindowedOutputs",
     "batch_job",
     "batch_partials",
     "generations_job",
     "output_starts",
+    "windowed_job",
 ]
 
 OFFSET = "offset"
@@ -205,3 +211,65 @@ def generations_job(
         }
         for key in keys
     }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowedOutputs:
+    """A windowed spec over one partition's rows: its final windows and its open ones (rows
+    of {key, window_start, window_end, outputs...}, by window start then key), and the
+    offsets of its late records."""
+
+    closed: list[dict[str, Any]]
+    open: list[dict[str, Any]]
+    late: list[int]
+
+
+def windowed_job(spark: SparkSession, spec: PipelineSpec, table: pa.Table) -> WindowedOutputs:
+    """The windowed spec over every row of one partition (`table`) as one Spark batch job."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    window = spec.window
+    assert window is not None
+    outputs = outputs_of(spec)
+    df = spec_rows(spark, spec, table)
+    event = F.col(window.column)
+    earlier = F.max(event).over(Window.orderBy(OFFSET).rowsBetween(Window.unboundedPreceding, -1))
+    lateness = F.expr(f"INTERVAL {window.lateness_s} SECONDS")
+    marked = df.withColumn(
+        "__late", event.isNull() | F.coalesce(event < earlier - lateness, F.lit(False))
+    )
+    late = marked.where("__late").select(OFFSET).toArrow().column(0).to_pylist()
+    on_time = marked.where(~F.col("__late"))
+    top = df.agg(F.max(event).alias("m")).toArrow().to_pylist()[0]["m"]
+    spans = F.window(event, f"{window.size_s} seconds", f"{window.slide_s} seconds")
+    columns = [c for out in outputs for c in _whole(out)]
+    rows = (
+        on_time.groupBy(spec.key, spans.alias("w"))
+        .agg(*columns)
+        .select(spec.key, "w.start", "w.end", *_part_names(outputs))
+        .toArrow()
+        .to_pylist()
+    )
+    watermark = None if top is None else top - datetime.timedelta(seconds=window.lateness_s)
+    closed: list[dict[str, Any]] = []
+    still_open: list[dict[str, Any]] = []
+    for r in rows:
+        row = {
+            "key": r[spec.key],
+            "window_start": r["start"],
+            "window_end": r["end"],
+            **{o.spec.name: _value(o, r) for o in outputs},
+        }
+        final = watermark is not None and r["end"] <= watermark
+        (closed if final else still_open).append(row)
+    for found in (closed, still_open):
+        found.sort(key=lambda r: (r["window_start"], r["key"] is None, str(r["key"])))
+    return WindowedOutputs(closed=closed, open=still_open, late=sorted(late))
+
+
+def _part_names(outputs: Sequence[Output]) -> list[str]:
+    names: list[str] = []
+    for o in outputs:
+        names += [o.part("sum"), o.part("n")] if o.spec.fn is AggFn.MEAN else [o.part("v")]
+    return names

@@ -1,6 +1,12 @@
 """A recorded pipeline's partition state: each key's spec state and first offset, merged under
 the key limit, and its checkpoint encoding (format 2).
 
+A windowed spec's state is keyed by (key, window start in microseconds) and the key limit
+counts those rows; it also holds the watermark basis (`basis_us`, the largest event time
+merged) and the final windows closed since (`closed`, appended in order and trimmed by their
+publisher), both in the checkpoint when present (a checkpoint without them decodes as before,
+and an unwindowed state encodes to the bytes it always did). See pipeline/spec/windows.py.
+
 Owns `SpecPartitionState` and how one micro-batch's partial states fold into it. Invariant:
 as in `pipeline.state` for `default`, new keys are admitted in order of their first offset
 (then the key), so the admitted set does not depend on how the input was cut into batches,
@@ -21,6 +27,8 @@ from typing import Any
 import msgpack
 
 from pipeline.spec.aggregations import KeyState, Output, SketchOps, merge_states
+from pipeline.spec.windows import ClosedRow, close_windows
+from shared.spec.model import WindowSpec
 
 __all__ = [
     "SPEC_CHECKPOINT_FORMAT_VERSION",
@@ -47,10 +55,10 @@ class SpecCheckpointError(ValueError):
 class SpecPartitionState:
     values: dict[Any, KeyState] = field(default_factory=dict)  # key -> output -> state
     firsts: dict[Any, int] = field(default_factory=dict)  # key -> its first offset
-    # Rows {"key", "window_start", "window_end", <output>: final} of the windows finalized
-    # since the last published checkpoint (pipeline.spec.results appends them to the windows
-    # table once a checkpoint holding them is accepted, then trims them).
-    closed: list[dict[str, Any]] = field(default_factory=list)
+    # Windowed specs only: the largest event time merged (microseconds; None: none yet), and
+    # the final windows' rows closed since their publisher last trimmed them.
+    basis_us: int | None = None
+    closed: list[ClosedRow] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -63,9 +71,13 @@ def merge_spec_batch(
     batch_firsts: Mapping[Any, int],
     max_keys: int,
     sketches: SketchOps,
+    window: WindowSpec | None = None,
+    batch_max_us: int | None = None,
 ) -> tuple[SpecPartitionState, dict[Any, KeyState]]:
     """`state` with one batch's partial states merged in under the key limit (the input is not
-    modified), and the dead letters: the partial states of new keys that did not fit."""
+    modified), and the dead letters: the partial states of new keys that did not fit. With a
+    `window`, the basis moves to `batch_max_us` if later, and the windows it makes final are
+    appended to `closed` and evicted."""
     if max_keys <= 0:
         raise ValueError(f"max_keys must be positive, got {max_keys}")
     new_keys = sorted(
@@ -79,17 +91,33 @@ def merge_spec_batch(
     firsts = dict(state.firsts)
     for key in admitted:
         firsts[key] = batch_firsts[key]
-    state_out = SpecPartitionState(values=merged, firsts=firsts, closed=list(state.closed))
-    return state_out, {k: batch[k] for k in refused}
+    dead = {k: batch[k] for k in refused}
+    if window is None:
+        return SpecPartitionState(values=merged, firsts=firsts, closed=list(state.closed)), dead
+    basis = state.basis_us
+    if batch_max_us is not None and (basis is None or batch_max_us > basis):
+        basis = batch_max_us
+    rows, final = close_windows(outputs, window, merged, basis, sketches)
+    for key in final:
+        del merged[key], firsts[key]
+    closed = [*state.closed, *rows]
+    return SpecPartitionState(values=merged, firsts=firsts, basis_us=basis, closed=closed), dead
 
 
-def _admit(key: Any, firsts: Mapping[Any, int]) -> tuple[int, bool, Any]:
-    # A null key (a transform may yield one) sorts after every other key of its offset.
-    return (firsts[key], key is None, "" if key is None else key)
+def _order(key: Any) -> tuple[Any, ...]:
+    # A null key (a transform may yield one) sorts after every other key; a windowed state's
+    # (key, window start) by key, then start.
+    if isinstance(key, tuple):
+        return (*_order(key[0]), key[1])
+    return (key is None, "" if key is None else key)
+
+
+def _admit(key: Any, firsts: Mapping[Any, int]) -> tuple[Any, ...]:
+    return (firsts[key], *_order(key))
 
 
 def _sorted_keys(keys: Any) -> list[Any]:
-    return sorted(keys, key=lambda k: (k is None, "" if k is None else k))
+    return sorted(keys, key=_order)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,7 +169,7 @@ def encode_spec_checkpoint(
         [key, state.firsts[key], [state.values[key][n] for n in names]]
         for key in _sorted_keys(state.values)
     ]
-    doc = {
+    doc: dict[str, Any] = {
         "v": SPEC_CHECKPOINT_FORMAT_VERSION,
         "partition": partition,
         "epoch": epoch,
@@ -150,8 +178,10 @@ def encode_spec_checkpoint(
         "outputs": names,
         "keys": rows,
     }
+    # Only when there is any: an unwindowed state's bytes are what they always were.
+    if state.basis_us is not None:
+        doc["basis_us"] = state.basis_us
     if state.closed:
-        # Only when there are some: a state without any keeps the bytes it always had.
         doc["closed"] = state.closed
     return bytes(msgpack.packb(doc, use_bin_type=True, default=_default))
 
@@ -169,11 +199,12 @@ def decode_spec_checkpoint(data: bytes) -> SpecCheckpoint:
                 raise SpecCheckpointError(
                     f"key {key!r} has {len(values)} outputs, not {len(names)}"
                 )
+            key = _tupled(key)  # a windowed state's (key, window start)
             state.values[key] = {n: _tupled(v) for n, v in zip(names, values, strict=True)}
             state.firsts[key] = int(first)
-        state.closed = [
-            {str(k): _tupled(v) for k, v in row.items()} for row in doc.get("closed") or ()
-        ]
+        basis = doc.get("basis_us")
+        state.basis_us = None if basis is None else int(basis)
+        state.closed = [dict(row) for row in doc.get("closed", [])]
         return SpecCheckpoint(
             partition=int(doc["partition"]),
             epoch=int(doc["epoch"]),

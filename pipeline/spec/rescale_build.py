@@ -102,6 +102,9 @@ def build(
     dead letters. `cuts` maps each old partition number to its checkpoint at the cut.
     `sketches` unions the distinct-count sketches of a key found in two old partitions."""
     _check(cuts, routing, new_first_slot, max_keys)
+    if old.window is not None or new.window is not None:
+        # The coordinator refuses these (a 409 before anything is proposed): never built.
+        raise RescaleBuildError("a pipeline with event-time windows is not rescaled or updated")
     carried = carried_outputs(old, new)
     new_outputs = outputs_of(new)
     old_names = {o.spec.name for o in outputs_of(old)}

@@ -21,10 +21,11 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.source import SourceLog
@@ -35,6 +36,16 @@ from pipeline.spec.partition_state import (
     SpecPartitionState,
     encode_spec_checkpoint,
     merge_spec_batch,
+)
+from pipeline.spec.ranges import GenerationRange, ranges_of
+from pipeline.spec.windows import (
+    CARRIED,
+    EVENT_US,
+    LATE,
+    WINDOW_START,
+    mark_late,
+    window_rows,
+    windowed,
 )
 from pipeline.store import ObjectStore
 from shared.errors import ClientError, UnavailableError
@@ -47,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PARTITIONS_PER_JOB_MAX",
+    "BatchPartials",
     "GenerationRange",
     "PipelineInfo",
     "PipelineRun",
@@ -94,58 +106,6 @@ def arrow_schema(schema: Schema) -> pa.Schema:
     """The source log's columns for a spec's records: its schema, then `offset`."""
     fields = [pa.field(c.name, _arrow_type(c.type)) for c in schema.columns]
     return pa.schema([*fields, pa.field("offset", pa.int64(), nullable=False)])
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GenerationRange:
-    """One routing generation's partition numbers: first_slot .. first_slot + partitions - 1,
-    and its spec's text when the describe gives it with the range."""
-
-    first_slot: int
-    partitions: int
-    generation: int
-    spec_text: str | None = None
-
-    def contains(self, partition: int) -> bool:
-        return self.first_slot <= partition < self.first_slot + self.partitions
-
-
-def _range(entry: object) -> GenerationRange | None:
-    """A range from a describe's entry ({first_slot, partitions, routing_generation (a
-    rescale's: generation), spec_text?}); None when it is not one (not set up yet: first_slot
-    0)."""
-    if not isinstance(entry, Mapping):
-        return None
-    first, count = _int(entry.get("first_slot")), _int(entry.get("partitions"))
-    # A rescale's record names its new routing generation `generation`.
-    generation = _int(entry.get("routing_generation", entry.get("generation", 0)))
-    if first is None or count is None or generation is None:
-        return None
-    if first < SLOT_BASE or count < 1 or generation < 0:
-        return None
-    text = entry.get("spec_text")
-    return GenerationRange(
-        first_slot=first,
-        partitions=count,
-        generation=generation,
-        # "" in a rescale's record once its spec is the pipeline's: the describe's then.
-        spec_text=text if isinstance(text, str) and text else None,
-    )
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def ranges_of(body: Mapping[str, Any]) -> list[GenerationRange]:
-    """Every range of a pipeline's describe (or listing row) that a worker may hold: the
-    current one, the one a rescale in flight builds (`rescale`) and the earlier ones
-    (`past`), each when present."""
-    entries: list[object] = [body, body.get("rescale")]
-    past = body.get("past")
-    if isinstance(past, list):
-        entries.extend(past)
-    return [r for r in map(_range, entries) if r is not None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,6 +183,18 @@ def generation_log(
     return SourceLog(store, [1] * generation + [partitions], base=first_slot, schema=schema)
 
 
+@dataclass(slots=True)
+class BatchPartials:
+    """One partition's micro-batch as its Spark job left it: each key's partial state and
+    first offset (a windowed spec's keys are (key, window start)); and for a windowed spec,
+    its late rows (the aggregated columns and offset, by offset) and its largest event time."""
+
+    values: dict[Any, KeyState] = field(default_factory=dict)
+    firsts: dict[Any, int] = field(default_factory=dict)
+    late: pa.Table | None = None
+    max_us: int | None = None
+
+
 class PipelineRun:
     """One recorded pipeline on this worker: everything its partitions are processed with."""
 
@@ -278,20 +250,26 @@ class PipelineRun:
         return pa.concat_tables(tables), end
 
     def partials(
-        self, spark: SparkSession, tables: Mapping[int, pa.Table]
-    ) -> dict[int, tuple[dict[Any, KeyState], dict[Any, int]]]:
-        """Blocking: each partition's partial state per key and each key's first offset, one
-        Spark job per PARTITIONS_PER_JOB_MAX partitions."""
-        out: dict[int, tuple[dict[Any, KeyState], dict[Any, int]]] = {}
+        self,
+        spark: SparkSession,
+        tables: Mapping[int, pa.Table],
+        carried: Mapping[int, int | None] | None = None,
+    ) -> dict[int, BatchPartials]:
+        """Blocking: each partition's batch partials, one Spark job per PARTITIONS_PER_JOB_MAX
+        partitions; `carried` is each partition's watermark basis before it (windowed)."""
+        out: dict[int, BatchPartials] = {}
         parts = sorted(p for p, t in tables.items() if t.num_rows)
         for start in range(0, len(parts), PARTITIONS_PER_JOB_MAX):
             chunk = {p: tables[p] for p in parts[start : start + PARTITIONS_PER_JOB_MAX]}
-            out.update(self._job(spark, chunk))
+            out.update(self._job(spark, chunk, carried or {}))
         return out
 
     def _job(
-        self, spark: SparkSession, tables: Mapping[int, pa.Table]
-    ) -> dict[int, tuple[dict[Any, KeyState], dict[Any, int]]]:
+        self,
+        spark: SparkSession,
+        tables: Mapping[int, pa.Table],
+        carried: Mapping[int, int | None],
+    ) -> dict[int, BatchPartials]:
         from pyspark.sql import functions as F
 
         # One local relation for every partition's rows; each partition's branch filters its
@@ -303,27 +281,51 @@ class PipelineRun:
             ]
         )
         df = spark.createDataFrame(rows, schema=f"{rows_ddl(self.spec.schema)}, {PARTITION} BIGINT")
+        window = self.spec.window
         branches: list[DataFrame] = []
         for p in tables:
             branch = df.where(F.col(PARTITION) == F.lit(p)).drop(PARTITION)
-            branches.append(transformed(branch, self.spec).withColumn(PARTITION, F.lit(p)))
+            branch = transformed(branch, self.spec).withColumn(PARTITION, F.lit(p))
+            if window is not None:
+                branch = branch.withColumn(CARRIED, F.lit(carried.get(p)).cast("bigint"))
+            branches.append(branch)
         union = branches[0]
         for b in branches[1:]:
             union = union.unionByName(b)
+        out: dict[int, BatchPartials] = {p: BatchPartials() for p in tables}
+        key, by = self.spec.key, [PARTITION, self.spec.key]
+        if window is not None:
+            union = mark_late(union, window, PARTITION)
+            self._late(union, out)
+            union = windowed(union.where(~F.col(LATE)), window)
+            by.append(WINDOW_START)
         columns = [c for o in self.outputs for c in o.partials()]
-        key = self.spec.key
+        if window is not None:
+            # The batch's largest event time is an on-time record's (a late one is below an
+            # earlier record's): read per group here rather than by a job of its own.
+            columns.append(F.max(EVENT_US).alias(EVENT_US))
         result = (
-            union.groupBy(PARTITION, key)
-            .agg(*columns, F.min("offset").alias(FIRST_OFFSET))
-            .toArrow()
-            .to_pylist()
-        )
-        out: dict[int, tuple[dict[Any, KeyState], dict[Any, int]]] = {}
+            union.groupBy(*by).agg(*columns, F.min("offset").alias(FIRST_OFFSET)).toArrow()
+        ).to_pylist()
         for r in result:
-            values, firsts = out.setdefault(int(r[PARTITION]), ({}, {}))
-            values[r[key]] = {o.spec.name: o.state_of_row(r) for o in self.outputs}
-            firsts[r[key]] = int(r[FIRST_OFFSET])
-        return out
+            part = out[int(r[PARTITION])]
+            k = r[key] if window is None else (r[key], int(r[WINDOW_START]))
+            part.values[k] = {o.spec.name: o.state_of_row(r) for o in self.outputs}
+            part.firsts[k] = int(r[FIRST_OFFSET])
+            if window is not None:
+                top = int(r[EVENT_US])
+                part.max_us = top if part.max_us is None else max(part.max_us, top)
+        return {p: b for p, b in out.items() if b.values or b.late is not None}
+
+    def _late(self, marked: DataFrame, out: dict[int, BatchPartials]) -> None:
+        """Each partition's late rows into `out`."""
+        from pyspark.sql import functions as F
+
+        late = marked.where(F.col(LATE)).drop(LATE, CARRIED, EVENT_US).toArrow()
+        for p, part in out.items():
+            mine = late.filter(pc.equal(late.column(PARTITION), p)).drop_columns([PARTITION])
+            if mine.num_rows:
+                part.late = mine.sort_by("offset")
 
     def merge(
         self,
@@ -331,13 +333,32 @@ class PipelineRun:
         batch: Mapping[Any, KeyState],
         firsts: Mapping[Any, int],
         sketches: SketchOps,
+        batch_max_us: int | None = None,
     ) -> tuple[SpecPartitionState, dict[Any, KeyState]]:
-        return merge_spec_batch(self.outputs, state, batch, firsts, self.max_keys, sketches)
+        return merge_spec_batch(
+            self.outputs,
+            state,
+            batch,
+            firsts,
+            self.max_keys,
+            sketches,
+            self.spec.window,
+            batch_max_us,
+        )
 
     def results(
         self, state: SpecPartitionState, sketches: SketchOps, keys: list[Any] | None = None
     ) -> dict[Any, dict[str, Any]]:
-        """The outputs of `keys` (None: every key) as the spec names them."""
+        """The outputs of `keys` (None: every key) as the spec names them; a windowed spec's
+        are each key's open windows, {"windows": [{window_start, window_end, outputs...}]}."""
+        window = self.spec.window
+        if window is not None:
+            wanted = None if keys is None else set(keys)
+            open_rows = {k: v for k, v in state.values.items() if wanted is None or k[0] in wanted}
+            out: dict[Any, dict[str, Any]] = {}
+            for row in window_rows(self.outputs, window, open_rows, sketches):
+                out.setdefault(row.pop("key"), {"windows": []})["windows"].append(row)
+            return out
         chosen = (
             state.values
             if keys is None
@@ -347,6 +368,13 @@ class PipelineRun:
 
     def dead_letter_bytes(self, partition: int, rows: Mapping[Any, KeyState]) -> bytes:
         return dead_letter_bytes(partition, rows)
+
+    @staticmethod
+    def dead_letter_bytes_late(rows: pa.Table) -> bytes:
+        """A windowed spec's late records as Parquet: the aggregated columns and offset."""
+        sink = io.BytesIO()
+        pq.write_table(rows, sink)
+        return sink.getvalue()
 
 
 def dead_letter_bytes(partition: int, rows: Mapping[Any, KeyState]) -> bytes:

@@ -3,7 +3,8 @@
 Owns the spec's value types and the canonical encoding its version is the hash of.
 Invariant: a `PipelineSpec` is only built by `shared.spec.parse` after every check passed,
 and `version` is sha256 over `canonical_bytes`, which holds everything that decides a result
-(schema, key, the transform's exact source, the aggregations and their parameters) and
+(schema, key, the transform's exact source, the aggregations and their parameters, the window
+if any) and
 nothing else (TOML layout, comments, key order). Two specs with one version compute the same
 outputs from the same rows.
 """
@@ -23,6 +24,7 @@ __all__ = [
     "AggregationSpec",
     "PipelineSpec",
     "TransformSpec",
+    "WindowSpec",
 ]
 
 # The spec format's own version: a reader refuses a format it does not know.
@@ -74,11 +76,32 @@ class TransformSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WindowSpec:
+    """Event-time windows over a TIMESTAMP column of the aggregated rows: each record belongs
+    to the size/slide windows [start, start + size) that hold its event time, starts aligned
+    to the epoch; a record older than the watermark minus `lateness_s` is late."""
+
+    column: str
+    size_s: int
+    slide_s: int  # == size_s: tumbling
+    lateness_s: int
+
+    def encode(self) -> dict[str, object]:
+        return {
+            "column": self.column,
+            "size_s": self.size_s,
+            "slide_s": self.slide_s,
+            "lateness_s": self.lateness_s,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineSpec:
     schema: Schema  # the record's columns as produced (besides `offset`)
     key: str
     transform: TransformSpec | None
     aggregations: tuple[AggregationSpec, ...]
+    window: WindowSpec | None = None
 
     @property
     def aggregated(self) -> Schema:
@@ -86,7 +109,7 @@ class PipelineSpec:
         return self.transform.output if self.transform is not None else self.schema
 
     def canonical_bytes(self) -> bytes:
-        doc = {
+        doc: dict[str, object] = {
             "format": FORMAT_VERSION,
             "schema": self.schema.ddl,
             "key": self.key,
@@ -94,6 +117,8 @@ class PipelineSpec:
             # By name: listing the outputs in another order changes no result.
             "aggregations": [a.encode() for a in sorted(self.aggregations, key=_by_name)],
         }
+        if self.window is not None:  # absent otherwise: an unwindowed spec keeps its version
+            doc["window"] = self.window.encode()
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
     @property

@@ -23,6 +23,7 @@ from shared.spec.model import (
     AggregationSpec,
     PipelineSpec,
     TransformSpec,
+    WindowSpec,
 )
 from shared.spec.transform import TransformError, load_transform
 
@@ -35,6 +36,9 @@ __all__ = [
     "OUTPUT_NAME_CHARS_MAX",
     "SPEC_BYTES_MAX",
     "TRANSFORM_FUNCTION_DEFAULT",
+    "WINDOWS_PER_RECORD_MAX",
+    "WINDOW_LATENESS_MAX_S",
+    "WINDOW_SIZE_MAX_S",
     "load_spec_file",
     "parse_spec",
 ]
@@ -47,17 +51,28 @@ TRANSFORM_FUNCTION_DEFAULT = "transform"
 # default, said here so a Spark upgrade cannot change a spec's results.
 LG_CONFIG_K_MIN, LG_CONFIG_K_MAX, LG_CONFIG_K_DEFAULT = 4, 21, 12
 
+# A window spans at most a week and a record lands in at most this many (size / slide) sliding
+# windows: each is a state row per key. Lateness is bounded alike: every open window waits it.
+WINDOW_SIZE_MAX_S = 7 * 24 * 3600
+WINDOWS_PER_RECORD_MAX = 100
+WINDOW_LATENESS_MAX_S = 7 * 24 * 3600
+WINDOW_LATENESS_DEFAULT = "0s"
+
+_DURATION = re.compile(r"([0-9]{1,9})([smhd])\Z")
+_DURATION_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _OUTPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_TOP_KEYS = frozenset({"format", "schema", "transform", "aggregations"})
+_TOP_KEYS = frozenset({"format", "schema", "transform", "aggregations", "window"})
 _SCHEMA_KEYS = frozenset({"ddl", "key"})
 _TRANSFORM_KEYS = frozenset({"source", "file", "function", "output"})
 _AGG_KEYS = frozenset({"name", "fn", "column", "lg_config_k"})
+_WINDOW_KEYS = frozenset({"column", "size", "slide", "lateness"})
 # Every key of the format, as a refusal's field spells it (the reference lists each).
 FORMAT_KEYS = (
     *sorted(_TOP_KEYS),
     *(f"schema.{k}" for k in sorted(_SCHEMA_KEYS)),
     *(f"transform.{k}" for k in sorted(_TRANSFORM_KEYS)),
     *(f"aggregations[i].{k}" for k in sorted(_AGG_KEYS)),
+    *(f"window.{k}" for k in sorted(_WINDOW_KEYS)),
 )
 _KEY_TYPES = frozenset({TypeKind.STRING, TypeKind.INT, TypeKind.BIGINT})
 # sum and mean are exact over integers and decimals only: floating-point addition is not
@@ -134,7 +149,10 @@ def parse_spec(text: str, *, base_dir: Path | None = None) -> PipelineSpec:
     transform = _transform(doc, schema, key_column, base_dir)
     aggregated = transform.output if transform is not None else schema
     aggregations = _aggregations(doc, aggregated, key)
-    return PipelineSpec(schema=schema, key=key, transform=transform, aggregations=aggregations)
+    window = _window(doc, aggregated)
+    return PipelineSpec(
+        schema=schema, key=key, transform=transform, aggregations=aggregations, window=window
+    )
 
 
 def load_spec_file(path: Path) -> PipelineSpec:
@@ -271,3 +289,46 @@ def _check_type(fn: AggFn, column: Column, prefix: str) -> None:
             f"{prefix}.column",
             f"approx_distinct sketches STRING, INT or BIGINT, not {column.type.ddl}",
         )
+
+
+def _duration_s(text: str | None, field: str) -> int | None:
+    """A duration as "90s", "5m", "1h" or "1d", in seconds; None when not given."""
+    if text is None:
+        return None
+    match = _DURATION.match(text.strip())
+    if match is None:
+        _refuse(field, f'{text!r} is not a duration (a whole number and s, m, h or d: "5m")')
+    return int(match.group(1)) * _DURATION_UNIT_S[match.group(2)]
+
+
+def _window(doc: Mapping[str, Any], schema: Schema) -> WindowSpec | None:
+    if "window" not in doc:
+        return None
+    w = _table(doc, "window", "window", required=True)
+    _no_unknown_keys(w, _WINDOW_KEYS, "window.")
+    name = str(_string(w, "column", "window.column", required=True))
+    column = schema.column(name)
+    if column is None:
+        _refuse("window.column", f"{name!r} is not a column ({schema.ddl})")
+    if column.type.kind is not TypeKind.TIMESTAMP:
+        _refuse("window.column", f"windows are over a TIMESTAMP column, not {column.type.ddl}")
+    size = _duration_s(_string(w, "size", "window.size", required=True), "window.size")
+    assert size is not None
+    if not 0 < size <= WINDOW_SIZE_MAX_S:
+        _refuse("window.size", f"must be positive and at most {WINDOW_SIZE_MAX_S} s")
+    slide = _duration_s(_string(w, "slide", "window.slide", required=False), "window.slide")
+    slide = size if slide is None else slide
+    if slide <= 0 or size % slide:
+        _refuse("window.slide", f"must be positive and divide window.size ({size} s)")
+    if size // slide > WINDOWS_PER_RECORD_MAX:
+        _refuse(
+            "window.slide",
+            f"size / slide is {size // slide}: a record would be in more than "
+            f"{WINDOWS_PER_RECORD_MAX} windows",
+        )
+    lateness_text = _string(w, "lateness", "window.lateness", required=False)
+    lateness = _duration_s(lateness_text or WINDOW_LATENESS_DEFAULT, "window.lateness")
+    assert lateness is not None
+    if lateness > WINDOW_LATENESS_MAX_S:
+        _refuse("window.lateness", f"must be at most {WINDOW_LATENESS_MAX_S} s")
+    return WindowSpec(column=name, size_s=size, slide_s=slide, lateness_s=lateness)

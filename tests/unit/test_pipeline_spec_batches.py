@@ -14,6 +14,8 @@ import pytest
 
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.spec.batches import PIPELINE_JOBS_MAX, PipelineBatches
+from pipeline.spec.partition_state import SpecPartitionState
+from pipeline.spec.run import BatchPartials
 from shared.system_clock import SYSTEM_CLOCK
 
 JOB_WAIT_S = 5.0  # a bound on every wait below; the jobs are released by the test itself
@@ -40,6 +42,9 @@ class FakeSpark:
         return [tag]
 
 
+EMPTY = SpecPartitionState()
+
+
 class FakeRun:
     """A pipeline whose job waits for `release` (or an interrupt of its tag)."""
 
@@ -52,20 +57,24 @@ class FakeRun:
     def read(self, partition: int, start: int, rows_max: int) -> tuple[pa.Table, int]:
         return pa.table({"k": ["a", "b"]}), start + 2
 
-    def partials(self, spark: FakeSpark, tables: dict[int, pa.Table]) -> dict[int, Any]:
+    def partials(
+        self, spark: FakeSpark, tables: dict[int, pa.Table], carried: Any = None
+    ) -> dict[int, Any]:
         self.jobs += 1
         tag = spark.local.tag
         interrupted = spark.running[tag] = threading.Event()
         for _ in range(int(JOB_WAIT_S * 100)):
             if self.release.is_set() or self.release_on:
-                return {p: ({"a": 1}, {"a": 0}) for p in tables}
+                return {p: BatchPartials({"a": 1}, {"a": 0}) for p in tables}
             if interrupted.is_set():
                 raise RuntimeError("OPERATION_CANCELED")
             interrupted.wait(0.01)
         raise AssertionError(f"{self.name}'s job was never released")
 
-    def merge(self, state: Any, values: Any, firsts: Any, sketches: Any) -> tuple[Any, dict]:
-        return (state, values), {}
+    def merge(
+        self, state: Any, values: Any, firsts: Any, sketches: Any, max_us: Any = None
+    ) -> tuple[Any, dict]:
+        return SpecPartitionState(values=values), {}
 
 
 def worker(timeout_s: float = JOB_WAIT_S) -> tuple[PipelineBatches, Holdings, FakeSpark]:
@@ -86,7 +95,7 @@ def worker(timeout_s: float = JOB_WAIT_S) -> tuple[PipelineBatches, Holdings, Fa
 
 
 def hold(holdings: Holdings, partition: int, run: FakeRun) -> PartitionRuntime:
-    rt = PartitionRuntime(epoch=1, run=run, spec_state="empty")  # type: ignore[arg-type]
+    rt = PartitionRuntime(epoch=1, run=run, spec_state=EMPTY)
     rt.loaded.set()
     holdings.gates.host(partition, 1)
     holdings.parts[partition] = rt
@@ -182,4 +191,4 @@ async def test_a_result_merges_only_into_the_runtime_it_was_read_for(change: str
         holdings.gates.close(1, 1)
     run.release.set()
     assert await finished(batches, run) == 0
-    assert rt.offset == 0 and rt.spec_state == "empty"
+    assert rt.offset == 0 and rt.spec_state is EMPTY
