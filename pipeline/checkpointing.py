@@ -155,6 +155,7 @@ class Checkpointer:
                 offset,
                 state,
                 self.sketches,
+                rt.loaded_closed,
             )
         except Exception as exc:  # a store or Spark failure: the next accepted round retries
             self.stats["results_failures"] += 1
@@ -163,6 +164,7 @@ class Checkpointer:
         self.stats["results_published"] += 1
         async with self.holdings.batch_lock:
             rt.published_offset = offset
+            rt.loaded_closed = None
             current = rt.spec_state
             if state.closed and current is not None:
                 # Merges only append to `closed`: the published rows are its first ones.

@@ -176,18 +176,31 @@ def publish(
     offset: int,
     state: SpecPartitionState,
     sketches: Callable[[], SketchOps],
+    loaded: tuple[int, int] | None = None,
 ) -> Published:
     """Blocking: publish the state of one ACCEPTED checkpoint (`partition` at `offset`): its
     closed windows appended (create-only, so once), its keys' outputs as the partition's
-    snapshot unless a newer offset's is there. `sketches` is asked only when an output is
-    a sketch (Spark estimates it)."""
+    snapshot unless a newer offset's is there (a windowed spec has none: its keys' rows are
+    open windows, and its results are the final ones). `sketches` is asked only when an
+    output is a sketch (Spark estimates it). `loaded`: (offset, rows) of the checkpoint this
+    owner loaded, whose first `rows` closed rows are published under that checkpoint's name,
+    as its first owner did or would have, so they never land in a second file."""
     windows_rows = 0
-    if state.closed:
-        schema = windows_schema(spec, outputs)
+    closed = state.closed
+    schema = windows_schema(spec, outputs)
+    if loaded is not None and loaded[1] > 0:
+        at, carried = loaded
         if store.put_if_absent(
-            windows_key(name, incarnation, partition, offset), _parquet(state.closed, schema)
+            windows_key(name, incarnation, partition, at), _parquet(closed[:carried], schema)
         ):
-            windows_rows = len(state.closed)
+            windows_rows += carried
+        closed = closed[carried:]
+    if closed and store.put_if_absent(
+        windows_key(name, incarnation, partition, offset), _parquet(closed, schema)
+    ):
+        windows_rows += len(closed)
+    if spec.window is not None:
+        return Published(windows_rows=windows_rows, snapshot_rows=0)
     needs_spark = any(o.spec.fn is AggFn.APPROX_DISTINCT for o in outputs) and state.values
     outs = finals(outputs, state.values, sketches() if needs_spark else _NO_SKETCHES)
     rows = [{spec.key: key, **outs[key]} for key in _sorted(outs)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import io
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -397,3 +398,43 @@ async def test_the_new_owner_publishes_what_the_old_one_did_not_and_a_republish_
     await old.report([CheckpointEntry(partition=P, epoch=3, offset=40, uri=store.uri(ck_key))])
     assert {k: store.get(k) for k in store.list_keys("results/")} == files
     assert table_info(store, NAME, INCARNATION, WINDOWS).rows == 2
+
+
+async def test_a_new_owner_that_processed_past_the_loaded_offset_never_republishes_its_rows(
+    tmp_path: Path,
+) -> None:
+    """The old owner published its checkpoint at 40; the new owner loads it, merges more
+    (a window closes at 55) before its first round: the loaded rows stay in the file named by
+    40 (create-only: already there), only the new row goes to the file of 55, and a crash of
+    the old owner before publishing would have had the new owner write 40's file itself."""
+    for old_published in (True, False):
+        store = LocalStore(str(tmp_path / f"published-{old_published}"))
+        closed = [window("ann", 1, 2), window("bob", 1, 1)]
+        old_holdings, _ = held(store, state({"ann": 2, "bob": 1}, closed), 40)
+        old = checkpointer(store, old_holdings, Coordinator(fenced=False))
+        if not old_published:
+            old.results = Unreachable()
+        await old.checkpoint_and_report()
+        (ck_key,) = store.list_keys("checkpoints/")
+
+        loaded = decode_spec_checkpoint(store.get(ck_key))
+        new_holdings = Holdings()
+        new_rt = PartitionRuntime(epoch=4, run=make_run(store), spec_state=loaded.state, offset=40)
+        new_rt.loaded_closed = (40, len(loaded.state.closed))  # as hosting sets it
+        new_rt.loaded.set()
+        new_holdings.gates.host(P, 4)
+        new_holdings.parts[P] = new_rt
+        more = window("cyd", 2, 3)
+        new_rt.spec_state = SpecPartitionState(
+            values=loaded.state.values,
+            firsts=loaded.state.firsts,
+            closed=[*loaded.state.closed, more],
+        )
+        new_rt.offset = 55
+        new = checkpointer(store, new_holdings, Coordinator(fenced=False))
+        await new.checkpoint_and_report()
+        rows = pd.read_parquet(table_dir(store, WINDOWS))
+        assert sorted(rows["user"]) == ["ann", "bob", "cyd"]  # each once
+        newest = pq.read_table(io.BytesIO(store.get(windows_key(NAME, INCARNATION, P, 55))))
+        assert newest.num_rows == 1
+        assert new_rt.spec_state.closed == [] and new_rt.loaded_closed is None
