@@ -37,6 +37,7 @@ REGISTRY: dict[str, str] = {
     "rescale": "bench.rescale",
     "messages": "bench.messages",
     "pipelines": "bench.pipelines",
+    "state": "bench.state",
 }
 
 
