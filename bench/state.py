@@ -282,10 +282,12 @@ def measure(case: Case, turns: Turns, sizes: Sizes, spark_pid: int, ss_first: bo
         case.wait_peer()
         peer.live_rows_per_s = live_rate(case, sizes, feed=True)
     fresh: dict[str, list[float]] = {"ripple": [], "ss": []}
-    for i in range(sizes.probes):
+    for i in range(sizes.probes):  # each probe from a system caught up (untimed)
         with turns.ripple():
+            case.wait_ripple()
             fresh["ripple"].append(ripple_probe_s(case, 2 * i))
         with turns.peer():
+            case.wait_peer()
             fresh["ss"].append(peer_probe_s(case, 2 * i + 1))
     for who, figures in (("ripple", ripple), ("ss", peer)):
         figures.freshness_p50_s = percentile(fresh[who], 50)

@@ -56,7 +56,8 @@ def dir_files(root: str) -> dict[str, int]:
 
 class RocksDBAggregation(StreamingAggregation):
     """`count(*)` as `count_name` and `sum(value_col)` as `sum_name` per `key_col` over the
-    Parquet files linked under `input_dir` (schema `ddl`), RocksDB state, update mode."""
+    Parquet files linked under `input_dir` (schema `ddl`), RocksDB state in
+    `state_partitions` stores, update mode."""
 
     def __init__(
         self,
@@ -70,6 +71,7 @@ class RocksDBAggregation(StreamingAggregation):
         count_name: str,
         sum_name: str,
         sink_suffix: str,
+        state_partitions: int,
     ) -> None:
         # The glob names the partition directories, each listed as one directory (see
         # bench/structured_streaming.py).
@@ -78,6 +80,9 @@ class RocksDBAggregation(StreamingAggregation):
         input_dir.mkdir(parents=True, exist_ok=True)
         for name, value in ROCKSDB_CONF.items():
             self.spark.conf.set(name, value)
+        # As many state stores as the pipeline has partitions, as a user tunes it on a small
+        # machine: Spark's default, 200, is 200 RocksDB instances and tasks per micro-batch.
+        self.spark.conf.set("spark.sql.shuffle.partitions", str(state_partitions))
         self.ddl = ddl
         self.key_col, self.value_col = key_col, value_col
         self.count_name, self.sum_name = count_name, sum_name

@@ -198,6 +198,7 @@ def open_case(
         count_name="n",
         sum_name="s",
         sink_suffix=name,
+        state_partitions=PARTITIONS,
     )
     loop = asyncio.new_event_loop()
     client = PipelineClient([s.url for s in rig.cluster.specs], name)
