@@ -13,7 +13,7 @@ segments (bench/state_peer.py). While one system is measured the other does noth
 workers are stopped (SIGSTOP), the peer is fed nothing (its trigger finds no new file). The
 systems take turns; which goes first alternates between the distributions.
 
-- `backlog`: `keys` records, each key once, plus `extra_rows` drawn by the distribution,
+- `backlog`: `keys` records, each key once, plus `extra_share` of that drawn by the distribution,
   appended while neither runs; then each processes all of it: rows per second from the
   workers' resume (the peer's feed) until every row is processed.
 - `live`: the producer appends `live_rows_per_s` for `live_s` seconds in ticks while the
@@ -37,6 +37,7 @@ bound); the warm move and the rescale rows are not measured here yet.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -65,7 +66,7 @@ Rows = dict[str, dict[str, float]]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Sizes:
     keys: int  # distinct keys in each pipeline's state
-    extra_rows: int  # backlog rows beyond one per key, drawn by the distribution
+    extra_share: float  # backlog rows beyond one per key, drawn by the distribution, per key
     chunk: int  # rows per produce call
     live_rows_per_s: int
     live_s: float
@@ -77,20 +78,21 @@ class Sizes:
     checkpoint_interval_s: float
 
 
+# A full run fits a quarter of an hour on the 2 shared cores of benchmark-method.md.
 FULL = Sizes(
     keys=1_000_000,
-    extra_rows=1_000_000,
+    extra_share=0.25,
     chunk=100_000,
-    live_rows_per_s=20_000,
-    live_s=20.0,
-    probes=20,
-    gets=2_000,
+    live_rows_per_s=10_000,
+    live_s=10.0,
+    probes=10,
+    gets=1_000,
     timeout_s=1_800.0,
     checkpoint_interval_s=10.0,
 )
 QUICK = Sizes(
     keys=20_000,
-    extra_rows=10_000,
+    extra_share=0.5,
     chunk=10_000,
     live_rows_per_s=2_000,
     live_s=3.0,
@@ -105,6 +107,7 @@ SLOTS = "24"  # each worker's: room for both pipelines' 16 partitions however th
 TICK_S = 0.5  # the live producer's period
 POLL_S = 0.01
 VISIBLE_TIMEOUT_S = 60.0
+LOOKUPS = 5  # timed looks at one key, for `lookup_s`
 CHECKS = 50  # keys compared between the two systems at the end
 WARM_ROWS = 1_000  # an uncounted first batch of each system (cold JVM code)
 
@@ -117,6 +120,7 @@ class Figures:
     live_rows_per_s: float = 0.0
     freshness_p50_s: float = 0.0
     freshness_p99_s: float = 0.0
+    lookup_s: float = 0.0  # one look at a key, median: part of each freshness poll
     rss_mib: float = 0.0
     full_checkpoint_bytes: float = 0.0
     touched_checkpoint_bytes: float = 0.0
@@ -145,7 +149,7 @@ class Turns:
 def backlog(case: Case, turns: Turns, sizes: Sizes, ss_first: bool) -> tuple[float, float, float]:
     """(Ripple's, the peer's) rows per second over the backlog, and the bytes the peer's
     checkpoint took for it; both idle and caught up before."""
-    keys = load_keys(sizes.keys, sizes.extra_rows, case.zipf, seed=11)
+    keys = load_keys(sizes.keys, round(sizes.keys * sizes.extra_share), case.zipf, seed=11)
     with turns.peer():  # neither runs while it is appended
         case.produce(keys, sizes.chunk, seed=12)
     peer_bytes = 0.0
@@ -243,6 +247,16 @@ def get_p99_ms(case: Case, sizes: Sizes) -> float:
     return percentile(seconds, 99) * 1000
 
 
+def lookup_s(look: Callable[[], object]) -> float:
+    """Median seconds of one `look()` over LOOKUPS."""
+    seconds = []
+    for _ in range(LOOKUPS):
+        t0 = time.perf_counter()
+        look()
+        seconds.append(time.perf_counter() - t0)
+    return statistics.median(seconds)
+
+
 def check_same(case: Case, sizes: Sizes) -> None:
     """A sample of keys reads the same (count, sum) from both systems."""
     for key in [key_name(0), *keys_sample(sizes.keys, CHECKS, seed=51)]:
@@ -292,11 +306,13 @@ def measure(case: Case, turns: Turns, sizes: Sizes, spark_pid: int, ss_first: bo
     for who, figures in (("ripple", ripple), ("ss", peer)):
         figures.freshness_p50_s = percentile(fresh[who], 50)
         figures.freshness_p99_s = percentile(fresh[who], 99)
+    peer.lookup_s = lookup_s(lambda: case.peer.figures(key_name(0)))
     with turns.peer():
         case.wait_peer()
     with turns.ripple():
         case.wait_ripple()
         get_ms = get_p99_ms(case, sizes)
+        ripple.lookup_s = lookup_s(lambda: case.get(key_name(0)))
         check_same(case, sizes)
     return rows_of(case.name, sizes, ripple, peer, get_ms)
 
@@ -316,6 +332,7 @@ def rows_of(name: str, sizes: Sizes, ripple: Figures, peer: Figures, get_ms: flo
             "live_rows_per_s": f.live_rows_per_s,
             "freshness_p50_s": f.freshness_p50_s,
             "freshness_p99_s": f.freshness_p99_s,
+            "lookup_s": f.lookup_s,
             "rss_mib": f.rss_mib,
             "full_checkpoint_bytes": f.full_checkpoint_bytes,
             "touched_checkpoint_bytes": f.touched_checkpoint_bytes,
