@@ -54,7 +54,7 @@ from bench.state_figures import (
     load_keys,
     touch_keys,
 )
-from bench.state_rig import Case, jvm_rss_mib, keys_sample, open_case, ripple_rss_mib
+from bench.state_rig import Case, keys_sample, open_case, ripple_rss_mib
 from bench.structured_streaming import SETTINGS as SS_SETTINGS
 from pipeline.spark_server import SparkConnectServer
 from pipeline.worker import BATCH_INTERVAL_S_DEFAULT
@@ -107,6 +107,7 @@ SLOTS = "24"  # each worker's: room for both pipelines' 16 partitions however th
 TICK_S = 0.5  # the live producer's period
 POLL_S = 0.01
 VISIBLE_TIMEOUT_S = 60.0
+MIB = 1 << 20
 LOOKUPS = 5  # timed looks at one key, for `lookup_s`
 CHECKS = 50  # keys compared between the two systems at the end
 WARM_ROWS = 1_000  # an uncounted first batch of each system (cold JVM code)
@@ -267,7 +268,9 @@ def check_same(case: Case, sizes: Sizes) -> None:
             raise RuntimeError(f"{case.name}: key {key} is {ripple} in Ripple, {peer} in the peer")
 
 
-def measure(case: Case, turns: Turns, sizes: Sizes, spark_pid: int, ss_first: bool) -> Rows:
+def measure(
+    case: Case, turns: Turns, sizes: Sizes, server: SparkConnectServer, ss_first: bool
+) -> Rows:
     ripple, peer = Figures(), Figures()
     warm = load_keys(WARM_ROWS, 0, False, seed=1)
     with turns.peer():
@@ -283,7 +286,7 @@ def measure(case: Case, turns: Turns, sizes: Sizes, spark_pid: int, ss_first: bo
         full = case.newest_checkpoints() or {}
         ripple.full_checkpoint_bytes = float(sum(size for _, size in full.values()))
         ripple.rss_mib = max(ripple_rss_mib(case.rig))
-    peer.rss_mib = jvm_rss_mib(spark_pid)
+    peer.rss_mib = (server.rss_bytes() or 0) / MIB
     peer.full_checkpoint_bytes = peer_full
     ripple.touched_checkpoint_bytes, peer.touched_checkpoint_bytes = checkpoint_interval(
         case, turns, sizes
@@ -384,7 +387,7 @@ def run(quick: bool, keys: int | None = None) -> Rows:
         stack.callback(c.resume_ripple)
         turns = Turns(c)
         for i, case in enumerate(cases):
-            out.update(measure(case, turns, sizes, server.pid, ss_first=i % 2 == 1))
+            out.update(measure(case, turns, sizes, server, ss_first=i % 2 == 1))
     return out
 
 

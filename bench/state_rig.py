@@ -222,10 +222,6 @@ def ripple_rss_mib(rig: PipelineRig) -> list[float]:
     return [_rss_mb(str(p.pid)) for p in rig.workers.values()]
 
 
-def jvm_rss_mib(pid: int) -> float:
-    return _rss_mb(str(pid))
-
-
 def keys_sample(keys: int, n: int, seed: int) -> list[str]:
     """`n` key names of the state, drawn uniformly."""
     return [key_name(k) for k in draw_keys(keys, n, False, seed)]
