@@ -13,9 +13,9 @@ segments (bench/state_peer.py). While one system is measured the other does noth
 workers are stopped (SIGSTOP), the peer is fed nothing (its trigger finds no new file). The
 systems take turns; which goes first alternates between the distributions.
 
-- `backlog`: `keys` records, each key once, plus `extra_share` of that drawn by the distribution,
-  appended while neither runs; then each processes all of it: rows per second from the
-  workers' resume (the peer's feed) until every row is processed.
+- `backlog`: `keys` records, each key once, plus `extra_share` of that many drawn by the
+  distribution, appended while neither runs; then each processes all of it: rows per second
+  from the workers' resume (the peer's feed) until every row is processed.
 - `live`: the producer appends `live_rows_per_s` for `live_s` seconds in ticks while the
   system runs; rows per second from the first append until all are processed.
 - `freshness`: one record of a fresh key, the clock started when `produce` returns, until
@@ -29,9 +29,10 @@ systems take turns; which goes first alternates between the distributions.
   the backlog, the peer's bytes its backlog batches added.
 - `get_p99_ms`: `gets` SDK reads of existing keys, one at a time.
 
-Then a sample of keys must read the same from both systems, or the run fails. The `goal/`
-rows read the figures against the issue's goals (ratio over the peer's, or an absolute
-bound); the warm move and the rescale rows are not measured here yet.
+Then no key may have gone to the dead letters and a sample of keys must read the same from
+both systems, or the run fails. The `goal/` rows read the figures against the issue's goals
+(ratio over the peer's, or an absolute bound); the warm move and the rescale rows are not
+measured here yet.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ TICK_S = 0.5  # the live producer's period
 POLL_S = 0.01
 VISIBLE_TIMEOUT_S = 60.0
 MIB = 1 << 20
+DEAD_LETTERS = "ripple_worker_dead_letter_keys_total"
 LOOKUPS = 5  # timed looks at one key, for `lookup_s`
 CHECKS = 50  # keys compared between the two systems at the end
 WARM_ROWS = 1_000  # an uncounted first batch of each system (cold JVM code)
@@ -259,7 +261,11 @@ def lookup_s(look: Callable[[], object]) -> float:
 
 
 def check_same(case: Case, sizes: Sizes) -> None:
-    """A sample of keys reads the same (count, sum) from both systems."""
+    """No key went to the dead letters, and a sample of keys reads the same (count, sum)
+    from both systems."""
+    refused = sum(case.rig.metric(w, DEAD_LETTERS) for w in WORKERS)
+    if refused:
+        raise RuntimeError(f"{refused} keys went to the dead letters: the key cap is too low")
     for key in [key_name(0), *keys_sample(sizes.keys, CHECKS, seed=51)]:
         got = case.get(key)
         ripple = (int(got["n"]), float(got["s"]))
