@@ -27,6 +27,7 @@ from bench.state_peer import RocksDBAggregation, dir_files
 from pipeline.spec.produce import SpecProducer
 from pipeline.spec.run import PipelineInfo
 from pipeline.spec.sdk import PipelineClient
+from shared.checkpoint_ref import checkpoint_key_parts, checkpoints_prefix
 from testkit.pipeline_rig import PipelineRig
 from testkit.wait import wait_until
 
@@ -132,21 +133,24 @@ class Case:
         return time.monotonic() - t0
 
     def checkpoint_files(self) -> dict[str, int]:
-        """The pipeline's checkpoint objects in the store: key -> bytes."""
+        """Every file under the pipeline's partitions' checkpoint prefixes in the store (the
+        checkpoints and anything else written beside them): key -> bytes."""
         root = self.rig.store.local_path(CHECKPOINT_PREFIX)
         if root is None:
             raise RuntimeError("checkpoint sizes are read from a local store")
-        mine = {f"p{n:05d}" for n in self.slots}
-        return {k: v for k, v in dir_files(root).items() if k.split("/", 1)[0] in mine}
+        mine = {checkpoints_prefix(n) for n in self.slots}
+        files = {f"{CHECKPOINT_PREFIX}/{k}": v for k, v in dir_files(root).items()}
+        return {k: v for k, v in files.items() if k[: k.rfind("/") + 1] in mine}
 
     def newest_checkpoints(self) -> dict[int, tuple[int, int]] | None:
         """Per partition, its newest checkpoint's (offset, bytes), once every partition's
         newest is at its log's end; else None."""
         newest: dict[int, tuple[int, int]] = {}
-        for name, size in self.checkpoint_files().items():
-            part, file = name.split("/", 1)
-            offset = int(file.rsplit("-o", 1)[1].split(".", 1)[0])
-            n = int(part[1:])
+        for key, size in self.checkpoint_files().items():
+            parts = checkpoint_key_parts(key)
+            if parts is None:
+                continue  # not a checkpoint object (a store's temp file)
+            n, _, offset = parts
             if n not in newest or offset > newest[n][0]:
                 newest[n] = (offset, size)
         log = self.producer.run.log
