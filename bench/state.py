@@ -79,7 +79,8 @@ class Sizes:
     checkpoint_interval_s: float
 
 
-# A full run fits a quarter of an hour on the 2 shared cores of benchmark-method.md.
+# Sized to take about a quarter of an hour on a quiet 2-core machine (an estimate from quick
+# runs: no full run has finished yet; on a loaded one it takes far longer).
 FULL = Sizes(
     keys=1_000_000,
     extra_share=0.25,
