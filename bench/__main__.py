@@ -38,6 +38,7 @@ REGISTRY: dict[str, str] = {
     "messages": "bench.messages",
     "pipelines": "bench.pipelines",
     "state_engines": "bench.state_engines",
+    "state": "bench.state",
 }
 
 
