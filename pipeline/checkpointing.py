@@ -17,7 +17,6 @@ windows are trimmed from the state only after they are published.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -155,7 +154,6 @@ class Checkpointer:
                 offset,
                 state,
                 self.sketches,
-                rt.loaded_closed,
             )
         except Exception as exc:  # a store or Spark failure: the next accepted round retries
             self.stats["results_failures"] += 1
@@ -164,13 +162,10 @@ class Checkpointer:
         self.stats["results_published"] += 1
         async with self.holdings.batch_lock:
             rt.published_offset = offset
-            rt.loaded_closed = None
             current = rt.spec_state
             if state.closed and current is not None:
                 # Merges only append to `closed`: the published rows are its first ones.
-                rt.spec_state = dataclasses.replace(
-                    current, closed=current.closed[len(state.closed) :]
-                )
+                rt.spec_state = current.trimmed(len(state.closed))
 
     async def write_final(self, partition: int, epoch: int, rt: PartitionRuntime) -> str:
         """The checkpoint a release at `epoch` hands over (the caller holds the batch lock)."""
@@ -184,9 +179,13 @@ class Checkpointer:
         # Encoded off the event loop (the caller holds the batch lock: the state stays put).
         encoded = await asyncio.to_thread(rt.checkpoint_bytes, partition, epoch)
         if encoded is not None:
-            return await asyncio.to_thread(
+            uri = await asyncio.to_thread(
                 self.checkpoints.write_encoded, partition, epoch, rt.offset, encoded
             )
+            if rt.spec_state is not None:
+                # Its unnamed closed rows are named after it, as any loader of it names them.
+                rt.spec_state = rt.spec_state.named_at(rt.offset)
+            return uri
         return await asyncio.to_thread(
             self.checkpoints.write, partition, epoch, rt.offset, dict(rt.state)
         )

@@ -45,9 +45,6 @@ class PartitionRuntime:
     # A recorded pipeline's: the offset whose accepted checkpoint was last published to the
     # results tables (pipeline.spec.results); -1: none yet by this runtime.
     published_offset: int = -1
-    # (offset, rows) of the loaded checkpoint's closed windows not known to be published: the
-    # first publish writes them under that checkpoint's name, then it is None.
-    loaded_closed: tuple[int, int] | None = None
     failures: int = 0  # micro-batches in a row that failed with this partition in them
     error: str = ""  # the last failure's first line
     source_end: int | None = None  # the source log's end when last listed (lag metric)

@@ -140,7 +140,6 @@ class Hosting:
                 # at an epoch was written at that epoch.
                 if run is not None or isinstance(data, SpecCheckpoint):
                     rt.spec_state = _spec_state(p, run, data)
-                    rt.loaded_closed = (data.offset, len(rt.spec_state.closed))
                 else:
                     rt.state = dict(data.state)
                 rt.offset = data.offset

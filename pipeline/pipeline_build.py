@@ -7,7 +7,14 @@ its old spec (the text of the generation that ends) and its new one (the text wh
 the call names: the rescale's, or the current one's once it is recorded), read each cut
 checkpoint (checked to be its partition's at its offset), run `rescale_build.build` in a
 thread, then write each new number's checkpoint under its canonical name (number, epoch,
-generation_base(g)) and its dead letters, each create-only. `Rebuild` (pipeline/rebuild.py)
+generation_base(g)) and its dead letters, each create-only. A windowed pipeline's cuts' own
+`closed` rows (final windows not yet published when the cut was written) are published
+first, under each old partition's cut name (`results.windows_key(name, incarnation, p,
+cut)`): the leader recorded the cut, so it is accepted, and the old partition may never
+report it (its owner may die after the cut, and nobody hosts it again). The old owner's own
+publish of its cut, if it gets there, writes the same rows under the same name (create-only):
+a cut's `closed` holds only rows in no other file, since the cut first publishes what its
+owner carried from the checkpoint it loaded (pipeline.cutting). `Rebuild` (pipeline/rebuild.py)
 runs it, one build at a time. Invariant: the job is a pure function of the call and the
 recorded specs, and every object it writes is create-only with deterministic bytes, so a
 rerun (another worker, a new leader) writes nothing new and answers the same checkpoints.
@@ -23,9 +30,10 @@ from typing import Any
 
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointStore
 from pipeline.source import generation_base
-from pipeline.spec.aggregations import SketchOps
+from pipeline.spec.aggregations import SketchOps, outputs_of
 from pipeline.spec.partition_state import SpecCheckpoint
 from pipeline.spec.rescale_build import RescaleBuildError, build
+from pipeline.spec.results import ResultsStore, publish
 from pipeline.spec.run import dead_letter_bytes, ranges_of
 from shared.messages.pipeline_rescale import PipelineBuildRequest
 from shared.messages.rescale import BuiltCheckpoint
@@ -96,9 +104,11 @@ class PipelineBuild:
         checkpoints: CheckpointStore,
         sketches: Callable[[], SketchOps],
         max_keys_default: int,
+        results: ResultsStore,
     ) -> None:
         self._get = get  # a GET of the coordinator's API
         self.checkpoints = checkpoints
+        self.results = results  # where the cuts' final windows are published
         self.sketches = sketches
         self.max_keys_default = max_keys_default
 
@@ -117,6 +127,7 @@ class PipelineBuild:
     ) -> tuple[BuiltCheckpoint, ...]:
         """Blocking: read the cuts, build, write."""
         cuts: dict[int, bytes] = {}
+        closed: dict[int, SpecCheckpoint] = {}
         for cut in call.cuts:
             data, held = self.checkpoints.read_checked(cut.uri)
             if not isinstance(held, SpecCheckpoint) or (held.partition, held.offset) != (
@@ -128,9 +139,16 @@ class PipelineBuild:
                     f"offset {cut.offset}"
                 )
             cuts[cut.partition] = data
+            if held.state.closed:
+                closed[cut.partition] = held
         routing = Routing(generation=call.generation, partitions=call.partitions)
         sketches = _OnFirstUse(self.sketches)
         built = build(old, new, cuts, routing, call.first_slot, call.epoch, max_keys, sketches)
+        for p, held in sorted(closed.items()):
+            # Only final windows (a windowed spec has no snapshot, and an unwindowed one no
+            # closed rows): no sketch is estimated.
+            publish(self.results, call.pipeline, call.incarnation, old,
+                    outputs_of(old), p, held.offset, held.state, self.sketches)  # fmt: skip
         base = generation_base(call.generation)
         out: list[BuiltCheckpoint] = []
         for number in call.numbers:

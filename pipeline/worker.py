@@ -131,7 +131,11 @@ class Worker:
             store, self.holdings, self.checkpointer, self.session.generations, self.lease_valid
         )
         pipeline_build = PipelineBuild(
-            self.client.get, checkpoints, self._sketches, settings.max_keys_per_partition
+            self.client.get,
+            checkpoints,
+            self._sketches,
+            settings.max_keys_per_partition,
+            results=self.store,
         )
         self.rebuild = Rebuild(
             checkpoints, self._move, settings.max_keys_per_partition, pipeline_build

@@ -26,6 +26,7 @@ import signal
 import sys
 import tomllib
 from dataclasses import dataclass
+from typing import Any
 
 from shared.errors import RequestError, RippleError, UnavailableError
 from shared.spec.ddl import DdlError, parse_ddl
@@ -80,12 +81,14 @@ def key_of(text: str) -> tuple[str, str] | None:
     return None if column is None else (key, column.type.ddl)
 
 
-def windowed(text: str) -> bool:
-    """Whether a spec declares event-time windows, read as TOML only (no owner's code runs)."""
+def window_of(text: str) -> dict[str, Any] | None:
+    """A spec's `[window]` table as written (None: no window), read as TOML only (no owner's
+    code runs). A spec update must keep it: open windows mean nothing under another one."""
     try:
-        return "window" in tomllib.loads(text)
+        table = tomllib.loads(text).get("window")
     except tomllib.TOMLDecodeError:
-        return False
+        return None
+    return dict(table) if isinstance(table, dict) else None
 
 
 class SpecChecker:

@@ -11,7 +11,11 @@ newest spec over the rows of the generations since it last started empty
 (`rescale_build.carried_outputs`), every key of any generation present. `windowed_job` is
 the oracle of a windowed spec over one partition's rows: the lateness rule by Spark's own
 window function over the whole offset order, the windows by Spark's `window()`, so neither
-shares code with the worker's (pipeline/spec/windows.py).
+shares code with the worker's (pipeline/spec/windows.py). `windowed_generations_job` is that
+oracle across rescales: each generation's partitions' lateness by their own offset order
+from the basis carried in, the basis carried into generation g + 1 the max over generation
+g's final bases (every partition's: the carried one and its rows' event times), and a key's
+windows final at the watermark of the partition it routes to in the last generation.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from pipeline.source import generation_base
 from pipeline.spec.aggregations import (
     KeyState,
     Output,
@@ -33,10 +38,12 @@ from pipeline.spec.aggregations import (
     outputs_of,
 )
 from pipeline.spec.frames import spec_rows
+from pipeline.spec.produce import key_text
 from pipeline.spec.rescale_build import carried_outputs
 from pipeline.spec.run import arrow_schema, generation_log
 from pipeline.spec.sketches import SparkSketches, canonical
 from pipeline.store import ObjectStore
+from shared.routing import Routing
 from shared.spec.model import AggFn, AggregationSpec, PipelineSpec
 
 if TYPE_CHECKING:
@@ -52,6 +59,7 @@ __all__ = [
     "batch_partials",
     "generations_job",
     "output_starts",
+    "windowed_generations_job",
     "windowed_job",
 ]
 
@@ -266,6 +274,86 @@ def windowed_job(spark: SparkSession, spec: PipelineSpec, table: pa.Table) -> Wi
     for found in (closed, still_open):
         found.sort(key=lambda r: (r["window_start"], r["key"] is None, str(r["key"])))
     return WindowedOutputs(closed=closed, open=still_open, late=sorted(late))
+
+
+def _partition_rows(store: ObjectStore, gen: Generation) -> dict[int, pa.Table]:
+    """Each partition number of `gen` -> its rows (the spec's columns and `offset`)."""
+    schema = arrow_schema(gen.spec.schema)
+    log = generation_log(store, gen.generation, gen.first_slot, gen.partitions, schema)
+    base = generation_base(gen.generation)
+    out: dict[int, pa.Table] = {}
+    for n in range(gen.first_slot, gen.first_slot + gen.partitions):
+        tables = [log.read_segment(s) for s in log.segments(n, base)]
+        out[n] = pa.concat_tables(tables) if tables else schema.empty_table()
+    return out
+
+
+def windowed_generations_job(
+    spark: SparkSession, store: ObjectStore, generations: Sequence[Generation]
+) -> tuple[WindowedOutputs, list[tuple[int, int]]]:
+    """A windowed pipeline over every generation (in order, one spec throughout): its final
+    and open windows over every partition (its `late` empty), and its late records as
+    (partition, offset)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    spec = generations[-1].spec
+    window = spec.window
+    if window is None or any(g.spec.version != spec.version for g in generations):
+        raise ValueError("the windowed oracle runs one windowed spec over every generation")
+    outputs = outputs_of(spec)
+    lateness = datetime.timedelta(seconds=window.lateness_s)
+    carried: datetime.datetime | None = None
+    late: list[tuple[int, int]] = []
+    on_time = None
+    tops: dict[int, datetime.datetime | None] = {}
+    for gen in generations:
+        tops = {}
+        for n, table in _partition_rows(store, gen).items():
+            df = spec_rows(spark, spec, table)
+            event = F.col(window.column)
+            earlier = F.max(event).over(
+                Window.orderBy(OFFSET).rowsBetween(Window.unboundedPreceding, -1)
+            )
+            basis = earlier if carried is None else F.greatest(earlier, F.lit(carried))
+            marked = df.withColumn(
+                "__late",
+                event.isNull() | F.coalesce(event < basis - F.lit(lateness), F.lit(False)),
+            )
+            late += [(n, o) for o in marked.where("__late").toArrow().column(OFFSET).to_pylist()]
+            kept = marked.where(~F.col("__late")).drop("__late")
+            on_time = kept if on_time is None else on_time.unionByName(kept)
+            top = df.agg(F.max(event).alias("m")).toArrow().to_pylist()[0]["m"]
+            tops[n] = max((t for t in (top, carried) if t is not None), default=None)
+        carried = max((t for t in tops.values() if t is not None), default=carried)
+    assert on_time is not None  # at least one generation, each with at least one partition
+    spans = F.window(F.col(window.column), f"{window.size_s} seconds", f"{window.slide_s} seconds")
+    rows = (
+        on_time.groupBy(spec.key, spans.alias("w"))
+        .agg(*[c for out in outputs for c in _whole(out)])
+        .select(spec.key, "w.start", "w.end", *_part_names(outputs))
+        .toArrow()
+        .to_pylist()
+    )
+    last = generations[-1]
+    routing = Routing(generation=last.generation, partitions=last.partitions)
+    closed: list[dict[str, Any]] = []
+    still_open: list[dict[str, Any]] = []
+    for r in rows:
+        key = r[spec.key]
+        n = last.first_slot + routing.partition_for(key_text(key))
+        top = tops.get(n) if n in tops else carried
+        row = {
+            "key": key,
+            "window_start": r["start"],
+            "window_end": r["end"],
+            **{o.spec.name: _value(o, r) for o in outputs},
+        }
+        final = top is not None and r["end"] <= top - lateness
+        (closed if final else still_open).append(row)
+    for found in (closed, still_open):
+        found.sort(key=lambda r: (r["window_start"], r["key"] is None, str(r["key"])))
+    return WindowedOutputs(closed=closed, open=still_open, late=[]), sorted(late)
 
 
 def _part_names(outputs: Sequence[Output]) -> list[str]:

@@ -7,6 +7,12 @@ merged) and the final windows closed since (`closed`, appended in order and trim
 publisher), both in the checkpoint when present (a checkpoint without them decodes as before,
 and an unwindowed state encodes to the bytes it always did). See pipeline/spec/windows.py.
 
+Each closed row is published once, in the windows file named after the FIRST checkpoint that
+held it (`named`: segments (offset, rows) over a prefix of `closed`; the rows after them are
+named by the next checkpoint written). A written checkpoint names its unnamed rows in memory
+(`named_at`), and decoding a checkpoint names them after its own offset, so every owner that
+holds a row, whoever wrote the checkpoint it loaded, publishes it under the same name.
+
 Owns `SpecPartitionState` and how one micro-batch's partial states fold into it. Invariant:
 as in `pipeline.state` for `default`, new keys are admitted in order of their first offset
 (then the key), so the admitted set does not depend on how the input was cut into batches,
@@ -18,6 +24,7 @@ is only ever loaded under that version.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 from collections.abc import Mapping, Sequence
@@ -59,9 +66,38 @@ class SpecPartitionState:
     # the final windows' rows closed since their publisher last trimmed them.
     basis_us: int | None = None
     closed: list[ClosedRow] = field(default_factory=list)
+    # (offset of the first checkpoint that held them, rows) over a prefix of `closed`.
+    named: list[tuple[int, int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def named_at(self, offset: int) -> SpecPartitionState:
+        """This state with its unnamed closed rows named after the checkpoint at `offset`."""
+        rest = len(self.closed) - sum(n for _, n in self.named)
+        if rest <= 0:
+            return self
+        return dataclasses.replace(self, named=[*self.named, (offset, rest)])
+
+    def segments(self, offset: int) -> list[tuple[int, list[ClosedRow]]]:
+        """The closed rows by the windows file they belong in (unnamed ones: `offset`'s)."""
+        out, at = [], 0
+        for name, n in self.named_at(offset).named:
+            out.append((name, self.closed[at : at + n]))
+            at += n
+        return out
+
+    def trimmed(self, rows: int) -> SpecPartitionState:
+        """Without the first `rows` closed rows (published), whole segments only."""
+        named, left = [], rows
+        for name, n in self.named:
+            if left >= n:
+                left -= n
+            else:
+                named.append((name, n))
+        if left:
+            raise ValueError(f"trimming {rows} closed rows cuts a segment")
+        return dataclasses.replace(self, closed=self.closed[rows:], named=named)
 
 
 def merge_spec_batch(
@@ -93,7 +129,10 @@ def merge_spec_batch(
         firsts[key] = batch_firsts[key]
     dead = {k: batch[k] for k in refused}
     if window is None:
-        return SpecPartitionState(values=merged, firsts=firsts, closed=list(state.closed)), dead
+        kept = SpecPartitionState(
+            values=merged, firsts=firsts, closed=list(state.closed), named=list(state.named)
+        )
+        return kept, dead
     basis = state.basis_us
     if batch_max_us is not None and (basis is None or batch_max_us > basis):
         basis = batch_max_us
@@ -101,7 +140,10 @@ def merge_spec_batch(
     for key in final:
         del merged[key], firsts[key]
     closed = [*state.closed, *rows]
-    return SpecPartitionState(values=merged, firsts=firsts, basis_us=basis, closed=closed), dead
+    merged_state = SpecPartitionState(
+        values=merged, firsts=firsts, basis_us=basis, closed=closed, named=list(state.named)
+    )
+    return merged_state, dead
 
 
 def _order(key: Any) -> tuple[Any, ...]:
@@ -183,6 +225,8 @@ def encode_spec_checkpoint(
         doc["basis_us"] = state.basis_us
     if state.closed:
         doc["closed"] = state.closed
+    if state.named:
+        doc["named"] = [list(seg) for seg in state.named]
     return bytes(msgpack.packb(doc, use_bin_type=True, default=_default))
 
 
@@ -205,6 +249,11 @@ def decode_spec_checkpoint(data: bytes) -> SpecCheckpoint:
         basis = doc.get("basis_us")
         state.basis_us = None if basis is None else int(basis)
         state.closed = [dict(row) for row in doc.get("closed", [])]
+        state.named = [(int(at), int(n)) for at, n in doc.get("named", [])]
+        if sum(n for _, n in state.named) > len(state.closed):
+            raise SpecCheckpointError(f"named segments {state.named} pass the closed rows")
+        # This checkpoint was the first to hold its unnamed rows: they are named after it.
+        state = state.named_at(int(doc["offset"]))
         return SpecCheckpoint(
             partition=int(doc["partition"]),
             epoch=int(doc["epoch"]),

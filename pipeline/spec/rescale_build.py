@@ -20,6 +20,18 @@ identity every output's merge already has (a count's `None` reads as 0, a distin
 new spec drops is dropped. A change of the key column (or its type) is refused: a key's
 state under one key means nothing under another.
 
+Windowed specs (docs/pipeline.md "Windows"): the state is keyed (key, window start) and each
+row goes where its key routes, so a key's open windows stay together. Every new partition
+starts with the WATERMARK BASIS `max` of the cut partitions' bases: a function of the cut
+offsets (each cut's basis is its partition's largest event time below the cut), so every
+builder decides the same. It is at least each old partition's basis, so no record the old
+generation found late is on time in the new one's view of that key, and the windows it
+makes final are closed at the build: appended to the new partition's `closed` (published by
+its first owner under the new partition's base offset) and evicted. The cuts' own `closed`
+rows are not carried: they are the old partitions', published under their cut's name
+(pipeline.pipeline_build). The window itself (column, size, slide, lateness) cannot change
+in a spec update: its open rows mean nothing under another window.
+
 Invariant: `build` is a pure function of its arguments (given a deterministic `SketchOps`),
 and its checkpoints' bytes are deterministic, so a rerun writes the same objects; every key
 of the cuts lands in exactly one new partition, in its state or in its dead letters.
@@ -102,19 +114,23 @@ def build(
     dead letters. `cuts` maps each old partition number to its checkpoint at the cut.
     `sketches` unions the distinct-count sketches of a key found in two old partitions."""
     _check(cuts, routing, new_first_slot, max_keys)
-    if old.window is not None or new.window is not None:
+    if old.window != new.window:
         # The coordinator refuses these (a 409 before anything is proposed): never built.
-        raise RescaleBuildError("a pipeline with event-time windows is not rescaled or updated")
+        raise RescaleBuildError("a spec update keeps the window: a new window is a new pipeline")
     carried = carried_outputs(old, new)
     new_outputs = outputs_of(new)
     old_names = {o.spec.name for o in outputs_of(old)}
     values: dict[int, dict[Any, KeyState]] = {q: {} for q in range(routing.partitions)}
     firsts: dict[int, dict[Any, int]] = {q: {} for q in range(routing.partitions)}
+    basis: int | None = None
     for p in sorted(cuts):
         state = _cut_state(old, p, cuts[p], routing.generation - 1, old_names)
+        if state.basis_us is not None and (basis is None or state.basis_us > basis):
+            basis = state.basis_us
         again: dict[int, dict[Any, KeyState]] = {}
         for key, held in state.values.items():
-            q = routing.partition_for(key_text(key))
+            # A windowed state's key is (key, window start): routed by the key.
+            q = routing.partition_for(key_text(key[0] if new.window is not None else key))
             kept = _projected(new_outputs, held, carried)
             first = state.firsts[key]
             if key in values[q]:
@@ -129,8 +145,16 @@ def build(
     base = generation_base(routing.generation)
     out: dict[int, BuiltPartition] = {}
     for q in range(routing.partitions):
+        # The carried basis closes the windows it makes final (none without a window).
         admitted, dead = merge_spec_batch(
-            new_outputs, SpecPartitionState(), values[q], firsts[q], max_keys, sketches
+            new_outputs,
+            SpecPartitionState(basis_us=basis if new.window is not None else None),
+            values[q],
+            firsts[q],
+            max_keys,
+            sketches,
+            new.window,
+            None,
         )
         number = new_first_slot + q
         data = encode_spec_checkpoint(number, epoch, base, new.version, new_outputs, admitted)

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from pipeline.spec.aggregations import Output, SketchOps, finals
 from pipeline.spec.partition_state import SpecPartitionState
 from pipeline.spec.run import arrow_schema
+from pipeline.spec.windows import ClosedRow
 from shared.spec.ddl import Column, ColumnType, Schema, TypeKind
 from shared.spec.model import AggFn, PipelineSpec
 
@@ -154,6 +155,11 @@ def _parquet(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
     return sink.getvalue()
 
 
+def _keyed(spec: PipelineSpec, rows: Sequence[ClosedRow]) -> list[dict[str, Any]]:
+    """Closed rows as the table's: their "key" under the spec's key column's name."""
+    return [{spec.key: r["key"], **{k: v for k, v in r.items() if k != "key"}} for r in rows]
+
+
 def _sorted(keys: Any) -> list[Any]:
     return sorted(keys, key=lambda k: (k is None, "" if k is None else k))
 
@@ -176,29 +182,21 @@ def publish(
     offset: int,
     state: SpecPartitionState,
     sketches: Callable[[], SketchOps],
-    loaded: tuple[int, int] | None = None,
 ) -> Published:
     """Blocking: publish the state of one ACCEPTED checkpoint (`partition` at `offset`): its
-    closed windows appended (create-only, so once), its keys' outputs as the partition's
-    snapshot unless a newer offset's is there (a windowed spec has none: its keys' rows are
-    open windows, and its results are the final ones). `sketches` is asked only when an
-    output is a sketch (Spark estimates it). `loaded`: (offset, rows) of the checkpoint this
-    owner loaded, whose first `rows` closed rows are published under that checkpoint's name,
-    as its first owner did or would have, so they never land in a second file."""
+    closed windows appended (create-only, so once), each in the file named after the first
+    checkpoint that held it (`SpecPartitionState.named`; the unnamed ones: this one), so a
+    row a new owner carried from the checkpoint it loaded lands in the file its first owner
+    wrote or would have; its keys' outputs as the partition's snapshot unless a newer
+    offset's is there (a windowed spec has none: its keys' rows are open windows, and its
+    results are the final ones). `sketches` is asked only when an output is a sketch."""
     windows_rows = 0
-    closed = state.closed
     schema = windows_schema(spec, outputs)
-    if loaded is not None and loaded[1] > 0:
-        at, carried = loaded
+    for at, rows in state.segments(offset):
         if store.put_if_absent(
-            windows_key(name, incarnation, partition, at), _parquet(closed[:carried], schema)
+            windows_key(name, incarnation, partition, at), _parquet(_keyed(spec, rows), schema)
         ):
-            windows_rows += carried
-        closed = closed[carried:]
-    if closed and store.put_if_absent(
-        windows_key(name, incarnation, partition, offset), _parquet(closed, schema)
-    ):
-        windows_rows += len(closed)
+            windows_rows += len(rows)
     if spec.window is not None:
         return Published(windows_rows=windows_rows, snapshot_rows=0)
     needs_spark = any(o.spec.fn is AggFn.APPROX_DISTINCT for o in outputs) and state.values

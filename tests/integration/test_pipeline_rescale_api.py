@@ -86,22 +86,25 @@ def test_the_view_has_past_and_rescale(cluster: Cluster) -> None:
     assert one["past"] == [] and one["rescale"] is None
 
 
-def test_a_windowed_pipeline_is_neither_rescaled_nor_updated(cluster: Cluster) -> None:
-    # Its windows' rows and watermark are not carried across a cut yet: 409, nothing proposed.
+def test_a_windowed_pipeline_is_rescaled_but_its_window_is_kept(cluster: Cluster) -> None:
+    # An update that adds, drops or changes the window: 409, nothing proposed.
     c = cluster
     before = described(c, "hourly"), described(c, "other")
-    refused(at_leader(c, "POST", "/v1/pipelines/hourly/rescale", {"partitions": 3}),
-            409, "conflict", "partitions")  # fmt: skip
-    renamed = HOURLY.replace('name = "revenue"', 'name = "income"', 1)
-    refused(at_leader(c, "POST", "/v1/pipelines/hourly/update", {"spec": renamed}),
-            409, "conflict", "spec")  # fmt: skip
-    # Nor does an update add a window to a pipeline without one.
     refused(at_leader(c, "POST", "/v1/pipelines/other/update", {"spec": HOURLY}),
+            409, "conflict", "spec")  # fmt: skip
+    refused(at_leader(c, "POST", "/v1/pipelines/hourly/update", {"spec": ORDERS}),
+            409, "conflict", "spec")  # fmt: skip
+    wider = HOURLY.replace('size = "1h"', 'size = "2h"')
+    refused(at_leader(c, "POST", "/v1/pipelines/hourly/update", {"spec": wider}),
             409, "conflict", "spec")  # fmt: skip
     for name, was in zip(("hourly", "other"), before, strict=True):
         now = described(c, name)
         assert now["rescale"] is None and now["past"] == [], now
         assert (now["partitions"], now["spec_sha256"]) == (was["partitions"], was["spec_sha256"])
+    # A rescale keeping the window starts (its windows are carried by the build).
+    started = at_leader(c, "POST", "/v1/pipelines/hourly/rescale", {"partitions": 3})
+    assert started.status == 202, started
+    assert described(c, "hourly")["rescale"] is not None
 
 
 def test_the_refusals_change_nothing(cluster: Cluster) -> None:

@@ -5,7 +5,7 @@ cut into micro-batches two different ways: both close the same windows with the 
 outputs, keep the same open windows, and find the same late records, and all three equal
 `pipeline.spec.oracle.windowed_job` (the spec in one Spark job, by Spark's own window
 function and `window()`). Then a pipeline with that spec run by a real `ripple worker`: each
-partition's final windows (from its checkpoint) and open windows (from the worker's state
+partition's final windows (from the results windows table) and open windows (from its state
 route) equal the oracle over that partition's rows, the late records are exactly the ones in
 its `-late` dead-letter objects, and `GET .../keys/{key}` answers a key's open windows.
 """
@@ -25,8 +25,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.spec.oracle import windowed_job
-from pipeline.spec.partition_state import SpecPartitionState, decode_spec_checkpoint
+from pipeline.spec.partition_state import SpecPartitionState
 from pipeline.spec.produce import SpecProducer
+from pipeline.spec.results import windows_key
 from pipeline.spec.run import BatchPartials, PipelineInfo, PipelineRun
 from pipeline.spec.sketches import SparkSketches
 from pipeline.spec.windows import window_rows
@@ -204,6 +205,16 @@ def late_offsets(rig: PipelineRig, partition: int) -> list[int]:
     return sorted(offsets)
 
 
+def published(rig: PipelineRig, info: PipelineInfo, partition: int) -> list[dict[str, Any]]:
+    """Partition `partition`'s rows in the results windows table, by window start then key."""
+    prefix = windows_key(info.name, info.incarnation, partition, 0).rsplit("-o", 1)[0]
+    rows = []
+    for key in rig.store.list_keys(prefix):
+        for r in pq.read_table(io.BytesIO(rig.store.get(key))).to_pylist():
+            rows.append({"key": r.pop("host"), **r})
+    return sorted(rows, key=lambda r: (r["window_start"], str(r["key"])))
+
+
 def from_json(row: dict[str, Any]) -> dict[str, Any]:
     """A window row as the worker's JSON shows it, its bounds parsed back to datetimes."""
     bounds = ("window_start", "window_end")
@@ -229,12 +240,17 @@ def test_a_worker_closes_the_windows_the_batch_job_closes(
     for n in range(info.first_slot, info.first_slot + info.partitions):
         end = log.end_offset(n)
         # The leader asks for checkpoints every second (the rig's checkpoint_interval_s).
-        data = wait_until(lambda n=n, end=end: checkpoint_at(rig, n, end), f"{n}'s checkpoint", 60)
-        state = decode_spec_checkpoint(data).state
+        wait_until(lambda n=n, end=end: checkpoint_at(rig, n, end), f"{n}'s checkpoint", 60)
         table = pa.concat_tables([log.read_segment(s) for s in log.segments(n, 0)])
         want = windowed_job(spark, producer.run.spec, table)
         assert want.closed and want.open, n  # both kinds in every partition
-        assert state.closed == want.closed, n
+        # The final windows, published once each as their checkpoints are accepted (and
+        # trimmed from the state then): the partition's windows files hold all of them.
+        wait_until(
+            lambda n=n, want=want: published(rig, info, n) == want.closed,
+            f"{n}'s final windows published",
+            60,
+        )
         shown = call("GET", rig.worker_url("w1") + f"/v1/partitions/{n}/state")
         assert shown.status == 200, shown
         got_open = [

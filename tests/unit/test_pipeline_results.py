@@ -105,7 +105,7 @@ def key_state(n: int, clicks: int, *pages: str) -> dict[str, Any]:
 def window(user: str, hour: int, n: int) -> dict[str, Any]:
     start = datetime.datetime(2026, 1, 1, hour, tzinfo=UTC)
     return {
-        "user": user,
+        "key": user,  # as pipeline.spec.windows closes it: the table names it `user`
         "window_start": start,
         "window_end": start + datetime.timedelta(hours=1),
         "n": n,
@@ -420,7 +420,6 @@ async def test_a_new_owner_that_processed_past_the_loaded_offset_never_republish
         loaded = decode_spec_checkpoint(store.get(ck_key))
         new_holdings = Holdings()
         new_rt = PartitionRuntime(epoch=4, run=make_run(store), spec_state=loaded.state, offset=40)
-        new_rt.loaded_closed = (40, len(loaded.state.closed))  # as hosting sets it
         new_rt.loaded.set()
         new_holdings.gates.host(P, 4)
         new_holdings.parts[P] = new_rt
@@ -429,6 +428,7 @@ async def test_a_new_owner_that_processed_past_the_loaded_offset_never_republish
             values=loaded.state.values,
             firsts=loaded.state.firsts,
             closed=[*loaded.state.closed, more],
+            named=loaded.state.named,  # the loaded rows: named after 40 by the decode
         )
         new_rt.offset = 55
         new = checkpointer(store, new_holdings, Coordinator(fenced=False))
@@ -437,4 +437,43 @@ async def test_a_new_owner_that_processed_past_the_loaded_offset_never_republish
         assert sorted(rows["user"]) == ["ann", "bob", "cyd"]  # each once
         newest = pq.read_table(io.BytesIO(store.get(windows_key(NAME, INCARNATION, P, 55))))
         assert newest.num_rows == 1
-        assert new_rt.spec_state.closed == [] and new_rt.loaded_closed is None
+        assert new_rt.spec_state.closed == [] and new_rt.spec_state.named == []
+
+
+async def test_a_third_owner_never_republishes_rows_a_second_one_carried_unpublished(
+    tmp_path: Path,
+) -> None:
+    """A publishes its checkpoint at 40; B loads it, closes one more window and writes its
+    checkpoint at 55, then dies before publishing it; C loads B's 55 and publishes: the rows
+    B carried from 40 stay in 40's file only (named in B's checkpoint), the new one goes to
+    55's."""
+    store = LocalStore(str(tmp_path))
+    closed = [window("ann", 1, 2), window("bob", 1, 1)]
+    a_holdings, _ = held(store, state({"ann": 2, "bob": 1}, closed), 40)
+    await checkpointer(store, a_holdings, Coordinator(fenced=False)).checkpoint_and_report()
+    assert table_info(store, NAME, INCARNATION, WINDOWS).rows == 2
+    (at_40,) = store.list_keys("checkpoints/")
+    loaded = decode_spec_checkpoint(store.get(at_40)).state
+    assert loaded.named == [(40, 2)]
+    b_state = SpecPartitionState(
+        values=loaded.values,
+        firsts=loaded.firsts,
+        closed=[*loaded.closed, window("cyd", 2, 3)],
+        named=loaded.named,
+    )
+    b_holdings, b_rt = held(store, b_state, 55)
+    b_rt.epoch = 4
+    b_holdings.gates.host(P, 4)
+    b = checkpointer(store, b_holdings, Coordinator(fenced=False))
+    b.results = Unreachable()  # B dies between the accept and the publish
+    await b.checkpoint_and_report()
+    (at_55,) = [k for k in store.list_keys("checkpoints/") if k != at_40]
+    c_state = decode_spec_checkpoint(store.get(at_55)).state
+    assert c_state.named == [(40, 2), (55, 1)]
+    c_holdings, c_rt = held(store, c_state, 55)
+    c_rt.epoch = 5
+    c_holdings.gates.host(P, 5)
+    await checkpointer(store, c_holdings, Coordinator(fenced=False)).checkpoint_and_report()
+    rows = pd.read_parquet(table_dir(store, WINDOWS))
+    assert sorted(rows["user"]) == ["ann", "bob", "cyd"]  # each once
+    assert c_rt.spec_state is not None and c_rt.spec_state.closed == []

@@ -332,7 +332,9 @@ async def test_the_build_writes_each_new_number_from_the_cuts_and_a_rerun_writes
     w = make_worker(tmp_path, fake)
     w.call_token = "call"
     auth = {"Authorization": authorization("call")}
-    w.rebuild.pipelines = PipelineBuild(fake.get, w.checkpoints, SetSketches, KEYS_MAX)
+    w.rebuild.pipelines = PipelineBuild(
+        fake.get, w.checkpoints, SetSketches, KEYS_MAX, results=w.store
+    )
     old = await w.hosting.runs.of(OLD_FIRST)  # type: ignore[union-attr]
     body = _build_body(_cut_checkpoints(w, old, epoch=4))
     base = generation_base(1)
@@ -385,7 +387,7 @@ async def test_the_build_writes_each_new_number_from_the_cuts_and_a_rerun_writes
             # A rerun (a new leader, another worker) writes nothing new, answers the same; a
             # worker without Spark builds it too (no output here is a sketch).
             objects = _store_objects(w)
-            again = PipelineBuild(fake.get, w.checkpoints, _no_spark, KEYS_MAX)
+            again = PipelineBuild(fake.get, w.checkpoints, _no_spark, KEYS_MAX, results=w.store)
             assert await again.run(PipelineBuildRequest.from_json(body)) == reply.checkpoints
             assert _store_objects(w) == objects
             # A spec the describe does not show, or a cut that is another partition's, is

@@ -17,6 +17,7 @@ from pipeline.spec.partition_state import (
     encode_spec_checkpoint,
     merge_spec_batch,
 )
+from pipeline.spec.produce import key_text
 from pipeline.spec.rescale_build import RescaleBuildError, build
 from pipeline.spec.run import PipelineInfo, PipelineRun
 from pipeline.spec.windows import US_PER_S, close_windows, utc
@@ -231,13 +232,79 @@ def test_late_records_are_named_beside_the_batch_dead_letters() -> None:
     assert late_key(SLOT_BASE, 2, 10, 20).endswith("-00000000000000000020-late.parquet")
 
 
-def test_a_windowed_pipeline_is_never_built_into_a_new_generation() -> None:
+def test_a_spec_update_that_changes_the_window_is_never_built() -> None:
     spec = parse_spec(windowed('column = "at"\nsize = "1m"'))
+    wider = parse_spec(windowed('column = "at"\nsize = "2m"'))
     plain = parse_spec(BASE)
-    for old, new in ((spec, spec), (plain, spec), (spec, plain)):
-        with pytest.raises(RescaleBuildError, match="windows"):
+    for old, new in ((plain, spec), (spec, plain), (spec, wider)):
+        with pytest.raises(RescaleBuildError, match="keeps the window"):
             build(old, new, {}, Routing(generation=1, partitions=2), SLOT_BASE + 10, 1, 10,
                   SetSketches())  # fmt: skip
+
+
+def cut(spec_text: str, p: int, state: SpecPartitionState) -> bytes:
+    spec = parse_spec(spec_text)
+    return encode_spec_checkpoint(p, 3, 7, spec.version, outputs_of(spec), state)
+
+
+def test_a_rescale_carries_open_windows_by_key_and_closes_at_the_max_basis() -> None:
+    text = windowed('column = "at"\nsize = "1m"\nlateness = "30s"')
+    spec = parse_spec(text)
+    old_closed = [
+        {"key": "z", "window_start": utc(0), "window_end": utc(MINUTE), "n": 1, "slowest": 1}
+    ]
+    first = SpecPartitionState(
+        values={
+            ("a", 0): state_of(2, 5), ("a", MINUTE): state_of(1, 4), ("b", MINUTE): state_of(1, 3)
+        },
+        firsts={("a", 0): 0, ("a", MINUTE): 2, ("b", MINUTE): 1},
+        basis_us=80 * US_PER_S,
+        closed=old_closed,
+    )  # fmt: skip
+    second = SpecPartitionState(
+        values={("c", 2 * MINUTE): state_of(1, 8), ("c", 3 * MINUTE): state_of(1, 9)},
+        firsts={("c", 2 * MINUTE): 0, ("c", 3 * MINUTE): 1},
+        basis_us=200 * US_PER_S,
+    )
+    old_first, new_first = SLOT_BASE + 10, SLOT_BASE + 20
+    cuts = {old_first: cut(text, old_first, first), old_first + 1: cut(text, old_first + 1, second)}
+    routing = Routing(generation=1, partitions=3)
+    built = build(spec, spec, cuts, routing, new_first, 4, 100, SetSketches())
+    states = {n: decode_spec_checkpoint(b.checkpoint).state for n, b in built.items()}
+    # Every new partition starts at the max basis: its watermark 170 s closes every window
+    # ending by then (a's two, b's), and c's windows stay open where c routes.
+    assert {s.basis_us for s in states.values()} == {200 * US_PER_S}
+    closed = {
+        (r["key"], r["window_start"]): (n, r["n"]) for n, s in states.items() for r in s.closed
+    }
+    opened = {k: n for n, s in states.items() for k in s.values}
+    where = {k: new_first + routing.partition_for(key_text(k)) for k in "abc"}
+    assert closed == {
+        ("a", utc(0)): (where["a"], 2),
+        ("a", utc(MINUTE)): (where["a"], 1),
+        ("b", utc(MINUTE)): (where["b"], 1),
+    }
+    assert opened == {("c", 2 * MINUTE): where["c"], ("c", 3 * MINUTE): where["c"]}
+    # The cut's own closed rows are its old partition's to publish: never carried.
+    assert all(r["key"] != "z" for s in states.values() for r in s.closed)
+    # The basis is a function of the cuts, not of their order.
+    again = build(
+        spec, spec, dict(reversed(cuts.items())), routing, new_first, 4, 100, SetSketches()
+    )
+    assert {n: b.checkpoint for n, b in again.items()} == {
+        n: b.checkpoint for n, b in built.items()
+    }
+
+
+def test_a_rescale_of_cuts_with_no_event_time_yet_carries_no_basis() -> None:
+    text = windowed('column = "at"\nsize = "1m"')
+    spec = parse_spec(text)
+    empty = SpecPartitionState()
+    cuts = {SLOT_BASE + 10: cut(text, SLOT_BASE + 10, empty)}
+    built = build(spec, spec, cuts, Routing(generation=1, partitions=2), SLOT_BASE + 20, 4, 10,
+                  SetSketches())  # fmt: skip
+    states = [decode_spec_checkpoint(b.checkpoint).state for b in built.values()]
+    assert [(s.basis_us, s.closed, len(s)) for s in states] == [(None, [], 0)] * 2
 
 
 def test_ripple_get_prints_a_windowed_key_one_window_a_row() -> None:

@@ -70,7 +70,7 @@ from coordinator.service.pipeline_models import (
 from coordinator.service.pipeline_tokens import PipelineHolder, admit_pipeline
 from coordinator.service.rescale_models import RescaleDryRunResponse
 from coordinator.service.rescale_preview import preview
-from coordinator.service.spec_check import SpecChecker, key_of, windowed
+from coordinator.service.spec_check import SpecChecker, key_of, window_of
 from coordinator.service.stamps import now_ms
 from shared.errors import RequestError
 
@@ -303,14 +303,14 @@ async def _start_rescale(
     state now records it."""
     node = require_leader(request)
     name = p.name
-    if windowed(p.spec_text) or (spec and windowed(spec)):
-        # A window's open rows and watermark are not carried across a cut yet (docs/pipeline.md
+    if spec and window_of(spec) != window_of(p.spec_text):
+        # Open windows and their watermark mean nothing under another window (docs/pipeline.md
         # "Windows"): refused before anything is proposed, so the pipeline runs on unchanged.
         raise RequestError(
-            f"pipeline {name}: a pipeline with event-time windows cannot be rescaled or have "
-            "its spec updated in this release (create a new pipeline instead)",
+            f"pipeline {name}: a spec update keeps the [window] table as it is (adding, "
+            "removing or changing a window makes a new pipeline)",
             code="conflict",
-            field="spec" if spec else "partitions",
+            field="spec",
         )
     await node.submit(
         StartPipelineRescale(
