@@ -35,6 +35,7 @@ __all__ = [
     "SpecCheckpoint",
     "SpecCheckpointError",
     "SpecPartitionState",
+    "admission_order",
     "decode_spec_checkpoint",
     "encode_spec_checkpoint",
     "merge_spec_batch",
@@ -81,7 +82,7 @@ def merge_spec_batch(
     if max_keys <= 0:
         raise ValueError(f"max_keys must be positive, got {max_keys}")
     new_keys = sorted(
-        (k for k in batch if k not in state.values), key=lambda k: _admit(k, batch_firsts)
+        (k for k in batch if k not in state.values), key=lambda k: admission_order(k, batch_firsts)
     )
     room = max(0, max_keys - len(state.values))
     admitted, refused = new_keys[:room], new_keys[room:]
@@ -112,7 +113,8 @@ def _order(key: Any) -> tuple[Any, ...]:
     return (key is None, "" if key is None else key)
 
 
-def _admit(key: Any, firsts: Mapping[Any, int]) -> tuple[Any, ...]:
+def admission_order(key: Any, firsts: Mapping[Any, int]) -> tuple[Any, ...]:
+    """The order new keys are admitted in under the key limit: first offset, then key."""
     return (firsts[key], *_order(key))
 
 
