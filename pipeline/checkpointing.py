@@ -17,7 +17,6 @@ windows are trimmed from the state only after they are published.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -97,8 +96,9 @@ class Checkpointer:
                 rt.checkpoint_offset = rt.offset
                 self.stats["checkpoints"] += 1
             rt.covered_at_s = monotonic_s(self.clock)
-            if rt.run is not None and rt.spec_state is not None:
-                self._reported[p] = (rt, rt.offset, rt.spec_state)
+            if rt.run is not None and rt.checkpointed is not None:
+                # The state its checkpoint holds (`checkpoint_bytes` kept it until published).
+                self._reported[p] = (rt, rt.offset, rt.checkpointed)
             entries.append(
                 CheckpointEntry(
                     partition=p, epoch=rt.epoch, offset=rt.offset, uri=rt.checkpoint_uri
@@ -165,12 +165,12 @@ class Checkpointer:
         async with self.holdings.batch_lock:
             rt.published_offset = offset
             rt.loaded_closed = None
+            if rt.checkpointed is state:
+                rt.checkpointed = None  # published: not held in memory any longer
             current = rt.spec_state
             if state.closed and current is not None:
                 # Merges only append to `closed`: the published rows are its first ones.
-                rt.spec_state = dataclasses.replace(
-                    current, closed=current.closed[len(state.closed) :]
-                )
+                current.trim_closed(len(state.closed))
 
     async def write_final(self, partition: int, epoch: int, rt: PartitionRuntime) -> str:
         """The checkpoint a release at `epoch` hands over (the caller holds the batch lock)."""

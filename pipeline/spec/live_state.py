@@ -40,6 +40,7 @@ __all__ = [
     "LOAD_ROWS_MAX",
     "WORKER_BLOCK_CACHE_BYTES",
     "LiveState",
+    "Merge",
     "worker_cache",
 ]
 
@@ -52,6 +53,16 @@ LOAD_ROWS_MAX = 4096  # rows written per batch when a whole state is loaded into
 def worker_cache(capacity_bytes: int = WORKER_BLOCK_CACHE_BYTES) -> rocksdict.Cache:
     """The block cache the stores of one worker share."""
     return rocksdict.Cache(capacity_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Merge:
+    """A batch prepared against the state: the rows to write (state key, first offset,
+    outputs) and the dead letters (new keys over the limit, their partial states)."""
+
+    rows: list[tuple[Any, int, KeyState]]
+    dead: dict[Any, KeyState]
+    batch_max_us: int | None
 
 
 @dataclass(slots=True)
@@ -89,12 +100,16 @@ class LiveState:
         a loaded checkpoint is no change since it."""
         live = cls.create(directory, window, cache)
         live.basis_us, live.closed = state.basis_us, list(state.closed)
-        encoded = sorted(
-            (pack_key(live._store_key(k)), pack_value((state.firsts[k], v)))
-            for k, v in state.values.items()
-        )
-        for start in range(0, len(encoded), LOAD_ROWS_MAX):
-            live.store.append_new(encoded[start : start + LOAD_ROWS_MAX])
+        try:
+            encoded = sorted(
+                (pack_key(live._store_key(k)), pack_value((state.firsts[k], v)))
+                for k, v in state.values.items()
+            )
+            for start in range(0, len(encoded), LOAD_ROWS_MAX):
+                live.store.append_new(encoded[start : start + LOAD_ROWS_MAX])
+        except BaseException:
+            live.destroy()  # half a state is no state: the load fails whole
+            raise
         if window is not None:
             live.open_starts = {k[1] for k in state.values}
         return live
@@ -156,6 +171,45 @@ class LiveState:
         return out
 
     # The micro-batch.
+    def prepare(
+        self,
+        outputs: Sequence[Output],
+        batch: Mapping[Any, KeyState],
+        batch_firsts: Mapping[Any, int],
+        max_keys: int,
+        sketches: SketchOps,
+        batch_max_us: int | None = None,
+    ) -> Merge:
+        """One batch's partial states folded with the rows they touch, under the key limit
+        (`max_keys`; 0: none), nothing written yet: the caller writes the dead letters first,
+        then `commit`s, so a failed write leaves the state before the batch."""
+        if max_keys < 0:
+            raise ValueError(f"max_keys must be 0 (no limit) or positive, got {max_keys}")
+        held = self._held(list(batch))
+        new_keys = sorted(
+            (k for k in batch if k not in held), key=lambda k: admission_order(k, batch_firsts)
+        )
+        refused: list[Any] = []
+        if max_keys > 0:
+            refused = new_keys[max(0, max_keys - len(self)) :]
+        refused_set = set(refused)
+        taken = {k: v for k, v in batch.items() if k not in refused_set}
+        merged = merge_states(outputs, {k: v for k, (_, v) in held.items()}, taken, sketches)
+        rows = [(k, held[k][0] if k in held else batch_firsts[k], merged[k]) for k in taken]
+        return Merge(rows=rows, dead={k: batch[k] for k in refused}, batch_max_us=batch_max_us)
+
+    def commit(self, merge: Merge, outputs: Sequence[Output], sketches: SketchOps) -> None:
+        """Write a prepared batch: its rows in one write batch, then (windowed) the basis
+        moves and the windows it makes final are appended to `closed` and evicted."""
+        self.store.put_many((self._store_key(k), (first, v)) for k, first, v in merge.rows)
+        if self.window is None:
+            return
+        self.open_starts.update(k[1] for k, _, _ in merge.rows)
+        top = merge.batch_max_us
+        if top is not None and (self.basis_us is None or top > self.basis_us):
+            self.basis_us = top
+        self._close(outputs, sketches)
+
     def merge(
         self,
         outputs: Sequence[Output],
@@ -165,29 +219,10 @@ class LiveState:
         sketches: SketchOps,
         batch_max_us: int | None = None,
     ) -> dict[Any, KeyState]:
-        """Fold one batch's partial states in under the key limit (`max_keys`; 0: none); the
-        dead letters: the partial states of new keys that did not fit."""
-        if max_keys < 0:
-            raise ValueError(f"max_keys must be 0 (no limit) or positive, got {max_keys}")
-        held = self._held(list(batch))
-        new_keys = sorted(
-            (k for k in batch if k not in held), key=lambda k: admission_order(k, batch_firsts)
-        )
-        refused: list[Any] = []
-        if max_keys > 0:
-            room = max(0, max_keys - len(self))
-            refused = new_keys[room:]
-        refused_set = set(refused)
-        taken = {k: v for k, v in batch.items() if k not in refused_set}
-        merged = merge_states(outputs, {k: v for k, (_, v) in held.items()}, taken, sketches)
-        firsts = {k: held[k][0] if k in held else batch_firsts[k] for k in taken}
-        self.store.put_many((self._store_key(k), (firsts[k], merged[k])) for k in taken)
-        if self.window is not None:
-            self.open_starts.update(k[1] for k in taken)
-            if batch_max_us is not None and (self.basis_us is None or batch_max_us > self.basis_us):
-                self.basis_us = batch_max_us
-            self._close(outputs, sketches)
-        return {k: batch[k] for k in refused}
+        """`prepare` and `commit` at once; the dead letters."""
+        prepared = self.prepare(outputs, batch, batch_firsts, max_keys, sketches, batch_max_us)
+        self.commit(prepared, outputs, sketches)
+        return prepared.dead
 
     def _close(self, outputs: Sequence[Output], sketches: SketchOps) -> None:
         """Append the final windows at the basis to `closed` and evict their rows: one seek per
@@ -203,8 +238,9 @@ class LiveState:
             for k, v in self.store.raw_rows_from(prefix):
                 stored = unpack_key(k)
                 final[(stored[1], stored[0])] = dict(unpack_value(v)[1])
-            self.closed.extend(window_rows(outputs, window, final, sketches))
+            rows = window_rows(outputs, window, final, sketches)
             self.store.delete_many((s, k) for k, s in final)
+            self.closed.extend(rows)
             self.open_starts.discard(start)
 
     def trim_closed(self, published: int) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from pipeline.spec.windows import ClosedRow, close_windows
 from shared.spec.model import WindowSpec
 
 __all__ = [
+    "KEYS_UNLIMITED",
     "SPEC_CHECKPOINT_FORMAT_VERSION",
     "SpecCheckpoint",
     "SpecCheckpointError",
@@ -42,6 +44,9 @@ __all__ = [
 ]
 
 SPEC_CHECKPOINT_FORMAT_VERSION = 2
+# A recorded pipeline's key limit when its setting is 0: none (a bound no partition reaches,
+# so the merges here and a rescale's build need no case of their own).
+KEYS_UNLIMITED = sys.maxsize
 # msgpack extension codes for the column values msgpack has no type of.
 _EXT_DECIMAL = 1
 _EXT_DATE = 2
