@@ -132,3 +132,10 @@ def test_stores_share_one_cache_and_a_destroyed_one_leaves_nothing(tmp_path: Pat
     again = LiveState.create(tmp_path / "two", None, cache)
     assert len(again) == 0
     again.destroy()
+
+
+def test_a_state_that_fails_to_load_leaves_no_store(tmp_path: Path) -> None:
+    broken = SpecPartitionState(values={"a": {"n": 1, "slowest": 1}}, firsts={})  # no first
+    with pytest.raises(KeyError):
+        LiveState.from_state(tmp_path / "p", None, broken)
+    assert not (tmp_path / "p").exists()

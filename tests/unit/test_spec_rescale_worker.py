@@ -54,7 +54,8 @@ POLLS_MAX = 50  # build calls before the test gives up
 class FakeCoordinator:
     """The coordinator's pipeline reads, as a rescale of `orders` moves them along."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys_max: int = KEYS_MAX) -> None:
+        self.keys_max = keys_max  # the pipelines' key limit setting
         self.asked: list[str] = []
         self.state = "active"
         self.phase = "rescaling"  # or "done": the new generation is the current one
@@ -70,7 +71,7 @@ class FakeCoordinator:
             "name": "orders",
             "incarnation": 2,
             "state": self.state,
-            "settings": {"max_keys_per_partition": KEYS_MAX},
+            "settings": {"max_keys_per_partition": self.keys_max},
             "past": [],
         }
         if self.phase == "rescaling":
@@ -88,7 +89,7 @@ class FakeCoordinator:
             "partitions": 4,
             "routing_generation": 0,
             "spec_text": SPEC,
-            "settings": {"max_keys_per_partition": KEYS_MAX},
+            "settings": {"max_keys_per_partition": self.keys_max},
         }
 
     async def get(self, path: str) -> dict[str, Any]:
