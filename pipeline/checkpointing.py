@@ -96,8 +96,9 @@ class Checkpointer:
                 rt.checkpoint_offset = rt.offset
                 self.stats["checkpoints"] += 1
             rt.covered_at_s = monotonic_s(self.clock)
-            if rt.run is not None and rt.spec_state is not None:
-                self._reported[p] = (rt, rt.offset, rt.spec_state)
+            if rt.run is not None and rt.checkpointed is not None:
+                # The state its checkpoint holds (`checkpoint_bytes` kept it until published).
+                self._reported[p] = (rt, rt.offset, rt.checkpointed)
             entries.append(
                 CheckpointEntry(
                     partition=p, epoch=rt.epoch, offset=rt.offset, uri=rt.checkpoint_uri
@@ -162,10 +163,12 @@ class Checkpointer:
         self.stats["results_published"] += 1
         async with self.holdings.batch_lock:
             rt.published_offset = offset
+            if rt.checkpointed is state:
+                rt.checkpointed = None  # published: not held in memory any longer
             current = rt.spec_state
             if state.closed and current is not None:
                 # Merges only append to `closed`: the published rows are its first ones.
-                rt.spec_state = current.trimmed(len(state.closed))
+                current.trim_closed(len(state.closed))
 
     async def write_final(self, partition: int, epoch: int, rt: PartitionRuntime) -> str:
         """The checkpoint a release at `epoch` hands over (the caller holds the batch lock)."""
@@ -184,7 +187,7 @@ class Checkpointer:
             )
             if rt.spec_state is not None:
                 # Its unnamed closed rows are named after it, as any loader of it names them.
-                rt.spec_state = rt.spec_state.named_at(rt.offset)
+                rt.spec_state.name_at(rt.offset)
             return uri
         return await asyncio.to_thread(
             self.checkpoints.write, partition, epoch, rt.offset, dict(rt.state)

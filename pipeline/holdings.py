@@ -4,19 +4,28 @@ Invariant: a partition is processed, checkpointed or served only while its runti
 loaded and its gate is open at the runtime's epoch (`open_now`, `held`); the lease is the
 caller's second condition. Everything here is touched on the event loop only, and the
 partition state changes under `batch_lock` whenever it must not interleave with a
-micro-batch (a checkpoint round, a release).
+micro-batch (a checkpoint round, a release). A recorded pipeline's partition keeps its state
+in a store on local disk (`pipeline.spec.live_state`), in a directory of its own runtime's
+(never reused, so a store being destroyed and the next host's never meet); dropping the
+runtime destroys its store, under the batch lock, so no merge or checkpoint is reading it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import logging
+import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.gate import Gates
 from pipeline.input_rate import InputRate
+from pipeline.spec.live_state import LiveState, worker_cache
 from pipeline.state import PartitionState
 from shared.clock import monotonic_s
 from shared.system_clock import SYSTEM_CLOCK
@@ -25,13 +34,20 @@ if TYPE_CHECKING:
     from pipeline.spec.partition_state import SpecPartitionState
     from pipeline.spec.run import PipelineRun
 
-__all__ = ["BATCH_FAILURES_REPORTED_MIN", "Holdings", "PartitionRuntime", "count_failures"]
+__all__ = [
+    "BATCH_FAILURES_REPORTED_MIN",
+    "STORES_DIR",
+    "Holdings",
+    "PartitionRuntime",
+    "count_failures",
+]
 
 log = logging.getLogger(__name__)
 
 # A partition is reported as failing (heartbeat, health, metrics) after this many micro-batches
 # in a row failed: one failure can be a blip, three in a row is something an operator fixes.
 BATCH_FAILURES_REPORTED_MIN = 3
+STORES_DIR = "stores"  # recorded pipelines' partition stores, under the worker's state dir
 
 
 @dataclass(slots=True)
@@ -57,33 +73,85 @@ class PartitionRuntime:
     # A recorded pipeline's partition: its run, and its state in `spec_state` (`state` stays
     # empty). None: one of `default`'s.
     run: PipelineRun | None = None
-    spec_state: SpecPartitionState | None = None
+    spec_state: LiveState | None = None
+    # The state of the last checkpoint this runtime wrote, until it is published (a windowed
+    # spec's: its basis and closed windows only, all its publication reads).
+    checkpointed: SpecPartitionState | None = None
 
     def checkpoint_bytes(self, partition: int, epoch: int) -> bytes | None:
         """A recorded pipeline's checkpoint of this state (None for `default`'s, whose
-        CheckpointStore.write encodes). Blocking: run it in a thread. No copy is needed: a
-        merge replaces `spec_state` with a new object and never changes the one it read."""
+        CheckpointStore.write encodes). Blocking: run it in a thread, under the batch lock
+        (the store is not written meanwhile). A format-2 checkpoint holds the whole state:
+        it is read from the store into memory for the encoding (the documented limit)."""
         if self.run is None or self.spec_state is None:
             return None
-        return self.run.encode(partition, epoch, self.offset, self.spec_state)
+        state = self.spec_state.snapshot()
+        encoded = self.run.encode(partition, epoch, self.offset, state)
+        if self.run.spec.window is not None:
+            state = dataclasses.replace(state, values={}, firsts={})
+        self.checkpointed = state
+        return encoded
 
 
 class Holdings:
     """The gates and runtimes of one worker; a new incarnation starts from none."""
 
-    def __init__(self) -> None:
+    def __init__(self, state_dir: Path | None = None) -> None:
         self.gates = Gates()
         self.parts: dict[int, PartitionRuntime] = {}
         # The process is stopping to start again: no partition is opened here any more.
         self.stopping = False
         # One writer of partition state at a time: a micro-batch, a checkpoint round, a release.
         self.batch_lock = asyncio.Lock()
+        # Where recorded pipelines' partition stores live: STORES_DIR under the worker's
+        # state directory, emptied on first use (a process never resumes from a previous
+        # one's rows: it loads checkpoints); None: a temporary directory, removed with this
+        # object. And the block cache they share.
+        self._state_dir = None if state_dir is None else state_dir / STORES_DIR
+        self._emptied = False
+        self._temporary: tempfile.TemporaryDirectory[str] | None = None
+        self.cache = worker_cache()
+        self._stores = itertools.count()
+        self._destroying: set[asyncio.Task[None]] = set()
+
+    def store_directory(self, partition: int, epoch: int) -> Path:
+        """A new directory for a store of `partition` hosted at `epoch`: never one before."""
+        if self._state_dir is None:
+            self._temporary = tempfile.TemporaryDirectory(prefix="ripple-state-")
+            self._state_dir, self._emptied = Path(self._temporary.name), True
+        if not self._emptied:
+            shutil.rmtree(self._state_dir, ignore_errors=True)
+            self._emptied = True
+        return self._state_dir / f"p{partition}-e{epoch}-{next(self._stores)}"
+
+    def _discard(self, rt: PartitionRuntime) -> None:
+        """Destroy a dropped runtime's store once no merge or checkpoint holds the lock."""
+        live, rt.spec_state, rt.checkpointed = rt.spec_state, None, None
+        if live is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            live.destroy()  # no loop: nothing else can be reading it
+            return
+        task = loop.create_task(self._destroy(live))
+        self._destroying.add(task)
+        task.add_done_callback(self._destroying.discard)
+
+    async def _destroy(self, live: LiveState) -> None:
+        async with self.batch_lock:
+            try:
+                await asyncio.to_thread(live.destroy)
+            except Exception:  # a store left on disk costs space, not correctness
+                log.exception("removing the state store in %s failed", live.store.directory)
 
     def reset(self) -> None:
         """Drop everything: a new incarnation's gates were all fenced by the coordinator."""
         # Numbering goes on, so a heartbeat in flight across the reset still meets only the
         # openings before its mark.
         self.gates = Gates(openings=self.gates.mark())
+        for rt in self.parts.values():
+            self._discard(rt)
         self.parts.clear()
 
     def open_now(self) -> dict[int, PartitionRuntime]:
@@ -110,13 +178,17 @@ class Holdings:
         closed = self.gates.reconcile(assignment, opened_by).to_close
         for p, epoch in closed.items():
             self.gates.close(p, epoch)
-            self.parts.pop(p, None)
+            rt = self.parts.pop(p, None)
+            if rt is not None:
+                self._discard(rt)
         return closed
 
     def drop(self, partition: int, rt: PartitionRuntime) -> None:
-        """Forget `rt` unless a newer runtime has taken the partition's place meanwhile."""
+        """Forget `rt` unless a newer runtime has taken the partition's place meanwhile; its
+        store goes either way (a replaced runtime's is no one's)."""
         if self.parts.get(partition) is rt:
             self.parts.pop(partition)
+        self._discard(rt)
 
     def failing(self) -> list[int]:
         return [p for p, rt in self.parts.items() if rt.failures >= BATCH_FAILURES_REPORTED_MIN]

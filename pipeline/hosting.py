@@ -19,6 +19,7 @@ from pipeline.gate import Refused
 from pipeline.generations import Generations
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.source import generation_base, generation_of
+from pipeline.spec.live_state import LiveState
 from pipeline.spec.partition_state import SpecCheckpoint, SpecPartitionState
 from pipeline.spec.run import PipelineRun, PipelineRuns
 from pipeline.warming import Warming
@@ -120,10 +121,12 @@ class Hosting:
         if rt is not None and rt.epoch == epoch:
             await asyncio.wait_for(rt.loaded.wait(), HOST_LOAD_WAIT_S)  # same call, repeated
             return HostReply(partition=p, epoch=epoch, offset=rt.offset)
+        if rt is not None:
+            self.holdings.drop(p, rt)  # an older epoch's runtime: its store goes too
         rt = PartitionRuntime(epoch=epoch, run=run)
         if run is not None:
             # Its generation's first offset: without a checkpoint it starts there.
-            rt.spec_state, rt.offset = SpecPartitionState(), generation_base(run.info.generation)
+            rt.offset = generation_base(run.info.generation)
         parts[p] = rt
         sent = None if call.checkpoint is None else call.checkpoint.offset
         # A recorded pipeline's partitions move cold: warm copies are `default`'s only.
@@ -139,10 +142,13 @@ class Hosting:
                 # first report writes its own, so every checkpoint the coordinator records
                 # at an epoch was written at that epoch.
                 if run is not None or isinstance(data, SpecCheckpoint):
-                    rt.spec_state = _spec_state(p, run, data)
+                    ran, state = _spec_state(p, run, data)
+                    rt.spec_state = await asyncio.to_thread(self._live, p, epoch, ran, state)
                 else:
                     rt.state = dict(data.state)
                 rt.offset = data.offset
+            elif run is not None:
+                rt.spec_state = await asyncio.to_thread(self._live, p, epoch, run, None)
         except Exception as exc:  # report to the leader, which retries with backoff
             self.holdings.drop(p, rt)
             log.exception("loading checkpoint for partition %d failed", p)
@@ -165,6 +171,16 @@ class Hosting:
             "its warm copy" if warm is not None else "the sent checkpoint",
         )
         return HostReply(partition=p, epoch=epoch, offset=rt.offset)
+
+    def _live(
+        self, partition: int, epoch: int, run: PipelineRun, state: SpecPartitionState | None
+    ) -> LiveState:
+        """Blocking: a new store for the partition, holding `state` (None: empty)."""
+        directory = self.holdings.store_directory(partition, epoch)
+        window, cache = run.spec.window, self.holdings.cache
+        if state is None:
+            return LiveState.create(directory, window, cache)
+        return LiveState.from_state(directory, window, state, cache)
 
     async def release(self, call: ReleaseRequest) -> ReleaseReply:
         """Close the partition at the call's epoch after writing its final checkpoint."""
@@ -216,9 +232,9 @@ def _check_generation(partition: int, run: PipelineRun, checkpoint: SentCheckpoi
 
 def _spec_state(
     partition: int, run: PipelineRun | None, ck: CheckpointData | SpecCheckpoint
-) -> SpecPartitionState:
-    """The loaded state of a recorded pipeline's partition: a format-2 checkpoint of the
-    spec version it runs, or an error (loaded as nothing else)."""
+) -> tuple[PipelineRun, SpecPartitionState]:
+    """The run and loaded state of a recorded pipeline's partition: a format-2 checkpoint of
+    the spec version it runs, or an error (loaded as nothing else)."""
     if run is None or not isinstance(ck, SpecCheckpoint):
         raise CheckpointCorrupt(
             f"partition {partition}: a checkpoint of the other format "
@@ -227,4 +243,4 @@ def _spec_state(
     problem = run.problem(ck)
     if problem is not None:
         raise CheckpointCorrupt(f"partition {partition}: {problem}")
-    return ck.state
+    return run, ck.state

@@ -58,6 +58,10 @@ BUILD_BODY_BYTES_MAX = 160 * 1024 * 1024
 # A recorded pipeline's partition numbers come from a counter that only grows: up to int64.
 PARTITION_DIGITS_MAX = 19
 SLOT_NUMBER_MAX = 2**63 - 1
+# A recorded pipeline's /state lists at most this many state rows (a windowed spec's rows are
+# (key, window) ones), in the store's order, with "truncated" when there are more: a key is
+# read by its own call, at any state size.
+STATE_ROWS_MAX = 1000
 GENERATION_DIGITS_MAX = 7  # a key read's ?generation= (ROUTING_GENERATIONS_MAX is far below)
 CONFLICT = 409
 INTERNAL = 500
@@ -277,7 +281,7 @@ class WorkerApi:
                 code="stale_generation",
             )
         if rt.run is not None:
-            rows = await self._spec_rows(rt, [_typed_key(rt.run, key)])
+            rows, _ = await self._spec_rows(rt, [_typed_key(rt.run, key)])
             if not rows:
                 raise RequestError(f"no records for key {key!r} yet", field="key", code="not_found")
             return web.json_response(
@@ -296,6 +300,7 @@ class WorkerApi:
         if rt is None:
             return await self._not_owner(p)
         if rt.run is not None:
+            rows, truncated = await self._spec_rows(rt, None)
             return web.json_response(
                 {
                     "partition": p,
@@ -303,7 +308,8 @@ class WorkerApi:
                     "offset": rt.offset,
                     "pipeline": rt.run.name,
                     "spec_version": rt.run.version,
-                    "rows": await self._spec_rows(rt, None),
+                    "rows": rows,
+                    "truncated": truncated,
                 }
             )
         return web.json_response(
@@ -315,20 +321,29 @@ class WorkerApi:
             }
         )
 
-    async def _spec_rows(self, rt: PartitionRuntime, keys: list[Any] | None) -> list[JsonRow]:
-        """A recorded pipeline's outputs of `keys` (None: all), one JSON row per key."""
-        run, state = rt.run, rt.spec_state
-        if run is None or state is None or self.sketches is None:
+    async def _spec_rows(
+        self, rt: PartitionRuntime, keys: list[Any] | None
+    ) -> tuple[list[JsonRow], bool]:
+        """A recorded pipeline's outputs of `keys` (None: the first STATE_ROWS_MAX rows), one
+        JSON row per key; and whether rows were left out."""
+        run, live = rt.run, rt.spec_state
+        if run is None or live is None or self.sketches is None:
             raise UnavailableError(
                 "this partition's results cannot be read here", code="unavailable"
             )
         sketches = self.sketches()
-        # `state` is never changed in place (a merge replaces it): read it as it is.
+        # Read here, on the loop (one multi-get, or a bounded head): a dropped runtime's store
+        # is destroyed only after its runtime lets go of it, never during a read.
+        truncated = False
+        if keys is None:
+            state, truncated = live.head(STATE_ROWS_MAX)
+        else:
+            state = live.values_of(keys)
         results = await asyncio.to_thread(run.results, state, sketches, keys)
         return [
             {"key": k, **{name: _json_value(v) for name, v in outputs.items()}}
             for k, outputs in sorted(results.items(), key=lambda kv: (kv[0] is None, str(kv[0])))
-        ]
+        ], truncated
 
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.json_response(self.health())

@@ -31,7 +31,7 @@ from typing import Any
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointStore
 from pipeline.source import generation_base
 from pipeline.spec.aggregations import SketchOps, outputs_of
-from pipeline.spec.partition_state import SpecCheckpoint
+from pipeline.spec.partition_state import KEYS_UNLIMITED, SpecCheckpoint
 from pipeline.spec.rescale_build import RescaleBuildError, build
 from pipeline.spec.results import ResultsStore, publish
 from pipeline.spec.run import dead_letter_bytes, ranges_of
@@ -103,21 +103,19 @@ class PipelineBuild:
         get: Callable[[str], Awaitable[dict[str, Any]]],
         checkpoints: CheckpointStore,
         sketches: Callable[[], SketchOps],
-        max_keys_default: int,
         results: ResultsStore,
     ) -> None:
         self._get = get  # a GET of the coordinator's API
         self.checkpoints = checkpoints
         self.results = results  # where the cuts' final windows are published
         self.sketches = sketches
-        self.max_keys_default = max_keys_default
 
     async def run(self, call: PipelineBuildRequest) -> tuple[BuiltCheckpoint, ...]:
         """The build of `call`: its checkpoints, by number."""
         body = await self._get(f"/v1/pipelines/{call.pipeline}")
         old, new = specs_of(call, body)
-        # The pipeline's own key limit; 0 in its settings: the worker's.
-        max_keys = int(body["settings"]["max_keys_per_partition"]) or self.max_keys_default
+        # The pipeline's own key limit; 0 in its settings: none, as its partitions merge.
+        max_keys = int(body["settings"]["max_keys_per_partition"]) or KEYS_UNLIMITED
         return await asyncio.to_thread(
             self._build, call, parse_spec(old), parse_spec(new), max_keys
         )

@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -92,7 +93,8 @@ class Worker:
         )
         self.stopped = asyncio.Event()
         self.stats = new_stats()
-        self.holdings = Holdings()
+        # Recorded pipelines' partition stores: under --state-dir, else a temporary directory.
+        self.holdings = Holdings(None if settings.state_dir is None else Path(settings.state_dir))
         self.session = Session(
             settings, self.client, self.holdings, clock, self.stopped, self.schedule_checkpoint
         )
@@ -117,7 +119,7 @@ class Worker:
             clock=clock,
         )
         self.processor.warming = self.warming
-        runs = PipelineRuns(self.client.get, store, settings.max_keys_per_partition)
+        runs = PipelineRuns(self.client.get, store)
         self.hosting = Hosting(
             self.holdings,
             self.checkpointer,
@@ -131,11 +133,7 @@ class Worker:
             store, self.holdings, self.checkpointer, self.session.generations, self.lease_valid
         )
         pipeline_build = PipelineBuild(
-            self.client.get,
-            checkpoints,
-            self._sketches,
-            settings.max_keys_per_partition,
-            results=self.store,
+            self.client.get, checkpoints, self._sketches, results=self.store
         )
         self.rebuild = Rebuild(
             checkpoints, self._move, settings.max_keys_per_partition, pipeline_build

@@ -43,7 +43,8 @@ def add_pipeline_parsers(sub: Any, client_args: Callable[[argparse.ArgumentParse
         metavar="DIR",
         help="where the worker keeps its current token (mode 600), so that the same command "
         "started again rejoins to the same partitions (env RIPPLE_STATE_DIR; none: a restart "
-        "waits until the leader gives the old process up, and its partitions move)",
+        "waits until the leader gives the old process up, and its partitions move); its "
+        "stores/ holds recorded pipelines' partition state (none: a temporary directory)",
     )
     w.add_argument(
         "--leave-on-sigterm",

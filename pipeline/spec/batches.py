@@ -31,7 +31,7 @@ from pipeline.holdings import Holdings, PartitionRuntime, count_failures
 from pipeline.session import Session
 from pipeline.settings import WorkerSettings
 from pipeline.spark_link import first_line
-from pipeline.spec.partition_state import SpecPartitionState
+from pipeline.spec.live_state import LiveState
 from pipeline.spec.run import BatchPartials, PipelineRun, PipelineRuns
 from pipeline.spec.sketches import SparkSketches
 from shared.clock import Clock, monotonic_s
@@ -220,18 +220,20 @@ class PipelineBatches:
         run: PipelineRun,
         p: int,
         rt: PartitionRuntime,
-        before: SpecPartitionState,
+        live: LiveState,
         start: int,
         end: int,
         results: Partials,
         sketches: SparkSketches,
     ) -> None:
-        """Fold one partition's batch, from `start` to `end`, into its state `before` (under
-        the batch lock)."""
+        """Fold one partition's batch, from `start` to `end`, into its state `live` (under
+        the batch lock): prepared (the batch's keys read), its dead letters written, then
+        committed, so a failed write leaves the state and the offset before the batch."""
         part = results.get(p) or BatchPartials()
-        state, dead = await asyncio.to_thread(
-            run.merge, before, part.values, part.firsts, sketches, part.max_us
+        prepared = await asyncio.to_thread(
+            live.prepare, run.outputs, part.values, part.firsts, run.max_keys, sketches, part.max_us
         )
+        dead = prepared.dead
         if part.late is not None:
             # Written before the state moves past them, as the key limit's dead letters are.
             late = run.dead_letter_bytes_late(part.late)
@@ -258,5 +260,6 @@ class PipelineBatches:
                 p,
                 len(dead),
             )
-        rt.spec_state, rt.offset = state, end
+        await asyncio.to_thread(live.commit, prepared, run.outputs, sketches)
+        rt.offset = end
         rt.failures, rt.error = 0, ""

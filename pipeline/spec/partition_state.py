@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,16 +39,21 @@ from pipeline.spec.windows import ClosedRow, close_windows
 from shared.spec.model import WindowSpec
 
 __all__ = [
+    "KEYS_UNLIMITED",
     "SPEC_CHECKPOINT_FORMAT_VERSION",
     "SpecCheckpoint",
     "SpecCheckpointError",
     "SpecPartitionState",
+    "admission_order",
     "decode_spec_checkpoint",
     "encode_spec_checkpoint",
     "merge_spec_batch",
 ]
 
 SPEC_CHECKPOINT_FORMAT_VERSION = 2
+# A recorded pipeline's key limit when its setting is 0: none (a bound no partition reaches,
+# so the merges here and a rescale's build need no case of their own).
+KEYS_UNLIMITED = sys.maxsize
 # msgpack extension codes for the column values msgpack has no type of.
 _EXT_DECIMAL = 1
 _EXT_DATE = 2
@@ -74,10 +80,8 @@ class SpecPartitionState:
 
     def named_at(self, offset: int) -> SpecPartitionState:
         """This state with its unnamed closed rows named after the checkpoint at `offset`."""
-        rest = len(self.closed) - sum(n for _, n in self.named)
-        if rest <= 0:
-            return self
-        return dataclasses.replace(self, named=[*self.named, (offset, rest)])
+        named = unnamed_segment(self.named, len(self.closed), offset)
+        return self if named == self.named else dataclasses.replace(self, named=named)
 
     def segments(self, offset: int) -> list[tuple[int, list[ClosedRow]]]:
         """The closed rows by the windows file they belong in (unnamed ones: `offset`'s)."""
@@ -89,15 +93,30 @@ class SpecPartitionState:
 
     def trimmed(self, rows: int) -> SpecPartitionState:
         """Without the first `rows` closed rows (published), whole segments only."""
-        named, left = [], rows
-        for name, n in self.named:
-            if left >= n:
-                left -= n
-            else:
-                named.append((name, n))
-        if left:
-            raise ValueError(f"trimming {rows} closed rows cuts a segment")
+        named = trimmed_segments(self.named, rows)
         return dataclasses.replace(self, closed=self.closed[rows:], named=named)
+
+
+def unnamed_segment(
+    named: Sequence[tuple[int, int]], closed: int, offset: int
+) -> list[tuple[int, int]]:
+    """`named` with the rows after its segments (of `closed` in all) named after `offset`."""
+    rest = closed - sum(n for _, n in named)
+    return list(named) if rest <= 0 else [*named, (offset, rest)]
+
+
+def trimmed_segments(named: Sequence[tuple[int, int]], rows: int) -> list[tuple[int, int]]:
+    """The segments left once the first `rows` closed rows are gone: whole segments only (rows
+    past every segment are unnamed ones, which no windows file holds yet)."""
+    out, left = [], rows
+    for name, n in named:
+        if left >= n:
+            left -= n
+        elif left:
+            raise ValueError(f"trimming {rows} closed rows cuts a segment")
+        else:
+            out.append((name, n))
+    return out
 
 
 def merge_spec_batch(
@@ -117,7 +136,7 @@ def merge_spec_batch(
     if max_keys <= 0:
         raise ValueError(f"max_keys must be positive, got {max_keys}")
     new_keys = sorted(
-        (k for k in batch if k not in state.values), key=lambda k: _admit(k, batch_firsts)
+        (k for k in batch if k not in state.values), key=lambda k: admission_order(k, batch_firsts)
     )
     room = max(0, max_keys - len(state.values))
     admitted, refused = new_keys[:room], new_keys[room:]
@@ -154,7 +173,8 @@ def _order(key: Any) -> tuple[Any, ...]:
     return (key is None, "" if key is None else key)
 
 
-def _admit(key: Any, firsts: Mapping[Any, int]) -> tuple[Any, ...]:
+def admission_order(key: Any, firsts: Mapping[Any, int]) -> tuple[Any, ...]:
+    """The order new keys are admitted in under the key limit: first offset, then key."""
     return (firsts[key], *_order(key))
 
 

@@ -88,7 +88,7 @@ class SpecProducer:
         self._use(info)
 
     def _use(self, info: PipelineInfo) -> None:
-        self.run = PipelineRun(info, store=self.store, max_keys_default=1)
+        self.run = PipelineRun(info, store=self.store)
         self.info = info
         columns = self.run.spec.schema.columns
         self._converters = {c.name: _converter(c) for c in columns}

@@ -32,6 +32,7 @@ from pipeline.source import SourceLog
 from pipeline.spec.aggregations import KeyState, SketchOps, finals, outputs_of
 from pipeline.spec.frames import rows_ddl, transformed
 from pipeline.spec.partition_state import (
+    KEYS_UNLIMITED,
     SpecCheckpoint,
     SpecPartitionState,
     encode_spec_checkpoint,
@@ -198,7 +199,7 @@ class BatchPartials:
 class PipelineRun:
     """One recorded pipeline on this worker: everything its partitions are processed with."""
 
-    def __init__(self, info: PipelineInfo, store: ObjectStore, max_keys_default: int) -> None:
+    def __init__(self, info: PipelineInfo, store: ObjectStore) -> None:
         self.info = info
         self.spec = parse_spec(info.spec_text)
         self.version = self.spec.version
@@ -207,8 +208,8 @@ class PipelineRun:
         self.log = generation_log(
             store, info.generation, info.first_slot, info.partitions, self.schema
         )
-        # The pipeline's own key limit; 0 in its settings: the worker's.
-        self.max_keys = info.max_keys_per_partition or max_keys_default
+        # The pipeline's own key limit; 0 in its settings: none (its state is on disk).
+        self.max_keys = info.max_keys_per_partition or KEYS_UNLIMITED
         # Not ACTIVE as last read (paused, dropping, gone): its partitions are held, their
         # offsets and checkpoints kept, and nothing is processed.
         self.paused = False
@@ -403,11 +404,9 @@ class PipelineRuns:
         self,
         get: Callable[[str], Awaitable[dict[str, Any]]],
         store: ObjectStore,
-        max_keys_default: int,
     ) -> None:
         self._get = get  # a GET of the coordinator's API
         self._store = store
-        self._max_keys_default = max_keys_default
         self._runs: dict[tuple[str, int, int], PipelineRun] = {}
         self._refreshed_s = float("-inf")
 
@@ -474,7 +473,7 @@ class PipelineRuns:
         if len(self._runs) >= RUNS_MAX:
             # A held partition keeps its run (its runtime holds it); only the lookup is lost.
             self._runs.pop(next(iter(self._runs)))
-        run = PipelineRun(info, self._store, self._max_keys_default)
+        run = PipelineRun(info, self._store)
         run.paused = body["state"] != "active"
         if run.paused:
             log.info("pipeline %s paused", run.name)  # as a change read later says

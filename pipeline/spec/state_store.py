@@ -145,11 +145,13 @@ def _multi_get(db: rocksdict.Rdict, keys: list[bytes]) -> list[bytes | None]:
 class StateStore:
     """One partition's state in `directory`; one process opens it at a time (RocksDB's lock)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, cache: rocksdict.Cache | None = None) -> None:
         self.directory = directory
         self._lock = threading.Lock()  # writes and take_delta: a delta is taken between writes
         try:
-            cache = rocksdict.Cache(BLOCK_CACHE_BYTES)
+            # A worker's stores share its one `cache` (its bound is the worker's, not each
+            # partition's); a store alone gets one of BLOCK_CACHE_BYTES.
+            cache = cache or rocksdict.Cache(BLOCK_CACHE_BYTES)
             families = _families(cache)
             db = rocksdict.Rdict(str(directory), engine_options(cache), column_families=families)
         except Exception as exc:  # rocksdict raises bare Exceptions
@@ -167,9 +169,9 @@ class StateStore:
         self._generation = 0 if raw is None else int.from_bytes(raw, "big")
 
     @classmethod
-    def open(cls, directory: Path) -> StateStore:
+    def open(cls, directory: Path, cache: rocksdict.Cache | None = None) -> StateStore:
         directory.mkdir(parents=True, exist_ok=True)
-        return cls(directory)
+        return cls(directory, cache)
 
     def close(self) -> None:
         with self._lock:
@@ -221,6 +223,18 @@ class StateStore:
         snapshot = self._opened().db.snapshot()
         try:
             yield from cast(Iterator[Row], snapshot.items())
+        finally:
+            del snapshot
+
+    def raw_rows_from(self, prefix: bytes) -> Iterator[Row]:
+        """The rows whose encoded keys start with `prefix`, in key order, from a snapshot: a
+        seek, then only those rows are read."""
+        snapshot = self._opened().db.snapshot()
+        try:
+            for key, value in cast(Iterator[Row], snapshot.items(from_key=prefix)):
+                if not key.startswith(prefix):
+                    return
+                yield key, value
         finally:
             del snapshot
 

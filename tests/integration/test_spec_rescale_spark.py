@@ -127,7 +127,7 @@ def cut_and_build(
     states: dict[int, SpecPartitionState],
 ) -> dict[int, SpecPartitionState]:
     """Checkpoint each old partition at its cut, seal it, and build the new partitions."""
-    run = PipelineRun(old, store, BIG)
+    run = PipelineRun(old, store)
     sealing = run.log.followed_by(new.routing)
     cuts: dict[int, bytes] = {}
     for p, state in states.items():
@@ -159,7 +159,7 @@ def test_two_rescales_one_with_a_spec_update_equal_the_batch_job(
     producer = SpecProducer(store, gen0, lambda: described[-1])
 
     producer.produce(rows(rng, 400, range(30), with_w=False))
-    run0 = PipelineRun(gen0, store, BIG)
+    run0 = PipelineRun(gen0, store)
     states = {
         p: processed(spark, run0, p, SpecPartitionState(), 0)[0]
         for p in range(gen0.first_slot, gen0.first_slot + gen0.partitions)
@@ -170,12 +170,12 @@ def test_two_rescales_one_with_a_spec_update_equal_the_batch_job(
     producer.produce(rows(rng, 30, range(5, 36), with_w=False))
     assert producer.info == gen1
     producer.produce(rows(rng, 270, range(5, 36), with_w=True))
-    run1 = PipelineRun(gen1, store, BIG)
+    run1 = PipelineRun(gen1, store)
     states = {p: processed(spark, run1, p, s, generation_base(1))[0] for p, s in states.items()}
     described.append(gen2)
     states = cut_and_build(spark, store, gen1, gen2, states)
     producer.produce(rows(rng, 200, range(10, 40), with_w=True))
-    run2 = PipelineRun(gen2, store, BIG)
+    run2 = PipelineRun(gen2, store)
     states = {p: processed(spark, run2, p, s, generation_base(2))[0] for p, s in states.items()}
 
     outputs = outputs_of(run2.spec)

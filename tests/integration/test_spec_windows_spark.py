@@ -118,7 +118,7 @@ def run_of(tmp_path: Path) -> PipelineRun:
         name="w", incarnation=1, first_slot=SLOT_BASE, partitions=1, spec_text=SPEC,
         max_keys_per_partition=0,
     )  # fmt: skip
-    return PipelineRun(info, LocalStore(tmp_path), 100_000)
+    return PipelineRun(info, LocalStore(tmp_path))
 
 
 def fed(

@@ -24,6 +24,7 @@ from pipeline.coordinator_replies import CheckpointVerdict
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.metrics import new_stats
 from pipeline.session import CheckpointEntry
+from pipeline.spec.live_state import LiveState
 from pipeline.spec.partition_state import (
     SpecPartitionState,
     decode_spec_checkpoint,
@@ -89,7 +90,7 @@ def make_run(store: Any) -> PipelineRun:
         spec_text=SPEC,
         max_keys_per_partition=0,
     )
-    return PipelineRun(info, store, max_keys_default=100)
+    return PipelineRun(info, store)
 
 
 def key_state(n: int, clicks: int, *pages: str) -> dict[str, Any]:
@@ -265,11 +266,25 @@ class Coordinator:
         ]
 
 
+def live(holdings: Holdings, st: SpecPartitionState, epoch: int = 3) -> LiveState:
+    """`st` in a store of `holdings`, as hosting loads a checkpoint's state."""
+    return LiveState.from_state(holdings.store_directory(P, epoch), None, st, holdings.cache)
+
+
+def replace_state(holdings: Holdings, rt: PartitionRuntime, st: SpecPartitionState) -> None:
+    """The runtime's state as `st` (what merges would have made it)."""
+    assert rt.spec_state is not None
+    rt.spec_state.destroy()
+    rt.spec_state = live(holdings, st, rt.epoch)
+
+
 def held(
     store: LocalStore, st: SpecPartitionState, offset: int
 ) -> tuple[Holdings, PartitionRuntime]:
     holdings = Holdings()
-    rt = PartitionRuntime(epoch=3, run=make_run(store), spec_state=st, offset=offset)
+    rt = PartitionRuntime(
+        epoch=3, run=make_run(store), spec_state=live(holdings, st), offset=offset
+    )
     rt.loaded.set()
     holdings.gates.host(P, 3)
     holdings.parts[P] = rt
@@ -314,7 +329,7 @@ async def test_an_accepted_checkpoint_is_published_then_its_windows_trimmed(
     (uri,) = [store.uri(k) for k in store.list_keys("checkpoints/")]
     assert await ck.write_final(P, 3, rt) == uri
     assert decode_spec_checkpoint(store.get(store.list_keys("checkpoints/")[0])).state.closed
-    rt.spec_state = state({"ann": 3, "bob": 1}, [window("bob", 2, 1)])
+    replace_state(holdings, rt, state({"ann": 3, "bob": 1}, [window("bob", 2, 1)]))
     rt.offset = 55
     await ck.checkpoint_and_report()
     assert table_info(store, NAME, INCARNATION, WINDOWS).rows == 2
@@ -384,7 +399,9 @@ async def test_the_new_owner_publishes_what_the_old_one_did_not_and_a_republish_
 
     loaded = decode_spec_checkpoint(store.get(ck_key))
     new_holdings = Holdings()
-    new_rt = PartitionRuntime(epoch=4, run=make_run(store), spec_state=loaded.state, offset=40)
+    new_rt = PartitionRuntime(
+        epoch=4, run=make_run(store), spec_state=live(new_holdings, loaded.state, 4), offset=40
+    )
     new_rt.loaded.set()
     new_holdings.gates.host(P, 4)
     new_holdings.parts[P] = new_rt
@@ -419,16 +436,22 @@ async def test_a_new_owner_that_processed_past_the_loaded_offset_never_republish
 
         loaded = decode_spec_checkpoint(store.get(ck_key))
         new_holdings = Holdings()
-        new_rt = PartitionRuntime(epoch=4, run=make_run(store), spec_state=loaded.state, offset=40)
+        new_rt = PartitionRuntime(
+            epoch=4, run=make_run(store), spec_state=live(new_holdings, loaded.state, 4), offset=40
+        )
         new_rt.loaded.set()
         new_holdings.gates.host(P, 4)
         new_holdings.parts[P] = new_rt
         more = window("cyd", 2, 3)
-        new_rt.spec_state = SpecPartitionState(
-            values=loaded.state.values,
-            firsts=loaded.state.firsts,
-            closed=[*loaded.state.closed, more],
-            named=loaded.state.named,  # the loaded rows: named after 40 by the decode
+        replace_state(
+            new_holdings,
+            new_rt,
+            SpecPartitionState(
+                values=loaded.state.values,
+                firsts=loaded.state.firsts,
+                closed=[*loaded.state.closed, more],
+                named=loaded.state.named,  # the loaded rows: named after 40 by the decode
+            ),
         )
         new_rt.offset = 55
         new = checkpointer(store, new_holdings, Coordinator(fenced=False))
@@ -437,7 +460,8 @@ async def test_a_new_owner_that_processed_past_the_loaded_offset_never_republish
         assert sorted(rows["user"]) == ["ann", "bob", "cyd"]  # each once
         newest = pq.read_table(io.BytesIO(store.get(windows_key(NAME, INCARNATION, P, 55))))
         assert newest.num_rows == 1
-        assert new_rt.spec_state.closed == [] and new_rt.spec_state.named == []
+        assert new_rt.spec_state is not None and new_rt.spec_state.closed == []
+        assert new_rt.spec_state.named == [] and new_rt.checkpointed is None  # not kept
 
 
 async def test_a_third_owner_never_republishes_rows_a_second_one_carried_unpublished(

@@ -14,7 +14,6 @@ import pytest
 
 from pipeline.holdings import Holdings, PartitionRuntime
 from pipeline.spec.batches import PIPELINE_JOBS_MAX, PipelineBatches
-from pipeline.spec.partition_state import SpecPartitionState
 from pipeline.spec.run import BatchPartials
 from shared.system_clock import SYSTEM_CLOCK
 
@@ -42,7 +41,23 @@ class FakeSpark:
         return [tag]
 
 
-EMPTY = SpecPartitionState()
+class FakeLive:
+    """A partition's live state that records what was merged into it."""
+
+    basis_us = None
+
+    def __init__(self) -> None:
+        self.merged: list[Any] = []
+        self.destroyed = False
+
+    def prepare(self, outputs: Any, values: Any, *args: Any) -> Any:
+        return SimpleNamespace(dead={}, values=values)
+
+    def commit(self, prepared: Any, outputs: Any, sketches: Any) -> None:
+        self.merged.append(prepared.values)
+
+    def destroy(self) -> None:
+        self.destroyed = True
 
 
 class FakeRun:
@@ -50,6 +65,7 @@ class FakeRun:
 
     def __init__(self, name: str, spark: FakeSpark) -> None:
         self.name, self.paused, self.spark = name, False, spark
+        self.outputs, self.max_keys = (), 0
         self.release = threading.Event()
         self.release_on: list[str] = []  # released once this list has anything in it
         self.jobs = 0
@@ -71,11 +87,6 @@ class FakeRun:
             interrupted.wait(0.01)
         raise AssertionError(f"{self.name}'s job was never released")
 
-    def merge(
-        self, state: Any, values: Any, firsts: Any, sketches: Any, max_us: Any = None
-    ) -> tuple[Any, dict]:
-        return SpecPartitionState(values=values), {}
-
 
 def worker(timeout_s: float = JOB_WAIT_S) -> tuple[PipelineBatches, Holdings, FakeSpark]:
     holdings = Holdings()
@@ -95,7 +106,7 @@ def worker(timeout_s: float = JOB_WAIT_S) -> tuple[PipelineBatches, Holdings, Fa
 
 
 def hold(holdings: Holdings, partition: int, run: FakeRun) -> PartitionRuntime:
-    rt = PartitionRuntime(epoch=1, run=run, spec_state=EMPTY)
+    rt = PartitionRuntime(epoch=1, run=run, spec_state=FakeLive())  # type: ignore[arg-type]
     rt.loaded.set()
     holdings.gates.host(partition, 1)
     holdings.parts[partition] = rt
@@ -178,6 +189,7 @@ async def test_a_result_merges_only_into_the_runtime_it_was_read_for(change: str
     batches, holdings, spark = worker()
     run = FakeRun("p", spark)
     rt = hold(holdings, 1, run)
+    live = rt.spec_state
     await run_once(batches, spark)
     await until(lambda: run.jobs == 1)
     if change == "released":
@@ -191,4 +203,6 @@ async def test_a_result_merges_only_into_the_runtime_it_was_read_for(change: str
         holdings.gates.close(1, 1)
     run.release.set()
     assert await finished(batches, run) == 0
-    assert rt.offset == 0 and rt.spec_state is EMPTY
+    assert rt.offset == 0 and isinstance(live, FakeLive) and live.merged == []
+    # A released runtime's store is destroyed, once no merge holds the lock.
+    await until(lambda: live.destroyed == (change == "released"))

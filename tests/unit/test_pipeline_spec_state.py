@@ -17,6 +17,7 @@ import pytest
 from pipeline.checkpoint import CheckpointCorrupt, CheckpointStore
 from pipeline.spec.aggregations import KeyState
 from pipeline.spec.partition_state import (
+    KEYS_UNLIMITED,
     SpecCheckpoint,
     SpecCheckpointError,
     SpecPartitionState,
@@ -80,7 +81,7 @@ def info(partitions: int = 2) -> PipelineInfo:
 
 @pytest.fixture
 def run(tmp_path: Path) -> PipelineRun:
-    return PipelineRun(info(), LocalStore(str(tmp_path)), max_keys_default=2)
+    return PipelineRun(info(), LocalStore(str(tmp_path)))
 
 
 def partial(n: int, offset: int, page: str) -> KeyState:
@@ -283,14 +284,15 @@ async def test_the_runs_find_a_partitions_pipeline_and_follow_its_pause(tmp_path
             "settings": {"max_keys_per_partition": 0},
         }
 
-    runs = PipelineRuns(get, LocalStore(str(tmp_path)), max_keys_default=5)
+    runs = PipelineRuns(get, LocalStore(str(tmp_path)))
     assert await runs.of(3) is None and asked == []  # `default`'s numbers ask nothing
     # Host calls of its partitions arrive together: they all get one run, which carries the
     # pause to each of them.
     together = await asyncio.gather(*(runs.of(recorded.first_slot + n) for n in range(3)))
     run = together[0]
     assert run is not None and all(r is run for r in together)
-    assert run.name == "orders" and run.max_keys == 5 and not run.paused
+    # Its setting 0 is no key limit (its state is on disk), whatever the worker's flag.
+    assert run.name == "orders" and run.max_keys == KEYS_UNLIMITED and not run.paused
     asked.clear()
     assert await runs.of(recorded.first_slot) is run and asked == []  # cached
     with pytest.raises(UnavailableError):

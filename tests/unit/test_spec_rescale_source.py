@@ -44,13 +44,13 @@ def rows(start: int, n: int) -> list[dict[str, Any]]:
 
 def seal(store: LocalStore, numbers: range) -> dict[int, int]:
     """Seal the old generation's partitions `numbers` for NEW's routing; their cuts."""
-    log = PipelineRun(OLD, store, 1).log.followed_by(NEW.routing)
+    log = PipelineRun(OLD, store).log.followed_by(NEW.routing)
     return {p: log.seal(p, 0) for p in numbers}
 
 
 def landed(store: LocalStore, info: PipelineInfo) -> dict[int, list[dict[str, Any]]]:
     """Every row of `info`'s generation, per partition number, in offset order."""
-    run = PipelineRun(info, store, 1)
+    run = PipelineRun(info, store)
     base = generation_base(info.generation)
     numbers = range(info.first_slot, info.first_slot + info.partitions)
     return {p: run.read(p, base, 10**6)[0].to_pylist() for p in numbers}
@@ -147,7 +147,7 @@ def test_rows_after_a_spec_update_are_typed_by_the_new_schema(tmp_path: Path) ->
 
 def test_a_later_generation_s_run_reads_its_own_partitions_from_its_base(tmp_path: Path) -> None:
     store = LocalStore(str(tmp_path))
-    run = PipelineRun(NEW, store, 1)
+    run = PipelineRun(NEW, store)
     with pytest.raises(ValueError, match="not in"):
         run.log.segments(OLD.first_slot, generation_base(1))  # an old number is not its
     producer = SpecProducer(store, NEW)

@@ -47,14 +47,15 @@ NEW_SPEC = SPEC.replace('name = "spent"\nfn = "sum"', 'name = "top"\nfn = "max"'
 OLD_FIRST, OLD_COUNT = SLOT_BASE + 10, 2
 NEW_FIRST, NEW_COUNT = SLOT_BASE + 30, 3
 OTHER_FIRST = SLOT_BASE + 20  # another pipeline, created between the two generations
-KEYS_MAX = 4  # the worker's key limit, the pipeline's being 0
+KEYS_MAX = 4  # the pipeline's own key limit (its setting; 0 would be none)
 POLLS_MAX = 50  # build calls before the test gives up
 
 
 class FakeCoordinator:
     """The coordinator's pipeline reads, as a rescale of `orders` moves them along."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys_max: int = KEYS_MAX) -> None:
+        self.keys_max = keys_max  # the pipelines' key limit setting
         self.asked: list[str] = []
         self.state = "active"
         self.phase = "rescaling"  # or "done": the new generation is the current one
@@ -70,7 +71,7 @@ class FakeCoordinator:
             "name": "orders",
             "incarnation": 2,
             "state": self.state,
-            "settings": {"max_keys_per_partition": 0},
+            "settings": {"max_keys_per_partition": self.keys_max},
             "past": [],
         }
         if self.phase == "rescaling":
@@ -88,7 +89,7 @@ class FakeCoordinator:
             "partitions": 4,
             "routing_generation": 0,
             "spec_text": SPEC,
-            "settings": {"max_keys_per_partition": 0},
+            "settings": {"max_keys_per_partition": self.keys_max},
         }
 
     async def get(self, path: str) -> dict[str, Any]:
@@ -130,7 +131,7 @@ async def test_the_old_and_new_generations_runs_coexist_each_on_its_own_numbers(
 ) -> None:
     fake = FakeCoordinator()
     fake.phase, fake.listing_shows_past = phase, listing_shows_past
-    runs = PipelineRuns(fake.get, LocalStore(str(tmp_path)), max_keys_default=5)
+    runs = PipelineRuns(fake.get, LocalStore(str(tmp_path)))
     old = await runs.of(OLD_FIRST + 1)
     new = await runs.of(NEW_FIRST + 2)
     assert old is not None and new is not None and old is not new
@@ -186,7 +187,7 @@ def make_worker(tmp_path: Path, fake: FakeCoordinator) -> Worker:
     )
     w = Worker(settings, LocalStore(str(tmp_path / "store")))
     w.session.generations.learn((4,))  # `default`'s: 4 partitions, never rescaled
-    runs = PipelineRuns(fake.get, w.store, settings.max_keys_per_partition)
+    runs = PipelineRuns(fake.get, w.store)
     w.hosting.runs = w.processor.pipelines.runs = runs
     w.lease = Lease(lease_ms=600_000).renewed(w.clock.monotonic_ms())
     return w
@@ -223,7 +224,7 @@ def _processed(w: Worker, p: int, upto: int) -> None:
         held["orders"] += 1
         held["spent"] += r["amount"]
         firsts.setdefault(r["user"], r["offset"])
-    rt.spec_state, _ = rt.run.merge(rt.spec_state, batch, firsts, SetSketches())
+    rt.spec_state.merge(rt.run.outputs, batch, firsts, rt.run.max_keys, SetSketches())
     rt.offset = upto
 
 
@@ -250,7 +251,7 @@ async def test_the_cut_of_a_recorded_partition_seals_its_log_and_checkpoints_at_
         assert done.done and done.offset == 5 and done.uri is not None
         ck = w.checkpoints.read_any(done.uri)
         assert isinstance(ck, SpecCheckpoint) and (ck.partition, ck.epoch, ck.offset) == (p, 3, 5)
-        assert ck.spec_version == run.version and ck.state == w.parts[p].spec_state
+        assert ck.spec_version == run.version and ck.state == w.parts[p].spec_state.snapshot()
         assert await w.cutting.cut(call) == done  # repeated: the same checkpoint
         # Another epoch or generation is not what this worker holds.
         for stale in (replace(call, epoch=4), replace(call, generation=1, routing=(8, 3))):
@@ -332,9 +333,7 @@ async def test_the_build_writes_each_new_number_from_the_cuts_and_a_rerun_writes
     w = make_worker(tmp_path, fake)
     w.call_token = "call"
     auth = {"Authorization": authorization("call")}
-    w.rebuild.pipelines = PipelineBuild(
-        fake.get, w.checkpoints, SetSketches, KEYS_MAX, results=w.store
-    )
+    w.rebuild.pipelines = PipelineBuild(fake.get, w.checkpoints, SetSketches, results=w.store)
     old = await w.hosting.runs.of(OLD_FIRST)  # type: ignore[union-attr]
     body = _build_body(_cut_checkpoints(w, old, epoch=4))
     base = generation_base(1)
@@ -387,7 +386,7 @@ async def test_the_build_writes_each_new_number_from_the_cuts_and_a_rerun_writes
             # A rerun (a new leader, another worker) writes nothing new, answers the same; a
             # worker without Spark builds it too (no output here is a sketch).
             objects = _store_objects(w)
-            again = PipelineBuild(fake.get, w.checkpoints, _no_spark, KEYS_MAX, results=w.store)
+            again = PipelineBuild(fake.get, w.checkpoints, _no_spark, results=w.store)
             assert await again.run(PipelineBuildRequest.from_json(body)) == reply.checkpoints
             assert _store_objects(w) == objects
             # A spec the describe does not show, or a cut that is another partition's, is
@@ -410,7 +409,8 @@ async def test_the_build_writes_each_new_number_from_the_cuts_and_a_rerun_writes
         await w.hosting.host(HostRequest(partition=built.partition, epoch=6, checkpoint=sent))
         rt = w.parts[built.partition]
         assert rt.offset == base and rt.run is not None and rt.run.version == new.version
-        assert rt.spec_state == w.checkpoints.read_any(built.uri).state  # type: ignore[union-attr]
+        assert rt.spec_state is not None
+        assert rt.spec_state.snapshot() == w.checkpoints.read_any(built.uri).state  # type: ignore[union-attr]
     finally:
         await w.rebuild.wait()
         await w.client.close()

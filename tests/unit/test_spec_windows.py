@@ -208,7 +208,7 @@ def test_a_key_reads_as_its_open_windows(tmp_path: Path) -> None:
         name="w", incarnation=1, first_slot=SLOT_BASE, partitions=1, spec_text=text,
         max_keys_per_partition=0,
     )  # fmt: skip
-    run = PipelineRun(info, LocalStore(tmp_path), 10)
+    run = PipelineRun(info, LocalStore(tmp_path))
     half = 30 * US_PER_S
     state = SpecPartitionState(
         values={("a", half): state_of(1, 2), ("a", 0): state_of(2, 3), ("b", 0): state_of(1, 1)},

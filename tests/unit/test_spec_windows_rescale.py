@@ -101,7 +101,7 @@ async def test_the_build_publishes_the_cuts_closed_rows_once_under_their_names(
     async def get(path: str) -> dict[str, Any]:
         return describe()
 
-    builder = PipelineBuild(get, checkpoints, SetSketches, 100, results=store)
+    builder = PipelineBuild(get, checkpoints, SetSketches, results=store)
     built = await builder.run(call)
     table = str(tmp_path / table_prefix("w", 1, WINDOWS))
     rows = pd.read_parquet(table)

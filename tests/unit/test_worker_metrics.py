@@ -119,7 +119,7 @@ def run_of(store: LocalStore, name: str, first_slot: int, incarnation: int = 1) 
         spec_text=spec_text(),
         max_keys_per_partition=0,
     )
-    return PipelineRun(info, store, 100)
+    return PipelineRun(info, store)
 
 
 async def test_partition_series_name_their_pipeline_and_its_own_number(tmp_path: Path) -> None:
