@@ -401,6 +401,11 @@ def checkpoint_uri(wid: str, p: int, epoch: int, offset: int) -> str:
     return f"mem://{wid}/{p}/{epoch}/o{offset}"
 
 
+def session_of(w: SimWorker, g: dict[str, int | bool]) -> str:
+    """The session that writes gate `g`'s checkpoints: the worker's load that opened it."""
+    return f"{w.wid}#{g['opened']}"
+
+
 class SimWorker:
     """The scripted worker's contract, minus HTTP: gates per partition with epoch and offset."""
 
@@ -1600,11 +1605,10 @@ class Simulation:
         fails the call."""
         if not self.store_write(uri):
             return False
-        session = f"{w.wid}#{g['opened']}"
         if stale:
-            self.chains.write_base(uri, p, offset, session)
+            self.chains.write_base(uri, p, offset, session_of(w, g))
         else:
-            self.chains.write(uri, p, offset, session)
+            self.chains.write(uri, p, offset, session_of(w, g))
         return True
 
     def store_error(self, w: SimWorker, call: dict[str, Any]) -> None:
@@ -1626,7 +1630,7 @@ class Simulation:
                 epoch, offset = int(g["epoch"]), int(g["offset"])
                 uri = checkpoint_uri(w.wid, p, epoch, offset)
                 self.written.add(uri)
-                self.chains.write(uri, p, offset, f"{w.wid}#{g['opened']}")
+                self.chains.write(uri, p, offset, session_of(w, g))
                 entries.append([p, epoch, offset, uri])
         if entries:
             self.net.send(
