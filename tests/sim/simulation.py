@@ -37,7 +37,9 @@ The log model (Raft, simplified but with the parts that matter here):
   (committed entries are checked to be synced on a majority after every replication).
 
 Around the log: the store fails every call for a while (checkpoint writes and loads, source
-reads; every checkpoint the state names must be an object a worker wrote), and each replica
+reads; every checkpoint the state names must be an object a worker wrote) and loses objects
+of checkpoint chains (bases and deltas, ``tests/sim/chains.py``: a host from a chain holding a
+lost object answers checkpoint_unavailable, and every load is walked whole), and each replica
 has a wall clock of its own, which steps: commands carry the leader's wall clock, the planner
 decides on the monotonic one (a worker is declared dead only after dead_after_ms unheard).
 """
@@ -69,6 +71,7 @@ from coordinator.core.commands import (
     ForgetPipeline,
     MaintenanceOff,
     MaintenanceOn,
+    MarkStuck,
     Ok,
     PausePipeline,
     PlanMigrations,
@@ -128,6 +131,7 @@ from coordinator.core.warmups import WarmPolicy
 from coordinator.service.call_results import request_of, result_of
 from coordinator.service.pipeline_duty import leader_steps
 from pipeline.source import generation_base, generation_of
+from pipeline.spec.state_delta import DELTA
 from replication.batch import decode_batch, decode_results, encode_batch, is_batch
 from replication.log import apply_entry
 from shared.messages.checkpoint import CheckpointReply
@@ -139,6 +143,7 @@ from shared.messages.rescale import BuildReply, BuildRequest, BuiltCheckpoint, C
 from shared.messages.warm import UnwarmReply, UnwarmRequest, WarmReply, WarmRequest
 from tests.planner_base import quick_settings
 from tests.sim.balance_check import ShadowLoads, round_violations
+from tests.sim.chains import BUILD_SESSION, Chains
 
 OWNING = (WorkerState.ACTIVE, WorkerState.DRAINING)
 
@@ -212,9 +217,14 @@ class SimSettings:
     p_build_pending: float = 0.5
     p_admin_drain: float = 0.004
     p_stale_report: float = 0.05
-    # The store loses one accepted checkpoint object (an emptied or damaged store): hosts
-    # from it answer checkpoint_unavailable and the planner must walk the fallback chain.
+    # The store loses one object of an accepted checkpoint's chain (an emptied or damaged
+    # store): a base or a delta, the referenced one or an ancestor. Hosts from a chain that
+    # holds it answer checkpoint_unavailable and the planner must walk the fallback chain.
     p_lose_checkpoint: float = 0.01
+    # Checkpoints are bases and deltas (tests/sim/chains.py): a new base past this many
+    # deltas (the product's COMPACT_DELTAS_MAX is 32: a short run should compact often) or
+    # past the product's size fraction.
+    compact_deltas_max: int = 4
     # Churn (off unless set): per step, one live worker departs for good and a worker under
     # a fresh id joins. Half the departed crash and never return; the other half pause past
     # their retirement and come back as zombies with their old incarnation, gates and
@@ -389,6 +399,11 @@ def checkpoint_uri(wid: str, p: int, epoch: int, offset: int) -> str:
     (shared/checkpoint_ref.py), so that a later checkpoint is another object, which a lost
     one does not take with it, and a cut is the checkpoint at its offset."""
     return f"mem://{wid}/{p}/{epoch}/o{offset}"
+
+
+def session_of(w: SimWorker, g: dict[str, int | bool]) -> str:
+    """The session that writes gate `g`'s checkpoints: the worker's load that opened it."""
+    return f"{w.wid}#{g['opened']}"
 
 
 class SimWorker:
@@ -975,9 +990,15 @@ class Simulation:
         self.stats |= {"pipelines_created": 0, "pipelines_dropped": 0}
         self.stats |= {"batches": 0, "batched_commands": 0}
         self.stats |= {"graceful_restarts": 0, "holds": 0, "rejoined_in_grace": 0}
-        # Objects the store lost: never found again (the heal does not bring them back).
-        self.lost_checkpoints: set[str] = set()
-        self.stats |= {"lost_checkpoints": 0, "fallbacks": 0}
+        # Every checkpoint object's chain, and the objects the store lost: never found
+        # again (the heal does not bring them back).
+        self.chains = Chains(self.s.compact_deltas_max)
+        self.stats |= {"lost_checkpoints": 0, "lost_deltas": 0, "fallbacks": 0}
+        self.stats |= {"chain_breaks": 0, "chain_fallbacks": 0, "stuck": 0}
+        # (partition, epoch) whose host was refused for a lost ancestor of its checkpoint.
+        self.broken_by_chain: set[tuple[int, int]] = set()
+        # (partition, epoch) whose host a failing store refused (checkpoint_unavailable too).
+        self.store_refused: set[tuple[int, int]] = set()
         self.stats |= {"weighted_heartbeats": 0, "stale_load_reports": 0}
         self.stats |= {"weighted_rounds": 0, "count_rounds": 0}
         ranks = list(range(1, self.s.total_partitions + 1))
@@ -1277,6 +1298,9 @@ class Simulation:
             return
         if isinstance(cmd, FallBack):
             self.stats["fallbacks"] += 1
+            self.stats["chain_fallbacks"] += (cmd.partition, cmd.epoch) in self.broken_by_chain
+        if isinstance(cmd, MarkStuck):
+            self.check_stuck(state, cmd)
         if isinstance(cmd, FinishPipelineRescale):
             was = before.pipelines.get(cmd.name)
             if was is not None and was.rescale_phase is not RescalePhase.DONE:
@@ -1285,6 +1309,24 @@ class Simulation:
             assert isinstance(result.value, CheckpointsResult)
             for res in result.value.results:
                 self.stats["accepted" if res.status == "accepted" else "fenced"] += 1
+
+    def check_load(self, uri: str) -> None:
+        """A host loads the chain of `uri` only whole: every object there, none lost, in
+        lineage, all written by one session (so never into another owner's objects)."""
+        problems = self.chains.violations(uri)
+        if problems:
+            self.fail("; ".join(problems))
+
+    def check_stuck(self, state: ClusterState, cmd: MarkStuck) -> None:
+        """A partition is marked stuck only when its floor (what the fallback chain reached
+        last: its checkpoint once `earlier` is spent) does not load; a stuck partition with a
+        whole floor would wait for an operator for nothing."""
+        self.stats["stuck"] += 1
+        part = state.partitions.get(cmd.partition)
+        refs = [] if part is None else [c for c in (part.checkpoint, *part.earlier) if c]
+        excused = (cmd.partition, cmd.epoch) in self.store_refused
+        if refs and not self.chains.broken(refs[-1].uri) and not excused:
+            self.fail(f"p{cmd.partition} marked stuck with a whole floor {refs[-1].uri}")
 
     def check_gates(self) -> None:
         """No two live workers hold an open gate for one partition at one epoch."""
@@ -1335,7 +1377,7 @@ class Simulation:
             epoch = max(0, int(g["epoch"]) - self.rng.randint(0, 2))
             self.stats["stale_reports"] += 1
             uri = checkpoint_uri(w.wid, p, epoch, g["offset"])
-            if not self.store_write(uri):
+            if not self.write_checkpoint(w, p, g, uri, int(g["offset"]), stale=True):
                 return  # reported only once written
             self.net.send(
                 now,
@@ -1401,13 +1443,20 @@ class Simulation:
             ck = host.checkpoint
             if ck is not None and self.store_failing():
                 self.store_error(w, b)  # the load fails: the leader retries the host call
+                self.store_refused.add((p, epoch))
                 return
-            if ck is not None and ck.uri in self.lost_checkpoints:
+            if ck is not None and self.chains.broken(ck.uri):
+                # The loader's ChainBroken: answered as a lost checkpoint.
+                if ck.uri not in self.chains.lost:
+                    self.stats["chain_breaks"] += 1
+                    self.broken_by_chain.add((p, epoch))
                 self.answer(
                     w, b, Outcome.REFUSED, ErrorReply(error="checkpoint_unavailable", message="sim")
                 )
                 return
             if g is None or epoch > int(g["epoch"]) or not g["open"]:
+                if ck is not None:
+                    self.check_load(ck.uri)
                 # The checkpoint's offset names its routing generation.
                 offset = 0 if ck is None else ck.offset
                 generation = generation_of(offset)
@@ -1427,7 +1476,7 @@ class Simulation:
                 self.answer(w, b, Outcome.STALE, ErrorReply(error="stale_epoch", message="sim"))
             else:
                 uri = checkpoint_uri(w.wid, p, g["epoch"], g["offset"])
-                if not self.store_write(uri):
+                if not self.write_checkpoint(w, p, g, uri, int(g["offset"])):
                     # As pipeline/hosting.py: the final checkpoint first, the gate after, so
                     # a failed write leaves the gate open and the release retryable.
                     self.store_error(w, b)
@@ -1480,7 +1529,7 @@ class Simulation:
             cut = self.seals.setdefault(key, max(self.read_to.get(key, 0), int(g["offset"])))
             done = int(g["offset"]) >= cut
             uri = checkpoint_uri(w.wid, p, epoch, cut) if done else None
-            if uri is not None and not self.store_write(uri):
+            if uri is not None and not self.write_checkpoint(w, p, g, uri, cut):
                 self.store_error(w, b)  # the cut's checkpoint is not written: asked again
                 return
             self.stats["cut_answers" if kind == "cut" else "pipeline_cut_answers"] += 1
@@ -1517,7 +1566,9 @@ class Simulation:
             )
             for q in numbers
         )
-        self.written.update(c.uri for c in built if done)
+        for c in built if done else ():
+            self.written.add(c.uri)
+            self.chains.write_base(c.uri, c.partition, c.offset, BUILD_SESSION)
         self.stats[stat] += 1
         reply = BuildReply(generation=gen, done=done, checkpoints=built if done else ())
         self.answer(w, call, Outcome.OK, reply)
@@ -1540,6 +1591,26 @@ class Simulation:
         self.written.add(uri)
         return True
 
+    def write_checkpoint(
+        self,
+        w: SimWorker,
+        p: int,
+        g: dict[str, int | bool],
+        uri: str,
+        offset: int,
+        stale: bool = False,
+    ) -> bool:
+        """Write gate `g`'s checkpoint at `offset` as `uri`, a base or a delta of the chain
+        its session extends (a stale report's is a base of its own); False when the store
+        fails the call."""
+        if not self.store_write(uri):
+            return False
+        if stale:
+            self.chains.write_base(uri, p, offset, session_of(w, g))
+        else:
+            self.chains.write(uri, p, offset, session_of(w, g))
+        return True
+
     def store_error(self, w: SimWorker, call: dict[str, Any]) -> None:
         """Answer a call whose store access failed as the worker does: checkpoint_unavailable
         for an error; nothing for a timeout (the leader's call times out first)."""
@@ -1553,17 +1624,14 @@ class Simulation:
             # The writes fail: nothing is reported; the next checkpoint request retries.
             self.stats["store_failures"] += 1
             return
-        entries = [
-            [
-                p,
-                int(g["epoch"]),
-                int(g["offset"]),
-                checkpoint_uri(w.wid, p, g["epoch"], g["offset"]),
-            ]
-            for p, g in sorted(w.gates.items())
-            if g["open"]
-        ]
-        self.written.update(e[3] for e in entries)
+        entries: list[list[int | str]] = []
+        for p, g in sorted(w.gates.items()):
+            if g["open"]:
+                epoch, offset = int(g["epoch"]), int(g["offset"])
+                uri = checkpoint_uri(w.wid, p, epoch, offset)
+                self.written.add(uri)
+                self.chains.write(uri, p, offset, session_of(w, g))
+                entries.append([p, epoch, offset, uri])
         if entries:
             self.net.send(
                 self.now_ms,
@@ -1657,26 +1725,32 @@ class Simulation:
         self.stats["clock_steps"] += 1
 
     def inject_store_faults(self) -> None:
-        """Lose one accepted checkpoint object (the current one or an earlier one)."""
+        """Lose one object of an accepted checkpoint's chain: a base or a delta, the
+        referenced one or an ancestor of it."""
         if self.rng.random() >= self.s.p_lose_checkpoint:
             return
         state = self.replicas[self.leader].machine.state
+        chains = self.chains
         # Not a rescale's build output: it is the floor of its partition's fallback chain
         # (coordinator/core/edits.py, accept_checkpoint), and a partition that lost it and every
         # later one is stuck for an operator (coordinator/core/fallback.py), which the
         # simulation has not.
         uris = sorted(
             {
-                ck.uri
+                uri
                 for p in state.partitions
                 for ck in (p.checkpoint, *p.earlier)
-                if ck and not ck.uri.startswith("mem://build/")
+                if ck
+                for uri in chains.chain(ck.uri)
+                if chains.objects[uri].session != BUILD_SESSION
             }
-            - self.lost_checkpoints
+            - chains.lost
         )
         if uris:
-            self.lost_checkpoints.add(self.rng.choice(uris))
+            uri = self.rng.choice(uris)
+            chains.lost.add(uri)
             self.stats["lost_checkpoints"] += 1
+            self.stats["lost_deltas"] += chains.objects[uri].kind == DELTA
 
     def stop_for_restart(self, w: SimWorker) -> None:
         """SIGTERM's stop (pipeline/worker.py): report the last checkpoints, tell the leader
@@ -1838,6 +1912,9 @@ class Simulation:
         problems = settled_violations(self.replicas[self.leader].machine.state)
         if problems:
             self.fail("; ".join(problems))
+        chains = self.chains
+        self.stats |= {"bases": chains.bases, "deltas": chains.deltas}
+        self.stats["compactions"] = chains.compactions
         lead = self.replicas[self.leader].machine.state
         self.stats["pipeline_partitions_online"] = sum(
             1

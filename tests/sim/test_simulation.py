@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 
-from coordinator.core import move_plans, partition_commands, pools, retirement
+from coordinator.core import fallback, move_plans, partition_commands, pools, retirement
 from coordinator.core import stages as stages_module
 from coordinator.core.commands import CheckpointsResult, CheckpointVerdict, Ok, RecordCheckpoints
 from coordinator.core.liveness import Detector, Liveness
 from coordinator.core.load import LoadBook
-from coordinator.core.model import Checkpoint
+from coordinator.core.model import Checkpoint, Partition
 from coordinator.core.planner import Planner
 from coordinator.core.state import ClusterState
 from shared.messages.pipeline_rescale import PipelineBuildRequest
+from tests.sim.chains import Chains
 from tests.sim.simulation import (
     WALL_EPOCH_MS,
     SafetyViolation,
@@ -30,6 +31,8 @@ from tests.sim.simulation import (
 )
 
 DEFAULT_SEEDS = list(range(20))
+# Seeds the balance test may run to see a round by counts (about one seed in six has one).
+BALANCE_SEEDS_MAX = 40
 SOAK_SEEDS = range(10_000, 11_000)
 
 
@@ -150,11 +153,13 @@ def test_balance_rounds_by_load_and_by_counts() -> None:
     """The drifting rates make the leader rebalance by load while every rate is fresh and by
     counts while some is stale; both kinds of round are checked as they are planned."""
     totals: Counter[str] = Counter()
-    # A round by counts comes in about one seed of six. Without the sync, store and clock
-    # faults (their own stream: the rest of each seed runs as it would) these ten show one.
+    # A round by counts comes in about one seed of six: the seeds run until both kinds are
+    # seen, at most BALANCE_SEEDS_MAX of them. Without the sync, store and clock faults.
     calm = replace(SimSettings(), p_sync_halt=0.0, p_store_outage=0.0, p_clock_step=0.0)
-    for seed in range(10):
+    for seed in range(BALANCE_SEEDS_MAX):
         totals.update(run_seed(seed, calm))
+        if seed >= 9 and totals["weighted_rounds"] and totals["count_rounds"]:
+            break
     assert totals["weighted_rounds"] > 0 and totals["count_rounds"] > 0, dict(totals)
     assert totals["weighted_heartbeats"] > 0 and totals["stale_load_reports"] > 0, dict(totals)
 
@@ -332,3 +337,54 @@ def test_checker_sees_a_pipeline_rescale_that_never_ends(monkeypatch: pytest.Mon
     with pytest.raises(SafetyViolation, match=r"outside its pool|holds .* over"):
         for seed in range(40):
             run_seed(seed)
+
+
+def test_chains_compact_and_a_lost_object_falls_back() -> None:
+    """Checkpoints are bases and deltas: each session starts with a base, later ones compact
+    into new bases; the store loses deltas as well as bases, a host from a chain that holds
+    a lost ancestor answers checkpoint_unavailable and the leader falls back from it. Every
+    load is walked and checked (whole, in lineage, one session)."""
+    totals: Counter[str] = Counter()
+    for seed in range(8):
+        totals.update(run_seed(seed))
+    assert totals["bases"] > 0 and totals["deltas"] > 0, dict(totals)
+    assert totals["compactions"] > 0 and totals["lost_deltas"] > 0, dict(totals)
+    assert totals["chain_breaks"] > 0 and totals["chain_fallbacks"] > 0, dict(totals)
+
+
+def test_checker_catches_a_load_of_a_chain_with_a_lost_ancestor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A loader that checks the newest object only (as before deltas) loads a chain whose
+    earlier object is lost: the load check reports it, with its seed."""
+    monkeypatch.setattr(Chains, "broken", lambda self, uri: uri in self.lost)
+    with pytest.raises(SafetyViolation, match="whose chain holds the lost"):
+        for seed in range(30):
+            run_seed(seed)
+
+
+def test_checker_catches_a_delta_onto_an_earlier_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that extends its last chain of a partition after loading it again (rather
+    than writing a base first) writes deltas onto state it no longer holds: the load check
+    reports the chain reaching into another session's objects."""
+    monkeypatch.setattr(Chains, "tip_key", lambda _self, s, p: (s.split("#")[0], p))
+    with pytest.raises(SafetyViolation, match="reaches into"):
+        for seed in range(30):
+            run_seed(seed)
+
+
+def test_checker_catches_a_stuck_partition_with_a_whole_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fallback that skips the earlier checkpoints marks a rescaled partition stuck while
+    its floor (the build) loads: the stuck check reports it, with its seed."""
+    real = fallback.decide
+
+    def skipping(part: Partition, *args: Any) -> Any:
+        return real(replace(part, earlier=()), *args)
+
+    monkeypatch.setattr(fallback, "decide", skipping)
+    lossy = replace(SimSettings(), p_lose_checkpoint=0.05)
+    with pytest.raises(SafetyViolation, match="stuck with a whole floor"):
+        for seed in range(30):
+            run_seed(seed, lossy)
