@@ -25,8 +25,6 @@ is only ever loaded under that version.
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import decimal
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ from typing import Any
 import msgpack
 
 from pipeline.spec.aggregations import KeyState, Output, SketchOps, merge_states
+from pipeline.spec.state_codec import ext_default, ext_hook, tupled
 from pipeline.spec.windows import ClosedRow, close_windows
 from shared.spec.model import WindowSpec
 
@@ -54,10 +53,6 @@ SPEC_CHECKPOINT_FORMAT_VERSION = 2
 # A recorded pipeline's key limit when its setting is 0: none (a bound no partition reaches,
 # so the merges here and a rescale's build need no case of their own).
 KEYS_UNLIMITED = sys.maxsize
-# msgpack extension codes for the column values msgpack has no type of.
-_EXT_DECIMAL = 1
-_EXT_DATE = 2
-_EXT_DATETIME = 3
 
 
 class SpecCheckpointError(ValueError):
@@ -191,33 +186,6 @@ class SpecCheckpoint:
     state: SpecPartitionState
 
 
-def _default(value: Any) -> msgpack.ExtType:
-    if isinstance(value, decimal.Decimal):
-        return msgpack.ExtType(_EXT_DECIMAL, str(value).encode())
-    if isinstance(value, datetime.datetime):
-        return msgpack.ExtType(_EXT_DATETIME, value.isoformat().encode())
-    if isinstance(value, datetime.date):
-        return msgpack.ExtType(_EXT_DATE, value.isoformat().encode())
-    raise TypeError(f"a state value of type {type(value).__name__} has no checkpoint encoding")
-
-
-def _ext(code: int, data: bytes) -> Any:
-    text = data.decode()
-    if code == _EXT_DECIMAL:
-        return decimal.Decimal(text)
-    if code == _EXT_DATETIME:
-        return datetime.datetime.fromisoformat(text)
-    if code == _EXT_DATE:
-        return datetime.date.fromisoformat(text)
-    raise SpecCheckpointError(f"unknown value extension {code}")
-
-
-def _tupled(value: Any) -> Any:
-    # No column value is a list (the DDL has no arrays): every list was a tuple state
-    # (a mean's (sum, count), first/last's (offset, value)).
-    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
-
-
 def encode_spec_checkpoint(
     partition: int,
     epoch: int,
@@ -247,13 +215,13 @@ def encode_spec_checkpoint(
         doc["closed"] = state.closed
     if state.named:
         doc["named"] = [list(seg) for seg in state.named]
-    return bytes(msgpack.packb(doc, use_bin_type=True, default=_default))
+    return bytes(msgpack.packb(doc, use_bin_type=True, default=ext_default))
 
 
 def decode_spec_checkpoint(data: bytes) -> SpecCheckpoint:
     try:
         # Untyped until checked: every field is converted below, anything else refused.
-        doc: Any = msgpack.unpackb(data, raw=False, ext_hook=_ext, strict_map_key=False)
+        doc: Any = msgpack.unpackb(data, raw=False, ext_hook=ext_hook, strict_map_key=False)
         if doc.get("v") != SPEC_CHECKPOINT_FORMAT_VERSION:
             raise SpecCheckpointError(f"not a format-2 checkpoint: {doc.get('v')!r}")
         names = [str(n) for n in doc["outputs"]]
@@ -263,8 +231,8 @@ def decode_spec_checkpoint(data: bytes) -> SpecCheckpoint:
                 raise SpecCheckpointError(
                     f"key {key!r} has {len(values)} outputs, not {len(names)}"
                 )
-            key = _tupled(key)  # a windowed state's (key, window start)
-            state.values[key] = {n: _tupled(v) for n, v in zip(names, values, strict=True)}
+            key = tupled(key)  # a windowed state's (key, window start)
+            state.values[key] = {n: tupled(v) for n, v in zip(names, values, strict=True)}
             state.firsts[key] = int(first)
         basis = doc.get("basis_us")
         state.basis_us = None if basis is None else int(basis)

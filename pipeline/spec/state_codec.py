@@ -9,7 +9,7 @@ a retried write of the same rows has the same bytes; and `unpack(pack(x)) == x` 
 (None, bool, int, float, str, bytes, Decimal, date, datetime, tuples of these) and every state
 value (ints, Decimals, datetimes, tuples, bytes sketches, dicts of them). The extension codes
 are those of the format-2 checkpoint (`pipeline.spec.partition_state`), so one value decodes
-the same under both; that module can import `ext_default`/`ext_hook`/`tupled` from here.
+the same under both: that module encodes with `ext_default`/`ext_hook`/`tupled` from here.
 """
 
 from __future__ import annotations
