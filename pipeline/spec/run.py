@@ -36,7 +36,6 @@ from pipeline.spec.partition_state import (
     SpecCheckpoint,
     SpecPartitionState,
     encode_spec_checkpoint,
-    merge_spec_batch,
 )
 from pipeline.spec.ranges import GenerationRange, ranges_of
 from pipeline.spec.windows import (
@@ -327,25 +326,6 @@ class PipelineRun:
             mine = late.filter(pc.equal(late.column(PARTITION), p)).drop_columns([PARTITION])
             if mine.num_rows:
                 part.late = mine.sort_by("offset")
-
-    def merge(
-        self,
-        state: SpecPartitionState,
-        batch: Mapping[Any, KeyState],
-        firsts: Mapping[Any, int],
-        sketches: SketchOps,
-        batch_max_us: int | None = None,
-    ) -> tuple[SpecPartitionState, dict[Any, KeyState]]:
-        return merge_spec_batch(
-            self.outputs,
-            state,
-            batch,
-            firsts,
-            self.max_keys,
-            sketches,
-            self.spec.window,
-            batch_max_us,
-        )
 
     def results(
         self, state: SpecPartitionState, sketches: SketchOps, keys: list[Any] | None = None

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.spec.oracle import windowed_job
-from pipeline.spec.partition_state import SpecPartitionState
+from pipeline.spec.partition_state import SpecPartitionState, merge_spec_batch
 from pipeline.spec.produce import SpecProducer
 from pipeline.spec.results import windows_key
 from pipeline.spec.run import BatchPartials, PipelineInfo, PipelineRun
@@ -132,7 +132,16 @@ def fed(
         chunk = table.slice(lo, hi - lo)
         got = run.partials(spark, {SLOT_BASE: chunk}, {SLOT_BASE: state.basis_us})
         part = got.get(SLOT_BASE) or BatchPartials()
-        state, dead = run.merge(state, part.values, part.firsts, sketches, part.max_us)
+        state, dead = merge_spec_batch(
+            run.outputs,
+            state,
+            part.values,
+            part.firsts,
+            run.max_keys,
+            sketches,
+            run.spec.window,
+            part.max_us,
+        )
         assert not dead
         if part.late is not None:
             late += part.late.column("offset").to_pylist()
